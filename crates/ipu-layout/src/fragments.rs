@@ -1,0 +1,423 @@
+//! Redistribution fragments between two layouts of one tensor.
+//!
+//! A redistribution moves a tensor from a source [`TensorType`] to a
+//! destination type of the same shape and precision. It is described by
+//! [`Fragment`]s: contiguous byte runs copied from one tile's shard to
+//! another's. Every data element of every destination shard (every replica)
+//! is covered by exactly one fragment, read from one replica of the source;
+//! padding is never read and never written.
+//!
+//! The computation never visits elements. For each destination shard, each
+//! axis's data range is intersected with the source partitions of that axis;
+//! the product of those pieces is a set of boxes, each held whole by one
+//! source tuple. Inside a box both storage orders are affine in the element
+//! index once the last axis is cut at AMP panel boundaries, so a box becomes
+//! runs by merging inner axes while both sides stay contiguous, and adjacent
+//! runs are merged again as they are emitted.
+
+use smallvec::SmallVec;
+
+use crate::geometry::Geometry;
+use crate::tiling::ElementOrder;
+use crate::{LayoutError, TensorType, TileId};
+
+/// A contiguous run of bytes copied from one shard to another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fragment {
+    /// The tile the bytes are read from.
+    pub source: TileId,
+    /// Byte offset inside the source shard.
+    pub source_offset: u64,
+    /// The tile the bytes are written to.
+    pub destination: TileId,
+    /// Byte offset inside the destination shard.
+    pub destination_offset: u64,
+    /// Length of the run.
+    pub bytes: u64,
+}
+
+impl Fragment {
+    /// Whether source and destination are the same tile (an on-tile copy,
+    /// not an exchange).
+    pub fn is_local(&self) -> bool {
+        self.source == self.destination
+    }
+}
+
+/// Choices a redistribution makes where several answers are correct.
+#[derive(Clone, Debug)]
+pub struct RedistributeConfig {
+    /// Read from a replica on the destination tile itself when there is one.
+    pub prefer_local: bool,
+}
+
+impl Default for RedistributeConfig {
+    fn default() -> Self {
+        Self { prefer_local: true }
+    }
+}
+
+/// The fragments of one redistribution, ordered by destination tile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Redistribution {
+    fragments: Vec<Fragment>,
+}
+
+impl Redistribution {
+    /// The fragments, ordered by destination tile and then by emission order.
+    pub fn fragments(&self) -> &[Fragment] {
+        &self.fragments
+    }
+
+    /// The fragments, by value.
+    pub fn into_fragments(self) -> Vec<Fragment> {
+        self.fragments
+    }
+
+    /// Bytes that cross between tiles.
+    pub fn exchanged_bytes(&self) -> u64 {
+        self.fragments
+            .iter()
+            .filter(|f| !f.is_local())
+            .map(|f| f.bytes)
+            .sum()
+    }
+
+    /// Bytes copied within a tile.
+    pub fn local_bytes(&self) -> u64 {
+        self.fragments
+            .iter()
+            .filter(|f| f.is_local())
+            .map(|f| f.bytes)
+            .sum()
+    }
+
+    /// Whether every fragment is a copy to the same offset on the same tile:
+    /// the two layouts store this tensor identically.
+    pub fn is_identity(&self) -> bool {
+        self.fragments
+            .iter()
+            .all(|f| f.is_local() && f.source_offset == f.destination_offset)
+    }
+}
+
+/// Computes the fragments that move a tensor from `source` to `destination`.
+///
+/// The two types must have the same shape and precision; tilings, orders,
+/// tile counts and memory classes may differ. Where the source is
+/// replicated, each box is read from the replica on the destination tile if
+/// `prefer_local` and there is one, else from the replica that has sent the
+/// fewest bytes so far (ties to the lowest replica after rotating by the
+/// destination tile), so that sends spread over the replicas.
+pub fn redistribute(
+    source: &TensorType,
+    destination: &TensorType,
+    config: &RedistributeConfig,
+) -> Result<Redistribution, LayoutError> {
+    if source.shape() != destination.shape() {
+        return Err(LayoutError::Incompatible {
+            what: "shapes",
+            source_value: format!("{:?}", source.shape()),
+            destination_value: format!("{:?}", destination.shape()),
+        });
+    }
+    if source.precision() != destination.precision() {
+        return Err(LayoutError::Incompatible {
+            what: "precisions",
+            source_value: source.precision().to_string(),
+            destination_value: destination.precision().to_string(),
+        });
+    }
+    let src = source.geometry();
+    let dst = destination.geometry();
+    let rank = source.shape().rank();
+    let mut sent = vec![0u64; source.tiling().tile_count() as usize];
+    let mut out = Emitter {
+        fragments: Vec::new(),
+    };
+
+    for d in 0..destination.tiling().tile_count() as usize {
+        let dst_parts = dst.partitions_of(d);
+        let dst_widths = dst.widths(&dst_parts);
+        // Per axis: the source partitions meeting this shard's data range.
+        let mut pieces: SmallVec<[SmallVec<[Piece; 4]>; 4]> = SmallVec::new();
+        for axis in 0..rank {
+            let part = dst.axes[axis].parts[dst_parts[axis]];
+            let list = axis_pieces(src, axis, part.start, part.end);
+            if list.is_empty() {
+                break;
+            }
+            pieces.push(list);
+        }
+        if pieces.len() != rank {
+            continue;
+        }
+        let destination_tile = TileId::from_u32(d as u32);
+        let mut choice: SmallVec<[usize; 4]> = smallvec::smallvec![0; rank];
+        'boxes: loop {
+            let src_parts: SmallVec<[usize; 4]> =
+                (0..rank).map(|a| pieces[a][choice[a]].partition).collect();
+            let lo: SmallVec<[u64; 4]> = (0..rank).map(|a| pieces[a][choice[a]].start).collect();
+            let hi: SmallVec<[u64; 4]> = (0..rank).map(|a| pieces[a][choice[a]].end).collect();
+            let elements: u64 = lo.iter().zip(&hi).map(|(l, h)| h - l).product();
+            let s = pick_replica(
+                src,
+                &src_parts,
+                d,
+                elements * src.element_bytes,
+                config,
+                &mut sent,
+            );
+            let src_widths = src.widths(&src_parts);
+            let src_start: SmallVec<[u64; 4]> = (0..rank)
+                .map(|a| src.axes[a].parts[src_parts[a]].start)
+                .collect();
+            let dst_start: SmallVec<[u64; 4]> = (0..rank)
+                .map(|a| dst.axes[a].parts[dst_parts[a]].start)
+                .collect();
+            let src_side = Side {
+                geometry: src,
+                widths: &src_widths,
+                origin: &src_start,
+            };
+            let dst_side = Side {
+                geometry: dst,
+                widths: &dst_widths,
+                origin: &dst_start,
+            };
+            let tiles = (TileId::from_u32(s as u32), destination_tile);
+            out.emit_box(&src_side, &dst_side, &lo, &hi, tiles);
+
+            // Advance the odometer over the pieces, last axis fastest.
+            let mut axis = rank;
+            loop {
+                if axis == 0 {
+                    break 'boxes;
+                }
+                axis -= 1;
+                choice[axis] += 1;
+                if choice[axis] < pieces[axis].len() {
+                    break;
+                }
+                choice[axis] = 0;
+            }
+        }
+    }
+    Ok(Redistribution {
+        fragments: out.fragments,
+    })
+}
+
+/// A source partition's share of a destination range on one axis.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    partition: usize,
+    start: u64,
+    end: u64,
+}
+
+fn axis_pieces(g: &Geometry, axis: usize, start: u64, end: u64) -> SmallVec<[Piece; 4]> {
+    let mut list = SmallVec::new();
+    if start >= end {
+        return list;
+    }
+    let parts = &g.axes[axis].parts;
+    let mut q = g.axes[axis].partition_of(start);
+    let mut x = start;
+    while x < end && q < parts.len() {
+        let part = parts[q];
+        if part.end > x {
+            let piece_end = part.end.min(end);
+            list.push(Piece {
+                partition: q,
+                start: x,
+                end: piece_end,
+            });
+            x = piece_end;
+        }
+        q += 1;
+    }
+    list
+}
+
+fn pick_replica(
+    g: &Geometry,
+    parts: &[usize],
+    destination: usize,
+    bytes: u64,
+    config: &RedistributeConfig,
+    sent: &mut [u64],
+) -> usize {
+    let replicas = g.replicas as usize;
+    let first = g.tuple_of(parts) * replicas;
+    let candidates = &g.tuple_tiles[first..first + replicas];
+    let chosen = if config.prefer_local && candidates.contains(&(destination as u32)) {
+        destination
+    } else {
+        let rotation = destination % replicas;
+        (0..replicas)
+            .map(|i| candidates[(i + rotation) % replicas] as usize)
+            .min_by_key(|&t| sent[t])
+            .unwrap_or(candidates[0] as usize)
+    };
+    if chosen != destination {
+        sent[chosen] += bytes;
+    }
+    chosen
+}
+
+/// One side of a copy: a shard's geometry, padded widths and the tensor
+/// coordinates of its local origin.
+struct Side<'a> {
+    geometry: &'a Geometry,
+    widths: &'a [u64],
+    origin: &'a [u64],
+}
+
+impl Side<'_> {
+    fn panel(&self) -> Option<u64> {
+        match self.geometry.order {
+            ElementOrder::RowMajor => None,
+            ElementOrder::Amp(_) => Some(self.geometry.panel),
+        }
+    }
+
+    /// Byte offset of tensor element `x` and the byte stride of every axis,
+    /// valid for every element whose last coordinate lies in the same AMP
+    /// panel as `x`'s.
+    fn affine(&self, x: &[u64]) -> (u64, SmallVec<[u64; 4]>) {
+        let g = self.geometry;
+        let local: SmallVec<[u64; 4]> = x.iter().zip(self.origin).map(|(a, o)| a - o).collect();
+        let base = g.local_offset(self.widths, &local);
+        let rank = self.widths.len();
+        let mut strides: SmallVec<[u64; 4]> = smallvec::smallvec![0; rank];
+        let mut stride = g.element_bytes;
+        if let Some(panel) = self.panel() {
+            let last = rank - 1;
+            let panel_start = (local[last] / panel) * panel;
+            strides[last] = stride;
+            stride *= panel.min(self.widths[last] - panel_start);
+            for a in (0..last).rev() {
+                strides[a] = stride;
+                stride *= self.widths[a];
+            }
+        } else {
+            for a in (0..rank).rev() {
+                strides[a] = stride;
+                stride *= self.widths[a];
+            }
+        }
+        (base, strides)
+    }
+
+    /// The next AMP panel boundary after local column of tensor column `c`.
+    fn panel_end(&self, c: u64) -> u64 {
+        let last = self.widths.len() - 1;
+        match self.panel() {
+            None => u64::MAX,
+            Some(panel) => {
+                let local = c - self.origin[last];
+                self.origin[last] + (local / panel + 1) * panel
+            }
+        }
+    }
+}
+
+struct Emitter {
+    fragments: Vec<Fragment>,
+}
+
+impl Emitter {
+    fn push(&mut self, f: Fragment) {
+        if let Some(last) = self.fragments.last_mut()
+            && last.source == f.source
+            && last.destination == f.destination
+            && last.source_offset + last.bytes == f.source_offset
+            && last.destination_offset + last.bytes == f.destination_offset
+        {
+            last.bytes += f.bytes;
+            return;
+        }
+        self.fragments.push(f);
+    }
+
+    /// Emits the runs copying the box `[lo, hi)` (tensor coordinates).
+    fn emit_box(
+        &mut self,
+        src: &Side<'_>,
+        dst: &Side<'_>,
+        lo: &[u64],
+        hi: &[u64],
+        (source, destination): (TileId, TileId),
+    ) {
+        let rank = lo.len();
+        if rank == 0 {
+            let bytes = src.geometry.element_bytes;
+            self.push(Fragment {
+                source,
+                source_offset: 0,
+                destination,
+                destination_offset: 0,
+                bytes,
+            });
+            return;
+        }
+        let last = rank - 1;
+        let mut c = lo[last];
+        while c < hi[last] {
+            let segment_end = hi[last].min(src.panel_end(c)).min(dst.panel_end(c));
+            let mut start: SmallVec<[u64; 4]> = SmallVec::from_slice(lo);
+            start[last] = c;
+            let mut extent: SmallVec<[u64; 4]> = lo.iter().zip(hi).map(|(l, h)| h - l).collect();
+            extent[last] = segment_end - c;
+            let (src_base, src_strides) = src.affine(&start);
+            let (dst_base, dst_strides) = dst.affine(&start);
+
+            // Merge inner axes while both sides stay contiguous.
+            let element_bytes = src.geometry.element_bytes;
+            let mut run = extent[last] * element_bytes;
+            let mut outer = last;
+            while outer > 0 {
+                let a = outer - 1;
+                if extent[a] == 1 || (src_strides[a] == run && dst_strides[a] == run) {
+                    run *= extent[a];
+                    outer = a;
+                } else {
+                    break;
+                }
+            }
+            // Enumerate the remaining outer axes, last fastest.
+            let mut index: SmallVec<[u64; 4]> = smallvec::smallvec![0; outer];
+            loop {
+                let mut s = src_base;
+                let mut d = dst_base;
+                for a in 0..outer {
+                    s += index[a] * src_strides[a];
+                    d += index[a] * dst_strides[a];
+                }
+                self.push(Fragment {
+                    source,
+                    source_offset: s,
+                    destination,
+                    destination_offset: d,
+                    bytes: run,
+                });
+                let mut a = outer;
+                let mut done = true;
+                while a > 0 {
+                    a -= 1;
+                    index[a] += 1;
+                    if index[a] < extent[a] {
+                        done = false;
+                        break;
+                    }
+                    index[a] = 0;
+                }
+                if done {
+                    break;
+                }
+            }
+            c = segment_end;
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! Resolved shard geometry: per-axis partition tables and tile maps.
+//!
+//! [`Geometry`] is computed once per [`TensorType`](crate::TensorType) and
+//! answers shard, ownership and offset queries without touching elements.
+//! Every width and offset is computed with checked arithmetic when the
+//! geometry is built, so the queries afterwards cannot overflow: each offset
+//! is below the shard's byte count, which was checked to fit in `u64`.
+
+use smallvec::SmallVec;
+
+use crate::tiling::{ElementOrder, Padding, TensorFormat};
+use crate::{LayoutError, TensorShape, TensorType, TileId};
+
+/// The largest tile count whose tables are resolved (far above any IPU).
+pub(crate) const MAX_TILES: u32 = 1 << 20;
+
+/// One axis of one shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AxisShard {
+    /// First data element held, in tensor coordinates.
+    pub start: u64,
+    /// One past the last data element held.
+    pub end: u64,
+    /// The padded width stored on the tile (at least `end - start`); the
+    /// data sits at local positions `0..end - start`, zeros after it.
+    pub width: u64,
+}
+
+impl AxisShard {
+    /// How many data elements the shard holds along this axis.
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Whether the shard holds no data along this axis.
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+}
+
+/// What one tile holds of a tensor.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Shard {
+    /// The tile.
+    pub tile: TileId,
+    /// Which replica of its coordinate tuple this tile holds, `0..replicas`.
+    pub replica: u32,
+    /// Per tensor axis, outermost first.
+    pub axes: SmallVec<[AxisShard; 4]>,
+    /// Bytes the padded shard occupies (no alignment, no access tail).
+    pub bytes: u64,
+}
+
+impl Shard {
+    /// Data elements held (padding excluded).
+    pub fn data_elements(&self) -> u64 {
+        // Cannot overflow: bounded by the padded element count, which was
+        // checked when the geometry was built.
+        self.axes.iter().map(AxisShard::len).product()
+    }
+
+    /// Whether the stored shard contains any padding elements.
+    pub fn has_padding(&self) -> bool {
+        self.axes.iter().any(|a| a.width != a.len())
+    }
+}
+
+/// One partition of one axis.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Part {
+    pub start: u64,
+    pub end: u64,
+    pub width: u64,
+}
+
+/// One tensor axis, resolved.
+#[derive(Clone, Debug)]
+pub(crate) struct AxisGeom {
+    pub parts: Vec<Part>,
+    group_extent: u64,
+    block: u64,
+    parts_per_group: u64,
+    base_blocks: u64,
+    extra: u64,
+}
+
+impl AxisGeom {
+    fn untiled(extent: u64) -> Self {
+        AxisGeom {
+            parts: vec![Part {
+                start: 0,
+                end: extent,
+                width: extent,
+            }],
+            group_extent: extent,
+            block: extent.max(1),
+            parts_per_group: 1,
+            base_blocks: 1,
+            extra: 0,
+        }
+    }
+
+    /// The partition holding element `x` (which must be below the extent).
+    pub fn partition_of(&self, x: u64) -> usize {
+        if self.parts.len() == 1 {
+            return 0;
+        }
+        let group = x / self.group_extent;
+        let block = (x % self.group_extent) / self.block;
+        let long_blocks = self.extra * (self.base_blocks + 1);
+        let local = if block < long_blocks {
+            block / (self.base_blocks + 1)
+        } else {
+            self.extra + (block - long_blocks) / self.base_blocks
+        };
+        (group * self.parts_per_group + local) as usize
+    }
+}
+
+/// A tensor type's resolved geometry.
+#[derive(Clone, Debug)]
+pub(crate) struct Geometry {
+    pub element_bytes: u64,
+    pub order: ElementOrder,
+    pub panel: u64,
+    pub axes: Vec<AxisGeom>,
+    /// The tensor axis of each tiling entry, in list order.
+    pub tiled: Vec<usize>,
+    pub replicas: u32,
+    /// Per tile: the coordinate tuple's index (list order, first fastest).
+    pub tile_tuple: Vec<u32>,
+    /// Per tile: which replica of its tuple it is.
+    pub tile_replica: Vec<u32>,
+    /// Per tuple and replica: the tile (`tuple * replicas + replica`).
+    pub tuple_tiles: Vec<u32>,
+}
+
+fn round_up(value: u64, multiple: u64) -> Result<u64, LayoutError> {
+    value
+        .div_ceil(multiple)
+        .checked_mul(multiple)
+        .ok_or(LayoutError::Overflow {
+            what: "padded extent",
+        })
+}
+
+impl Geometry {
+    pub fn new(shape: &TensorShape, format: &TensorFormat) -> Result<Self, LayoutError> {
+        let tiling = &format.layout.tiling;
+        let rank = shape.rank();
+        if tiling.tile_count() > MAX_TILES {
+            return Err(LayoutError::TooManyTiles {
+                tile_count: tiling.tile_count(),
+                limit: MAX_TILES,
+            });
+        }
+        if rank == 0 && matches!(format.layout.order, ElementOrder::Amp(_)) {
+            return Err(LayoutError::AmpScalar);
+        }
+        let mut axes: Vec<AxisGeom> = shape
+            .extents()
+            .iter()
+            .map(|&e| AxisGeom::untiled(e))
+            .collect();
+        let mut tiled = Vec::with_capacity(tiling.axes().len());
+        for a in tiling.axes() {
+            let index = a.axis.resolve(rank)?;
+            if tiled.contains(&index) {
+                return Err(LayoutError::DuplicateAxis { axis: index });
+            }
+            tiled.push(index);
+            axes[index] = resolve_axis(index, shape.extents()[index], a)?;
+        }
+
+        // Every width was rounded with checked arithmetic; the padded element
+        // count bounds every offset, so checking it once here makes all later
+        // offset arithmetic safe.
+        let element_bytes = format.precision.element_bytes();
+        let max_elements = axes.iter().try_fold(1u64, |acc, a| {
+            let widest = a.parts.iter().map(|p| p.width).max().unwrap_or(0);
+            acc.checked_mul(widest)
+        });
+        max_elements
+            .and_then(|n| n.checked_mul(element_bytes))
+            .ok_or(LayoutError::Overflow {
+                what: "shard bytes",
+            })?;
+
+        let (tile_tuple, tile_replica, tuple_tiles) = resolve_tiles(tiling, &axes, &tiled)?;
+        Ok(Geometry {
+            element_bytes,
+            order: format.layout.order,
+            panel: format.precision.amp_panel_columns(),
+            axes,
+            tiled,
+            replicas: tiling.replicas(),
+            tile_tuple,
+            tile_replica,
+            tuple_tiles,
+        })
+    }
+
+    /// The partition of each tensor axis that `tile` holds.
+    pub fn partitions_of(&self, tile: usize) -> SmallVec<[usize; 4]> {
+        let mut parts: SmallVec<[usize; 4]> = smallvec::smallvec![0; self.axes.len()];
+        let mut tuple = self.tile_tuple[tile] as usize;
+        for &axis in &self.tiled {
+            let p = self.axes[axis].parts.len();
+            parts[axis] = tuple % p;
+            tuple /= p;
+        }
+        parts
+    }
+
+    /// The tuple index of per-axis partitions.
+    pub fn tuple_of(&self, parts: &[usize]) -> usize {
+        self.tiled.iter().rev().fold(0, |acc, &axis| {
+            acc * self.axes[axis].parts.len() + parts[axis]
+        })
+    }
+
+    /// Padded widths of the shard with these partitions.
+    pub fn widths(&self, parts: &[usize]) -> SmallVec<[u64; 4]> {
+        self.axes
+            .iter()
+            .zip(parts)
+            .map(|(a, &p)| a.parts[p].width)
+            .collect()
+    }
+
+    /// Byte offset of the element at shard-local position `local` in a shard
+    /// of padded `widths`.
+    pub fn local_offset(&self, widths: &[u64], local: &[u64]) -> u64 {
+        let elements = match self.order {
+            ElementOrder::RowMajor => local
+                .iter()
+                .zip(widths)
+                .fold(0, |acc, (&i, &w)| acc * w + i),
+            ElementOrder::Amp(_) => {
+                let last = widths.len() - 1;
+                let rows: u64 = widths[..last].iter().product();
+                let row = local[..last]
+                    .iter()
+                    .zip(&widths[..last])
+                    .fold(0, |acc, (&i, &w)| acc * w + i);
+                let column = local[last];
+                let panel = column / self.panel;
+                let panel_start = panel * self.panel;
+                let panel_width = self.panel.min(widths[last] - panel_start);
+                panel_start * rows + row * panel_width + (column - panel_start)
+            }
+        };
+        elements * self.element_bytes
+    }
+}
+
+fn resolve_axis(index: usize, extent: u64, a: &crate::AxisTiling) -> Result<AxisGeom, LayoutError> {
+    let groups = u64::from(a.padding_groups);
+    let partitions = u64::from(a.partitions);
+    if extent % groups != 0 || partitions % groups != 0 {
+        return Err(LayoutError::UnevenPaddingGroups {
+            axis: index,
+            extent,
+            partitions: a.partitions,
+            groups: a.padding_groups,
+        });
+    }
+    let group_extent = extent / groups;
+    let multiple = u64::from(a.padding_multiple);
+    if a.padding == Padding::Reject && group_extent % multiple != 0 {
+        return Err(LayoutError::PaddingRejected {
+            axis: index,
+            what: "padding group extent",
+            value: group_extent,
+            multiple,
+        });
+    }
+    let padded_group = round_up(group_extent, multiple)?;
+    let block = u64::from(a.block_size);
+    let blocks = padded_group.div_ceil(block);
+    let parts_per_group = partitions / groups;
+    let base_blocks = blocks / parts_per_group;
+    let extra = blocks % parts_per_group;
+    let shard_multiple = u64::from(a.shard_padding_multiple);
+
+    let mut parts = Vec::with_capacity(a.partitions as usize);
+    for q in 0..partitions {
+        let group = q / parts_per_group;
+        let j = q % parts_per_group;
+        let first_block = j * base_blocks + j.min(extra);
+        let block_count = base_blocks + u64::from(j < extra);
+        // Both products are at most `blocks * block`, which is below
+        // `padded_group + block` and so cannot overflow after the check above.
+        let local_start = (first_block * block).min(padded_group);
+        let local_end = ((first_block + block_count) * block).min(padded_group);
+        let raw_width = local_end - local_start;
+        if a.padding == Padding::Reject && raw_width % shard_multiple != 0 {
+            return Err(LayoutError::PaddingRejected {
+                axis: index,
+                what: "shard width",
+                value: raw_width,
+                multiple: shard_multiple,
+            });
+        }
+        let width = round_up(raw_width, shard_multiple)?;
+        let group_start = group * group_extent;
+        parts.push(Part {
+            start: group_start + local_start.min(group_extent),
+            end: group_start + local_end.min(group_extent),
+            width,
+        });
+    }
+    Ok(AxisGeom {
+        parts,
+        group_extent,
+        block,
+        parts_per_group,
+        base_blocks,
+        extra,
+    })
+}
+
+type TileTables = (Vec<u32>, Vec<u32>, Vec<u32>);
+
+fn resolve_tiles(
+    tiling: &crate::TensorTiling,
+    axes: &[AxisGeom],
+    tiled: &[usize],
+) -> Result<TileTables, LayoutError> {
+    let tile_count = tiling.tile_count() as usize;
+    let replicas = tiling.replicas();
+    // Default strides: replicas innermost, then the axes in list order.
+    let mut strides = Vec::with_capacity(tiled.len());
+    let mut packed = u64::from(replicas);
+    let mut all_default = true;
+    for a in tiling.axes() {
+        match a.tile_stride {
+            Some(s) => {
+                strides.push(u64::from(s));
+                all_default = false;
+            }
+            None => strides.push(packed),
+        }
+        packed *= u64::from(a.partitions);
+    }
+    let tuples = tile_count / replicas as usize;
+    let mut tile_tuple = vec![0u32; tile_count];
+    let mut tile_replica = vec![0u32; tile_count];
+    let mut tuple_tiles = vec![u32::MAX; tile_count];
+    let mut seen = vec![0u32; tuples];
+    for t in 0..tile_count {
+        let mut tuple = 0u64;
+        let mut radix = 1u64;
+        for (&axis, &stride) in tiled.iter().zip(&strides) {
+            let p = axes[axis].parts.len() as u64;
+            tuple += ((t as u64 / stride) % p) * radix;
+            radix *= p;
+        }
+        let tuple = tuple as usize;
+        let replica = if all_default {
+            (t % replicas as usize) as u32
+        } else {
+            seen[tuple]
+        };
+        seen[tuple] += 1;
+        if replica < replicas {
+            tuple_tiles[tuple * replicas as usize + replica as usize] = t as u32;
+        }
+        tile_tuple[t] = tuple as u32;
+        tile_replica[t] = replica;
+    }
+    if let Some((tuple, &found)) = seen.iter().enumerate().find(|&(_, &n)| n != replicas) {
+        let mut rest = tuple;
+        let coordinates = tiled
+            .iter()
+            .map(|&axis| {
+                let p = axes[axis].parts.len();
+                let c = rest % p;
+                rest /= p;
+                c as u32
+            })
+            .collect();
+        return Err(LayoutError::IrregularStrides {
+            tuple: coordinates,
+            found,
+            replicas,
+        });
+    }
+    Ok((tile_tuple, tile_replica, tuple_tiles))
+}
+
+impl TensorType {
+    /// What `tile` holds.
+    pub fn shard(&self, tile: TileId) -> Result<Shard, LayoutError> {
+        let g = self.geometry();
+        let t = self.check_tile(tile)?;
+        let parts = g.partitions_of(t);
+        let axes: SmallVec<[AxisShard; 4]> = g
+            .axes
+            .iter()
+            .zip(&parts)
+            .map(|(a, &p)| {
+                let part = a.parts[p];
+                AxisShard {
+                    start: part.start,
+                    end: part.end,
+                    width: part.width,
+                }
+            })
+            .collect();
+        let bytes = axes.iter().map(|a| a.width).product::<u64>() * g.element_bytes;
+        Ok(Shard {
+            tile,
+            replica: g.tile_replica[t],
+            axes,
+            bytes,
+        })
+    }
+
+    /// Bytes of the padded shard on `tile`.
+    pub fn shard_bytes(&self, tile: TileId) -> Result<u64, LayoutError> {
+        Ok(self.shard(tile)?.bytes)
+    }
+
+    /// The largest shard on any tile, in bytes.
+    pub fn max_shard_bytes(&self) -> u64 {
+        let g = self.geometry();
+        let elements: u64 = g
+            .axes
+            .iter()
+            .map(|a| a.parts.iter().map(|p| p.width).max().unwrap_or(0))
+            .product();
+        elements * g.element_bytes
+    }
+
+    /// Every tile's shard, in tile order.
+    pub fn shards(&self) -> impl ExactSizeIterator<Item = Shard> + '_ {
+        (0..self.tiling().tile_count()).map(|t| {
+            // Every tile below tile_count has a shard.
+            self.shard(TileId::from_u32(t))
+                .expect("tile below tile_count")
+        })
+    }
+
+    /// The tiles holding the element at `index`, one per replica, in replica
+    /// order.
+    pub fn tiles_holding(
+        &self,
+        index: &[u64],
+    ) -> Result<impl ExactSizeIterator<Item = TileId> + '_, LayoutError> {
+        self.check_index(index)?;
+        let g = self.geometry();
+        let parts: SmallVec<[usize; 4]> = g
+            .axes
+            .iter()
+            .zip(index)
+            .map(|(a, &x)| a.partition_of(x))
+            .collect();
+        let replicas = g.replicas as usize;
+        let first = g.tuple_of(&parts) * replicas;
+        Ok(g.tuple_tiles[first..first + replicas]
+            .iter()
+            .map(|&t| TileId::from_u32(t)))
+    }
+
+    /// The byte offset of the element at `index` inside `tile`'s shard, or
+    /// `None` if the tile does not hold it.
+    pub fn element_offset(&self, tile: TileId, index: &[u64]) -> Result<Option<u64>, LayoutError> {
+        self.check_index(index)?;
+        let g = self.geometry();
+        let t = self.check_tile(tile)?;
+        let parts = g.partitions_of(t);
+        let mut local: SmallVec<[u64; 4]> = SmallVec::new();
+        for ((a, &p), &x) in g.axes.iter().zip(&parts).zip(index) {
+            let part = a.parts[p];
+            if x < part.start || x >= part.end {
+                return Ok(None);
+            }
+            local.push(x - part.start);
+        }
+        Ok(Some(g.local_offset(&g.widths(&parts), &local)))
+    }
+
+    fn check_tile(&self, tile: TileId) -> Result<usize, LayoutError> {
+        let tile_count = self.tiling().tile_count();
+        if tile.as_u32() >= tile_count {
+            return Err(LayoutError::TileOutOfRange { tile, tile_count });
+        }
+        Ok(tile.as_u32() as usize)
+    }
+
+    fn check_index(&self, index: &[u64]) -> Result<(), LayoutError> {
+        let extents = self.shape().extents();
+        if index.len() != extents.len() || index.iter().zip(extents).any(|(&i, &e)| i >= e) {
+            return Err(LayoutError::IndexOutOfRange {
+                index: index.to_vec(),
+                extents: extents.to_vec(),
+            });
+        }
+        Ok(())
+    }
+}

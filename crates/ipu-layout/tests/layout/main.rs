@@ -1,0 +1,5 @@
+//! Integration tests of ipu-layout: the seed log's shard vectors, serde and
+//! Debug forms, ownership queries, and properties of redistributions.
+
+mod props;
+mod vectors;

@@ -1,0 +1,100 @@
+//! `cargo xtask`: the project's tasks, as a small table.
+//!
+//! Every CI job is one of these tasks or the README's test command, so a
+//! developer runs exactly what CI runs. Tasks that shell out to cargo honour
+//! `$CARGO` and echo each command before running it.
+
+use std::process::{Command, ExitCode};
+
+/// A task: its name, a one-line summary, and what runs it.
+struct Task {
+    name: &'static str,
+    summary: &'static str,
+    run: fn(&[String]) -> Result<ExitCode, String>,
+}
+
+const TASKS: &[Task] = &[
+    Task {
+        name: "test",
+        summary: "run the whole test suite (what CI runs)",
+        run: test,
+    },
+    Task {
+        name: "ci",
+        summary: "fmt check, clippy -D warnings, tests, bench build",
+        run: ci,
+    },
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(name) = args.first() else {
+        usage();
+        return ExitCode::from(2);
+    };
+    match TASKS.iter().find(|t| t.name == name) {
+        Some(task) => match (task.run)(&args[1..]) {
+            Ok(code) => code,
+            Err(message) => {
+                eprintln!("error: {message}");
+                ExitCode::FAILURE
+            }
+        },
+        None => {
+            eprintln!("error: unknown task `{name}`");
+            usage();
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn usage() {
+    eprintln!("usage: cargo xtask <task> [args]\n\ntasks:");
+    for t in TASKS {
+        eprintln!("  {:<16} {}", t.name, t.summary);
+    }
+}
+
+/// Runs cargo with `args`, echoing the command first.
+fn cargo(args: &[&str]) -> Result<ExitCode, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    eprintln!("$ {cargo} {}", args.join(" "));
+    let status = Command::new(&cargo)
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn test(extra: &[String]) -> Result<ExitCode, String> {
+    let mut args = vec!["test", "--workspace"];
+    args.extend(extra.iter().map(String::as_str));
+    cargo(&args)
+}
+
+fn ci(_: &[String]) -> Result<ExitCode, String> {
+    let steps: &[&[&str]] = &[
+        &["fmt", "--all", "--", "--check"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &["test", "--workspace"],
+        &["bench", "--workspace", "--no-run"],
+    ];
+    for step in steps {
+        let code = cargo(step)?;
+        if code != ExitCode::SUCCESS {
+            return Ok(code);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
