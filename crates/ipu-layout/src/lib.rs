@@ -23,6 +23,7 @@ pub mod entity;
 mod error;
 mod fragments;
 mod geometry;
+pub mod numeric;
 mod precision;
 mod shape;
 mod tiling;
