@@ -29,7 +29,7 @@ impl TensorShape {
     /// The number of elements, or an error if it does not fit in `u64`.
     pub fn element_count(&self) -> Result<u64, LayoutError> {
         self.0.iter().try_fold(1u64, |acc, &e| {
-            acc.checked_mul(e).ok_or_else(|| LayoutError::Overflow {
+            acc.checked_mul(e).ok_or(LayoutError::Overflow {
                 what: "element count",
             })
         })

@@ -1,1 +1,347 @@
-//! Properties (filled below).
+//! Properties over random shapes and tilings.
+//!
+//! The fragment checks use a brute-force model written here: every data
+//! element's byte offset in every shard, computed from the shard ranges with
+//! the storage-order formulas stated in `ElementOrder`'s documentation, not
+//! with the crate's geometry code.
+
+use std::collections::HashMap;
+
+use ipu_layout::*;
+use proptest::prelude::*;
+
+/// A random valid-looking tensor type description (may still be invalid).
+#[derive(Clone, Debug)]
+struct Case {
+    extents: Vec<u64>,
+    precision: Precision,
+    order: ElementOrder,
+    replicas: u32,
+    axes: Vec<AxisTiling>,
+    /// Permutation of digits (0 = replicas, i + 1 = axis i) for explicit strides.
+    stride_order: Option<Vec<usize>>,
+}
+
+impl Case {
+    fn tiling(&self) -> Result<TensorTiling, LayoutError> {
+        let product: u32 = self.axes.iter().map(|a| a.partitions).product();
+        let tile_count = product * self.replicas;
+        let mut axes = self.axes.clone();
+        if let Some(order) = &self.stride_order {
+            // Assign packed strides in the permuted digit order: always regular.
+            let mut stride = 1u32;
+            for &digit in order {
+                if digit == 0 {
+                    stride *= self.replicas;
+                } else {
+                    axes[digit - 1].tile_stride = Some(stride);
+                    stride *= axes[digit - 1].partitions;
+                }
+            }
+        }
+        TensorTiling::new(tile_count, self.replicas, axes)
+    }
+
+    fn build(&self) -> Result<TensorType, LayoutError> {
+        let format = TensorFormat {
+            precision: self.precision,
+            layout: Layout {
+                order: self.order,
+                tiling: self.tiling()?,
+                memory_class: MemoryClass::Ipu21Standard,
+            },
+        };
+        TensorType::new(TensorShape::new(self.extents.iter().copied()), format)
+    }
+}
+
+fn precision() -> impl Strategy<Value = Precision> {
+    prop_oneof![
+        Just(Precision::F32),
+        Just(Precision::F16),
+        Just(Precision::F8 {
+            format: Fp8Format::F143,
+            scale: 0
+        }),
+    ]
+}
+
+fn order() -> impl Strategy<Value = ElementOrder> {
+    prop_oneof![
+        Just(ElementOrder::RowMajor),
+        Just(ElementOrder::Amp(AmpOperand::Left)),
+        Just(ElementOrder::Amp(AmpOperand::Output)),
+    ]
+}
+
+fn axis_tiling(axis: usize, rank: usize, extent: u64) -> impl Strategy<Value = AxisTiling> {
+    // Padding groups that divide the extent, so that most cases are valid.
+    let groups: Vec<u32> = (1..=3u32).filter(|g| extent % u64::from(*g) == 0).collect();
+    (
+        prop::sample::select(groups),
+        1..=3u32,
+        1..=4u32,
+        1..=3u32,
+        1..=2u32,
+        any::<bool>(),
+    )
+        .prop_map(
+            move |(groups, per_group, block, pad_extra, shard_multiple, from_end)| AxisTiling {
+                axis: if from_end {
+                    Axis::FromEnd((rank - axis) as u32)
+                } else {
+                    Axis::FromStart(axis as u32)
+                },
+                partitions: groups * per_group,
+                padding_groups: groups,
+                block_size: block,
+                padding_multiple: block * pad_extra,
+                shard_padding_multiple: shard_multiple,
+                padding: Padding::Zero,
+                tile_stride: None,
+            },
+        )
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    // The last axis is long enough to cross AMP panels (8, 16, 32 columns).
+    (prop::collection::vec(1..=7u64, 0..=2), 1..=70u64)
+        .prop_map(|(mut extents, last)| {
+            extents.push(last);
+            extents
+        })
+        .prop_flat_map(|extents| {
+            let rank = extents.len();
+            let tiled: Vec<_> = extents
+                .iter()
+                .enumerate()
+                .map(|(i, &e)| axis_tiling(i, rank, e))
+                .collect();
+            (
+                Just(extents),
+                precision(),
+                order(),
+                1..=3u32,
+                tiled,
+                prop::collection::vec(any::<bool>(), rank),
+                prop::option::of(Just(()).prop_perturb(move |_, mut rng| {
+                    let mut digits: Vec<usize> = (0..=rank).collect();
+                    for i in (1..digits.len()).rev() {
+                        let j = (rng.next_u32() as usize) % (i + 1);
+                        digits.swap(i, j);
+                    }
+                    digits
+                })),
+            )
+        })
+        .prop_map(
+            |(extents, precision, order, replicas, tiled, keep, stride_order)| {
+                let axes: Vec<AxisTiling> = tiled
+                    .into_iter()
+                    .zip(&keep)
+                    .filter(|(_, k)| **k)
+                    .map(|(a, _)| a)
+                    .collect();
+                // Strides are assigned only to kept axes: drop digits of the others.
+                let kept: Vec<usize> = keep
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| **k)
+                    .map(|(i, _)| i)
+                    .collect();
+                let stride_order = stride_order.map(|order| {
+                    order
+                        .into_iter()
+                        .filter_map(|d| {
+                            if d == 0 {
+                                Some(0)
+                            } else {
+                                kept.iter().position(|&k| k == d - 1).map(|p| p + 1)
+                            }
+                        })
+                        .collect()
+                });
+                Case {
+                    extents,
+                    precision,
+                    order,
+                    replicas,
+                    axes,
+                    stride_order,
+                }
+            },
+        )
+}
+
+/// Byte offset of a shard-local position by the documented formulas.
+fn model_offset(order: ElementOrder, precision: Precision, widths: &[u64], local: &[u64]) -> u64 {
+    let eb = precision.element_bytes();
+    match order {
+        ElementOrder::RowMajor => local.iter().zip(widths).fold(0, |a, (&i, &w)| a * w + i) * eb,
+        ElementOrder::Amp(_) => {
+            let n = widths.len() - 1;
+            let rows: u64 = widths[..n].iter().product();
+            let row = local[..n]
+                .iter()
+                .zip(&widths[..n])
+                .fold(0, |a, (&i, &w)| a * w + i);
+            let p = precision.amp_panel_columns();
+            let panel_start = local[n] / p * p;
+            let panel_width = p.min(widths[n] - panel_start);
+            (panel_start * rows + row * panel_width + local[n] - panel_start) * eb
+        }
+    }
+}
+
+/// Every tile's map from data byte offset to (element index, byte in element).
+fn byte_model(t: &TensorType) -> Vec<HashMap<u64, (Vec<u64>, u64)>> {
+    let eb = t.precision().element_bytes();
+    t.shards()
+        .map(|shard| {
+            let widths: Vec<u64> = shard.axes.iter().map(|a| a.width).collect();
+            let mut map = HashMap::new();
+            let mut index: Vec<u64> = shard.axes.iter().map(|a| a.start).collect();
+            if shard.axes.iter().any(|a| a.is_empty()) {
+                return map;
+            }
+            loop {
+                let local: Vec<u64> = index
+                    .iter()
+                    .zip(&shard.axes)
+                    .map(|(i, a)| i - a.start)
+                    .collect();
+                let offset = model_offset(t.order(), t.precision(), &widths, &local);
+                assert!(offset + eb <= shard.bytes);
+                for b in 0..eb {
+                    assert!(
+                        map.insert(offset + b, (index.clone(), b)).is_none(),
+                        "offset reused"
+                    );
+                }
+                let mut axis = index.len();
+                loop {
+                    if axis == 0 {
+                        return map;
+                    }
+                    axis -= 1;
+                    index[axis] += 1;
+                    if index[axis] < shard.axes[axis].end {
+                        break;
+                    }
+                    index[axis] = shard.axes[axis].start;
+                }
+            }
+        })
+        .collect()
+}
+
+fn all_indices(extents: &[u64]) -> Vec<Vec<u64>> {
+    let mut out = vec![vec![]];
+    for &e in extents {
+        out = out
+            .into_iter()
+            .flat_map(|p| (0..e).map(move |i| [p.clone(), vec![i]].concat()))
+            .collect();
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn shards_agree_with_brute_force(c in case()) {
+        let Ok(t) = c.build() else { return Ok(()) };
+        let mut held = vec![0u64; t.tiling().tile_count() as usize];
+        for index in all_indices(&c.extents) {
+            let tiles: Vec<TileId> = t.tiles_holding(&index).unwrap().collect();
+            prop_assert_eq!(tiles.len() as u32, c.replicas);
+            for tile in tiles {
+                held[tile.as_u32() as usize] += 1;
+                let offset = t.element_offset(tile, &index).unwrap();
+                prop_assert!(offset.is_some());
+            }
+        }
+        let eb = c.precision.element_bytes();
+        for shard in t.shards() {
+            prop_assert_eq!(held[shard.tile.as_u32() as usize], shard.data_elements());
+            let padded: u64 = shard.axes.iter().map(|a| a.width).product();
+            prop_assert_eq!(shard.bytes, padded * eb);
+            prop_assert!(shard.bytes <= t.max_shard_bytes());
+        }
+    }
+
+    #[test]
+    fn fragments_cover_every_destination_byte_once(a in case(), b in case()) {
+        // Give both the same shape and precision: take b's tiling onto a's shape.
+        let b = Case { extents: a.extents.clone(), precision: a.precision, ..b };
+        let (Ok(src), Ok(dst)) = (a.build(), b.build()) else { return Ok(()) };
+        let src_model = byte_model(&src);
+        let dst_model = byte_model(&dst);
+        let r = redistribute(&src, &dst, &RedistributeConfig::default()).unwrap();
+        let mut covered: Vec<HashMap<u64, u32>> = vec![HashMap::new(); dst_model.len()];
+        for f in r.fragments() {
+            prop_assert!(f.bytes > 0);
+            for i in 0..f.bytes {
+                let s = src_model[f.source.as_u32() as usize].get(&(f.source_offset + i));
+                let d = dst_model[f.destination.as_u32() as usize].get(&(f.destination_offset + i));
+                // Both bytes are data (padding is never read or written) of
+                // the same element.
+                prop_assert!(s.is_some(), "fragment {:?} reads padding", f);
+                prop_assert!(d.is_some(), "fragment {:?} writes padding", f);
+                prop_assert_eq!(s, d);
+                *covered[f.destination.as_u32() as usize].entry(f.destination_offset + i).or_default() += 1;
+            }
+        }
+        for (tile, model) in dst_model.iter().enumerate() {
+            for offset in model.keys() {
+                prop_assert_eq!(covered[tile].get(offset).copied(), Some(1), "tile {} byte {}", tile, offset);
+            }
+        }
+        // A redistribution to the same type is the identity.
+        let same = redistribute(&src, &src, &RedistributeConfig::default()).unwrap();
+        prop_assert!(same.is_identity());
+    }
+
+    #[test]
+    fn arbitrary_inputs_never_panic(
+        extents in prop::collection::vec(0..=40u64, 0..=4),
+        tile_count in 0..=64u32,
+        replicas in 0..=8u32,
+        raw in prop::collection::vec((0..6u32, any::<bool>(), 0..6u32, 0..4u32, 0..5u32, 0..5u32, 0..3u32, any::<bool>(), prop::option::of(0..9u32)), 0..=4),
+        order in order(),
+        precision in precision(),
+    ) {
+        let axes = raw.into_iter().map(|(axis, end, partitions, groups, block, pad, shard, reject, stride)| AxisTiling {
+            axis: if end { Axis::FromEnd(axis) } else { Axis::FromStart(axis) },
+            partitions, padding_groups: groups, block_size: block, padding_multiple: pad,
+            shard_padding_multiple: shard,
+            padding: if reject { Padding::Reject } else { Padding::Zero },
+            tile_stride: stride,
+        }).collect();
+        let Ok(tiling) = TensorTiling::new(tile_count, replicas, axes) else { return Ok(()) };
+        let format = TensorFormat { precision, layout: Layout { order, tiling, memory_class: MemoryClass::Ipu21Standard } };
+        let Ok(t) = TensorType::new(TensorShape::new(extents.clone()), format) else { return Ok(()) };
+        for shard in t.shards() {
+            let _ = t.element_offset(shard.tile, &extents);
+        }
+        let _ = t.shard(TileId::from_u32(tile_count));
+        let _ = t.tiles_holding(&extents);
+        let _ = redistribute(&t, &t, &RedistributeConfig::default());
+    }
+}
+
+#[test]
+fn huge_sizes_are_errors_not_panics() {
+    let tiling = TensorTiling::new(2, 1, vec![AxisTiling::new(Axis::FromStart(0), 2)]).unwrap();
+    let format = TensorFormat {
+        precision: Precision::F32,
+        layout: Layout {
+            order: ElementOrder::RowMajor,
+            tiling,
+            memory_class: MemoryClass::Ipu21Standard,
+        },
+    };
+    let err = TensorType::new(TensorShape::from([u64::MAX - 1, u64::MAX / 2]), format).unwrap_err();
+    assert!(matches!(err, LayoutError::Overflow { .. }), "{err}");
+}
