@@ -1,0 +1,335 @@
+//! GEMM distribution: grids of row, column and inner blocks over tiles.
+//!
+//! A GEMM `left [.., tokens, K] × right [K, N] → [.., tokens, N]` is spread
+//! over a grid of `pm × pn × pk` tiles: tile `n + pn·(m + pm·k)` computes
+//! rows block `m`, output columns block `n` and inner block `k`. So the
+//! left operand is tiled over (tokens, K) and replicated `pn` times, the
+//! weights over (K, N) and replicated `pm` times, and with `pk > 1` the
+//! result is a partial tensor `[pk, .., tokens, N]` that a reduction sums.
+//!
+//! Inner blocks are multiples of the AMP micro inner dimension (16 for F16,
+//! 32 for FP8) and column blocks multiples of 16, so every shard is a whole
+//! number of AMP panels and every fragment is a whole number of words.
+
+use ipu_layout::{
+    AmpOperand, Axis, AxisTiling, ElementOrder, Layout, LayoutError, MemoryClass, Precision,
+    TensorFormat, TensorShape, TensorTiling, TensorType,
+};
+
+use crate::plan::CostModel;
+
+/// Output columns per AMP block.
+const COLUMN_BLOCK: u64 = 16;
+
+/// One GEMM as the planner sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GemmProblem {
+    /// The left operand's axes before the inner one (for example
+    /// `[batch, tokens]`); the last is the one rows are split along.
+    pub outer: Vec<u64>,
+    /// The inner dimension.
+    pub inner: u64,
+    /// The output columns.
+    pub columns: u64,
+    /// Left operand precision.
+    pub left: Precision,
+    /// Weight precision.
+    pub right: Precision,
+    /// Precision of the (partial) result the AMP writes.
+    pub output: Precision,
+}
+
+impl GemmProblem {
+    /// The AMP micro inner dimension: 32 when both operands are FP8, else 16.
+    pub fn micro_inner(&self) -> u64 {
+        if self.left.is_fp8() && self.right.is_fp8() {
+            32
+        } else {
+            16
+        }
+    }
+
+    /// The extent rows are split along (1 for a rank-1 left operand).
+    fn tokens(&self) -> u64 {
+        self.outer.last().copied().unwrap_or(1)
+    }
+
+    /// Rows per token-row: the product of the outer axes before the last.
+    fn rows_per_token(&self) -> u64 {
+        let n = self.outer.len().saturating_sub(1);
+        self.outer[..n].iter().product()
+    }
+}
+
+/// A grid of `pm` row blocks, `pn` column blocks and `pk` inner blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GemmGrid {
+    /// Row blocks (split of the token axis).
+    pub pm: u32,
+    /// Output column blocks.
+    pub pn: u32,
+    /// Inner blocks; above 1 the result is a partial sum to reduce.
+    pub pk: u32,
+}
+
+impl GemmGrid {
+    /// Tiles the grid uses.
+    pub fn tiles(&self) -> u64 {
+        u64::from(self.pm) * u64::from(self.pn) * u64::from(self.pk)
+    }
+}
+
+/// Estimated per-tile cost and footprint of a grid (largest tile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmEstimate {
+    /// AMP cycles of the largest tile's shard.
+    pub compute_cycles: u64,
+    /// Exchange cycles feeding the GEMM (left, weight replicas) and, with
+    /// `pk > 1`, reducing its partials.
+    pub exchange_cycles: u64,
+    /// Bytes the GEMM's operands and result occupy on the largest tile
+    /// while it runs, excluding resident weights.
+    pub transient_bytes: u64,
+    /// Bytes of resident weights on the largest tile.
+    pub resident_bytes: u64,
+}
+
+impl GemmEstimate {
+    /// The ranking cost.
+    pub fn cycles(&self) -> u64 {
+        self.compute_cycles + self.exchange_cycles
+    }
+}
+
+/// Per-tile largest block of `extent` split into `parts` in blocks of `block`.
+fn largest_block(extent: u64, parts: u64, block: u64) -> u64 {
+    extent.div_ceil(block).div_ceil(parts) * block
+}
+
+/// Estimates a grid without building its layouts.
+pub fn estimate(
+    problem: &GemmProblem,
+    grid: GemmGrid,
+    tiles: u64,
+    cost: &CostModel,
+) -> GemmEstimate {
+    let micro = problem.micro_inner();
+    let (pm, pn, pk) = (u64::from(grid.pm), u64::from(grid.pn), u64::from(grid.pk));
+    let rows = problem.rows_per_token() * problem.tokens().div_ceil(pm);
+    let inner = largest_block(problem.inner, pk, micro);
+    let columns = largest_block(problem.columns, pn, COLUMN_BLOCK);
+    let left = rows * inner * problem.left.element_bytes();
+    let right = inner * columns * problem.right.element_bytes();
+    let out = rows * columns * problem.output.element_bytes();
+    let macs = rows * inner * columns;
+    let compute_cycles =
+        macs.div_ceil(cost.macs_per_cycle(problem.left, problem.right)) + cost.compute_step_cycles;
+    let mut exchange_cycles = cost.exchange_cycles(left);
+    let mut transient_bytes = left + out;
+    // Weights rest once, spread over the grid's (k, n) tiles; with pm > 1
+    // each row block needs its own copy for the duration of the GEMM.
+    if pm > 1 {
+        exchange_cycles += cost.exchange_cycles(right);
+        transient_bytes += right;
+    }
+    if pk > 1 {
+        // The reduction gathers pk partial blocks of an even share of the
+        // result on every tile and sums them there.
+        let share = (problem.rows_per_token() * problem.tokens() * problem.columns)
+            .div_ceil(tiles.max(1))
+            * problem.output.element_bytes();
+        exchange_cycles += cost.exchange_cycles(share * pk);
+        transient_bytes += share * pk;
+    }
+    GemmEstimate {
+        compute_cycles,
+        exchange_cycles,
+        transient_bytes,
+        resident_bytes: right,
+    }
+}
+
+/// Every sensible grid on at most `tiles` tiles using at least three
+/// quarters of them, with its estimate, cheapest first (ties by grid).
+pub fn gemm_candidates(
+    problem: &GemmProblem,
+    tiles: u32,
+    cost: &CostModel,
+) -> Vec<(GemmGrid, GemmEstimate)> {
+    let tiles = u64::from(tiles);
+    let kblocks = problem.inner.div_ceil(problem.micro_inner());
+    let nblocks = problem.columns.div_ceil(COLUMN_BLOCK);
+    let mut out = Vec::new();
+    for pk in 1..=kblocks.min(tiles) {
+        for pn in 1..=nblocks.min(tiles / pk) {
+            let pm = (tiles / (pk * pn)).min(problem.tokens());
+            if pm == 0 || 4 * pm * pn * pk < 3 * tiles.min(problem.tokens() * nblocks * kblocks) {
+                continue;
+            }
+            // Skip grids whose last blocks would be empty.
+            if largest_block(problem.inner, pk, problem.micro_inner()) * (pk - 1)
+                >= problem.inner.div_ceil(problem.micro_inner()) * problem.micro_inner()
+                || largest_block(problem.columns, pn, COLUMN_BLOCK) * (pn - 1)
+                    >= nblocks * COLUMN_BLOCK
+            {
+                continue;
+            }
+            let grid = GemmGrid {
+                pm: pm as u32,
+                pn: pn as u32,
+                pk: pk as u32,
+            };
+            out.push((grid, estimate(problem, grid, tiles, cost)));
+        }
+    }
+    out.sort_by_key(|(grid, e)| (e.cycles(), e.transient_bytes, *grid));
+    out
+}
+
+/// The operand layouts of a GEMM on a grid.
+#[derive(Clone, Debug)]
+pub struct GemmLayouts {
+    /// `[.., tokens, K]` in `Amp(Left)` order, replicated `pn` times.
+    pub left: TensorType,
+    /// `[K, N]` in `Amp(Right)` order, interleaved, replicated `pm` times.
+    pub right: TensorType,
+    /// `[K, N]` as it rests between uses: the grid's (k, n) tiles, once.
+    pub right_resident: TensorType,
+    /// `[.., tokens, N]` in `Amp(Output)` order when `pk == 1`, else the
+    /// partial sums `[pk, .., tokens, N]`.
+    pub output: TensorType,
+}
+
+fn axis(axis: Axis, partitions: u32, block: u64, stride: u64) -> AxisTiling {
+    AxisTiling::new(axis, partitions)
+        .with_block(block as u32)
+        .with_stride(stride as u32)
+}
+
+fn tensor(
+    shape: Vec<u64>,
+    precision: Precision,
+    order: ElementOrder,
+    memory_class: MemoryClass,
+    tiling: TensorTiling,
+) -> Result<TensorType, LayoutError> {
+    let format = TensorFormat {
+        precision,
+        layout: Layout {
+            order,
+            tiling,
+            memory_class,
+        },
+    };
+    TensorType::new(TensorShape::new(shape), format)
+}
+
+/// Builds the layouts of `problem` on `grid`.
+pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts, LayoutError> {
+    let GemmGrid { pm, pn, pk } = grid;
+    let tiles = u32::try_from(grid.tiles()).map_err(|_| LayoutError::Overflow { what: "grid" })?;
+    let micro = problem.micro_inner();
+    let (s_n, s_m, s_k) = (1u64, u64::from(pn), u64::from(pn) * u64::from(pm));
+    let has_rows = !problem.outer.is_empty();
+    if !has_rows && pm != 1 {
+        return Err(LayoutError::TileCountMismatch {
+            tile_count: tiles,
+            replicas: 1,
+            partitions: vec![pm],
+            covered: 1,
+        });
+    }
+
+    let mut left_shape = problem.outer.clone();
+    left_shape.push(problem.inner);
+    let mut left_axes = vec![axis(Axis::FromEnd(1), pk, micro, s_k)];
+    if has_rows {
+        left_axes.push(axis(Axis::FromEnd(2), pm, 1, s_m));
+    }
+    let left = tensor(
+        left_shape,
+        problem.left,
+        ElementOrder::Amp(AmpOperand::Left),
+        MemoryClass::Ipu21Standard,
+        TensorTiling::new(tiles, pn, left_axes)?,
+    )?;
+
+    let right_shape = vec![problem.inner, problem.columns];
+    let right_axes = vec![
+        axis(Axis::FromStart(0), pk, micro, s_k),
+        axis(Axis::FromStart(1), pn, COLUMN_BLOCK, s_n),
+    ];
+    let right = tensor(
+        right_shape.clone(),
+        problem.right,
+        ElementOrder::Amp(AmpOperand::Right),
+        MemoryClass::Ipu21Interleaved,
+        TensorTiling::new(tiles, pm, right_axes)?,
+    )?;
+    let right_resident = tensor(
+        right_shape,
+        problem.right,
+        ElementOrder::Amp(AmpOperand::Right),
+        MemoryClass::Ipu21Interleaved,
+        resident_tiling(problem, grid)?,
+    )?;
+
+    let mut out_shape = problem.outer.clone();
+    out_shape.push(problem.columns);
+    let mut out_axes = vec![axis(Axis::FromEnd(1), pn, COLUMN_BLOCK, s_n)];
+    if has_rows {
+        out_axes.push(axis(Axis::FromEnd(2), pm, 1, s_m));
+    }
+    if pk > 1 {
+        out_shape.insert(0, u64::from(pk));
+        out_axes.push(axis(Axis::FromStart(0), pk, 1, s_k));
+    }
+    let output = tensor(
+        out_shape,
+        problem.output,
+        ElementOrder::Amp(AmpOperand::Output),
+        MemoryClass::Ipu21Standard,
+        TensorTiling::new(tiles, 1, out_axes)?,
+    )?;
+    Ok(GemmLayouts {
+        left,
+        right,
+        right_resident,
+        output,
+    })
+}
+
+/// The tiling weights rest in between uses: each element once, spread over
+/// every tile of the grid by splitting the columns (or else the inner
+/// dimension) `pm` times finer where there are enough blocks, so that
+/// resident weights stay balanced across tiles. Otherwise they rest on the
+/// first `pk·pn` tiles.
+fn resident_tiling(problem: &GemmProblem, grid: GemmGrid) -> Result<TensorTiling, LayoutError> {
+    let GemmGrid { pm, pn, pk } = grid;
+    let micro = problem.micro_inner();
+    let nblocks = problem.columns.div_ceil(COLUMN_BLOCK);
+    let kblocks = problem.inner.div_ceil(micro);
+    let tiles = u32::try_from(grid.tiles()).map_err(|_| LayoutError::Overflow { what: "grid" })?;
+    let (k_parts, n_parts) = if u64::from(pn) * u64::from(pm) <= nblocks {
+        (pk, pn * pm)
+    } else if u64::from(pk) * u64::from(pm) <= kblocks {
+        (pk * pm, pn)
+    } else {
+        return TensorTiling::new(
+            pk * pn,
+            1,
+            vec![
+                axis(Axis::FromStart(0), pk, micro, u64::from(pn)),
+                axis(Axis::FromStart(1), pn, COLUMN_BLOCK, 1),
+            ],
+        );
+    };
+    TensorTiling::new(
+        tiles,
+        1,
+        vec![
+            axis(Axis::FromStart(0), k_parts, micro, u64::from(n_parts)),
+            axis(Axis::FromStart(1), n_parts, COLUMN_BLOCK, 1),
+        ],
+    )
+}

@@ -1,0 +1,15 @@
+//! Layout planning: how each operation is spread over tiles.
+//!
+//! The planner chooses, per operation, a tile-level plan (for a GEMM, a grid
+//! of row, column and inner blocks; for row-wise operations, a row split)
+//! and from it the [`TensorType`](ipu_layout::TensorType) of every operand.
+//! Choices are ranked by estimated cycles (compute plus the exchange that
+//! feeds it) subject to a per-tile byte budget; when nothing fits the budget
+//! the candidate with the smallest footprint is kept, and the caller trades
+//! cycles for memory by lowering budgets where placement failed.
+
+mod cost;
+mod gemm;
+
+pub use cost::CostModel;
+pub use gemm::{GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates, gemm_layouts};

@@ -1,0 +1,3 @@
+//! Integration tests of ipu-package.
+
+mod plan;
