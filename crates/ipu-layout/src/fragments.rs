@@ -121,6 +121,28 @@ pub fn redistribute(
             destination_value: format!("{:?}", destination.shape()),
         });
     }
+    let origin: SmallVec<[u64; 4]> = smallvec::smallvec![0; source.shape().rank()];
+    redistribute_view(source, &origin, destination, config)
+}
+
+/// Computes the fragments that fill `destination` from a view of `source`:
+/// a slice starting at `origin`, broadcast along axes where the source has
+/// extent 1 (or no axis at all).
+///
+/// Axes are aligned at the end, as in numpy broadcasting: destination axis
+/// `a` corresponds to source axis `a - (dst_rank - src_rank)`. On an axis
+/// where the source extent is 1 and the destination's is not, every
+/// destination index reads source index 0 (and `origin` must be 0); on
+/// every other axis destination index `x` reads source index
+/// `x + origin`, which must stay inside the source. Leading destination
+/// axes without a source axis are broadcast. [`redistribute`] is the case of
+/// equal shapes and a zero origin.
+pub fn redistribute_view(
+    source: &TensorType,
+    origin: &[u64],
+    destination: &TensorType,
+    config: &RedistributeConfig,
+) -> Result<Redistribution, LayoutError> {
     if source.precision() != destination.precision() {
         return Err(LayoutError::Incompatible {
             what: "precisions",
@@ -128,9 +150,10 @@ pub fn redistribute(
             destination_value: destination.precision().to_string(),
         });
     }
+    let mapping = AxisMapping::new(source, origin, destination)?;
     let src = source.geometry();
     let dst = destination.geometry();
-    let rank = source.shape().rank();
+    let rank = destination.shape().rank();
     let mut sent = vec![0u64; source.tiling().tile_count() as usize];
     let mut out = Emitter {
         fragments: Vec::new(),
@@ -139,11 +162,12 @@ pub fn redistribute(
     for d in 0..destination.tiling().tile_count() as usize {
         let dst_parts = dst.partitions_of(d);
         let dst_widths = dst.widths(&dst_parts);
-        // Per axis: the source partitions meeting this shard's data range.
+        // Per destination axis: the source partitions meeting this shard's
+        // data range.
         let mut pieces: SmallVec<[SmallVec<[Piece; 4]>; 4]> = SmallVec::new();
         for axis in 0..rank {
             let part = dst.axes[axis].parts[dst_parts[axis]];
-            let list = axis_pieces(src, axis, part.start, part.end);
+            let list = mapping.pieces(src, axis, part.start, part.end);
             if list.is_empty() {
                 break;
             }
@@ -153,13 +177,19 @@ pub fn redistribute(
             continue;
         }
         let destination_tile = TileId::from_u32(d as u32);
+        let dst_start: SmallVec<[u64; 4]> = (0..rank)
+            .map(|a| dst.axes[a].parts[dst_parts[a]].start)
+            .collect();
+        let dst_side = Side {
+            geometry: dst,
+            widths: &dst_widths,
+            origin: &dst_start,
+        };
         let mut choice: SmallVec<[usize; 4]> = smallvec::smallvec![0; rank];
         'boxes: loop {
-            let src_parts: SmallVec<[usize; 4]> =
-                (0..rank).map(|a| pieces[a][choice[a]].partition).collect();
-            let lo: SmallVec<[u64; 4]> = (0..rank).map(|a| pieces[a][choice[a]].start).collect();
-            let hi: SmallVec<[u64; 4]> = (0..rank).map(|a| pieces[a][choice[a]].end).collect();
-            let elements: u64 = lo.iter().zip(&hi).map(|(l, h)| h - l).product();
+            let chosen: SmallVec<[Piece; 4]> = (0..rank).map(|a| pieces[a][choice[a]]).collect();
+            let src_parts = mapping.source_partitions(&chosen);
+            let elements: u64 = chosen.iter().map(|p| p.end - p.start).product();
             let s = pick_replica(
                 src,
                 &src_parts,
@@ -169,24 +199,18 @@ pub fn redistribute(
                 &mut sent,
             );
             let src_widths = src.widths(&src_parts);
-            let src_start: SmallVec<[u64; 4]> = (0..rank)
-                .map(|a| src.axes[a].parts[src_parts[a]].start)
-                .collect();
-            let dst_start: SmallVec<[u64; 4]> = (0..rank)
-                .map(|a| dst.axes[a].parts[dst_parts[a]].start)
+            let src_origin: SmallVec<[u64; 4]> = src_parts
+                .iter()
+                .enumerate()
+                .map(|(j, &q)| src.axes[j].parts[q].start)
                 .collect();
             let src_side = Side {
                 geometry: src,
                 widths: &src_widths,
-                origin: &src_start,
-            };
-            let dst_side = Side {
-                geometry: dst,
-                widths: &dst_widths,
-                origin: &dst_start,
+                origin: &src_origin,
             };
             let tiles = (TileId::from_u32(s as u32), destination_tile);
-            out.emit_box(&src_side, &dst_side, &lo, &hi, tiles);
+            out.emit_box(&mapping, &src_side, &dst_side, &chosen, tiles);
 
             // Advance the odometer over the pieces, last axis fastest.
             let mut axis = rank;
@@ -208,36 +232,168 @@ pub fn redistribute(
     })
 }
 
+/// How destination axes read source axes.
+#[derive(Clone, Copy, Debug)]
+enum AxisRead {
+    /// Destination index `x` reads source axis `axis` at `x + origin`.
+    Offset { axis: usize, origin: u64 },
+    /// Every destination index reads source axis `axis` at 0.
+    Broadcast { axis: usize },
+    /// A leading destination axis the source does not have.
+    Missing,
+}
+
+struct AxisMapping {
+    reads: SmallVec<[AxisRead; 4]>,
+    source_rank: usize,
+}
+
+impl AxisMapping {
+    fn new(
+        source: &TensorType,
+        origin: &[u64],
+        destination: &TensorType,
+    ) -> Result<Self, LayoutError> {
+        let src = source.shape().extents();
+        let dst = destination.shape().extents();
+        let incompatible = || LayoutError::Incompatible {
+            what: "shapes of a view",
+            source_value: format!("{:?} from {origin:?}", source.shape()),
+            destination_value: format!("{:?}", destination.shape()),
+        };
+        if origin.len() != src.len() || src.len() > dst.len() {
+            return Err(incompatible());
+        }
+        let lead = dst.len() - src.len();
+        let mut reads = SmallVec::new();
+        for (a, &extent) in dst.iter().enumerate() {
+            if a < lead {
+                reads.push(AxisRead::Missing);
+                continue;
+            }
+            let j = a - lead;
+            if src[j] == 1 && extent != 1 {
+                if origin[j] != 0 {
+                    return Err(incompatible());
+                }
+                reads.push(AxisRead::Broadcast { axis: j });
+            } else {
+                match origin[j].checked_add(extent) {
+                    Some(end) if end <= src[j] => {}
+                    _ => return Err(incompatible()),
+                }
+                reads.push(AxisRead::Offset {
+                    axis: j,
+                    origin: origin[j],
+                });
+            }
+        }
+        Ok(Self {
+            reads,
+            source_rank: src.len(),
+        })
+    }
+
+    /// The pieces of destination range `[start, end)` on `axis`, split at
+    /// source partition boundaries. Piece ranges are in destination
+    /// coordinates.
+    fn pieces(&self, src: &Geometry, axis: usize, start: u64, end: u64) -> SmallVec<[Piece; 4]> {
+        let mut list = SmallVec::new();
+        if start >= end {
+            return list;
+        }
+        match self.reads[axis] {
+            AxisRead::Missing => list.push(Piece {
+                partition: 0,
+                start,
+                end,
+            }),
+            AxisRead::Broadcast { axis: j } => {
+                list.push(Piece {
+                    partition: src.axes[j].partition_of(0),
+                    start,
+                    end,
+                });
+            }
+            AxisRead::Offset { axis: j, origin } => {
+                let parts = &src.axes[j].parts;
+                let (start, end) = (start + origin, end + origin);
+                let mut q = src.axes[j].partition_of(start);
+                let mut x = start;
+                while x < end && q < parts.len() {
+                    let part = parts[q];
+                    if part.end > x {
+                        let piece_end = part.end.min(end);
+                        list.push(Piece {
+                            partition: q,
+                            start: x - origin,
+                            end: piece_end - origin,
+                        });
+                        x = piece_end;
+                    }
+                    q += 1;
+                }
+            }
+        }
+        list
+    }
+
+    /// The source partition of every source axis for one box.
+    fn source_partitions(&self, chosen: &[Piece]) -> SmallVec<[usize; 4]> {
+        let mut parts: SmallVec<[usize; 4]> = smallvec::smallvec![0; self.source_rank];
+        for (read, piece) in self.reads.iter().zip(chosen) {
+            match *read {
+                AxisRead::Offset { axis, .. } | AxisRead::Broadcast { axis } => {
+                    parts[axis] = piece.partition;
+                }
+                AxisRead::Missing => {}
+            }
+        }
+        parts
+    }
+
+    /// The source element read by destination element `x`.
+    fn source_index(&self, x: &[u64]) -> SmallVec<[u64; 4]> {
+        let mut index: SmallVec<[u64; 4]> = smallvec::smallvec![0; self.source_rank];
+        for (read, &xa) in self.reads.iter().zip(x) {
+            match *read {
+                AxisRead::Offset { axis, origin } => index[axis] = xa + origin,
+                AxisRead::Broadcast { axis } => index[axis] = 0,
+                AxisRead::Missing => {}
+            }
+        }
+        index
+    }
+
+    /// Source byte strides per destination axis (zero where broadcast).
+    fn strides_on_destination(&self, source_strides: &[u64]) -> SmallVec<[u64; 4]> {
+        self.reads
+            .iter()
+            .map(|read| match *read {
+                AxisRead::Offset { axis, .. } => source_strides[axis],
+                AxisRead::Broadcast { .. } | AxisRead::Missing => 0,
+            })
+            .collect()
+    }
+
+    /// The source's last axis, if the destination's last axis reads it
+    /// with an offset (only then do source panels split the last axis).
+    fn last_offset(&self) -> Option<u64> {
+        match self.reads.last() {
+            Some(AxisRead::Offset { axis, origin }) if *axis + 1 == self.source_rank => {
+                Some(*origin)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A source partition's share of a destination range on one axis.
 #[derive(Clone, Copy, Debug)]
 struct Piece {
     partition: usize,
     start: u64,
     end: u64,
-}
-
-fn axis_pieces(g: &Geometry, axis: usize, start: u64, end: u64) -> SmallVec<[Piece; 4]> {
-    let mut list = SmallVec::new();
-    if start >= end {
-        return list;
-    }
-    let parts = &g.axes[axis].parts;
-    let mut q = g.axes[axis].partition_of(start);
-    let mut x = start;
-    while x < end && q < parts.len() {
-        let part = parts[q];
-        if part.end > x {
-            let piece_end = part.end.min(end);
-            list.push(Piece {
-                partition: q,
-                start: x,
-                end: piece_end,
-            });
-            x = piece_end;
-        }
-        q += 1;
-    }
-    list
 }
 
 fn pick_replica(
@@ -341,18 +497,20 @@ impl Emitter {
         self.fragments.push(f);
     }
 
-    /// Emits the runs copying the box `[lo, hi)` (tensor coordinates).
+    /// Emits the runs copying one box, given by its per-axis pieces in
+    /// destination coordinates.
     fn emit_box(
         &mut self,
+        mapping: &AxisMapping,
         src: &Side<'_>,
         dst: &Side<'_>,
-        lo: &[u64],
-        hi: &[u64],
+        chosen: &[Piece],
         (source, destination): (TileId, TileId),
     ) {
-        let rank = lo.len();
+        let rank = chosen.len();
+        let element_bytes = src.geometry.element_bytes;
         if rank == 0 {
-            let bytes = src.geometry.element_bytes;
+            let bytes = element_bytes;
             self.push(Fragment {
                 source,
                 source_offset: 0,
@@ -363,27 +521,38 @@ impl Emitter {
             return;
         }
         let last = rank - 1;
-        let mut c = lo[last];
-        while c < hi[last] {
-            let segment_end = hi[last].min(src.panel_end(c)).min(dst.panel_end(c));
-            let mut start: SmallVec<[u64; 4]> = SmallVec::from_slice(lo);
+        let src_last = mapping.last_offset();
+        let (lo, hi) = (chosen[last].start, chosen[last].end);
+        let mut c = lo;
+        while c < hi {
+            let mut segment_end = hi.min(dst.panel_end(c));
+            if let Some(origin) = src_last {
+                segment_end = segment_end.min(src.panel_end(c + origin) - origin);
+            }
+            let mut start: SmallVec<[u64; 4]> = chosen.iter().map(|p| p.start).collect();
             start[last] = c;
-            let mut extent: SmallVec<[u64; 4]> = lo.iter().zip(hi).map(|(l, h)| h - l).collect();
+            let mut extent: SmallVec<[u64; 4]> = chosen.iter().map(|p| p.end - p.start).collect();
             extent[last] = segment_end - c;
-            let (src_base, src_strides) = src.affine(&start);
+            let (src_base, src_strides) = src.affine(&mapping.source_index(&start));
+            let src_strides = mapping.strides_on_destination(&src_strides);
             let (dst_base, dst_strides) = dst.affine(&start);
 
-            // Merge inner axes while both sides stay contiguous.
-            let element_bytes = src.geometry.element_bytes;
-            let mut run = extent[last] * element_bytes;
-            let mut outer = last;
-            while outer > 0 {
-                let a = outer - 1;
-                if extent[a] == 1 || (src_strides[a] == run && dst_strides[a] == run) {
-                    run *= extent[a];
-                    outer = a;
-                } else {
-                    break;
+            // Merge inner axes while both sides stay contiguous. The last
+            // axis is contiguous on the destination; on the source unless it
+            // is broadcast, in which case runs are single elements.
+            let mut outer = rank;
+            let mut run = element_bytes;
+            if src_strides[last] == element_bytes {
+                run = extent[last] * element_bytes;
+                outer = last;
+                while outer > 0 {
+                    let a = outer - 1;
+                    if extent[a] == 1 || (src_strides[a] == run && dst_strides[a] == run) {
+                        run *= extent[a];
+                        outer = a;
+                    } else {
+                        break;
+                    }
                 }
             }
             // Enumerate the remaining outer axes, last fastest.

@@ -30,7 +30,9 @@ mod tiling;
 
 pub use entity::{EntityId, IdVec};
 pub use error::LayoutError;
-pub use fragments::{Fragment, RedistributeConfig, Redistribution, redistribute};
+pub use fragments::{
+    Fragment, RedistributeConfig, Redistribution, redistribute, redistribute_view,
+};
 pub use geometry::{AxisShard, Shard};
 pub use precision::{Fp8Format, MemoryClass, Precision};
 pub use shape::TensorShape;

@@ -345,3 +345,86 @@ fn huge_sizes_are_errors_not_panics() {
     let err = TensorType::new(TensorShape::from([u64::MAX - 1, u64::MAX / 2]), format).unwrap_err();
     assert!(matches!(err, LayoutError::Overflow { .. }), "{err}");
 }
+
+/// A view of a source shape: per source axis a slice `(origin, extent)`,
+/// broadcast where the source extent is 1, and optionally a new leading axis.
+fn view_of(extents: &[u64]) -> impl Strategy<Value = (Vec<u64>, Vec<u64>)> + use<> {
+    let axes: Vec<_> = extents
+        .iter()
+        .map(|&e| {
+            if e == 1 {
+                (1..=4u64).prop_map(|d| (0u64, d)).boxed()
+            } else {
+                (0..e).prop_flat_map(move |o| (Just(o), 1..=e - o)).boxed()
+            }
+        })
+        .collect();
+    (axes, prop::option::of(1..=3u64)).prop_map(|(axes, lead)| {
+        let origin = axes.iter().map(|(o, _)| *o).collect();
+        let mut shape: Vec<u64> = lead.into_iter().collect();
+        shape.extend(axes.iter().map(|(_, d)| *d));
+        (origin, shape)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn view_fragments_read_the_viewed_element(
+        (a, (origin, shape)) in case().prop_flat_map(|a| { let v = view_of(&a.extents); (Just(a), v) }),
+        b in case(),
+    ) {
+        // b's tiling on the view's shape, when its axes fit that rank.
+        let b = Case { extents: shape.clone(), precision: a.precision, ..b };
+        let (Ok(src), Ok(dst)) = (a.build(), b.build()) else { return Ok(()) };
+        let src_model = byte_model(&src);
+        let dst_model = byte_model(&dst);
+        let r = redistribute_view(&src, &origin, &dst, &RedistributeConfig::default()).unwrap();
+        let lead = shape.len() - a.extents.len();
+        let mut covered: Vec<HashMap<u64, u32>> = vec![HashMap::new(); dst_model.len()];
+        for f in r.fragments() {
+            for i in 0..f.bytes {
+                let Some((x, byte)) = dst_model[f.destination.as_u32() as usize].get(&(f.destination_offset + i)) else {
+                    return Err(TestCaseError::fail(format!("fragment {f:?} writes padding")));
+                };
+                let expected: Vec<u64> = a.extents.iter().enumerate().map(|(j, &e)| {
+                    if e == 1 && shape[j + lead] != 1 { 0 } else { x[j + lead] + origin[j] }
+                }).collect();
+                let s = src_model[f.source.as_u32() as usize].get(&(f.source_offset + i));
+                prop_assert_eq!(s, Some(&(expected, *byte)), "fragment {:?}", f);
+                *covered[f.destination.as_u32() as usize].entry(f.destination_offset + i).or_default() += 1;
+            }
+        }
+        for (tile, model) in dst_model.iter().enumerate() {
+            for offset in model.keys() {
+                prop_assert_eq!(covered[tile].get(offset).copied(), Some(1));
+            }
+        }
+    }
+}
+
+#[test]
+fn views_outside_the_source_are_errors() {
+    let t = |shape: &[u64]| {
+        let tiling = TensorTiling::new(1, 1, vec![]).unwrap();
+        let format = TensorFormat {
+            precision: Precision::F16,
+            layout: Layout {
+                order: ElementOrder::RowMajor,
+                tiling,
+                memory_class: MemoryClass::Ipu21Standard,
+            },
+        };
+        TensorType::new(TensorShape::from(shape), format).unwrap()
+    };
+    let config = RedistributeConfig::default();
+    assert!(redistribute_view(&t(&[4, 6]), &[0, 4], &t(&[4, 3]), &config).is_err());
+    assert!(redistribute_view(&t(&[4, 6]), &[0], &t(&[4, 3]), &config).is_err());
+    assert!(redistribute_view(&t(&[2, 4, 6]), &[0, 0, 0], &t(&[4, 6]), &config).is_err());
+    let slice = redistribute_view(&t(&[4, 6]), &[1, 2], &t(&[2, 3]), &config).unwrap();
+    // Rows 1 and 2, columns 2..5: two runs of 3 F16 elements.
+    assert_eq!(slice.fragments().len(), 2);
+    assert_eq!(slice.fragments()[0].source_offset, (6 + 2) * 2);
+    assert_eq!(slice.fragments()[1].source_offset, (12 + 2) * 2);
+}

@@ -1,0 +1,277 @@
+//! The tiled program: buffers, steps and the codelets tiles run.
+//!
+//! Lowering turns a [`Graph`](crate::graph::Graph) into a [`Program`]:
+//! every tensor the device holds becomes a [`Buffer`] with a
+//! [`TensorType`], and the computation becomes a sequence of bulk-synchronous
+//! [`Step`]s — compute steps, where each tile runs [`Codelet`]s on its own
+//! shards, and exchange steps, where buffers are redistributed between
+//! layouts. A [`Step::Repeat`] keeps a repeated layer structured: one body,
+//! run `count` times, with the buffers that differ per iteration (the
+//! layer's weights) named in a substitution table.
+//!
+//! Codelet operands name a buffer and a byte offset inside the calling
+//! tile's shard; placement later turns them into addresses. Every codelet
+//! but the GEMM works on row-major shards whose shapes it is given
+//! explicitly, so the simulator and the device need no layout logic.
+
+use ipu_layout::{IdVec, TensorType, TileId};
+use serde::{Deserialize, Serialize};
+
+ipu_layout::define_id!(
+    /// A buffer of a [`Program`].
+    pub struct BufferId, "buf"
+);
+
+ipu_layout::define_id!(
+    /// A GEMM kernel variant of a [`Program`].
+    pub struct KernelId, "kernel"
+);
+
+/// What a buffer holds, which decides its lifetime and who fills it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BufferRole {
+    /// Written by the host before every run.
+    Input,
+    /// Written by the host once; read-only; live for the whole program.
+    Weight,
+    /// Read by the host after the run.
+    Output,
+    /// A graph tensor computed on the device.
+    Activation,
+    /// A value the lowering introduced (operand copies, partial sums,
+    /// attention statistics).
+    Temporary,
+}
+
+/// A tensor as the device holds it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Buffer {
+    /// A unique, readable name (graph tensor names, with suffixes for
+    /// temporaries).
+    pub name: String,
+    /// Shape, precision, order, tiling and memory class.
+    pub ty: TensorType,
+    /// What the buffer holds.
+    pub role: BufferRole,
+    /// Whether a codelet reads the buffer's padding, which must then hold
+    /// zeros: the lowering clears it at the start of the buffer's life.
+    pub padding_read: bool,
+    /// Bytes past the shard's end that a codelet reads (the AMP left
+    /// operand's over-read); they belong to the allocation.
+    pub tail_bytes: u32,
+    /// Required address alignment in bytes.
+    pub alignment: u32,
+}
+
+/// A codelet operand: a buffer's shard on the calling tile, from a byte
+/// offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Operand {
+    /// The buffer.
+    pub buffer: BufferId,
+    /// Byte offset inside the calling tile's shard.
+    pub offset: u32,
+}
+
+impl From<BufferId> for Operand {
+    fn from(buffer: BufferId) -> Self {
+        Operand { buffer, offset: 0 }
+    }
+}
+
+/// Which entry of a GEMM kernel object a call uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GemmEntry {
+    /// The large-rows entry (else small rows).
+    pub large: bool,
+    /// Accumulate into the output (else initialise it).
+    pub accumulate: bool,
+}
+
+/// Work one tile does on its own memory in a compute step.
+///
+/// Shapes are of the calling tile's shards, padding included where the
+/// codelet says so; precisions are the operand buffers'.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Codelet {
+    /// An AMP GEMM kernel: `output (+)= left × right` on `Amp` shards.
+    Gemm {
+        /// The kernel variant.
+        kernel: KernelId,
+        /// The entry symbol.
+        entry: GemmEntry,
+        /// Rows of the left shard.
+        rows: u32,
+        /// `[rows, inner]` in `Amp(Left)` order.
+        left: Operand,
+        /// `[inner, columns]` in `Amp(Right)` order.
+        right: Operand,
+        /// `[rows, columns]` in the output buffer's order.
+        output: Operand,
+    },
+    /// `out[r, c] = a[r, c] + b[r', c]` on row-major `[rows, cols]` shards,
+    /// with `r' = r` or, when `broadcast_rows`, `r' = 0` (a bias row).
+    Add {
+        /// The first addend.
+        a: Operand,
+        /// The second addend.
+        b: Operand,
+        /// The sum.
+        out: Operand,
+        /// Rows.
+        rows: u32,
+        /// Columns.
+        cols: u32,
+        /// Whether `b` is a single row added to every row.
+        broadcast_rows: bool,
+    },
+    /// Layer normalisation of each of `rows` rows of `cols` elements.
+    LayerNorm {
+        /// `[rows, cols]`.
+        input: Operand,
+        /// `[cols]` gain.
+        scale: Operand,
+        /// `[cols]` offset.
+        bias: Operand,
+        /// `[rows, cols]`.
+        output: Operand,
+        /// Rows.
+        rows: u32,
+        /// Columns (the normalised extent, no padding).
+        cols: u32,
+        /// Added to the variance.
+        eps: f32,
+    },
+    /// GELU (tanh approximation) of `elements` elements.
+    Gelu {
+        /// Argument.
+        input: Operand,
+        /// Result.
+        output: Operand,
+        /// Elements.
+        elements: u32,
+    },
+    /// Converts `elements` elements to the output buffer's precision
+    /// (an FP8 cast, or any other conversion between precisions).
+    Convert {
+        /// Source.
+        input: Operand,
+        /// Result.
+        output: Operand,
+        /// Elements.
+        elements: u32,
+    },
+    /// `output[e] = Σ_i input[i · elements + e]` for `i < count`: sums
+    /// partial results laid out one after another.
+    ReduceSum {
+        /// `[count, elements]`.
+        input: Operand,
+        /// `[elements]`.
+        output: Operand,
+        /// Partials.
+        count: u32,
+        /// Elements per partial.
+        elements: u32,
+    },
+    /// One block of attention for one head: `q_rows` queries against
+    /// `kv_rows` keys and values, all row-major with `head_dim` columns
+    /// (rows `row_stride` elements apart). Writes the unnormalised output
+    /// `Σ_j exp(s_j − m) v_j` (F32), the row maxima `m` and the sums
+    /// `l = Σ_j exp(s_j − m)` (F32), for [`Codelet::AttentionCombine`].
+    AttentionBlock {
+        /// Queries.
+        q: Operand,
+        /// Keys.
+        k: Operand,
+        /// Values.
+        v: Operand,
+        /// `[q_rows, head_dim]` F32.
+        out: Operand,
+        /// `[q_rows]` F32.
+        max: Operand,
+        /// `[q_rows]` F32.
+        sum: Operand,
+        /// Query rows.
+        q_rows: u32,
+        /// Key and value rows.
+        kv_rows: u32,
+        /// Columns per head.
+        head_dim: u32,
+        /// Elements between consecutive rows of `q`, `k` and `v`.
+        row_stride: u32,
+        /// `1 / sqrt(head_dim)`.
+        scale: f32,
+        /// Whether scores and exponentials are rounded to F16.
+        softmax_f16: bool,
+    },
+    /// Combines `blocks` attention blocks laid out one after another into
+    /// the normalised output `Σ_b e^{m_b − m} o_b / Σ_b e^{m_b − m} l_b`.
+    AttentionCombine {
+        /// `[blocks, q_rows, head_dim]` F32.
+        out: Operand,
+        /// `[blocks, q_rows]` F32.
+        max: Operand,
+        /// `[blocks, q_rows]` F32.
+        sum: Operand,
+        /// `[q_rows, head_dim]` with rows `row_stride` elements apart.
+        output: Operand,
+        /// Blocks to combine.
+        blocks: u32,
+        /// Query rows.
+        q_rows: u32,
+        /// Columns per head.
+        head_dim: u32,
+        /// Elements between consecutive output rows.
+        row_stride: u32,
+    },
+    /// Writes `bytes` zero bytes.
+    Zero {
+        /// Where.
+        target: Operand,
+        /// How many.
+        bytes: u32,
+    },
+}
+
+/// One bulk-synchronous step.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Step {
+    /// Every tile runs its codelets.
+    Compute {
+        /// What the step does, for logs.
+        name: String,
+        /// Codelets in the order each tile runs them.
+        calls: Vec<(TileId, Codelet)>,
+    },
+    /// Buffers are redistributed: every `(source, destination)` pair is one
+    /// redistribution between two layouts of one tensor, all in one phase.
+    Exchange {
+        /// What the step does, for logs.
+        name: String,
+        /// The redistributions.
+        copies: Vec<(BufferId, BufferId)>,
+    },
+    /// A repeated layer: `body` runs `count` times. In iteration `i`, every
+    /// buffer `b` listed in `iteration_buffers` stands for the `i`-th entry
+    /// of its list.
+    Repeat {
+        /// The repeat's name (from the graph).
+        name: String,
+        /// Iterations.
+        count: u32,
+        /// The steps of one iteration.
+        body: Vec<Step>,
+        /// Per-iteration substitutes: `(buffer used in the body, one buffer
+        /// per iteration)`.
+        iteration_buffers: Vec<(BufferId, Vec<BufferId>)>,
+    },
+}
+
+/// A lowered program.
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    /// Every buffer.
+    pub buffers: IdVec<BufferId, Buffer>,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+}
