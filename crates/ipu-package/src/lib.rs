@@ -21,3 +21,4 @@
 #![forbid(unsafe_code)]
 
 pub mod plan;
+pub mod program;
