@@ -1,0 +1,19 @@
+//! Integration tests of ipu-package's graph front end: the fixtures and
+//! their parameter counts, fixture errors with JSON paths, graph
+//! validation, deterministic values and the safetensors loader.
+
+mod bad_fixtures;
+mod fixtures;
+mod graph;
+mod safetensors;
+mod values;
+
+use std::path::PathBuf;
+
+/// The text of `fixtures/<name>` at the workspace root.
+pub fn fixture_text(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
