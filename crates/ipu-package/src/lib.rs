@@ -20,5 +20,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod graph;
 pub mod plan;
 pub mod program;
+
+pub use graph::{Graph, GraphError, Op, OpId, Tensor, TensorId, TensorKind};

@@ -1,3 +1,20 @@
-//! Integration tests of ipu-package.
+//! Integration tests of ipu-package: the fixtures and their parameter
+//! counts, fixture errors with JSON paths, graph validation, deterministic
+//! values, the safetensors loader, and layout planning.
 
+mod bad_fixtures;
+mod fixtures;
+mod graph;
 mod plan;
+mod safetensors;
+mod values;
+
+use std::path::PathBuf;
+
+/// The text of `fixtures/<name>` at the workspace root.
+pub fn fixture_text(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}

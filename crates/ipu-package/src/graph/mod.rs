@@ -1,0 +1,24 @@
+//! The graph IR, its validation, the JSON fixture format, deterministic
+//! weight and input values, and the safetensors-style weight loader.
+//!
+//! ```text
+//! fixture JSON ──fixture::parse_fixture──► Graph (validated, repeats kept)
+//!                                            │ values::generate (seed, tensor name)
+//!                                            ▼ or safetensors::read_values
+//!                                          ValueSet ──► ipu-sim reference / package weights
+//! ```
+
+mod fixture;
+mod ir;
+pub mod safetensors;
+mod validate;
+pub mod values;
+
+pub use fixture::{
+    FIXTURE_SCHEMA_VERSION, FixtureError, ParseOptions, parse_fixture, parse_fixture_with,
+};
+pub use ir::{
+    Graph, GraphBuilder, Op, OpId, Repeat, SoftmaxPrecision, Tensor, TensorId, TensorKind,
+};
+pub use validate::{ErrorLocation, GraphError, Slot, broadcast_shapes, validate_graph};
+pub use values::ValueSet;

@@ -1,0 +1,1 @@
+//! Tests of bad_fixtures (filled in by the following commits).

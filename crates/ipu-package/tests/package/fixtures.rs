@@ -1,0 +1,175 @@
+//! The shipped fixtures parse, validate, keep their repeats, and have the
+//! parameter counts WORKLOAD.md gives for SigLIP so400m.
+
+use ipu_layout::{Fp8Format, Precision};
+use ipu_package::graph::{Graph, Op, ParseOptions, TensorKind, parse_fixture, parse_fixture_with};
+
+use crate::fixture_text;
+
+fn siglip() -> Graph {
+    parse_fixture(&fixture_text("siglip-so400m-b2.json")).expect("SigLIP fixture parses")
+}
+
+fn weight_elements(graph: &Graph, ids: &[ipu_package::TensorId]) -> u64 {
+    ids.iter().map(|&t| graph.tensor(t).element_count()).sum()
+}
+
+#[test]
+fn siglip_parameter_counts_match_the_model() {
+    let graph = siglip();
+    assert_eq!(graph.parameter_count(), 428_225_600);
+
+    let repeats = graph.repeats();
+    assert_eq!(repeats.len(), 1);
+    let encoder = &repeats[0];
+    assert_eq!(encoder.name(), "encoder");
+    assert_eq!(encoder.count(), 27);
+    for k in 0..27 {
+        let weights = graph.weights_read_by(encoder.iteration_ops(k));
+        assert_eq!(weight_elements(&graph, &weights), 15_239_504, "layer {k}");
+    }
+
+    let head: Vec<_> = graph
+        .weights()
+        .into_iter()
+        .filter(|&t| graph.tensor(t).name().starts_with("head."))
+        .collect();
+    assert_eq!(weight_elements(&graph, &head), 15_238_352);
+
+    // What is left: patch embedding with bias, position embedding, post-LN.
+    let rest = 428_225_600 - 27 * 15_239_504 - 15_238_352;
+    assert_eq!(rest, (588 * 1152 + 1152) + 729 * 1152 + 2 * 1152);
+}
+
+#[test]
+fn siglip_has_the_workload_structure() {
+    let graph = siglip();
+    let t = |name: &str| {
+        graph.tensor(
+            graph
+                .tensor_by_name(name)
+                .unwrap_or_else(|| panic!("{name}")),
+        )
+    };
+    assert_eq!(t("patches").extents(), &[2, 729, 588]);
+    assert_eq!(t("patches").kind(), TensorKind::Input);
+    assert_eq!(t("pos").extents(), &[729, 1152]);
+    assert_eq!(t("enc0.qkv.w").extents(), &[1152, 3456]);
+    assert_eq!(t("enc26.fc1.w").extents(), &[1152, 4304]);
+    assert_eq!(t("enc26.fc2.w").extents(), &[4304, 1152]);
+    assert_eq!(t("x27").extents(), &[2, 729, 1152]);
+    assert_eq!(t("head.probe").extents(), &[1, 1, 1152]);
+    assert_eq!(t("pooled").extents(), &[2, 1152]);
+    // Every weight is FP8 F143 with its own power-of-two scale; every
+    // computed tensor is F16 or an FP8 cast feeding a GEMM.
+    for (_, tensor) in graph.tensors().iter() {
+        match tensor.kind() {
+            TensorKind::Weight => assert!(
+                matches!(
+                    tensor.precision(),
+                    Precision::F8 {
+                        format: Fp8Format::F143,
+                        ..
+                    }
+                ),
+                "{}",
+                tensor.name()
+            ),
+            TensorKind::Input | TensorKind::Output => {
+                assert_eq!(tensor.precision(), Precision::F16)
+            }
+            TensorKind::Activation => {}
+        }
+    }
+    let outputs: Vec<_> = graph
+        .outputs()
+        .iter()
+        .map(|&t| graph.tensor(t).name().to_owned())
+        .collect();
+    assert_eq!(outputs, ["last_hidden", "pooled"]);
+    // 3 embedding ops, 17 per layer, 1 post-LN, 17 in the head.
+    assert_eq!(graph.ops().len(), 3 + 27 * 17 + 1 + 17);
+    let mut attention = 0;
+    for op in graph.ops().values() {
+        match op {
+            Op::LayerNorm { eps, .. } => assert_eq!(*eps, 1e-6),
+            Op::Attention { heads, .. } => {
+                assert_eq!(*heads, 16);
+                attention += 1;
+            }
+            Op::Gemm { left, .. } => assert!(graph.tensor(*left).precision().is_fp8()),
+            _ => {}
+        }
+    }
+    assert_eq!(attention, 28);
+}
+
+#[test]
+fn repeat_iterations_chain_and_shift() {
+    let graph = siglip();
+    let encoder = &graph.repeats()[0];
+    assert_eq!(encoder.ops_per_iteration(), 17);
+    // The first op of each iteration is its first layer norm, which reads
+    // the previous iteration's output.
+    for k in 0..27u32 {
+        let first = encoder.iteration_ops(k).start;
+        let op = &graph.ops().values()[first];
+        let Op::LayerNorm { input, .. } = op else {
+            panic!("iteration {k} starts with {op:?}");
+        };
+        assert_eq!(graph.tensor(*input).name(), format!("x{k}"));
+        let (repeat, iteration, position) = graph
+            .repeat_of_op(ipu_package::OpId::from_u32(first as u32))
+            .expect("inside the repeat");
+        assert_eq!((repeat.name(), iteration, position), ("encoder", k, 0));
+    }
+    assert_eq!(encoder.iteration_ops(27), 0..0);
+    let owned = encoder.iteration_tensors(3);
+    assert!(
+        graph.tensors().values()[owned.clone()]
+            .iter()
+            .all(|t| t.name().starts_with("enc3.") || t.name() == "x4")
+    );
+}
+
+#[test]
+fn small_fixtures_share_the_structure_and_stay_small() {
+    for (name, layers, hidden) in [("tiny-2l-h64.json", 2, 64), ("micro-1l-h32.json", 1, 32)] {
+        let graph = parse_fixture(&fixture_text(name)).expect(name);
+        assert_eq!(graph.repeats()[0].count(), layers);
+        assert_eq!(
+            graph.ops().len(),
+            3 + 17 * layers as usize + 1 + 17,
+            "{name}"
+        );
+        let x0 = graph.tensor(graph.tensor_by_name("x0").expect("x0"));
+        assert_eq!(*x0.extents().last().expect("rank 3"), hidden);
+        let biggest = graph
+            .tensors()
+            .values()
+            .iter()
+            .map(|t| t.bytes())
+            .max()
+            .unwrap_or(0);
+        assert!(
+            biggest <= 64 * 1024,
+            "{name}: largest tensor {biggest} bytes"
+        );
+    }
+}
+
+#[test]
+fn overrides_change_batch_and_layer_count() {
+    let options = ParseOptions {
+        overrides: vec![("batch".to_owned(), 5), ("layers".to_owned(), 1)],
+    };
+    let graph =
+        parse_fixture_with(&fixture_text("siglip-so400m-b2.json"), &options).expect("parses");
+    assert_eq!(graph.repeats()[0].count(), 1);
+    let pooled = graph.tensor(graph.tensor_by_name("pooled").expect("pooled"));
+    assert_eq!(pooled.extents(), &[5, 1152]);
+    assert_eq!(graph.parameter_count(), 428_225_600 - 26 * 15_239_504);
+    // The post layer norm reads x{layers}, which follows the override.
+    assert!(graph.tensor_by_name("x1").is_some());
+    assert!(graph.tensor_by_name("x2").is_none());
+}

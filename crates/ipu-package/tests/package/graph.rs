@@ -1,0 +1,1 @@
+//! Tests of graph (filled in by the following commits).

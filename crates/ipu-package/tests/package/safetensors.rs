@@ -1,0 +1,1 @@
+//! Tests of safetensors (filled in by the following commits).

@@ -1,0 +1,1 @@
+//! Tests of values (filled in by the following commits).
