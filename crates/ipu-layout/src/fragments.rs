@@ -121,25 +121,38 @@ pub fn redistribute(
             destination_value: format!("{:?}", destination.shape()),
         });
     }
-    let origin: SmallVec<[u64; 4]> = smallvec::smallvec![0; source.shape().rank()];
-    redistribute_view(source, &origin, destination, config)
+    redistribute_view(source, &SourceView::Whole, destination, config)
 }
 
-/// Computes the fragments that fill `destination` from a view of `source`:
-/// a slice starting at `origin`, broadcast along axes where the source has
-/// extent 1 (or no axis at all).
+/// Which elements of a source a destination reads.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum SourceView {
+    /// The whole source, of the destination's shape.
+    Whole,
+    /// A window starting at `origin` (one entry per source axis), broadcast
+    /// along axes where the source extent is 1 or missing; axes aligned at
+    /// the end as in numpy broadcasting.
+    Window(Vec<u64>),
+    /// The same row-major elements under a shape that differs only by axes
+    /// of extent 1 (a squeeze or unsqueeze).
+    Squeeze,
+}
+
+/// Computes the fragments that fill `destination` from a view of `source`.
 ///
-/// Axes are aligned at the end, as in numpy broadcasting: destination axis
-/// `a` corresponds to source axis `a - (dst_rank - src_rank)`. On an axis
-/// where the source extent is 1 and the destination's is not, every
-/// destination index reads source index 0 (and `origin` must be 0); on
-/// every other axis destination index `x` reads source index
-/// `x + origin`, which must stay inside the source. Leading destination
-/// axes without a source axis are broadcast. [`redistribute`] is the case of
-/// equal shapes and a zero origin.
+/// With [`SourceView::Window`], axes are aligned at the end, as in numpy
+/// broadcasting: destination axis `a` corresponds to source axis
+/// `a - (dst_rank - src_rank)`. On an axis where the source extent is 1 and
+/// the destination's is not, every destination index reads source index 0
+/// (and the origin must be 0); on every other axis destination index `x`
+/// reads source index `x + origin`, which must stay inside the source.
+/// Leading destination axes without a source axis are broadcast.
+/// [`SourceView::Whole`] is the case of equal shapes and a zero origin;
+/// [`SourceView::Squeeze`] matches the axes of extent above 1 in order and
+/// reads index 0 of every other source axis.
 pub fn redistribute_view(
     source: &TensorType,
-    origin: &[u64],
+    view: &SourceView,
     destination: &TensorType,
     config: &RedistributeConfig,
 ) -> Result<Redistribution, LayoutError> {
@@ -150,7 +163,20 @@ pub fn redistribute_view(
             destination_value: destination.precision().to_string(),
         });
     }
-    let mapping = AxisMapping::new(source, origin, destination)?;
+    let mapping = match view {
+        SourceView::Whole => {
+            if source.shape() != destination.shape() {
+                return Err(LayoutError::Incompatible {
+                    what: "shapes",
+                    source_value: format!("{:?}", source.shape()),
+                    destination_value: format!("{:?}", destination.shape()),
+                });
+            }
+            AxisMapping::new(source, &vec![0; source.shape().rank()], destination)?
+        }
+        SourceView::Window(origin) => AxisMapping::new(source, origin, destination)?,
+        SourceView::Squeeze => AxisMapping::squeeze(source, destination)?,
+    };
     let src = source.geometry();
     let dst = destination.geometry();
     let rank = destination.shape().rank();
@@ -294,6 +320,39 @@ impl AxisMapping {
         })
     }
 
+    fn squeeze(source: &TensorType, destination: &TensorType) -> Result<Self, LayoutError> {
+        let src = source.shape().extents();
+        let dst = destination.shape().extents();
+        let big = |e: &[u64]| e.iter().copied().filter(|&x| x != 1).collect::<Vec<_>>();
+        if big(src) != big(dst) {
+            return Err(LayoutError::Incompatible {
+                what: "shapes of a squeeze",
+                source_value: format!("{:?}", source.shape()),
+                destination_value: format!("{:?}", destination.shape()),
+            });
+        }
+        // Match every destination axis of extent above 1 with the next
+        // source axis of the same extent; extent-1 destination axes read
+        // nothing, extent-1 source axes are read at 0.
+        let mut reads = SmallVec::new();
+        let mut j = 0;
+        for &extent in dst {
+            if extent == 1 {
+                reads.push(AxisRead::Missing);
+                continue;
+            }
+            while src[j] == 1 {
+                j += 1;
+            }
+            reads.push(AxisRead::Offset { axis: j, origin: 0 });
+            j += 1;
+        }
+        Ok(Self {
+            reads,
+            source_rank: src.len(),
+        })
+    }
+
     /// The pieces of destination range `[start, end)` on `axis`, split at
     /// source partition boundaries. Piece ranges are in destination
     /// coordinates.
@@ -320,16 +379,29 @@ impl AxisMapping {
                 let (start, end) = (start + origin, end + origin);
                 let mut q = src.axes[j].partition_of(start);
                 let mut x = start;
+                // On the source's last axis of an AMP order, pieces also end
+                // at panel boundaries: offsets are affine only inside a panel.
+                let panel = match src.order {
+                    ElementOrder::Amp(_) if j + 1 == self.source_rank => Some(src.panel),
+                    _ => None,
+                };
                 while x < end && q < parts.len() {
                     let part = parts[q];
                     if part.end > x {
-                        let piece_end = part.end.min(end);
+                        let mut piece_end = part.end.min(end);
+                        if let Some(panel) = panel {
+                            let next_panel = part.start + ((x - part.start) / panel + 1) * panel;
+                            piece_end = piece_end.min(next_panel);
+                        }
                         list.push(Piece {
                             partition: q,
                             start: x - origin,
                             end: piece_end - origin,
                         });
                         x = piece_end;
+                        if x < part.end {
+                            continue;
+                        }
                     }
                     q += 1;
                 }
@@ -374,17 +446,6 @@ impl AxisMapping {
                 AxisRead::Broadcast { .. } | AxisRead::Missing => 0,
             })
             .collect()
-    }
-
-    /// The source's last axis, if the destination's last axis reads it
-    /// with an offset (only then do source panels split the last axis).
-    fn last_offset(&self) -> Option<u64> {
-        match self.reads.last() {
-            Some(AxisRead::Offset { axis, origin }) if *axis + 1 == self.source_rank => {
-                Some(*origin)
-            }
-            _ => None,
-        }
     }
 }
 
@@ -521,14 +582,11 @@ impl Emitter {
             return;
         }
         let last = rank - 1;
-        let src_last = mapping.last_offset();
         let (lo, hi) = (chosen[last].start, chosen[last].end);
         let mut c = lo;
         while c < hi {
-            let mut segment_end = hi.min(dst.panel_end(c));
-            if let Some(origin) = src_last {
-                segment_end = segment_end.min(src.panel_end(c + origin) - origin);
-            }
+            // Source panels were cut into separate pieces already.
+            let segment_end = hi.min(dst.panel_end(c));
             let mut start: SmallVec<[u64; 4]> = chosen.iter().map(|p| p.start).collect();
             start[last] = c;
             let mut extent: SmallVec<[u64; 4]> = chosen.iter().map(|p| p.end - p.start).collect();

@@ -31,7 +31,7 @@ mod tiling;
 pub use entity::{EntityId, IdVec};
 pub use error::LayoutError;
 pub use fragments::{
-    Fragment, RedistributeConfig, Redistribution, redistribute, redistribute_view,
+    Fragment, RedistributeConfig, Redistribution, SourceView, redistribute, redistribute_view,
 };
 pub use geometry::{AxisShard, Shard};
 pub use precision::{Fp8Format, MemoryClass, Precision};

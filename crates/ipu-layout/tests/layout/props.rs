@@ -380,7 +380,7 @@ proptest! {
         let (Ok(src), Ok(dst)) = (a.build(), b.build()) else { return Ok(()) };
         let src_model = byte_model(&src);
         let dst_model = byte_model(&dst);
-        let r = redistribute_view(&src, &origin, &dst, &RedistributeConfig::default()).unwrap();
+        let r = redistribute_view(&src, &SourceView::Window(origin.clone()), &dst, &RedistributeConfig::default()).unwrap();
         let lead = shape.len() - a.extents.len();
         let mut covered: Vec<HashMap<u64, u32>> = vec![HashMap::new(); dst_model.len()];
         for f in r.fragments() {
@@ -419,12 +419,74 @@ fn views_outside_the_source_are_errors() {
         TensorType::new(TensorShape::from(shape), format).unwrap()
     };
     let config = RedistributeConfig::default();
-    assert!(redistribute_view(&t(&[4, 6]), &[0, 4], &t(&[4, 3]), &config).is_err());
-    assert!(redistribute_view(&t(&[4, 6]), &[0], &t(&[4, 3]), &config).is_err());
-    assert!(redistribute_view(&t(&[2, 4, 6]), &[0, 0, 0], &t(&[4, 6]), &config).is_err());
-    let slice = redistribute_view(&t(&[4, 6]), &[1, 2], &t(&[2, 3]), &config).unwrap();
+    assert!(
+        redistribute_view(
+            &t(&[4, 6]),
+            &SourceView::Window(vec![0, 4]),
+            &t(&[4, 3]),
+            &config
+        )
+        .is_err()
+    );
+    assert!(
+        redistribute_view(
+            &t(&[4, 6]),
+            &SourceView::Window(vec![0]),
+            &t(&[4, 3]),
+            &config
+        )
+        .is_err()
+    );
+    assert!(
+        redistribute_view(
+            &t(&[2, 4, 6]),
+            &SourceView::Window(vec![0, 0, 0]),
+            &t(&[4, 6]),
+            &config
+        )
+        .is_err()
+    );
+    let slice = redistribute_view(
+        &t(&[4, 6]),
+        &SourceView::Window(vec![1, 2]),
+        &t(&[2, 3]),
+        &config,
+    )
+    .unwrap();
     // Rows 1 and 2, columns 2..5: two runs of 3 F16 elements.
     assert_eq!(slice.fragments().len(), 2);
     assert_eq!(slice.fragments()[0].source_offset, (6 + 2) * 2);
     assert_eq!(slice.fragments()[1].source_offset, (12 + 2) * 2);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Inserting an axis of extent 1 into the destination shape and then
+    /// squeezing it back reads every element at its own index.
+    #[test]
+    fn squeeze_reads_the_same_elements(a in case(), b in case(), at in 0..4usize) {
+        let mut shape = a.extents.clone();
+        shape.insert(at.min(shape.len()), 1);
+        let b = Case { extents: shape.clone(), precision: a.precision, ..b };
+        let (Ok(src), Ok(dst)) = (a.build(), b.build()) else { return Ok(()) };
+        let src_model = byte_model(&src);
+        let dst_model = byte_model(&dst);
+        for (from, to, from_model, to_model) in [(&src, &dst, &src_model, &dst_model), (&dst, &src, &dst_model, &src_model)] {
+            let r = redistribute_view(from, &SourceView::Squeeze, to, &RedistributeConfig::default()).unwrap();
+            let mut covered = 0u64;
+            for f in r.fragments() {
+                for i in 0..f.bytes {
+                    let (x, byte) = to_model[f.destination.as_u32() as usize].get(&(f.destination_offset + i)).unwrap();
+                    let (y, source_byte) = from_model[f.source.as_u32() as usize].get(&(f.source_offset + i)).unwrap();
+                    let squeeze = |v: &Vec<u64>, e: &[u64]| v.iter().zip(e).filter(|(_, e)| **e != 1).map(|(i, _)| *i).collect::<Vec<_>>();
+                    prop_assert_eq!(squeeze(x, to.shape().extents()), squeeze(y, from.shape().extents()));
+                    prop_assert_eq!(byte, source_byte);
+                    covered += 1;
+                }
+            }
+            let expected: u64 = to_model.iter().map(|m| m.len() as u64).sum();
+            prop_assert_eq!(covered, expected);
+        }
+    }
 }
