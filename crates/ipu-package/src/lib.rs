@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod graph;
+pub mod lower;
 pub mod plan;
 pub mod program;
 

@@ -14,7 +14,7 @@
 //! but the GEMM works on row-major shards whose shapes it is given
 //! explicitly, so the simulator and the device need no layout logic.
 
-use ipu_layout::{IdVec, TensorType, TileId};
+use ipu_layout::{IdVec, MemoryClass, Precision, SourceView, TensorType, TileId};
 use serde::{Deserialize, Serialize};
 
 ipu_layout::define_id!(
@@ -174,10 +174,11 @@ pub enum Codelet {
         elements: u32,
     },
     /// One block of attention for one head: `q_rows` queries against
-    /// `kv_rows` keys and values, all row-major with `head_dim` columns
-    /// (rows `row_stride` elements apart). Writes the unnormalised output
-    /// `Σ_j exp(s_j − m) v_j` (F32), the row maxima `m` and the sums
-    /// `l = Σ_j exp(s_j − m)` (F32), for [`Codelet::AttentionCombine`].
+    /// `kv_rows` keys and values with `head_dim` columns, rows `q_stride`,
+    /// `kv_stride` and `out_stride` elements apart. Writes the unnormalised
+    /// output `Σ_j exp(s_j − m) v_j` (F32), the row maxima `m` and the sums
+    /// `l = Σ_j exp(s_j − m)` (F32, one per query row, contiguous), for
+    /// [`Codelet::AttentionCombine`].
     AttentionBlock {
         /// Queries.
         q: Operand,
@@ -185,35 +186,42 @@ pub enum Codelet {
         k: Operand,
         /// Values.
         v: Operand,
-        /// `[q_rows, head_dim]` F32.
+        /// Unnormalised output, F32.
         out: Operand,
-        /// `[q_rows]` F32.
+        /// Row maxima, F32.
         max: Operand,
-        /// `[q_rows]` F32.
+        /// Row sums of exponentials, F32.
         sum: Operand,
+        /// F32 scratch of `kv_rows` elements.
+        workspace: Operand,
         /// Query rows.
         q_rows: u32,
         /// Key and value rows.
         kv_rows: u32,
         /// Columns per head.
         head_dim: u32,
-        /// Elements between consecutive rows of `q`, `k` and `v`.
-        row_stride: u32,
+        /// Elements between query rows.
+        q_stride: u32,
+        /// Elements between key (and value) rows.
+        kv_stride: u32,
+        /// Elements between output rows.
+        out_stride: u32,
         /// `1 / sqrt(head_dim)`.
         scale: f32,
         /// Whether scores and exponentials are rounded to F16.
         softmax_f16: bool,
     },
-    /// Combines `blocks` attention blocks laid out one after another into
-    /// the normalised output `Σ_b e^{m_b − m} o_b / Σ_b e^{m_b − m} l_b`.
+    /// Combines `blocks` attention blocks into the normalised output
+    /// `Σ_b e^{m_b − m} o_b / Σ_b e^{m_b − m} l_b` with `m = max_b m_b`.
     AttentionCombine {
-        /// `[blocks, q_rows, head_dim]` F32.
+        /// Unnormalised outputs, F32: block `b`, row `r` at
+        /// `b · out_block_stride + r · out_row_stride`.
         out: Operand,
-        /// `[blocks, q_rows]` F32.
+        /// Row maxima, F32: block `b`, row `r` at `b · stat_block_stride + r`.
         max: Operand,
-        /// `[blocks, q_rows]` F32.
+        /// Row sums, F32, laid out like `max`.
         sum: Operand,
-        /// `[q_rows, head_dim]` with rows `row_stride` elements apart.
+        /// The result, rows `output_row_stride` elements apart.
         output: Operand,
         /// Blocks to combine.
         blocks: u32,
@@ -221,8 +229,14 @@ pub enum Codelet {
         q_rows: u32,
         /// Columns per head.
         head_dim: u32,
-        /// Elements between consecutive output rows.
-        row_stride: u32,
+        /// Elements between blocks of `out`.
+        out_block_stride: u32,
+        /// Elements between rows of `out`.
+        out_row_stride: u32,
+        /// Elements between blocks of `max` and `sum`.
+        stat_block_stride: u32,
+        /// Elements between rows of `output`.
+        output_row_stride: u32,
     },
     /// Writes `bytes` zero bytes.
     Zero {
@@ -243,13 +257,13 @@ pub enum Step {
         /// Codelets in the order each tile runs them.
         calls: Vec<(TileId, Codelet)>,
     },
-    /// Buffers are redistributed: every `(source, destination)` pair is one
-    /// redistribution between two layouts of one tensor, all in one phase.
+    /// Buffers are redistributed, all in one exchange phase (plus on-tile
+    /// copies where source and destination share a tile).
     Exchange {
         /// What the step does, for logs.
         name: String,
         /// The redistributions.
-        copies: Vec<(BufferId, BufferId)>,
+        copies: Vec<Redistribute>,
     },
     /// A repeated layer: `body` runs `count` times. In iteration `i`, every
     /// buffer `b` listed in `iteration_buffers` stands for the `i`-th entry
@@ -267,11 +281,46 @@ pub enum Step {
     },
 }
 
+/// One redistribution: `destination` receives the `view` of `source`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redistribute {
+    /// The buffer read.
+    pub source: BufferId,
+    /// The buffer written.
+    pub destination: BufferId,
+    /// Which elements of the source the destination holds.
+    pub view: SourceView,
+}
+
+/// A GEMM kernel the program calls: one AMP variant serving every tile
+/// whose shard has these inner and column widths.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GemmKernel {
+    /// Inner extent of each call's shard (padded).
+    pub inner: u32,
+    /// Output columns of each call's shard (padded).
+    pub columns: u32,
+    /// Rows of the short shards.
+    pub rows_small: u32,
+    /// Rows of the long shards.
+    pub rows_large: u32,
+    /// Left operand precision.
+    pub left: Precision,
+    /// Weight precision.
+    pub right: Precision,
+    /// Output precision.
+    pub output: Precision,
+    /// Where the weights live.
+    pub right_class: MemoryClass,
+}
+
 /// A lowered program.
 #[derive(Clone, Debug, Default)]
 pub struct Program {
     /// Every buffer.
     pub buffers: IdVec<BufferId, Buffer>,
+    /// The GEMM kernels codelets call.
+    pub kernels: IdVec<KernelId, GemmKernel>,
     /// The steps, in order.
     pub steps: Vec<Step>,
 }

@@ -195,8 +195,8 @@ pub struct GemmLayouts {
     pub right: TensorType,
     /// `[K, N]` as it rests between uses: the grid's (k, n) tiles, once.
     pub right_resident: TensorType,
-    /// `[.., tokens, N]` in `Amp(Output)` order when `pk == 1`, else the
-    /// partial sums `[pk, .., tokens, N]`.
+    /// `[.., tokens, N]` row-major when `pk == 1`, else the partial sums
+    /// `[pk, .., tokens, N]`.
     pub output: TensorType,
 }
 
@@ -287,7 +287,7 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
     let output = tensor(
         out_shape,
         problem.output,
-        ElementOrder::Amp(AmpOperand::Output),
+        ElementOrder::RowMajor,
         MemoryClass::Ipu21Standard,
         TensorTiling::new(tiles, 1, out_axes)?,
     )?;

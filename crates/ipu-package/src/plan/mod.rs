@@ -10,6 +10,11 @@
 
 mod cost;
 mod gemm;
+mod layouts;
 
 pub use cost::CostModel;
 pub use gemm::{GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates, gemm_layouts};
+pub use layouts::{
+    AttentionGrid, AttentionLayouts, AttentionShape, attention_grid, attention_layouts, replicated,
+    row_layout, row_split, rows_like, tensor_type,
+};

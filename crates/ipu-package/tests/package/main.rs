@@ -5,6 +5,7 @@
 mod bad_fixtures;
 mod fixtures;
 mod graph;
+mod lower;
 mod plan;
 mod safetensors;
 mod values;

@@ -1,0 +1,124 @@
+//! Lowering the fixtures: structure of the programs and consistency of
+//! every codelet's operands with the buffers' shards.
+
+use ipu_layout::{EntityId, TileId};
+use ipu_package::graph::parse_fixture;
+use ipu_package::lower::{LowerConfig, lower};
+use ipu_package::program::{Codelet, Operand, Program, Step};
+
+use crate::fixture_text;
+
+fn operands(c: &Codelet) -> Vec<Operand> {
+    match *c {
+        Codelet::Gemm {
+            left,
+            right,
+            output,
+            ..
+        } => vec![left, right, output],
+        Codelet::Add { a, b, out, .. } => vec![a, b, out],
+        Codelet::LayerNorm {
+            input,
+            scale,
+            bias,
+            output,
+            ..
+        } => vec![input, scale, bias, output],
+        Codelet::Gelu { input, output, .. } | Codelet::Convert { input, output, .. } => {
+            vec![input, output]
+        }
+        Codelet::ReduceSum { input, output, .. } => vec![input, output],
+        Codelet::AttentionBlock {
+            q,
+            k,
+            v,
+            out,
+            max,
+            sum,
+            workspace,
+            ..
+        } => vec![q, k, v, out, max, sum, workspace],
+        Codelet::AttentionCombine {
+            out,
+            max,
+            sum,
+            output,
+            ..
+        } => vec![out, max, sum, output],
+        Codelet::Zero { target, .. } => vec![target],
+    }
+}
+
+/// Every operand's buffer has a non-empty shard on the calling tile and
+/// the operand's offset lies inside it.
+fn check_operands(program: &Program, steps: &[Step]) -> usize {
+    let mut calls = 0;
+    for step in steps {
+        match step {
+            Step::Compute { calls: list, name } => {
+                for (tile, c) in list {
+                    for op in operands(c) {
+                        let b = &program.buffers[op.buffer];
+                        let shard = b.ty.shard(*tile).unwrap_or_else(|e| panic!("{name}: {e}"));
+                        assert!(
+                            u64::from(op.offset) < shard.bytes,
+                            "{name}: {} on {tile} offset {} of {}",
+                            b.name,
+                            op.offset,
+                            shard.bytes
+                        );
+                    }
+                    calls += 1;
+                }
+            }
+            Step::Exchange { copies, .. } => {
+                for c in copies {
+                    assert_ne!(c.source, c.destination);
+                }
+            }
+            Step::Repeat { body, .. } => calls += check_operands(program, body),
+        }
+    }
+    calls
+}
+
+fn lowered(fixture: &str, tiles: u32) -> Program {
+    let graph = parse_fixture(&fixture_text(fixture)).expect("fixture parses");
+    let config = LowerConfig {
+        tiles,
+        ..LowerConfig::default()
+    };
+    lower(&graph, &config).unwrap_or_else(|e| panic!("{fixture} on {tiles} tiles: {e}"))
+}
+
+#[test]
+fn small_fixtures_lower_on_16_and_64_tiles() {
+    for fixture in ["tiny-2l-h64.json", "micro-1l-h32.json"] {
+        for tiles in [16, 64] {
+            let p = lowered(fixture, tiles);
+            assert!(check_operands(&p, &p.steps) > 0);
+            assert!(!p.kernels.is_empty());
+        }
+    }
+}
+
+#[test]
+fn siglip_lowers_with_one_body_for_27_layers() {
+    let p = lowered("siglip-so400m-b2.json", 1472);
+    check_operands(&p, &p.steps);
+    let repeat = p.steps.iter().find_map(|s| match s {
+        Step::Repeat {
+            count,
+            body,
+            iteration_buffers,
+            ..
+        } => Some((*count, body.len(), iteration_buffers.len())),
+        _ => None,
+    });
+    let (count, body, weights) = repeat.expect("the encoder stays a repeat");
+    assert_eq!(count, 27);
+    assert!(body > 0);
+    // Each layer has 12 weight tensors (4 GEMMs with bias, 2 layer norms).
+    assert_eq!(weights, 12);
+    let _ = TileId::new(0);
+}
