@@ -504,6 +504,21 @@ impl OpCheck<'_> {
                     ));
                 }
                 let n = r[1];
+                // When the output and the bias agree on a column count that
+                // the right operand lacks, the right operand is the odd one
+                // out, so blame it rather than the bias.
+                let out_n = self.extents(output).last().copied();
+                let bias_n = bias.map(|b| self.extents(b).to_vec());
+                if let Some(out_n) = out_n
+                    && out_n != n
+                    && bias_n.as_ref().is_none_or(|b| b.as_slice() == [out_n])
+                {
+                    return Err(self.shape_error(
+                        Slot::Input(1),
+                        *right,
+                        format!("[{k}, {out_n}] is needed to give the output's {out_n} columns"),
+                    ));
+                }
                 if let Some(bias) = bias {
                     self.expect_shape(
                         Slot::Input(2),
