@@ -231,26 +231,7 @@ impl Geometry {
     /// Byte offset of the element at shard-local position `local` in a shard
     /// of padded `widths`.
     pub fn local_offset(&self, widths: &[u64], local: &[u64]) -> u64 {
-        let elements = match self.order {
-            ElementOrder::RowMajor => local
-                .iter()
-                .zip(widths)
-                .fold(0, |acc, (&i, &w)| acc * w + i),
-            ElementOrder::Amp(_) => {
-                let last = widths.len() - 1;
-                let rows: u64 = widths[..last].iter().product();
-                let row = local[..last]
-                    .iter()
-                    .zip(&widths[..last])
-                    .fold(0, |acc, (&i, &w)| acc * w + i);
-                let column = local[last];
-                let panel = column / self.panel;
-                let panel_start = panel * self.panel;
-                let panel_width = self.panel.min(widths[last] - panel_start);
-                panel_start * rows + row * panel_width + (column - panel_start)
-            }
-        };
-        elements * self.element_bytes
+        element_position(self.order, self.panel, widths, local) * self.element_bytes
     }
 }
 
@@ -499,4 +480,135 @@ impl TensorType {
         }
         Ok(())
     }
+}
+
+/// The position (in elements) of shard-local index `local` in a shard of
+/// padded `widths` stored in `order` with AMP panels of `panel` columns.
+fn element_position(order: ElementOrder, panel: u64, widths: &[u64], local: &[u64]) -> u64 {
+    match order {
+        ElementOrder::RowMajor => local
+            .iter()
+            .zip(widths)
+            .fold(0, |acc, (&i, &w)| acc * w + i),
+        ElementOrder::Amp(_) => {
+            let Some(last) = widths.len().checked_sub(1) else {
+                return 0;
+            };
+            let rows: u64 = widths[..last].iter().product();
+            let row = local[..last]
+                .iter()
+                .zip(&widths[..last])
+                .fold(0, |acc, (&i, &w)| acc * w + i);
+            let column = local[last];
+            let panel_start = column / panel * panel;
+            let panel_width = panel.min(widths[last] - panel_start);
+            panel_start * rows + row * panel_width + (column - panel_start)
+        }
+    }
+}
+
+impl ElementOrder {
+    /// The byte offset of shard-local index `local` in a shard of padded
+    /// `widths` holding `precision` elements in this order. `local` must lie
+    /// inside `widths`.
+    pub fn byte_offset(self, precision: crate::Precision, widths: &[u64], local: &[u64]) -> u64 {
+        element_position(self, precision.amp_panel_columns(), widths, local)
+            * precision.element_bytes()
+    }
+}
+
+impl TensorType {
+    /// Calls `f(index, byte_offset)` for every data element `tile` holds,
+    /// in row-major order of the tensor index.
+    pub fn for_each_element(
+        &self,
+        tile: TileId,
+        mut f: impl FnMut(&[u64], u64),
+    ) -> Result<(), LayoutError> {
+        let shard = self.shard(tile)?;
+        if shard.axes.iter().any(AxisShard::is_empty) {
+            return Ok(());
+        }
+        let g = self.geometry();
+        let widths: SmallVec<[u64; 4]> = shard.axes.iter().map(|a| a.width).collect();
+        let mut index: SmallVec<[u64; 4]> = shard.axes.iter().map(|a| a.start).collect();
+        let mut local: SmallVec<[u64; 4]> = smallvec::smallvec![0; index.len()];
+        loop {
+            f(&index, g.local_offset(&widths, &local));
+            let mut axis = index.len();
+            loop {
+                if axis == 0 {
+                    return Ok(());
+                }
+                axis -= 1;
+                index[axis] += 1;
+                local[axis] += 1;
+                if index[axis] < shard.axes[axis].end {
+                    break;
+                }
+                index[axis] = shard.axes[axis].start;
+                local[axis] = 0;
+            }
+        }
+    }
+
+    /// Writes the elements `tile` holds, taken from the whole tensor's
+    /// row-major `values`, into `shard` (its bytes), encoded in the
+    /// tensor's precision. Padding is left as it is.
+    pub fn pack_shard(
+        &self,
+        tile: TileId,
+        values: &[f32],
+        shard: &mut [u8],
+    ) -> Result<(), LayoutError> {
+        self.check_sizes(tile, values.len(), shard.len())?;
+        let strides = row_major_strides(self.shape().extents());
+        let eb = self.precision().element_bytes() as usize;
+        let precision = self.precision();
+        self.for_each_element(tile, |index, offset| {
+            let linear: u64 = index.iter().zip(&strides).map(|(i, s)| i * s).sum();
+            let at = offset as usize;
+            precision.encode_into(values[linear as usize], &mut shard[at..at + eb]);
+        })
+    }
+
+    /// Reads the elements `tile` holds from `shard` into the whole tensor's
+    /// row-major `values`.
+    pub fn unpack_shard(
+        &self,
+        tile: TileId,
+        shard: &[u8],
+        values: &mut [f32],
+    ) -> Result<(), LayoutError> {
+        self.check_sizes(tile, values.len(), shard.len())?;
+        let strides = row_major_strides(self.shape().extents());
+        let eb = self.precision().element_bytes() as usize;
+        let precision = self.precision();
+        self.for_each_element(tile, |index, offset| {
+            let linear: u64 = index.iter().zip(&strides).map(|(i, s)| i * s).sum();
+            let at = offset as usize;
+            values[linear as usize] = precision.decode_from(&shard[at..at + eb]);
+        })
+    }
+
+    fn check_sizes(&self, tile: TileId, values: usize, shard: usize) -> Result<(), LayoutError> {
+        let needed = self.shard_bytes(tile)?;
+        let count = self.shape().element_count()?;
+        if values as u64 != count || (shard as u64) < needed {
+            return Err(LayoutError::Incompatible {
+                what: "buffer sizes",
+                source_value: format!("{values} values, {shard} shard bytes"),
+                destination_value: format!("{count} values, {needed} shard bytes"),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn row_major_strides(extents: &[u64]) -> SmallVec<[u64; 4]> {
+    let mut strides: SmallVec<[u64; 4]> = smallvec::smallvec![1; extents.len()];
+    for a in (0..extents.len().saturating_sub(1)).rev() {
+        strides[a] = strides[a + 1] * extents[a + 1];
+    }
+    strides
 }

@@ -490,3 +490,32 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Packing every shard from row-major values and unpacking them gives
+    /// the values back (quantised), at the documented offsets.
+    #[test]
+    fn pack_and_unpack_round_trip(c in case()) {
+        let Ok(t) = c.build() else { return Ok(()) };
+        let count = t.shape().element_count().unwrap() as usize;
+        let values: Vec<f32> = (0..count).map(|i| (i % 50) as f32 - 20.0).collect();
+        let mut back = vec![f32::NAN; count];
+        for shard in t.shards() {
+            let mut bytes = vec![0u8; shard.bytes as usize];
+            t.pack_shard(shard.tile, &values, &mut bytes).unwrap();
+            t.unpack_shard(shard.tile, &bytes, &mut back).unwrap();
+            let widths: Vec<u64> = shard.axes.iter().map(|a| a.width).collect();
+            t.for_each_element(shard.tile, |index, offset| {
+                let local: Vec<u64> = index.iter().zip(&shard.axes).map(|(i, a)| i - a.start).collect();
+                assert_eq!(offset, model_offset(t.order(), t.precision(), &widths, &local));
+                assert_eq!(offset, t.order().byte_offset(t.precision(), &widths, &local));
+            }).unwrap();
+        }
+        for (v, b) in values.iter().zip(&back) {
+            prop_assert_eq!(c.precision.quantize(*v), *b);
+        }
+        prop_assert!(t.pack_shard(TileId::from_u32(0), &values[..count - 1], &mut []).is_err());
+    }
+}
