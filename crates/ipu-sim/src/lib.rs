@@ -7,6 +7,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod codelets;
+mod error;
+pub mod logical;
 pub mod reference;
+
+pub use error::SimError;
 
 pub use reference::{ReferenceConfig, ReferenceError, evaluate, evaluate_op, evaluate_with};

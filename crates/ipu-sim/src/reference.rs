@@ -43,7 +43,7 @@
 //! [`compare`].
 
 pub mod compare;
-mod kernels;
+pub mod kernels;
 
 use std::borrow::Cow;
 

@@ -3,6 +3,7 @@
 //! rules with their calibration.
 
 mod fixtures;
+mod logical;
 mod ops;
 mod props;
 mod tolerance;
