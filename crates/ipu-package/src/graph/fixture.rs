@@ -323,7 +323,6 @@ impl Parser {
 
     fn layer(&mut self, layer: &Child<'_>, params: &Params) -> Result<(), FixtureError> {
         let obj = layer.node().object(LAYER_FIELDS)?;
-        obj.required("name")?.node().str()?;
         let layer_name = obj.required("name")?.node().str()?.to_owned();
         if let Some(d) = obj.optional("description") {
             d.node().str()?;
