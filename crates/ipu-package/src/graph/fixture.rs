@@ -52,8 +52,8 @@ use ipu_layout::{Fp8Format, IdVec, Precision, TensorShape};
 use serde_json::Value;
 
 use crate::graph::{
-    ErrorLocation, Graph, GraphError, Op, OpId, Repeat, Slot, SoftmaxPrecision, Tensor, TensorId,
-    TensorKind,
+    Carry, ErrorLocation, Graph, GraphError, Op, OpId, Repeat, Slot, SoftmaxPrecision, Tensor,
+    TensorId, TensorKind,
 };
 use json::{Child, Node, Params};
 
@@ -254,6 +254,19 @@ struct Parser {
 const TOP_FIELDS: &[&str] = &["schema_version", "name", "description", "params", "layers"];
 const LAYER_FIELDS: &[&str] = &["name", "repeat", "tensors", "ops", "description"];
 const TENSOR_FIELDS: &[&str] = &["name", "shape", "precision", "scale", "kind"];
+/// Every field any op may have; each kind then allows its own subset.
+const OP_FIELDS: &[&str] = &[
+    "op",
+    "inputs",
+    "output",
+    "eps",
+    "heads",
+    "softmax",
+    "perm",
+    "axis",
+    "start",
+    "description",
+];
 
 impl Parser {
     fn parse(mut self, value: &Value, options: &ParseOptions) -> Result<Graph, FixtureError> {
@@ -310,7 +323,6 @@ impl Parser {
 
     fn layer(&mut self, layer: &Child<'_>, params: &Params) -> Result<(), FixtureError> {
         let obj = layer.node().object(LAYER_FIELDS)?;
-        obj.required("name")?.node().str()?;
         let layer_name = obj.required("name")?.node().str()?.to_owned();
         if let Some(d) = obj.optional("description") {
             d.node().str()?;
@@ -344,16 +356,51 @@ impl Parser {
             }
         }
         if let Some(count) = count {
-            self.repeats.push(Repeat::new(
-                layer_name,
-                count,
-                first_op,
-                ops.len() as u32,
-                first_tensor,
-                tensors.len() as u32,
-            ));
+            let carries = self.carries(&tensors, &ops, params)?;
+            self.repeats.push(
+                Repeat::new(
+                    layer_name,
+                    count,
+                    first_op,
+                    ops.len() as u32,
+                    first_tensor,
+                    tensors.len() as u32,
+                )
+                .with_carries(carries),
+            );
         }
         Ok(())
+    }
+
+    /// The carries of a repeat body: op inputs whose name in iteration 1
+    /// is the name a body tensor has in iteration 0. Found from the
+    /// templates, so they are known even for a single iteration.
+    fn carries(
+        &self,
+        tensors: &[Child<'_>],
+        ops: &[Child<'_>],
+        params: &Params,
+    ) -> Result<Vec<Carry>, FixtureError> {
+        let mut declared = Vec::new();
+        for t in tensors {
+            let obj = t.node().object(TENSOR_FIELDS)?;
+            declared.push(instantiate(&obj.required("name")?, Some(0), params)?);
+        }
+        let mut carries = Vec::new();
+        for op in ops {
+            let inputs_field = op.node().object(OP_FIELDS)?.required("inputs")?;
+            for input in inputs_field.node().array()? {
+                let next = instantiate(&input, Some(1), params)?;
+                if let Some(position) = declared.iter().position(|d| *d == next) {
+                    let initial = self.resolve(&input, Some(0), params)?;
+                    carries.push(Carry {
+                        initial,
+                        body_tensor: position as u32,
+                    });
+                }
+            }
+        }
+        Ok(carries)
     }
 
     fn next_op(&self, at: &Child<'_>) -> Result<OpId, FixtureError> {

@@ -409,6 +409,18 @@ impl Op {
     }
 }
 
+/// A value chained from one repeat iteration to the next, such as the
+/// hidden state that each encoder layer reads and rewrites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Carry {
+    /// The tensor iteration 0 reads, written before the repeat.
+    pub initial: TensorId,
+    /// The body position (within an iteration's owned tensors) of the
+    /// tensor each iteration writes and the next iteration reads in place
+    /// of `initial`. The last iteration's one is the repeat's result.
+    pub body_tensor: u32,
+}
+
 /// Consecutive iterations of one body of operations.
 ///
 /// Iteration `k` (from 0) consists of the ops
@@ -419,9 +431,10 @@ impl Op {
 /// has the kind and attributes of op `j` of iteration 0, and each tensor it
 /// names either is the corresponding tensor of iteration `k` (owned, same
 /// shape, precision and kind), or is the tensor iteration 0 names (shared by
-/// all iterations), or is carried: iteration 0 names a tensor from before
-/// the repeat and iteration `k > 0` names the corresponding tensor of
-/// iteration `k − 1` (the body's output chaining to the next input).
+/// all iterations), or is carried (see [`Carry`]): iteration 0 names the
+/// carry's `initial` tensor from before the repeat and iteration `k > 0`
+/// names the carry's body tensor of iteration `k − 1`. A tensor that is a
+/// carry's `initial` is read only in its carried role.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Repeat {
     name: String,
@@ -430,6 +443,7 @@ pub struct Repeat {
     ops_per_iteration: u32,
     first_tensor: u32,
     tensors_per_iteration: u32,
+    carries: Vec<Carry>,
 }
 
 impl Repeat {
@@ -449,7 +463,36 @@ impl Repeat {
             ops_per_iteration,
             first_tensor: first_tensor.as_u32(),
             tensors_per_iteration,
+            carries: Vec::new(),
         }
+    }
+
+    /// The same repeat with these carries.
+    pub fn with_carries(mut self, mut carries: Vec<Carry>) -> Self {
+        carries.sort();
+        carries.dedup();
+        self.carries = carries;
+        self
+    }
+
+    /// The values chained from iteration to iteration, sorted.
+    pub fn carries(&self) -> &[Carry] {
+        &self.carries
+    }
+
+    /// The tensor at body position `position` of iteration `k`, if both
+    /// are in range.
+    pub fn body_tensor(&self, k: u32, position: u32) -> Option<TensorId> {
+        (k < self.count && position < self.tensors_per_iteration).then(|| {
+            TensorId::from_u32(self.first_tensor + k * self.tensors_per_iteration + position)
+        })
+    }
+
+    /// The op at body position `position` of iteration `k`, if both are in
+    /// range.
+    pub fn body_op(&self, k: u32, position: u32) -> Option<OpId> {
+        (k < self.count && position < self.ops_per_iteration)
+            .then(|| OpId::from_u32(self.first_op + k * self.ops_per_iteration + position))
     }
 
     /// The repeat's name (the fixture layer's name).

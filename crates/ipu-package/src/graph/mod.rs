@@ -18,7 +18,7 @@ pub use fixture::{
     FIXTURE_SCHEMA_VERSION, FixtureError, ParseOptions, parse_fixture, parse_fixture_with,
 };
 pub use ir::{
-    Graph, GraphBuilder, Op, OpId, Repeat, SoftmaxPrecision, Tensor, TensorId, TensorKind,
+    Carry, Graph, GraphBuilder, Op, OpId, Repeat, SoftmaxPrecision, Tensor, TensorId, TensorKind,
 };
 pub use validate::{ErrorLocation, GraphError, Slot, broadcast_shapes, validate_graph};
 pub use values::ValueSet;

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use ipu_layout::{Fp8Format, Precision};
 
-use crate::graph::values::{Quantizer, ValueSet};
+use crate::graph::values::{Quantizer, ValueSet, encode};
 use crate::graph::{Graph, TensorId, TensorKind};
 
 /// The header key of a tensor's FP8 scale.
@@ -141,12 +141,7 @@ pub fn write_values(
             }
         };
         let begin = data.len();
-        let width = precision.element_bytes() as usize;
-        let mut element = [0u8; 4];
-        for &x in v {
-            precision.encode_into(x, &mut element[..width]);
-            data.extend_from_slice(&element[..width]);
-        }
+        data.extend_from_slice(&encode(precision, v));
         let mut entry = Map::new();
         entry.insert("dtype".to_owned(), Value::from(dtype));
         entry.insert("shape".to_owned(), Value::from(tensor.extents().to_vec()));

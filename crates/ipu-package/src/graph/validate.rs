@@ -800,6 +800,25 @@ fn check_repeats(graph: &Graph) -> Result<(), GraphError> {
         }
         ops_end = ops.end;
         tensors_end = tensors.end;
+        for carry in repeat.carries() {
+            let body = repeat.body_tensor(0, carry.body_tensor);
+            let valid = carry.initial.index() < repeat.first_tensor() as usize
+                && body.is_some_and(|b| {
+                    let (x, y) = (graph.tensor(carry.initial), graph.tensor(b));
+                    x.shape() == y.shape() && x.precision() == y.precision()
+                });
+            if !valid {
+                return Err(fail(
+                    0,
+                    None,
+                    format!(
+                        "carry from {} to body tensor {} needs a tensor from before the repeat \
+                         and a body tensor of the same shape and precision",
+                        carry.initial, carry.body_tensor
+                    ),
+                ));
+            }
+        }
         let per_t = repeat.tensors_per_iteration() as usize;
         let all_ops = graph.ops().values();
         for k in 1..repeat.count() {
@@ -820,19 +839,20 @@ fn check_repeats(graph: &Graph) -> Result<(), GraphError> {
                 let mapped = b_op.map_tensors(|id| {
                     if owned.contains(&id.index()) {
                         TensorId::new(id.index() + shift)
+                    } else if k == 1 {
+                        // Iteration 1 reads a carry's body tensor of
+                        // iteration 0 where iteration 0 read its initial.
+                        repeat
+                            .carries()
+                            .iter()
+                            .find(|c| c.initial == id)
+                            .and_then(|c| repeat.body_tensor(0, c.body_tensor))
+                            .unwrap_or(id)
                     } else {
                         id
                     }
                 });
-                let same = mapped == *t_op
-                    || (k == 1
-                        && attributes_equal(&mapped, t_op)
-                        && mapped.output() == t_op.output()
-                        && mapped
-                            .inputs()
-                            .iter()
-                            .zip(&t_op.inputs())
-                            .all(|(&m, &now)| m == now || carried(graph, repeat, m, now)));
+                let same = mapped == *t_op;
                 if !same {
                     let t_id = OpId::new(t);
                     return Err(fail(
@@ -849,9 +869,13 @@ fn check_repeats(graph: &Graph) -> Result<(), GraphError> {
             }
             for i in repeat.iteration_tensors(0) {
                 let a = &graph.tensors().values()[i];
-                let b = &graph.tensors().values()[i + shift];
-                if a.shape() != b.shape() || a.precision() != b.precision() || a.kind() != b.kind()
-                {
+                let b = &graph.tensors().values()[i + k as usize * per_t];
+                // An activation may become an output in another iteration
+                // (the last layer's result, say): the computation is the
+                // same.
+                let same_kind =
+                    a.kind() == b.kind() || (a.kind().is_computed() && b.kind().is_computed());
+                if a.shape() != b.shape() || a.precision() != b.precision() || !same_kind {
                     return Err(fail(
                         k,
                         None,
@@ -866,20 +890,4 @@ fn check_repeats(graph: &Graph) -> Result<(), GraphError> {
         }
     }
     Ok(())
-}
-
-/// Whether op attributes (everything but tensor ids) agree.
-fn attributes_equal(a: &Op, b: &Op) -> bool {
-    let zero = TensorId::from_u32(0);
-    a.map_tensors(|_| zero) == b.map_tensors(|_| zero)
-}
-
-/// Whether `now` (read by iteration 1) is the carried counterpart of
-/// `base` (read by iteration 0): `base` comes from before the repeat, and
-/// `now` is an iteration-0 tensor with the same shape and precision.
-fn carried(graph: &Graph, repeat: &crate::graph::Repeat, base: TensorId, now: TensorId) -> bool {
-    let before_repeat = base.index() < repeat.first_tensor() as usize;
-    let from_previous = repeat.locate_tensor(now).is_some_and(|(it, _)| it == 0);
-    let (a, b) = (graph.tensor(base), graph.tensor(now));
-    before_repeat && from_previous && a.shape() == b.shape() && a.precision() == b.precision()
 }

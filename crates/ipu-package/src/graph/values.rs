@@ -325,6 +325,49 @@ impl Quantizer {
     }
 }
 
+/// The little-endian bytes of `values` in `precision`, exactly as
+/// `Precision::encode_into` writes them element by element (a test checks
+/// this), but fast enough for a whole model's weights: FP8 values are
+/// rounded with [`Quantizer`] and their code found in a 128-entry table.
+/// Deterministic whatever the thread count.
+pub fn encode(precision: Precision, values: &[f32]) -> Vec<u8> {
+    let width = precision.element_bytes() as usize;
+    let mut out = vec![0u8; values.len() * width];
+    let quantizer = Quantizer::new(precision);
+    let table: Vec<f32> = match precision {
+        Precision::F8 { format, scale } => (0u8..0x80)
+            .map(|code| (f64::from(format.decode(code)) * 2f64.powi(i32::from(scale))) as f32)
+            .collect(),
+        _ => Vec::new(),
+    };
+    out.par_chunks_mut(BLOCK * width)
+        .zip(values.par_chunks(BLOCK))
+        .for_each(|(bytes, chunk)| {
+            for (element, &value) in bytes.chunks_exact_mut(width).zip(chunk) {
+                match precision {
+                    Precision::F8 { .. } => {
+                        let rounded = quantizer.round(value);
+                        element[0] = if rounded.is_nan() {
+                            ipu_layout::numeric::FP8_NAN
+                        } else {
+                            let magnitude = rounded.abs();
+                            // The rounded magnitude is one of the table's
+                            // values; the table is increasing.
+                            let code = table.partition_point(|&x| x < magnitude).min(0x7f) as u8;
+                            if code != 0 && rounded < 0.0 {
+                                code | 0x80
+                            } else {
+                                code
+                            }
+                        };
+                    }
+                    _ => precision.encode_into(value, element),
+                }
+            }
+        });
+    out
+}
+
 /// `2^e` as f32 for any exponent a scaled FP8 value can need, computed in
 /// f64 so that intermediate subnormal steps stay exact.
 fn pow2(e: i32) -> f32 {

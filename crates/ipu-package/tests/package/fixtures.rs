@@ -124,6 +124,16 @@ fn repeat_iterations_chain_and_shift() {
         assert_eq!((repeat.name(), iteration, position), ("encoder", k, 0));
     }
     assert_eq!(encoder.iteration_ops(27), 0..0);
+    // One carry: x0 into the first iteration, x{i+1} out of each.
+    let x0 = graph.tensor_by_name("x0").expect("x0");
+    let &[carry] = encoder.carries() else {
+        panic!("carries {:?}", encoder.carries());
+    };
+    assert_eq!(carry.initial, x0);
+    for k in 0..27 {
+        let out = encoder.body_tensor(k, carry.body_tensor).expect("in range");
+        assert_eq!(graph.tensor(out).name(), format!("x{}", k + 1));
+    }
     let owned = encoder.iteration_tensors(3);
     assert!(
         graph.tensors().values()[owned.clone()]
@@ -172,4 +182,6 @@ fn overrides_change_batch_and_layer_count() {
     // The post layer norm reads x{layers}, which follows the override.
     assert!(graph.tensor_by_name("x1").is_some());
     assert!(graph.tensor_by_name("x2").is_none());
+    // A single iteration still knows its carry.
+    assert_eq!(graph.repeats()[0].carries().len(), 1);
 }

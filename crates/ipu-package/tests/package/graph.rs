@@ -3,8 +3,8 @@
 
 use ipu_layout::{EntityId, Fp8Format, Precision};
 use ipu_package::graph::{
-    ErrorLocation, GraphBuilder, GraphError, Op, OpId, Repeat, Slot, SoftmaxPrecision, TensorId,
-    TensorKind, broadcast_shapes,
+    Carry, ErrorLocation, GraphBuilder, GraphError, Op, OpId, Repeat, Slot, SoftmaxPrecision,
+    TensorId, TensorKind, broadcast_shapes,
 };
 use proptest::prelude::*;
 
@@ -46,14 +46,14 @@ fn chain(layers: u32, tamper: impl FnOnce(&mut Vec<Op>)) -> Result<ipu_package::
     for op in ops {
         b.op(op);
     }
-    b.repeat(Repeat::new(
-        "layers",
-        layers,
-        OpId::from_u32(0),
-        2,
-        first_tensor,
-        3,
-    ));
+    let carry = Carry {
+        initial: x,
+        body_tensor: 2,
+    };
+    b.repeat(
+        Repeat::new("layers", layers, OpId::from_u32(0), 2, first_tensor, 3)
+            .with_carries(vec![carry]),
+    );
     b.finish()
 }
 
@@ -97,6 +97,96 @@ fn an_iteration_that_differs_is_rejected() {
         }
     });
     assert!(err.is_err());
+}
+
+#[test]
+fn an_undeclared_carry_is_rejected() {
+    let mut b = GraphBuilder::new("g");
+    let x = b.tensor("x0", [4], F16, TensorKind::Input);
+    let y1 = b.tensor("x1", [4], F16, TensorKind::Activation);
+    let y2 = b.tensor("x2", [4], F16, TensorKind::Output);
+    b.op(Op::Gelu {
+        input: x,
+        output: y1,
+    });
+    b.op(Op::Gelu {
+        input: y1,
+        output: y2,
+    });
+    let repeat = Repeat::new("r", 2, OpId::from_u32(0), 1, y1, 1);
+    b.repeat(repeat.clone());
+    let err = b.finish().expect_err("no carry declared");
+    assert!(
+        matches!(err, GraphError::Repeat { iteration: 1, .. }),
+        "{err}"
+    );
+    // Declared, it validates; a carry from inside the repeat does not.
+    let rebuild = |carry: Carry| {
+        let mut b = GraphBuilder::new("g");
+        let x = b.tensor("x0", [4], F16, TensorKind::Input);
+        let y1 = b.tensor("x1", [4], F16, TensorKind::Activation);
+        let y2 = b.tensor("x2", [4], F16, TensorKind::Output);
+        b.op(Op::Gelu {
+            input: x,
+            output: y1,
+        });
+        b.op(Op::Gelu {
+            input: y1,
+            output: y2,
+        });
+        b.repeat(repeat.clone().with_carries(vec![carry]));
+        b.finish()
+    };
+    let declared = rebuild(Carry {
+        initial: x,
+        body_tensor: 0,
+    });
+    assert!(declared.is_ok(), "{declared:?}");
+    assert!(
+        rebuild(Carry {
+            initial: y1,
+            body_tensor: 0
+        })
+        .is_err()
+    );
+    assert!(
+        rebuild(Carry {
+            initial: x,
+            body_tensor: 1
+        })
+        .is_err()
+    );
+}
+
+#[test]
+fn a_later_iteration_with_another_tensor_type_is_rejected() {
+    // Three gelu iterations; the last one writes F32 instead of F16.
+    let mut b = GraphBuilder::new("g");
+    let mut prev = b.tensor("x0", [4], F16, TensorKind::Input);
+    let first = b.next_tensor();
+    for i in 1..=3 {
+        let (p, kind) = if i == 3 {
+            (Precision::F32, TensorKind::Output)
+        } else {
+            (F16, TensorKind::Activation)
+        };
+        let y = b.tensor(format!("x{i}"), [4], p, kind);
+        b.op(Op::Gelu {
+            input: prev,
+            output: y,
+        });
+        prev = y;
+    }
+    let carry = Carry {
+        initial: TensorId::from_u32(0),
+        body_tensor: 0,
+    };
+    b.repeat(Repeat::new("r", 3, OpId::from_u32(0), 1, first, 1).with_carries(vec![carry]));
+    let err = b.finish().expect_err("iteration 2 differs");
+    assert!(
+        matches!(err, GraphError::Repeat { iteration: 2, .. }),
+        "{err}"
+    );
 }
 
 #[test]

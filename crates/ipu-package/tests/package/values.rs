@@ -147,6 +147,24 @@ proptest! {
         prop_assert_eq!(fast.to_bits(), slow.to_bits(), "{:?} of {}: {} vs {}", p, x, fast, slow);
     }
 
+    /// The fast encoder writes the codec's bytes.
+    #[test]
+    fn encode_matches_the_codec(p in precision(), xs in prop::collection::vec(prop_oneof![
+        any::<f32>().prop_filter("finite", |x| x.is_finite()),
+        -10f32..10.0,
+        -1e-3f32..1e-3,
+        Just(f32::NAN),
+        Just(-0.0f32),
+    ], 0..40)) {
+        let fast = values::encode(p, &xs);
+        let width = p.element_bytes() as usize;
+        let mut slow = vec![0u8; xs.len() * width];
+        for (out, &x) in slow.chunks_exact_mut(width).zip(&xs) {
+            p.encode_into(x, out);
+        }
+        prop_assert_eq!(fast, slow);
+    }
+
     /// Exact FP8 values and midpoints between neighbours round like the
     /// codec (ties to even).
     #[test]

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 /// Output rows computed per parallel task: small tensors stay on one
 /// thread, large GEMMs split.
-const ROWS_PER_TASK: usize = 16;
+const ROWS_PER_TASK: usize = 32;
 
 /// How GEMM sums are accumulated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -32,7 +32,15 @@ pub enum GemmAccumulation {
     },
 }
 
+/// Columns of one output block: with [`ROWS_PER_TASK`] rows the running
+/// sums of a block stay in L1 while a row of `right` streams past.
+const COLUMNS_PER_BLOCK: usize = 256;
+
 /// `left [rows, k] × right [k, n] (+ bias [n])`.
+///
+/// Each output element is one f32 running sum over `k = 0, 1, ..` whatever
+/// the blocking, so the result is the naive triple loop's, bit for bit;
+/// the blocking over rows and columns only keeps `right` in cache.
 pub fn gemm(
     left: &[f32],
     right: &[f32],
@@ -49,22 +57,30 @@ pub fn gemm(
     out.par_chunks_mut(n * ROWS_PER_TASK)
         .enumerate()
         .for_each(|(task, chunk)| {
-            let mut block_sum = vec![0.0f32; n];
-            for (r, row) in chunk.chunks_mut(n).enumerate() {
-                let i = task * ROWS_PER_TASK + r;
-                let a_row = &left[i * k..(i + 1) * k];
-                match accumulation {
-                    GemmAccumulation::F32 => {
-                        for (kk, &a) in a_row.iter().enumerate() {
-                            let b_row = &right[kk * n..(kk + 1) * n];
-                            for (acc, &b) in row.iter_mut().zip(b_row) {
-                                *acc += a * b;
+            let first_row = task * ROWS_PER_TASK;
+            let task_rows = chunk.len() / n;
+            match accumulation {
+                GemmAccumulation::F32 => {
+                    for j0 in (0..n).step_by(COLUMNS_PER_BLOCK) {
+                        let j1 = (j0 + COLUMNS_PER_BLOCK).min(n);
+                        for kk in 0..k {
+                            let b_row = &right[kk * n + j0..kk * n + j1];
+                            for r in 0..task_rows {
+                                let a = left[(first_row + r) * k + kk];
+                                let acc = &mut chunk[r * n + j0..r * n + j1];
+                                for (x, &b) in acc.iter_mut().zip(b_row) {
+                                    *x += a * b;
+                                }
                             }
                         }
                     }
-                    GemmAccumulation::F16Partials { block } => {
-                        let block = (block as usize).max(1);
-                        let f16 = Quantizer::new(Precision::F16);
+                }
+                GemmAccumulation::F16Partials { block } => {
+                    let block = (block as usize).max(1);
+                    let f16 = Quantizer::new(Precision::F16);
+                    let mut block_sum = vec![0.0f32; n];
+                    for (r, row) in chunk.chunks_mut(n).enumerate() {
+                        let a_row = &left[(first_row + r) * k..(first_row + r + 1) * k];
                         for start in (0..k).step_by(block) {
                             block_sum.iter_mut().for_each(|s| *s = 0.0);
                             for kk in start..(start + block).min(k) {
@@ -80,7 +96,9 @@ pub fn gemm(
                         }
                     }
                 }
-                if let Some(bias) = bias {
+            }
+            if let Some(bias) = bias {
+                for row in chunk.chunks_mut(n) {
                     for (acc, &b) in row.iter_mut().zip(bias) {
                         *acc += b;
                     }
@@ -209,6 +227,23 @@ pub fn attention(
     let head_dim = hidden / heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
     let round = Quantizer::new(softmax);
+    // Keys transposed per (batch, head) to [head_dim, tokens_kv], so the
+    // scores of one query row accumulate over the head's columns with the
+    // key tokens as the vectorised inner loop; each score is still one
+    // running sum over the columns in increasing order.
+    let mut keys_t = vec![0.0f32; batch * heads * head_dim * tokens_kv];
+    keys_t
+        .par_chunks_mut((head_dim * tokens_kv).max(1))
+        .enumerate()
+        .for_each(|(bh, block)| {
+            let (b, h) = (bh / heads, bh % heads);
+            for j in 0..tokens_kv {
+                let row = (b * tokens_kv + j) * hidden + h * head_dim;
+                for c in 0..head_dim {
+                    block[c * tokens_kv + j] = k[row + c];
+                }
+            }
+        });
     let mut out = vec![0.0f32; batch * tokens_q * hidden];
     // One task per (batch, query row): each writes its own output row.
     out.par_chunks_mut(hidden.max(1))
@@ -219,12 +254,16 @@ pub fn attention(
             let mut p = vec![0.0f32; tokens_kv];
             for h in 0..heads {
                 let cols = h * head_dim..(h + 1) * head_dim;
-                let qh = &q_row[cols.clone()];
-                for (j, pj) in p.iter_mut().enumerate() {
-                    let kr = (b * tokens_kv + j) * hidden;
-                    let kh = &k[kr + cols.start..kr + cols.end];
-                    let dot = qh.iter().zip(kh).fold(0.0f32, |acc, (&a, &c)| acc + a * c);
-                    *pj = round.round(dot * scale);
+                let block = (b * heads + h) * head_dim * tokens_kv;
+                p.iter_mut().for_each(|x| *x = 0.0);
+                for (c, &qc) in q_row[cols.clone()].iter().enumerate() {
+                    let kt = &keys_t[block + c * tokens_kv..block + (c + 1) * tokens_kv];
+                    for (pj, &kv) in p.iter_mut().zip(kt) {
+                        *pj += qc * kv;
+                    }
+                }
+                for pj in p.iter_mut() {
+                    *pj = round.round(*pj * scale);
                 }
                 let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0.0f32;

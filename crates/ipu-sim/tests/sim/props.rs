@@ -107,4 +107,73 @@ proptest! {
             prop_assert!(mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-3, "mean {mean} var {var}");
         }
     }
+
+    /// The blocked, parallel GEMM gives the naive loop's bits: one f32
+    /// running sum over k in increasing order, bias added last.
+    #[test]
+    fn gemm_is_bit_identical_to_the_documented_loop((m, k, n, a, b, bias) in (1usize..70, 1usize..6, prop_oneof![1usize..8, 250usize..300]).prop_flat_map(|(m, k, n)| {
+        (Just(m), Just(k), Just(n), values(m * k), values(k * n), values(n))
+    })) {
+        let g = one_op(&[(&[m as u64, k as u64], F32), (&[k as u64, n as u64], F32), (&[n as u64], F32)], (&[m as u64, n as u64], F32),
+            |i, o| Op::Gemm { left: i[0], right: i[1], bias: Some(i[2]), output: o });
+        let out = run(&g, &[a.clone(), b.clone(), bias.clone()]);
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0.0f32;
+                for kk in 0..k {
+                    acc += a[i * k + kk] * b[kk * n + j];
+                }
+                acc += bias[j];
+                prop_assert_eq!(out[i * n + j].to_bits(), acc.to_bits());
+            }
+        }
+    }
+
+    /// Attention gives the bits of the formula documented in
+    /// `ipu_sim::reference`, written here as plainly as possible.
+    #[test]
+    fn attention_is_bit_identical_to_the_documented_formula((batch, tq, tkv, heads, q, k, v, f16) in (1usize..3, 1usize..4, 1usize..7, 1usize..4).prop_flat_map(|(b, tq, tkv, heads)| {
+        let hidden = heads * 3;
+        (Just(b), Just(tq), Just(tkv), Just(heads), values(b * tq * hidden), values(b * tkv * hidden), values(b * tkv * hidden), any::<bool>())
+    })) {
+        let hidden = heads * 3;
+        let softmax = if f16 { SoftmaxPrecision::F16 } else { SoftmaxPrecision::F32 };
+        let g = one_op(
+            &[(&[batch as u64, tq as u64, hidden as u64], F32), (&[batch as u64, tkv as u64, hidden as u64], F32), (&[batch as u64, tkv as u64, hidden as u64], F32)],
+            (&[batch as u64, tq as u64, hidden as u64], F32),
+            |i, o| Op::Attention { q: i[0], k: i[1], v: i[2], heads: heads as u32, softmax, output: o },
+        );
+        let out = run(&g, &[q.clone(), k.clone(), v.clone()]);
+        let p = softmax.precision();
+        let d = 3;
+        let scale = 1.0 / (d as f32).sqrt();
+        for b in 0..batch {
+            for i in 0..tq {
+                for h in 0..heads {
+                    let mut s = vec![0.0f32; tkv];
+                    for (j, sj) in s.iter_mut().enumerate() {
+                        let mut dot = 0.0f32;
+                        for c in h * d..(h + 1) * d {
+                            dot += q[(b * tq + i) * hidden + c] * k[(b * tkv + j) * hidden + c];
+                        }
+                        *sj = p.quantize(dot * scale);
+                    }
+                    let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let e: Vec<f32> = s.iter().map(|&x| p.quantize((x - m).exp())).collect();
+                    let mut sum = 0.0f32;
+                    for &x in &e {
+                        sum += x;
+                    }
+                    let probs: Vec<f32> = e.iter().map(|&x| p.quantize(x / sum)).collect();
+                    for c in h * d..(h + 1) * d {
+                        let mut acc = 0.0f32;
+                        for (j, &pj) in probs.iter().enumerate() {
+                            acc += pj * v[(b * tkv + j) * hidden + c];
+                        }
+                        prop_assert_eq!(out[(b * tq + i) * hidden + c].to_bits(), acc.to_bits());
+                    }
+                }
+            }
+        }
+    }
 }
