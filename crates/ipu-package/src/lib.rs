@@ -24,5 +24,6 @@ pub mod graph;
 pub mod lower;
 pub mod plan;
 pub mod program;
+pub mod storage;
 
 pub use graph::{Graph, GraphError, Op, OpId, Tensor, TensorId, TensorKind};

@@ -24,7 +24,8 @@ use ipu_layout::{
 use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
     self, AttentionShape, CostModel, GemmGrid, GemmProblem, attention_grid, attention_layouts,
-    gemm_candidates, gemm_layouts, replicated, row_layout, tensor_type,
+    column_parts, element_layout, gemm_candidates, gemm_layouts, replicated, row_layout,
+    tensor_type,
 };
 use crate::program::{
     Buffer, BufferId, BufferRole, Codelet, GemmEntry, GemmKernel, KernelId, Operand, Program,
@@ -1013,7 +1014,7 @@ impl Lowerer<'_> {
         self.compute(name.clone(), calls);
         let out_ty = self.layout(
             format!("output of {op}"),
-            row_layout(tout.extents(), tout.precision(), self.config.tiles),
+            element_layout(tout.extents(), tout.precision(), self.config.tiles),
         )?;
         let mut pr_shape = vec![u64::from(chosen.pk)];
         pr_shape.extend_from_slice(tout.extents());
@@ -1035,7 +1036,7 @@ impl Lowerer<'_> {
             Attrs::default(),
         );
         let bias_buffer = match bias {
-            Some(b) => Some(self.replicated_params(op, &[b], out_ty.tiling().tile_count())?[0]),
+            Some(b) => Some(self.column_bias(op, b, &out_ty)?),
             None => None,
         };
         let y = self.output(op, output, out_ty.clone())?;
@@ -1083,20 +1084,37 @@ impl Lowerer<'_> {
         output: &TensorType,
         grid: GemmGrid,
     ) -> Result<BufferId, LowerError> {
+        self.bias_in_blocks(op, bias, output.tiling().tile_count(), grid.pn)
+    }
+
+    /// A bias `[N]` for an element layout: column block `t % parts`.
+    fn column_bias(
+        &mut self,
+        op: OpId,
+        bias: TensorId,
+        output: &TensorType,
+    ) -> Result<BufferId, LowerError> {
+        self.bias_in_blocks(op, bias, output.tiling().tile_count(), column_parts(output))
+    }
+
+    /// `bias` split in `parts` blocks of 16 columns, tile `t` holding block
+    /// `t % parts`, over `tiles` tiles.
+    fn bias_in_blocks(
+        &mut self,
+        op: OpId,
+        bias: TensorId,
+        tiles: u32,
+        parts: u32,
+    ) -> Result<BufferId, LowerError> {
         let t = self.graph.tensor(bias);
-        let tiles = output.tiling().tile_count();
+        let axes = vec![
+            AxisTiling::new(Axis::FromStart(0), parts)
+                .with_block(16)
+                .with_stride(1),
+        ];
         let ty = self.layout(
             format!("bias of {op}"),
-            TensorTiling::new(
-                tiles,
-                tiles / grid.pn,
-                vec![
-                    AxisTiling::new(Axis::FromStart(0), grid.pn)
-                        .with_block(16)
-                        .with_stride(1),
-                ],
-            )
-            .and_then(|tiling| {
+            TensorTiling::new(tiles, tiles / parts, axes).and_then(|tiling| {
                 tensor_type(
                     t.extents(),
                     t.precision(),

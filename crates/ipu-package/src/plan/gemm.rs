@@ -299,37 +299,45 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
     })
 }
 
-/// The tiling weights rest in between uses: each element once, spread over
-/// every tile of the grid by splitting the columns (or else the inner
-/// dimension) `pm` times finer where there are enough blocks, so that
-/// resident weights stay balanced across tiles. Otherwise they rest on the
-/// first `pk·pn` tiles.
+/// The tiling weights rest in between uses: each element once, spread as
+/// evenly as the AMP blocks allow over the grid's tiles. With `pm == 1` it
+/// is the GEMM's own layout, so the weights never move; otherwise the split
+/// `kp × np ≤ tiles` with the most tiles (then the squarest blocks) is
+/// chosen, and the GEMM's row blocks receive their copies by exchange.
 fn resident_tiling(problem: &GemmProblem, grid: GemmGrid) -> Result<TensorTiling, LayoutError> {
     let GemmGrid { pm, pn, pk } = grid;
     let micro = problem.micro_inner();
-    let nblocks = problem.columns.div_ceil(COLUMN_BLOCK);
-    let kblocks = problem.inner.div_ceil(micro);
     let tiles = u32::try_from(grid.tiles()).map_err(|_| LayoutError::Overflow { what: "grid" })?;
-    let (k_parts, n_parts) = if u64::from(pn) * u64::from(pm) <= nblocks {
-        (pk, pn * pm)
-    } else if u64::from(pk) * u64::from(pm) <= kblocks {
-        (pk * pm, pn)
-    } else {
+    if pm == 1 {
         return TensorTiling::new(
-            pk * pn,
+            tiles,
             1,
             vec![
                 axis(Axis::FromStart(0), pk, micro, u64::from(pn)),
                 axis(Axis::FromStart(1), pn, COLUMN_BLOCK, 1),
             ],
         );
-    };
+    }
+    let kblocks = problem.inner.div_ceil(micro).max(1);
+    let nblocks = problem.columns.div_ceil(COLUMN_BLOCK).max(1);
+    let mut best = (0u64, u64::MAX, 1u64, 1u64);
+    for kp in 1..=kblocks.min(u64::from(tiles)) {
+        let np = (u64::from(tiles) / kp).min(nblocks);
+        let used = kp * np;
+        let k_block = kblocks.div_ceil(kp) * micro;
+        let n_block = nblocks.div_ceil(np) * COLUMN_BLOCK;
+        let largest = k_block * n_block;
+        if (used, u64::MAX - largest) > (best.0, u64::MAX - best.1) {
+            best = (used, largest, kp, np);
+        }
+    }
+    let (used, _, kp, np) = best;
     TensorTiling::new(
-        tiles,
+        used as u32,
         1,
         vec![
-            axis(Axis::FromStart(0), k_parts, micro, u64::from(n_parts)),
-            axis(Axis::FromStart(1), n_parts, COLUMN_BLOCK, 1),
+            axis(Axis::FromStart(0), kp as u32, micro, np),
+            axis(Axis::FromStart(1), np as u32, COLUMN_BLOCK, 1),
         ],
     )
 }

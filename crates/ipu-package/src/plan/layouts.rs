@@ -98,6 +98,53 @@ pub fn row_layout(
     )
 }
 
+/// Rows spread like [`row_layout`], and where there are fewer rows than
+/// tiles, the last axis too, in blocks of 16 elements: for element-wise
+/// work (sums of partials, bias adds) on results with few rows.
+pub fn element_layout(
+    extents: &[u64],
+    precision: Precision,
+    tiles: u32,
+) -> Result<TensorType, LayoutError> {
+    if extents.len() < 2 {
+        return row_layout(extents, precision, tiles);
+    }
+    let (tokens, batch) = row_split(extents, tiles);
+    let columns = extents[extents.len() - 1];
+    let parts =
+        (columns.div_ceil(16)).clamp(1, (u64::from(tiles.max(1)) / (tokens * batch)).max(1));
+    if parts == 1 {
+        return row_layout(extents, precision, tiles);
+    }
+    let mut axes = vec![
+        split(Axis::FromEnd(1), parts, 16, 1),
+        split(Axis::FromEnd(2), tokens, 1, parts),
+    ];
+    if batch > 1 {
+        axes.push(split(Axis::FromEnd(3), batch, 1, parts * tokens));
+    }
+    let tiling = TensorTiling::new((parts * tokens * batch) as u32, 1, axes)?;
+    tensor_type(
+        extents,
+        precision,
+        ElementOrder::RowMajor,
+        MemoryClass::Ipu21Standard,
+        tiling,
+    )
+}
+
+/// How many column blocks [`element_layout`] splits the last axis into.
+pub fn column_parts(layout: &TensorType) -> u32 {
+    let rank = layout.shape().rank();
+    layout
+        .tiling()
+        .axes()
+        .iter()
+        .find(|a| a.axis.resolve(rank).ok() == Some(rank - 1))
+        .map(|a| a.partitions)
+        .unwrap_or(1)
+}
+
 /// A vector held whole on each of `tiles` tiles.
 pub fn replicated(
     extents: &[u64],

@@ -15,6 +15,6 @@ mod layouts;
 pub use cost::CostModel;
 pub use gemm::{GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates, gemm_layouts};
 pub use layouts::{
-    AttentionGrid, AttentionLayouts, AttentionShape, attention_grid, attention_layouts, replicated,
-    row_layout, row_split, rows_like, tensor_type,
+    AttentionGrid, AttentionLayouts, AttentionShape, attention_grid, attention_layouts,
+    column_parts, element_layout, replicated, row_layout, row_split, rows_like, tensor_type,
 };

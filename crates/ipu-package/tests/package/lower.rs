@@ -122,3 +122,38 @@ fn siglip_lowers_with_one_body_for_27_layers() {
     assert_eq!(weights, 12);
     let _ = TileId::new(0);
 }
+
+/// The lowered SigLIP program's live bytes per tile stay within the tile
+/// by the peak-live lower bound, in all and in the interleaved region, with
+/// room for support memory (code, exchange rows) in region 0.
+#[test]
+fn siglip_storage_peaks_fit_a_tile() {
+    use ipu_layout::MemoryClass;
+    use ipu_package::storage::plan_storage;
+    const USABLE: u64 = 0xe7bb0 - 0x4c000;
+    const REGION1: u64 = 0xe7bb0 - 0x80000;
+    const SUPPORT: u64 = 96 * 1024;
+    let p = lowered("siglip-so400m-b2.json", 1472);
+    let s = plan_storage(&p).unwrap();
+    let steps = s.step_names.len();
+    assert!(s.request_count() > 100_000);
+    for (t, reqs) in s.tiles.iter().enumerate() {
+        let mut live = vec![0u64; steps];
+        let mut interleaved = vec![0u64; steps];
+        for r in reqs {
+            for st in r.first_step..=r.last_step {
+                live[st as usize] += u64::from(r.bytes);
+                if r.class == MemoryClass::Ipu21Interleaved {
+                    interleaved[st as usize] += u64::from(r.bytes);
+                }
+            }
+        }
+        let peak = live.iter().max().copied().unwrap_or(0);
+        let peak_interleaved = interleaved.iter().max().copied().unwrap_or(0);
+        assert!(peak + SUPPORT <= USABLE, "tile {t}: peak {peak}");
+        assert!(
+            peak_interleaved <= REGION1,
+            "tile {t}: interleaved peak {peak_interleaved}"
+        );
+    }
+}

@@ -1,0 +1,346 @@
+//! Storage requests: what every tile must hold, from when to when.
+//!
+//! Steps are numbered in program order with each repeat body counted once,
+//! so one placement serves every iteration. A buffer lives from the first
+//! step that touches it to the last; one that a repeat body touches and
+//! that also lives outside the body lives across the whole body, because
+//! the body runs again after its last use. Host-written buffers live from
+//! step 0, weights for the whole program, outputs to the end.
+//!
+//! A repeat's per-iteration weights (same type, one buffer per iteration)
+//! become one stacked request per tile, so that iteration `i`'s weights
+//! sit at `base + i · stride`: per-iteration address patches are then a
+//! single stride per patched word.
+
+use std::collections::HashMap;
+
+use ipu_layout::{EntityId, MemoryClass, TileId};
+use smallvec::SmallVec;
+
+use crate::program::{BufferId, BufferRole, Codelet, Program, Step};
+
+/// One request on one tile: a buffer's shard (or a stack of per-iteration
+/// shards) with its lifetime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageRequest {
+    /// The buffers placed in this request, each at a byte offset from its
+    /// start (one buffer at 0, or a stack of iteration buffers).
+    pub members: SmallVec<[(BufferId, u32); 1]>,
+    /// The memory class.
+    pub class: MemoryClass,
+    /// Bytes, including access tails.
+    pub bytes: u32,
+    /// Address alignment.
+    pub alignment: u32,
+    /// First step the request is live.
+    pub first_step: u32,
+    /// Last step the request is live (inclusive).
+    pub last_step: u32,
+    /// Requests on the same tile (indices) that must not share a memory
+    /// element with this one.
+    pub separate_from: SmallVec<[u32; 2]>,
+}
+
+/// Every tile's requests.
+#[derive(Clone, Debug, Default)]
+pub struct StoragePlan {
+    /// Steps in program order, each repeat body once.
+    pub step_names: Vec<String>,
+    /// Per tile, its requests.
+    pub tiles: Vec<Vec<StorageRequest>>,
+    /// Per buffer, its lifetime `(first, last)`.
+    pub lifetimes: HashMap<BufferId, (u32, u32)>,
+}
+
+impl StoragePlan {
+    /// Total requests over all tiles.
+    pub fn request_count(&self) -> usize {
+        self.tiles.iter().map(Vec::len).sum()
+    }
+}
+
+/// Why storage could not be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// A shard is larger than a 32-bit address space.
+    #[error("{buffer} needs {bytes} bytes on {tile}, more than a tile can address")]
+    TooLarge {
+        /// The buffer's name.
+        buffer: String,
+        /// The tile.
+        tile: TileId,
+        /// The bytes needed.
+        bytes: u64,
+    },
+}
+
+struct Walk {
+    names: Vec<String>,
+    touched: HashMap<BufferId, (u32, u32)>,
+    /// Per repeat body: its step range and the buffers it touches.
+    bodies: Vec<((u32, u32), Vec<BufferId>)>,
+    /// GEMM separations: (tile, output, left, right).
+    separations: Vec<(TileId, BufferId, BufferId, BufferId)>,
+}
+
+impl Walk {
+    fn touch(&mut self, b: BufferId, step: u32) {
+        let e = self.touched.entry(b).or_insert((step, step));
+        e.0 = e.0.min(step);
+        e.1 = e.1.max(step);
+    }
+
+    fn steps(&mut self, steps: &[Step], inside: &mut Vec<BufferId>) {
+        for step in steps {
+            let index = self.names.len() as u32;
+            match step {
+                Step::Compute { name, calls } => {
+                    self.names.push(name.clone());
+                    for (tile, c) in calls {
+                        for b in codelet_buffers(c) {
+                            self.touch(b, index);
+                            inside.push(b);
+                        }
+                        if let Codelet::Gemm {
+                            left,
+                            right,
+                            output,
+                            ..
+                        } = c
+                        {
+                            self.separations.push((
+                                *tile,
+                                output.buffer,
+                                left.buffer,
+                                right.buffer,
+                            ));
+                        }
+                    }
+                }
+                Step::Exchange { name, copies } => {
+                    self.names.push(name.clone());
+                    for c in copies {
+                        for b in [c.source, c.destination] {
+                            self.touch(b, index);
+                            inside.push(b);
+                        }
+                    }
+                }
+                Step::Repeat {
+                    body,
+                    iteration_buffers,
+                    ..
+                } => {
+                    let start = self.names.len() as u32;
+                    let mut touched = Vec::new();
+                    self.steps(body, &mut touched);
+                    let end = (self.names.len() as u32).saturating_sub(1).max(start);
+                    for (b, list) in iteration_buffers {
+                        for &bi in list {
+                            if let Some(&(f, l)) = self.touched.get(b) {
+                                self.touch(bi, f);
+                                self.touch(bi, l);
+                            }
+                        }
+                    }
+                    inside.extend(touched.iter().copied());
+                    touched.sort();
+                    touched.dedup();
+                    self.bodies.push(((start, end), touched));
+                }
+            }
+        }
+    }
+}
+
+/// The buffers a codelet reads or writes.
+pub fn codelet_buffers(c: &Codelet) -> SmallVec<[BufferId; 7]> {
+    let ops: SmallVec<[_; 7]> = match *c {
+        Codelet::Gemm {
+            left,
+            right,
+            output,
+            ..
+        } => smallvec::smallvec![left, right, output],
+        Codelet::Add { a, b, out, .. } => smallvec::smallvec![a, b, out],
+        Codelet::LayerNorm {
+            input,
+            scale,
+            bias,
+            output,
+            ..
+        } => smallvec::smallvec![input, scale, bias, output],
+        Codelet::Gelu { input, output, .. } | Codelet::Convert { input, output, .. } => {
+            smallvec::smallvec![input, output]
+        }
+        Codelet::ReduceSum { input, output, .. } => smallvec::smallvec![input, output],
+        Codelet::AttentionBlock {
+            q,
+            k,
+            v,
+            out,
+            max,
+            sum,
+            workspace,
+            ..
+        } => smallvec::smallvec![q, k, v, out, max, sum, workspace],
+        Codelet::AttentionCombine {
+            out,
+            max,
+            sum,
+            output,
+            ..
+        } => smallvec::smallvec![out, max, sum, output],
+        Codelet::Zero { target, .. } => smallvec::smallvec![target],
+    };
+    ops.into_iter().map(|o| o.buffer).collect()
+}
+
+fn align_up(value: u64, alignment: u64) -> u64 {
+    value.div_ceil(alignment.max(1)) * alignment.max(1)
+}
+
+/// Plans every tile's storage requests for `program`.
+pub fn plan_storage(program: &Program) -> Result<StoragePlan, StorageError> {
+    let mut walk = Walk {
+        names: Vec::new(),
+        touched: HashMap::new(),
+        bodies: Vec::new(),
+        separations: Vec::new(),
+    };
+    let mut all = Vec::new();
+    walk.steps(&program.steps, &mut all);
+    let last = (walk.names.len() as u32).saturating_sub(1);
+
+    let mut lifetimes = walk.touched.clone();
+    // Buffers a body touches that also live outside it span the body.
+    for ((start, end), touched) in &walk.bodies {
+        for b in touched {
+            let Some(&(f, l)) = lifetimes.get(b) else {
+                continue;
+            };
+            if f < *start || l > *end {
+                let e = lifetimes.get_mut(b).expect("present");
+                e.0 = e.0.min(*start);
+                e.1 = e.1.max(*end);
+            }
+        }
+    }
+    for (id, b) in program.buffers.iter() {
+        let e = lifetimes.entry(id).or_insert((0, 0));
+        match b.role {
+            BufferRole::Weight => *e = (0, last),
+            BufferRole::Input => e.0 = 0,
+            BufferRole::Output => e.1 = last,
+            BufferRole::Activation | BufferRole::Temporary => {}
+        }
+    }
+
+    // Stacks of per-iteration weights.
+    let mut stacked: HashMap<BufferId, (BufferId, u32)> = HashMap::new();
+    let mut stacks: Vec<Vec<BufferId>> = Vec::new();
+    collect_stacks(&program.steps, &mut stacks);
+    for list in &stacks {
+        for (i, &b) in list.iter().enumerate() {
+            stacked.insert(b, (list[0], i as u32));
+        }
+    }
+
+    let tile_count = program
+        .buffers
+        .values()
+        .iter()
+        .map(|b| b.ty.tiling().tile_count())
+        .max()
+        .unwrap_or(0) as usize;
+    let mut tiles: Vec<Vec<StorageRequest>> = vec![Vec::new(); tile_count];
+    let mut index_of: HashMap<(TileId, BufferId), u32> = HashMap::new();
+    for (id, b) in program.buffers.iter() {
+        if let Some(&(head, i)) = stacked.get(&id)
+            && (head != id || i != 0)
+        {
+            continue;
+        }
+        let members: Vec<BufferId> = match stacked.get(&id) {
+            Some(_) => stacks
+                .iter()
+                .find(|l| l[0] == id)
+                .cloned()
+                .unwrap_or_else(|| vec![id]),
+            None => vec![id],
+        };
+        let (first, lastl) = lifetimes[&id];
+        let alignment = b.alignment.max(8);
+        for s in b.ty.shards() {
+            if s.bytes == 0 {
+                continue;
+            }
+            let one = s.bytes + u64::from(b.tail_bytes);
+            let stride = align_up(one, u64::from(alignment));
+            let total = stride * (members.len() as u64 - 1) + one;
+            let bytes = u32::try_from(total).map_err(|_| StorageError::TooLarge {
+                buffer: b.name.clone(),
+                tile: s.tile,
+                bytes: total,
+            })?;
+            let members: SmallVec<[(BufferId, u32); 1]> = members
+                .iter()
+                .enumerate()
+                .map(|(i, &m)| (m, (stride * i as u64) as u32))
+                .collect();
+            let list = &mut tiles[s.tile.index()];
+            for &(m, _) in &members {
+                index_of.insert((s.tile, m), list.len() as u32);
+            }
+            list.push(StorageRequest {
+                members,
+                class: b.ty.memory_class(),
+                bytes,
+                alignment,
+                first_step: first,
+                last_step: lastl,
+                separate_from: SmallVec::new(),
+            });
+        }
+    }
+    for (tile, output, left, right) in walk.separations {
+        let Some(&o) = index_of.get(&(tile, output)) else {
+            continue;
+        };
+        let mut others = vec![left];
+        if program.buffers[right].ty.memory_class() == MemoryClass::Ipu21Interleaved {
+            others.push(right);
+        }
+        for other in others {
+            if let Some(&x) = index_of.get(&(tile, other))
+                && x != o
+            {
+                let list = &mut tiles[tile.index()];
+                if !list[o as usize].separate_from.contains(&x) {
+                    list[o as usize].separate_from.push(x);
+                }
+            }
+        }
+    }
+    Ok(StoragePlan {
+        step_names: walk.names,
+        tiles,
+        lifetimes,
+    })
+}
+
+fn collect_stacks(steps: &[Step], out: &mut Vec<Vec<BufferId>>) {
+    for step in steps {
+        if let Step::Repeat {
+            body,
+            iteration_buffers,
+            ..
+        } = step
+        {
+            for (_, list) in iteration_buffers {
+                out.push(list.clone());
+            }
+            collect_stacks(body, out);
+        }
+    }
+}
