@@ -85,6 +85,9 @@ pub(crate) struct CoreConfig {
     pub path_search_limit: usize,
     /// Whether to split multicast jobs by fanout.
     pub fanout_split: bool,
+    /// How many of a node's jobs a greedy fill looks at (critical nodes
+    /// look at all).
+    pub fill_budget: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -93,6 +96,12 @@ enum State {
     Active,
     Done,
 }
+
+/// Jobs a critical node looks at before searching alternating paths.
+const CRITICAL_LOOK: usize = 64;
+
+/// Partner marker of a multicast job in a sender's adjacency.
+const MULTI: u32 = u32::MAX;
 
 const SEND: usize = 0;
 const RECV: usize = 1;
@@ -104,8 +113,10 @@ struct Core {
     offset: Vec<u32>,
     since: Vec<u64>,
     version: Vec<u32>,
-    /// Per side, per node: job ids (pending, active or stale).
-    adj: [Vec<Vec<u32>>; 2],
+    /// Per side, per node: (job id, partner node on the other side; for a
+    /// multicast job seen from the sender, `MULTI`). Entries of finished
+    /// jobs are dropped lazily.
+    adj: [Vec<Vec<(u32, u32)>>; 2],
     /// Per side, per node: remaining load as of `node_since` (busy) or now
     /// (free).
     load: [Vec<u64>; 2],
@@ -127,6 +138,8 @@ struct Core {
     mark_epoch: u32,
     /// Nodes freed since the last greedy fill.
     freed: Vec<(usize, usize)>,
+    /// Per side, per node: where the next look at its jobs starts.
+    cursor: [Vec<u32>; 2],
 }
 
 /// Schedules `jobs` on `nodes` senders and `nodes` receivers.
@@ -152,10 +165,14 @@ impl Core {
         let mut adj = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
         let mut load = [vec![0u64; nodes], vec![0u64; nodes]];
         for (j, job) in jobs.iter().enumerate() {
-            adj[SEND][job.sender as usize].push(j as u32);
+            let partner = match job.receivers.as_slice() {
+                [r] => *r,
+                _ => MULTI,
+            };
+            adj[SEND][job.sender as usize].push((j as u32, partner));
             load[SEND][job.sender as usize] += u64::from(job.len);
             for &r in &job.receivers {
-                adj[RECV][r as usize].push(j as u32);
+                adj[RECV][r as usize].push((j as u32, job.sender));
                 load[RECV][r as usize] += u64::from(job.len);
             }
         }
@@ -182,6 +199,7 @@ impl Core {
             mark: [vec![0; nodes], vec![0; nodes]],
             mark_epoch: 0,
             freed: Vec::new(),
+            cursor: [vec![0; nodes], vec![0; nodes]],
         }
     }
 
@@ -256,40 +274,68 @@ impl Core {
         let s = self.jobs[ju].sender as usize;
         self.load[SEND][s] -= ran;
         self.busy[SEND][s] = None;
-        self.push_free(SEND, s);
+        self.node_version[SEND][s] = self.node_version[SEND][s].wrapping_add(1);
         self.freed.push((SEND, s));
         for k in 0..self.jobs[ju].receivers.len() {
             let r = self.jobs[ju].receivers[k] as usize;
             self.load[RECV][r] -= ran;
             self.busy[RECV][r] = None;
-            self.push_free(RECV, r);
+            self.node_version[RECV][r] = self.node_version[RECV][r].wrapping_add(1);
             self.freed.push((RECV, r));
         }
     }
 
-    /// Tries to start a job at free node `v` without preempting anything.
-    /// With `split`, a multicast job may be split by fanout. Returns whether
-    /// a job started.
-    fn try_start(&mut self, side: usize, v: usize, split: bool) -> bool {
+    /// Tries to start a job at free node `v` without preempting anything,
+    /// looking at up to `budget` of its jobs (round robin from where the
+    /// last look stopped). With `split`, a multicast job may be split by
+    /// fanout. Returns whether a job started.
+    fn try_start(&mut self, side: usize, v: usize, split: bool, budget: usize) -> bool {
+        let other = 1 - side;
         let mut best: Option<(u64, usize)> = None;
         let mut best_split: Option<(u64, usize)> = None;
-        let mut i = 0;
-        while i < self.adj[side][v].len() {
-            let j = self.adj[side][v][i] as usize;
-            let stale = self.state[j] == State::Done
-                || (side == RECV && !self.jobs[j].receivers.contains(&(v as u32)));
-            if stale {
-                self.adj[side][v].swap_remove(i);
+        let mut len = self.adj[side][v].len();
+        if len == 0 {
+            return false;
+        }
+        let mut i = self.cursor[side][v] as usize % len;
+        let mut seen = 0;
+        while seen < budget.min(len) {
+            seen += 1;
+            let (j, partner) = self.adj[side][v][i];
+            let j = j as usize;
+            // The partner's state is in a small, hot array: look there first.
+            if partner != MULTI && self.busy[other][partner as usize].is_some() {
+                i = (i + 1) % len;
                 continue;
             }
-            i += 1;
+            if self.state[j] == State::Done {
+                self.adj[side][v].swap_remove(i);
+                len -= 1;
+                if len == 0 {
+                    break;
+                }
+                if i >= len {
+                    i = 0;
+                }
+                continue;
+            }
+            i = (i + 1) % len;
             if self.state[j] != State::Pending {
                 continue;
             }
             let job = &self.jobs[j];
-            // Score: the most loaded other endpoint, so urgent partners go first.
+            if job.receivers.len() == 1 {
+                // Unicast with a free partner (checked above).
+                let score = self.load[other][partner as usize];
+                if best.is_none_or(|(b, _)| score > b) {
+                    best = Some((score, j));
+                }
+                continue;
+            }
             let sender_load = self.load[SEND][job.sender as usize];
-            let sender_free = self.busy[SEND][job.sender as usize].is_none();
+            if self.busy[SEND][job.sender as usize].is_some() {
+                continue;
+            }
             let mut max_recv = 0;
             let mut all_free = true;
             let mut any_free = false;
@@ -302,33 +348,37 @@ impl Core {
                     all_free = false;
                 }
             }
-            let score = if side == SEND {
-                max_recv
-            } else {
-                sender_load.max(max_recv)
-            };
-            if sender_free && all_free {
+            let score = if side == SEND { max_recv } else { sender_load };
+            if all_free {
                 if best.is_none_or(|(b, _)| score > b) {
                     best = Some((score, j));
                 }
-            } else if split && sender_free && any_free && job.receivers.len() > 1 {
-                let slack = self
-                    .target
-                    .saturating_sub(self.t + self.load[SEND][job.sender as usize]);
+            } else if split && any_free {
+                let slack = self.target.saturating_sub(self.t + sender_load);
                 if slack >= u64::from(self.rem[j]) && best_split.is_none_or(|(b, _)| score > b) {
                     best_split = Some((score, j));
                 }
             }
         }
+        self.cursor[side][v] = i as u32;
         if let Some((_, j)) = best {
             self.start(j as u32);
             return true;
         }
         if let Some((_, j)) = best_split {
-            let started = self.split_and_start(j);
-            return started;
+            return self.split_and_start(j);
         }
         false
+    }
+
+    /// Covers a free critical node: a short look, then an alternating path
+    /// over unicast jobs, then a full look (which also finds multicast jobs
+    /// and fanout splits).
+    fn cover(&mut self, side: usize, v: usize) -> bool {
+        let split = self.config.fanout_split;
+        self.try_start(side, v, split, CRITICAL_LOOK)
+            || self.augment(side, v)
+            || self.try_start(side, v, split, usize::MAX)
     }
 
     /// Splits a pending multicast job into the part whose receivers are free
@@ -364,9 +414,13 @@ impl Core {
         for (slot, part) in [now, later].into_iter().enumerate() {
             let id = self.jobs.len() as u32;
             ids[slot] = id;
-            self.adj[SEND][part.sender as usize].push(id);
+            let partner = match part.receivers.as_slice() {
+                [r] => *r,
+                _ => MULTI,
+            };
+            self.adj[SEND][part.sender as usize].push((id, partner));
             for &r in &part.receivers {
-                self.adj[RECV][r as usize].push(id);
+                self.adj[RECV][r as usize].push((id, part.sender));
             }
             self.jobs.push(part);
             self.state.push(State::Pending);
@@ -418,7 +472,7 @@ impl Core {
             let x = queue[head].node;
             let given_up = if head == 0 { None } else { self.busy[side][x] };
             for idx in 0..self.adj[side][x].len() {
-                let j = self.adj[side][x][idx] as usize;
+                let j = self.adj[side][x][idx].0 as usize;
                 if self.state[j] != State::Pending || self.jobs[j].receivers.len() != 1 {
                     continue;
                 }
@@ -501,18 +555,18 @@ impl Core {
 
     fn solve(&mut self) {
         let nodes = self.busy[SEND].len();
-        let mut to_scan: Vec<(usize, usize)> = Vec::new();
         for side in [SEND, RECV] {
             for v in 0..nodes {
-                self.push_free(side, v);
                 if self.load[side][v] > 0 {
-                    to_scan.push((side, v));
+                    self.freed.push((side, v));
                 }
             }
         }
         let mut uncovered: Vec<(usize, usize)> = Vec::new();
+        let mut scan: Vec<(usize, usize)> = Vec::new();
+        let mut still_free: Vec<(usize, usize)> = Vec::new();
         loop {
-            // 1. Finished jobs.
+            // 1. Finished jobs free their nodes.
             while let Some(&Reverse((end, j, ver))) = self.finish.peek() {
                 if end > self.t {
                     break;
@@ -522,9 +576,29 @@ impl Core {
                     self.stop(j);
                 }
             }
-            to_scan.append(&mut self.freed);
-            // 2. Critical free nodes must be covered.
             uncovered.clear();
+            // 2. Freed nodes, most loaded first: critical ones must be
+            // covered, the others are filled greedily. Path moves free more
+            // nodes; they are handled in the next round.
+            while !self.freed.is_empty() {
+                scan.clear();
+                scan.append(&mut self.freed);
+                scan.sort_unstable_by_key(|&(side, v)| (Reverse(self.load[side][v]), side, v));
+                scan.dedup();
+                for &(side, v) in &scan {
+                    if self.busy[side][v].is_some() || self.load[side][v] == 0 {
+                        continue;
+                    }
+                    if self.is_critical(side, v) {
+                        if !self.cover(side, v) {
+                            uncovered.push((side, v));
+                        }
+                    } else if !self.try_start(side, v, false, self.config.fill_budget) {
+                        still_free.push((side, v));
+                    }
+                }
+            }
+            // 3. Nodes that were already free and have become critical.
             while let Some(&(l, side, v, ver)) = self.free_heap.peek() {
                 let vu = v as usize;
                 if ver != self.node_version[side][vu] || self.busy[side][vu].is_some() {
@@ -535,30 +609,32 @@ impl Core {
                     break;
                 }
                 self.free_heap.pop();
-                if l == 0 {
-                    continue;
-                }
-                if !self.try_start(side, vu, self.config.fanout_split) && !self.augment(side, vu) {
+                if !self.cover(side, vu) {
                     uncovered.push((side, vu));
                 }
-            }
-            // Nodes freed by path moves get a chance too.
-            to_scan.append(&mut self.freed);
-            // 3. Greedy fill of the other free nodes, most loaded first.
-            to_scan.sort_unstable_by_key(|&(side, v)| (Reverse(self.load[side][v]), side, v));
-            to_scan.dedup();
-            for &(side, v) in &to_scan {
-                if self.busy[side][v].is_none() && self.load[side][v] > 0 {
-                    self.try_start(side, v, false);
+                // Path moves may free nodes: give them a greedy chance and
+                // a place in the heap.
+                for (side, v) in std::mem::take(&mut self.freed) {
+                    if self.busy[side][v].is_none()
+                        && self.load[side][v] > 0
+                        && !self.try_start(side, v, false, self.config.fill_budget)
+                    {
+                        still_free.push((side, v));
+                    }
                 }
             }
-            to_scan.clear();
             if self.pending_count == 0 && self.finish.is_empty() {
                 break;
             }
-            // 4. Uncovered critical nodes: the target grows so that they
-            // finish right after the next job ends.
+            // 4. Nodes left free wait in the heap until they become
+            // critical; uncovered critical ones make the target grow so that
+            // they are looked at again after the next job ends.
             let next_finish = self.next_finish();
+            for (side, v) in still_free.drain(..) {
+                if self.busy[side][v].is_none() && self.load[side][v] > 0 {
+                    self.push_free(side, v);
+                }
+            }
             for &(side, v) in &uncovered {
                 if self.busy[side][v].is_none() {
                     let l = self.load[side][v];

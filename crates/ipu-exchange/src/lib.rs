@@ -47,6 +47,7 @@ pub mod generate;
 pub mod isa;
 mod model;
 mod replay;
+pub mod report;
 mod schedule;
 mod snapshot;
 mod timeline;

@@ -34,6 +34,10 @@ pub struct ScheduleConfig {
     pub path_search_limit: usize,
     /// Whether multicast transfers may be split by fanout.
     pub fanout_split: bool,
+    /// How many of a free node's pending transfers the greedy fill looks
+    /// at per event (nodes that must work look at all of them). Smaller is
+    /// faster; the critical-set repair keeps the horizon either way.
+    pub fill_budget: usize,
     /// Whether to try a paired schedule when a phase has Paired64 transfers.
     pub try_paired: bool,
     /// Phases with at least this many transfers are logged at info level.
@@ -49,6 +53,7 @@ impl Default for ScheduleConfig {
             target_slack_ppm: 2000,
             path_search_limit: 512,
             fanout_split: true,
+            fill_budget: 16,
             try_paired: true,
             large_phase_transfers: 1000,
             phase_label: 0,
@@ -364,6 +369,7 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
         target,
         path_search_limit: config.path_search_limit,
         fanout_split: config.fanout_split,
+        fill_budget: config.fill_budget,
     };
     let make_job = |index: usize, wide: bool| {
         let t = &phase.transfers[index];
@@ -463,7 +469,11 @@ fn add_activity(
             let Some(address) = t.source_word_address(first_word + i) else {
                 break;
             };
-            let mut n = per;
+            let mut n = if t.source_addresses.len() == 1 {
+                words - i
+            } else {
+                per
+            };
             while i + n < words
                 && t.source_word_address(first_word + i + n) == Some(address + 4 * n)
             {
