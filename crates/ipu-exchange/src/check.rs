@@ -1,0 +1,328 @@
+//! The independent checker of encoded exchange rows.
+//!
+//! It checks only the rows against the original phase, sharing nothing with
+//! the scheduler: it decodes every tile's row, replays all of them together
+//! ([`crate::engine`]) and then verifies, collecting every error:
+//!
+//! - every row decodes, and the rows are for the phase's tile count;
+//! - a paired (64-bit) send never overlaps a send of the partner tile, and a
+//!   paired receive never overlaps a receive of the partner tile;
+//! - no tile listens to a tile that does not exist, and no PIC runs past
+//!   the address space;
+//! - every word a tile writes falls inside a destination range of a
+//!   transfer to that tile, comes from that transfer's source tile, was read
+//!   from the source address of the same word of the transfer, and is sent
+//!   as 64-bit items only if the transfer is Paired64;
+//! - every destination range is written exactly once, word for word;
+//! - with memory-element hazards on, no tile reads and writes one memory
+//!   element in the same cycle.
+//!
+//! "One item per cycle" per lane and port holds by construction of a row
+//! (instructions run one after another), so replay cannot produce two.
+
+use ipu_layout::TileId;
+
+use crate::encode::EncodedRows;
+use crate::engine::{Run, replay_rows};
+use crate::fabric::Fabric;
+use crate::isa::DecodeError;
+use crate::model::{Phase, PhaseError, Width, validate_phase};
+
+/// One thing wrong with a set of rows.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExchangeCheckError {
+    /// The phase itself is invalid.
+    #[error("the phase is invalid: {0}")]
+    Phase(PhaseError),
+    /// Rows exist for a different number of tiles.
+    #[error("there are rows for {rows} tiles but the phase has {tiles}; encode one row per tile")]
+    TileCount {
+        /// Rows given.
+        rows: u32,
+        /// Tiles in the phase.
+        tiles: u32,
+    },
+    /// A row does not decode.
+    #[error("{tile}: {error}")]
+    Decode {
+        /// The tile.
+        tile: TileId,
+        /// The decoder's complaint.
+        error: DecodeError,
+    },
+    /// A paired item needs a partner tile that does not exist.
+    #[error("{tile} uses 64-bit items but its partner {partner} does not exist")]
+    PartnerMissing {
+        /// The tile.
+        tile: TileId,
+        /// The missing partner.
+        partner: TileId,
+    },
+    /// A paired send overlaps a send of the partner.
+    #[error("{tile} sends 64-bit items at cycle {cycle} while its partner {partner} also sends")]
+    PartnerSendConflict {
+        /// The tile.
+        tile: TileId,
+        /// The partner.
+        partner: TileId,
+        /// First conflicting cycle.
+        cycle: u64,
+    },
+    /// A paired receive overlaps a receive of the partner.
+    #[error(
+        "{tile} receives 64-bit items at cycle {cycle} while its partner {partner} also receives"
+    )]
+    PartnerReceiveConflict {
+        /// The tile.
+        tile: TileId,
+        /// The partner.
+        partner: TileId,
+        /// First conflicting cycle.
+        cycle: u64,
+    },
+    /// A tile listens to a tile that does not exist.
+    #[error("{tile} listens to {sender} at cycle {cycle}, which does not exist")]
+    UnknownSource {
+        /// The tile.
+        tile: TileId,
+        /// The named source.
+        sender: TileId,
+        /// The cycle.
+        cycle: u64,
+    },
+    /// A PIC runs past the address space.
+    #[error("{tile}'s write pointer runs past the address space at cycle {cycle}")]
+    PointerOverflow {
+        /// The tile.
+        tile: TileId,
+        /// The cycle.
+        cycle: u64,
+    },
+    /// Words written where no transfer to the tile writes, or from the
+    /// wrong source tile.
+    #[error(
+        "{tile} writes {words} words at {byte_address:#x} from {sender} (arrival cycle {cycle}), \
+         which no transfer from that source puts there"
+    )]
+    StrayWrite {
+        /// The receiving tile.
+        tile: TileId,
+        /// The source tile.
+        sender: TileId,
+        /// First byte written.
+        byte_address: u32,
+        /// Words in the run.
+        words: u64,
+        /// Arrival cycle of the first word.
+        cycle: u64,
+    },
+    /// A destination word got a word read from the wrong source address.
+    #[error(
+        "transfer {transfer}: {tile} got word {word} from source address {got:#x}, expected \
+         {expected:#x}"
+    )]
+    WrongSourceAddress {
+        /// The transfer.
+        transfer: usize,
+        /// The receiving tile.
+        tile: TileId,
+        /// Word index in the transfer.
+        word: u32,
+        /// Expected source byte address.
+        expected: u32,
+        /// Source byte address actually sent.
+        got: u32,
+    },
+    /// A Word32 transfer arrived as 64-bit items.
+    #[error("transfer {transfer} is Word32 but {tile} received it as 64-bit items")]
+    WideWord32 {
+        /// The transfer.
+        transfer: usize,
+        /// The receiving tile.
+        tile: TileId,
+    },
+    /// A destination word was written more than once.
+    #[error("transfer {transfer}: {tile} writes word {word} more than once")]
+    DoubleWrite {
+        /// The transfer.
+        transfer: usize,
+        /// The receiving tile.
+        tile: TileId,
+        /// Word index in the transfer.
+        word: u32,
+    },
+    /// Destination words were never written.
+    #[error("transfer {transfer}: {tile} never receives words {first}..{end}")]
+    Missing {
+        /// The transfer.
+        transfer: usize,
+        /// The receiving tile.
+        tile: TileId,
+        /// First missing word.
+        first: u32,
+        /// End of the missing words.
+        end: u32,
+    },
+    /// A tile reads and writes one memory element in one cycle.
+    #[error(
+        "{tile} reads {read_address:#x} and writes {write_address:#x} in one memory element at \
+         cycle {cycle}"
+    )]
+    ElementHazard {
+        /// The tile.
+        tile: TileId,
+        /// The cycle.
+        cycle: u64,
+        /// Read byte address.
+        read_address: u32,
+        /// Written byte address.
+        write_address: u32,
+    },
+}
+
+/// A destination range of the phase on one tile.
+struct Expect {
+    start: u32,
+    words: u32,
+    transfer: usize,
+    /// Word intervals `[first, end)` written so far.
+    got: Vec<(u32, u32)>,
+}
+
+/// Checks `rows` against `phase` (see the module docs for the rules).
+pub fn check_schedule(
+    phase: &Phase,
+    fabric: &Fabric,
+    rows: &EncodedRows,
+) -> Result<(), Vec<ExchangeCheckError>> {
+    if let Err(e) = validate_phase(phase) {
+        return Err(vec![ExchangeCheckError::Phase(e)]);
+    }
+    let mut errors = Vec::new();
+    if rows.tile_count() != phase.tile_count {
+        errors.push(ExchangeCheckError::TileCount {
+            rows: rows.tile_count(),
+            tiles: phase.tile_count,
+        });
+    }
+    let (replayed, structural) = replay_rows(rows, fabric, phase.tile_count);
+    errors.extend(structural);
+    let n = phase.tile_count as usize;
+    let mut expect: Vec<Vec<Expect>> = (0..n).map(|_| Vec::new()).collect();
+    for (index, t) in phase.transfers.iter().enumerate() {
+        for &(d, address) in &t.destinations {
+            expect[d.as_u32() as usize].push(Expect {
+                start: address,
+                words: t.words,
+                transfer: index,
+                got: Vec::new(),
+            });
+        }
+    }
+    for list in &mut expect {
+        list.sort_unstable_by_key(|e| e.start);
+    }
+    for (d, runs) in replayed.runs.iter().enumerate() {
+        let Some(list) = expect.get_mut(d) else {
+            continue;
+        };
+        for run in runs {
+            check_run(phase, run, list, &mut errors);
+        }
+    }
+    for (d, list) in expect.iter_mut().enumerate() {
+        let tile = TileId::from_u32(d as u32);
+        for e in list.iter_mut() {
+            e.got.sort_unstable();
+            let mut next = 0u32;
+            for &(a, b) in &e.got {
+                if a < next {
+                    errors.push(ExchangeCheckError::DoubleWrite {
+                        transfer: e.transfer,
+                        tile,
+                        word: a,
+                    });
+                } else if a > next {
+                    errors.push(ExchangeCheckError::Missing {
+                        transfer: e.transfer,
+                        tile,
+                        first: next,
+                        end: a,
+                    });
+                }
+                next = next.max(b);
+            }
+            if next < e.words {
+                errors.push(ExchangeCheckError::Missing {
+                    transfer: e.transfer,
+                    tile,
+                    first: next,
+                    end: e.words,
+                });
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// Checks one received run; a run may span several destination ranges
+/// that happen to be contiguous on both tiles.
+fn check_run(phase: &Phase, run: &Run, list: &mut [Expect], errors: &mut Vec<ExchangeCheckError>) {
+    let tile = TileId::from_u32(run.dest);
+    let total = run.words();
+    let mut done = 0u64;
+    while done < total {
+        let dst = u64::from(run.dst_addr) + 4 * done;
+        let src = u64::from(run.src_addr) + 4 * done;
+        let stray = ExchangeCheckError::StrayWrite {
+            tile,
+            sender: TileId::from_u32(run.source),
+            byte_address: dst as u32,
+            words: total - done,
+            cycle: run.arrival,
+        };
+        let i = list.partition_point(|e| u64::from(e.start) <= dst);
+        let Some(e) = i.checked_sub(1).and_then(|k| list.get_mut(k)) else {
+            errors.push(stray);
+            return;
+        };
+        let t = &phase.transfers[e.transfer];
+        let first = (dst - u64::from(e.start)) / 4;
+        if t.source.as_u32() != run.source || first >= u64::from(e.words) {
+            errors.push(stray);
+            return;
+        }
+        let words = (total - done).min(u64::from(e.words) - first) as u32;
+        let first = first as u32;
+        if run.wide && t.width == Width::Word32 {
+            errors.push(ExchangeCheckError::WideWord32 {
+                transfer: e.transfer,
+                tile,
+            });
+        }
+        for k in 0..words {
+            let expected = t.source_word_address(first + k).unwrap_or(u32::MAX);
+            let got = (src + 4 * u64::from(k)) as u32;
+            if expected != got {
+                errors.push(ExchangeCheckError::WrongSourceAddress {
+                    transfer: e.transfer,
+                    tile,
+                    word: first + k,
+                    expected,
+                    got,
+                });
+                break;
+            }
+            // A contiguous source only needs its first word compared.
+            if t.source_addresses.len() == 1 {
+                break;
+            }
+        }
+        e.got.push((first, first + words));
+        done += u64::from(words);
+    }
+}

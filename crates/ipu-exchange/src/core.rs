@@ -1,0 +1,677 @@
+//! The critical-set event scheduler over abstract senders and receivers.
+//!
+//! Jobs are (hyper)edges: one sender node, one or more receiver nodes and a
+//! length in items. A node does one job at a time. The scheduler aims at a
+//! target horizon `T` (the endpoint bound plus a configurable slack). At
+//! time `t` a node is *critical* when its remaining load equals `T - t`: it
+//! must work in every remaining cycle. Preemptive open-shop theory (König;
+//! Gonzalez–Sahni) says that for unicast jobs there is always a matching
+//! covering every critical node, so if the scheduler covers them at every
+//! event, every node finishes by `T`.
+//!
+//! The matching is kept between events and repaired only at events: when a
+//! job finishes (its nodes become free), and when a free node becomes
+//! critical. Repair first tries a job whose other endpoints are free (no
+//! preemption), then an alternating path that moves running unicast jobs
+//! (each move is one preemption, i.e. one extra segment). Free non-critical
+//! nodes are filled greedily with the job whose partner is most loaded.
+//!
+//! Multicast jobs start only when the sender and every receiver are free,
+//! and are never preempted by alternating paths. When a multicast job's
+//! receivers are partly busy and the sender has slack for a second send,
+//! the job is split by fanout: the free receivers are served now, the rest
+//! later (the sender pays the items twice).
+//!
+//! If a critical node cannot be covered (multicast, or a capped path
+//! search), the target grows just enough for it to finish after the next
+//! event; the schedule stays valid, only longer.
+//!
+//! Invariant: every job's items are covered exactly once per receiver by
+//! the emitted segments, in order of offset; a node is in at most one
+//! running job.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use smallvec::SmallVec;
+
+/// A job given to the scheduler.
+#[derive(Clone, Debug)]
+pub(crate) struct Job {
+    /// Sender node.
+    pub sender: u32,
+    /// Receiver nodes (distinct).
+    pub receivers: SmallVec<[u32; 2]>,
+    /// Items to move.
+    pub len: u32,
+    /// Caller's tag (transfer index).
+    pub origin: u32,
+    /// Caller's tags for the receivers (destination indices), aligned with
+    /// `receivers`.
+    pub dests: SmallVec<[u32; 2]>,
+}
+
+/// A piece of a job run without interruption.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Segment {
+    /// Index into the final job list.
+    pub job: u32,
+    /// First cycle.
+    pub start: u64,
+    /// Items (= cycles).
+    pub len: u32,
+    /// Items of the job done before this segment.
+    pub offset: u32,
+}
+
+/// Output of [`run`].
+#[derive(Debug)]
+pub(crate) struct CoreOutput {
+    /// Jobs, including ones created by fanout splits (retired jobs keep
+    /// their index but have no segments after the split).
+    pub jobs: Vec<Job>,
+    /// Segments in emission order.
+    pub segments: Vec<Segment>,
+    /// Cycle after the last segment.
+    pub horizon: u64,
+}
+
+/// Tuning knobs of the core.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CoreConfig {
+    /// Initial target horizon.
+    pub target: u64,
+    /// Largest number of nodes an alternating-path search may visit.
+    pub path_search_limit: usize,
+    /// Whether to split multicast jobs by fanout.
+    pub fanout_split: bool,
+    /// How many of a node's jobs a greedy fill looks at (critical nodes
+    /// look at all).
+    pub fill_budget: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Pending,
+    Active,
+    Done,
+}
+
+/// Jobs a critical node looks at before searching alternating paths.
+const CRITICAL_LOOK: usize = 64;
+
+/// Partner marker of a multicast job in a sender's adjacency.
+const MULTI: u32 = u32::MAX;
+
+const SEND: usize = 0;
+const RECV: usize = 1;
+
+struct Core {
+    jobs: Vec<Job>,
+    state: Vec<State>,
+    rem: Vec<u32>,
+    offset: Vec<u32>,
+    since: Vec<u64>,
+    version: Vec<u32>,
+    /// Per side, per node: (job id, partner node on the other side; for a
+    /// multicast job seen from the sender, `MULTI`). Entries of finished
+    /// jobs are dropped lazily.
+    adj: [Vec<Vec<(u32, u32)>>; 2],
+    /// Per side, per node: remaining load as of `node_since` (busy) or now
+    /// (free).
+    load: [Vec<u64>; 2],
+    /// Per side, per node: the running job.
+    busy: [Vec<Option<u32>>; 2],
+    node_since: [Vec<u64>; 2],
+    node_version: [Vec<u32>; 2],
+    /// Free nodes by load (max first), lazily invalidated.
+    free_heap: BinaryHeap<(u64, usize, u32, u32)>,
+    /// Running jobs by end time (min first), lazily invalidated.
+    finish: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    segments: Vec<Segment>,
+    t: u64,
+    target: u64,
+    pending_count: usize,
+    config: CoreConfig,
+    // Scratch for path searches.
+    mark: [Vec<u32>; 2],
+    mark_epoch: u32,
+    /// Nodes freed since the last greedy fill.
+    freed: Vec<(usize, usize)>,
+    /// Per side, per node: where the next look at its jobs starts.
+    cursor: [Vec<u32>; 2],
+}
+
+/// Schedules `jobs` on `nodes` senders and `nodes` receivers.
+pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutput {
+    let mut core = Core::new(nodes, jobs, config);
+    core.solve();
+    let horizon = core
+        .segments
+        .iter()
+        .map(|s| s.start + u64::from(s.len))
+        .max()
+        .unwrap_or(0);
+    CoreOutput {
+        jobs: core.jobs,
+        segments: core.segments,
+        horizon,
+    }
+}
+
+impl Core {
+    fn new(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> Core {
+        let n = jobs.len();
+        let mut adj = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
+        let mut load = [vec![0u64; nodes], vec![0u64; nodes]];
+        for (j, job) in jobs.iter().enumerate() {
+            let partner = match job.receivers.as_slice() {
+                [r] => *r,
+                _ => MULTI,
+            };
+            adj[SEND][job.sender as usize].push((j as u32, partner));
+            load[SEND][job.sender as usize] += u64::from(job.len);
+            for &r in &job.receivers {
+                adj[RECV][r as usize].push((j as u32, job.sender));
+                load[RECV][r as usize] += u64::from(job.len);
+            }
+        }
+        let rem = jobs.iter().map(|j| j.len).collect();
+        Core {
+            state: vec![State::Pending; n],
+            rem,
+            offset: vec![0; n],
+            since: vec![0; n],
+            version: vec![0; n],
+            jobs,
+            adj,
+            load,
+            busy: [vec![None; nodes], vec![None; nodes]],
+            node_since: [vec![0; nodes], vec![0; nodes]],
+            node_version: [vec![0; nodes], vec![0; nodes]],
+            free_heap: BinaryHeap::new(),
+            finish: BinaryHeap::new(),
+            segments: Vec::new(),
+            t: 0,
+            target: config.target,
+            pending_count: n,
+            config,
+            mark: [vec![0; nodes], vec![0; nodes]],
+            mark_epoch: 0,
+            freed: Vec::new(),
+            cursor: [vec![0; nodes], vec![0; nodes]],
+        }
+    }
+
+    /// Remaining load of a node now.
+    fn load_now(&self, side: usize, v: usize) -> u64 {
+        match self.busy[side][v] {
+            Some(_) => self.load[side][v] - (self.t - self.node_since[side][v]),
+            None => self.load[side][v],
+        }
+    }
+
+    fn is_critical(&self, side: usize, v: usize) -> bool {
+        let l = self.load_now(side, v);
+        l > 0 && l + self.t >= self.target
+    }
+
+    fn push_free(&mut self, side: usize, v: usize) {
+        self.node_version[side][v] = self.node_version[side][v].wrapping_add(1);
+        let l = self.load[side][v];
+        if l > 0 {
+            self.free_heap
+                .push((l, side, v as u32, self.node_version[side][v]));
+        }
+    }
+
+    fn start(&mut self, j: u32) {
+        let ju = j as usize;
+        debug_assert!(self.state[ju] == State::Pending);
+        self.state[ju] = State::Active;
+        self.since[ju] = self.t;
+        self.version[ju] = self.version[ju].wrapping_add(1);
+        self.finish.push(Reverse((
+            self.t + u64::from(self.rem[ju]),
+            j,
+            self.version[ju],
+        )));
+        let s = self.jobs[ju].sender as usize;
+        self.busy[SEND][s] = Some(j);
+        self.node_since[SEND][s] = self.t;
+        self.node_version[SEND][s] = self.node_version[SEND][s].wrapping_add(1);
+        for k in 0..self.jobs[ju].receivers.len() {
+            let r = self.jobs[ju].receivers[k] as usize;
+            self.busy[RECV][r] = Some(j);
+            self.node_since[RECV][r] = self.t;
+            self.node_version[RECV][r] = self.node_version[RECV][r].wrapping_add(1);
+        }
+    }
+
+    /// Stops a running job at the current time, emitting its segment and
+    /// freeing its nodes (which are returned to the free heap).
+    fn stop(&mut self, j: u32) {
+        let ju = j as usize;
+        let ran = self.t - self.since[ju];
+        let ran32 = ran as u32;
+        if ran > 0 {
+            self.segments.push(Segment {
+                job: j,
+                start: self.since[ju],
+                len: ran32,
+                offset: self.offset[ju],
+            });
+        }
+        self.rem[ju] -= ran32;
+        self.offset[ju] += ran32;
+        self.version[ju] = self.version[ju].wrapping_add(1);
+        self.state[ju] = if self.rem[ju] == 0 {
+            self.pending_count -= 1;
+            State::Done
+        } else {
+            State::Pending
+        };
+        let s = self.jobs[ju].sender as usize;
+        self.load[SEND][s] -= ran;
+        self.busy[SEND][s] = None;
+        self.node_version[SEND][s] = self.node_version[SEND][s].wrapping_add(1);
+        self.freed.push((SEND, s));
+        for k in 0..self.jobs[ju].receivers.len() {
+            let r = self.jobs[ju].receivers[k] as usize;
+            self.load[RECV][r] -= ran;
+            self.busy[RECV][r] = None;
+            self.node_version[RECV][r] = self.node_version[RECV][r].wrapping_add(1);
+            self.freed.push((RECV, r));
+        }
+    }
+
+    /// Tries to start a job at free node `v` without preempting anything,
+    /// looking at up to `budget` of its jobs (round robin from where the
+    /// last look stopped). With `split`, a multicast job may be split by
+    /// fanout. Returns whether a job started.
+    fn try_start(&mut self, side: usize, v: usize, split: bool, budget: usize) -> bool {
+        let other = 1 - side;
+        let mut best: Option<(u64, usize)> = None;
+        let mut best_split: Option<(u64, usize)> = None;
+        let mut len = self.adj[side][v].len();
+        if len == 0 {
+            return false;
+        }
+        let mut i = self.cursor[side][v] as usize % len;
+        let mut seen = 0;
+        while seen < budget.min(len) {
+            seen += 1;
+            let (j, partner) = self.adj[side][v][i];
+            let j = j as usize;
+            // The partner's state is in a small, hot array: look there first.
+            if partner != MULTI && self.busy[other][partner as usize].is_some() {
+                i = (i + 1) % len;
+                continue;
+            }
+            if self.state[j] == State::Done {
+                self.adj[side][v].swap_remove(i);
+                len -= 1;
+                if len == 0 {
+                    break;
+                }
+                if i >= len {
+                    i = 0;
+                }
+                continue;
+            }
+            i = (i + 1) % len;
+            if self.state[j] != State::Pending {
+                continue;
+            }
+            let job = &self.jobs[j];
+            if job.receivers.len() == 1 {
+                // Unicast with a free partner (checked above).
+                let score = self.load[other][partner as usize];
+                if best.is_none_or(|(b, _)| score > b) {
+                    best = Some((score, j));
+                }
+                continue;
+            }
+            let sender_load = self.load[SEND][job.sender as usize];
+            if self.busy[SEND][job.sender as usize].is_some() {
+                continue;
+            }
+            let mut max_recv = 0;
+            let mut all_free = true;
+            let mut any_free = false;
+            for &r in &job.receivers {
+                let r = r as usize;
+                if self.busy[RECV][r].is_none() {
+                    any_free = true;
+                    max_recv = max_recv.max(self.load[RECV][r]);
+                } else {
+                    all_free = false;
+                }
+            }
+            let score = if side == SEND { max_recv } else { sender_load };
+            if all_free {
+                if best.is_none_or(|(b, _)| score > b) {
+                    best = Some((score, j));
+                }
+            } else if split && any_free {
+                let slack = self.target.saturating_sub(self.t + sender_load);
+                if slack >= u64::from(self.rem[j]) && best_split.is_none_or(|(b, _)| score > b) {
+                    best_split = Some((score, j));
+                }
+            }
+        }
+        self.cursor[side][v] = i as u32;
+        if let Some((_, j)) = best {
+            self.start(j as u32);
+            return true;
+        }
+        if let Some((_, j)) = best_split {
+            return self.split_and_start(j);
+        }
+        false
+    }
+
+    /// Covers a free critical node: a short look, then an alternating path
+    /// over unicast jobs, then a full look (which also finds multicast jobs
+    /// and fanout splits).
+    fn cover(&mut self, side: usize, v: usize) -> bool {
+        let split = self.config.fanout_split;
+        self.try_start(side, v, split, CRITICAL_LOOK)
+            || self.augment(side, v)
+            || self.try_start(side, v, split, usize::MAX)
+    }
+
+    /// Splits a pending multicast job into the part whose receivers are free
+    /// (started now) and the rest (pending). The sender's load grows by the
+    /// remaining items.
+    fn split_and_start(&mut self, j: usize) -> bool {
+        let job = self.jobs[j].clone();
+        let mut now = Job {
+            receivers: SmallVec::new(),
+            dests: SmallVec::new(),
+            ..job.clone()
+        };
+        let mut later = now.clone();
+        for (k, &r) in job.receivers.iter().enumerate() {
+            let part = if self.busy[RECV][r as usize].is_none() {
+                &mut now
+            } else {
+                &mut later
+            };
+            part.receivers.push(r);
+            part.dests.push(job.dests[k]);
+        }
+        if now.receivers.is_empty() || later.receivers.is_empty() {
+            return false;
+        }
+        // Retire the original job; its receivers' lists drop it lazily
+        // because it is Done.
+        self.state[j] = State::Done;
+        let rem = self.rem[j];
+        let offset = self.offset[j];
+        self.load[SEND][job.sender as usize] += u64::from(rem);
+        let mut ids = [0u32; 2];
+        for (slot, part) in [now, later].into_iter().enumerate() {
+            let id = self.jobs.len() as u32;
+            ids[slot] = id;
+            let partner = match part.receivers.as_slice() {
+                [r] => *r,
+                _ => MULTI,
+            };
+            self.adj[SEND][part.sender as usize].push((id, partner));
+            for &r in &part.receivers {
+                self.adj[RECV][r as usize].push((id, part.sender));
+            }
+            self.jobs.push(part);
+            self.state.push(State::Pending);
+            self.rem.push(rem);
+            self.offset.push(offset);
+            self.since.push(0);
+            self.version.push(0);
+        }
+        // One job became two pending jobs.
+        self.pending_count += 1;
+        self.start(ids[0]);
+        true
+    }
+
+    /// Covers the free critical node `v` by an alternating path over
+    /// running unicast jobs. Returns whether it succeeded.
+    fn augment(&mut self, side: usize, v: usize) -> bool {
+        let other = 1 - side;
+        self.mark_epoch = self.mark_epoch.wrapping_add(1);
+        if self.mark_epoch == 0 {
+            for m in &mut self.mark {
+                m.iter_mut().for_each(|x| *x = 0);
+            }
+            self.mark_epoch = 1;
+        }
+        let epoch = self.mark_epoch;
+        // BFS over nodes on `side`. parent[k] = (node index in queue of the
+        // predecessor, job taken by the node at k's predecessor...).
+        // Each queue entry: (node, job it will give up (running), parent entry, job the parent takes).
+        struct Entry {
+            node: usize,
+            parent: usize,
+            take: u32,
+        }
+        let mut queue: Vec<Entry> = vec![Entry {
+            node: v,
+            parent: usize::MAX,
+            take: u32::MAX,
+        }];
+        self.mark[side][v] = epoch;
+        let mut head = 0;
+        // The end of the path: (queue index of the node that takes the last
+        // job, the job, whether the partner is displaced (Some(running job))).
+        let mut found: Option<(usize, u32)> = None;
+        while head < queue.len() && found.is_none() {
+            if queue.len() > self.config.path_search_limit {
+                break;
+            }
+            let x = queue[head].node;
+            let given_up = if head == 0 { None } else { self.busy[side][x] };
+            for idx in 0..self.adj[side][x].len() {
+                let j = self.adj[side][x][idx].0 as usize;
+                if self.state[j] != State::Pending || self.jobs[j].receivers.len() != 1 {
+                    continue;
+                }
+                if Some(j as u32) == given_up {
+                    continue;
+                }
+                let partner = if side == SEND {
+                    self.jobs[j].receivers[0] as usize
+                } else {
+                    self.jobs[j].sender as usize
+                };
+                if self.mark[other][partner] == epoch {
+                    continue;
+                }
+                self.mark[other][partner] = epoch;
+                match self.busy[other][partner] {
+                    None => {
+                        found = Some((head, j as u32));
+                        break;
+                    }
+                    Some(f) => {
+                        let fu = f as usize;
+                        if self.jobs[fu].receivers.len() != 1 {
+                            continue;
+                        }
+                        let y = if side == SEND {
+                            self.jobs[fu].sender as usize
+                        } else {
+                            self.jobs[fu].receivers[0] as usize
+                        };
+                        if self.mark[side][y] == epoch {
+                            continue;
+                        }
+                        self.mark[side][y] = epoch;
+                        queue.push(Entry {
+                            node: y,
+                            parent: head,
+                            take: j as u32,
+                        });
+                        if !self.is_critical(side, y) {
+                            // y can give up its job and stay idle.
+                            found = Some((queue.len() - 1, u32::MAX));
+                            break;
+                        }
+                    }
+                }
+            }
+            head += 1;
+        }
+        let Some((mut at, mut take)) = found else {
+            return false;
+        };
+        // Walk back: the node at `at` takes `take` (if any) after giving up
+        // its running job; its parent takes queue[at].take, and so on.
+        let mut to_stop: SmallVec<[u32; 8]> = SmallVec::new();
+        let mut to_start: SmallVec<[u32; 8]> = SmallVec::new();
+        loop {
+            if take != u32::MAX {
+                to_start.push(take);
+            }
+            if at != 0 {
+                if let Some(f) = self.busy[side][queue[at].node] {
+                    to_stop.push(f);
+                }
+            }
+            if at == 0 {
+                break;
+            }
+            take = queue[at].take;
+            at = queue[at].parent;
+        }
+        for &f in &to_stop {
+            self.stop(f);
+        }
+        for &j in &to_start {
+            self.start(j);
+        }
+        true
+    }
+
+    fn solve(&mut self) {
+        let nodes = self.busy[SEND].len();
+        for side in [SEND, RECV] {
+            for v in 0..nodes {
+                if self.load[side][v] > 0 {
+                    self.freed.push((side, v));
+                }
+            }
+        }
+        let mut uncovered: Vec<(usize, usize)> = Vec::new();
+        let mut scan: Vec<(usize, usize)> = Vec::new();
+        let mut still_free: Vec<(usize, usize)> = Vec::new();
+        loop {
+            // 1. Finished jobs free their nodes.
+            while let Some(&Reverse((end, j, ver))) = self.finish.peek() {
+                if end > self.t {
+                    break;
+                }
+                self.finish.pop();
+                if self.version[j as usize] == ver && self.state[j as usize] == State::Active {
+                    self.stop(j);
+                }
+            }
+            uncovered.clear();
+            // 2. Freed nodes, most loaded first: critical ones must be
+            // covered, the others are filled greedily. Path moves free more
+            // nodes; they are handled in the next round.
+            while !self.freed.is_empty() {
+                scan.clear();
+                scan.append(&mut self.freed);
+                scan.sort_unstable_by_key(|&(side, v)| (Reverse(self.load[side][v]), side, v));
+                scan.dedup();
+                for &(side, v) in &scan {
+                    if self.busy[side][v].is_some() || self.load[side][v] == 0 {
+                        continue;
+                    }
+                    if self.is_critical(side, v) {
+                        if !self.cover(side, v) {
+                            uncovered.push((side, v));
+                        }
+                    } else if !self.try_start(side, v, false, self.config.fill_budget) {
+                        still_free.push((side, v));
+                    }
+                }
+            }
+            // 3. Nodes that were already free and have become critical.
+            while let Some(&(l, side, v, ver)) = self.free_heap.peek() {
+                let vu = v as usize;
+                if ver != self.node_version[side][vu] || self.busy[side][vu].is_some() {
+                    self.free_heap.pop();
+                    continue;
+                }
+                if l + self.t < self.target {
+                    break;
+                }
+                self.free_heap.pop();
+                if !self.cover(side, vu) {
+                    uncovered.push((side, vu));
+                }
+                // Path moves may free nodes: give them a greedy chance and
+                // a place in the heap.
+                for (side, v) in std::mem::take(&mut self.freed) {
+                    if self.busy[side][v].is_none()
+                        && self.load[side][v] > 0
+                        && !self.try_start(side, v, false, self.config.fill_budget)
+                    {
+                        still_free.push((side, v));
+                    }
+                }
+            }
+            if self.pending_count == 0 && self.finish.is_empty() {
+                break;
+            }
+            // 4. Nodes left free wait in the heap until they become
+            // critical; uncovered critical ones make the target grow so that
+            // they are looked at again after the next job ends.
+            let next_finish = self.next_finish();
+            for (side, v) in still_free.drain(..) {
+                if self.busy[side][v].is_none() && self.load[side][v] > 0 {
+                    self.push_free(side, v);
+                }
+            }
+            for &(side, v) in &uncovered {
+                if self.busy[side][v].is_none() {
+                    let l = self.load[side][v];
+                    let from = next_finish.unwrap_or(self.t + 1);
+                    self.target = self.target.max(from + l);
+                    self.push_free(side, v);
+                }
+            }
+            // 5. Next event: a job ends or a free node becomes critical.
+            let mut next = next_finish.unwrap_or(u64::MAX);
+            while let Some(&(l, side, v, ver)) = self.free_heap.peek() {
+                let vu = v as usize;
+                if ver != self.node_version[side][vu] || self.busy[side][vu].is_some() || l == 0 {
+                    self.free_heap.pop();
+                    continue;
+                }
+                let critical_at = self.target.saturating_sub(l).max(self.t + 1);
+                next = next.min(critical_at);
+                break;
+            }
+            if next == u64::MAX {
+                // Nothing runs and nothing is free with work: cannot happen
+                // while jobs are pending, but never loop forever.
+                debug_assert!(false, "scheduler stalled with pending jobs");
+                break;
+            }
+            self.t = next;
+        }
+    }
+
+    fn next_finish(&mut self) -> Option<u64> {
+        while let Some(&Reverse((end, j, ver))) = self.finish.peek() {
+            if self.version[j as usize] == ver && self.state[j as usize] == State::Active {
+                return Some(end);
+            }
+            self.finish.pop();
+        }
+        None
+    }
+}

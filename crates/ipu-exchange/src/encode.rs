@@ -1,0 +1,523 @@
+//! Per-tile row encoding: from a tile's send and receive pieces to IPU21
+//! supervisor instruction words, and the shared-row container.
+//!
+//! A tile's row is a sequence of windows between consecutive *boundaries*:
+//! the start and end of each send piece, and each cycle where the receive
+//! state must change (a new source or pointer when a receive piece begins,
+//! a disconnect when it ends and the source keeps sending to others). Every
+//! window becomes one instruction (more when a field limit forces chunks),
+//! chosen to carry the window's receive update and send (see
+//! [`crate::isa`] for the semantics).
+
+use std::collections::HashMap;
+
+use ipu_layout::TileId;
+
+use crate::isa::{
+    EncodeError, Instr, MAX_DELAY_CYCLES, MAX_DELAYPIC_CYCLES, MAX_DELAYXPIC_CYCLES,
+    MAX_SEND_ITEMS, MAX_SENDOFF_ITEMS, MAX_SENDOFF_OFFSET, SCTL_BOTH, SCTL_WIDE,
+};
+use crate::timeline::Xpic;
+
+/// Items a tile sends without interruption from contiguous memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SendPiece {
+    pub start: u64,
+    pub items: u32,
+    pub wide: bool,
+    pub byte_address: u32,
+}
+
+/// Items a tile receives without interruption from one source into
+/// contiguous memory; `start` is the arrival cycle of the first item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RecvPiece {
+    pub start: u64,
+    pub items: u32,
+    pub wide: bool,
+    pub source: u32,
+    pub byte_address: u32,
+}
+
+/// Everything one tile does in a phase, pieces sorted by start.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TileActivity {
+    pub sends: Vec<SendPiece>,
+    pub recvs: Vec<RecvPiece>,
+}
+
+fn item_bytes(wide: bool) -> u32 {
+    if wide { 8 } else { 4 }
+}
+
+/// Whether `tile` sends anything in send cycles `[from, to)`.
+fn sends_during(activity: &[TileActivity], tile: u32, from: u64, to: u64) -> bool {
+    if from >= to {
+        return false;
+    }
+    let Some(a) = activity.get(tile as usize) else {
+        return false;
+    };
+    let i = a
+        .sends
+        .partition_point(|p| p.start + u64::from(p.items) <= from);
+    a.sends.get(i).is_some_and(|p| p.start < to)
+}
+
+/// A receive-state change at a cycle.
+#[derive(Clone, Copy, Debug)]
+struct RecvEvent {
+    at: u64,
+    xpic: Option<Xpic>,
+    pic: Option<u32>,
+}
+
+/// An emitted instruction with the state needed to re-encode it.
+#[derive(Clone, Copy, Debug)]
+struct Emitted {
+    instr: Instr,
+    /// SP before the instruction.
+    sp_before: u32,
+    /// XPIC after the instruction's update.
+    xpic: Xpic,
+    /// PIC (byte address) after the instruction's update, at its first cycle.
+    pic: u32,
+}
+
+struct Emitter {
+    out: Vec<Emitted>,
+    words: usize,
+    sp: u32,
+}
+
+impl Emitter {
+    fn sp_after(instr: &Instr, sp: u32) -> u32 {
+        let per = |sctl: u32| if sctl & SCTL_WIDE != 0 { 2 } else { 1 };
+        match *instr {
+            Instr::Delay { .. } | Instr::DelayPic { .. } | Instr::DelayXpic { .. } => sp,
+            Instr::Send {
+                items,
+                word_address,
+                sctl,
+            }
+            | Instr::SendPicP {
+                items,
+                word_address,
+                sctl,
+                ..
+            } => word_address + items * per(sctl),
+            Instr::SendOff {
+                items,
+                offset,
+                sctl,
+            } => sp + offset + items * per(sctl),
+            Instr::SendPic { items, .. } => sp + items,
+        }
+    }
+
+    fn push(&mut self, instr: Instr, xpic: Xpic, pic: u32) {
+        let sp_before = self.sp;
+        self.sp = Emitter::sp_after(&instr, self.sp);
+        self.words += instr.words();
+        self.out.push(Emitted {
+            instr,
+            sp_before,
+            xpic,
+            pic,
+        });
+    }
+
+    /// Makes the next word index even, so that a `sendpicp` can follow.
+    fn align(&mut self) {
+        if self.words % 2 == 0 {
+            return;
+        }
+        // An odd count means the last instruction is one word long and sits
+        // at an even index (a sendpicp would keep the count even).
+        let Some(last) = self.out.pop() else {
+            return;
+        };
+        self.words -= last.instr.words();
+        self.sp = last.sp_before;
+        let cycles = last.instr.cycles();
+        if cycles >= 2 {
+            // Split it: the same instruction one cycle shorter, then one
+            // cycle that only continues what it did.
+            let (head, tail) = match last.instr {
+                Instr::Delay { .. } => (
+                    Instr::Delay { cycles: cycles - 1 },
+                    Instr::Delay { cycles: 1 },
+                ),
+                Instr::DelayPic { sel, value, .. } => (
+                    Instr::DelayPic {
+                        cycles: cycles - 1,
+                        sel,
+                        value,
+                    },
+                    Instr::Delay { cycles: 1 },
+                ),
+                Instr::DelayXpic { xpic, .. } => (
+                    Instr::DelayXpic {
+                        cycles: cycles - 1,
+                        xpic,
+                    },
+                    Instr::Delay { cycles: 1 },
+                ),
+                Instr::Send {
+                    word_address, sctl, ..
+                } => (
+                    Instr::Send {
+                        items: cycles - 1,
+                        word_address,
+                        sctl,
+                    },
+                    Instr::SendOff {
+                        items: 1,
+                        offset: 0,
+                        sctl,
+                    },
+                ),
+                Instr::SendOff { offset, sctl, .. } => (
+                    Instr::SendOff {
+                        items: cycles - 1,
+                        offset,
+                        sctl,
+                    },
+                    Instr::SendOff {
+                        items: 1,
+                        offset: 0,
+                        sctl,
+                    },
+                ),
+                Instr::SendPic { dirs, pic, .. } => (
+                    Instr::SendPic {
+                        items: cycles - 1,
+                        dirs,
+                        pic,
+                    },
+                    Instr::SendOff {
+                        items: 1,
+                        offset: 0,
+                        sctl: dirs,
+                    },
+                ),
+                // Two words long, so never last at an odd count; if it
+                // were, the decoder would report the misalignment.
+                Instr::SendPicP { .. } => {
+                    self.push(last.instr, last.xpic, last.pic);
+                    return;
+                }
+            };
+            self.push(head, last.xpic, last.pic);
+            // The tail's PIC field is never encoded; keep the head's value.
+            self.push(tail, last.xpic, last.pic);
+        } else {
+            // One cycle: re-encode as a two-word sendpicp that sets the
+            // receive state to what it is anyway.
+            let (word_address, sctl) = match last.instr {
+                Instr::Send {
+                    word_address, sctl, ..
+                } => (word_address, sctl),
+                Instr::SendOff { offset, sctl, .. } => (last.sp_before + offset, sctl),
+                Instr::SendPic { dirs, .. } => (last.sp_before, dirs),
+                _ => (0, 0),
+            };
+            self.push(
+                Instr::SendPicP {
+                    items: 1,
+                    word_address,
+                    sctl,
+                    xpic: Some(last.xpic),
+                    pic: last.pic / 4,
+                },
+                last.xpic,
+                last.pic,
+            );
+        }
+    }
+}
+
+/// Encodes tile `tile`'s row. `activity` holds every tile (to know when a
+/// source falls silent); `latency` is the constant fabric latency.
+pub(crate) fn encode_tile(
+    tile: usize,
+    activity: &[TileActivity],
+    latency: u64,
+) -> Result<Vec<u32>, EncodeError> {
+    let Some(act) = activity.get(tile) else {
+        return Ok(Vec::new());
+    };
+    // Receive events.
+    let mut events: Vec<RecvEvent> = Vec::new();
+    let mut xpic = Xpic::Disconnected;
+    let mut pic = 0u32;
+    for (i, p) in act.recvs.iter().enumerate() {
+        let want = Xpic::Listen(TileId::from_u32(p.source));
+        let set_x = (xpic != want).then_some(want);
+        let set_p = (pic != p.byte_address).then_some(p.byte_address);
+        if set_x.is_some() || set_p.is_some() {
+            events.push(RecvEvent {
+                at: p.start,
+                xpic: set_x,
+                pic: set_p,
+            });
+        }
+        xpic = want;
+        pic = p.byte_address + p.items * item_bytes(p.wide);
+        let end = p.start + u64::from(p.items);
+        let next = act.recvs.get(i + 1).map_or(u64::MAX, |q| q.start);
+        if next > end {
+            let to = next.saturating_sub(latency);
+            let from = end.saturating_sub(latency);
+            if sends_during(activity, p.source, from, to) {
+                events.push(RecvEvent {
+                    at: end,
+                    xpic: Some(Xpic::Disconnected),
+                    pic: None,
+                });
+                xpic = Xpic::Disconnected;
+            }
+        }
+    }
+    // Boundaries.
+    let mut bounds: Vec<u64> = Vec::with_capacity(2 * act.sends.len() + events.len() + 2);
+    bounds.push(0);
+    let mut end = 0u64;
+    for s in &act.sends {
+        bounds.push(s.start);
+        let e = s.start + u64::from(s.items);
+        bounds.push(e);
+        end = end.max(e);
+    }
+    for r in &act.recvs {
+        end = end.max(r.start + u64::from(r.items));
+    }
+    for e in &events {
+        bounds.push(e.at);
+    }
+    bounds.push(end);
+    bounds.sort_unstable();
+    bounds.dedup();
+    let mut em = Emitter {
+        out: Vec::new(),
+        words: 0,
+        sp: 0,
+    };
+    let mut send_i = 0;
+    let mut event_i = 0;
+    let mut xpic = Xpic::Disconnected;
+    for pair in bounds.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a >= end {
+            break;
+        }
+        // The update at a.
+        let mut update_x = None;
+        let mut update_p = None;
+        if let Some(e) = events.get(event_i) {
+            if e.at == a {
+                update_x = e.xpic;
+                update_p = e.pic;
+                event_i += 1;
+            }
+        }
+        if let Some(x) = update_x {
+            xpic = x;
+        }
+        // The send piece covering a, if any.
+        while act
+            .sends
+            .get(send_i)
+            .is_some_and(|s| s.start + u64::from(s.items) <= a)
+        {
+            send_i += 1;
+        }
+        let send = act.sends.get(send_i).filter(|s| s.start <= a).map(|s| {
+            let done = (a - s.start) as u32;
+            (s.byte_address + done * item_bytes(s.wide), s.wide)
+        });
+        let pic_at = |c: u64| pic_at(&act.recvs, c);
+        emit_window(&mut em, a, b - a, send, update_x, update_p, xpic, &pic_at)?;
+    }
+    let mut words = Vec::with_capacity(em.words);
+    for e in &em.out {
+        e.instr.encode(&mut words)?;
+    }
+    Ok(words)
+}
+
+/// PIC (byte address) at cycle `c`, given the tile's receive pieces: each
+/// piece sets it at its start (or finds it there already) and advances it by
+/// each item that arrives.
+fn pic_at(recvs: &[RecvPiece], c: u64) -> u32 {
+    let i = recvs.partition_point(|r| r.start <= c);
+    match i.checked_sub(1).and_then(|k| recvs.get(k)) {
+        Some(r) => {
+            let done = (c - r.start).min(u64::from(r.items)) as u32;
+            r.byte_address + done * item_bytes(r.wide)
+        }
+        None => 0,
+    }
+}
+
+/// Emits the instructions of the window of `n` cycles starting at `start`.
+#[allow(clippy::too_many_arguments)]
+fn emit_window(
+    em: &mut Emitter,
+    start: u64,
+    n: u64,
+    send: Option<(u32, bool)>,
+    update_x: Option<Xpic>,
+    update_p: Option<u32>,
+    xpic: Xpic,
+    pic_at: &dyn Fn(u64) -> u32,
+) -> Result<(), EncodeError> {
+    let mut left = n;
+    let mut address = send.map(|(a, _)| a / 4);
+    let wide = send.is_some_and(|(_, w)| w);
+    let sctl = if send.is_some() {
+        SCTL_BOTH | if wide { SCTL_WIDE } else { 0 }
+    } else {
+        0
+    };
+    let per = if wide { 2 } else { 1 };
+    let mut first = true;
+    let mut at = start;
+    while left > 0 {
+        let pic = pic_at(at);
+        let chunk = |max: u32| left.min(u64::from(max)) as u32;
+        let instr = match (first, update_x, update_p, address) {
+            (true, Some(x), None, None) => Instr::DelayXpic {
+                cycles: chunk(MAX_DELAYXPIC_CYCLES),
+                xpic: x,
+            },
+            (true, Some(x), _, a) => {
+                em.align();
+                Instr::SendPicP {
+                    items: chunk(MAX_SEND_ITEMS),
+                    word_address: a.unwrap_or(0),
+                    sctl,
+                    xpic: Some(x),
+                    pic: pic / 4,
+                }
+            }
+            (true, None, Some(p), None) => Instr::DelayPic {
+                cycles: chunk(MAX_DELAYPIC_CYCLES),
+                sel: 0,
+                value: p / 4,
+            },
+            (true, None, Some(p), Some(a)) if !wide && a == em.sp => Instr::SendPic {
+                items: chunk(MAX_SEND_ITEMS),
+                dirs: SCTL_BOTH,
+                pic: p / 4,
+            },
+            (true, None, Some(p), Some(a)) => {
+                em.align();
+                Instr::SendPicP {
+                    items: chunk(MAX_SEND_ITEMS),
+                    word_address: a,
+                    sctl,
+                    xpic: None,
+                    pic: p / 4,
+                }
+            }
+            (_, _, _, None) => Instr::Delay {
+                cycles: chunk(MAX_DELAY_CYCLES),
+            },
+            (_, _, _, Some(a)) if a >= em.sp && a - em.sp <= MAX_SENDOFF_OFFSET => Instr::SendOff {
+                items: chunk(MAX_SENDOFF_ITEMS),
+                offset: a - em.sp,
+                sctl,
+            },
+            (_, _, _, Some(a)) => Instr::Send {
+                items: chunk(MAX_SEND_ITEMS),
+                word_address: a,
+                sctl,
+            },
+        };
+        let cycles = instr.cycles();
+        em.push(instr, xpic, pic);
+        left -= u64::from(cycles);
+        at += u64::from(cycles);
+        if let Some(a) = address.as_mut() {
+            *a += cycles * per;
+        }
+        first = false;
+    }
+    Ok(())
+}
+
+/// Per-tile exchange rows, with identical rows stored once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EncodedRows {
+    rows: Vec<Vec<u32>>,
+    tile_row: Vec<u32>,
+}
+
+impl EncodedRows {
+    /// Rows from one instruction-word vector per tile (tile `i` gets
+    /// `rows[i]`); identical rows are shared.
+    pub fn from_tile_rows(rows: Vec<Vec<u32>>) -> EncodedRows {
+        let mut unique: Vec<Vec<u32>> = Vec::new();
+        let mut index: HashMap<Vec<u32>, u32> = HashMap::new();
+        let mut tile_row = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = match index.get(&row) {
+                Some(&id) => id,
+                None => {
+                    let id = unique.len() as u32;
+                    index.insert(row.clone(), id);
+                    unique.push(row);
+                    id
+                }
+            };
+            tile_row.push(id);
+        }
+        EncodedRows {
+            rows: unique,
+            tile_row,
+        }
+    }
+
+    /// Number of tiles.
+    pub fn tile_count(&self) -> u32 {
+        self.tile_row.len() as u32
+    }
+
+    /// Tile `tile`'s row (empty for an inactive tile or a tile out of range).
+    pub fn row(&self, tile: TileId) -> &[u32] {
+        self.tile_row
+            .get(tile.as_u32() as usize)
+            .and_then(|&r| self.rows.get(r as usize))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Which shared row tile `tile` uses.
+    pub fn row_id(&self, tile: TileId) -> Option<u32> {
+        self.tile_row.get(tile.as_u32() as usize).copied()
+    }
+
+    /// The distinct rows.
+    pub fn unique_rows(&self) -> &[Vec<u32>] {
+        &self.rows
+    }
+
+    /// Bytes of tile `tile`'s row (4 per instruction word, not counting the
+    /// final return the caller appends).
+    pub fn row_bytes(&self, tile: TileId) -> u64 {
+        self.row(tile).len() as u64 * 4
+    }
+
+    /// Bytes of all distinct rows (each shared row counted once).
+    pub fn total_bytes(&self) -> u64 {
+        self.rows.iter().map(|r| r.len() as u64 * 4).sum()
+    }
+
+    /// The tile with the longest row and its length in bytes (lowest tile
+    /// id on ties).
+    pub fn largest_row(&self) -> Option<(TileId, u64)> {
+        (0..self.tile_count())
+            .map(|t| (TileId::from_u32(t), self.row_bytes(TileId::from_u32(t))))
+            .max_by_key(|&(t, b)| (b, std::cmp::Reverse(t)))
+    }
+}

@@ -1,0 +1,66 @@
+//! Exchange phases for IPU21 tiles: lower bounds, a scheduler that gets
+//! close to them, IPU21 supervisor row encoding, a decoder, an independent
+//! checker and a replay against real memory.
+//!
+//! A [`Phase`] is a set of [`Transfer`]s (source tile and addresses,
+//! destinations, words, [`Width`]). Per cycle a tile's transmit lane carries
+//! one word and its receive port takes one word; a multicast is one send
+//! that several receivers listen to. [`schedule`] turns a phase into
+//! [`EncodedRows`]: one row of supervisor instruction words per tile, which
+//! alone determine everything (which words each tile sends when, and which
+//! source and write pointer each receiver selects when). [`check_schedule`]
+//! decodes and replays the rows of all tiles and compares the result with
+//! the phase; [`replay`] moves real data through an [`ExchangeMemory`].
+//!
+//! The instruction semantics chosen where the recovered encodings leave
+//! details open are documented in [`isa`]; [`Fabric`] holds the timing
+//! (a constant latency, read from `device/ipu21.toml`).
+//!
+//! ```
+//! use ipu_exchange::*;
+//! use ipu_layout::TileId;
+//! let phase = Phase {
+//!     tile_count: 4,
+//!     transfers: vec![Transfer {
+//!         source: TileId::from_u32(0),
+//!         source_addresses: smallvec::smallvec![0x4c000],
+//!         destinations: smallvec::smallvec![(TileId::from_u32(1), 0x90000)],
+//!         words: 8,
+//!         width: Width::Word32,
+//!     }],
+//! };
+//! let fabric = Fabric::ipu21().unwrap();
+//! let s = schedule(&phase, &fabric, &ScheduleConfig::default()).unwrap();
+//! assert!(s.horizon() >= stronger_lower_bound(&phase, &fabric));
+//! check_schedule(&phase, &fabric, s.rows()).unwrap();
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod bounds;
+mod check;
+mod core;
+mod encode;
+mod engine;
+mod fabric;
+pub mod generate;
+pub mod isa;
+mod model;
+mod replay;
+pub mod report;
+mod schedule;
+mod snapshot;
+mod timeline;
+
+pub use bounds::{endpoint_lower_bound, stronger_lower_bound};
+pub use check::{ExchangeCheckError, check_schedule};
+pub use encode::EncodedRows;
+pub use fabric::{Fabric, FabricError};
+pub use isa::{DecodeError, EncodeError, Instr};
+pub use model::{Phase, PhaseError, Transfer, Width, validate_phase};
+pub use replay::{ExchangeMemory, MemoryError, ReplayError, ReplayStats, replay};
+pub use schedule::{
+    Schedule, ScheduleConfig, ScheduleError, ScheduleKind, schedule, schedule_phases,
+};
+pub use snapshot::{SCHEMA_VERSION, Snapshot, SnapshotError, SnapshotPhase, SnapshotTransfer};
+pub use timeline::{SendRun, Timeline, Window, Xpic, decode};

@@ -1,0 +1,293 @@
+//! The exchange-phase model: transfers, phases, and their validation.
+//!
+//! A [`Phase`] is plain data that the orchestrator builds from layout
+//! fragments. Everything downstream (bounds, scheduler, encoder, checker)
+//! assumes a phase that [`validate_phase`] accepted, so validation lives in
+//! one function and its errors name the transfer and tile involved.
+
+use ipu_layout::TileId;
+use smallvec::SmallVec;
+
+/// How a transfer may travel over the fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Width {
+    /// One 32-bit word per cycle on the sender's own transmit lane.
+    Word32,
+    /// Permission to send 64-bit items: two words per cycle, borrowing the
+    /// transmit lane of the partner tile `source ^ 2` and the receive port of
+    /// each destination's partner `destination ^ 2`. The scheduler may still
+    /// send such a transfer as 32-bit words when that gives a shorter phase.
+    /// Needs an even word count, one contiguous 8-byte aligned source run and
+    /// 8-byte aligned destinations.
+    Paired64,
+}
+
+/// One transfer: `words` 32-bit words from `source` to every destination.
+///
+/// `source_addresses` holds byte addresses, each 4-byte aligned, in one of
+/// two forms: a single start address of a contiguous run of `words` words,
+/// or exactly `words` addresses, one per word in sending order (a gather).
+/// Each destination `(tile, byte_address)` receives the words contiguously
+/// from `byte_address` on. Several destinations make a multicast: one send,
+/// many listening receivers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// The sending tile.
+    pub source: TileId,
+    /// Byte addresses of the words on the source tile (see the type docs).
+    pub source_addresses: SmallVec<[u32; 1]>,
+    /// Receiving tiles and the byte address each writes the words to.
+    pub destinations: SmallVec<[(TileId, u32); 2]>,
+    /// Number of 32-bit words.
+    pub words: u32,
+    /// Whether 64-bit items are allowed.
+    pub width: Width,
+}
+
+impl Transfer {
+    /// The byte address of word `index` on the source tile, if the transfer
+    /// is well formed and `index < words`.
+    pub fn source_word_address(&self, index: u32) -> Option<u32> {
+        if index >= self.words {
+            return None;
+        }
+        match self.source_addresses.as_slice() {
+            [start] => start.checked_add(index.checked_mul(4)?),
+            many => many.get(index as usize).copied(),
+        }
+    }
+}
+
+/// One exchange phase on `tile_count` tiles.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Phase {
+    /// Number of tiles; every tile id in the phase must be below it.
+    pub tile_count: u32,
+    /// The transfers, in any order.
+    pub transfers: Vec<Transfer>,
+}
+
+/// The largest byte address (exclusive) a send or receive instruction can
+/// name: 18-bit word addresses.
+pub const ADDRESS_LIMIT: u64 = 1 << 20;
+
+/// The largest tile id an XPIC value can name (13 bits).
+pub const MAX_TILES: u32 = 1 << 13;
+
+/// Why a phase cannot be scheduled.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PhaseError {
+    /// The tile count is zero or larger than XPIC values can name.
+    #[error("the phase has tile_count {tile_count}; it must be between 1 and 8192")]
+    TileCount {
+        /// The tile count given.
+        tile_count: u32,
+    },
+    /// A tile id is not below the tile count.
+    #[error("transfer {transfer} names {tile}, but the phase has only {tile_count} tiles")]
+    TileOutOfRange {
+        /// Index of the transfer in the phase.
+        transfer: usize,
+        /// The offending tile.
+        tile: TileId,
+        /// The phase's tile count.
+        tile_count: u32,
+    },
+    /// A transfer moves no words or has no destination.
+    #[error("transfer {transfer} is empty (zero words or no destination); drop it from the phase")]
+    Empty {
+        /// Index of the transfer.
+        transfer: usize,
+    },
+    /// The source address list has the wrong length.
+    #[error(
+        "transfer {transfer} has {given} source addresses for {words} words; give one start \
+         address or one address per word"
+    )]
+    SourceAddressCount {
+        /// Index of the transfer.
+        transfer: usize,
+        /// Addresses given.
+        given: usize,
+        /// Words in the transfer.
+        words: u32,
+    },
+    /// An address is not 4-byte aligned or a run leaves the addressable range.
+    #[error(
+        "transfer {transfer} uses byte address {address:#x} on {tile}, which is unaligned or \
+         runs past {limit:#x}; addresses must be word aligned and inside tile memory",
+        limit = ADDRESS_LIMIT
+    )]
+    BadAddress {
+        /// Index of the transfer.
+        transfer: usize,
+        /// The tile the address is on.
+        tile: TileId,
+        /// The offending byte address.
+        address: u64,
+    },
+    /// A Paired64 transfer breaks the pairing rules.
+    #[error("transfer {transfer} is Paired64 but {reason}; mark it Word32 or fix the addresses")]
+    BadPaired {
+        /// Index of the transfer.
+        transfer: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A tile is both a destination and a source of the same transfer, or
+    /// the same tile appears twice as a destination.
+    #[error(
+        "transfer {transfer} lists {tile} twice (as source and destination, or as two destinations)"
+    )]
+    DuplicateTile {
+        /// Index of the transfer.
+        transfer: usize,
+        /// The repeated tile.
+        tile: TileId,
+    },
+    /// Two destination ranges overlap on a tile, or a destination range
+    /// overlaps memory the tile sends from in the same phase.
+    #[error(
+        "on {tile}, transfer {first} and transfer {second} touch overlapping bytes \
+         {overlap_start:#x}..{overlap_end:#x} (written twice, or written while being read); \
+         split the phase"
+    )]
+    Overlap {
+        /// The tile.
+        tile: TileId,
+        /// One transfer.
+        first: usize,
+        /// The other transfer.
+        second: usize,
+        /// Start of the shared bytes.
+        overlap_start: u64,
+        /// End of the shared bytes.
+        overlap_end: u64,
+    },
+}
+
+/// Checks every rule the scheduler relies on and returns the first broken one.
+pub fn validate_phase(phase: &Phase) -> Result<(), PhaseError> {
+    if phase.tile_count == 0 || phase.tile_count > MAX_TILES {
+        return Err(PhaseError::TileCount {
+            tile_count: phase.tile_count,
+        });
+    }
+    // (tile, start, end, transfer, is_write) ranges, to find overlaps.
+    let mut ranges: Vec<(u32, u64, u64, usize, bool)> = Vec::new();
+    for (index, transfer) in phase.transfers.iter().enumerate() {
+        let in_range = |tile: TileId| {
+            if tile.as_u32() < phase.tile_count {
+                Ok(())
+            } else {
+                Err(PhaseError::TileOutOfRange {
+                    transfer: index,
+                    tile,
+                    tile_count: phase.tile_count,
+                })
+            }
+        };
+        in_range(transfer.source)?;
+        if transfer.words == 0 || transfer.destinations.is_empty() {
+            return Err(PhaseError::Empty { transfer: index });
+        }
+        let bytes = u64::from(transfer.words) * 4;
+        let bad = |tile: TileId, address: u64| PhaseError::BadAddress {
+            transfer: index,
+            tile,
+            address,
+        };
+        match transfer.source_addresses.len() {
+            1 => {
+                let start = u64::from(transfer.source_addresses[0]);
+                if start % 4 != 0 || start + bytes > ADDRESS_LIMIT {
+                    return Err(bad(transfer.source, start));
+                }
+                ranges.push((transfer.source.as_u32(), start, start + bytes, index, false));
+            }
+            n if n == transfer.words as usize => {
+                for &address in &transfer.source_addresses {
+                    let address = u64::from(address);
+                    if address % 4 != 0 || address + 4 > ADDRESS_LIMIT {
+                        return Err(bad(transfer.source, address));
+                    }
+                    ranges.push((transfer.source.as_u32(), address, address + 4, index, false));
+                }
+            }
+            given => {
+                return Err(PhaseError::SourceAddressCount {
+                    transfer: index,
+                    given,
+                    words: transfer.words,
+                });
+            }
+        }
+        let mut seen: SmallVec<[u32; 4]> = SmallVec::new();
+        seen.push(transfer.source.as_u32());
+        for &(tile, address) in &transfer.destinations {
+            in_range(tile)?;
+            if seen.contains(&tile.as_u32()) {
+                return Err(PhaseError::DuplicateTile {
+                    transfer: index,
+                    tile,
+                });
+            }
+            seen.push(tile.as_u32());
+            let start = u64::from(address);
+            if start % 4 != 0 || start + bytes > ADDRESS_LIMIT {
+                return Err(bad(tile, start));
+            }
+            ranges.push((tile.as_u32(), start, start + bytes, index, true));
+        }
+        if transfer.width == Width::Paired64 {
+            let paired = |reason| PhaseError::BadPaired {
+                transfer: index,
+                reason,
+            };
+            if transfer.words % 2 != 0 {
+                return Err(paired("its word count is odd"));
+            }
+            if transfer.source_addresses.len() != 1 || transfer.source_addresses[0] % 8 != 0 {
+                return Err(paired("its source is not one 8-byte aligned run"));
+            }
+            if transfer.destinations.iter().any(|&(_, a)| a % 8 != 0) {
+                return Err(paired("a destination is not 8-byte aligned"));
+            }
+        }
+    }
+    // Writes must not overlap anything else on the same tile; reads may
+    // overlap reads (the same words may feed several transfers). After
+    // sorting by start, a range overlaps an earlier one exactly when the
+    // furthest-reaching earlier range (of the relevant kind) ends after its
+    // start.
+    ranges.sort_unstable_by_key(|r| (r.0, r.1, r.2, r.3));
+    let mut tile_now = u32::MAX;
+    let mut reach_any: Option<(u64, usize)> = None;
+    let mut reach_write: Option<(u64, usize)> = None;
+    for &(tile, start, end, transfer, write) in &ranges {
+        if tile != tile_now {
+            tile_now = tile;
+            reach_any = None;
+            reach_write = None;
+        }
+        let against = if write { reach_any } else { reach_write };
+        if let Some((reach, other)) = against {
+            if reach > start {
+                return Err(PhaseError::Overlap {
+                    tile: TileId::from_u32(tile),
+                    first: other.min(transfer),
+                    second: other.max(transfer),
+                    overlap_start: start,
+                    overlap_end: end.min(reach),
+                });
+            }
+        }
+        if reach_any.is_none_or(|(r, _)| end > r) {
+            reach_any = Some((end, transfer));
+        }
+        if write && reach_write.is_none_or(|(r, _)| end > r) {
+            reach_write = Some((end, transfer));
+        }
+    }
+    Ok(())
+}

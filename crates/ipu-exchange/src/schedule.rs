@@ -1,0 +1,502 @@
+//! The scheduler's entry points: from a phase to checked, encoded rows.
+//!
+//! ```text
+//! Phase ──validate──► jobs ──core (critical-set events)──► segments
+//!   ordinary: every transfer as 32-bit words, tile-level jobs
+//!   paired:   Paired64 transfers as 64-bit items on tile pairs, then the
+//!             rest as 32-bit words
+//! keep the shorter ──► per-tile send/receive pieces ──► rows (rayon)
+//! ```
+//!
+//! Results never depend on the thread count: parallel loops only map over
+//! independent items and collect in order.
+
+use ipu_layout::TileId;
+use rayon::prelude::*;
+use smallvec::SmallVec;
+
+use crate::bounds::{endpoint_lower_bound, stronger_lower_bound};
+use crate::core::{self, CoreConfig, CoreOutput, Job};
+use crate::encode::{EncodedRows, RecvPiece, SendPiece, TileActivity, encode_tile};
+use crate::fabric::Fabric;
+use crate::isa::EncodeError;
+use crate::model::{Phase, PhaseError, Width, validate_phase};
+
+/// Knobs of [`schedule`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduleConfig {
+    /// Target horizon slack over the endpoint bound, in parts per million.
+    /// Zero aims at the bound exactly (most preemptions); a little slack
+    /// lets the scheduler keep running jobs instead of moving them, so
+    /// there are fewer segments and shorter rows.
+    pub target_slack_ppm: u32,
+    /// Largest number of nodes one alternating-path search visits.
+    pub path_search_limit: usize,
+    /// Whether multicast transfers may be split by fanout.
+    pub fanout_split: bool,
+    /// How many of a free node's pending transfers the greedy fill looks
+    /// at per event (nodes that must work look at all of them). Smaller is
+    /// faster; the critical-set repair keeps the horizon either way.
+    pub fill_budget: usize,
+    /// Whether to try a paired schedule when a phase has Paired64 transfers.
+    pub try_paired: bool,
+    /// Phases with at least this many transfers are logged at info level.
+    pub large_phase_transfers: usize,
+    /// The phase number used in log events by [`schedule`]
+    /// ([`schedule_phases`] uses each phase's index).
+    pub phase_label: u32,
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        ScheduleConfig {
+            target_slack_ppm: 2000,
+            path_search_limit: 512,
+            fanout_split: true,
+            fill_budget: 16,
+            try_paired: true,
+            large_phase_transfers: 1000,
+            phase_label: 0,
+        }
+    }
+}
+
+/// Which kind of schedule was kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScheduleKind {
+    /// Every transfer as 32-bit words.
+    Ordinary,
+    /// Paired64 transfers as 64-bit items on tile pairs first, the rest
+    /// as 32-bit words after them.
+    Paired,
+}
+
+impl ScheduleKind {
+    /// The name used in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScheduleKind::Ordinary => "ordinary",
+            ScheduleKind::Paired => "paired",
+        }
+    }
+}
+
+/// A scheduled and encoded phase.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    horizon: u64,
+    endpoint_lower_bound: u64,
+    stronger_lower_bound: u64,
+    kind: ScheduleKind,
+    ordinary_horizon: u64,
+    paired_horizon: Option<u64>,
+    segments: usize,
+    rows: EncodedRows,
+}
+
+impl Schedule {
+    /// Cycles from the phase start until the last word is written.
+    pub fn horizon(&self) -> u64 {
+        self.horizon
+    }
+    /// [`endpoint_lower_bound`] of the phase.
+    pub fn endpoint_lower_bound(&self) -> u64 {
+        self.endpoint_lower_bound
+    }
+    /// [`stronger_lower_bound`] of the phase.
+    pub fn stronger_lower_bound(&self) -> u64 {
+        self.stronger_lower_bound
+    }
+    /// The kind kept.
+    pub fn kind(&self) -> ScheduleKind {
+        self.kind
+    }
+    /// Horizon of the ordinary schedule.
+    pub fn ordinary_horizon(&self) -> u64 {
+        self.ordinary_horizon
+    }
+    /// Horizon of the paired schedule, if one was built.
+    pub fn paired_horizon(&self) -> Option<u64> {
+        self.paired_horizon
+    }
+    /// Uninterrupted send segments in the kept schedule (a transfer sent in
+    /// one piece counts once; each preemption or fanout split adds one).
+    pub fn segments(&self) -> usize {
+        self.segments
+    }
+    /// The encoded rows.
+    pub fn rows(&self) -> &EncodedRows {
+        &self.rows
+    }
+    /// The encoded rows, by value.
+    pub fn into_rows(self) -> EncodedRows {
+        self.rows
+    }
+}
+
+/// Why a phase could not be scheduled.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// The phase breaks a modelling rule.
+    #[error("phase {phase}: {source}")]
+    Phase {
+        /// The phase number.
+        phase: u32,
+        /// What is wrong.
+        source: PhaseError,
+    },
+    /// The phase has more tiles than the fabric.
+    #[error(
+        "phase {phase} has {tile_count} tiles but the fabric has {fabric_tiles}; build the phase for this device"
+    )]
+    TileCount {
+        /// The phase number.
+        phase: u32,
+        /// The phase's tile count.
+        tile_count: u32,
+        /// The fabric's tile count.
+        fabric_tiles: u32,
+    },
+    /// A row could not be encoded (a bug in this crate).
+    #[error("phase {phase}, {tile}: {source}")]
+    Encode {
+        /// The phase number.
+        phase: u32,
+        /// The tile.
+        tile: TileId,
+        /// The encoder's complaint.
+        source: EncodeError,
+    },
+    /// A horizon does not fit the instruction set (more than 2^40 cycles).
+    #[error("phase {phase} needs {horizon} cycles, more than rows can express; split the phase")]
+    TooLong {
+        /// The phase number.
+        phase: u32,
+        /// The horizon.
+        horizon: u64,
+    },
+}
+
+/// A schedule before encoding.
+struct Plan {
+    kind: ScheduleKind,
+    /// Send horizon (cycle after the last send).
+    send_horizon: u64,
+    activity: Vec<TileActivity>,
+    segments: usize,
+}
+
+/// Schedules one phase and encodes its rows.
+pub fn schedule(
+    phase: &Phase,
+    fabric: &Fabric,
+    config: &ScheduleConfig,
+) -> Result<Schedule, ScheduleError> {
+    schedule_labeled(phase, fabric, config, config.phase_label)
+}
+
+/// Schedules many phases in parallel; the result is the same whatever the
+/// thread count. The first error (by phase index) is returned.
+pub fn schedule_phases(
+    phases: &[Phase],
+    fabric: &Fabric,
+    config: &ScheduleConfig,
+) -> Result<Vec<Schedule>, ScheduleError> {
+    phases
+        .par_iter()
+        .enumerate()
+        .map(|(i, p)| schedule_labeled(p, fabric, config, i as u32))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn schedule_labeled(
+    phase: &Phase,
+    fabric: &Fabric,
+    config: &ScheduleConfig,
+    label: u32,
+) -> Result<Schedule, ScheduleError> {
+    validate_phase(phase).map_err(|source| ScheduleError::Phase {
+        phase: label,
+        source,
+    })?;
+    if phase.tile_count > fabric.tile_count() {
+        return Err(ScheduleError::TileCount {
+            phase: label,
+            tile_count: phase.tile_count,
+            fabric_tiles: fabric.tile_count(),
+        });
+    }
+    let large = phase.transfers.len() >= config.large_phase_transfers;
+    let endpoint = endpoint_lower_bound(phase);
+    let stronger = stronger_lower_bound(phase, fabric);
+    if large {
+        let fanout = phase
+            .transfers
+            .iter()
+            .map(|t| t.destinations.len())
+            .max()
+            .unwrap_or(0);
+        tracing::info!(
+            phase = label,
+            transfers = phase.transfers.len(),
+            maximum_identical_destinations = fanout,
+            "prepared large physical exchange phase"
+        );
+    }
+    let candidates = phase
+        .transfers
+        .iter()
+        .filter(|t| t.width == Width::Paired64)
+        .count();
+    let want_paired = config.try_paired && candidates > 0;
+    let latency = u64::from(fabric.latency_cycles());
+    let (ordinary, paired) = if want_paired {
+        rayon::join(
+            || plan(phase, config, endpoint, latency, false),
+            || Some(plan(phase, config, endpoint, latency, true)),
+        )
+    } else {
+        (plan(phase, config, endpoint, latency, false), None)
+    };
+    let finish = |p: &Plan| {
+        if p.send_horizon == 0 {
+            0
+        } else {
+            p.send_horizon + latency
+        }
+    };
+    let ordinary_horizon = finish(&ordinary);
+    let paired_horizon = paired.as_ref().map(finish);
+    let use_paired = paired_horizon.is_some_and(|p| p < ordinary_horizon);
+    if want_paired {
+        tracing::info!(
+            phase = label,
+            candidates,
+            ordinary_horizon,
+            paired_horizon = paired_horizon.unwrap_or(0),
+            use_paired,
+            "compared ordinary and paired exchange schedules"
+        );
+    }
+    let kept = match paired {
+        Some(p) if use_paired => p,
+        _ => ordinary,
+    };
+    let horizon = finish(&kept);
+    if horizon > 1 << 40 {
+        return Err(ScheduleError::TooLong {
+            phase: label,
+            horizon,
+        });
+    }
+    if large {
+        tracing::info!(
+            phase = label,
+            initial_horizon = ordinary_horizon,
+            selected_horizon = horizon,
+            endpoint_lower_bound = endpoint,
+            lower_bound_gap = horizon.saturating_sub(endpoint),
+            selected_kind = kept.kind.name(),
+            neighborhood_improvements = 0u32,
+            "optimized physical exchange schedule"
+        );
+    }
+    let tiles = phase.tile_count as usize;
+    let rows: Vec<Vec<u32>> = (0..tiles)
+        .into_par_iter()
+        .map(|t| {
+            encode_tile(t, &kept.activity, latency).map_err(|source| ScheduleError::Encode {
+                phase: label,
+                tile: TileId::from_u32(t as u32),
+                source,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let rows = EncodedRows::from_tile_rows(rows);
+    if large {
+        let (tile, bytes) = rows.largest_row().unwrap_or((TileId::from_u32(0), 0));
+        tracing::info!(
+            phase = label,
+            tile = tile.as_u32(),
+            row_words = bytes / 4,
+            horizon,
+            "finished large physical exchange phase"
+        );
+    }
+    Ok(Schedule {
+        horizon,
+        endpoint_lower_bound: endpoint,
+        stronger_lower_bound: stronger,
+        kind: kept.kind,
+        ordinary_horizon,
+        paired_horizon,
+        segments: kept.segments,
+        rows,
+    })
+}
+
+/// The pair node of a tile: tiles `t` and `t ^ 2` share one.
+fn pair_node(tile: u32) -> u32 {
+    ((tile >> 2) << 1) | (tile & 1)
+}
+
+/// Whether a transfer can go as 64-bit items in a phase of `tiles` tiles:
+/// Paired64, every partner exists, and no two destinations share a pair.
+fn goes_wide(t: &crate::model::Transfer, tiles: u32) -> bool {
+    if t.width != Width::Paired64 || t.source.as_u32() ^ 2 >= tiles {
+        return false;
+    }
+    let mut pairs: SmallVec<[u32; 4]> = SmallVec::new();
+    for &(d, _) in &t.destinations {
+        if d.as_u32() ^ 2 >= tiles {
+            return false;
+        }
+        let p = pair_node(d.as_u32());
+        if pairs.contains(&p) {
+            return false;
+        }
+        pairs.push(p);
+    }
+    true
+}
+
+fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, paired: bool) -> Plan {
+    let tiles = phase.tile_count;
+    let slack = |bound: u64| bound + bound * u64::from(config.target_slack_ppm) / 1_000_000;
+    let core_config = |target| CoreConfig {
+        target,
+        path_search_limit: config.path_search_limit,
+        fanout_split: config.fanout_split,
+        fill_budget: config.fill_budget,
+    };
+    let make_job = |index: usize, wide: bool| {
+        let t = &phase.transfers[index];
+        let node = |tile: TileId| {
+            if wide {
+                pair_node(tile.as_u32())
+            } else {
+                tile.as_u32()
+            }
+        };
+        Job {
+            sender: node(t.source),
+            receivers: t.destinations.iter().map(|&(d, _)| node(d)).collect(),
+            len: if wide { t.words / 2 } else { t.words },
+            origin: index as u32,
+            dests: (0..t.destinations.len() as u32).collect(),
+        }
+    };
+    let mut activity = vec![TileActivity::default(); tiles as usize];
+    let mut segments = 0;
+    let send_horizon = if paired {
+        let (wide, narrow): (Vec<usize>, Vec<usize>) =
+            (0..phase.transfers.len()).partition(|&i| goes_wide(&phase.transfers[i], tiles));
+        let wide_jobs: Vec<Job> = wide.iter().map(|&i| make_job(i, true)).collect();
+        let narrow_jobs: Vec<Job> = narrow.iter().map(|&i| make_job(i, false)).collect();
+        let wide_bound = job_bound(&wide_jobs, tiles as usize);
+        let narrow_bound = job_bound(&narrow_jobs, tiles as usize);
+        let a = core::run(tiles as usize, wide_jobs, core_config(slack(wide_bound)));
+        let b = core::run(
+            tiles as usize,
+            narrow_jobs,
+            core_config(slack(narrow_bound)),
+        );
+        segments += add_activity(phase, &a, 0, latency, true, &mut activity);
+        segments += add_activity(phase, &b, a.horizon, latency, false, &mut activity);
+        a.horizon + b.horizon
+    } else {
+        let jobs: Vec<Job> = (0..phase.transfers.len())
+            .map(|i| make_job(i, false))
+            .collect();
+        let bound = job_bound(&jobs, tiles as usize).max(endpoint);
+        let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
+        segments += add_activity(phase, &out, 0, latency, false, &mut activity);
+        out.horizon
+    };
+    for a in &mut activity {
+        a.sends.sort_unstable_by_key(|p| p.start);
+        a.recvs.sort_unstable_by_key(|p| p.start);
+    }
+    Plan {
+        kind: if paired {
+            ScheduleKind::Paired
+        } else {
+            ScheduleKind::Ordinary
+        },
+        send_horizon,
+        activity,
+        segments,
+    }
+}
+
+/// The largest node load of a job set.
+fn job_bound(jobs: &[Job], nodes: usize) -> u64 {
+    let mut send = vec![0u64; nodes];
+    let mut recv = vec![0u64; nodes];
+    for j in jobs {
+        send[j.sender as usize] += u64::from(j.len);
+        for &r in &j.receivers {
+            recv[r as usize] += u64::from(j.len);
+        }
+    }
+    send.into_iter().chain(recv).max().unwrap_or(0)
+}
+
+/// Turns core segments into per-tile pieces, shifted by `base` cycles;
+/// receive pieces start `latency` cycles after their send. Returns the
+/// number of segments.
+fn add_activity(
+    phase: &Phase,
+    out: &CoreOutput,
+    base: u64,
+    latency: u64,
+    wide: bool,
+    activity: &mut [TileActivity],
+) -> usize {
+    for seg in &out.segments {
+        let job = &out.jobs[seg.job as usize];
+        let t = &phase.transfers[job.origin as usize];
+        let start = base + seg.start;
+        let per = if wide { 2 } else { 1 };
+        let first_word = seg.offset * per;
+        let words = seg.len * per;
+        let src = t.source.as_u32() as usize;
+        // Source runs: contiguous pieces of the segment's words.
+        let mut i = 0;
+        while i < words {
+            let Some(address) = t.source_word_address(first_word + i) else {
+                break;
+            };
+            let mut n = if t.source_addresses.len() == 1 {
+                words - i
+            } else {
+                per
+            };
+            while i + n < words
+                && t.source_word_address(first_word + i + n) == Some(address + 4 * n)
+            {
+                n += per;
+            }
+            activity[src].sends.push(SendPiece {
+                start: start + u64::from(i / per),
+                items: n / per,
+                wide,
+                byte_address: address,
+            });
+            i += n;
+        }
+        for &k in &job.dests {
+            let (d, address) = t.destinations[k as usize];
+            activity[d.as_u32() as usize].recvs.push(RecvPiece {
+                start: start + latency,
+                items: seg.len,
+                wide,
+                source: t.source.as_u32(),
+                byte_address: address + 4 * first_word,
+            });
+        }
+    }
+    out.segments.len()
+}

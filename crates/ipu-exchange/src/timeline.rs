@@ -1,0 +1,125 @@
+//! A tile's exchange timeline: what its row does, cycle by cycle.
+//!
+//! [`decode`] turns a row of instruction words into windows with absolute
+//! cycles, resolved send addresses and receive-state updates. The checker
+//! and [`replay`](crate::replay) read timelines, never the scheduler's data.
+
+use ipu_layout::TileId;
+
+use crate::isa::{DecodeError, Instr, MAX_WORD_ADDRESS, SCTL_WIDE};
+
+/// The receive mux state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Xpic {
+    /// Listening to nobody: nothing is written.
+    Disconnected,
+    /// Listening to this tile's transmit lane.
+    Listen(TileId),
+}
+
+/// Words sent during a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendRun {
+    /// Byte address of the first word.
+    pub byte_address: u32,
+    /// Whether items are 64-bit (two words per cycle, borrowing the
+    /// partner's lane).
+    pub wide: bool,
+}
+
+/// One instruction's window on the tile's timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// First cycle.
+    pub start: u64,
+    /// Cycles (at least 1).
+    pub cycles: u32,
+    /// XPIC update at `start`.
+    pub set_xpic: Option<Xpic>,
+    /// PIC update at `start`, as a byte address.
+    pub set_pic: Option<u32>,
+    /// Items sent, one per cycle, if the window sends.
+    pub send: Option<SendRun>,
+}
+
+/// A decoded row.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Timeline {
+    /// Windows in time order, back to back from cycle 0.
+    pub windows: Vec<Window>,
+}
+
+impl Timeline {
+    /// The cycle after the last window.
+    pub fn end(&self) -> u64 {
+        self.windows
+            .last()
+            .map_or(0, |w| w.start + u64::from(w.cycles))
+    }
+}
+
+/// Decodes a row into its timeline (see [`crate::isa`] for the semantics).
+pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
+    let mut windows = Vec::with_capacity(row.len());
+    let mut index = 0;
+    let mut cycle = 0u64;
+    let mut sp: u32 = 0;
+    while index < row.len() {
+        let (instr, used) = Instr::decode_at(row, index)?;
+        let overflow = DecodeError::PointerOverflow { index };
+        let mut window = Window {
+            start: cycle,
+            cycles: instr.cycles(),
+            set_xpic: None,
+            set_pic: None,
+            send: None,
+        };
+        // Where the send starts and its sctl, if the instruction sends.
+        let mut send: Option<(u32, u32)> = None;
+        match instr {
+            Instr::Delay { .. } => {}
+            Instr::DelayPic { value, .. } => window.set_pic = Some(value * 4),
+            Instr::DelayXpic { xpic, .. } => window.set_xpic = Some(xpic),
+            Instr::Send {
+                word_address, sctl, ..
+            } => send = Some((word_address, sctl)),
+            Instr::SendOff { offset, sctl, .. } => {
+                send = Some((sp.checked_add(offset).ok_or(overflow)?, sctl));
+            }
+            Instr::SendPic { dirs, pic, .. } => {
+                window.set_pic = Some(pic * 4);
+                send = Some((sp, dirs));
+            }
+            Instr::SendPicP {
+                word_address,
+                sctl,
+                xpic,
+                pic,
+                ..
+            } => {
+                window.set_pic = Some(pic * 4);
+                window.set_xpic = xpic;
+                send = Some((word_address, sctl));
+            }
+        }
+        if let Some((start, sctl)) = send {
+            let wide = sctl & SCTL_WIDE != 0;
+            let per_item = if wide { 2 } else { 1 };
+            let end = u64::from(start) + u64::from(window.cycles) * per_item;
+            if end > u64::from(MAX_WORD_ADDRESS) + 1 {
+                return Err(overflow);
+            }
+            sp = end as u32;
+            if sctl & 3 != 0 {
+                window.send = Some(SendRun {
+                    byte_address: start * 4,
+                    wide,
+                });
+            }
+        }
+        cycle += u64::from(window.cycles);
+        windows.push(window);
+        index += used;
+    }
+    Ok(Timeline { windows })
+}

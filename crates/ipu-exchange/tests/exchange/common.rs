@@ -1,0 +1,62 @@
+//! Helpers shared by the test modules: small phases and a memory model.
+
+use std::collections::HashMap;
+
+use ipu_exchange::*;
+use ipu_layout::TileId;
+
+/// The IPU21 fabric.
+pub fn fabric() -> Fabric {
+    Fabric::ipu21().expect("the embedded device description parses")
+}
+
+/// Schedules, checks with the checker, and asserts the bounds.
+pub fn schedule_and_check(phase: &Phase, fabric: &Fabric, config: &ScheduleConfig) -> Schedule {
+    let s = schedule(phase, fabric, config).expect("valid phases schedule");
+    assert!(
+        s.endpoint_lower_bound() <= s.horizon(),
+        "endpoint bound above horizon"
+    );
+    assert!(
+        s.stronger_lower_bound() <= s.horizon(),
+        "stronger bound above horizon"
+    );
+    assert!(s.endpoint_lower_bound() <= s.stronger_lower_bound());
+    if let Err(errors) = check_schedule(phase, fabric, s.rows()) {
+        panic!(
+            "checker rejects the schedule: {:#?}",
+            &errors[..errors.len().min(10)]
+        );
+    }
+    s
+}
+
+/// Tile memories as a sparse map, with every untouched word reading as a
+/// value derived from its tile and address.
+#[derive(Debug, Default)]
+pub struct SparseMemory {
+    pub words: HashMap<(u32, u32), u32>,
+}
+
+pub fn initial_word(tile: u32, address: u32) -> u32 {
+    tile.wrapping_mul(0x9e37_79b9) ^ address.wrapping_mul(0x85eb_ca6b)
+}
+
+impl ExchangeMemory for SparseMemory {
+    fn read_word(&self, tile: TileId, byte_address: u32) -> Result<u32, MemoryError> {
+        Ok(self
+            .words
+            .get(&(tile.as_u32(), byte_address))
+            .copied()
+            .unwrap_or_else(|| initial_word(tile.as_u32(), byte_address)))
+    }
+    fn write_word(
+        &mut self,
+        tile: TileId,
+        byte_address: u32,
+        word: u32,
+    ) -> Result<(), MemoryError> {
+        self.words.insert((tile.as_u32(), byte_address), word);
+        Ok(())
+    }
+}

@@ -1,0 +1,70 @@
+//! `cargo xtask exchange`: exchange scheduling figures.
+//!
+//! `cargo xtask exchange FILE.json` schedules every phase of a snapshot and
+//! prints transfers, bounds, horizon, gap, row bytes and time per phase and
+//! in total. `cargo xtask exchange --families` does the same for the
+//! generated phase families shaped like the seed log (unicast), then the
+//! multicast and paired families. `--check` also runs the checker on every
+//! schedule (its time is not counted); `--write DIR` stores the generated
+//! families as snapshots; `--only TEXT` keeps the families whose name
+//! contains TEXT.
+
+use std::process::ExitCode;
+
+use ipu_exchange::generate::{generate_phase, other_families, seed_families};
+use ipu_exchange::report::{format_figures, phase_figures, snapshot_report};
+use ipu_exchange::{Fabric, Phase, ScheduleConfig, Snapshot};
+
+pub fn run(args: &[String]) -> Result<ExitCode, String> {
+    let fabric = Fabric::ipu21().map_err(|e| e.to_string())?;
+    let config = ScheduleConfig::default();
+    let check = args.iter().any(|a| a == "--check");
+    let write = args
+        .iter()
+        .position(|a| a == "--write")
+        .and_then(|i| args.get(i + 1));
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
+    if args.iter().any(|a| a == "--families") {
+        for (title, families) in [
+            ("seed-shaped unicast families", seed_families()),
+            ("multicast and paired families", other_families()),
+        ] {
+            let phases: Vec<(u32, Phase)> = families
+                .iter()
+                .enumerate()
+                .filter(|(_, (name, _))| only.is_none_or(|o| name.contains(o.as_str())))
+                .map(|(i, (_, c))| (i as u32, generate_phase(c)))
+                .collect();
+            println!("{title}:");
+            for (i, (name, _)) in families.iter().enumerate() {
+                println!("  phase {i}: {name}");
+            }
+            if let Some(dir) = write {
+                let file = format!("{dir}/{}.json", title.split(' ').next().unwrap_or("phases"));
+                let only: Vec<Phase> = phases.iter().map(|(_, p)| p.clone()).collect();
+                let snapshot = Snapshot::from_phases(1472, &only);
+                std::fs::write(&file, snapshot.to_json())
+                    .map_err(|e| format!("cannot write {file}: {e}"))?;
+                println!("  wrote {file}");
+            }
+            print!(
+                "{}",
+                format_figures(&phase_figures(&phases, &fabric, &config, check))
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(file) = args.iter().find(|a| !a.starts_with("--")) else {
+        return Err(
+            "usage: cargo xtask exchange FILE.json [--check] | --families [--check] [--write DIR]"
+                .to_owned(),
+        );
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
+    let report = snapshot_report(&text, &fabric, &config, check)?;
+    print!("{report}");
+    Ok(ExitCode::SUCCESS)
+}
