@@ -31,6 +31,7 @@ mod model;
 mod object;
 mod problem;
 mod program;
+pub mod siglip;
 mod variant;
 
 pub use cache::{CacheOutcome, CachedKernel, KernelCache, cache_key};

@@ -4,46 +4,11 @@ use ipu_kernels::{AmpModel, GemmProblem, GemmShape, Mode, Variant};
 use ipu_layout::{AmpOperand, ElementOrder, Fp8Format, MemoryClass, Precision};
 use proptest::prelude::*;
 
-/// FP8 F143 with scale 0.
-pub const F143: Precision = Precision::F8 {
-    format: Fp8Format::F143,
-    scale: 0,
-};
-
-/// The five variants the seed log compiled: (k, c, r_small, r_large).
-pub const SEED_VARIANTS: [(u32, u32, u32, u32); 5] = [
-    (64, 48, 240, 244),
-    (96, 96, 144, 148),
-    (192, 144, 160, 164),
-    (192, 160, 160, 164),
-    (256, 144, 120, 124),
-];
-
-/// The seed's GEMM shard shape for a variant: FP8 rows and weights (the
-/// weights interleaved), F16 partials and output in AMP order; the shard is
-/// one block (`inner = k`, `columns = c`).
-pub fn seed_shape(k: u32, c: u32, rows: u32) -> GemmShape {
-    GemmShape {
-        rows,
-        inner: k,
-        columns: c,
-        left: F143,
-        right: F143,
-        output: Precision::F16,
-        output_order: ElementOrder::Amp(AmpOperand::Output),
-        right_class: MemoryClass::Ipu21Interleaved,
-    }
-}
+pub use ipu_kernels::siglip::{SEED_VARIANTS, seed_shape};
 
 /// The seed's five variants.
 pub fn seed_variants() -> Vec<Variant> {
-    SEED_VARIANTS
-        .iter()
-        .map(|&(k, c, rs, rl)| {
-            Variant::new(&seed_shape(k, c, rl), k, c, rs, rl, &AmpModel::ipu21())
-                .expect("seed variant is valid")
-        })
-        .collect()
+    ipu_kernels::siglip::seed_variants(&AmpModel::ipu21()).expect("seed variants are valid")
 }
 
 /// The precision combinations the AMP supports: (left, right, output).
