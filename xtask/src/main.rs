@@ -6,6 +6,8 @@
 
 use std::process::{Command, ExitCode};
 
+mod kernels;
+
 /// A task: its name, a one-line summary, and what runs it.
 struct Task {
     name: &'static str,
@@ -18,6 +20,11 @@ const TASKS: &[Task] = &[
         name: "test",
         summary: "run the whole test suite (what CI runs)",
         run: test,
+    },
+    Task {
+        name: "kernels",
+        summary: "compile times and AMP utilisation of the seed's SigLIP GEMM variants",
+        run: kernels::run,
     },
     Task {
         name: "ci",

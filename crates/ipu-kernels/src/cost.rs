@@ -26,7 +26,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::program::{AmpOp, AmpProgram, op_code_instructions, split_work};
+use crate::program::{AmpOp, AmpProgram, WorkShare, op_code_instructions, split_work};
 use crate::variant::{Arithmetic, round_up};
 use crate::{AmpModel, Mode, Variant};
 
@@ -136,19 +136,25 @@ fn share_sums(variant: &Variant, block_start: u32, blocks: u32) -> ShareSums {
 }
 
 /// Estimated cycles of one call of `variant` on `rows` rows in `mode`,
-/// computed in closed form (time linear in the number of blocks).
+/// computed in closed form (time linear in the number of blocks per split
+/// considered).
 pub fn estimate_cycles(variant: &Variant, rows: u32, mode: Mode) -> CycleEstimate {
+    let shares = split_work(variant, rows, mode);
+    let busiest = busiest_instructions(variant, &shares, mode);
+    finish(variant, rows, busiest, shares.len() as u32)
+}
+
+/// Instructions of the busiest worker of a split, in closed form.
+pub(crate) fn busiest_instructions(variant: &Variant, shares: &[WorkShare], mode: Mode) -> u64 {
     let model = variant.model();
     let s = variant.shape();
     let a = variant.arithmetic();
-    let column_blocks = s.columns.div_ceil(variant.c());
-    let shares = split_work(rows, column_blocks, model.worker_contexts);
     let rate = u64::from(a.macs_per_instruction(model));
     let group = a.group();
     let weight_eb = s.right.element_bytes();
     let load = load_bytes(s.right_class, model);
     let mut busiest = 0u64;
-    for share in &shares {
+    for share in shares {
         let n = u64::from(share.rows);
         let sums = share_sums(variant, share.block_start, share.blocks);
         let mut total = u64::from(model.worker_setup_instructions);
@@ -177,15 +183,14 @@ pub fn estimate_cycles(variant: &Variant, rows: u32, mode: Mode) -> CycleEstimat
         }
         busiest = busiest.max(total);
     }
-    finish(variant, rows, busiest, shares.len() as u32)
+    busiest
 }
 
 /// Static code instructions of one entry, in closed form (the same count as
 /// [`AmpProgram::code_instructions`] of the built program).
 pub fn entry_code_instructions(variant: &Variant, rows: u32, mode: Mode) -> u64 {
     let model = variant.model();
-    let column_blocks = variant.shape().columns.div_ceil(variant.c());
-    let shares = split_work(rows, column_blocks, model.worker_contexts);
+    let shares = split_work(variant, rows, mode);
     let mut worker = 0u64;
     for share in &shares {
         let sums = share_sums(variant, share.block_start, share.blocks);

@@ -10,8 +10,9 @@
 //! (initialise) or are loaded from the output (accumulate); for each inner
 //! block the weight block is loaded into the coefficient state and the
 //! worker's left rows are streamed through the AMP; then the partials are
-//! drained and stored. Workers take disjoint row ranges, or disjoint column
-//! blocks when there are fewer rows than workers.
+//! drained and stored. Workers take the cells of a grid of row ranges ×
+//! column-block ranges, the grid chosen by the cost model (splitting rows
+//! makes every worker load every weight block; splitting columns does not).
 //!
 //! The binary form (`PROGRAM_FORMAT_VERSION`) is little endian:
 //!
@@ -227,44 +228,65 @@ pub(crate) struct WorkShare {
     pub blocks: u32,
 }
 
-/// How `rows` rows and `column_blocks` column blocks split over `workers`
-/// contexts: by rows when there are at least as many rows as workers,
-/// otherwise by column blocks. Empty shares are dropped.
-pub(crate) fn split_work(rows: u32, column_blocks: u32, workers: u32) -> Vec<WorkShare> {
-    let workers = workers.max(1);
+/// The shares of a `row_parts × column_parts` split of `rows` rows and
+/// `column_blocks` column blocks: rows and column blocks are cut into
+/// balanced contiguous ranges (the first ranges one longer), row ranges
+/// outermost. Empty shares are dropped.
+pub(crate) fn grid_split(
+    rows: u32,
+    column_blocks: u32,
+    row_parts: u32,
+    column_parts: u32,
+) -> Vec<WorkShare> {
+    let ranges = |total: u32, parts: u32| -> Vec<(u32, u32)> {
+        let parts = parts.max(1);
+        let (base, extra) = (total / parts, total % parts);
+        let mut start = 0;
+        (0..parts)
+            .map(|p| {
+                let n = base + u32::from(p < extra);
+                let range = (start, n);
+                start += n;
+                range
+            })
+            .filter(|&(_, n)| n > 0)
+            .collect()
+    };
     let mut shares = Vec::new();
-    if rows >= workers || column_blocks <= 1 {
-        let parts = workers.min(rows).max(1);
-        let (base, extra) = (rows / parts, rows % parts);
-        let mut start = 0;
-        for w in 0..parts {
-            let n = base + u32::from(w < extra);
-            if n > 0 {
-                shares.push(WorkShare {
-                    row_start: start,
-                    rows: n,
-                    block_start: 0,
-                    blocks: column_blocks,
-                });
-            }
-            start += n;
-        }
-    } else {
-        let parts = workers.min(column_blocks);
-        let (base, extra) = (column_blocks / parts, column_blocks % parts);
-        let mut start = 0;
-        for w in 0..parts {
-            let n = base + u32::from(w < extra);
+    for (row_start, rows) in ranges(rows, row_parts) {
+        for &(block_start, blocks) in &ranges(column_blocks, column_parts) {
             shares.push(WorkShare {
-                row_start: 0,
+                row_start,
                 rows,
-                block_start: start,
-                blocks: n,
+                block_start,
+                blocks,
             });
-            start += n;
         }
     }
     shares
+}
+
+/// How a call's work splits over the worker contexts: of every grid split
+/// `row_parts × column_parts <= worker_contexts` (with no more parts than
+/// rows or column blocks), the one whose busiest worker has the fewest
+/// instructions in the cost model; ties go to more row parts, then more
+/// column parts. Splitting rows makes every worker load every weight block;
+/// splitting columns divides the weight loads but needs enough column
+/// blocks, so the choice depends on the shape.
+pub(crate) fn split_work(variant: &Variant, rows: u32, mode: Mode) -> Vec<WorkShare> {
+    let workers = variant.model().worker_contexts.max(1);
+    let column_blocks = variant.shape().columns.div_ceil(variant.c());
+    let mut best: Option<(u64, Vec<WorkShare>)> = None;
+    for row_parts in (1..=workers.min(rows.max(1))).rev() {
+        for column_parts in (1..=(workers / row_parts).min(column_blocks.max(1))).rev() {
+            let shares = grid_split(rows, column_blocks, row_parts, column_parts);
+            let cost = crate::cost::busiest_instructions(variant, &shares, mode);
+            if best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                best = Some((cost, shares));
+            }
+        }
+    }
+    best.map(|(_, s)| s).unwrap_or_default()
 }
 
 /// Runs covering rows `row0..row0 + nrows` and columns `col0..col0 + ncols`
@@ -368,9 +390,8 @@ pub(crate) fn build_for_rows(
         left_tail_bytes: variant.left_tail_bytes(),
     };
     let (k, c) = (variant.k(), variant.c());
-    let column_blocks = shape.columns.div_ceil(c);
     let inner_blocks = shape.inner.div_ceil(k);
-    let shares = split_work(rows, column_blocks, variant.model().worker_contexts);
+    let shares = split_work(variant, rows, mode);
     let mut workers = Vec::with_capacity(shares.len());
     for (w, share) in shares.iter().enumerate() {
         let mut ops = Vec::new();
