@@ -13,7 +13,8 @@
 //! metadata carries the object's sha256, so a reader that finds metadata
 //! and an object that disagree treats the entry as corrupt. Builds are
 //! deterministic, so concurrent writers of one key write identical bytes and
-//! either rename may win.
+//! either rename may win. Files are not synced to disk: an entry a crash
+//! leaves empty or short fails verification like any corrupt entry.
 //!
 //! A corrupt or truncated entry (unparsable metadata, wrong key, object hash
 //! or size mismatch, object that does not parse back) is logged with
@@ -276,11 +277,11 @@ fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), KernelError
         .prefix(".tmp-")
         .tempfile_in(dir)
         .map_err(io("creating a temporary file in", dir))?;
+    // No fsync: the rename makes the write atomic for concurrent readers,
+    // and an entry a crash leaves empty or short fails verification and is
+    // rebuilt, so syncing would only slow every miss down.
     temp.write_all(bytes)
         .map_err(io("writing a temporary file in", dir))?;
-    temp.as_file()
-        .sync_all()
-        .map_err(io("syncing a temporary file in", dir))?;
     temp.persist(path).map_err(|e| KernelError::Io {
         action: "renaming into",
         path: path.to_path_buf(),

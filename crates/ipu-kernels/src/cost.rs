@@ -174,11 +174,14 @@ pub(crate) fn busiest_instructions(variant: &Variant, shares: &[WorkShare], mode
                     continue;
                 }
                 let load_instructions = (kw * cw * weight_eb).div_ceil(load);
-                let amp = (n
-                    * u64::from(round_up(kw as u32, group))
-                    * u64::from(round_up(cw as u32, model.column_multiple)))
-                .div_ceil(rate);
-                total += cn * kn * (load_instructions + amp);
+                // Saturating: `rows` is the caller's and may be anything.
+                let amp = n
+                    .saturating_mul(u64::from(round_up(kw as u32, group)))
+                    .saturating_mul(u64::from(round_up(cw as u32, model.column_multiple)))
+                    .div_ceil(rate);
+                total = total.saturating_add(
+                    (cn * kn).saturating_mul(load_instructions.saturating_add(amp)),
+                );
             }
         }
         busiest = busiest.max(total);
@@ -218,7 +221,9 @@ fn finish(variant: &Variant, rows: u32, busiest: u64, active: u32) -> CycleEstim
     CycleEstimate {
         cycles: u64::from(model.call_cycles)
             .saturating_add(u64::from(model.worker_contexts).saturating_mul(busiest)),
-        macs: u64::from(rows) * u64::from(s.inner) * u64::from(s.columns),
+        macs: u64::from(rows)
+            .saturating_mul(u64::from(s.inner))
+            .saturating_mul(u64::from(s.columns)),
         peak_macs_per_cycle: peak,
         worker_instructions: busiest,
         active_workers: active,
@@ -251,17 +256,20 @@ pub fn program_cycles(variant: &Variant, program: &AmpProgram) -> CycleEstimate 
                     columns = u64::from(cw);
                     u64::from(model.coefficient_setup_instructions)
                         + runs
-                        + (u64::from(inner) * u64::from(cw) * weight_eb).div_ceil(load)
+                        + u64::from(inner)
+                            .saturating_mul(u64::from(cw))
+                            .saturating_mul(weight_eb)
+                            .div_ceil(load)
                 }
                 AmpOp::ZeroPartials { .. } => 0,
                 AmpOp::LoadPartials { .. } | AmpOp::StorePartials { .. } => {
                     u64::from(model.partial_setup_instructions) + runs
                 }
                 AmpOp::StreamRows { rows, inner, .. } => {
-                    let amp = (u64::from(rows)
-                        * u64::from(round_up(inner, h.arithmetic.group()))
-                        * u64::from(round_up(columns as u32, model.column_multiple)))
-                    .div_ceil(macs_per_instruction);
+                    let amp = u64::from(rows)
+                        .saturating_mul(u64::from(round_up(inner, h.arithmetic.group())))
+                        .saturating_mul(u64::from(round_up(columns as u32, model.column_multiple)))
+                        .div_ceil(macs_per_instruction);
                     u64::from(model.stream_setup_instructions)
                         + runs
                         + u64::from(model.pipeline_instructions)
