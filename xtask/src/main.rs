@@ -7,6 +7,7 @@
 use std::process::{Command, ExitCode};
 
 mod exchange;
+mod kernels;
 
 /// A task: its name, a one-line summary, and what runs it.
 struct Task {
@@ -25,6 +26,11 @@ const TASKS: &[Task] = &[
         name: "exchange",
         summary: "exchange schedule figures: FILE.json or --families [--check]",
         run: exchange::run,
+    },
+    Task {
+        name: "kernels",
+        summary: "compile times and AMP utilisation of the seed's SigLIP GEMM variants",
+        run: kernels::run,
     },
     Task {
         name: "ci",

@@ -1,0 +1,303 @@
+//! The cycle and code-size model of a variant.
+//!
+//! A worker context issues one instruction every `worker_contexts` tile
+//! cycles, and one AMP instruction of one worker does 64 (F16) or 128 (FP8)
+//! MACs, so six busy workers reach the tile's peak of 64 or 128 MACs per
+//! cycle (`shared/design/IPU21.md`). A call therefore takes
+//!
+//! ```text
+//! call_cycles + worker_contexts × max over workers (worker instructions)
+//! ```
+//!
+//! tile cycles, where a worker's instructions are its prologue and, per op:
+//!
+//! - coefficient load: setup + 1 per run + weight bytes / load width (16
+//!   bytes from interleaved memory, 8 from standard memory);
+//! - partial load or store: setup + 1 per run; the partial data moves in
+//!   load/store bundles co-issued with the AMP instructions, and zeroing is
+//!   free (the first AMP pass starts from zero);
+//! - row stream: setup + 1 per run + pipeline fill/drain + AMP instructions,
+//!   `rows × round_up(inner, group) × round_up(columns, 16) / MACs per instruction`.
+//!
+//! Every constant is in `device/ipu21.toml` `[amp]` with its source; the
+//! overheads are estimates of this project, not measurements. The estimate
+//! is computed in closed form by [`estimate_cycles`] and, independently,
+//! from a built program's ops by [`program_cycles`]; tests keep them equal.
+
+use serde::{Deserialize, Serialize};
+
+use crate::program::{AmpOp, AmpProgram, WorkShare, op_code_instructions, split_work};
+use crate::variant::{Arithmetic, round_up};
+use crate::{AmpModel, Mode, Variant};
+
+/// The cost of one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CycleEstimate {
+    /// Tile cycles of the call.
+    pub cycles: u64,
+    /// Multiply-accumulates of the (padded) shard: rows × inner × columns.
+    pub macs: u64,
+    /// The tile's peak MACs per cycle for this arithmetic.
+    pub peak_macs_per_cycle: u64,
+    /// Instructions of the busiest worker.
+    pub worker_instructions: u64,
+    /// Worker contexts with work.
+    pub active_workers: u32,
+}
+
+impl CycleEstimate {
+    /// `macs / (cycles × peak)`: the fraction of the AMP's peak the call
+    /// reaches, between 0 and 1.
+    pub fn utilisation(&self) -> f64 {
+        let denominator = self.cycles as f64 * self.peak_macs_per_cycle as f64;
+        if denominator == 0.0 {
+            0.0
+        } else {
+            self.macs as f64 / denominator
+        }
+    }
+
+    /// Cycles a perfect kernel would need at the AMP's peak, a lower bound
+    /// on [`CycleEstimate::cycles`].
+    pub fn lower_bound_cycles(&self) -> u64 {
+        self.macs.div_ceil(self.peak_macs_per_cycle.max(1))
+    }
+}
+
+fn load_bytes(variant_class: ipu_layout::MemoryClass, model: &AmpModel) -> u64 {
+    u64::from(match variant_class {
+        ipu_layout::MemoryClass::Ipu21Interleaved => model.interleaved_load_bytes,
+        ipu_layout::MemoryClass::Ipu21Standard => model.standard_load_bytes,
+    })
+    .max(1)
+}
+
+/// Panels of width `panel` that columns `start..start + len` touch.
+fn panels_touched(start: u64, len: u64, panel: u64) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    let panel = panel.max(1);
+    (start + len - 1) / panel - start / panel + 1
+}
+
+/// Per-share sums the closed forms share: panel runs of every column block
+/// and inner block, and how many blocks of each width there are.
+struct ShareSums {
+    /// Column blocks of the share.
+    nc: u64,
+    /// Inner blocks.
+    nk: u64,
+    /// Σ over the share's column blocks of weight runs.
+    right_runs: u64,
+    /// Σ over the share's column blocks of output runs.
+    out_runs: u64,
+    /// Σ over inner blocks of left runs.
+    left_runs: u64,
+    /// (width, count) of the share's column blocks.
+    column_widths: [(u64, u64); 2],
+    /// (width, count) of the inner blocks.
+    inner_widths: [(u64, u64); 2],
+}
+
+fn share_sums(variant: &Variant, block_start: u32, blocks: u32) -> ShareSums {
+    let s = variant.shape();
+    let (k, c) = (u64::from(variant.k()), u64::from(variant.c()));
+    let (inner, columns) = (u64::from(s.inner), u64::from(s.columns));
+    let out_panel = match s.output_order {
+        ipu_layout::ElementOrder::RowMajor => u64::MAX,
+        ipu_layout::ElementOrder::Amp(_) => s.output.amp_panel_columns(),
+    };
+    let mut sums = ShareSums {
+        nc: u64::from(blocks),
+        nk: inner.div_ceil(k),
+        right_runs: 0,
+        out_runs: 0,
+        left_runs: 0,
+        column_widths: [(c, 0), (0, 0)],
+        inner_widths: [(k, inner / k), (inner % k, u64::from(inner % k != 0))],
+    };
+    for cb in u64::from(block_start)..u64::from(block_start) + u64::from(blocks) {
+        let c0 = cb * c;
+        let cw = c.min(columns - c0);
+        sums.right_runs += panels_touched(c0, cw, s.right.amp_panel_columns());
+        sums.out_runs += panels_touched(c0, cw, out_panel);
+        if cw == c {
+            sums.column_widths[0].1 += 1;
+        } else {
+            sums.column_widths[1] = (cw, 1);
+        }
+    }
+    for kb in 0..sums.nk {
+        let k0 = kb * k;
+        sums.left_runs += panels_touched(k0, k.min(inner - k0), s.left.amp_panel_columns());
+    }
+    sums
+}
+
+/// Estimated cycles of one call of `variant` on `rows` rows in `mode`,
+/// computed in closed form (time linear in the number of blocks per split
+/// considered).
+pub fn estimate_cycles(variant: &Variant, rows: u32, mode: Mode) -> CycleEstimate {
+    let shares = split_work(variant, rows, mode);
+    let busiest = busiest_instructions(variant, &shares, mode);
+    finish(variant, rows, busiest, shares.len() as u32)
+}
+
+/// Instructions of the busiest worker of a split, in closed form.
+pub(crate) fn busiest_instructions(variant: &Variant, shares: &[WorkShare], mode: Mode) -> u64 {
+    let model = variant.model();
+    let s = variant.shape();
+    let a = variant.arithmetic();
+    let rate = u64::from(a.macs_per_instruction(model));
+    let group = a.group();
+    let weight_eb = s.right.element_bytes();
+    let load = load_bytes(s.right_class, model);
+    let mut busiest = 0u64;
+    for share in shares {
+        let n = u64::from(share.rows);
+        let sums = share_sums(variant, share.block_start, share.blocks);
+        let mut total = u64::from(model.worker_setup_instructions);
+        // Partial stores, and loads in accumulate mode.
+        let partial_ops = if mode == Mode::Accumulate { 2 } else { 1 };
+        let partial = sums.nc * u64::from(model.partial_setup_instructions) + sums.out_runs;
+        total += partial_ops * partial;
+        // Coefficient loads and row streams, one of each per block pair.
+        let per_pair = u64::from(model.coefficient_setup_instructions)
+            + u64::from(model.stream_setup_instructions)
+            + u64::from(model.pipeline_instructions);
+        total +=
+            sums.nc * sums.nk * per_pair + sums.nk * sums.right_runs + sums.nc * sums.left_runs;
+        for &(cw, cn) in &sums.column_widths {
+            for &(kw, kn) in &sums.inner_widths {
+                if cn == 0 || kn == 0 {
+                    continue;
+                }
+                let load_instructions = (kw * cw * weight_eb).div_ceil(load);
+                // Saturating: `rows` is the caller's and may be anything.
+                let amp = n
+                    .saturating_mul(u64::from(round_up(kw as u32, group)))
+                    .saturating_mul(u64::from(round_up(cw as u32, model.column_multiple)))
+                    .div_ceil(rate);
+                total = total.saturating_add(
+                    (cn * kn).saturating_mul(load_instructions.saturating_add(amp)),
+                );
+            }
+        }
+        busiest = busiest.max(total);
+    }
+    busiest
+}
+
+/// Static code instructions of one entry, in closed form (the same count as
+/// [`AmpProgram::code_instructions`] of the built program).
+pub fn entry_code_instructions(variant: &Variant, rows: u32, mode: Mode) -> u64 {
+    let model = variant.model();
+    let shares = split_work(variant, rows, mode);
+    let mut worker = 0u64;
+    for share in &shares {
+        let sums = share_sums(variant, share.block_start, share.blocks);
+        let partial = sums.nc * u64::from(model.partial_setup_instructions) + sums.out_runs;
+        let start = match mode {
+            Mode::Initialise => 2 * sums.nc,
+            Mode::Accumulate => partial,
+        };
+        let pairs = sums.nc
+            * sums.nk
+            * (u64::from(model.coefficient_setup_instructions)
+                + u64::from(model.stream_setup_instructions)
+                + 2)
+            + sums.nk * sums.right_runs
+            + sums.nc * sums.left_runs;
+        worker = worker.max(u64::from(model.worker_setup_instructions) + start + partial + pairs);
+    }
+    u64::from(model.supervisor_instructions) + 2 * shares.len() as u64 + worker
+}
+
+fn finish(variant: &Variant, rows: u32, busiest: u64, active: u32) -> CycleEstimate {
+    let model = variant.model();
+    let s = variant.shape();
+    let peak = peak_macs_per_cycle(variant.arithmetic(), model);
+    CycleEstimate {
+        cycles: u64::from(model.call_cycles)
+            .saturating_add(u64::from(model.worker_contexts).saturating_mul(busiest)),
+        macs: u64::from(rows)
+            .saturating_mul(u64::from(s.inner))
+            .saturating_mul(u64::from(s.columns)),
+        peak_macs_per_cycle: peak,
+        worker_instructions: busiest,
+        active_workers: active,
+    }
+}
+
+/// The tile's peak MACs per cycle: one worker's AMP instruction per cycle.
+pub fn peak_macs_per_cycle(arithmetic: Arithmetic, model: &AmpModel) -> u64 {
+    u64::from(arithmetic.macs_per_instruction(model))
+}
+
+/// The same estimate as [`estimate_cycles`], computed from the ops of a
+/// built program (used to cross-check the closed form).
+pub fn program_cycles(variant: &Variant, program: &AmpProgram) -> CycleEstimate {
+    let model = variant.model();
+    let h = &program.header;
+    let macs_per_instruction = u64::from(h.arithmetic.macs_per_instruction(model));
+    let load = load_bytes(h.right_class, model);
+    let weight_eb = h.right.element_bytes();
+    let mut busiest = 0u64;
+    for w in &program.workers {
+        let mut total = u64::from(model.worker_setup_instructions);
+        let mut columns = 0u64;
+        for op in &w.ops {
+            let runs = op.runs().len() as u64;
+            let cost = match *op {
+                AmpOp::LoadCoefficients {
+                    inner, columns: cw, ..
+                } => {
+                    columns = u64::from(cw);
+                    u64::from(model.coefficient_setup_instructions)
+                        + runs
+                        + u64::from(inner)
+                            .saturating_mul(u64::from(cw))
+                            .saturating_mul(weight_eb)
+                            .div_ceil(load)
+                }
+                AmpOp::ZeroPartials { .. } => 0,
+                AmpOp::LoadPartials { .. } | AmpOp::StorePartials { .. } => {
+                    u64::from(model.partial_setup_instructions) + runs
+                }
+                AmpOp::StreamRows { rows, inner, .. } => {
+                    let amp = u64::from(rows)
+                        .saturating_mul(u64::from(round_up(inner, h.arithmetic.group())))
+                        .saturating_mul(u64::from(round_up(columns as u32, model.column_multiple)))
+                        .div_ceil(macs_per_instruction);
+                    u64::from(model.stream_setup_instructions)
+                        + runs
+                        + u64::from(model.pipeline_instructions)
+                        + amp
+                }
+            };
+            total = total.saturating_add(cost);
+        }
+        busiest = busiest.max(total);
+    }
+    finish(variant, h.rows, busiest, program.workers.len() as u32)
+}
+
+/// Code bytes of a variant's object: the static instruction count of its
+/// four entry programs times the instruction size (closed form, so the
+/// planner can afford it for every candidate).
+pub fn code_bytes(variant: &Variant) -> u32 {
+    let model = variant.model();
+    let instructions = variant
+        .entry_points()
+        .iter()
+        .map(|e| entry_code_instructions(variant, e.rows, e.mode))
+        .fold(0u64, u64::saturating_add);
+    u32::try_from(instructions.saturating_mul(u64::from(model.instruction_bytes)))
+        .unwrap_or(u32::MAX)
+}
+
+/// Static instructions of one op (re-exported for listings and tests).
+pub fn op_instructions(op: &AmpOp, model: &AmpModel) -> u64 {
+    op_code_instructions(op, model)
+}

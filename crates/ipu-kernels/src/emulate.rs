@@ -1,0 +1,654 @@
+//! Runs an AMP program on a byte image of tile memory, faithful to the
+//! arithmetic the AMP performs.
+//!
+//! Arithmetic (the model this crate commits to; tests compare it with a
+//! plain reference under a derived error bound):
+//!
+//! - Operands are decoded exactly: F16 as IEEE binary16, FP8 (F143/F152)
+//!   through `ipu_layout::numeric` with the tensor's power-of-two scale.
+//!   With F16 rows and FP8 weights the weights are widened to F16 when the
+//!   coefficient block loads (rounded to nearest even if the scale pushes a
+//!   value outside F16's range).
+//! - Each product `left × weight` is computed exactly and rounded to the
+//!   partial precision (F16 for `f16v4hihov4amp` / `f8v8hihov4amp`, F32 for
+//!   `f16v4sisoamp`), round to nearest, ties to even.
+//! - The AMP sums the products of one step — 4 inner elements for the `v4`
+//!   instructions, 8 for `f8v8` — together with the running partial exactly
+//!   and rounds once into the partial: round to nearest, ties to even, or
+//!   stochastic rounding with a seeded generator when asked. Steps follow the
+//!   inner dimension in increasing order and step boundaries are multiples of
+//!   the group from inner index 0, so the result does not depend on `k` or
+//!   `c`. Overflow gives ±infinity as IEEE arithmetic does.
+//! - In accumulate mode the partials start from the output's bytes, in
+//!   initialise mode from zero; the final partials are the output.
+//!
+//! Every access is bounds checked against the image and against its
+//! operand's extent; the AMP's read of `left_tail_bytes` past the left
+//! operand must also lie in the image; the output may not overlap an input.
+//! Workers write disjoint outputs (the program checker proves it for built
+//! programs), so running them in order gives the same bytes as any
+//! interleaving.
+
+use ipu_layout::Precision;
+
+use crate::WorkerId;
+use crate::error::{EmulateError, Operand};
+use crate::program::{AmpOp, AmpProgram, ProgramHeader, Run};
+use crate::variant::Arithmetic;
+
+/// Absolute tile byte addresses of a call's operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelArgs {
+    /// The left operand's first byte.
+    pub left: u32,
+    /// The weights' first byte.
+    pub right: u32,
+    /// The output's first byte.
+    pub output: u32,
+}
+
+/// How partials are rounded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Rounding {
+    /// Round to nearest, ties to even (the AMP's default).
+    #[default]
+    NearestEven,
+    /// Stochastic rounding of every partial update, driven by a generator
+    /// seeded from `seed` and the position of the update, so the result is
+    /// the same on every run and whatever order workers run in.
+    Stochastic {
+        /// The generator seed.
+        seed: u64,
+    },
+}
+
+/// Options of [`emulate_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EmulateOptions {
+    /// How partials are rounded.
+    pub rounding: Rounding,
+}
+
+/// What an emulated call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EmulationStats {
+    /// Multiply-accumulates performed.
+    pub macs: u64,
+    /// AMP steps (group sums rounded into a partial).
+    pub amp_steps: u64,
+    /// Weight bytes loaded into the coefficient state.
+    pub coefficient_bytes: u64,
+    /// Left bytes streamed.
+    pub left_bytes: u64,
+    /// Output bytes read as starting partials.
+    pub partial_bytes_read: u64,
+    /// Output bytes written.
+    pub output_bytes_written: u64,
+    /// Ops executed.
+    pub ops: u64,
+}
+
+/// Runs `program` on the tile memory image `memory`, whose first byte is at
+/// address `memory_base`, with round to nearest even.
+pub fn emulate(
+    program: &AmpProgram,
+    memory: &mut [u8],
+    memory_base: u32,
+    args: &KernelArgs,
+) -> Result<EmulationStats, EmulateError> {
+    emulate_with(
+        program,
+        memory,
+        memory_base,
+        args,
+        &EmulateOptions::default(),
+    )
+}
+
+/// [`emulate`] with options (stochastic rounding).
+pub fn emulate_with(
+    program: &AmpProgram,
+    memory: &mut [u8],
+    memory_base: u32,
+    args: &KernelArgs,
+    options: &EmulateOptions,
+) -> Result<EmulationStats, EmulateError> {
+    let h = &program.header;
+    check_header(h)?;
+    let start = u64::from(memory_base);
+    let end = start + memory.len() as u64;
+    let [left_bytes, right_bytes, output_bytes] = h.operand_bytes();
+    let left_end = u64::from(args.left) + left_bytes;
+    let tail_end = left_end + u64::from(h.left_tail_bytes);
+    if u64::from(args.left) < start || tail_end > end {
+        return Err(EmulateError::LeftTailOutOfBounds {
+            end: left_end,
+            tail: u64::from(h.left_tail_bytes),
+            memory_end: end,
+        });
+    }
+    // Whole operands must lie in the image; this also bounds every block
+    // the program can ask for by the image size.
+    for (operand, base, bytes) in [
+        (Operand::Left, args.left, left_bytes),
+        (Operand::Right, args.right, right_bytes),
+        (Operand::Output, args.output, output_bytes),
+    ] {
+        let (a, b) = (u64::from(base), u64::from(base).saturating_add(bytes));
+        if a < start || b > end {
+            return Err(EmulateError::OperandOutOfBounds {
+                operand,
+                start: a,
+                end: b,
+                memory_start: start,
+                memory_end: end,
+            });
+        }
+    }
+    let out = (
+        u64::from(args.output),
+        u64::from(args.output) + output_bytes,
+    );
+    for (operand, base, bytes) in [
+        (Operand::Left, args.left, left_bytes),
+        (Operand::Right, args.right, right_bytes),
+    ] {
+        let (a, b) = (u64::from(base), u64::from(base) + bytes);
+        if a < out.1 && out.0 < b && bytes > 0 && output_bytes > 0 {
+            return Err(EmulateError::OperandsOverlap {
+                operand,
+                start: a,
+                end: b,
+                output_start: out.0,
+                output_end: out.1,
+            });
+        }
+    }
+    let mut machine = Machine {
+        memory,
+        start,
+        end,
+        header: h,
+        args,
+        options,
+        stats: EmulationStats::default(),
+        operand_bytes: [left_bytes, right_bytes, output_bytes],
+    };
+    for w in &program.workers {
+        machine.run_worker(w.worker, &w.ops)?;
+    }
+    Ok(machine.stats)
+}
+
+fn check_header(h: &ProgramHeader) -> Result<(), EmulateError> {
+    let expected = Arithmetic::select(h.left, h.right, h.output);
+    if expected != Some(h.arithmetic) {
+        return Err(EmulateError::MalformedHeader {
+            reason: format!(
+                "arithmetic {:?} does not match left {}, right {}, output {}",
+                h.arithmetic, h.left, h.right, h.output
+            ),
+        });
+    }
+    Ok(())
+}
+
+struct Machine<'a> {
+    memory: &'a mut [u8],
+    start: u64,
+    end: u64,
+    header: &'a ProgramHeader,
+    args: &'a KernelArgs,
+    options: &'a EmulateOptions,
+    stats: EmulationStats,
+    operand_bytes: [u64; 3],
+}
+
+/// The AMP state of one worker.
+struct State {
+    /// Coefficients, `inner × columns`, row major, as exact values.
+    coefficients: Vec<f64>,
+    coefficient_dims: Option<(u32, u32)>,
+    /// Partials, `rows × columns`, row major.
+    partials: Vec<f64>,
+    partial_dims: Option<(u32, u32)>,
+    /// Inner elements accumulated into the current partials so far (the
+    /// position of the next AMP step, for stochastic rounding).
+    inner_done: u64,
+}
+
+impl Machine<'_> {
+    fn malformed(worker: WorkerId, op: usize, reason: impl Into<String>) -> EmulateError {
+        EmulateError::Malformed {
+            worker,
+            op,
+            reason: reason.into(),
+        }
+    }
+
+    /// The image range of repetition `i` of `run` of `operand`, checked.
+    fn locate(
+        &self,
+        worker: WorkerId,
+        op: usize,
+        operand: Operand,
+        run: &Run,
+        i: u32,
+    ) -> Result<std::ops::Range<usize>, EmulateError> {
+        let (base, size) = match operand {
+            Operand::Left => (self.args.left, self.operand_bytes[0]),
+            Operand::Right => (self.args.right, self.operand_bytes[1]),
+            Operand::Output => (self.args.output, self.operand_bytes[2]),
+        };
+        let offset = u64::from(run.offset) + u64::from(i) * u64::from(run.stride);
+        let bytes = u64::from(run.bytes);
+        if offset + bytes > size {
+            return Err(EmulateError::OperandOverrun {
+                worker,
+                op,
+                operand,
+                offset,
+                bytes,
+                operand_bytes: size,
+            });
+        }
+        let address = u64::from(base) + offset;
+        if address < self.start || address + bytes > self.end {
+            return Err(EmulateError::OutOfBounds {
+                worker,
+                op,
+                operand,
+                address,
+                bytes,
+                memory_start: self.start,
+                memory_end: self.end,
+            });
+        }
+        let first = (address - self.start) as usize;
+        Ok(first..first + bytes as usize)
+    }
+
+    /// Checks that `runs` cover `count` repetitions of `elements` elements of
+    /// `eb` bytes in total, returning the elements per run.
+    fn run_elements(
+        worker: WorkerId,
+        op: usize,
+        runs: &[Run],
+        count: u32,
+        elements: u32,
+        eb: u64,
+    ) -> Result<Vec<u32>, EmulateError> {
+        let mut per_run = Vec::with_capacity(runs.len());
+        let mut total = 0u64;
+        for (j, r) in runs.iter().enumerate() {
+            if r.count != count {
+                return Err(Self::malformed(
+                    worker,
+                    op,
+                    format!("run {j} repeats {} times, expected {count}", r.count),
+                ));
+            }
+            if r.bytes == 0 || u64::from(r.bytes) % eb != 0 {
+                return Err(Self::malformed(
+                    worker,
+                    op,
+                    format!(
+                        "run {j} is {} bytes, not a positive multiple of {eb}",
+                        r.bytes
+                    ),
+                ));
+            }
+            let n = (u64::from(r.bytes) / eb) as u32;
+            total += u64::from(n);
+            per_run.push(n);
+        }
+        if total != u64::from(elements) {
+            return Err(Self::malformed(
+                worker,
+                op,
+                format!("runs cover {total} elements per repetition, expected {elements}"),
+            ));
+        }
+        Ok(per_run)
+    }
+
+    /// Reads an `count × elements` block through `runs` as exact values.
+    #[allow(clippy::too_many_arguments)]
+    fn gather(
+        &mut self,
+        worker: WorkerId,
+        op: usize,
+        operand: Operand,
+        runs: &[Run],
+        count: u32,
+        elements: u32,
+        precision: Precision,
+    ) -> Result<Vec<f64>, EmulateError> {
+        let eb = precision.element_bytes();
+        let per_run = Self::run_elements(worker, op, runs, count, elements, eb)?;
+        self.check_block(worker, op, count, elements)?;
+        let mut values = vec![0.0f64; count as usize * elements as usize];
+        let mut column = 0usize;
+        for (r, &n) in runs.iter().zip(&per_run) {
+            for i in 0..count {
+                let range = self.locate(worker, op, operand, r, i)?;
+                let row = &mut values[i as usize * elements as usize..][..elements as usize];
+                for (e, chunk) in self.memory[range].chunks_exact(eb as usize).enumerate() {
+                    row[column + e] = f64::from(precision.decode_from(chunk));
+                }
+            }
+            column += n as usize;
+        }
+        Ok(values)
+    }
+
+    /// Writes an `count × elements` block through `runs`.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter(
+        &mut self,
+        worker: WorkerId,
+        op: usize,
+        runs: &[Run],
+        count: u32,
+        elements: u32,
+        precision: Precision,
+        values: &[f64],
+    ) -> Result<(), EmulateError> {
+        let eb = precision.element_bytes();
+        let per_run = Self::run_elements(worker, op, runs, count, elements, eb)?;
+        let mut column = 0usize;
+        for (r, &n) in runs.iter().zip(&per_run) {
+            for i in 0..count {
+                let range = self.locate(worker, op, Operand::Output, r, i)?;
+                let row = &values[i as usize * elements as usize..][..elements as usize];
+                for (e, chunk) in self.memory[range].chunks_exact_mut(eb as usize).enumerate() {
+                    // Partials are already in the output precision, so this
+                    // encoding is exact.
+                    precision.encode_into(row[column + e] as f32, chunk);
+                }
+            }
+            column += n as usize;
+        }
+        Ok(())
+    }
+
+    /// Rejects blocks larger than the largest operand, which bounds every
+    /// allocation by the program's own operand sizes.
+    fn check_block(
+        &self,
+        worker: WorkerId,
+        op: usize,
+        count: u32,
+        elements: u32,
+    ) -> Result<(), EmulateError> {
+        let h = self.header;
+        let limit = (u64::from(h.rows) * u64::from(h.inner))
+            .max(u64::from(h.inner) * u64::from(h.columns))
+            .max(u64::from(h.rows) * u64::from(h.columns));
+        if u64::from(count) * u64::from(elements) > limit {
+            return Err(Self::malformed(
+                worker,
+                op,
+                format!("a {count} x {elements} block is larger than any operand"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn run_worker(&mut self, worker: WorkerId, ops: &[AmpOp]) -> Result<(), EmulateError> {
+        let h = self.header;
+        let mut state = State {
+            coefficients: Vec::new(),
+            coefficient_dims: None,
+            partials: Vec::new(),
+            partial_dims: None,
+            inner_done: 0,
+        };
+        for (i, op) in ops.iter().enumerate() {
+            self.stats.ops += 1;
+            match op {
+                AmpOp::LoadCoefficients {
+                    inner,
+                    columns,
+                    runs,
+                } => {
+                    let mut values =
+                        self.gather(worker, i, Operand::Right, runs, *inner, *columns, h.right)?;
+                    if h.arithmetic.widens_weights() {
+                        for v in &mut values {
+                            *v = round_f16(*v);
+                        }
+                    }
+                    self.stats.coefficient_bytes +=
+                        u64::from(*inner) * u64::from(*columns) * h.right.element_bytes();
+                    state.coefficients = values;
+                    state.coefficient_dims = Some((*inner, *columns));
+                }
+                AmpOp::ZeroPartials { rows, columns } => {
+                    self.check_block(worker, i, *rows, *columns)?;
+                    state.partials = vec![0.0; *rows as usize * *columns as usize];
+                    state.partial_dims = Some((*rows, *columns));
+                    state.inner_done = 0;
+                }
+                AmpOp::LoadPartials {
+                    rows,
+                    columns,
+                    runs,
+                } => {
+                    state.partials =
+                        self.gather(worker, i, Operand::Output, runs, *rows, *columns, h.output)?;
+                    self.stats.partial_bytes_read +=
+                        u64::from(*rows) * u64::from(*columns) * h.output.element_bytes();
+                    state.partial_dims = Some((*rows, *columns));
+                    state.inner_done = 0;
+                }
+                AmpOp::StreamRows { rows, inner, runs } => {
+                    let Some((k, c)) = state.coefficient_dims else {
+                        return Err(Self::malformed(
+                            worker,
+                            i,
+                            "rows streamed before any coefficient load",
+                        ));
+                    };
+                    let Some((pr, pc)) = state.partial_dims else {
+                        return Err(Self::malformed(
+                            worker,
+                            i,
+                            "rows streamed before the partials start",
+                        ));
+                    };
+                    if *inner != k || *rows != pr || c != pc {
+                        return Err(Self::malformed(
+                            worker,
+                            i,
+                            format!(
+                                "stream of {rows} rows x {inner} inner does not match coefficients \
+                                 {k} x {c} and partials {pr} x {pc}"
+                            ),
+                        ));
+                    }
+                    let left =
+                        self.gather(worker, i, Operand::Left, runs, *rows, *inner, h.left)?;
+                    self.stats.left_bytes +=
+                        u64::from(*rows) * u64::from(*inner) * h.left.element_bytes();
+                    self.stream(worker, &mut state, &left, *rows, k, c);
+                }
+                AmpOp::StorePartials {
+                    rows,
+                    columns,
+                    runs,
+                } => {
+                    if state.partial_dims != Some((*rows, *columns)) {
+                        return Err(Self::malformed(
+                            worker,
+                            i,
+                            format!(
+                                "store of {rows} x {columns} partials does not match the partial state {:?}",
+                                state.partial_dims
+                            ),
+                        ));
+                    }
+                    let partials = std::mem::take(&mut state.partials);
+                    self.scatter(worker, i, runs, *rows, *columns, h.output, &partials)?;
+                    self.stats.output_bytes_written +=
+                        u64::from(*rows) * u64::from(*columns) * h.output.element_bytes();
+                    state.partial_dims = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The AMP pipeline: every row of `left` against every coefficient
+    /// column, in steps of the arithmetic's group.
+    fn stream(
+        &mut self,
+        worker: WorkerId,
+        state: &mut State,
+        left: &[f64],
+        rows: u32,
+        k: u32,
+        c: u32,
+    ) {
+        let h = self.header;
+        let group = h.arithmetic.group() as usize;
+        let single = h.arithmetic.single_partials();
+        let (k, c) = (k as usize, c as usize);
+        let mut column = vec![0.0f64; k];
+        for j in 0..c {
+            for (kk, v) in column.iter_mut().enumerate() {
+                *v = state.coefficients[kk * c + j];
+            }
+            for r in 0..rows as usize {
+                let row = &left[r * k..(r + 1) * k];
+                let mut partial = state.partials[r * c + j];
+                for (g, (a_chunk, b_chunk)) in
+                    row.chunks(group).zip(column.chunks(group)).enumerate()
+                {
+                    let mut sum = partial;
+                    for (&a, &b) in a_chunk.iter().zip(b_chunk) {
+                        // Operands have at most 11 significant bits each, so
+                        // the f64 product is exact before rounding.
+                        let p = a * b;
+                        sum += if single { round_f32(p) } else { round_f16(p) };
+                    }
+                    let step = state.inner_done / group as u64 + g as u64;
+                    partial = match self.options.rounding {
+                        Rounding::NearestEven => {
+                            if single {
+                                round_f32(sum)
+                            } else {
+                                round_f16(sum)
+                            }
+                        }
+                        Rounding::Stochastic { seed } => {
+                            let u = unit_random(seed, worker, r as u64, j as u64, step);
+                            if single {
+                                stochastic_f32(sum, u)
+                            } else {
+                                stochastic_f16(sum, u)
+                            }
+                        }
+                    };
+                }
+                state.partials[r * c + j] = partial;
+            }
+        }
+        state.inner_done += k as u64;
+        let steps = k.div_ceil(group) as u64;
+        self.stats.macs += rows as u64 * k as u64 * c as u64;
+        self.stats.amp_steps += rows as u64 * c as u64 * steps;
+    }
+}
+
+/// `x` rounded to the nearest F16, ties to even.
+pub fn round_f16(x: f64) -> f64 {
+    half::f16::from_f64(x).to_f64()
+}
+
+/// `x` rounded to the nearest F32, ties to even.
+pub fn round_f32(x: f64) -> f64 {
+    f64::from(x as f32)
+}
+
+/// A uniform value in `[0, 1)` from the seed and the update's position
+/// (splitmix64 over a mix of the inputs).
+fn unit_random(seed: u64, worker: WorkerId, row: u64, column: u64, step: u64) -> f64 {
+    let mut z = seed
+        ^ u64::from(worker.as_u32()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ row.wrapping_mul(0xBF58_476D_1CE4_E5B9)
+        ^ column.wrapping_mul(0x94D0_49BB_1331_11EB)
+        ^ step.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Rounds `x` to one of its two neighbouring F16 values, up with probability
+/// equal to the distance from the lower one (in units of the gap).
+fn stochastic_f16(x: f64, u: f64) -> f64 {
+    let nearest = half::f16::from_f64(x);
+    let n = nearest.to_f64();
+    if n == x || !x.is_finite() || !n.is_finite() {
+        return n;
+    }
+    let (lo, hi) = if n < x {
+        (n, next_f16(nearest, true).to_f64())
+    } else {
+        (next_f16(nearest, false).to_f64(), n)
+    };
+    if !lo.is_finite() || !hi.is_finite() {
+        return n;
+    }
+    let fraction = (x - lo) / (hi - lo);
+    if u < fraction { hi } else { lo }
+}
+
+/// The F16 value next to `v` upwards or downwards.
+fn next_f16(v: half::f16, up: bool) -> half::f16 {
+    let bits = v.to_bits();
+    let negative = bits & 0x8000 != 0;
+    let magnitude = bits & 0x7fff;
+    let next = if magnitude == 0 {
+        if up { 0x0001 } else { 0x8001 }
+    } else if up != negative {
+        bits + 1
+    } else {
+        bits - 1
+    };
+    half::f16::from_bits(next)
+}
+
+/// Stochastic rounding to F32 (as [`stochastic_f16`]).
+fn stochastic_f32(x: f64, u: f64) -> f64 {
+    let nearest = x as f32;
+    let n = f64::from(nearest);
+    if n == x || !x.is_finite() || !n.is_finite() {
+        return n;
+    }
+    let (lo, hi) = if n < x {
+        (n, f64::from(next_f32(nearest, true)))
+    } else {
+        (f64::from(next_f32(nearest, false)), n)
+    };
+    if !lo.is_finite() || !hi.is_finite() {
+        return n;
+    }
+    if u < (x - lo) / (hi - lo) { hi } else { lo }
+}
+
+fn next_f32(v: f32, up: bool) -> f32 {
+    let bits = v.to_bits();
+    let negative = bits & 0x8000_0000 != 0;
+    let magnitude = bits & 0x7fff_ffff;
+    let next = if magnitude == 0 {
+        if up { 1 } else { 0x8000_0001 }
+    } else if up != negative {
+        bits + 1
+    } else {
+        bits - 1
+    };
+    f32::from_bits(next)
+}

@@ -1,0 +1,302 @@
+//! The error types of this crate: one for planning, building, compiling and
+//! caching ([`KernelError`]), one for running a program on a memory image
+//! ([`EmulateError`]).
+//!
+//! Every variant carries the names, ids and values involved so that the
+//! message alone tells a user what to change.
+
+use std::path::PathBuf;
+
+use ipu_layout::{ElementOrder, Precision};
+
+use crate::WorkerId;
+
+/// Why a variant could not be planned, built, compiled or cached.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// A GEMM dimension was zero.
+    #[error("GEMM {what} is zero; every GEMM dimension must be at least 1")]
+    ZeroDimension {
+        /// Which dimension.
+        what: &'static str,
+    },
+    /// The two row counts a variant serves are out of order.
+    #[error(
+        "rows_small {rows_small} is larger than rows_large {rows_large}; pass the short shard's rows first"
+    )]
+    RowsOutOfOrder {
+        /// The short shard's rows.
+        rows_small: u32,
+        /// The long shard's rows.
+        rows_large: u32,
+    },
+    /// The precision combination has no AMP instruction.
+    #[error(
+        "no AMP instruction takes left {left}, right {right} and output {output}; \
+         use F16 or FP8 weights with F16 or FP8 left rows (FP8 left needs FP8 weights) \
+         and an F16 output (F32 only with F16 left rows)"
+    )]
+    UnsupportedPrecisions {
+        /// Left operand precision.
+        left: Precision,
+        /// Weight precision.
+        right: Precision,
+        /// Output precision.
+        output: Precision,
+    },
+    /// The output element order is neither row major nor the AMP output order.
+    #[error("GEMM output order {order:?} is not supported; use RowMajor or Amp(Output)")]
+    UnsupportedOutputOrder {
+        /// The order given.
+        order: ElementOrder,
+    },
+    /// An explicit block size is not a multiple of what the AMP needs or is
+    /// larger than the padded operand.
+    #[error(
+        "{what} block {value} is invalid: it must be a positive multiple of {multiple} \
+         and at most {limit}"
+    )]
+    InvalidBlock {
+        /// `"inner (k)"` or `"column (c)"`.
+        what: &'static str,
+        /// The block given.
+        value: u32,
+        /// The multiple it must be.
+        multiple: u32,
+        /// The largest block allowed for this shape.
+        limit: u32,
+    },
+    /// No block choice satisfies the plan configuration.
+    #[error(
+        "no (k, c) block fits {variant}: every candidate exceeds max_block_bytes {max_block_bytes} \
+         or max_code_bytes {max_code_bytes}; raise the limits or shrink the shard"
+    )]
+    NoFeasibleBlock {
+        /// A description of the shape being planned.
+        variant: String,
+        /// The configured weight block limit.
+        max_block_bytes: u32,
+        /// The configured code size limit.
+        max_code_bytes: u32,
+    },
+    /// A program was requested for a row count the variant does not serve.
+    #[error(
+        "variant {variant} serves {rows_small} or {rows_large} rows, not {rows}; \
+         plan a variant for this shard's rows"
+    )]
+    RowsNotServed {
+        /// The variant's name.
+        variant: String,
+        /// The rows asked for.
+        rows: u32,
+        /// The short shard's rows.
+        rows_small: u32,
+        /// The long shard's rows.
+        rows_large: u32,
+    },
+    /// An operand or offset does not fit the 32-bit tile address space.
+    #[error(
+        "{what} of variant {variant} does not fit in 32 bits; the shard is too large for one tile"
+    )]
+    AddressOverflow {
+        /// What overflowed.
+        what: &'static str,
+        /// The variant's name.
+        variant: String,
+    },
+    /// The device description could not be read.
+    #[error("device description is invalid: {reason}; fix the [amp] section of the device file")]
+    Device {
+        /// What was wrong.
+        reason: String,
+    },
+    /// Serialised AMP program bytes are malformed.
+    #[error("serialised AMP program is malformed at byte {offset}: {reason}")]
+    MalformedProgram {
+        /// Byte offset of the problem.
+        offset: usize,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The program format version is not one this crate reads.
+    #[error(
+        "AMP program format version {found} is not supported (this build reads version {supported}); \
+         rebuild the kernel object"
+    )]
+    UnsupportedProgramVersion {
+        /// The version in the bytes.
+        found: u16,
+        /// The version this build reads.
+        supported: u16,
+    },
+    /// A kernel object could not be written or read.
+    #[error("kernel object {what}: {reason}")]
+    Object {
+        /// What was being done.
+        what: &'static str,
+        /// The underlying problem.
+        reason: String,
+    },
+    /// A kernel cache path could not be determined.
+    #[error(
+        "no kernel cache directory: set IPU_KERNEL_CACHE, XDG_CACHE_HOME or HOME, or open a cache explicitly"
+    )]
+    NoCacheDirectory,
+    /// A file-system operation on the kernel cache failed.
+    #[error("kernel cache I/O failed while {action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A freshly written cache entry did not read back (a bug or a disk
+    /// problem, since the entry was just verified before writing).
+    #[error(
+        "kernel cache entry {path} did not verify after writing: {reason}; check the disk, this is otherwise a bug in ipu-kernels"
+    )]
+    CacheVerify {
+        /// The entry directory.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+    /// Metadata could not be serialised (a bug in this crate).
+    #[error("kernel metadata could not be serialised: {reason}; this is a bug in ipu-kernels")]
+    Metadata {
+        /// The serializer's message.
+        reason: String,
+    },
+}
+
+/// Which operand an emulated access touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operand {
+    /// The streamed left rows.
+    Left,
+    /// The weights.
+    Right,
+    /// The output (partials read in accumulate mode, results written).
+    Output,
+}
+
+impl std::fmt::Display for Operand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Operand::Left => "left",
+            Operand::Right => "right",
+            Operand::Output => "output",
+        })
+    }
+}
+
+/// Why an AMP program could not run on a memory image.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EmulateError {
+    /// An access falls outside the memory image.
+    #[error(
+        "{worker} op {op}: {operand} access of {bytes} bytes at {address:#x} is outside tile memory \
+         {memory_start:#x}..{memory_end:#x}; check the operand address"
+    )]
+    OutOfBounds {
+        /// The worker context.
+        worker: WorkerId,
+        /// The op index in the worker's sequence.
+        op: usize,
+        /// The operand.
+        operand: Operand,
+        /// First byte address of the access.
+        address: u64,
+        /// Bytes accessed.
+        bytes: u64,
+        /// First address of the image.
+        memory_start: u64,
+        /// One past the last address of the image.
+        memory_end: u64,
+    },
+    /// An operand does not lie inside the memory image.
+    #[error(
+        "the {operand} operand {start:#x}..{end:#x} is not inside tile memory \
+         {memory_start:#x}..{memory_end:#x}; check the operand address and size"
+    )]
+    OperandOutOfBounds {
+        /// The operand.
+        operand: Operand,
+        /// Its first byte address.
+        start: u64,
+        /// One past its last byte.
+        end: u64,
+        /// First address of the image.
+        memory_start: u64,
+        /// One past the last address of the image.
+        memory_end: u64,
+    },
+    /// An access leaves its operand's extent (a malformed program).
+    #[error(
+        "{worker} op {op}: {operand} access at operand offset {offset} of {bytes} bytes runs past \
+         the operand's {operand_bytes} bytes; the program is malformed"
+    )]
+    OperandOverrun {
+        /// The worker context.
+        worker: WorkerId,
+        /// The op index.
+        op: usize,
+        /// The operand.
+        operand: Operand,
+        /// Offset from the operand base.
+        offset: u64,
+        /// Bytes accessed.
+        bytes: u64,
+        /// The operand's size.
+        operand_bytes: u64,
+    },
+    /// The AMP reads past the end of the left operand and that tail is not
+    /// inside the memory image.
+    #[error(
+        "the AMP reads {tail} bytes past the left operand ending at {end:#x}, outside tile memory \
+         ending at {memory_end:#x}; allocate the left operand with its read tail"
+    )]
+    LeftTailOutOfBounds {
+        /// One past the left operand's last byte.
+        end: u64,
+        /// Tail bytes read.
+        tail: u64,
+        /// One past the last address of the image.
+        memory_end: u64,
+    },
+    /// The output overlaps an input.
+    #[error(
+        "output {output_start:#x}..{output_end:#x} overlaps the {operand} operand \
+         {start:#x}..{end:#x}; a GEMM may not write its inputs"
+    )]
+    OperandsOverlap {
+        /// The input overlapped.
+        operand: Operand,
+        /// Input range start.
+        start: u64,
+        /// Input range end.
+        end: u64,
+        /// Output range start.
+        output_start: u64,
+        /// Output range end.
+        output_end: u64,
+    },
+    /// An op is inconsistent with the program or the AMP state.
+    #[error("{worker} op {op} is malformed: {reason}")]
+    Malformed {
+        /// The worker context.
+        worker: WorkerId,
+        /// The op index.
+        op: usize,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The program header is inconsistent.
+    #[error("AMP program header is malformed: {reason}")]
+    MalformedHeader {
+        /// What was wrong.
+        reason: String,
+    },
+}

@@ -1,0 +1,66 @@
+//! AMP GEMM kernels for IPU21 tiles.
+//!
+//! From a tile's GEMM shard ([`GemmShape`]) this crate plans a [`Variant`]
+//! (inner block `k`, output-column block `c`, the small and large row counts
+//! one object serves), builds its [`AmpProgram`] (an explicit, inspectable op
+//! sequence over operand-relative addresses, split over the six worker
+//! contexts), estimates its cycles and code bytes, emulates it bit-faithfully
+//! on a tile memory image, checks built programs independently, and compiles
+//! variants through a [`Toolchain`] into ELF32 objects (EM 248, OS ABI
+//! standalone) plus `kernel.json`, cached by content in a [`KernelCache`].
+//!
+//! ```text
+//! GemmShape ──plan_variant──► Variant ──build_program──► AmpProgram ──emulate──► tile bytes
+//!                               │                          └─check_program (independent)
+//!                               ├─estimate_cycles / code_bytes (cost model, device/ipu21.toml [amp])
+//!                               └─KernelCache::get_or_compile(Toolchain) ──► kernel.o + kernel.json
+//!                                    kernel.o ──programs_from_object──► (symbol, AmpProgram)
+//! ```
+//!
+//! The FP8 codec and F16 conversions are `ipu_layout::numeric`; this crate
+//! uses them and has no codec of its own.
+
+#![forbid(unsafe_code)]
+
+mod cache;
+mod check;
+mod cost;
+mod emulate;
+mod error;
+mod model;
+mod object;
+mod problem;
+mod program;
+pub mod siglip;
+mod variant;
+
+pub use cache::{CacheOutcome, CachedKernel, KernelCache, cache_key};
+pub use check::{CheckError, check_program};
+pub use cost::{
+    CycleEstimate, code_bytes, entry_code_instructions, estimate_cycles, op_instructions,
+    peak_macs_per_cycle, program_cycles,
+};
+pub use emulate::{
+    EmulateOptions, EmulationStats, KernelArgs, Rounding, emulate, emulate_with, round_f16,
+    round_f32,
+};
+pub use error::{EmulateError, KernelError, Operand};
+pub use model::AmpModel;
+pub use object::{
+    AMP_SECTION, CompiledKernel, EntryMetadata, HostToolchain, KERNEL_METADATA_VERSION,
+    KernelMetadata, Toolchain, programs_from_object,
+};
+pub use problem::{
+    GemmProblem, IMAGE_BASE, Mismatch, ProblemError, RunOutput, pack_matrix, unpack_matrix,
+};
+pub use program::{
+    AmpOp, AmpProgram, PROGRAM_FORMAT_VERSION, ProgramHeader, Run, WorkerProgram, build_program,
+};
+pub use variant::{
+    Arithmetic, EntryPoint, GemmShape, Mode, PlanConfig, RowSize, Variant, plan_variant,
+};
+
+ipu_layout::define_id!(
+    /// A worker context of a tile, `0..worker_contexts`.
+    pub struct WorkerId, "worker"
+);

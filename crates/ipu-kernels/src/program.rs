@@ -1,0 +1,822 @@
+//! AMP programs: the explicit op sequence a GEMM kernel performs on tile
+//! memory, how a variant builds one, and its versioned binary form.
+//!
+//! A program has a header (precisions, dimensions, order, mode) and one op
+//! list per worker context. Ops address memory by [`Run`]s relative to an
+//! operand base, so one program serves any placement: the caller passes the
+//! absolute operand addresses ([`crate::KernelArgs`]) when it runs.
+//!
+//! Per worker, for each output-column block: the partials start at zero
+//! (initialise) or are loaded from the output (accumulate); for each inner
+//! block the weight block is loaded into the coefficient state and the
+//! worker's left rows are streamed through the AMP; then the partials are
+//! drained and stored. Workers take the cells of a grid of row ranges ×
+//! column-block ranges, the grid chosen by the cost model (splitting rows
+//! makes every worker load every weight block; splitting columns does not).
+//!
+//! The binary form (`PROGRAM_FORMAT_VERSION`) is little endian:
+//!
+//! ```text
+//! magic "IPUAMP\0\0", version u16,
+//! header: left, right, output precision (tag u8, scale i8 each; tags 0 F32,
+//!         1 F16, 2 F143, 3 F152), output order u8 (0 RowMajor, 1 Amp(Output)),
+//!         weight class u8 (0 standard, 1 interleaved), mode u8 (0 initialise,
+//!         1 accumulate), arithmetic u8, rows u32, inner u32, columns u32,
+//!         k u32, c u32, left tail bytes u32,
+//! workers u16, then per worker: context u8, op count u32, ops.
+//! op: tag u8 (0 LoadCoefficients, 1 ZeroPartials, 2 LoadPartials,
+//!     3 StreamRows, 4 StorePartials), rows-or-inner u32, columns-or-inner u32,
+//!     run count u16, runs (offset, bytes, stride, count: u32 each).
+//! ```
+
+use ipu_layout::{AmpOperand, ElementOrder, Fp8Format, MemoryClass, Precision};
+
+use crate::variant::Arithmetic;
+use crate::{KernelError, Mode, Variant, WorkerId};
+
+/// The version of the serialised program format this build writes and reads.
+pub const PROGRAM_FORMAT_VERSION: u16 = 1;
+
+const MAGIC: &[u8; 8] = b"IPUAMP\0\0";
+
+/// `count` repetitions of `bytes` contiguous bytes, the `i`-th at
+/// `operand base + offset + i × stride`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Run {
+    /// Offset of the first repetition from the operand base.
+    pub offset: u32,
+    /// Bytes per repetition.
+    pub bytes: u32,
+    /// Distance between repetitions.
+    pub stride: u32,
+    /// Repetitions.
+    pub count: u32,
+}
+
+/// One step of a worker's AMP sequence.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AmpOp {
+    /// Loads an `inner × columns` weight block into the coefficient state.
+    /// Each run has `count == inner` (repetition `i` is inner index `i` of
+    /// the block); runs are concatenated along the columns.
+    LoadCoefficients {
+        /// Inner extent of the block.
+        inner: u32,
+        /// Column extent of the block.
+        columns: u32,
+        /// Weight runs.
+        runs: Vec<Run>,
+    },
+    /// Starts `rows × columns` partials at zero.
+    ZeroPartials {
+        /// Rows of the partial state.
+        rows: u32,
+        /// Columns of the partial state.
+        columns: u32,
+    },
+    /// Starts `rows × columns` partials from the output's bytes. Runs have
+    /// `count == rows` and are concatenated along the columns.
+    LoadPartials {
+        /// Rows of the partial state.
+        rows: u32,
+        /// Columns of the partial state.
+        columns: u32,
+        /// Output runs.
+        runs: Vec<Run>,
+    },
+    /// Streams `rows` left rows of `inner` elements through the AMP against
+    /// the coefficient state, accumulating into the partials. Runs have
+    /// `count == rows` and are concatenated along the inner dimension.
+    StreamRows {
+        /// Rows streamed (the partial state's rows).
+        rows: u32,
+        /// Inner elements per row (the coefficient block's inner extent).
+        inner: u32,
+        /// Left runs.
+        runs: Vec<Run>,
+    },
+    /// Drains the partials and stores them to the output; runs as for
+    /// [`AmpOp::LoadPartials`].
+    StorePartials {
+        /// Rows of the partial state.
+        rows: u32,
+        /// Columns of the partial state.
+        columns: u32,
+        /// Output runs.
+        runs: Vec<Run>,
+    },
+}
+
+impl AmpOp {
+    /// The op's runs (empty for [`AmpOp::ZeroPartials`]).
+    pub fn runs(&self) -> &[Run] {
+        match self {
+            AmpOp::LoadCoefficients { runs, .. }
+            | AmpOp::LoadPartials { runs, .. }
+            | AmpOp::StreamRows { runs, .. }
+            | AmpOp::StorePartials { runs, .. } => runs,
+            AmpOp::ZeroPartials { .. } => &[],
+        }
+    }
+
+    fn tag(&self) -> u8 {
+        match self {
+            AmpOp::LoadCoefficients { .. } => 0,
+            AmpOp::ZeroPartials { .. } => 1,
+            AmpOp::LoadPartials { .. } => 2,
+            AmpOp::StreamRows { .. } => 3,
+            AmpOp::StorePartials { .. } => 4,
+        }
+    }
+
+    fn dims(&self) -> (u32, u32) {
+        match *self {
+            AmpOp::LoadCoefficients { inner, columns, .. } => (inner, columns),
+            AmpOp::ZeroPartials { rows, columns }
+            | AmpOp::LoadPartials { rows, columns, .. }
+            | AmpOp::StorePartials { rows, columns, .. } => (rows, columns),
+            AmpOp::StreamRows { rows, inner, .. } => (rows, inner),
+        }
+    }
+}
+
+/// One worker context's op sequence.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WorkerProgram {
+    /// The worker context that runs it.
+    pub worker: WorkerId,
+    /// The ops, in order.
+    pub ops: Vec<AmpOp>,
+}
+
+/// What a program multiplies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProgramHeader {
+    /// Left precision.
+    pub left: Precision,
+    /// Weight precision.
+    pub right: Precision,
+    /// Output and partial precision.
+    pub output: Precision,
+    /// Output order.
+    pub output_order: ElementOrder,
+    /// Where the weights live.
+    pub right_class: MemoryClass,
+    /// Initialise or accumulate.
+    pub mode: Mode,
+    /// The AMP arithmetic.
+    pub arithmetic: Arithmetic,
+    /// Left rows (and output rows).
+    pub rows: u32,
+    /// Inner dimension.
+    pub inner: u32,
+    /// Output columns.
+    pub columns: u32,
+    /// The variant's inner block.
+    pub k: u32,
+    /// The variant's column block.
+    pub c: u32,
+    /// Bytes the AMP reads past the left operand's end.
+    pub left_tail_bytes: u32,
+}
+
+impl ProgramHeader {
+    /// Bytes of the left, right and output operands, if they fit in `u64`.
+    pub fn operand_bytes(&self) -> [u64; 3] {
+        let m = |a: u32, b: u32, p: Precision| {
+            u64::from(a)
+                .saturating_mul(u64::from(b))
+                .saturating_mul(p.element_bytes())
+        };
+        [
+            m(self.rows, self.inner, self.left),
+            m(self.inner, self.columns, self.right),
+            m(self.rows, self.columns, self.output),
+        ]
+    }
+}
+
+/// An AMP program: a header and one op sequence per active worker.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AmpProgram {
+    /// What the program multiplies.
+    pub header: ProgramHeader,
+    /// One entry per active worker, in context order.
+    pub workers: Vec<WorkerProgram>,
+}
+
+/// Builds the program of `variant` for `rows` rows (which must be
+/// `r_small` or `r_large`) in `mode`.
+pub fn build_program(variant: &Variant, rows: u32, mode: Mode) -> Result<AmpProgram, KernelError> {
+    if rows != variant.r_small() && rows != variant.r_large() {
+        return Err(KernelError::RowsNotServed {
+            variant: variant.name().to_owned(),
+            rows,
+            rows_small: variant.r_small(),
+            rows_large: variant.r_large(),
+        });
+    }
+    build_for_rows(variant, rows, mode)
+}
+
+/// The work of one worker: a row range and a range of column blocks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WorkShare {
+    pub row_start: u32,
+    pub rows: u32,
+    pub block_start: u32,
+    pub blocks: u32,
+}
+
+/// The shares of a `row_parts × column_parts` split of `rows` rows and
+/// `column_blocks` column blocks: rows and column blocks are cut into
+/// balanced contiguous ranges (the first ranges one longer), row ranges
+/// outermost. Empty shares are dropped.
+pub(crate) fn grid_split(
+    rows: u32,
+    column_blocks: u32,
+    row_parts: u32,
+    column_parts: u32,
+) -> Vec<WorkShare> {
+    let ranges = |total: u32, parts: u32| -> Vec<(u32, u32)> {
+        let parts = parts.max(1);
+        let (base, extra) = (total / parts, total % parts);
+        let mut start = 0;
+        (0..parts)
+            .map(|p| {
+                let n = base + u32::from(p < extra);
+                let range = (start, n);
+                start += n;
+                range
+            })
+            .filter(|&(_, n)| n > 0)
+            .collect()
+    };
+    let mut shares = Vec::new();
+    for (row_start, rows) in ranges(rows, row_parts) {
+        for &(block_start, blocks) in &ranges(column_blocks, column_parts) {
+            shares.push(WorkShare {
+                row_start,
+                rows,
+                block_start,
+                blocks,
+            });
+        }
+    }
+    shares
+}
+
+/// How a call's work splits over the worker contexts: of every grid split
+/// `row_parts × column_parts <= worker_contexts` (with no more parts than
+/// rows or column blocks), the one whose busiest worker has the fewest
+/// instructions in the cost model; ties go to more row parts, then more
+/// column parts. Splitting rows makes every worker load every weight block;
+/// splitting columns divides the weight loads but needs enough column
+/// blocks, so the choice depends on the shape.
+pub(crate) fn split_work(variant: &Variant, rows: u32, mode: Mode) -> Vec<WorkShare> {
+    let workers = variant.model().worker_contexts.max(1);
+    let column_blocks = variant.shape().columns.div_ceil(variant.c());
+    let mut best: Option<(u64, Vec<WorkShare>)> = None;
+    for row_parts in (1..=workers.min(rows.max(1))).rev() {
+        for column_parts in (1..=(workers / row_parts).min(column_blocks.max(1))).rev() {
+            let shares = grid_split(rows, column_blocks, row_parts, column_parts);
+            let cost = crate::cost::busiest_instructions(variant, &shares, mode);
+            if best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                best = Some((cost, shares));
+            }
+        }
+    }
+    best.map(|(_, s)| s).unwrap_or_default()
+}
+
+/// Runs covering rows `row0..row0 + nrows` and columns `col0..col0 + ncols`
+/// of a `total_rows × width` matrix stored in AMP panels of `panel` columns
+/// with `eb`-byte elements. Arguments are bounded by the variant's checked
+/// operand sizes, so the u64 arithmetic cannot overflow and the results fit
+/// in u32.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn panel_runs(
+    total_rows: u64,
+    width: u64,
+    panel: u64,
+    eb: u64,
+    row0: u64,
+    nrows: u64,
+    col0: u64,
+    ncols: u64,
+) -> Result<Vec<Run>, &'static str> {
+    let mut runs = Vec::new();
+    let end = col0 + ncols;
+    let mut p = col0 / panel;
+    while p * panel < end {
+        let ps = p * panel;
+        let pw = panel.min(width - ps);
+        let a = col0.max(ps);
+        let b = end.min(ps + pw);
+        let offset = (ps * total_rows + row0 * pw + (a - ps)) * eb;
+        runs.push(run(offset, (b - a) * eb, pw * eb, nrows)?);
+        p += 1;
+    }
+    Ok(runs)
+}
+
+fn run(offset: u64, bytes: u64, stride: u64, count: u64) -> Result<Run, &'static str> {
+    let f = |v: u64| u32::try_from(v).map_err(|_| "run field");
+    Ok(Run {
+        offset: f(offset)?,
+        bytes: f(bytes)?,
+        stride: f(stride)?,
+        count: f(count)?,
+    })
+}
+
+/// Runs covering an output block in the shape's output order.
+fn output_runs(
+    s: &ProgramHeader,
+    row0: u64,
+    nrows: u64,
+    col0: u64,
+    ncols: u64,
+) -> Result<Vec<Run>, &'static str> {
+    let eb = s.output.element_bytes();
+    match s.output_order {
+        ElementOrder::Amp(_) => panel_runs(
+            u64::from(s.rows),
+            u64::from(s.columns),
+            s.output.amp_panel_columns(),
+            eb,
+            row0,
+            nrows,
+            col0,
+            ncols,
+        ),
+        ElementOrder::RowMajor => {
+            let w = u64::from(s.columns);
+            Ok(vec![run(
+                (row0 * w + col0) * eb,
+                ncols * eb,
+                w * eb,
+                nrows,
+            )?])
+        }
+    }
+}
+
+/// Builds the program for any row count up to `r_large`.
+pub(crate) fn build_for_rows(
+    variant: &Variant,
+    rows: u32,
+    mode: Mode,
+) -> Result<AmpProgram, KernelError> {
+    let overflow = |what: &'static str| KernelError::AddressOverflow {
+        what,
+        variant: variant.name().to_owned(),
+    };
+    variant.operand_bytes(rows)?;
+    let shape = variant.shape();
+    let header = ProgramHeader {
+        left: shape.left,
+        right: shape.right,
+        output: shape.output,
+        output_order: shape.output_order,
+        right_class: shape.right_class,
+        mode,
+        arithmetic: variant.arithmetic(),
+        rows,
+        inner: shape.inner,
+        columns: shape.columns,
+        k: variant.k(),
+        c: variant.c(),
+        left_tail_bytes: variant.left_tail_bytes(),
+    };
+    let (k, c) = (variant.k(), variant.c());
+    let inner_blocks = shape.inner.div_ceil(k);
+    let shares = split_work(variant, rows, mode);
+    let mut workers = Vec::with_capacity(shares.len());
+    for (w, share) in shares.iter().enumerate() {
+        let mut ops = Vec::new();
+        let (r0, n) = (u64::from(share.row_start), u64::from(share.rows));
+        for cb in share.block_start..share.block_start + share.blocks {
+            let c0 = cb * c;
+            let cw = c.min(shape.columns - c0);
+            match mode {
+                Mode::Initialise => ops.push(AmpOp::ZeroPartials {
+                    rows: share.rows,
+                    columns: cw,
+                }),
+                Mode::Accumulate => ops.push(AmpOp::LoadPartials {
+                    rows: share.rows,
+                    columns: cw,
+                    runs: output_runs(&header, r0, n, u64::from(c0), u64::from(cw))
+                        .map_err(overflow)?,
+                }),
+            }
+            for kb in 0..inner_blocks {
+                let k0 = kb * k;
+                let kw = k.min(shape.inner - k0);
+                let right = panel_runs(
+                    u64::from(shape.inner),
+                    u64::from(shape.columns),
+                    shape.right.amp_panel_columns(),
+                    shape.right.element_bytes(),
+                    u64::from(k0),
+                    u64::from(kw),
+                    u64::from(c0),
+                    u64::from(cw),
+                )
+                .map_err(overflow)?;
+                ops.push(AmpOp::LoadCoefficients {
+                    inner: kw,
+                    columns: cw,
+                    runs: right,
+                });
+                let left = panel_runs(
+                    u64::from(rows),
+                    u64::from(shape.inner),
+                    shape.left.amp_panel_columns(),
+                    shape.left.element_bytes(),
+                    r0,
+                    n,
+                    u64::from(k0),
+                    u64::from(kw),
+                )
+                .map_err(overflow)?;
+                ops.push(AmpOp::StreamRows {
+                    rows: share.rows,
+                    inner: kw,
+                    runs: left,
+                });
+            }
+            ops.push(AmpOp::StorePartials {
+                rows: share.rows,
+                columns: cw,
+                runs: output_runs(&header, r0, n, u64::from(c0), u64::from(cw))
+                    .map_err(overflow)?,
+            });
+        }
+        workers.push(WorkerProgram {
+            worker: WorkerId::from_u32(w as u32),
+            ops,
+        });
+    }
+    Ok(AmpProgram { header, workers })
+}
+
+// ---------------------------------------------------------------------------
+// Binary form.
+
+fn precision_code(p: Precision) -> [u8; 2] {
+    match p {
+        Precision::F32 => [0, 0],
+        Precision::F16 => [1, 0],
+        Precision::F8 { format, scale } => [
+            match format {
+                Fp8Format::F143 => 2,
+                Fp8Format::F152 => 3,
+            },
+            scale.to_le_bytes()[0],
+        ],
+    }
+}
+
+fn arithmetic_code(a: Arithmetic) -> u8 {
+    match a {
+        Arithmetic::F16HalfPartials => 0,
+        Arithmetic::F16SinglePartials => 1,
+        Arithmetic::Fp8HalfPartials => 2,
+        Arithmetic::MixedHalfPartials => 3,
+        Arithmetic::MixedSinglePartials => 4,
+    }
+}
+
+impl AmpProgram {
+    /// The versioned binary form (see the module header).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let h = &self.header;
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&PROGRAM_FORMAT_VERSION.to_le_bytes());
+        for p in [h.left, h.right, h.output] {
+            out.extend_from_slice(&precision_code(p));
+        }
+        out.push(match h.output_order {
+            ElementOrder::RowMajor => 0,
+            ElementOrder::Amp(_) => 1,
+        });
+        out.push(match h.right_class {
+            MemoryClass::Ipu21Standard => 0,
+            MemoryClass::Ipu21Interleaved => 1,
+        });
+        out.push(match h.mode {
+            Mode::Initialise => 0,
+            Mode::Accumulate => 1,
+        });
+        out.push(arithmetic_code(h.arithmetic));
+        for v in [h.rows, h.inner, h.columns, h.k, h.c, h.left_tail_bytes] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        // Worker and run counts are small by construction (at most the
+        // worker contexts and the panels of one block); saturating keeps
+        // a hand-made oversized program from wrapping silently.
+        let count16 = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
+        out.extend_from_slice(&count16(self.workers.len()).to_le_bytes());
+        for w in &self.workers {
+            out.push(u8::try_from(w.worker.as_u32()).unwrap_or(u8::MAX));
+            out.extend_from_slice(&u32::try_from(w.ops.len()).unwrap_or(u32::MAX).to_le_bytes());
+            for op in &w.ops {
+                out.push(op.tag());
+                let (a, b) = op.dims();
+                out.extend_from_slice(&a.to_le_bytes());
+                out.extend_from_slice(&b.to_le_bytes());
+                let runs = op.runs();
+                out.extend_from_slice(&count16(runs.len()).to_le_bytes());
+                for r in runs.iter().take(usize::from(u16::MAX)) {
+                    for v in [r.offset, r.bytes, r.stride, r.count] {
+                        out.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Parses the binary form, rejecting anything malformed or of another
+    /// version.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, KernelError> {
+        let mut r = Reader { bytes, at: 0 };
+        let magic = r.take(8)?;
+        if magic != MAGIC {
+            return Err(r.error(0, "not an AMP program (bad magic)"));
+        }
+        let version = r.u16()?;
+        if version != PROGRAM_FORMAT_VERSION {
+            return Err(KernelError::UnsupportedProgramVersion {
+                found: version,
+                supported: PROGRAM_FORMAT_VERSION,
+            });
+        }
+        let left = r.precision()?;
+        let right = r.precision()?;
+        let output = r.precision()?;
+        let at = r.at;
+        let output_order = match r.u8()? {
+            0 => ElementOrder::RowMajor,
+            1 => ElementOrder::Amp(AmpOperand::Output),
+            _ => return Err(r.error(at, "unknown output order")),
+        };
+        let at = r.at;
+        let right_class = match r.u8()? {
+            0 => MemoryClass::Ipu21Standard,
+            1 => MemoryClass::Ipu21Interleaved,
+            _ => return Err(r.error(at, "unknown memory class")),
+        };
+        let at = r.at;
+        let mode = match r.u8()? {
+            0 => Mode::Initialise,
+            1 => Mode::Accumulate,
+            _ => return Err(r.error(at, "unknown mode")),
+        };
+        let at = r.at;
+        let arithmetic = match r.u8()? {
+            0 => Arithmetic::F16HalfPartials,
+            1 => Arithmetic::F16SinglePartials,
+            2 => Arithmetic::Fp8HalfPartials,
+            3 => Arithmetic::MixedHalfPartials,
+            4 => Arithmetic::MixedSinglePartials,
+            _ => return Err(r.error(at, "unknown arithmetic")),
+        };
+        let header = ProgramHeader {
+            left,
+            right,
+            output,
+            output_order,
+            right_class,
+            mode,
+            arithmetic,
+            rows: r.u32()?,
+            inner: r.u32()?,
+            columns: r.u32()?,
+            k: r.u32()?,
+            c: r.u32()?,
+            left_tail_bytes: r.u32()?,
+        };
+        let worker_count = r.u16()?;
+        let mut workers = Vec::new();
+        for _ in 0..worker_count {
+            let worker = WorkerId::from_u32(u32::from(r.u8()?));
+            let op_count = r.u32()?;
+            // Every op takes at least 11 bytes, which bounds the allocation
+            // by the input size.
+            if (op_count as usize) > r.remaining() / 11 {
+                return Err(r.error(r.at, "op count exceeds the bytes left"));
+            }
+            let mut ops = Vec::with_capacity(op_count as usize);
+            for _ in 0..op_count {
+                let at = r.at;
+                let tag = r.u8()?;
+                let a = r.u32()?;
+                let b = r.u32()?;
+                let run_count = r.u16()?;
+                let mut runs = Vec::with_capacity(usize::from(run_count).min(r.remaining() / 16));
+                for _ in 0..run_count {
+                    runs.push(Run {
+                        offset: r.u32()?,
+                        bytes: r.u32()?,
+                        stride: r.u32()?,
+                        count: r.u32()?,
+                    });
+                }
+                let op = match tag {
+                    0 => AmpOp::LoadCoefficients {
+                        inner: a,
+                        columns: b,
+                        runs,
+                    },
+                    1 if runs.is_empty() => AmpOp::ZeroPartials {
+                        rows: a,
+                        columns: b,
+                    },
+                    2 => AmpOp::LoadPartials {
+                        rows: a,
+                        columns: b,
+                        runs,
+                    },
+                    3 => AmpOp::StreamRows {
+                        rows: a,
+                        inner: b,
+                        runs,
+                    },
+                    4 => AmpOp::StorePartials {
+                        rows: a,
+                        columns: b,
+                        runs,
+                    },
+                    _ => return Err(r.error(at, "unknown op tag or runs on ZeroPartials")),
+                };
+                ops.push(op);
+            }
+            workers.push(WorkerProgram { worker, ops });
+        }
+        if r.remaining() != 0 {
+            return Err(r.error(r.at, "trailing bytes after the last worker"));
+        }
+        Ok(AmpProgram { header, workers })
+    }
+
+    /// Instructions of the code that runs this program in the code-size
+    /// model: the supervisor entry plus the longest worker sequence (all
+    /// workers run the same code on different addresses).
+    pub fn code_instructions(&self, model: &crate::AmpModel) -> u64 {
+        let worker = self
+            .workers
+            .iter()
+            .map(|w| {
+                w.ops
+                    .iter()
+                    .fold(u64::from(model.worker_setup_instructions), |acc, op| {
+                        acc.saturating_add(op_code_instructions(op, model))
+                    })
+            })
+            .max()
+            .unwrap_or(0);
+        let supervisor =
+            u64::from(model.supervisor_instructions).saturating_add(2 * self.workers.len() as u64);
+        supervisor.saturating_add(worker)
+    }
+}
+
+/// Static instructions one op compiles to: its setup, one per run, and the
+/// loop body of the AMP or copy loop.
+pub(crate) fn op_code_instructions(op: &AmpOp, model: &crate::AmpModel) -> u64 {
+    let runs = op.runs().len() as u64;
+    let base = match op {
+        AmpOp::LoadCoefficients { .. } => model.coefficient_setup_instructions,
+        AmpOp::ZeroPartials { .. } => 2,
+        AmpOp::LoadPartials { .. } | AmpOp::StorePartials { .. } => {
+            model.partial_setup_instructions
+        }
+        AmpOp::StreamRows { .. } => model.stream_setup_instructions.saturating_add(2),
+    };
+    u64::from(base).saturating_add(runs)
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn error(&self, offset: usize, reason: &str) -> KernelError {
+        KernelError::MalformedProgram {
+            offset,
+            reason: reason.to_owned(),
+        }
+    }
+
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    fn take(&mut self, n: usize) -> Result<&[u8], KernelError> {
+        if self.remaining() < n {
+            return Err(self.error(self.at, "truncated"));
+        }
+        let s = &self.bytes[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Result<u8, KernelError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, KernelError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> Result<u32, KernelError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn precision(&mut self) -> Result<Precision, KernelError> {
+        let at = self.at;
+        let tag = self.u8()?;
+        let scale = i8::from_le_bytes([self.u8()?]);
+        match (tag, scale) {
+            (0, 0) => Ok(Precision::F32),
+            (1, 0) => Ok(Precision::F16),
+            (2, scale) => Ok(Precision::F8 {
+                format: Fp8Format::F143,
+                scale,
+            }),
+            (3, scale) => Ok(Precision::F8 {
+                format: Fp8Format::F152,
+                scale,
+            }),
+            _ => Err(self.error(at, "unknown precision")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Listing.
+
+impl std::fmt::Display for AmpProgram {
+    /// A readable listing: the header, then each worker's ops.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let h = &self.header;
+        writeln!(
+            f,
+            "amp program v{PROGRAM_FORMAT_VERSION}: {} rows x {} inner x {} columns, \
+             left {} right {} ({}) output {} ({:?}), {}, {}, k {} c {}, left tail {} bytes",
+            h.rows,
+            h.inner,
+            h.columns,
+            h.left,
+            h.right,
+            h.right_class,
+            h.output,
+            h.output_order,
+            h.mode.name(),
+            h.arithmetic.instruction(),
+            h.k,
+            h.c,
+            h.left_tail_bytes
+        )?;
+        for w in &self.workers {
+            writeln!(f, "{}:", w.worker)?;
+            for (i, op) in w.ops.iter().enumerate() {
+                let name = match op {
+                    AmpOp::LoadCoefficients { .. } => "load_coefficients",
+                    AmpOp::ZeroPartials { .. } => "zero_partials",
+                    AmpOp::LoadPartials { .. } => "load_partials",
+                    AmpOp::StreamRows { .. } => "stream_rows",
+                    AmpOp::StorePartials { .. } => "store_partials",
+                };
+                let (a, b) = op.dims();
+                let (an, bn) = match op {
+                    AmpOp::LoadCoefficients { .. } => ("inner", "columns"),
+                    AmpOp::StreamRows { .. } => ("rows", "inner"),
+                    _ => ("rows", "columns"),
+                };
+                let operand = match op {
+                    AmpOp::LoadCoefficients { .. } => "right",
+                    AmpOp::StreamRows { .. } => "left",
+                    _ => "output",
+                };
+                write!(f, "  {i:3} {name} {an}={a} {bn}={b}")?;
+                for r in op.runs() {
+                    write!(
+                        f,
+                        " {operand}+{}[{}B x{} /{}]",
+                        r.offset, r.bytes, r.count, r.stride
+                    )?;
+                }
+                writeln!(f)?;
+            }
+        }
+        Ok(())
+    }
+}

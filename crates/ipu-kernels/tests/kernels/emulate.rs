@@ -1,0 +1,282 @@
+//! The emulator against the plain reference: random shapes and precisions,
+//! every (k, c) the planner can produce on small shapes, the seed variants,
+//! stochastic rounding, and the memory errors the emulator must report.
+
+use ipu_kernels::{
+    AmpModel, EmulateError, EmulateOptions, GemmShape, KernelArgs, Mode, Operand, PlanConfig,
+    Rounding, Variant, build_program, emulate,
+};
+use ipu_layout::{AmpOperand, ElementOrder, Fp8Format, MemoryClass};
+use proptest::prelude::*;
+
+use crate::support::{SEED_VARIANTS, combination, problem, seed_shape, seed_variants, shapes};
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A planned variant's output is within the derived bound of the exact
+    /// result for random shapes, precisions, orders and modes.
+    #[test]
+    fn planned_variants_match_reference((shape, mode) in shapes(), seed in any::<u64>()) {
+        let p = problem(shape, mode, seed);
+        let run = p.run(&PlanConfig::default()).expect("runs");
+        let checked = p.check(&run.output, Rounding::NearestEven);
+        prop_assert!(checked.is_ok(), "{}: {:?}", run.variant.name(), checked);
+        prop_assert_eq!(run.stats.macs, u64::from(shape.rows) * u64::from(shape.inner) * u64::from(shape.columns));
+    }
+
+    /// Small blocks force many inner and column blocks and every split of
+    /// work; the result is bit-identical to the planned variant's, because
+    /// AMP steps never straddle a block.
+    #[test]
+    fn block_choice_does_not_change_bits(
+        (shape, mode) in shapes(),
+        seed in any::<u64>(),
+        ki in 0u32..8,
+        ci in 0u32..8,
+    ) {
+        let p = problem(shape, mode, seed);
+        let planned = p.run(&PlanConfig::default()).expect("runs");
+        let micro = if shape.left.is_fp8() { 32 } else { 16 };
+        let k = micro * (1 + ki % shape.inner.div_ceil(micro));
+        let c = 16 * (1 + ci % shape.columns.div_ceil(16));
+        let v = Variant::new(&shape, k, c, shape.rows, shape.rows, &AmpModel::ipu21()).expect("legal");
+        let small = p.run_variant(&v, &EmulateOptions::default()).expect("runs");
+        prop_assert_eq!(&planned.output, &small.output);
+    }
+
+    /// Stochastic rounding stays within its (doubled) bound and is
+    /// reproducible for a seed.
+    #[test]
+    fn stochastic_rounding((shape, mode) in shapes(), seed in any::<u64>(), rounding_seed in any::<u64>()) {
+        let p = problem(shape, mode, seed);
+        let v = ipu_kernels::plan_variant(&shape, shape.rows, shape.rows, &PlanConfig::default()).expect("plans");
+        let options = EmulateOptions { rounding: Rounding::Stochastic { seed: rounding_seed } };
+        let a = p.run_variant(&v, &options).expect("runs");
+        let b = p.run_variant(&v, &options).expect("runs");
+        prop_assert_eq!(&a.output, &b.output);
+        let checked = p.check(&a.output, options.rounding);
+        prop_assert!(checked.is_ok(), "{:?}", checked);
+    }
+}
+
+/// Every (k, c) the planner can produce for small shapes of every precision
+/// combination, with row counts below, at and above the worker count.
+#[test]
+fn every_block_of_small_shapes_matches_reference() {
+    let model = AmpModel::ipu21();
+    for combo in 0..5 {
+        let (left, right, output) = combination(combo, 1, -1, Fp8Format::F143);
+        for &rows in &[1u32, 5, 6, 13] {
+            for (o, order) in [
+                ElementOrder::RowMajor,
+                ElementOrder::Amp(AmpOperand::Output),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let shape = GemmShape {
+                    rows,
+                    inner: 96,
+                    columns: 70,
+                    left,
+                    right,
+                    output,
+                    output_order: order,
+                    right_class: MemoryClass::Ipu21Interleaved,
+                };
+                let mode = if o == 0 {
+                    Mode::Initialise
+                } else {
+                    Mode::Accumulate
+                };
+                let p = problem(shape, mode, u64::from(rows) * 31 + combo as u64);
+                let micro = if left.is_fp8() { 32 } else { 16 };
+                let mut first: Option<Vec<f64>> = None;
+                for k in (micro..=96).step_by(micro as usize) {
+                    for c in (16..=80).step_by(16) {
+                        let v = Variant::new(&shape, k, c, rows, rows, &model).expect("legal");
+                        let run = p.run_variant(&v, &EmulateOptions::default()).expect("runs");
+                        let checked = p.check(&run.output, Rounding::NearestEven);
+                        assert!(checked.is_ok(), "{} {combo}: {checked:?}", v.name());
+                        match &first {
+                            None => first = Some(run.output),
+                            Some(f) => assert_eq!(f, &run.output, "{}", v.name()),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The seed's five variants, small and large rows, both modes.
+#[test]
+fn seed_variants_match_reference() {
+    for (v, &(k, c, _, _)) in seed_variants().iter().zip(&SEED_VARIANTS) {
+        for rows in [v.r_small(), v.r_large()] {
+            for mode in Mode::ALL {
+                let p = problem(seed_shape(k, c, rows), mode, u64::from(k + c + rows));
+                let run = p.run_variant(v, &EmulateOptions::default()).expect("runs");
+                let checked = p.check(&run.output, Rounding::NearestEven);
+                assert!(
+                    checked.is_ok(),
+                    "{}: {:?}",
+                    v.name(),
+                    checked.err().map(|m| m.len())
+                );
+            }
+        }
+    }
+}
+
+/// F16 partials lose what F32 partials keep: adding many small products to
+/// a large partial. This pins the partial precision of each arithmetic.
+#[test]
+fn half_partials_round_every_step() {
+    let base = GemmShape {
+        rows: 1,
+        inner: 64,
+        columns: 16,
+        left: ipu_layout::Precision::F16,
+        right: ipu_layout::Precision::F16,
+        output: ipu_layout::Precision::F16,
+        output_order: ElementOrder::RowMajor,
+        right_class: MemoryClass::Ipu21Standard,
+    };
+    // initial 2048 (F16 spacing 2 there), then 64 products of 0.25: with F16
+    // partials each 4-product step adds 1.0, which rounds away at 2048
+    // (ties to even), so the sum stays 2048; with F32 partials it is 2064.
+    let run = |output| {
+        let shape = GemmShape { output, ..base };
+        let p = ipu_kernels::GemmProblem::new(
+            shape,
+            Mode::Accumulate,
+            vec![0.5; 64],
+            vec![0.5; 64 * 16],
+            vec![2048.0; 16],
+        )
+        .expect("sizes");
+        p.run(&PlanConfig::default()).expect("runs").output
+    };
+    assert!(run(ipu_layout::Precision::F16).iter().all(|&x| x == 2048.0));
+    assert!(run(ipu_layout::Precision::F32).iter().all(|&x| x == 2064.0));
+}
+
+fn small_program() -> (ipu_kernels::AmpProgram, [u64; 3]) {
+    let v = Variant::new(&seed_shape(64, 48, 8), 64, 48, 8, 8, &AmpModel::ipu21()).expect("valid");
+    let program = build_program(&v, 8, Mode::Initialise).expect("builds");
+    let sizes = program.header.operand_bytes();
+    (program, sizes)
+}
+
+#[test]
+fn operand_outside_memory_is_reported() {
+    let (program, [l, r, o]) = small_program();
+    let base = 0x4c000u32;
+    let size = (l + 16 + r + o) as usize;
+    let mut memory = vec![0u8; size];
+    let args = KernelArgs {
+        left: base,
+        right: base + (l + 16) as u32,
+        output: base + (l + 16 + r) as u32 + 8,
+    };
+    let e = emulate(&program, &mut memory, base, &args).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            EmulateError::OperandOutOfBounds {
+                operand: Operand::Output,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let below = KernelArgs {
+        left: base - 32,
+        ..args
+    };
+    assert!(emulate(&program, &mut memory, base, &below).is_err());
+}
+
+#[test]
+fn left_tail_outside_memory_is_reported() {
+    let (program, [l, r, o]) = small_program();
+    let base = 0x4c000u32;
+    // Right and output first, the left operand flush with the image end.
+    let mut memory = vec![0u8; (r + o + l) as usize];
+    let args = KernelArgs {
+        right: base,
+        output: base + r as u32,
+        left: base + (r + o) as u32,
+    };
+    let e = emulate(&program, &mut memory, base, &args).unwrap_err();
+    assert!(
+        matches!(e, EmulateError::LeftTailOutOfBounds { tail: 16, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("read tail"));
+}
+
+#[test]
+fn overlapping_output_is_reported() {
+    let (program, [l, r, o]) = small_program();
+    let base = 0x4c000u32;
+    let mut memory = vec![0u8; (l + 16 + r + o) as usize];
+    let args = KernelArgs {
+        left: base,
+        right: base + (l + 16) as u32,
+        output: base + (l + 16) as u32,
+    };
+    let e = emulate(&program, &mut memory, base, &args).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            EmulateError::OperandsOverlap {
+                operand: Operand::Right,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn malformed_ops_are_reported_not_panicking() {
+    let (mut program, [l, r, o]) = small_program();
+    let base = 0x4c000u32;
+    let mut memory = vec![0u8; (l + 16 + r + o) as usize];
+    let args = KernelArgs {
+        left: base,
+        right: base + (l + 16) as u32,
+        output: base + (l + 16 + r) as u32,
+    };
+    // A run whose stride walks off the operand.
+    if let ipu_kernels::AmpOp::StreamRows { runs, .. } = &mut program.workers[0].ops[2] {
+        runs[0].stride = 1 << 20;
+    }
+    let e = emulate(&program, &mut memory, base, &args).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            EmulateError::OperandOverrun {
+                operand: Operand::Left,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Ops in the wrong order.
+    let (mut program, _) = small_program();
+    program.workers[0].ops.swap(0, 2);
+    let e = emulate(&program, &mut memory, base, &args).unwrap_err();
+    assert!(matches!(e, EmulateError::Malformed { op: 0, .. }), "{e}");
+    // A huge partial block is refused before anything is allocated.
+    let (mut program, _) = small_program();
+    program.workers[0].ops[0] = ipu_kernels::AmpOp::ZeroPartials {
+        rows: u32::MAX,
+        columns: u32::MAX,
+    };
+    let e = emulate(&program, &mut memory, base, &args).unwrap_err();
+    assert!(matches!(e, EmulateError::Malformed { .. }), "{e}");
+}

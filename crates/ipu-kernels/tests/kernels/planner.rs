@@ -1,0 +1,253 @@
+//! The planner and cost model: seed variant names, block rules, the closed
+//! form against the program-derived estimate, lower bounds, code bytes and
+//! typed errors.
+
+use ipu_kernels::{
+    AmpModel, GemmShape, KernelError, Mode, PlanConfig, RowSize, Variant, build_program,
+    check_program, code_bytes, entry_code_instructions, estimate_cycles, plan_variant,
+    program_cycles,
+};
+use ipu_layout::{AmpOperand, ElementOrder, MemoryClass, Precision};
+use proptest::prelude::*;
+
+use crate::support::{SEED_VARIANTS, seed_shape, seed_variants, shapes};
+
+#[test]
+fn seed_variant_names() {
+    let names: Vec<String> = seed_variants()
+        .iter()
+        .map(|v| v.name().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "gemm_f8_interleaved_k64_c48_r240_r244",
+            "gemm_f8_interleaved_k96_c96_r144_r148",
+            "gemm_f8_interleaved_k192_c144_r160_r164",
+            "gemm_f8_interleaved_k192_c160_r160_r164",
+            "gemm_f8_interleaved_k256_c144_r120_r124",
+        ]
+    );
+}
+
+#[test]
+fn f16_standard_name_and_entry_symbols() {
+    let shape = GemmShape {
+        left: Precision::F16,
+        right: Precision::F16,
+        right_class: MemoryClass::Ipu21Standard,
+        ..seed_shape(64, 48, 8)
+    };
+    let v = Variant::new(&shape, 32, 32, 6, 8, &AmpModel::ipu21()).expect("valid");
+    assert_eq!(v.name(), "gemm_f16_k32_c32_r6_r8");
+    let entries = v.entry_points();
+    assert_eq!(entries.len(), 4);
+    let tag = &v.key()[..8];
+    let symbols: Vec<&str> = entries.iter().map(|e| e.symbol.as_str()).collect();
+    assert_eq!(
+        symbols,
+        [
+            format!("gemm_f16_k32_c32_r6_r8_{tag}_initialise_small"),
+            format!("gemm_f16_k32_c32_r6_r8_{tag}_accumulate_small"),
+            format!("gemm_f16_k32_c32_r6_r8_{tag}_initialise_large"),
+            format!("gemm_f16_k32_c32_r6_r8_{tag}_accumulate_large"),
+        ]
+    );
+    assert_eq!(entries[0].rows, 6);
+    assert_eq!(entries[3].rows, 8);
+    assert_eq!(v.rows(RowSize::Large), 8);
+}
+
+#[test]
+fn planner_is_at_least_as_good_as_the_seed_blocks() {
+    // The seed kept each shard as one block; the planner may cut the
+    // columns so that workers split them, and must never estimate worse.
+    for (seed, &(k, c, rs, rl)) in seed_variants().iter().zip(&SEED_VARIANTS) {
+        let v = plan_variant(&seed_shape(k, c, rl), rs, rl, &PlanConfig::default()).expect("plans");
+        for mode in Mode::ALL {
+            let planned = estimate_cycles(&v, rl, mode).cycles;
+            let seeded = estimate_cycles(seed, rl, mode).cycles;
+            assert!(
+                planned <= seeded,
+                "{} {planned} vs {} {seeded}",
+                v.name(),
+                seed.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn invalid_blocks_and_shapes_are_typed_errors() {
+    let model = AmpModel::ipu21();
+    let shape = seed_shape(64, 48, 8);
+    assert!(matches!(
+        Variant::new(&shape, 48, 48, 8, 8, &model),
+        Err(KernelError::InvalidBlock {
+            what: "inner (k)",
+            multiple: 32,
+            ..
+        })
+    ));
+    assert!(matches!(
+        Variant::new(&shape, 64, 24, 8, 8, &model),
+        Err(KernelError::InvalidBlock {
+            what: "column (c)",
+            multiple: 16,
+            ..
+        })
+    ));
+    assert!(matches!(
+        Variant::new(&shape, 96, 48, 8, 8, &model),
+        Err(KernelError::InvalidBlock { limit: 64, .. })
+    ));
+    assert!(matches!(
+        Variant::new(&shape, 64, 48, 9, 8, &model),
+        Err(KernelError::RowsOutOfOrder {
+            rows_small: 9,
+            rows_large: 8
+        })
+    ));
+    assert!(matches!(
+        plan_variant(
+            &GemmShape { inner: 0, ..shape },
+            1,
+            1,
+            &PlanConfig::default()
+        ),
+        Err(KernelError::ZeroDimension { what: "inner" })
+    ));
+    let fp8_out = GemmShape {
+        output: shape.left,
+        ..shape
+    };
+    let e = plan_variant(&fp8_out, 1, 1, &PlanConfig::default()).unwrap_err();
+    assert!(matches!(e, KernelError::UnsupportedPrecisions { .. }));
+    assert!(e.to_string().contains("no AMP instruction"));
+    let left_order = GemmShape {
+        output_order: ElementOrder::Amp(AmpOperand::Left),
+        ..shape
+    };
+    assert!(matches!(
+        plan_variant(&left_order, 1, 1, &PlanConfig::default()),
+        Err(KernelError::UnsupportedOutputOrder { .. })
+    ));
+    let tight = PlanConfig {
+        max_block_bytes: 100,
+        ..PlanConfig::default()
+    };
+    assert!(matches!(
+        plan_variant(&shape, 1, 1, &tight),
+        Err(KernelError::NoFeasibleBlock { .. })
+    ));
+    let v = Variant::new(&shape, 64, 48, 4, 8, &model).expect("valid");
+    assert!(matches!(
+        build_program(&v, 5, Mode::Initialise),
+        Err(KernelError::RowsNotServed { rows: 5, .. })
+    ));
+}
+
+#[test]
+fn interleaved_weights_load_faster_than_standard() {
+    let interleaved = seed_variants().remove(4);
+    let standard_shape = GemmShape {
+        right_class: MemoryClass::Ipu21Standard,
+        ..*interleaved.shape()
+    };
+    let standard =
+        Variant::new(&standard_shape, 256, 144, 120, 124, &AmpModel::ipu21()).expect("valid");
+    let a = estimate_cycles(&interleaved, 124, Mode::Initialise).cycles;
+    let b = estimate_cycles(&standard, 124, Mode::Initialise).cycles;
+    assert!(a < b, "interleaved {a} vs standard {b}");
+}
+
+#[test]
+fn seed_variant_estimates() {
+    for v in seed_variants() {
+        for rows in [v.r_small(), v.r_large()] {
+            for mode in Mode::ALL {
+                let e = estimate_cycles(&v, rows, mode);
+                assert!(e.lower_bound_cycles() <= e.cycles);
+                let u = e.utilisation();
+                assert!(u > 0.5 && u <= 1.0, "{} rows {rows}: {u}", v.name());
+                assert_eq!(e.active_workers, 6);
+            }
+        }
+    }
+}
+
+/// Random variants: random shape, random legal k and c, random row pair.
+fn variants() -> impl Strategy<Value = (Variant, Mode)> {
+    (shapes(), 0u32..64, 0u32..64, 0u32..20).prop_map(|((shape, mode), ki, ci, dr)| {
+        let model = AmpModel::ipu21();
+        let micro = if shape.left.is_fp8() { 32 } else { 16 };
+        let k_count = shape.inner.div_ceil(micro);
+        let c_count = shape.columns.div_ceil(16);
+        let k = micro * (1 + ki % k_count);
+        let c = 16 * (1 + ci % c_count);
+        let r_large = shape.rows;
+        let r_small = r_large.saturating_sub(dr).max(1);
+        let v = Variant::new(&shape, k, c, r_small, r_large, &model).expect("legal blocks");
+        (v, mode)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// The closed-form estimate equals the estimate derived from the built
+    /// program's ops, is never below the AMP lower bound, and code bytes
+    /// equal the programs' instruction counts.
+    #[test]
+    fn closed_form_matches_programs((v, mode) in variants()) {
+        let mut code = 0u64;
+        for entry in v.entry_points() {
+            let program = build_program(&v, entry.rows, entry.mode).expect("builds");
+            let closed = estimate_cycles(&v, entry.rows, entry.mode);
+            let derived = program_cycles(&v, &program);
+            prop_assert_eq!(closed, derived);
+            prop_assert!(closed.lower_bound_cycles() <= closed.cycles);
+            let instructions = program.code_instructions(v.model());
+            prop_assert_eq!(instructions, entry_code_instructions(&v, entry.rows, entry.mode));
+            code += instructions * 4;
+        }
+        prop_assert_eq!(u64::from(code_bytes(&v)), code);
+        let rows = v.r_small();
+        let program = build_program(&v, rows, mode).expect("builds");
+        let checked = check_program(&v, rows, mode, &program);
+        prop_assert!(checked.is_ok(), "{:?}", checked);
+    }
+
+    /// The planner returns legal blocks within its limits, and no legal
+    /// candidate has fewer estimated cycles.
+    #[test]
+    fn planner_is_optimal_over_its_candidates((shape, _) in shapes(), dr in 0u32..5) {
+        let config = PlanConfig::default();
+        let rows_small = shape.rows.saturating_sub(dr).max(1);
+        let v = plan_variant(&shape, rows_small, shape.rows, &config).expect("plans");
+        let micro = if shape.left.is_fp8() { 32 } else { 16 };
+        prop_assert_eq!(v.k() % micro, 0);
+        prop_assert_eq!(v.c() % 16, 0);
+        prop_assert!(code_bytes(&v) <= config.max_code_bytes);
+        let cost = |v: &Variant| -> u64 {
+            Mode::ALL.iter().map(|&m| estimate_cycles(v, v.r_large(), m).cycles).sum()
+        };
+        let best = cost(&v);
+        let mut k = micro;
+        while k <= shape.inner.div_ceil(micro) * micro {
+            let mut c = 16;
+            while c <= shape.columns.div_ceil(16) * 16 {
+                let other = Variant::new(&shape, k, c, rows_small, shape.rows, &config.model)
+                    .expect("legal");
+                let weight = if v.arithmetic().widens_weights() { 2 } else { shape.right.element_bytes() };
+                if u64::from(k) * u64::from(c) * weight <= u64::from(config.max_block_bytes)
+                    && code_bytes(&other) <= config.max_code_bytes
+                {
+                    prop_assert!(best <= cost(&other), "k{k} c{c} beats the plan");
+                }
+                c += 16;
+            }
+            k += micro;
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! `cargo xtask kernels`: figures for the seed's five SigLIP GEMM variants.
+//!
+//! Prints, per variant, the code and object sizes, the cost model's cycles
+//! and AMP utilisation for each entry, and measured compile times: the host
+//! toolchain alone, a miss in an empty cache (compile, verify, atomic
+//! writes) and a hit in a populated cache (read and verify). Times are the
+//! median of repeated runs on this machine.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use ipu_kernels::siglip::seed_variants;
+use ipu_kernels::{
+    AmpModel, HostToolchain, KernelCache, PlanConfig, Toolchain, estimate_cycles, plan_variant,
+};
+
+/// Repetitions per timing.
+const RUNS: usize = 15;
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn time(mut f: impl FnMut() -> Result<(), String>) -> Result<Duration, String> {
+    let mut times = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        f()?;
+        times.push(start.elapsed());
+    }
+    Ok(median(times))
+}
+
+pub fn run(_: &[String]) -> Result<ExitCode, String> {
+    let variants = seed_variants(&AmpModel::ipu21()).map_err(|e| e.to_string())?;
+    let warm_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let warm = KernelCache::open(warm_dir.path()).map_err(|e| e.to_string())?;
+    println!(
+        "{:<42} {:>6} {:>7} {:>10} {:>10} {:>10}",
+        "variant", "code", "object", "toolchain", "cold cache", "warm cache"
+    );
+    let mut totals = [Duration::ZERO; 3];
+    for v in &variants {
+        let compiled = HostToolchain.compile(v).map_err(|e| e.to_string())?;
+        let toolchain = time(|| {
+            HostToolchain
+                .compile(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })?;
+        let cold = time(|| {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let cache = KernelCache::open(dir.path()).map_err(|e| e.to_string())?;
+            cache
+                .get_or_compile(v, &HostToolchain)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })?;
+        warm.get_or_compile(v, &HostToolchain)
+            .map_err(|e| e.to_string())?;
+        let hot = time(|| {
+            warm.get_or_compile(v, &HostToolchain)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })?;
+        totals[0] += toolchain;
+        totals[1] += cold;
+        totals[2] += hot;
+        println!(
+            "{:<42} {:>6} {:>7} {:>8.0}us {:>8.0}us {:>8.0}us",
+            v.name(),
+            compiled.metadata.code_bytes,
+            compiled.object.len(),
+            toolchain.as_secs_f64() * 1e6,
+            cold.as_secs_f64() * 1e6,
+            hot.as_secs_f64() * 1e6
+        );
+    }
+    println!(
+        "{:<42} {:>6} {:>7} {:>8.0}us {:>8.0}us {:>8.0}us",
+        "all five",
+        "",
+        "",
+        totals[0].as_secs_f64() * 1e6,
+        totals[1].as_secs_f64() * 1e6,
+        totals[2].as_secs_f64() * 1e6
+    );
+    println!();
+    println!(
+        "{:<42} {:>4} {:<10} {:>7} {:>7} {:>11}",
+        "variant", "rows", "mode", "cycles", "bound", "utilisation"
+    );
+    for v in &variants {
+        for entry in v.entry_points() {
+            let e = estimate_cycles(v, entry.rows, entry.mode);
+            println!(
+                "{:<42} {:>4} {:<10} {:>7} {:>7} {:>11.3}",
+                v.name(),
+                entry.rows,
+                entry.mode.name(),
+                e.cycles,
+                e.lower_bound_cycles(),
+                e.utilisation()
+            );
+        }
+    }
+    println!();
+    println!("the planner's variants for the same shards (default PlanConfig):");
+    println!(
+        "{:<42} {:>4} {:<10} {:>7} {:>7} {:>11} {:>6}",
+        "variant", "rows", "mode", "cycles", "bound", "utilisation", "plan"
+    );
+    for v in &variants {
+        let start = Instant::now();
+        let planned = plan_variant(v.shape(), v.r_small(), v.r_large(), &PlanConfig::default())
+            .map_err(|e| e.to_string())?;
+        let plan_time = start.elapsed();
+        for entry in planned.entry_points() {
+            let e = estimate_cycles(&planned, entry.rows, entry.mode);
+            println!(
+                "{:<42} {:>4} {:<10} {:>7} {:>7} {:>11.3} {:>4.1}ms",
+                planned.name(),
+                entry.rows,
+                entry.mode.name(),
+                e.cycles,
+                e.lower_bound_cycles(),
+                e.utilisation(),
+                plan_time.as_secs_f64() * 1e3
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
