@@ -22,6 +22,7 @@
 
 pub mod graph;
 pub mod lower;
+pub mod phases;
 pub mod plan;
 pub mod program;
 pub mod storage;
