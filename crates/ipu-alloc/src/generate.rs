@@ -1,0 +1,240 @@
+//! Instance generators for tests, benchmarks and the `alloc` xtask.
+//!
+//! - [`zero_slack`]: a capacity × time rectangle cut into buffers by random
+//!   guillotine cuts. The cut itself is a placement whose peak equals the
+//!   peak-live lower bound, so the optimum is known and equals the bound.
+//! - [`trace_like`]: a long trace of mostly short-lived buffers with a few
+//!   long-lived ones, sized log-uniformly, like recorded training traces.
+//! - [`siglip_like`]: a whole-chip tile problem at SigLIP scale (1472 tiles,
+//!   about 340 requests per tile) around IPU21-style reservations.
+//!
+//! Generators are seeded and deterministic; they use their own small PRNG so
+//! that the crate needs no random-number dependency.
+
+use ipu_layout::{MemoryClass, TileId};
+use smallvec::SmallVec;
+
+use crate::{
+    CsvBuffer, CsvProblem, MemoryMap, Problem, Request, RequestId, Reservation, TileProblem,
+};
+
+/// SplitMix64: a small, fast, well-mixed deterministic generator.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `lo..=hi` (returns `lo` when `hi < lo`).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        if hi <= lo {
+            return lo;
+        }
+        let span = hi - lo + 1;
+        lo + self.next_u64() % span
+    }
+}
+
+/// A zero-slack instance: `buffers` pieces cut from a `capacity` × `horizon`
+/// rectangle, with the offsets of the cut (a placement at the bound).
+///
+/// Every time step is fully covered, so the peak-live lower bound equals
+/// `capacity` and the cut proves it reachable.
+pub fn zero_slack(
+    seed: u64,
+    buffers: usize,
+    capacity: u64,
+    horizon: u64,
+) -> (CsvProblem, Vec<u64>) {
+    let mut rng = SplitMix64::new(seed);
+    // Rectangles (t0, t1, a0, a1).
+    let mut rects: Vec<(u64, u64, u64, u64)> = vec![(0, horizon.max(1), 0, capacity.max(1))];
+    let mut stuck = 0;
+    while rects.len() < buffers && stuck < 1000 {
+        // Pick a rectangle with probability growing with its area, so cuts
+        // spread over the whole rectangle.
+        let k = {
+            let a = rng.range(0, rects.len() as u64 - 1) as usize;
+            let b = rng.range(0, rects.len() as u64 - 1) as usize;
+            let area = |r: &(u64, u64, u64, u64)| u128::from(r.1 - r.0) * u128::from(r.3 - r.2);
+            if area(&rects[a]) >= area(&rects[b]) {
+                a
+            } else {
+                b
+            }
+        };
+        let (t0, t1, a0, a1) = rects[k];
+        let can_time = t1 - t0 >= 2;
+        let can_space = a1 - a0 >= 2;
+        if !can_time && !can_space {
+            stuck += 1;
+            continue;
+        }
+        let cut_time = if can_time && can_space {
+            rng.next_u64() % 2 == 0
+        } else {
+            can_time
+        };
+        if cut_time {
+            let t = rng.range(t0 + 1, t1 - 1);
+            rects[k] = (t0, t, a0, a1);
+            rects.push((t, t1, a0, a1));
+        } else {
+            let a = rng.range(a0 + 1, a1 - 1);
+            rects[k] = (t0, t1, a0, a);
+            rects.push((t0, t1, a, a1));
+        }
+    }
+    // Shuffle so that file order carries no hint of the solution.
+    for i in (1..rects.len()).rev() {
+        let j = rng.range(0, i as u64) as usize;
+        rects.swap(i, j);
+    }
+    let offsets = rects.iter().map(|r| r.2).collect();
+    let buffers = rects
+        .iter()
+        .enumerate()
+        .map(|(i, &(t0, t1, a0, a1))| CsvBuffer {
+            id: i.to_string(),
+            lower: t0,
+            upper: t1,
+            size: a1 - a0,
+            alignment: 1,
+            offset: None,
+        })
+        .collect();
+    (CsvProblem { buffers }, offsets)
+}
+
+/// A trace-like instance of `buffers` buffers: mostly short lifetimes, a few
+/// long ones, log-uniform sizes between 64 B and 4 MiB.
+pub fn trace_like(seed: u64, buffers: usize) -> CsvProblem {
+    let mut rng = SplitMix64::new(seed);
+    let mut out = Vec::with_capacity(buffers);
+    let mut t = 0u64;
+    for i in 0..buffers {
+        t += rng.range(0, 2);
+        let life = match rng.range(0, 99) {
+            0..=79 => rng.range(1, 8),
+            80..=97 => rng.range(8, 200),
+            _ => rng.range(200, 4000),
+        };
+        let size = 64u64 << rng.range(0, 16);
+        let size = size + (rng.range(0, 7) * size / 8);
+        out.push(CsvBuffer {
+            id: i.to_string(),
+            lower: t,
+            upper: t + life,
+            size,
+            alignment: 1,
+            offset: None,
+        });
+    }
+    CsvProblem { buffers: out }
+}
+
+/// A SigLIP-scale whole-chip problem: `tiles` tiles with about
+/// `requests_per_tile` requests each over `steps` steps, around reservations
+/// for runtime, code and exchange tables in region 0. Peak live bytes stay
+/// below about 70 % of the usable space, so it is feasible.
+pub fn siglip_like(seed: u64, tiles: u32, requests_per_tile: u32, steps: u32) -> Problem {
+    let map = MemoryMap::ipu21();
+    let r0 = map
+        .regions()
+        .first()
+        .map_or((0x4c000, 0x80000), |r| (r.start, r.end));
+    let tiles = (0..tiles)
+        .map(|t| {
+            let mut rng = SplitMix64::new(seed ^ (u64::from(t) << 32) ^ 0x5eed);
+            let code = 16_384 + rng.range(0, 8) as u32 * 1024;
+            let tables = 24_576 + rng.range(0, 16) as u32 * 512;
+            let reservations = vec![
+                Reservation {
+                    start: r0.0,
+                    end: r0.0 + 8192,
+                    steps: None,
+                    label: "runtime".into(),
+                },
+                Reservation {
+                    start: r0.0 + 8192,
+                    end: r0.0 + 8192 + code,
+                    steps: None,
+                    label: "code".into(),
+                },
+                Reservation {
+                    start: r0.1 - tables,
+                    end: r0.1,
+                    steps: None,
+                    label: "exchange tables".into(),
+                },
+            ];
+            let mut requests = Vec::with_capacity(requests_per_tile as usize);
+            // Weights: long-lived interleaved operands.
+            let weights = requests_per_tile / 20;
+            for k in 0..weights {
+                let first = rng.range(0, u64::from(steps) / 2) as u32;
+                requests.push(Request {
+                    id: RequestId::from_u32(k),
+                    class: MemoryClass::Ipu21Interleaved,
+                    bytes: (rng.range(2, 8) * 1024 + 16) as u32,
+                    alignment: 32,
+                    first_step: first,
+                    last_step: first + rng.range(10, u64::from(steps) / 2) as u32,
+                    separate_from: SmallVec::new(),
+                });
+            }
+            for k in weights..requests_per_tile {
+                let first = rng.range(0, u64::from(steps) - 1) as u32;
+                let life = if rng.range(0, 9) == 0 {
+                    rng.range(5, 40)
+                } else {
+                    rng.range(0, 3)
+                };
+                let class = if rng.range(0, 3) == 0 {
+                    MemoryClass::Ipu21Interleaved
+                } else {
+                    MemoryClass::Ipu21Standard
+                };
+                let bytes = (rng.range(1, 48) * 512 + rng.range(0, 1) * 16) as u32;
+                let separate_from = if k > weights && rng.range(0, 7) == 0 {
+                    let mut v = SmallVec::new();
+                    v.push(RequestId::from_u32(k - 1));
+                    v
+                } else {
+                    SmallVec::new()
+                };
+                requests.push(Request {
+                    id: RequestId::from_u32(k),
+                    class,
+                    bytes,
+                    alignment: if class == MemoryClass::Ipu21Interleaved {
+                        32
+                    } else {
+                        8
+                    },
+                    first_step: first,
+                    last_step: (first + life as u32).min(steps - 1),
+                    separate_from,
+                });
+            }
+            TileProblem {
+                tile: TileId::from_u32(t),
+                reservations,
+                requests,
+            }
+        })
+        .collect();
+    Problem { map, tiles }
+}

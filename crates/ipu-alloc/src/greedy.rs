@@ -1,0 +1,196 @@
+//! Greedy placement: items in a fixed order, each at the best-fitting (or
+//! lowest) free gap among the items already placed that overlap it in time.
+//!
+//! This is the fast path for every tile and for large traces. Several orders
+//! are tried and the lowest peak kept; the exact search (`exact.rs`) runs only
+//! where all of them fail.
+
+use serde::{Deserialize, Serialize};
+
+use crate::arena::{Arena, TimeIndex, align_up, for_each_gap, merge_intervals};
+
+/// The order in which a greedy pass places items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GreedyOrder {
+    /// Largest size first (ties: longest lifetime).
+    SizeDesc,
+    /// Largest size × lifetime first.
+    AreaDesc,
+    /// Longest lifetime first (ties: largest size).
+    LifeDesc,
+    /// Earliest start first (ties: largest size): the online order.
+    StartAsc,
+}
+
+/// How a greedy pass chooses among the free gaps that fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Fit {
+    /// The smallest gap that fits (ties: lowest address).
+    Best,
+    /// The lowest gap that fits.
+    First,
+}
+
+/// One greedy pass: an order and a fit rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GreedyStrategy {
+    /// Placement order.
+    pub order: GreedyOrder,
+    /// Gap choice.
+    pub fit: Fit,
+}
+
+impl GreedyStrategy {
+    /// The default set of passes, best first on typical inputs.
+    pub const DEFAULT_SET: [GreedyStrategy; 5] = [
+        GreedyStrategy {
+            order: GreedyOrder::SizeDesc,
+            fit: Fit::Best,
+        },
+        GreedyStrategy {
+            order: GreedyOrder::AreaDesc,
+            fit: Fit::Best,
+        },
+        GreedyStrategy {
+            order: GreedyOrder::LifeDesc,
+            fit: Fit::Best,
+        },
+        GreedyStrategy {
+            order: GreedyOrder::SizeDesc,
+            fit: Fit::First,
+        },
+        GreedyStrategy {
+            order: GreedyOrder::StartAsc,
+            fit: Fit::First,
+        },
+    ];
+}
+
+/// Marks an item not yet placed.
+pub(crate) const UNPLACED: u64 = u64::MAX;
+
+/// A greedy pass that could not place `item`; `offsets` holds what it had
+/// placed before (others are [`UNPLACED`]).
+#[derive(Debug)]
+pub(crate) struct GreedyFailure {
+    pub item: u32,
+    pub offsets: Vec<u64>,
+}
+
+/// Runs one greedy pass.
+pub(crate) fn greedy(
+    arena: &Arena,
+    index: &TimeIndex,
+    strategy: GreedyStrategy,
+) -> Result<Vec<u64>, GreedyFailure> {
+    let items = &arena.items;
+    let mut offsets = vec![UNPLACED; items.len()];
+    let mut order: Vec<u32> = Vec::with_capacity(items.len());
+    for (i, it) in items.iter().enumerate() {
+        match it.fixed {
+            Some(a) => offsets[i] = a,
+            None => order.push(i as u32),
+        }
+    }
+    let life = |i: u32| {
+        let it = &items[i as usize];
+        it.end - it.start
+    };
+    match strategy.order {
+        GreedyOrder::SizeDesc => order.sort_by(|&a, &b| {
+            (items[b as usize].size, life(b), a).cmp(&(items[a as usize].size, life(a), b))
+        }),
+        GreedyOrder::AreaDesc => order.sort_by(|&a, &b| {
+            let area = |i: u32| u128::from(items[i as usize].size) * u128::from(life(i));
+            (area(b), items[b as usize].size, a).cmp(&(area(a), items[a as usize].size, b))
+        }),
+        GreedyOrder::LifeDesc => order.sort_by(|&a, &b| {
+            (life(b), items[b as usize].size, a).cmp(&(life(a), items[a as usize].size, b))
+        }),
+        GreedyOrder::StartAsc => order.sort_by(|&a, &b| {
+            (items[a as usize].start, items[b as usize].size, a).cmp(&(
+                items[b as usize].start,
+                items[a as usize].size,
+                b,
+            ))
+        }),
+    }
+    let mut overlapping = Vec::new();
+    let mut obstacles: Vec<(u64, u64)> = Vec::new();
+    for &i in &order {
+        let it = &items[i as usize];
+        let windows = &arena.window_sets[it.windows as usize];
+        if it.size == 0 {
+            let at = windows
+                .iter()
+                .find_map(|&(a, b)| align_up(a, it.align).filter(|&x| x <= b));
+            match at {
+                Some(x) => {
+                    offsets[i as usize] = x;
+                    continue;
+                }
+                None => return Err(GreedyFailure { item: i, offsets }),
+            }
+        }
+        overlapping.clear();
+        obstacles.clear();
+        if it.live() {
+            index.query(it.start, it.end, &mut overlapping);
+        }
+        for &q in &overlapping {
+            let o = offsets[q as usize];
+            if o != UNPLACED && q != i {
+                obstacles.push((o, o.saturating_add(items[q as usize].size)));
+            }
+        }
+        for &p in &it.partners {
+            let o = offsets[p as usize];
+            if o != UNPLACED {
+                if let Some(span) = arena.element_span(o, items[p as usize].size) {
+                    obstacles.push(span);
+                }
+            }
+        }
+        merge_intervals(&mut obstacles);
+        let mut chosen: Option<(u64, u64)> = None;
+        for_each_gap(windows, &obstacles, |g0, g1| {
+            let Some(a) = align_up(g0, it.align) else {
+                return true;
+            };
+            let fits = a.checked_add(it.size).is_some_and(|e| e <= g1);
+            if !fits {
+                return true;
+            }
+            match strategy.fit {
+                Fit::First => {
+                    chosen = Some((0, a));
+                    false
+                }
+                Fit::Best => {
+                    let len = g1 - g0;
+                    if chosen.is_none_or(|(best, _)| len < best) {
+                        chosen = Some((len, a));
+                    }
+                    true
+                }
+            }
+        });
+        match chosen {
+            Some((_, a)) => offsets[i as usize] = a,
+            None => return Err(GreedyFailure { item: i, offsets }),
+        }
+    }
+    Ok(offsets)
+}
+
+/// The highest end address of any live item in a complete placement.
+pub(crate) fn peak_of(arena: &Arena, offsets: &[u64]) -> u64 {
+    arena
+        .items
+        .iter()
+        .zip(offsets)
+        .filter(|(it, _)| it.live() && it.size > 0)
+        .map(|(it, &o)| o.saturating_add(it.size))
+        .max()
+        .unwrap_or(arena.base)
+}

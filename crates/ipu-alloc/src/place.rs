@@ -1,0 +1,585 @@
+//! Placement of every tile: the entry point [`place`] and its result.
+//!
+//! Each tile becomes an [`Arena`]: requests are free items whose window set
+//! is their class's ranges (already split at region boundaries and cut at the
+//! loader limit by the map), reservations are fixed items, and element
+//! separation uses the map's regions. Greedy passes run first; the exact
+//! search runs only on tiles where all of them fail and the lower bound does
+//! not already prove infeasibility. Tiles are independent and run in
+//! parallel; results are collected in tile order and every budget is counted
+//! in search nodes, never in time, so the output does not depend on the
+//! thread count.
+
+use ipu_layout::{MemoryClass, TileId};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+
+use crate::arena::{Arena, Item, TimeIndex, for_each_gap, merge_intervals};
+use crate::bound::{TileBound, lower_bound};
+use crate::error::{FitFailure, LiveRange, Occupant, Verdict};
+use crate::exact::{ExactBudget, ExactOutcome, solve_exact};
+use crate::greedy::{GreedyFailure, GreedyStrategy, UNPLACED, greedy, peak_of};
+use crate::{MemoryMap, PlaceError, Problem, RequestId, TileProblem, check_placement, validate};
+
+/// Budgets and switches for [`place`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlaceConfig {
+    /// Greedy passes tried on every tile; the lowest peak is kept.
+    pub strategies: Vec<GreedyStrategy>,
+    /// Exact-search nodes per tile where every greedy pass fails.
+    pub exact_node_budget: u64,
+    /// Tiles with more requests than this skip the exact search (its
+    /// recursion depth is the request count).
+    pub exact_max_requests: usize,
+    /// Run [`check_placement`] on the result before returning it.
+    pub verify: bool,
+}
+
+impl Default for PlaceConfig {
+    fn default() -> Self {
+        PlaceConfig {
+            strategies: GreedyStrategy::DEFAULT_SET.to_vec(),
+            exact_node_budget: 200_000,
+            exact_max_requests: 1024,
+            verify: cfg!(debug_assertions),
+        }
+    }
+}
+
+/// How a tile's placement was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlaceMethod {
+    /// A greedy pass.
+    Greedy(GreedyStrategy),
+    /// The exact search, after this many nodes.
+    Exact {
+        /// Search nodes used.
+        nodes: u64,
+    },
+    /// Addresses given from outside (for checking).
+    Given,
+}
+
+/// The placement of one tile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TilePlacement {
+    tile: TileId,
+    /// Sorted by request id.
+    entries: Vec<(RequestId, u32)>,
+    bound: Option<TileBound>,
+    achieved_peak_bytes: u64,
+    method: PlaceMethod,
+}
+
+impl TilePlacement {
+    /// The tile.
+    pub fn tile(&self) -> TileId {
+        self.tile
+    }
+
+    /// The address of a request, if placed.
+    pub fn address(&self, id: RequestId) -> Option<u32> {
+        let k = self.entries.binary_search_by_key(&id, |e| e.0).ok()?;
+        Some(self.entries[k].1)
+    }
+
+    /// Every `(request, address)`, sorted by request id.
+    pub fn entries(&self) -> &[(RequestId, u32)] {
+        &self.entries
+    }
+
+    /// The lower bound of the tile (absent for placements given from outside).
+    pub fn bound(&self) -> Option<&TileBound> {
+        self.bound.as_ref()
+    }
+
+    /// Address use: the highest end address of any request or reservation,
+    /// minus the SRAM start. Compare with
+    /// [`TileBound::peak_with_reservations`].
+    pub fn achieved_peak_bytes(&self) -> u64 {
+        self.achieved_peak_bytes
+    }
+
+    /// How the placement was found.
+    pub fn method(&self) -> PlaceMethod {
+        self.method
+    }
+}
+
+/// Totals over all tiles.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlacementSummary {
+    /// Tiles placed.
+    pub tiles: usize,
+    /// Requests placed.
+    pub requests: usize,
+    /// Tiles that needed the exact search.
+    pub exact_tiles: usize,
+    /// Sum over tiles of the achieved address use.
+    pub achieved_bytes: u64,
+    /// Sum over tiles of the lower bound on address use.
+    pub bound_bytes: u64,
+    /// The largest achieved / bound ratio of any tile (1.0 when exact).
+    pub worst_ratio: f64,
+    /// The tile with that ratio.
+    pub worst_tile: Option<TileId>,
+    /// The smallest headroom of any tile: loader limit minus its highest
+    /// end address.
+    pub min_headroom_bytes: u64,
+}
+
+/// Addresses for every request of every tile.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    tiles: Vec<TilePlacement>,
+    summary: PlacementSummary,
+}
+
+impl Placement {
+    /// Per-tile placements in problem order.
+    pub fn tiles(&self) -> &[TilePlacement] {
+        &self.tiles
+    }
+
+    /// The address of request `id` on the tile at `tile_index`.
+    pub fn address(&self, tile_index: usize, id: RequestId) -> Option<u32> {
+        self.tiles.get(tile_index)?.address(id)
+    }
+
+    /// Totals.
+    pub fn summary(&self) -> &PlacementSummary {
+        &self.summary
+    }
+
+    /// A placement from given addresses (for checking outside results and
+    /// for tests of the checker). Duplicates are kept so the checker can
+    /// report them.
+    pub fn from_addresses(tiles: Vec<(TileId, Vec<(RequestId, u32)>)>) -> Placement {
+        let tiles: Vec<TilePlacement> = tiles
+            .into_iter()
+            .map(|(tile, mut entries)| {
+                entries.sort_by_key(|e| e.0);
+                TilePlacement {
+                    tile,
+                    entries,
+                    bound: None,
+                    achieved_peak_bytes: 0,
+                    method: PlaceMethod::Given,
+                }
+            })
+            .collect();
+        let summary = PlacementSummary {
+            tiles: tiles.len(),
+            requests: tiles.iter().map(|t| t.entries.len()).sum(),
+            ..PlacementSummary::default()
+        };
+        Placement { tiles, summary }
+    }
+}
+
+/// A tile as an arena: items `0..requests` are the requests in order, then
+/// the reservations.
+pub(crate) fn tile_arena(tile: &TileProblem, map: &MemoryMap) -> Arena {
+    let mut points: Vec<u64> = Vec::with_capacity(2 * tile.requests.len() + 2);
+    for r in &tile.requests {
+        points.push(u64::from(r.first_step));
+        points.push(u64::from(r.last_step) + 1);
+    }
+    for r in &tile.reservations {
+        if let Some((a, b)) = r.steps {
+            points.push(u64::from(a));
+            points.push(u64::from(b) + 1);
+        }
+    }
+    points.sort_unstable();
+    points.dedup();
+    let sections = points.len().saturating_sub(1) as u32;
+    let section = |t: u64| points.partition_point(|&p| p < t) as u32;
+    let mut ids: Vec<(RequestId, u32)> = tile
+        .requests
+        .iter()
+        .enumerate()
+        .map(|(k, r)| (r.id, k as u32))
+        .collect();
+    ids.sort_unstable();
+    let find = |id: RequestId| {
+        ids.binary_search_by_key(&id, |e| e.0)
+            .ok()
+            .map(|k| ids[k].1)
+    };
+    let mut items: Vec<Item> = tile
+        .requests
+        .iter()
+        .map(|r| Item {
+            start: section(u64::from(r.first_step)),
+            end: section(u64::from(r.last_step) + 1),
+            size: u64::from(r.bytes),
+            align: u64::from(r.alignment.max(1)),
+            windows: r.class.index() as u32,
+            fixed: None,
+            partners: SmallVec::new(),
+        })
+        .collect();
+    for (k, r) in tile.requests.iter().enumerate() {
+        for &p in &r.separate_from {
+            if let Some(j) = find(p) {
+                if j as usize != k {
+                    if !items[k].partners.contains(&j) {
+                        items[k].partners.push(j);
+                    }
+                    if !items[j as usize].partners.contains(&(k as u32)) {
+                        items[j as usize].partners.push(k as u32);
+                    }
+                }
+            }
+        }
+    }
+    for r in &tile.reservations {
+        let (start, end) = match r.steps {
+            Some((a, b)) => (section(u64::from(a)), section(u64::from(b) + 1)),
+            None => (0, sections),
+        };
+        items.push(Item {
+            start,
+            end,
+            size: u64::from(r.end.saturating_sub(r.start)),
+            align: 1,
+            windows: 0,
+            fixed: Some(u64::from(r.start)),
+            partners: SmallVec::new(),
+        });
+    }
+    let window_sets = MemoryClass::ALL
+        .iter()
+        .map(|&c| {
+            map.class_ranges(c)
+                .iter()
+                .map(|&(a, b)| (u64::from(a), u64::from(b)))
+                .collect()
+        })
+        .collect();
+    let elements = map
+        .regions()
+        .iter()
+        .map(|r| {
+            (
+                u64::from(r.start),
+                u64::from(r.end),
+                u64::from(r.element_bytes),
+            )
+        })
+        .collect();
+    Arena {
+        items,
+        sections,
+        window_sets,
+        elements,
+        base: u64::from(map.sram_start()),
+        limit: u64::from(map.loader_limit()),
+    }
+}
+
+/// Places every tile of `problem`.
+///
+/// Tiles run in parallel; the result is the same whatever the thread count.
+/// Each failing tile is logged at debug level as `tile allocation does not
+/// fit`; the error reports the first failing tile in problem order.
+pub fn place(problem: &Problem, config: &PlaceConfig) -> Result<Placement, PlaceError> {
+    validate(problem)?;
+    let results: Vec<Result<TilePlacement, Box<FitFailure>>> = problem
+        .tiles
+        .par_iter()
+        .map(|tile| place_tile(tile, &problem.map, config))
+        .collect();
+    let failing = results.iter().filter(|r| r.is_err()).count();
+    let mut first_failure = None;
+    let mut tiles = Vec::with_capacity(results.len());
+    for result in results {
+        match result {
+            Ok(t) => tiles.push(t),
+            Err(f) => {
+                log_failure(&f);
+                if first_failure.is_none() {
+                    first_failure = Some(f);
+                }
+            }
+        }
+    }
+    if let Some(mut f) = first_failure {
+        f.failing_tiles = failing;
+        return Err(PlaceError::DoesNotFit(f));
+    }
+    let summary = summarize(&tiles, &problem.map);
+    let placement = Placement { tiles, summary };
+    if config.verify {
+        check_placement(problem, &placement).map_err(PlaceError::CheckFailed)?;
+    }
+    Ok(placement)
+}
+
+fn summarize(tiles: &[TilePlacement], map: &MemoryMap) -> PlacementSummary {
+    let mut s = PlacementSummary {
+        tiles: tiles.len(),
+        worst_ratio: 1.0,
+        min_headroom_bytes: u64::from(map.loader_limit() - map.sram_start()),
+        ..PlacementSummary::default()
+    };
+    for t in tiles {
+        s.requests += t.entries.len();
+        if matches!(t.method, PlaceMethod::Exact { .. }) {
+            s.exact_tiles += 1;
+        }
+        s.achieved_bytes += t.achieved_peak_bytes;
+        let bound = t.bound.as_ref().map_or(0, |b| b.peak_with_reservations);
+        s.bound_bytes += bound;
+        if bound > 0 {
+            let ratio = t.achieved_peak_bytes as f64 / bound as f64;
+            if ratio > s.worst_ratio || s.worst_tile.is_none() {
+                s.worst_ratio = ratio.max(s.worst_ratio);
+                s.worst_tile = Some(t.tile);
+            }
+        }
+        let end = u64::from(map.sram_start()) + t.achieved_peak_bytes;
+        let headroom = u64::from(map.loader_limit()).saturating_sub(end);
+        s.min_headroom_bytes = s.min_headroom_bytes.min(headroom);
+    }
+    s
+}
+
+fn log_failure(f: &FitFailure) {
+    let active: Vec<(u32, u32, u32)> = f
+        .live
+        .iter()
+        .map(|l| (l.last_step.unwrap_or(u32::MAX), l.start, l.bytes))
+        .collect();
+    tracing::debug!(
+        tile = f.tile.as_u32(),
+        class = %f.class,
+        request = %f.request,
+        bytes = f.bytes,
+        alignment = f.alignment,
+        first = f.first_step,
+        last = f.last_step,
+        free = ?f.free,
+        active = ?active,
+        verdict = %f.verdict,
+        "tile allocation does not fit"
+    );
+}
+
+/// Places one tile (public for callers that place tiles one by one).
+pub fn place_tile(
+    tile: &TileProblem,
+    map: &MemoryMap,
+    config: &PlaceConfig,
+) -> Result<TilePlacement, Box<FitFailure>> {
+    let bound = lower_bound(tile, map);
+    let arena = tile_arena(tile, map);
+    let index = TimeIndex::new(&arena.items);
+    let mut best: Option<(u64, Vec<u64>, GreedyStrategy)> = None;
+    let mut first_failure: Option<GreedyFailure> = None;
+    for &strategy in &config.strategies {
+        match greedy(&arena, &index, strategy) {
+            Ok(offsets) => {
+                let peak = peak_of(&arena, &offsets);
+                if best.as_ref().is_none_or(|b| peak < b.0) {
+                    best = Some((peak, offsets, strategy));
+                }
+            }
+            Err(f) => {
+                if first_failure.is_none() {
+                    first_failure = Some(f);
+                }
+            }
+        }
+    }
+    let finish = |offsets: Vec<u64>, method| {
+        let n = tile.requests.len();
+        let mut entries: Vec<(RequestId, u32)> = tile
+            .requests
+            .iter()
+            .zip(&offsets[..n])
+            .map(|(r, &o)| (r.id, u32::try_from(o).unwrap_or(u32::MAX)))
+            .collect();
+        entries.sort_by_key(|e| e.0);
+        let peak = peak_of(&arena, &offsets).max(u64::from(map.sram_start()));
+        TilePlacement {
+            tile: tile.tile,
+            entries,
+            achieved_peak_bytes: peak - u64::from(map.sram_start()),
+            bound: Some(bound.clone()),
+            method,
+        }
+    };
+    if let Some((_, offsets, strategy)) = best {
+        return Ok(finish(offsets, PlaceMethod::Greedy(strategy)));
+    }
+    let failure = first_failure.unwrap_or(GreedyFailure {
+        item: 0,
+        offsets: vec![UNPLACED; arena.items.len()],
+    });
+    let mut nodes = 0;
+    let mut proved = false;
+    if !bound.proves_infeasible() && tile.requests.len() <= config.exact_max_requests {
+        let report = solve_exact(
+            &arena,
+            ExactBudget {
+                max_nodes: config.exact_node_budget,
+                deadline: None,
+            },
+        );
+        nodes = report.nodes;
+        match report.outcome {
+            ExactOutcome::Found(offsets) => {
+                return Ok(finish(offsets, PlaceMethod::Exact { nodes }));
+            }
+            ExactOutcome::Infeasible => proved = true,
+            ExactOutcome::Unknown => {}
+        }
+    }
+    Err(Box::new(explain(
+        tile, map, &arena, &bound, failure, proved, nodes,
+    )))
+}
+
+/// The section of a failing request's lifetime with the smallest largest
+/// gap: `(largest gap, section, gaps, live items)`.
+type WorstSection = (u64, u32, Vec<(u64, u64)>, Vec<usize>);
+
+/// Builds the failure report for the request a greedy pass could not place.
+fn explain(
+    tile: &TileProblem,
+    map: &MemoryMap,
+    arena: &Arena,
+    bound: &TileBound,
+    failure: GreedyFailure,
+    proved: bool,
+    nodes: u64,
+) -> FitFailure {
+    let k = (failure.item as usize).min(tile.requests.len().saturating_sub(1));
+    let r = &tile.requests[k];
+    let it = &arena.items[k];
+    let windows = &arena.window_sets[it.windows as usize];
+    let n = tile.requests.len();
+    // Per section of the request's lifetime: the free gaps given what the
+    // greedy pass had placed and the reservations live there.
+    let mut worst: Option<WorstSection> = None;
+    let mut alone_best = 0u64;
+    let sections: Vec<u32> = if it.live() {
+        (it.start..it.end).collect()
+    } else {
+        vec![0]
+    };
+    for &s in &sections {
+        let mut obstacles = Vec::new();
+        let mut reserved = Vec::new();
+        let mut live = Vec::new();
+        for (j, other) in arena.items.iter().enumerate() {
+            let o = failure.offsets.get(j).copied().unwrap_or(UNPLACED);
+            if o == UNPLACED || j == k || !(other.start <= s && s < other.end) {
+                continue;
+            }
+            obstacles.push((o, o.saturating_add(other.size)));
+            if j >= n {
+                reserved.push((o, o.saturating_add(other.size)));
+            }
+            live.push(j);
+        }
+        merge_intervals(&mut obstacles);
+        merge_intervals(&mut reserved);
+        let mut gaps = Vec::new();
+        for_each_gap(windows, &obstacles, |a, b| {
+            gaps.push((a, b));
+            true
+        });
+        let largest = gaps.iter().map(|g| g.1 - g.0).max().unwrap_or(0);
+        let mut alone = 0;
+        for_each_gap(windows, &reserved, |a, b| {
+            alone = alone.max(b - a);
+            true
+        });
+        alone_best = if s == sections[0] {
+            alone
+        } else {
+            alone_best.min(alone)
+        };
+        if worst.as_ref().is_none_or(|w| largest < w.0) {
+            worst = Some((largest, s, gaps, live));
+        }
+    }
+    let (largest, worst_s, gaps, live) = worst.unwrap_or((0, 0, Vec::new(), Vec::new()));
+    // The step of the worst section: the first step of the request inside it.
+    let step = {
+        let mut points: Vec<u64> = Vec::new();
+        for q in &tile.requests {
+            points.push(u64::from(q.first_step));
+            points.push(u64::from(q.last_step) + 1);
+        }
+        for q in &tile.reservations {
+            if let Some((a, b)) = q.steps {
+                points.push(u64::from(a));
+                points.push(u64::from(b) + 1);
+            }
+        }
+        points.sort_unstable();
+        points.dedup();
+        points
+            .get(worst_s as usize)
+            .map_or(r.first_step, |&p| u32::try_from(p).unwrap_or(u32::MAX))
+            .max(r.first_step)
+    };
+    let verdict = if let Some((class, short)) = bound.worst_shortfall() {
+        Verdict::BoundExceeded {
+            class,
+            step: short.step,
+            needs_bytes: short.bytes,
+        }
+    } else if u64::from(r.bytes) > alone_best {
+        Verdict::TooLarge {
+            largest_gap: u32::try_from(alone_best).unwrap_or(u32::MAX),
+        }
+    } else {
+        Verdict::Fragmented { proved, nodes }
+    };
+    let clamp = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    let live = live
+        .into_iter()
+        .map(|j| {
+            let o = clamp(failure.offsets[j]);
+            if j < n {
+                let q = &tile.requests[j];
+                LiveRange {
+                    occupant: Occupant::Request(q.id),
+                    last_step: Some(q.last_step),
+                    start: o,
+                    bytes: q.bytes,
+                }
+            } else {
+                let q = &tile.reservations[j - n];
+                LiveRange {
+                    occupant: Occupant::Reservation(q.label.clone()),
+                    last_step: q.steps.map(|s| s.1),
+                    start: o,
+                    bytes: q.end.saturating_sub(q.start),
+                }
+            }
+        })
+        .collect();
+    FitFailure {
+        tile: tile.tile,
+        request: r.id,
+        class: r.class,
+        bytes: r.bytes,
+        alignment: r.alignment,
+        first_step: r.first_step,
+        last_step: r.last_step,
+        allowed_ranges: map.class_ranges(r.class).to_vec(),
+        step,
+        free: gaps.iter().map(|&(a, b)| (clamp(a), clamp(b))).collect(),
+        largest_free_gap: clamp(largest),
+        live,
+        verdict,
+        failing_tiles: 1,
+    }
+}
