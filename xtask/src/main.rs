@@ -4,6 +4,8 @@
 //! developer runs exactly what CI runs. Tasks that shell out to cargo honour
 //! `$CARGO` and echo each command before running it.
 
+mod graph;
+
 use std::process::{Command, ExitCode};
 
 /// A task: its name, a one-line summary, and what runs it.
@@ -18,6 +20,11 @@ const TASKS: &[Task] = &[
         name: "test",
         summary: "run the whole test suite (what CI runs)",
         run: test,
+    },
+    Task {
+        name: "reference",
+        summary: "evaluate a fixture with the reference evaluator and print timings",
+        run: graph::reference,
     },
     Task {
         name: "ci",

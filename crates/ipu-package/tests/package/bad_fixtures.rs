@@ -136,6 +136,12 @@ fn structural_mistakes_name_their_field() {
         |v| v["layers"][1]["repeat"] = json!(0),
         "$.layers[1].repeat",
     );
+    // A repeat count that would build a graph too large to hold.
+    let e = rejected_at(
+        |v| v["layers"][1]["repeat"] = json!(1_000_000_000u64),
+        "$.layers[1].repeat",
+    );
+    assert!(e.to_string().contains("lower the repeat count"), "{e}");
     rejected_at(
         |v| v["layers"][1]["ops"][ATTENTION]["softmax"] = json!("F8"),
         "$.layers[1].ops[6].softmax",
