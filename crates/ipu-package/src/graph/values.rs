@@ -269,6 +269,9 @@ pub struct Quantizer {
     mantissa_bits: i32,
     /// FP8: the smallest normal exponent after scaling.
     min_exponent: i32,
+    /// FP8: magnitudes from here up are normal in both FP8 and f32, so
+    /// they round by cutting f32 significand bits.
+    fast_from: f32,
 }
 
 impl Quantizer {
@@ -285,11 +288,13 @@ impl Quantizer {
             }
             _ => (f32::MAX, 0, 0),
         };
+        let fast_from = pow2(min_exponent).max(f32::MIN_POSITIVE);
         Self {
             precision,
             max,
             mantissa_bits,
             min_exponent,
+            fast_from: if fast_from > 0.0 { fast_from } else { f32::MIN_POSITIVE },
         }
     }
 
@@ -309,12 +314,19 @@ impl Quantizer {
                 if magnitude == 0.0 {
                     return 0.0;
                 }
-                // The exponent of the value's binade, floored at the
-                // subnormal range, fixes the quantum.
-                let exponent = (exponent_of(magnitude)).max(self.min_exponent);
-                let quantum_exp = exponent - self.mantissa_bits;
-                let steps = (f64::from(magnitude) * 2f64.powi(-quantum_exp)).round_ties_even();
-                let rounded = ((steps * 2f64.powi(quantum_exp)) as f32).min(self.max);
+                let rounded = if magnitude >= self.fast_from {
+                    // Normal in FP8 and in f32: round the f32 significand
+                    // to the FP8 mantissa width, ties to even. A carry out
+                    // of the significand correctly bumps the exponent.
+                    let shift = 23 - self.mantissa_bits as u32;
+                    let bits = magnitude.to_bits();
+                    let lsb = (bits >> shift) & 1;
+                    let half = (1u32 << (shift - 1)) - 1 + lsb;
+                    f32::from_bits((bits + half) & !((1u32 << shift) - 1))
+                } else {
+                    self.round_slow(magnitude)
+                };
+                let rounded = rounded.min(self.max);
                 if rounded == 0.0 {
                     0.0
                 } else {
@@ -322,6 +334,17 @@ impl Quantizer {
                 }
             }
         }
+    }
+
+    /// Rounds a positive magnitude below the FP8 normal range (or below
+    /// the f32 normal range) with an explicit quantum.
+    fn round_slow(&self, magnitude: f32) -> f32 {
+        // The exponent of the value's binade, floored at the subnormal
+        // range, fixes the quantum.
+        let exponent = exponent_of(magnitude).max(self.min_exponent);
+        let quantum_exp = exponent - self.mantissa_bits;
+        let steps = (f64::from(magnitude) * 2f64.powi(-quantum_exp)).round_ties_even();
+        (steps * 2f64.powi(quantum_exp)) as f32
     }
 }
 
