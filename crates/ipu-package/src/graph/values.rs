@@ -294,7 +294,11 @@ impl Quantizer {
             max,
             mantissa_bits,
             min_exponent,
-            fast_from: if fast_from > 0.0 { fast_from } else { f32::MIN_POSITIVE },
+            fast_from: if fast_from > 0.0 {
+                fast_from
+            } else {
+                f32::MIN_POSITIVE
+            },
         }
     }
 
@@ -348,43 +352,57 @@ impl Quantizer {
     }
 }
 
+impl Quantizer {
+    /// The FP8 code of `value` (rounded first), as `Precision::encode_into`
+    /// writes it; 0 for the F32 and F16 precisions, which have no code.
+    pub fn fp8_code(&self, value: f32) -> u8 {
+        if !self.precision.is_fp8() {
+            return 0;
+        }
+        let rounded = self.round(value);
+        if rounded.is_nan() {
+            return ipu_layout::numeric::FP8_NAN;
+        }
+        let magnitude = rounded.abs();
+        if magnitude == 0.0 {
+            return 0;
+        }
+        let m = self.mantissa_bits;
+        let code = if magnitude >= self.fast_from && exponent_of(magnitude) >= self.min_exponent {
+            // Normal: the exponent field counts binades from the smallest
+            // normal one (field 1), the mantissa is the f32 significand's
+            // top bits.
+            let field = exponent_of(magnitude) - self.min_exponent + 1;
+            let mantissa = (magnitude.to_bits() >> (23 - m)) & ((1 << m) - 1);
+            ((field as u32) << m) | mantissa
+        } else {
+            // Subnormal: a multiple of the smallest step.
+            (f64::from(magnitude) * 2f64.powi(m - self.min_exponent)) as u32
+        };
+        let code = code.min(0x7f) as u8;
+        if rounded < 0.0 { code | 0x80 } else { code }
+    }
+}
+
 /// The little-endian bytes of `values` in `precision`, exactly as
 /// `Precision::encode_into` writes them element by element (a test checks
-/// this), but fast enough for a whole model's weights: FP8 values are
-/// rounded with [`Quantizer`] and their code found in a 128-entry table.
+/// this), but fast enough for a whole model's weights: FP8 codes are
+/// assembled from the bits of the value rounded by [`Quantizer`].
 /// Deterministic whatever the thread count.
 pub fn encode(precision: Precision, values: &[f32]) -> Vec<u8> {
     let width = precision.element_bytes() as usize;
     let mut out = vec![0u8; values.len() * width];
     let quantizer = Quantizer::new(precision);
-    let table: Vec<f32> = match precision {
-        Precision::F8 { format, scale } => (0u8..0x80)
-            .map(|code| (f64::from(format.decode(code)) * 2f64.powi(i32::from(scale))) as f32)
-            .collect(),
-        _ => Vec::new(),
-    };
     out.par_chunks_mut(BLOCK * width)
         .zip(values.par_chunks(BLOCK))
         .for_each(|(bytes, chunk)| {
-            for (element, &value) in bytes.chunks_exact_mut(width).zip(chunk) {
-                match precision {
-                    Precision::F8 { .. } => {
-                        let rounded = quantizer.round(value);
-                        element[0] = if rounded.is_nan() {
-                            ipu_layout::numeric::FP8_NAN
-                        } else {
-                            let magnitude = rounded.abs();
-                            // The rounded magnitude is one of the table's
-                            // values; the table is increasing.
-                            let code = table.partition_point(|&x| x < magnitude).min(0x7f) as u8;
-                            if code != 0 && rounded < 0.0 {
-                                code | 0x80
-                            } else {
-                                code
-                            }
-                        };
-                    }
-                    _ => precision.encode_into(value, element),
+            if precision.is_fp8() {
+                for (byte, &value) in bytes.iter_mut().zip(chunk) {
+                    *byte = quantizer.fp8_code(value);
+                }
+            } else {
+                for (element, &value) in bytes.chunks_exact_mut(width).zip(chunk) {
+                    precision.encode_into(value, element);
                 }
             }
         });
