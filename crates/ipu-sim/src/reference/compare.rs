@@ -78,6 +78,11 @@ impl Tolerance {
     /// that cancel, and the precision's smallest step as the floor. F32
     /// gets a looser 2^-16 because sums of thousands of terms in another
     /// order differ by more than one f32 ulp.
+    ///
+    /// It assumes the device computes the op in f32 (or wider) and rounds
+    /// once, as the reference does. A kernel that keeps F16 intermediates
+    /// (F16 layer-norm statistics, an F16 softmax sum) needs a wider bound:
+    /// the fields are public so a caller can widen them for such an op.
     pub fn op(precision: Precision) -> Self {
         let u = match precision {
             Precision::F32 => 2f32.powi(-16),
