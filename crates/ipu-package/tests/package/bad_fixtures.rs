@@ -430,7 +430,7 @@ proptest! {
         let path = &all[pick.index(all.len())];
         *at(&mut value, path) = new;
         match parse_fixture(&value.to_string()) {
-            Ok(graph) => prop_assert!(graph.ops().len() > 0),
+            Ok(graph) => prop_assert!(!graph.ops().is_empty()),
             Err(e) => prop_assert!(e.path().is_some(), "{e}"),
         }
     }
