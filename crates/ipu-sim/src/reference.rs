@@ -40,7 +40,7 @@
 //! count: parallel loops split only over independent output rows.
 //!
 //! Comparing a device result with the reference uses the tolerances in
-//! [`compare`].
+//! [`compare`](mod@compare).
 
 pub mod compare;
 mod kernels;

@@ -122,7 +122,8 @@ impl Tolerance {
     /// small fixtures, F16 partial sums alone give normalised RMS errors
     /// up to 6.5e-2 and element errors up to 0.21 at RMS ≈ 1 (the
     /// `tolerance` tests print them). It still fails layouts that scramble
-    /// data (RMS error ≈ 1.4 for unrelated values of the same scale); the
+    /// data: unrelated values of the same scale have a normalised RMS error
+    /// near √2 (a test checks that another seed's outputs fail); the
     /// tight oracle is the per-op comparison with [`Tolerance::op`] and
     /// [`Tolerance::gemm_f16_partials`] on the device's own op inputs
     /// (`evaluate_op`).
