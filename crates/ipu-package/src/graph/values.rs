@@ -272,6 +272,9 @@ pub struct Quantizer {
     /// FP8: magnitudes from here up are normal in both FP8 and f32, so
     /// they round by cutting f32 significand bits.
     fast_from: f32,
+    /// FP8: subnormal steps per unit, `2^(mantissa_bits − min_exponent)`
+    /// (kept here so the encoder's hot loop calls no `powi`).
+    steps_per_unit: f64,
 }
 
 impl Quantizer {
@@ -299,6 +302,7 @@ impl Quantizer {
             } else {
                 f32::MIN_POSITIVE
             },
+            steps_per_unit: 2f64.powi(mantissa_bits - min_exponent),
         }
     }
 
@@ -377,10 +381,12 @@ impl Quantizer {
             ((field as u32) << m) | mantissa
         } else {
             // Subnormal: a multiple of the smallest step.
-            (f64::from(magnitude) * 2f64.powi(m - self.min_exponent)) as u32
+            (f64::from(magnitude) * self.steps_per_unit) as u32
         };
         let code = code.min(0x7f) as u8;
-        if rounded < 0.0 { code | 0x80 } else { code }
+        // The sign bit without a branch on it: signs of weights are random.
+        let sign = ((rounded.to_bits() >> 31) as u8) << 7;
+        if code == 0 { 0 } else { code | sign }
     }
 }
 
