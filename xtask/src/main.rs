@@ -4,6 +4,8 @@
 //! developer runs exactly what CI runs. Tasks that shell out to cargo honour
 //! `$CARGO` and echo each command before running it.
 
+mod graph;
+
 use std::process::{Command, ExitCode};
 
 mod exchange;
@@ -31,6 +33,11 @@ const TASKS: &[Task] = &[
         name: "kernels",
         summary: "compile times and AMP utilisation of the seed's SigLIP GEMM variants",
         run: kernels::run,
+    },
+    Task {
+        name: "reference",
+        summary: "evaluate a fixture with the reference evaluator and print timings",
+        run: graph::reference,
     },
     Task {
         name: "ci",

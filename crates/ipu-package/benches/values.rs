@@ -27,6 +27,17 @@ fn generate(c: &mut Criterion) {
                 .sum::<usize>()
         })
     });
+    group.bench_function("one layer (15.2 M weights), encoded to bytes", |b| {
+        b.iter(|| {
+            layer
+                .iter()
+                .map(|&t| {
+                    let v = values::tensor_values(&graph, t, 0);
+                    values::encode(graph.tensor(t).precision(), &v).len()
+                })
+                .sum::<usize>()
+        })
+    });
     let all = graph.weights();
     group.bench_function("all weights (428 M)", |b| {
         b.iter(|| {

@@ -40,7 +40,7 @@
 //! count: parallel loops split only over independent output rows.
 //!
 //! Comparing a device result with the reference uses the tolerances in
-//! [`compare`].
+//! [`compare`](mod@compare).
 
 pub mod compare;
 pub mod kernels;
@@ -54,6 +54,11 @@ use ipu_package::graph::{Graph, Op, OpId, TensorId};
 pub use compare::{Comparison, Tolerance, compare};
 
 pub use kernels::GemmAccumulation;
+
+/// The largest tensor the evaluator holds (2^32 elements, 16 GiB of f32):
+/// larger ones are refused with [`ReferenceError::TooLarge`] instead of
+/// exhausting host memory.
+pub const MAX_TENSOR_ELEMENTS: u64 = 1 << 32;
 
 /// Which computed tensors [`evaluate_with`] returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -103,7 +108,10 @@ pub enum ReferenceError {
         found: usize,
     },
     /// A tensor has more elements than host memory can index.
-    #[error("{tensor} `{name}` has {elements} elements, more than this host can hold")]
+    #[error(
+        "{tensor} `{name}` has {elements} elements, more than the reference evaluator holds \
+         (MAX_TENSOR_ELEMENTS); evaluate a smaller batch or layer count"
+    )]
     TooLarge {
         /// The tensor.
         tensor: TensorId,
@@ -147,7 +155,9 @@ pub fn evaluate_with(
     // already are).
     let mut live: Vec<Option<Cow<'_, [f32]>>> = vec![None; tensors.len()];
     for (id, tensor) in tensors.iter() {
-        if usize::try_from(tensor.element_count()).is_err() {
+        if tensor.element_count() > MAX_TENSOR_ELEMENTS
+            || usize::try_from(tensor.element_count()).is_err()
+        {
             return Err(ReferenceError::TooLarge {
                 tensor: id,
                 name: tensor.name().to_owned(),
@@ -288,7 +298,11 @@ fn compute<'v>(
         } => {
             let k = *shape(*right).first().unwrap_or(&0) as usize;
             let n = *shape(*right).get(1).unwrap_or(&0) as usize;
-            let rows = graph.tensor(*left).element_count() as usize / k.max(1);
+            let l = shape(*left);
+            let rows = l[..l.len().saturating_sub(1)]
+                .iter()
+                .map(|&e| e as usize)
+                .product();
             let bias = bias.map(get).transpose()?;
             kernels::gemm(
                 get(*left)?,

@@ -60,6 +60,9 @@ use json::{Child, Node, Params};
 /// The fixture schema version this parser reads.
 pub const FIXTURE_SCHEMA_VERSION: u64 = 1;
 
+/// The most tensors plus ops a fixture may expand to.
+pub const MAX_GRAPH_ITEMS: u64 = 1 << 24;
+
 /// Options of [`parse_fixture_with`].
 #[derive(Clone, Debug, Default)]
 pub struct ParseOptions {
@@ -344,6 +347,24 @@ impl Parser {
         let tensors = tensors_field.node().array()?;
         let ops_field = obj.required("ops")?;
         let ops = ops_field.node().array()?;
+        // Refuse graphs that would exhaust memory before building them.
+        let iterations = u64::from(count.unwrap_or(1));
+        let items = (tensors.len() + ops.len()) as u64;
+        let total = iterations
+            .checked_mul(items)
+            .and_then(|n| n.checked_add((self.tensors.len() + self.ops.len()) as u64));
+        if total.is_none_or(|n| n > MAX_GRAPH_ITEMS) {
+            let path = obj
+                .optional("repeat")
+                .map_or_else(|| layer.path.clone(), |r| r.path);
+            return Err(FixtureError::Value {
+                path,
+                message: format!(
+                    "the graph would have more than {MAX_GRAPH_ITEMS} tensors and ops; \
+                     lower the repeat count"
+                ),
+            });
+        }
         let first_op = self.next_op(layer)?;
         let first_tensor = self.next_tensor(layer)?;
         for k in 0..count.unwrap_or(1) {

@@ -483,16 +483,25 @@ impl Repeat {
     /// The tensor at body position `position` of iteration `k`, if both
     /// are in range.
     pub fn body_tensor(&self, k: u32, position: u32) -> Option<TensorId> {
-        (k < self.count && position < self.tensors_per_iteration).then(|| {
-            TensorId::from_u32(self.first_tensor + k * self.tensors_per_iteration + position)
-        })
+        if k >= self.count || position >= self.tensors_per_iteration {
+            return None;
+        }
+        let index = u64::from(self.first_tensor)
+            + u64::from(k) * u64::from(self.tensors_per_iteration)
+            + u64::from(position);
+        u32::try_from(index).ok().map(TensorId::from_u32)
     }
 
     /// The op at body position `position` of iteration `k`, if both are in
     /// range.
     pub fn body_op(&self, k: u32, position: u32) -> Option<OpId> {
-        (k < self.count && position < self.ops_per_iteration)
-            .then(|| OpId::from_u32(self.first_op + k * self.ops_per_iteration + position))
+        if k >= self.count || position >= self.ops_per_iteration {
+            return None;
+        }
+        let index = u64::from(self.first_op)
+            + u64::from(k) * u64::from(self.ops_per_iteration)
+            + u64::from(position);
+        u32::try_from(index).ok().map(OpId::from_u32)
     }
 
     /// The repeat's name (the fixture layer's name).

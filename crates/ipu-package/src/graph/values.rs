@@ -269,6 +269,12 @@ pub struct Quantizer {
     mantissa_bits: i32,
     /// FP8: the smallest normal exponent after scaling.
     min_exponent: i32,
+    /// FP8: magnitudes from here up are normal in both FP8 and f32, so
+    /// they round by cutting f32 significand bits.
+    fast_from: f32,
+    /// FP8: subnormal steps per unit, `2^(mantissa_bits − min_exponent)`
+    /// (kept here so the encoder's hot loop calls no `powi`).
+    steps_per_unit: f64,
 }
 
 impl Quantizer {
@@ -285,11 +291,18 @@ impl Quantizer {
             }
             _ => (f32::MAX, 0, 0),
         };
+        let fast_from = pow2(min_exponent).max(f32::MIN_POSITIVE);
         Self {
             precision,
             max,
             mantissa_bits,
             min_exponent,
+            fast_from: if fast_from > 0.0 {
+                fast_from
+            } else {
+                f32::MIN_POSITIVE
+            },
+            steps_per_unit: 2f64.powi(mantissa_bits - min_exponent),
         }
     }
 
@@ -309,12 +322,19 @@ impl Quantizer {
                 if magnitude == 0.0 {
                     return 0.0;
                 }
-                // The exponent of the value's binade, floored at the
-                // subnormal range, fixes the quantum.
-                let exponent = (exponent_of(magnitude)).max(self.min_exponent);
-                let quantum_exp = exponent - self.mantissa_bits;
-                let steps = (f64::from(magnitude) * 2f64.powi(-quantum_exp)).round_ties_even();
-                let rounded = ((steps * 2f64.powi(quantum_exp)) as f32).min(self.max);
+                let rounded = if magnitude >= self.fast_from {
+                    // Normal in FP8 and in f32: round the f32 significand
+                    // to the FP8 mantissa width, ties to even. A carry out
+                    // of the significand correctly bumps the exponent.
+                    let shift = 23 - self.mantissa_bits as u32;
+                    let bits = magnitude.to_bits();
+                    let lsb = (bits >> shift) & 1;
+                    let half = (1u32 << (shift - 1)) - 1 + lsb;
+                    f32::from_bits((bits + half) & !((1u32 << shift) - 1))
+                } else {
+                    self.round_slow(magnitude)
+                };
+                let rounded = rounded.min(self.max);
                 if rounded == 0.0 {
                     0.0
                 } else {
@@ -323,45 +343,72 @@ impl Quantizer {
             }
         }
     }
+
+    /// Rounds a positive magnitude below the FP8 normal range (or below
+    /// the f32 normal range) with an explicit quantum.
+    fn round_slow(&self, magnitude: f32) -> f32 {
+        // The exponent of the value's binade, floored at the subnormal
+        // range, fixes the quantum.
+        let exponent = exponent_of(magnitude).max(self.min_exponent);
+        let quantum_exp = exponent - self.mantissa_bits;
+        let steps = (f64::from(magnitude) * 2f64.powi(-quantum_exp)).round_ties_even();
+        (steps * 2f64.powi(quantum_exp)) as f32
+    }
+}
+
+impl Quantizer {
+    /// The FP8 code of `value` (rounded first), as `Precision::encode_into`
+    /// writes it; 0 for the F32 and F16 precisions, which have no code.
+    pub fn fp8_code(&self, value: f32) -> u8 {
+        if !self.precision.is_fp8() {
+            return 0;
+        }
+        let rounded = self.round(value);
+        if rounded.is_nan() {
+            return ipu_layout::numeric::FP8_NAN;
+        }
+        let magnitude = rounded.abs();
+        if magnitude == 0.0 {
+            return 0;
+        }
+        let m = self.mantissa_bits;
+        let code = if magnitude >= self.fast_from && exponent_of(magnitude) >= self.min_exponent {
+            // Normal: the exponent field counts binades from the smallest
+            // normal one (field 1), the mantissa is the f32 significand's
+            // top bits.
+            let field = exponent_of(magnitude) - self.min_exponent + 1;
+            let mantissa = (magnitude.to_bits() >> (23 - m)) & ((1 << m) - 1);
+            ((field as u32) << m) | mantissa
+        } else {
+            // Subnormal: a multiple of the smallest step.
+            (f64::from(magnitude) * self.steps_per_unit) as u32
+        };
+        let code = code.min(0x7f) as u8;
+        // The sign bit without a branch on it: signs of weights are random.
+        let sign = ((rounded.to_bits() >> 31) as u8) << 7;
+        if code == 0 { 0 } else { code | sign }
+    }
 }
 
 /// The little-endian bytes of `values` in `precision`, exactly as
 /// `Precision::encode_into` writes them element by element (a test checks
-/// this), but fast enough for a whole model's weights: FP8 values are
-/// rounded with [`Quantizer`] and their code found in a 128-entry table.
+/// this), but fast enough for a whole model's weights: FP8 codes are
+/// assembled from the bits of the value rounded by [`Quantizer`].
 /// Deterministic whatever the thread count.
 pub fn encode(precision: Precision, values: &[f32]) -> Vec<u8> {
     let width = precision.element_bytes() as usize;
     let mut out = vec![0u8; values.len() * width];
     let quantizer = Quantizer::new(precision);
-    let table: Vec<f32> = match precision {
-        Precision::F8 { format, scale } => (0u8..0x80)
-            .map(|code| (f64::from(format.decode(code)) * 2f64.powi(i32::from(scale))) as f32)
-            .collect(),
-        _ => Vec::new(),
-    };
     out.par_chunks_mut(BLOCK * width)
         .zip(values.par_chunks(BLOCK))
         .for_each(|(bytes, chunk)| {
-            for (element, &value) in bytes.chunks_exact_mut(width).zip(chunk) {
-                match precision {
-                    Precision::F8 { .. } => {
-                        let rounded = quantizer.round(value);
-                        element[0] = if rounded.is_nan() {
-                            ipu_layout::numeric::FP8_NAN
-                        } else {
-                            let magnitude = rounded.abs();
-                            // The rounded magnitude is one of the table's
-                            // values; the table is increasing.
-                            let code = table.partition_point(|&x| x < magnitude).min(0x7f) as u8;
-                            if code != 0 && rounded < 0.0 {
-                                code | 0x80
-                            } else {
-                                code
-                            }
-                        };
-                    }
-                    _ => precision.encode_into(value, element),
+            if precision.is_fp8() {
+                for (byte, &value) in bytes.iter_mut().zip(chunk) {
+                    *byte = quantizer.fp8_code(value);
+                }
+            } else {
+                for (element, &value) in bytes.chunks_exact_mut(width).zip(chunk) {
+                    precision.encode_into(value, element);
                 }
             }
         });

@@ -6,6 +6,7 @@
 use ipu_package::graph::{
     FixtureError, GraphError, ParseOptions, parse_fixture, parse_fixture_with,
 };
+use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use crate::fixture_text;
@@ -136,6 +137,12 @@ fn structural_mistakes_name_their_field() {
         |v| v["layers"][1]["repeat"] = json!(0),
         "$.layers[1].repeat",
     );
+    // A repeat count that would build a graph too large to hold.
+    let e = rejected_at(
+        |v| v["layers"][1]["repeat"] = json!(1_000_000_000u64),
+        "$.layers[1].repeat",
+    );
+    assert!(e.to_string().contains("lower the repeat count"), "{e}");
     rejected_at(
         |v| v["layers"][1]["ops"][ATTENTION]["softmax"] = json!("F8"),
         "$.layers[1].ops[6].softmax",
@@ -351,5 +358,95 @@ fn shipped_bad_fixtures_are_rejected_with_their_paths() {
         if path.is_none() {
             assert!(matches!(err, FixtureError::Json { .. }), "{name}: {err}");
         }
+    }
+}
+
+/// Every JSON path of a value, depth first.
+fn paths(value: &Value, prefix: Vec<PathStep>, out: &mut Vec<Vec<PathStep>>) {
+    out.push(prefix.clone());
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let mut p = prefix.clone();
+                p.push(PathStep::Key(k.clone()));
+                paths(v, p, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                let mut p = prefix.clone();
+                p.push(PathStep::Index(i));
+                paths(v, p, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[derive(Clone, Debug)]
+enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+fn at<'a>(value: &'a mut Value, path: &[PathStep]) -> &'a mut Value {
+    path.iter().fold(value, |v, step| match step {
+        PathStep::Key(k) => &mut v[k.as_str()],
+        PathStep::Index(i) => &mut v[*i],
+    })
+}
+
+fn replacement() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        Just(json!(-1)),
+        Just(json!(0)),
+        Just(json!(1)),
+        Just(json!(3)),
+        Just(json!(1u64 << 40)),
+        Just(json!(u64::MAX)),
+        Just(json!(1.5)),
+        Just(json!("x")),
+        Just(json!("hidden")),
+        Just(json!("x{i+1}")),
+        Just(json!("F143")),
+        Just(json!([])),
+        Just(json!({})),
+        Just(json!(["hidden", "hidden"])),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Replacing any one field of a good fixture with an arbitrary value
+    /// never panics: the parser either accepts a valid graph or names a
+    /// JSON path (or the override).
+    #[test]
+    fn any_single_field_mutation_is_handled(pick in any::<prop::sample::Index>(), new in replacement()) {
+        let mut value: Value = serde_json::from_str(&fixture_text("micro-1l-h32.json")).expect("valid JSON");
+        let mut all = Vec::new();
+        paths(&value, Vec::new(), &mut all);
+        let path = &all[pick.index(all.len())];
+        *at(&mut value, path) = new;
+        match parse_fixture(&value.to_string()) {
+            Ok(graph) => prop_assert!(!graph.ops().is_empty()),
+            Err(e) => prop_assert!(e.path().is_some(), "{e}"),
+        }
+    }
+
+    /// Cutting or corrupting the text anywhere gives an error, not a panic.
+    #[test]
+    fn damaged_text_is_handled(cut in 0usize..12_000, byte in any::<u8>()) {
+        let text = fixture_text("micro-1l-h32.json");
+        let cut = cut.min(text.len());
+        let mut bytes = text.as_bytes().to_vec();
+        bytes.truncate(cut);
+        prop_assert!(parse_fixture(&String::from_utf8_lossy(&bytes)).is_err() || cut == text.len());
+        let mut corrupted = text.into_bytes();
+        if let Some(b) = corrupted.get_mut(cut) {
+            *b = byte;
+        }
+        let _ = parse_fixture(&String::from_utf8_lossy(&corrupted));
     }
 }

@@ -185,3 +185,19 @@ fn overrides_change_batch_and_layer_count() {
     // A single iteration still knows its carry.
     assert_eq!(graph.repeats()[0].carries().len(), 1);
 }
+
+#[test]
+fn the_patchify_variant_extracts_patches_in_the_graph() {
+    let graph = parse_fixture(&fixture_text("micro-patchify.json")).expect("parses");
+    let image = graph.tensor(graph.tensor_by_name("image").expect("image"));
+    assert_eq!(image.extents(), &[1, 3, 4, 8]);
+    assert_eq!(image.kind(), TensorKind::Input);
+    assert!(matches!(
+        graph.op(ipu_package::OpId::from_u32(1)),
+        Op::Transpose { perm, .. } if perm == &[0, 2, 4, 1, 3, 5]
+    ));
+    // The rest is micro-1l-h32: three more ops, the same parameters.
+    let micro = parse_fixture(&fixture_text("micro-1l-h32.json")).expect("parses");
+    assert_eq!(graph.ops().len(), micro.ops().len() + 3);
+    assert_eq!(graph.parameter_count(), micro.parameter_count());
+}

@@ -180,3 +180,27 @@ proptest! {
         }
     }
 }
+
+/// Every FP8 code's value encodes back to that code, for both formats and
+/// a spread of scales.
+#[test]
+fn every_fp8_code_round_trips_through_the_fast_encoder() {
+    for format in [Fp8Format::F143, Fp8Format::F152] {
+        for scale in [-30i8, -12, -4, 0, 5, 20] {
+            let p = Precision::F8 { format, scale };
+            let q = Quantizer::new(p);
+            for code in 0u8..=255 {
+                if code == ipu_layout::numeric::FP8_NAN {
+                    assert_eq!(q.fp8_code(f32::NAN), code);
+                    continue;
+                }
+                let value = format.decode(code) * 2f32.powi(i32::from(scale));
+                assert_eq!(
+                    q.fp8_code(value),
+                    code,
+                    "{p:?} code {code:#04x} value {value}"
+                );
+            }
+        }
+    }
+}

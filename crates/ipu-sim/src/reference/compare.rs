@@ -78,6 +78,11 @@ impl Tolerance {
     /// that cancel, and the precision's smallest step as the floor. F32
     /// gets a looser 2^-16 because sums of thousands of terms in another
     /// order differ by more than one f32 ulp.
+    ///
+    /// It assumes the device computes the op in f32 (or wider) and rounds
+    /// once, as the reference does. A kernel that keeps F16 intermediates
+    /// (F16 layer-norm statistics, an F16 softmax sum) needs a wider bound:
+    /// the fields are public so a caller can widen them for such an op.
     pub fn op(precision: Precision) -> Self {
         let u = match precision {
             Precision::F32 => 2f32.powi(-16),
@@ -117,7 +122,8 @@ impl Tolerance {
     /// small fixtures, F16 partial sums alone give normalised RMS errors
     /// up to 6.5e-2 and element errors up to 0.21 at RMS ≈ 1 (the
     /// `tolerance` tests print them). It still fails layouts that scramble
-    /// data (RMS error ≈ 1.4 for unrelated values of the same scale); the
+    /// data: unrelated values of the same scale have a normalised RMS error
+    /// near √2 (a test checks that another seed's outputs fail); the
     /// tight oracle is the per-op comparison with [`Tolerance::op`] and
     /// [`Tolerance::gemm_f16_partials`] on the device's own op inputs
     /// (`evaluate_op`).

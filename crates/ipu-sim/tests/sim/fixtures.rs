@@ -163,3 +163,48 @@ fn siglip_at_one_layer_parses_for_the_benchmark() {
         parse_fixture_with(&fixture_text("siglip-so400m-b2.json"), &options).expect("parses");
     assert_eq!(graph.repeats()[0].count(), 1);
 }
+
+/// The patch extraction by reshape, transpose and reshape gives exactly
+/// the patches a plain loop cuts from the image: the two micro fixtures
+/// (same weight names, so the same weights) produce the same bits.
+#[test]
+fn in_graph_patch_extraction_matches_a_plain_loop() {
+    let with_image = load("micro-patchify.json");
+    let with_patches = load("micro-1l-h32.json");
+    let seed = 8;
+    let supplied = values::generate(&with_image, seed);
+    let image_id = with_image.tensor_by_name("image").expect("image");
+    let image = supplied.get(image_id).expect("image values");
+
+    // Patch (pr, pc) of a [3, 4, 8] image in (channel, row, column) order.
+    let (channels, height, width, size) = (3, 4, 8, 2);
+    let mut patches = Vec::new();
+    for pr in 0..height / size {
+        for pc in 0..width / size {
+            for c in 0..channels {
+                for r in 0..size {
+                    for col in 0..size {
+                        patches.push(image[(c * height + pr * size + r) * width + pc * size + col]);
+                    }
+                }
+            }
+        }
+    }
+    let mut direct = values::generate(&with_patches, seed);
+    direct.insert(
+        with_patches.tensor_by_name("patches").expect("patches"),
+        patches,
+    );
+
+    let a = evaluate(&with_image, &supplied).expect("evaluates");
+    let b = evaluate(&with_patches, &direct).expect("evaluates");
+    for name in ["last_hidden", "pooled"] {
+        let x = a
+            .get(with_image.tensor_by_name(name).expect(name))
+            .expect(name);
+        let y = b
+            .get(with_patches.tensor_by_name(name).expect(name))
+            .expect(name);
+        assert_eq!(x, y, "{name}");
+    }
+}

@@ -284,3 +284,33 @@ fn data_movement_ops() {
         }
     }
 }
+
+#[test]
+fn empty_inner_dimension_gives_the_bias() {
+    let g = one_op(
+        &[(&[3, 0], F32), (&[0, 2], F32), (&[2], F32)],
+        (&[3, 2], F32),
+        |i, o| Op::Gemm {
+            left: i[0],
+            right: i[1],
+            bias: Some(i[2]),
+            output: o,
+        },
+    );
+    let out = run(&g, &[vec![], vec![], vec![1.5, -2.0]]);
+    assert_eq!(out, [1.5, -2.0, 1.5, -2.0, 1.5, -2.0]);
+}
+
+#[test]
+fn tensors_beyond_the_limit_are_refused_before_allocating() {
+    let g = one_op(&[(&[1 << 33], F16)], (&[1 << 33], F16), |i, o| Op::Gelu {
+        input: i[0],
+        output: o,
+    });
+    let err =
+        ipu_sim::evaluate(&g.graph, &ipu_package::graph::ValueSet::new()).expect_err("too large");
+    assert!(
+        matches!(err, ipu_sim::ReferenceError::TooLarge { .. }),
+        "{err}"
+    );
+}

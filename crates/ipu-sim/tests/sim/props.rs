@@ -176,4 +176,22 @@ proptest! {
             }
         }
     }
+
+    /// The micro fixture at generated sizes (batch, tokens, heads, head
+    /// width, MLP width, layers) evaluates to finite outputs of the right
+    /// length.
+    #[test]
+    fn resized_fixtures_evaluate(batch in 1u64..3, tokens in 1u64..6, heads in 1u64..4, head_dim in 1u64..5, mlp in 1u64..9, layers in 1u64..3, seed in any::<u64>()) {
+        let hidden = heads * head_dim;
+        let overrides = [("batch", batch), ("tokens", tokens), ("heads", heads), ("hidden", hidden), ("hidden2", 2 * hidden), ("qkv", 3 * hidden), ("mlp", mlp), ("layers", layers)];
+        let options = ipu_package::graph::ParseOptions { overrides: overrides.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect() };
+        let graph = ipu_package::graph::parse_fixture_with(&crate::fixture_text("micro-1l-h32.json"), &options).expect("consistent overrides parse");
+        let values = ipu_package::graph::values::generate(&graph, seed);
+        let out = ipu_sim::evaluate(&graph, &values).expect("evaluates");
+        for id in graph.outputs() {
+            let v = out.get(id).expect("output");
+            prop_assert_eq!(v.len() as u64, graph.tensor(id).element_count());
+            prop_assert!(v.iter().all(|x| x.is_finite()));
+        }
+    }
 }

@@ -1,0 +1,99 @@
+//! `cargo xtask build-package`: build a model fixture into a package.
+//!
+//! With no arguments it builds the embedded default, SigLIP so400m at batch
+//! 2 on 1472 tiles. Logs go to stderr in tracing-subscriber's fmt layout
+//! (`RUST_LOG` honoured, `info` by default); the last lines summarise the
+//! build. The exit status is 0 only when the package was built and written.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use ipu_package::build::{BuildConfig, build_package};
+use ipu_package::graph::{ParseOptions, parse_fixture_with};
+
+/// The embedded default workload.
+const SIGLIP: &str = include_str!("../../fixtures/siglip-so400m-b2.json");
+
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask build-package", about = "Build a model fixture into an IPU21 package")]
+struct Args {
+    /// The fixture (default: the embedded SigLIP so400m b2).
+    #[arg(long)]
+    fixture: Option<PathBuf>,
+    /// Tiles of the target.
+    #[arg(long, default_value_t = 1472)]
+    tiles: u32,
+    /// Override the fixture's `batch` parameter.
+    #[arg(long)]
+    batch: Option<u64>,
+    /// Where to write the package.
+    #[arg(long, default_value = "out/package")]
+    out: PathBuf,
+    /// The kernel cache root (default: $IPU_KERNEL_CACHE, then the XDG cache).
+    #[arg(long)]
+    kernel_cache: Option<PathBuf>,
+    /// Worker threads (default: all cores). The package does not depend on it.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Log format.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+pub fn run(args: &[String]) -> Result<ExitCode, String> {
+    let argv = std::iter::once("build-package".to_owned()).chain(args.iter().cloned());
+    let args = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return Ok(if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS });
+        }
+    };
+    crate::logging::init(&args.log_format);
+    if let Some(jobs) = args.jobs {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(jobs.max(1))
+            .build_global()
+            .map_err(|e| format!("cannot start {jobs} worker threads: {e}"))?;
+    }
+    let text = match &args.fixture {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+        None => SIGLIP.to_owned(),
+    };
+    let options = ParseOptions { overrides: args.batch.map(|b| vec![("batch".to_owned(), b)]).unwrap_or_default() };
+    let graph = parse_fixture_with(&text, &options).map_err(|e| format!("fixture: {e}"))?;
+    let config = BuildConfig { tiles: args.tiles, kernel_cache: args.kernel_cache.clone(), ..BuildConfig::default() };
+    let start = Instant::now();
+    let package = match build_package(&graph, &config) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            eprintln!("result=does-not-fit-or-failed fixture={} tiles={} elapsed_ms={}", graph.name(), args.tiles, start.elapsed().as_millis());
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    package.write(&args.out).map_err(|e| format!("writing the package: {e}"))?;
+    let s = &package.manifest.summary;
+    let ratio = s.exchange_horizon as f64 / s.exchange_endpoint_bound.max(1) as f64;
+    eprintln!("package written to {}", args.out.display());
+    eprintln!(
+        "result={} model={} tiles={} requests={} peak_bytes={} min_headroom_bytes={} (tile {}) max_support_bytes={}",
+        if s.fits { "fits" } else { "does-not-fit" },
+        graph.name(),
+        s.tile_count,
+        s.requests,
+        s.peak_bytes,
+        s.min_headroom_bytes,
+        s.min_headroom_tile,
+        s.max_support_bytes
+    );
+    eprintln!(
+        "exchange horizon={} endpoint_bound={} stronger_bound={} ratio={ratio:.4} kernels={} transient_budget={}",
+        s.exchange_horizon, s.exchange_endpoint_bound, s.exchange_stronger_bound, s.kernels, s.transient_budget
+    );
+    let phases: Vec<String> = s.phase_ms.iter().map(|(p, ms)| format!("{p}={ms}ms")).collect();
+    eprintln!("phases {} total={}ms", phases.join(" "), start.elapsed().as_millis());
+    Ok(ExitCode::SUCCESS)
+}
