@@ -17,7 +17,10 @@ use ipu_package::graph::{ParseOptions, parse_fixture_with};
 const SIGLIP: &str = include_str!("../../fixtures/siglip-so400m-b2.json");
 
 #[derive(Parser, Debug)]
-#[command(name = "cargo xtask build-package", about = "Build a model fixture into an IPU21 package")]
+#[command(
+    name = "cargo xtask build-package",
+    about = "Build a model fixture into an IPU21 package"
+)]
 struct Args {
     /// The fixture (default: the embedded SigLIP so400m b2).
     #[arg(long)]
@@ -48,7 +51,11 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();
-            return Ok(if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS });
+            return Ok(if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            });
         }
     };
     crate::logging::init(&args.log_format);
@@ -59,22 +66,39 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             .map_err(|e| format!("cannot start {jobs} worker threads: {e}"))?;
     }
     let text = match &args.fixture {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
         None => SIGLIP.to_owned(),
     };
-    let options = ParseOptions { overrides: args.batch.map(|b| vec![("batch".to_owned(), b)]).unwrap_or_default() };
+    let options = ParseOptions {
+        overrides: args
+            .batch
+            .map(|b| vec![("batch".to_owned(), b)])
+            .unwrap_or_default(),
+    };
     let graph = parse_fixture_with(&text, &options).map_err(|e| format!("fixture: {e}"))?;
-    let config = BuildConfig { tiles: args.tiles, kernel_cache: args.kernel_cache.clone(), ..BuildConfig::default() };
+    let config = BuildConfig {
+        tiles: args.tiles,
+        kernel_cache: args.kernel_cache.clone(),
+        ..BuildConfig::default()
+    };
     let start = Instant::now();
     let package = match build_package(&graph, &config) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
-            eprintln!("result=does-not-fit-or-failed fixture={} tiles={} elapsed_ms={}", graph.name(), args.tiles, start.elapsed().as_millis());
+            eprintln!(
+                "result=does-not-fit-or-failed fixture={} tiles={} elapsed_ms={}",
+                graph.name(),
+                args.tiles,
+                start.elapsed().as_millis()
+            );
             return Ok(ExitCode::FAILURE);
         }
     };
-    package.write(&args.out).map_err(|e| format!("writing the package: {e}"))?;
+    package
+        .write(&args.out)
+        .map_err(|e| format!("writing the package: {e}"))?;
     let s = &package.manifest.summary;
     let ratio = s.exchange_horizon as f64 / s.exchange_endpoint_bound.max(1) as f64;
     eprintln!("package written to {}", args.out.display());
@@ -91,9 +115,21 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     );
     eprintln!(
         "exchange horizon={} endpoint_bound={} stronger_bound={} ratio={ratio:.4} kernels={} transient_budget={}",
-        s.exchange_horizon, s.exchange_endpoint_bound, s.exchange_stronger_bound, s.kernels, s.transient_budget
+        s.exchange_horizon,
+        s.exchange_endpoint_bound,
+        s.exchange_stronger_bound,
+        s.kernels,
+        s.transient_budget
     );
-    let phases: Vec<String> = s.phase_ms.iter().map(|(p, ms)| format!("{p}={ms}ms")).collect();
-    eprintln!("phases {} total={}ms", phases.join(" "), start.elapsed().as_millis());
+    let phases: Vec<String> = s
+        .phase_ms
+        .iter()
+        .map(|(p, ms)| format!("{p}={ms}ms"))
+        .collect();
+    eprintln!(
+        "phases {} total={}ms",
+        phases.join(" "),
+        start.elapsed().as_millis()
+    );
     Ok(ExitCode::SUCCESS)
 }

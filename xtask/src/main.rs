@@ -8,8 +8,10 @@ mod graph;
 
 use std::process::{Command, ExitCode};
 
+mod build_package;
 mod exchange;
 mod kernels;
+mod logging;
 
 /// A task: its name, a one-line summary, and what runs it.
 struct Task {
@@ -19,6 +21,11 @@ struct Task {
 }
 
 const TASKS: &[Task] = &[
+    Task {
+        name: "build-package",
+        summary: "build a model fixture into a package (default: SigLIP so400m b2, 1472 tiles)",
+        run: build_package::run,
+    },
     Task {
         name: "test",
         summary: "run the whole test suite (what CI runs)",

@@ -30,9 +30,13 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ipu_alloc::{MemoryMap, PlaceConfig, PlaceError, Problem, Request, RequestId, Reservation, TileProblem};
+use ipu_alloc::{
+    MemoryMap, PlaceConfig, PlaceError, Problem, Request, RequestId, Reservation, TileProblem,
+};
 use ipu_exchange::{EncodedRows, Fabric, ScheduleConfig, check_schedule, schedule};
-use ipu_kernels::{GemmShape, HostToolchain, KernelCache, Mode, PlanConfig, RowSize, Variant, plan_variant};
+use ipu_kernels::{
+    GemmShape, HostToolchain, KernelCache, Mode, PlanConfig, RowSize, Variant, plan_variant,
+};
 use ipu_layout::{ElementOrder, EntityId, TileId};
 use rayon::prelude::*;
 use tracing::{debug, info, info_span, warn};
@@ -82,7 +86,10 @@ impl Default for BuildConfig {
         Self {
             tiles: 1472,
             lower: LowerConfig::default(),
-            place: PlaceConfig { verify: true, ..PlaceConfig::default() },
+            place: PlaceConfig {
+                verify: true,
+                ..PlaceConfig::default()
+            },
             schedule: ScheduleConfig::default(),
             verify: true,
             kernel_cache: None,
@@ -142,20 +149,33 @@ pub enum BuildError {
 
 /// Runs `f` as a named build phase: a span `phase{phase=...}` and the
 /// seed's closing event `package build phase finished`.
-fn phase<T, E>(name: &'static str, times: &mut Vec<(String, u64)>, f: impl FnOnce(&mut Vec<(String, u64)>) -> Result<T, E>) -> Result<T, E> {
+fn phase<T, E>(
+    name: &'static str,
+    times: &mut Vec<(String, u64)>,
+    f: impl FnOnce(&mut Vec<(String, u64)>) -> Result<T, E>,
+) -> Result<T, E> {
     let span = info_span!("phase", phase = name);
     let _enter = span.enter();
     let start = Instant::now();
     let r = f(times);
     let elapsed_ms = start.elapsed().as_millis() as u64;
-    info!(phase = name, elapsed_ms, success = r.is_ok(), "package build phase finished");
+    info!(
+        phase = name,
+        elapsed_ms,
+        success = r.is_ok(),
+        "package build phase finished"
+    );
     times.push((name.to_owned(), elapsed_ms));
     r
 }
 
 /// Builds the package of `graph`.
 pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, BuildError> {
-    let span = info_span!("ipu_backend.package.build", tile_count = config.tiles, operations = graph.ops().len());
+    let span = info_span!(
+        "ipu_backend.package.build",
+        tile_count = config.tiles,
+        operations = graph.ops().len()
+    );
     let _enter = span.enter();
     let mut times = Vec::new();
     let map = MemoryMap::ipu21();
@@ -165,67 +185,126 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
     let mut lower_config = config.lower.clone();
     lower_config.tiles = config.tiles;
     let mut attempt = 0;
-    let built = phase("plan_package", &mut times, |times| loop {
-        let program = lower(graph, &lower_config)?;
-        let storage = plan_storage(&program)?;
-        let kernels = phase("plan_kernels", times, |_| plan_kernels(&program))?;
-        let compiled = phase("compile_kernels", times, |_| compile_kernels(&kernels, config))?;
-        let control = phase("link_runtime", times, |_| Ok::<_, BuildError>(control_bytes(&program, config.tiles)))?;
-        let estimate = phase("size_tile_code", times, |_| {
-            Ok::<_, BuildError>(estimate_support(&program, &storage, &kernels, &control, config.tiles))
-        })?;
-        let mut reserved = estimate;
-        // Reservation, then verification of the real rows against it.
-        let mut rounds = 0;
-        let outcome = loop {
-            let placed = phase("place_storage", times, |_| place_storage(&program, &storage, &reserved, &map, config));
-            let (problem, placement, ids) = match placed {
-                Ok(p) => p,
-                Err(e) => break Err(e),
-            };
-            let addresses = buffer_addresses(&program, &storage, &problem, &placement, &ids);
-            let phases = phase("schedule_exchange", times, |_| {
-                schedule_phases(&program, &addresses, config.tiles, &fabric, config)
+    let built = phase("plan_package", &mut times, |times| {
+        loop {
+            let program = lower(graph, &lower_config)?;
+            let storage = plan_storage(&program)?;
+            let kernels = phase("plan_kernels", times, |_| plan_kernels(&program))?;
+            let compiled = phase("compile_kernels", times, |_| {
+                compile_kernels(&kernels, config)
             })?;
-            let support = measure_support(&program, &kernels, &control, &phases, config.tiles, &reserved);
-            let outgrown: Vec<usize> = (0..config.tiles as usize).filter(|&t| support[t].used() > reserved[t]).collect();
-            if outgrown.is_empty() || rounds >= 2 {
-                if !outgrown.is_empty() {
-                    return Err(BuildError::Check {
-                        what: "support memory".into(),
-                        detail: format!("{} tiles outgrew their reservation twice", outgrown.len()),
-                    });
+            let control = phase("link_runtime", times, |_| {
+                Ok::<_, BuildError>(control_bytes(&program, config.tiles))
+            })?;
+            let estimate = phase("size_tile_code", times, |_| {
+                Ok::<_, BuildError>(estimate_support(
+                    &program,
+                    &storage,
+                    &kernels,
+                    &control,
+                    config.tiles,
+                ))
+            })?;
+            info!(
+                max_reserved_bytes = estimate.iter().max().copied().unwrap_or(0),
+                mean_reserved_bytes = estimate.iter().map(|&b| u64::from(b)).sum::<u64>()
+                    / u64::from(config.tiles.max(1)),
+                "reserved support memory"
+            );
+            let mut reserved = estimate;
+            // Reservation, then verification of the real rows against it.
+            let mut rounds = 0;
+            let outcome = loop {
+                let placed = phase("place_storage", times, |_| {
+                    place_storage(&program, &storage, &reserved, &map, config)
+                });
+                let (problem, placement, ids) = match placed {
+                    Ok(p) => p,
+                    Err(e) => break Err(e),
+                };
+                let addresses = buffer_addresses(&program, &storage, &problem, &placement, &ids);
+                let phases = phase("schedule_exchange", times, |_| {
+                    schedule_phases(&program, &addresses, config.tiles, &fabric, config)
+                })?;
+                let support = measure_support(
+                    &program,
+                    &kernels,
+                    &control,
+                    &phases,
+                    config.tiles,
+                    &reserved,
+                );
+                let outgrown: Vec<usize> = (0..config.tiles as usize)
+                    .filter(|&t| support[t].used() > reserved[t])
+                    .collect();
+                if outgrown.is_empty() || rounds >= 2 {
+                    if !outgrown.is_empty() {
+                        return Err(BuildError::Check {
+                            what: "support memory".into(),
+                            detail: format!(
+                                "{} tiles outgrew their reservation twice",
+                                outgrown.len()
+                            ),
+                        });
+                    }
+                    break Ok((problem, placement, addresses, phases, support));
                 }
-                break Ok((problem, placement, addresses, phases, support));
+                warn!(
+                    tiles = outgrown.len(),
+                    "support memory outgrew its reservation; placing again"
+                );
+                for t in outgrown {
+                    reserved[t] = round_up(support[t].used(), ELEMENT_BYTES);
+                }
+                rounds += 1;
+            };
+            match outcome {
+                Ok((problem, placement, addresses, phases, support)) => {
+                    break Ok((
+                        program, storage, kernels, compiled, problem, placement, addresses, phases,
+                        support,
+                    ));
+                }
+                Err(BuildError::DoesNotFit(e)) if attempt < config.max_replans => {
+                    attempt += 1;
+                    lower_config.transient_budget = lower_config.transient_budget / 2;
+                    warn!(budget = lower_config.transient_budget, error = %e, "placement failed; trading cycles for memory with a smaller transient budget");
+                }
+                Err(e) => break Err(e),
             }
-            warn!(tiles = outgrown.len(), "support memory outgrew its reservation; placing again");
-            for t in outgrown {
-                reserved[t] = round_up(support[t].used(), ELEMENT_BYTES);
-            }
-            rounds += 1;
-        };
-        match outcome {
-            Ok((problem, placement, addresses, phases, support)) => {
-                break Ok((program, storage, kernels, compiled, problem, placement, addresses, phases, support));
-            }
-            Err(BuildError::DoesNotFit(e)) if attempt < config.max_replans => {
-                attempt += 1;
-                lower_config.transient_budget = lower_config.transient_budget / 2;
-                warn!(budget = lower_config.transient_budget, error = %e, "placement failed; trading cycles for memory with a smaller transient budget");
-            }
-            Err(e) => break Err(e),
         }
     })?;
-    let (program, storage, _kernels, compiled, problem, placement, addresses, phases, support) = built;
+    let (program, storage, _kernels, compiled, problem, placement, addresses, phases, support) =
+        built;
 
     let profile = ipu_alloc::MemoryProfile::from_problem(&problem);
-    info!(path = "memory-profile.json", scope = "baseline", peak_step = profile.peak_step, effective_peak_bytes = profile.effective_peak_bytes, "wrote planner memory profile");
-    let summary = summarise(config, &storage, &placement, &phases, &support, compiled.len(), &times, lower_config.transient_budget, &map);
+    info!(
+        path = "memory-profile.json",
+        scope = "baseline",
+        peak_step = profile.peak_step,
+        effective_peak_bytes = profile.effective_peak_bytes,
+        "wrote planner memory profile"
+    );
+    let summary = summarise(
+        config,
+        &storage,
+        &placement,
+        &phases,
+        &support,
+        compiled.len(),
+        &times,
+        lower_config.transient_budget,
+        &map,
+    );
     let package_program = PackageProgram {
         buffers: program.buffers.values().to_vec(),
         kernels: program.kernels.values().to_vec(),
         steps: program.steps.clone(),
-        addresses: program.buffers.keys().map(|b| addresses.get(&b).cloned().unwrap_or_default()).collect(),
+        addresses: program
+            .buffers
+            .keys()
+            .map(|b| addresses.get(&b).cloned().unwrap_or_default())
+            .collect(),
         support,
         phases: phases
             .iter()
@@ -276,30 +355,55 @@ fn plan_kernels(program: &Program) -> Result<Vec<Variant>, BuildError> {
                 output_order: ElementOrder::RowMajor,
                 right_class: k.right_class,
             };
-            plan_variant(&shape, k.rows_small, k.rows_large, &config)
-                .map_err(|source| BuildError::Kernel { name: format!("{k:?}"), source })
+            plan_variant(&shape, k.rows_small, k.rows_large, &config).map_err(|source| {
+                BuildError::Kernel {
+                    name: format!("{k:?}"),
+                    source,
+                }
+            })
         })
         .collect()
 }
 
-fn compile_kernels(variants: &[Variant], config: &BuildConfig) -> Result<Vec<PackageKernel>, BuildError> {
+fn compile_kernels(
+    variants: &[Variant],
+    config: &BuildConfig,
+) -> Result<Vec<PackageKernel>, BuildError> {
     let cache = match &config.kernel_cache {
         Some(root) => KernelCache::open(root.clone()),
         None => KernelCache::from_env(),
     }
-    .map_err(|source| BuildError::Kernel { name: "cache".into(), source })?;
+    .map_err(|source| BuildError::Kernel {
+        name: "cache".into(),
+        source,
+    })?;
     let toolchain = HostToolchain;
     let results: Vec<Result<PackageKernel, BuildError>> = variants
         .par_iter()
         .map(|v| {
-            let k = cache.get_or_compile(v, &toolchain).map_err(|source| BuildError::Kernel { name: v.name().to_owned(), source })?;
+            let k = cache
+                .get_or_compile(v, &toolchain)
+                .map_err(|source| BuildError::Kernel {
+                    name: v.name().to_owned(),
+                    source,
+                })?;
             let mut entries: [String; 4] = Default::default();
             for e in v.entry_points() {
-                let index = usize::from(e.size == RowSize::Large) * 2 + usize::from(e.mode == Mode::Accumulate);
+                let index = usize::from(e.size == RowSize::Large) * 2
+                    + usize::from(e.mode == Mode::Accumulate);
                 entries[index] = e.symbol;
             }
             let metadata = std::fs::read_to_string(&k.metadata_path).unwrap_or_default();
-            Ok(PackageKernel { name: format!("{}_{}", v.name(), &k.metadata.input_hash.get(..8).unwrap_or("")), entries, object: k.object, metadata })
+            Ok(PackageKernel {
+                name: format!(
+                    "{}_{}",
+                    v.name(),
+                    &k.metadata.input_hash.get(..8).unwrap_or("")
+                ),
+                entries,
+                object: k.object,
+                metadata,
+            })
         })
         .collect();
     results.into_iter().collect()
@@ -371,14 +475,26 @@ fn kernel_code(program: &Program, variants: &[Variant], tiles: u32) -> Vec<u32> 
         }
     }
     walk(&program.steps, &mut used);
-    used.iter().map(|u| u.iter().map(|&k| ipu_kernels::code_bytes(&variants[k])).sum()).collect()
+    used.iter()
+        .map(|u| {
+            u.iter()
+                .map(|&k| ipu_kernels::code_bytes(&variants[k]))
+                .sum()
+        })
+        .collect()
 }
 
 /// The support estimate before placement: runtime, kernel code, control
-/// program, and exchange rows at an upper estimate of 12 bytes per fragment
-/// a tile sends or receives plus 16 per phase, all rounded up to whole
-/// elements.
-fn estimate_support(program: &Program, storage: &StoragePlan, variants: &[Variant], control: &[u32], tiles: u32) -> Vec<u32> {
+/// program, and exchange rows at 4 bytes per transfer a tile sends or
+/// receives plus 16 per phase, all rounded up to whole elements. Tiles whose
+/// real rows outgrow it are placed again with their measured size.
+fn estimate_support(
+    program: &Program,
+    storage: &StoragePlan,
+    variants: &[Variant],
+    control: &[u32],
+    tiles: u32,
+) -> Vec<u32> {
     let _ = storage;
     let code = kernel_code(program, variants, tiles);
     let mut rows = vec![0u64; tiles as usize];
@@ -388,15 +504,20 @@ fn estimate_support(program: &Program, storage: &StoragePlan, variants: &[Varian
     let mut phase_count = 0u64;
     for copies in exchange_steps(&program.steps) {
         phase_count += 1;
-        if let Ok(build) = build_phase_counts(program, copies, tiles, &mut cache, &identity, &fake) {
+        if let Ok(build) = build_phase_counts(program, copies, tiles, &mut cache, &identity, &fake)
+        {
             for (t, n) in build.into_iter().enumerate() {
-                rows[t] += 12 * n;
+                rows[t] += 4 * n;
             }
         }
     }
     (0..tiles as usize)
         .map(|t| {
-            let total = u64::from(RUNTIME_BYTES) + u64::from(code[t]) + u64::from(control[t]) + rows[t] + 16 * phase_count;
+            let total = u64::from(RUNTIME_BYTES)
+                + u64::from(code[t])
+                + u64::from(control[t])
+                + rows[t]
+                + 16 * phase_count;
             round_up(u32::try_from(total).unwrap_or(u32::MAX), ELEMENT_BYTES)
         })
         .collect()
@@ -438,7 +559,13 @@ fn exchange_steps(steps: &[Step]) -> Vec<&[crate::program::Redistribute]> {
 type Placed = (Problem, ipu_alloc::Placement, Vec<Vec<Vec<BufferId>>>);
 
 /// Builds the placement problem and places it.
-fn place_storage(program: &Program, storage: &StoragePlan, reserved: &[u32], map: &MemoryMap, config: &BuildConfig) -> Result<Placed, BuildError> {
+fn place_storage(
+    _program: &Program,
+    storage: &StoragePlan,
+    reserved: &[u32],
+    map: &MemoryMap,
+    config: &BuildConfig,
+) -> Result<Placed, BuildError> {
     let start = Instant::now();
     let base = map.sram_start();
     let mut tiles = Vec::with_capacity(config.tiles as usize);
@@ -455,15 +582,31 @@ fn place_storage(program: &Program, storage: &StoragePlan, reserved: &[u32], map
                 alignment: r.alignment,
                 first_step: r.first_step,
                 last_step: r.last_step,
-                separate_from: r.separate_from.iter().map(|&x| RequestId::from_u32(x)).collect(),
+                separate_from: r
+                    .separate_from
+                    .iter()
+                    .map(|&x| RequestId::from_u32(x))
+                    .collect(),
             });
             members.push(r.members.iter().map(|m| m.0).collect());
         }
-        let reservations = vec![Reservation { start: base, end: base + reserved[t], steps: None, label: "support".into() }];
-        tiles.push(TileProblem { tile: TileId::from_u32(t as u32), reservations, requests: list });
+        let reservations = vec![Reservation {
+            start: base,
+            end: base + reserved[t],
+            steps: None,
+            label: "support".into(),
+        }];
+        tiles.push(TileProblem {
+            tile: TileId::from_u32(t as u32),
+            reservations,
+            requests: list,
+        });
         ids.push(members);
     }
-    let problem = Problem { map: map.clone(), tiles };
+    let problem = Problem {
+        map: map.clone(),
+        tiles,
+    };
     let placement = ipu_alloc::place(&problem, &config.place).map_err(|e| match e {
         PlaceError::DoesNotFit(_) => BuildError::DoesNotFit(Box::new(e)),
         other => BuildError::Place(Box::new(other)),
@@ -471,9 +614,17 @@ fn place_storage(program: &Program, storage: &StoragePlan, reserved: &[u32], map
     if config.verify
         && let Err(errors) = ipu_alloc::check_placement(&problem, &placement)
     {
-        return Err(BuildError::Check { what: "placement".into(), detail: errors.first().map(ToString::to_string).unwrap_or_default() });
+        return Err(BuildError::Check {
+            what: "placement".into(),
+            detail: errors.first().map(ToString::to_string).unwrap_or_default(),
+        });
     }
-    debug!(tiles = config.tiles, shards = storage.request_count(), elapsed_us = start.elapsed().as_micros() as u64, "placed tile storage");
+    debug!(
+        tiles = config.tiles,
+        shards = storage.request_count(),
+        elapsed_us = start.elapsed().as_micros() as u64,
+        "placed tile storage"
+    );
     Ok((problem, placement, ids))
 }
 
@@ -489,9 +640,13 @@ fn buffer_addresses(
     let mut out: HashMap<BufferId, Vec<(u32, u32)>> = HashMap::new();
     for (t, tile) in problem.tiles.iter().enumerate() {
         for (i, r) in storage.tiles[t].iter().enumerate() {
-            let Some(base) = placement.address(t, RequestId::from_u32(i as u32)) else { continue };
+            let Some(base) = placement.address(t, RequestId::from_u32(i as u32)) else {
+                continue;
+            };
             for &(b, offset) in &r.members {
-                out.entry(b).or_default().push((tile.tile.as_u32(), base + offset));
+                out.entry(b)
+                    .or_default()
+                    .push((tile.tile.as_u32(), base + offset));
             }
         }
     }
@@ -502,7 +657,9 @@ fn buffer_addresses(
 }
 
 /// The address lookup of a buffer map.
-fn lookup(addresses: &HashMap<BufferId, Vec<(u32, u32)>>) -> impl Fn(BufferId, TileId) -> Option<u32> + '_ {
+fn lookup(
+    addresses: &HashMap<BufferId, Vec<(u32, u32)>>,
+) -> impl Fn(BufferId, TileId) -> Option<u32> + '_ {
     move |b, t| {
         let list = addresses.get(&b)?;
         let i = list.binary_search_by_key(&t.as_u32(), |e| e.0).ok()?;
@@ -525,13 +682,29 @@ fn schedule_phases(
         copies: &'a [crate::program::Redistribute],
         next: Option<HashMap<BufferId, BufferId>>,
     }
-    fn collect<'a>(steps: &'a [Step], next: Option<&HashMap<BufferId, BufferId>>, out: &mut Vec<Job<'a>>) {
+    fn collect<'a>(
+        steps: &'a [Step],
+        next: Option<&HashMap<BufferId, BufferId>>,
+        out: &mut Vec<Job<'a>>,
+    ) {
         for step in steps {
             match step {
-                Step::Exchange { name, copies } => out.push(Job { name: name.clone(), copies, next: next.cloned() }),
-                Step::Repeat { body, iteration_buffers, count, .. } => {
+                Step::Exchange { name, copies } => out.push(Job {
+                    name: name.clone(),
+                    copies,
+                    next: next.cloned(),
+                }),
+                Step::Repeat {
+                    body,
+                    iteration_buffers,
+                    count,
+                    ..
+                } => {
                     let subst: HashMap<BufferId, BufferId> = if *count > 1 {
-                        iteration_buffers.iter().filter_map(|(b, list)| list.get(1).map(|&n| (*b, n))).collect()
+                        iteration_buffers
+                            .iter()
+                            .filter_map(|(b, list)| list.get(1).map(|&n| (*b, n)))
+                            .collect()
                     } else {
                         HashMap::new()
                     };
@@ -551,9 +724,15 @@ fn schedule_phases(
         let identity = |b: BufferId| b;
         let b0 = build_phase(program, job.copies, tiles, &mut cache, &identity, &address)?;
         let b1 = match &job.next {
-            Some(subst) if job.copies.iter().any(|c| subst.contains_key(&c.source) || subst.contains_key(&c.destination)) => {
+            Some(subst)
+                if job.copies.iter().any(|c| {
+                    subst.contains_key(&c.source) || subst.contains_key(&c.destination)
+                }) =>
+            {
                 let resolve = |b: BufferId| subst.get(&b).copied().unwrap_or(b);
-                Some(build_phase(program, job.copies, tiles, &mut cache, &resolve, &address)?)
+                Some(build_phase(
+                    program, job.copies, tiles, &mut cache, &resolve, &address,
+                )?)
             }
             _ => None,
         };
@@ -563,13 +742,23 @@ fn schedule_phases(
         .into_par_iter()
         .enumerate()
         .map(|(i, (name, b0, b1))| {
-            let err = |reason: String| BuildError::Schedule { phase: i, name: name.clone(), reason };
-            let cfg = ScheduleConfig { phase_label: i as u32, ..config.schedule.clone() };
+            let err = |reason: String| BuildError::Schedule {
+                phase: i,
+                name: name.clone(),
+                reason,
+            };
+            let cfg = ScheduleConfig {
+                phase_label: i as u32,
+                ..config.schedule.clone()
+            };
             let s0 = schedule(&b0.phase, fabric, &cfg).map_err(|e| err(e.to_string()))?;
             if config.verify
                 && let Err(errors) = check_schedule(&b0.phase, fabric, s0.rows())
             {
-                return Err(BuildError::Check { what: format!("exchange phase {i} ({name})"), detail: errors.first().map(ToString::to_string).unwrap_or_default() });
+                return Err(BuildError::Check {
+                    what: format!("exchange phase {i} ({name})"),
+                    detail: errors.first().map(ToString::to_string).unwrap_or_default(),
+                });
             }
             let patches = match b1 {
                 Some(b1) => {
@@ -598,11 +787,19 @@ fn row_patches(r0: &EncodedRows, r1: &EncodedRows) -> Result<Vec<RowPatch>, Stri
         let tile = TileId::from_u32(t);
         let (a, b) = (r0.row(tile), r1.row(tile));
         if a.len() != b.len() {
-            return Err(format!("{tile}'s row changes length between iterations ({} and {} words); the schedule depends on addresses", a.len(), b.len()));
+            return Err(format!(
+                "{tile}'s row changes length between iterations ({} and {} words); the schedule depends on addresses",
+                a.len(),
+                b.len()
+            ));
         }
         for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
             if x != y {
-                patches.push(RowPatch { tile, index: i as u32, delta: y.wrapping_sub(x) });
+                patches.push(RowPatch {
+                    tile,
+                    index: i as u32,
+                    delta: y.wrapping_sub(x),
+                });
             }
         }
     }
@@ -610,7 +807,14 @@ fn row_patches(r0: &EncodedRows, r1: &EncodedRows) -> Result<Vec<RowPatch>, Stri
 }
 
 /// The measured support of every tile.
-fn measure_support(program: &Program, variants: &[Variant], control: &[u32], phases: &[PackagePhase], tiles: u32, reserved: &[u32]) -> Vec<TileSupport> {
+fn measure_support(
+    program: &Program,
+    variants: &[Variant],
+    control: &[u32],
+    phases: &[PackagePhase],
+    tiles: u32,
+    reserved: &[u32],
+) -> Vec<TileSupport> {
     let code = kernel_code(program, variants, tiles);
     let mut rows = vec![0u64; tiles as usize];
     let mut patches = vec![0u64; tiles as usize];
@@ -648,7 +852,9 @@ fn repeat_counts(steps: &[Step]) -> Vec<u32> {
     for step in steps {
         match step {
             Step::Exchange { .. } => out.push(1),
-            Step::Repeat { body, count, .. } => out.extend(repeat_counts(body).into_iter().map(|c| c * count)),
+            Step::Repeat { body, count, .. } => {
+                out.extend(repeat_counts(body).into_iter().map(|c| c * count))
+            }
             Step::Compute { .. } => {}
         }
     }
@@ -680,8 +886,16 @@ fn summarise(
     }
     let exchange_table = support.iter().map(|s| s.exchange_bytes).max().unwrap_or(0);
     let patch = support.iter().map(|s| s.patch_bytes).max().unwrap_or(0);
-    info!(exchange_table_bytes = exchange_table, maximum_uncompressed_repeat_patch_bytes = patch, "exchange table and repeat patch storage");
-    let worst = support.iter().max_by_key(|s| s.used()).copied().unwrap_or_default();
+    info!(
+        exchange_table_bytes = exchange_table,
+        maximum_uncompressed_repeat_patch_bytes = patch,
+        "exchange table and repeat patch storage"
+    );
+    let worst = support
+        .iter()
+        .max_by_key(|s| s.used())
+        .copied()
+        .unwrap_or_default();
     info!(
         host_code_bytes = worst.runtime_bytes,
         generated_code_bytes = worst.kernel_code_bytes + worst.control_bytes,
@@ -702,7 +916,11 @@ fn summarise(
         tile_count: config.tiles,
         requests: storage.request_count(),
         peak_bytes: peak,
-        min_headroom_bytes: if headroom.0 == u64::MAX { usable } else { headroom.0 },
+        min_headroom_bytes: if headroom.0 == u64::MAX {
+            usable
+        } else {
+            headroom.0
+        },
         min_headroom_tile: headroom.1,
         exchange_horizon: phases.iter().map(|p| p.horizon).sum(),
         exchange_endpoint_bound: phases.iter().map(|p| p.endpoint_lower_bound).sum(),

@@ -20,8 +20,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod build;
 pub mod graph;
 pub mod lower;
+pub mod package;
 pub mod phases;
 pub mod plan;
 pub mod program;

@@ -92,7 +92,11 @@ pub struct TileSupport {
 impl TileSupport {
     /// Bytes used.
     pub fn used(&self) -> u32 {
-        self.runtime_bytes + self.kernel_code_bytes + self.control_bytes + self.exchange_bytes + self.patch_bytes
+        self.runtime_bytes
+            + self.kernel_code_bytes
+            + self.control_bytes
+            + self.exchange_bytes
+            + self.patch_bytes
     }
 }
 
@@ -214,7 +218,10 @@ pub enum PackageIoError {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PackageIoError + '_ {
-    move |source| PackageIoError::Io { path: path.to_owned(), source }
+    move |source| PackageIoError::Io {
+        path: path.to_owned(),
+        source,
+    }
 }
 
 const ROWS_MAGIC: &[u8; 8] = b"IPUROWS1";
@@ -225,7 +232,7 @@ const ROWS_MAGIC: &[u8; 8] = b"IPUROWS1";
 pub fn encode_rows(rows: &[EncodedRows]) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(ROWS_MAGIC);
-    let mut put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
+    let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
     put(&mut out, rows.len() as u32);
     for r in rows {
         put(&mut out, r.tile_count());
@@ -282,9 +289,15 @@ impl Package {
     /// Writes the package into `dir` atomically (a temporary directory
     /// beside it, renamed over it).
     pub fn write(&self, dir: &Path) -> Result<(), PackageIoError> {
-        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let parent = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         std::fs::create_dir_all(parent).map_err(io(parent))?;
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "package".into());
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "package".into());
         let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
         if tmp.exists() {
             std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
@@ -298,7 +311,10 @@ impl Package {
             files.push((rel.to_owned(), bytes.len() as u64));
             Ok(())
         };
-        let program = serde_json::to_vec(&self.program).map_err(|e| PackageIoError::Format { path: tmp.join("program.json"), reason: e.to_string() })?;
+        let program = serde_json::to_vec(&self.program).map_err(|e| PackageIoError::Format {
+            path: tmp.join("program.json"),
+            reason: e.to_string(),
+        })?;
         put("program.json", &program)?;
         put("exchange.bin", &encode_rows(&self.rows))?;
         put("memory-profile.json", self.memory_profile.as_bytes())?;
@@ -308,7 +324,10 @@ impl Package {
         }
         let mut manifest = self.manifest.clone();
         manifest.files = files;
-        let text = serde_json::to_vec_pretty(&manifest).map_err(|e| PackageIoError::Format { path: tmp.join("manifest.json"), reason: e.to_string() })?;
+        let text = serde_json::to_vec_pretty(&manifest).map_err(|e| PackageIoError::Format {
+            path: tmp.join("manifest.json"),
+            reason: e.to_string(),
+        })?;
         let path = tmp.join("manifest.json");
         std::fs::write(&path, text).map_err(io(&path))?;
         // Swap in: move any old package aside, rename the new one, then
@@ -322,7 +341,10 @@ impl Package {
             if had_old {
                 let _ = std::fs::rename(&old, dir);
             }
-            return Err(PackageIoError::Io { path: dir.to_owned(), source: e });
+            return Err(PackageIoError::Io {
+                path: dir.to_owned(),
+                source: e,
+            });
         }
         if had_old {
             std::fs::remove_dir_all(&old).map_err(io(&old))?;
@@ -336,21 +358,45 @@ impl Package {
             let path = dir.join(rel);
             std::fs::read(&path).map_err(io(&path))
         };
-        let format = |rel: &str, reason: String| PackageIoError::Format { path: dir.join(rel), reason };
-        let manifest: Manifest = serde_json::from_slice(&read("manifest.json")?).map_err(|e| format("manifest.json", e.to_string()))?;
+        let format = |rel: &str, reason: String| PackageIoError::Format {
+            path: dir.join(rel),
+            reason,
+        };
+        let manifest: Manifest = serde_json::from_slice(&read("manifest.json")?)
+            .map_err(|e| format("manifest.json", e.to_string()))?;
         if manifest.format_version != FORMAT_VERSION {
-            return Err(format("manifest.json", format!("format version {} is not {FORMAT_VERSION}", manifest.format_version)));
+            return Err(format(
+                "manifest.json",
+                format!(
+                    "format version {} is not {FORMAT_VERSION}",
+                    manifest.format_version
+                ),
+            ));
         }
-        let mut program: PackageProgram = serde_json::from_slice(&read("program.json")?).map_err(|e| format("program.json", e.to_string()))?;
+        let mut program: PackageProgram = serde_json::from_slice(&read("program.json")?)
+            .map_err(|e| format("program.json", e.to_string()))?;
         for k in &mut program.compiled {
             k.object = read(&format!("kernels/{}.o", k.name))?;
-            k.metadata = String::from_utf8_lossy(&read(&format!("kernels/{}.json", k.name))?).into_owned();
+            k.metadata =
+                String::from_utf8_lossy(&read(&format!("kernels/{}.json", k.name))?).into_owned();
         }
         let rows = decode_rows(&read("exchange.bin")?).map_err(|e| format("exchange.bin", e))?;
         if rows.len() != program.phases.len() {
-            return Err(format("exchange.bin", format!("{} phases, the program has {}", rows.len(), program.phases.len())));
+            return Err(format(
+                "exchange.bin",
+                format!(
+                    "{} phases, the program has {}",
+                    rows.len(),
+                    program.phases.len()
+                ),
+            ));
         }
         let memory_profile = String::from_utf8_lossy(&read("memory-profile.json")?).into_owned();
-        Ok(Package { manifest, program, rows, memory_profile })
+        Ok(Package {
+            manifest,
+            program,
+            rows,
+            memory_profile,
+        })
     }
 }

@@ -120,16 +120,23 @@ pub fn build_phase(
     for c in copies {
         let (s, d) = (resolve(c.source), resolve(c.destination));
         let (sb, db) = (&program.buffers[s], &program.buffers[d]);
-        let fragments = cache.get(&sb.ty, &c.view, &db.ty).map_err(|error| PhaseBuildError::Layout {
-            source_name: sb.name.clone(),
-            destination: db.name.clone(),
-            error,
-        })?;
+        let fragments =
+            cache
+                .get(&sb.ty, &c.view, &db.ty)
+                .map_err(|error| PhaseBuildError::Layout {
+                    source_name: sb.name.clone(),
+                    destination: db.name.clone(),
+                    error,
+                })?;
         for f in fragments.iter() {
-            let base_s = address(s, f.source)
-                .ok_or_else(|| PhaseBuildError::Unplaced { buffer: sb.name.clone(), tile: f.source })?;
-            let base_d = address(d, f.destination)
-                .ok_or_else(|| PhaseBuildError::Unplaced { buffer: db.name.clone(), tile: f.destination })?;
+            let base_s = address(s, f.source).ok_or_else(|| PhaseBuildError::Unplaced {
+                buffer: sb.name.clone(),
+                tile: f.source,
+            })?;
+            let base_d = address(d, f.destination).ok_or_else(|| PhaseBuildError::Unplaced {
+                buffer: db.name.clone(),
+                tile: f.destination,
+            })?;
             let src = u64::from(base_s) + f.source_offset;
             let dst = u64::from(base_d) + f.destination_offset;
             let unaligned = || PhaseBuildError::Unaligned {
@@ -138,11 +145,20 @@ pub fn build_phase(
                 bytes: f.bytes,
                 address: dst,
             };
-            let (Ok(src), Ok(dst), Ok(bytes)) = (u32::try_from(src), u32::try_from(dst), u32::try_from(f.bytes)) else {
+            let (Ok(src), Ok(dst), Ok(bytes)) = (
+                u32::try_from(src),
+                u32::try_from(dst),
+                u32::try_from(f.bytes),
+            ) else {
                 return Err(unaligned());
             };
             if f.is_local() {
-                local.push(LocalCopy { tile: f.source, source: src, destination: dst, bytes });
+                local.push(LocalCopy {
+                    tile: f.source,
+                    source: src,
+                    destination: dst,
+                    bytes,
+                });
                 continue;
             }
             if src % 4 != 0 || dst % 4 != 0 || bytes % 4 != 0 {
@@ -150,7 +166,12 @@ pub fn build_phase(
             }
             let words = bytes / 4;
             match by_source.get(&(f.source, src, words)) {
-                Some(&i) if !transfers[i].destinations.iter().any(|&(t, _)| t == f.destination) => {
+                Some(&i)
+                    if !transfers[i]
+                        .destinations
+                        .iter()
+                        .any(|&(t, _)| t == f.destination) =>
+                {
                     transfers[i].destinations.push((f.destination, dst));
                 }
                 _ => {
@@ -166,5 +187,11 @@ pub fn build_phase(
             }
         }
     }
-    Ok(PhaseBuild { phase: Phase { tile_count, transfers }, local })
+    Ok(PhaseBuild {
+        phase: Phase {
+            tile_count,
+            transfers,
+        },
+        local,
+    })
 }
