@@ -11,7 +11,39 @@ use ipu_layout::{Precision, TileId};
 use ipu_package::program::{BufferId, Codelet, GemmEntry, KernelId, Operand};
 
 use crate::SimError;
-use crate::reference::kernels::{gelu, layer_norm};
+
+/// GELU with the tanh approximation, as the device codelet computes it in
+/// f32. Written here, not shared with the reference evaluator, so that the
+/// oracle stays independent of the model it checks.
+fn gelu(x: f32) -> f32 {
+    let inner = 0.797_884_6_f32 * (x + 0.044_715 * x * x * x);
+    0.5 * x * (1.0 + inner.tanh())
+}
+
+/// Layer normalisation of `rows` rows of `d` elements: mean and variance
+/// accumulated in f64 (the device uses F32 pairs of partial sums, which
+/// this bounds), then `(x − mean) · rsqrt(var + eps) · g + b` in f32.
+fn layer_norm(x: &[f32], g: &[f32], b: &[f32], d: usize, eps: f32) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(d.max(1)) {
+        let n = row.len() as f64;
+        let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+        let var = row
+            .iter()
+            .map(|&v| (f64::from(v) - mean) * (f64::from(v) - mean))
+            .sum::<f64>()
+            / n;
+        let inv = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
+        let mean = mean as f32;
+        out.extend(
+            row.iter()
+                .zip(g)
+                .zip(b)
+                .map(|((&v, &gg), &bb)| (v - mean) * inv * gg + bb),
+        );
+    }
+    out
+}
 
 /// Tile memory as codelets see it.
 pub trait CodeletMemory {

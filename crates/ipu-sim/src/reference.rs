@@ -43,7 +43,7 @@
 //! [`compare`](mod@compare).
 
 pub mod compare;
-pub mod kernels;
+mod kernels;
 
 use std::borrow::Cow;
 

@@ -19,7 +19,7 @@ use ipu_layout::{
 use crate::plan::CostModel;
 
 /// Output columns per AMP block.
-const COLUMN_BLOCK: u64 = 16;
+const AMP_COLUMNS: u64 = 16;
 
 /// One GEMM as the planner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +40,13 @@ pub struct GemmProblem {
 }
 
 impl GemmProblem {
+    /// Columns are split in blocks that are whole AMP output blocks and
+    /// whole weight panels (32 columns for FP8 weights), so that a weight
+    /// block moves as whole panels rather than row by row.
+    pub fn column_block(&self) -> u64 {
+        AMP_COLUMNS.max(self.right.amp_panel_columns())
+    }
+
     /// The AMP micro inner dimension: 32 when both operands are FP8, else 16.
     pub fn micro_inner(&self) -> u64 {
         if self.left.is_fp8() && self.right.is_fp8() {
@@ -117,7 +124,7 @@ pub fn estimate(
     let (pm, pn, pk) = (u64::from(grid.pm), u64::from(grid.pn), u64::from(grid.pk));
     let rows = problem.rows_per_token() * problem.tokens().div_ceil(pm);
     let inner = largest_block(problem.inner, pk, micro);
-    let columns = largest_block(problem.columns, pn, COLUMN_BLOCK);
+    let columns = largest_block(problem.columns, pn, problem.column_block());
     let left = rows * inner * problem.left.element_bytes();
     let right = inner * columns * problem.right.element_bytes();
     let out = rows * columns * problem.output.element_bytes();
@@ -158,7 +165,7 @@ pub fn gemm_candidates(
 ) -> Vec<(GemmGrid, GemmEstimate)> {
     let tiles = u64::from(tiles);
     let kblocks = problem.inner.div_ceil(problem.micro_inner());
-    let nblocks = problem.columns.div_ceil(COLUMN_BLOCK);
+    let nblocks = problem.columns.div_ceil(problem.column_block());
     let mut out = Vec::new();
     for pk in 1..=kblocks.min(tiles) {
         for pn in 1..=nblocks.min(tiles / pk) {
@@ -169,8 +176,8 @@ pub fn gemm_candidates(
             // Skip grids whose last blocks would be empty.
             if largest_block(problem.inner, pk, problem.micro_inner()) * (pk - 1)
                 >= problem.inner.div_ceil(problem.micro_inner()) * problem.micro_inner()
-                || largest_block(problem.columns, pn, COLUMN_BLOCK) * (pn - 1)
-                    >= nblocks * COLUMN_BLOCK
+                || largest_block(problem.columns, pn, problem.column_block()) * (pn - 1)
+                    >= nblocks * problem.column_block()
             {
                 continue;
             }
@@ -257,7 +264,7 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
     let right_shape = vec![problem.inner, problem.columns];
     let right_axes = vec![
         axis(Axis::FromStart(0), pk, micro, s_k),
-        axis(Axis::FromStart(1), pn, COLUMN_BLOCK, s_n),
+        axis(Axis::FromStart(1), pn, problem.column_block(), s_n),
     ];
     let right = tensor(
         right_shape.clone(),
@@ -276,7 +283,7 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
 
     let mut out_shape = problem.outer.clone();
     out_shape.push(problem.columns);
-    let mut out_axes = vec![axis(Axis::FromEnd(1), pn, COLUMN_BLOCK, s_n)];
+    let mut out_axes = vec![axis(Axis::FromEnd(1), pn, problem.column_block(), s_n)];
     if has_rows {
         out_axes.push(axis(Axis::FromEnd(2), pm, 1, s_m));
     }
@@ -314,18 +321,18 @@ fn resident_tiling(problem: &GemmProblem, grid: GemmGrid) -> Result<TensorTiling
             1,
             vec![
                 axis(Axis::FromStart(0), pk, micro, u64::from(pn)),
-                axis(Axis::FromStart(1), pn, COLUMN_BLOCK, 1),
+                axis(Axis::FromStart(1), pn, problem.column_block(), 1),
             ],
         );
     }
     let kblocks = problem.inner.div_ceil(micro).max(1);
-    let nblocks = problem.columns.div_ceil(COLUMN_BLOCK).max(1);
+    let nblocks = problem.columns.div_ceil(problem.column_block()).max(1);
     let mut best = (0u64, u64::MAX, 1u64, 1u64);
     for kp in 1..=kblocks.min(u64::from(tiles)) {
         let np = (u64::from(tiles) / kp).min(nblocks);
         let used = kp * np;
         let k_block = kblocks.div_ceil(kp) * micro;
-        let n_block = nblocks.div_ceil(np) * COLUMN_BLOCK;
+        let n_block = nblocks.div_ceil(np) * problem.column_block();
         let largest = k_block * n_block;
         if (used, u64::MAX - largest) > (best.0, u64::MAX - best.1) {
             best = (used, largest, kp, np);
@@ -337,7 +344,7 @@ fn resident_tiling(problem: &GemmProblem, grid: GemmGrid) -> Result<TensorTiling
         1,
         vec![
             axis(Axis::FromStart(0), kp as u32, micro, np),
-            axis(Axis::FromStart(1), np as u32, COLUMN_BLOCK, 1),
+            axis(Axis::FromStart(1), np as u32, problem.column_block(), 1),
         ],
     )
 }
