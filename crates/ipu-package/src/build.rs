@@ -188,7 +188,7 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
     let built = phase("plan_package", &mut times, |times| {
         loop {
             let program = lower(graph, &lower_config)?;
-            let storage = plan_storage(&program)?;
+            let storage = plan_storage(&program, config.tiles)?;
             let kernels = phase("plan_kernels", times, |_| plan_kernels(&program))?;
             let compiled = phase("compile_kernels", times, |_| {
                 compile_kernels(&kernels, config)
@@ -267,7 +267,7 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
                 }
                 Err(BuildError::DoesNotFit(e)) if attempt < config.max_replans => {
                     attempt += 1;
-                    lower_config.transient_budget = lower_config.transient_budget / 2;
+                    lower_config.transient_budget /= 2;
                     warn!(budget = lower_config.transient_budget, error = %e, "placement failed; trading cycles for memory with a smaller transient budget");
                 }
                 Err(e) => break Err(e),
@@ -570,7 +570,7 @@ fn place_storage(
     let base = map.sram_start();
     let mut tiles = Vec::with_capacity(config.tiles as usize);
     let mut ids = Vec::with_capacity(config.tiles as usize);
-    for t in 0..config.tiles as usize {
+    for (t, &reserve) in reserved.iter().enumerate().take(config.tiles as usize) {
         let requests = storage.tiles.get(t).map(Vec::as_slice).unwrap_or(&[]);
         let mut list = Vec::with_capacity(requests.len());
         let mut members = Vec::with_capacity(requests.len());
@@ -592,7 +592,7 @@ fn place_storage(
         }
         let reservations = vec![Reservation {
             start: base,
-            end: base + reserved[t],
+            end: base + reserve,
             steps: None,
             label: "support".into(),
         }];
@@ -760,9 +760,22 @@ fn schedule_phases(
                     detail: errors.first().map(ToString::to_string).unwrap_or_default(),
                 });
             }
+            let mut local = b0.local;
             let patches = match b1 {
                 Some(b1) => {
                     let s1 = schedule(&b1.phase, fabric, &cfg).map_err(|e| err(e.to_string()))?;
+                    // On-tile copies of per-iteration buffers move by a
+                    // stride per iteration, like the rows' addresses.
+                    if b1.local.len() != local.len() {
+                        return Err(err("on-tile copies change between iterations".into()));
+                    }
+                    for (c0, c1) in local.iter_mut().zip(&b1.local) {
+                        if (c0.tile, c0.bytes) != (c1.tile, c1.bytes) {
+                            return Err(err("on-tile copies change between iterations".into()));
+                        }
+                        c0.source_stride = c1.source.wrapping_sub(c0.source);
+                        c0.destination_stride = c1.destination.wrapping_sub(c0.destination);
+                    }
                     row_patches(s0.rows(), s1.rows()).map_err(err)?
                 }
                 None => Vec::new(),
@@ -773,7 +786,7 @@ fn schedule_phases(
                 endpoint_lower_bound: s0.endpoint_lower_bound(),
                 stronger_lower_bound: s0.stronger_lower_bound(),
                 rows: s0.into_rows(),
-                local: b0.local,
+                local,
                 patches,
             })
         })

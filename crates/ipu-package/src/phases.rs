@@ -28,6 +28,26 @@ pub struct LocalCopy {
     pub destination: u32,
     /// Bytes.
     pub bytes: u32,
+    /// Added to `source` per repeat iteration (wrapping), when the source
+    /// is a per-iteration buffer.
+    #[serde(default)]
+    pub source_stride: u32,
+    /// Added to `destination` per repeat iteration (wrapping).
+    #[serde(default)]
+    pub destination_stride: u32,
+}
+
+impl LocalCopy {
+    /// The copy as iteration `i` of a repeat body does it.
+    pub fn in_iteration(&self, i: u32) -> LocalCopy {
+        LocalCopy {
+            source: self.source.wrapping_add(self.source_stride.wrapping_mul(i)),
+            destination: self
+                .destination
+                .wrapping_add(self.destination_stride.wrapping_mul(i)),
+            ..*self
+        }
+    }
 }
 
 /// One exchange step, ready to schedule.
@@ -158,6 +178,8 @@ pub fn build_phase(
                     source: src,
                     destination: dst,
                     bytes,
+                    source_stride: 0,
+                    destination_stride: 0,
                 });
                 continue;
             }

@@ -200,8 +200,8 @@ fn align_up(value: u64, alignment: u64) -> u64 {
     value.div_ceil(alignment.max(1)) * alignment.max(1)
 }
 
-/// Plans every tile's storage requests for `program`.
-pub fn plan_storage(program: &Program) -> Result<StoragePlan, StorageError> {
+/// Plans the storage requests of every one of `tiles` tiles for `program`.
+pub fn plan_storage(program: &Program, tiles: u32) -> Result<StoragePlan, StorageError> {
     let mut walk = Walk {
         names: Vec::new(),
         touched: HashMap::new(),
@@ -252,7 +252,8 @@ pub fn plan_storage(program: &Program) -> Result<StoragePlan, StorageError> {
         .iter()
         .map(|b| b.ty.tiling().tile_count())
         .max()
-        .unwrap_or(0) as usize;
+        .unwrap_or(0)
+        .max(tiles) as usize;
     let mut tiles: Vec<Vec<StorageRequest>> = vec![Vec::new(); tile_count];
     let mut index_of: HashMap<(TileId, BufferId), u32> = HashMap::new();
     for (id, b) in program.buffers.iter() {

@@ -12,6 +12,7 @@ pub mod codelets;
 mod error;
 pub mod logical;
 pub mod reference;
+pub mod tiles;
 
 pub use error::SimError;
 

@@ -134,7 +134,7 @@ fn siglip_storage_peaks_fit_a_tile() {
     const REGION1: u64 = 0xe7bb0 - 0x80000;
     const SUPPORT: u64 = 96 * 1024;
     let p = lowered("siglip-so400m-b2.json", 1472);
-    let s = plan_storage(&p).unwrap();
+    let s = plan_storage(&p, 1472).unwrap();
     let steps = s.step_names.len();
     assert!(s.request_count() > 100_000);
     for (t, reqs) in s.tiles.iter().enumerate() {

@@ -6,6 +6,7 @@ mod fixtures;
 mod logical;
 mod ops;
 mod props;
+mod tiles;
 mod tolerance;
 
 use ipu_layout::Precision;
