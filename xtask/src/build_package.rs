@@ -84,7 +84,10 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     };
     let start = Instant::now();
     let package = match build_package(&graph, &config) {
-        Ok(p) => p,
+        Ok(mut p) => {
+            p.fixture = Some(text.clone());
+            p
+        }
         Err(e) => {
             eprintln!("error: {e}");
             eprintln!(

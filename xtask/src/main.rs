@@ -12,6 +12,7 @@ mod build_package;
 mod exchange;
 mod kernels;
 mod logging;
+mod run_package;
 
 /// A task: its name, a one-line summary, and what runs it.
 struct Task {
@@ -25,6 +26,16 @@ const TASKS: &[Task] = &[
         name: "build-package",
         summary: "build a model fixture into a package (default: SigLIP so400m b2, 1472 tiles)",
         run: build_package::run,
+    },
+    Task {
+        name: "run-package",
+        summary: "run a package on the tile model against the reference: DIR [--inputs seed|FILE] [--seed N]",
+        run: run_package::run,
+    },
+    Task {
+        name: "inspect-package",
+        summary: "print a package's manifest summary and validate it: DIR",
+        run: run_package::inspect,
     },
     Task {
         name: "test",

@@ -90,6 +90,7 @@ impl Default for BuildConfig {
                 verify: true,
                 ..PlaceConfig::default()
             },
+            // The build runs `check_schedule` itself when `verify` is on.
             schedule: ScheduleConfig::default(),
             verify: true,
             kernel_cache: None,
@@ -330,6 +331,7 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
         program: package_program,
         rows: phases.into_iter().map(|p| p.rows).collect(),
         memory_profile: profile.to_json(),
+        fixture: None,
     })
 }
 

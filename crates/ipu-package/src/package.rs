@@ -194,6 +194,9 @@ pub struct Package {
     pub rows: Vec<EncodedRows>,
     /// The memory profile JSON.
     pub memory_profile: String,
+    /// The fixture the package was built from, so that a run can be
+    /// checked against the reference evaluation of the same graph.
+    pub fixture: Option<String>,
 }
 
 /// Why a package could not be written or read.
@@ -318,6 +321,9 @@ impl Package {
         put("program.json", &program)?;
         put("exchange.bin", &encode_rows(&self.rows))?;
         put("memory-profile.json", self.memory_profile.as_bytes())?;
+        if let Some(fixture) = &self.fixture {
+            put("fixture.json", fixture.as_bytes())?;
+        }
         for k in &self.program.compiled {
             put(&format!("kernels/{}.o", k.name), &k.object)?;
             put(&format!("kernels/{}.json", k.name), k.metadata.as_bytes())?;
@@ -392,11 +398,22 @@ impl Package {
             ));
         }
         let memory_profile = String::from_utf8_lossy(&read("memory-profile.json")?).into_owned();
+        let fixture = match std::fs::read(dir.join("fixture.json")) {
+            Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => {
+                return Err(PackageIoError::Io {
+                    path: dir.join("fixture.json"),
+                    source,
+                });
+            }
+        };
         Ok(Package {
             manifest,
             program,
             rows,
             memory_profile,
+            fixture,
         })
     }
 }

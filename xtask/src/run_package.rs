@@ -1,0 +1,166 @@
+//! `cargo xtask run-package DIR [--inputs seed|FILE] [--seed N]` and
+//! `cargo xtask inspect-package DIR`.
+//!
+//! `run-package` runs a package on the tile model and the reference
+//! evaluation of the fixture it was built from, on the same inputs and
+//! weights (generated from a seed, or inputs read from a safetensors-style
+//! FILE), and prints per output the largest absolute and relative errors,
+//! the normalised RMS error and pass/fail under the reference's graph
+//! tolerance for the output's precision. Exit status 0 only if every output
+//! passes. `inspect-package` prints the manifest summary and validates the
+//! package (every buffer placed inside tile memory, phases and rows agree).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use ipu_package::graph::{parse_fixture, safetensors, values};
+use ipu_package::package::Package;
+use ipu_sim::reference::compare::{Tolerance, compare};
+
+fn read_package(args: &[String]) -> Result<(PathBuf, Package), String> {
+    let dir = args
+        .first()
+        .filter(|a| !a.starts_with("--"))
+        .ok_or("give the package directory")?;
+    let dir = PathBuf::from(dir);
+    let package = Package::read(&dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    Ok((dir, package))
+}
+
+fn option<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+pub fn run(args: &[String]) -> Result<ExitCode, String> {
+    let (dir, package) = read_package(args)?;
+    let fixture = package
+        .fixture
+        .as_deref()
+        .ok_or("the package does not carry its fixture; rebuild it with build-package")?;
+    let graph = parse_fixture(fixture).map_err(|e| format!("the package's fixture: {e}"))?;
+    let seed: u64 = option(args, "--seed")
+        .map(str::parse)
+        .transpose()
+        .map_err(|e| format!("--seed: {e}"))?
+        .unwrap_or(7);
+    let mut inputs = values::generate_weights(&graph, seed);
+    match option(args, "--inputs").unwrap_or("seed") {
+        "seed" => inputs.extend(values::generate_inputs(&graph, seed)),
+        file => {
+            let bytes = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
+            inputs.extend(
+                safetensors::read_values(&graph, &bytes).map_err(|e| format!("{file}: {e}"))?,
+            );
+        }
+    }
+    let start = Instant::now();
+    let device = ipu_sim::tiles::run_package(&package, &graph, &inputs)
+        .map_err(|e| format!("running {}: {e}", dir.display()))?;
+    let device_ms = start.elapsed().as_millis();
+    let start = Instant::now();
+    let reference = ipu_sim::evaluate(&graph, &inputs).map_err(|e| format!("reference: {e}"))?;
+    let reference_ms = start.elapsed().as_millis();
+    let mut all = true;
+    for output in graph.outputs() {
+        let t = graph.tensor(output);
+        let (Some(r), Some(d)) = (reference.get(output), device.get(output)) else {
+            println!("output={} missing", t.name());
+            all = false;
+            continue;
+        };
+        let c = compare(r, d, Tolerance::graph(t.precision()));
+        all &= c.pass;
+        println!(
+            "output={} elements={} max_abs={:.6} max_rel={:.6} rms_error={:.6} tolerance=graph({:?}) result={}",
+            t.name(),
+            c.elements,
+            c.max_abs,
+            c.max_rel,
+            c.rms_error,
+            t.precision(),
+            if c.pass { "pass" } else { "fail" }
+        );
+    }
+    println!(
+        "result={} tile_model_ms={device_ms} reference_ms={reference_ms}",
+        if all { "pass" } else { "fail" }
+    );
+    Ok(if all {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
+    let (dir, package) = read_package(args)?;
+    let s = &package.manifest.summary;
+    println!(
+        "package {} (format {})",
+        dir.display(),
+        package.manifest.format_version
+    );
+    println!(
+        "model={} tiles={} fits={} requests={} kernels={}",
+        package.manifest.name, s.tile_count, s.fits, s.requests, s.kernels
+    );
+    println!(
+        "peak_bytes={} min_headroom_bytes={} (tile {}) max_support_bytes={}",
+        s.peak_bytes, s.min_headroom_bytes, s.min_headroom_tile, s.max_support_bytes
+    );
+    println!(
+        "exchange phases={} horizon={} endpoint_bound={} stronger_bound={}",
+        package.program.phases.len(),
+        s.exchange_horizon,
+        s.exchange_endpoint_bound,
+        s.exchange_stronger_bound
+    );
+    for (name, bytes) in &package.manifest.files {
+        println!("file {name} {bytes} bytes");
+    }
+    // Validation: every shard inside tile memory, rows for every tile.
+    let mut problems = Vec::new();
+    for (b, list) in package
+        .program
+        .buffers
+        .iter()
+        .zip(&package.program.addresses)
+    {
+        for &(tile, address) in list {
+            let bytes =
+                b.ty.shard_bytes(ipu_layout::TileId::from_u32(tile))
+                    .unwrap_or(u64::MAX);
+            let end = u64::from(address) + bytes + u64::from(b.tail_bytes);
+            if address < ipu_sim::tiles::SRAM_START
+                || end > u64::from(ipu_sim::tiles::SRAM_END)
+                || tile >= s.tile_count
+            {
+                problems.push(format!(
+                    "{} on tile{tile} at {address:#x} leaves tile memory",
+                    b.name
+                ));
+            }
+        }
+    }
+    for (i, rows) in package.rows.iter().enumerate() {
+        if rows.tile_count() != s.tile_count {
+            problems.push(format!(
+                "phase {i} has rows for {} tiles",
+                rows.tile_count()
+            ));
+        }
+    }
+    for p in &problems {
+        println!("problem: {p}");
+    }
+    println!("valid={}", problems.is_empty());
+    Ok(if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
