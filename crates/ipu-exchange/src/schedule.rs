@@ -34,9 +34,10 @@ pub struct ScheduleConfig {
     pub path_search_limit: usize,
     /// Whether multicast transfers may be split by fanout.
     pub fanout_split: bool,
-    /// How many of a free node's pending transfers the greedy fill looks
-    /// at per event (nodes that must work look at all of them). Smaller is
-    /// faster; the critical-set repair keeps the horizon either way.
+    /// How many of a free node's pending multicast transfers the greedy
+    /// fill looks at per event (unicast ones are found through bit sets;
+    /// nodes that must work look at all). Smaller is faster; the
+    /// critical-set repair keeps the horizon either way.
     pub fill_budget: usize,
     /// Whether to try a paired schedule when a phase has Paired64 transfers.
     pub try_paired: bool,
