@@ -51,9 +51,35 @@ pub(crate) struct Job {
     pub len: u32,
     /// Caller's tag (transfer index).
     pub origin: u32,
+    /// Further sender-side nodes the job occupies (a paired item borrows
+    /// the partner's lane); they carry no tags.
+    pub extra_senders: SmallVec<[u32; 1]>,
+    /// Further receiver-side nodes the job occupies (a paired item blocks
+    /// the partner's receive port).
+    pub extra_receivers: SmallVec<[u32; 2]>,
     /// Caller's tags for the receivers (destination indices), aligned with
     /// `receivers`.
     pub dests: SmallVec<[u32; 2]>,
+}
+
+impl Job {
+    /// A job of one sender and one receiver and nothing else: the kind the
+    /// bit sets and alternating paths handle.
+    fn simple(&self) -> bool {
+        self.receivers.len() == 1
+            && self.extra_senders.is_empty()
+            && self.extra_receivers.is_empty()
+    }
+
+    /// Every node the job occupies, as (side, node).
+    fn endpoints(&self) -> SmallVec<[(usize, usize); 6]> {
+        let mut out = SmallVec::new();
+        out.push((SEND, self.sender as usize));
+        out.extend(self.extra_senders.iter().map(|&s| (SEND, s as usize)));
+        out.extend(self.receivers.iter().map(|&r| (RECV, r as usize)));
+        out.extend(self.extra_receivers.iter().map(|&r| (RECV, r as usize)));
+        out
+    }
 }
 
 /// A piece of a job run without interruption.
@@ -238,9 +264,12 @@ fn pair_key(sender: u32, receiver: u32) -> u64 {
 pub(crate) fn run(nodes: usize, mut jobs: Vec<Job>, config: CoreConfig) -> CoreOutput {
     // Unicast jobs first, grouped by (sender, receiver): a pair's jobs get
     // consecutive ids, and jobs of one sender sit together in memory.
-    jobs.sort_unstable_by_key(|j| match j.receivers.as_slice() {
-        [r] => (0, j.sender, *r, j.origin),
-        _ => (1, j.sender, 0, j.origin),
+    jobs.sort_unstable_by_key(|j| {
+        if j.simple() {
+            (0, j.sender, j.receivers[0], j.origin)
+        } else {
+            (1, j.sender, 0, j.origin)
+        }
     });
     let mut core = Core::new(nodes, jobs, config);
     core.solve();
@@ -268,7 +297,7 @@ impl Core {
                 free_bits[side][v / 64] |= 1 << (v % 64);
             }
         }
-        for job in &jobs {
+        for job in jobs.iter().filter(|j| j.simple()) {
             if let [r] = job.receivers.as_slice() {
                 let (s, r) = (job.sender as usize, *r as usize);
                 partner_bits[SEND][s * words + r / 64] |= 1 << (r % 64);
@@ -279,21 +308,18 @@ impl Core {
         let mut load = [vec![0u64; nodes], vec![0u64; nodes]];
         let mut others = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
         for (j, job) in jobs.iter().enumerate() {
-            let partner = match job.receivers.as_slice() {
-                [r] => *r,
-                _ => MULTI,
+            let partner = if job.simple() {
+                job.receivers[0]
+            } else {
+                MULTI
             };
-            adj[SEND][job.sender as usize].push((j as u32, partner));
-            if partner == MULTI {
-                others[SEND][job.sender as usize].push((j as u32, partner));
-            }
-            load[SEND][job.sender as usize] += u64::from(job.len);
-            for &r in &job.receivers {
-                adj[RECV][r as usize].push((j as u32, job.sender));
+            for (side, v) in job.endpoints() {
+                let entry = (j as u32, if side == SEND { partner } else { job.sender });
+                adj[side][v].push(entry);
                 if partner == MULTI {
-                    others[RECV][r as usize].push((j as u32, job.sender));
+                    others[side][v].push(entry);
                 }
-                load[RECV][r as usize] += u64::from(job.len);
+                load[side][v] += u64::from(job.len);
             }
         }
         let rt = jobs
@@ -305,10 +331,7 @@ impl Core {
                 version: 0,
                 pair: NO_PAIR,
                 sender: j.sender,
-                recv0: match j.receivers.as_slice() {
-                    [r] => *r,
-                    _ => MULTI,
-                },
+                recv0: if j.simple() { j.receivers[0] } else { MULTI },
                 state: State::Pending,
             })
             .collect::<Vec<_>>();
@@ -324,7 +347,7 @@ impl Core {
         let mut pair_pending: Vec<u32> = Vec::new();
         let mut last: Option<(u32, u32)> = None;
         for (j, job) in jobs.iter().enumerate() {
-            let [r] = job.receivers.as_slice() else {
+            let ([r], true) = (job.receivers.as_slice(), job.simple()) else {
                 continue;
             };
             let key = (job.sender, *r);
@@ -387,14 +410,6 @@ impl Core {
         }
     }
 
-    /// Receiver `k` of job `j`, without touching the job list for unicast.
-    fn receiver(&self, j: usize, k: usize) -> usize {
-        match self.rt[j].recv0 {
-            MULTI => self.jobs[j].receivers[k] as usize,
-            r => r as usize,
-        }
-    }
-
     fn start(&mut self, j: u32) {
         let ju = j as usize;
         debug_assert!(self.rt[ju].state == State::Pending);
@@ -406,22 +421,20 @@ impl Core {
             j,
             self.rt[ju].version,
         )));
-        let s = self.rt[ju].sender as usize;
-        self.busy[SEND][s] = Some(j);
-        self.free_bits[SEND][s / 64] &= !(1 << (s % 64));
-        self.node_since[SEND][s] = self.t;
-        self.node_version[SEND][s] = self.node_version[SEND][s].wrapping_add(1);
-        let count = if self.rt[ju].recv0 == MULTI {
-            self.jobs[ju].receivers.len()
-        } else {
-            1
-        };
-        for k in 0..count {
-            let r = self.receiver(ju, k);
-            self.busy[RECV][r] = Some(j);
-            self.free_bits[RECV][r / 64] &= !(1 << (r % 64));
-            self.node_since[RECV][r] = self.t;
-            self.node_version[RECV][r] = self.node_version[RECV][r].wrapping_add(1);
+        for (side, v) in self.endpoints(ju) {
+            self.busy[side][v] = Some(j);
+            self.free_bits[side][v / 64] &= !(1 << (v % 64));
+            self.node_since[side][v] = self.t;
+            self.node_version[side][v] = self.node_version[side][v].wrapping_add(1);
+        }
+    }
+
+    /// Every node job `j` occupies, without touching the job list for
+    /// simple jobs.
+    fn endpoints(&self, j: usize) -> SmallVec<[(usize, usize); 6]> {
+        match self.rt[j].recv0 {
+            MULTI => self.jobs[j].endpoints(),
+            r => smallvec::smallvec![(SEND, self.rt[j].sender as usize), (RECV, r as usize)],
         }
     }
 
@@ -449,24 +462,12 @@ impl Core {
         } else {
             State::Pending
         };
-        let s = self.rt[ju].sender as usize;
-        self.load[SEND][s] -= ran;
-        self.busy[SEND][s] = None;
-        self.free_bits[SEND][s / 64] |= 1 << (s % 64);
-        self.node_version[SEND][s] = self.node_version[SEND][s].wrapping_add(1);
-        self.freed.push((SEND, s));
-        let count = if self.rt[ju].recv0 == MULTI {
-            self.jobs[ju].receivers.len()
-        } else {
-            1
-        };
-        for k in 0..count {
-            let r = self.receiver(ju, k);
-            self.load[RECV][r] -= ran;
-            self.busy[RECV][r] = None;
-            self.free_bits[RECV][r / 64] |= 1 << (r % 64);
-            self.node_version[RECV][r] = self.node_version[RECV][r].wrapping_add(1);
-            self.freed.push((RECV, r));
+        for (side, v) in self.endpoints(ju) {
+            self.load[side][v] -= ran;
+            self.busy[side][v] = None;
+            self.free_bits[side][v / 64] |= 1 << (v % 64);
+            self.node_version[side][v] = self.node_version[side][v].wrapping_add(1);
+            self.freed.push((side, v));
         }
     }
 
@@ -591,7 +592,7 @@ impl Core {
                 continue;
             }
             let job = &self.jobs[j];
-            if job.receivers.len() == 1 {
+            if job.simple() {
                 // Unicast with a free partner (checked above).
                 let score = self.load[other][partner as usize];
                 if best.is_none_or(|(b, _)| score > b) {
@@ -600,9 +601,17 @@ impl Core {
                 continue;
             }
             let sender_load = self.load[SEND][job.sender as usize];
-            if self.busy[SEND][job.sender as usize].is_some() {
+            let lanes_busy = std::iter::once(&job.sender)
+                .chain(&job.extra_senders)
+                .any(|&s| self.busy[SEND][s as usize].is_some());
+            let ports_busy = job
+                .extra_receivers
+                .iter()
+                .any(|&r| self.busy[RECV][r as usize].is_some());
+            if lanes_busy {
                 continue;
             }
+            let splittable = job.extra_senders.is_empty() && job.extra_receivers.is_empty();
             let mut max_recv = 0;
             let mut all_free = true;
             let mut any_free = false;
@@ -616,11 +625,11 @@ impl Core {
                 }
             }
             let score = if side == SEND { max_recv } else { sender_load };
-            if all_free {
+            if all_free && !ports_busy {
                 if best.is_none_or(|(b, _)| score > b) {
                     best = Some((score, j));
                 }
-            } else if split && any_free {
+            } else if split && splittable && any_free {
                 let slack = self.target.saturating_sub(self.t + sender_load);
                 if slack >= u64::from(self.rt[j].rem) && best_split.is_none_or(|(b, _)| score > b) {
                     best_split = Some((score, j));
@@ -655,6 +664,8 @@ impl Core {
         let job = self.jobs[j].clone();
         let mut now = Job {
             receivers: SmallVec::new(),
+            extra_senders: SmallVec::new(),
+            extra_receivers: SmallVec::new(),
             dests: SmallVec::new(),
             ..job.clone()
         };
@@ -748,7 +759,7 @@ impl Core {
             let given_up = if head == 0 { None } else { self.busy[side][x] };
             for idx in 0..self.adj[side][x].len() {
                 let j = self.adj[side][x][idx].0 as usize;
-                if self.rt[j].state != State::Pending || self.jobs[j].receivers.len() != 1 {
+                if self.rt[j].state != State::Pending || self.rt[j].recv0 == MULTI {
                     continue;
                 }
                 if Some(j as u32) == given_up {
@@ -770,7 +781,7 @@ impl Core {
                     }
                     Some(f) => {
                         let fu = f as usize;
-                        if self.jobs[fu].receivers.len() != 1 {
+                        if self.rt[fu].recv0 == MULTI {
                             continue;
                         }
                         let y = if side == SEND {

@@ -3,8 +3,8 @@
 //! ```text
 //! Phase ──validate──► jobs ──core (critical-set events)──► segments
 //!   ordinary: every transfer as 32-bit words, tile-level jobs
-//!   paired:   Paired64 transfers as 64-bit items on tile pairs, then the
-//!             rest as 32-bit words
+//!   paired:   Paired64 transfers as 64-bit items that also hold the
+//!             partner tiles' lanes and ports, the rest as 32-bit words
 //! keep the shorter ──► per-tile send/receive pieces ──► rows (rayon)
 //! ```
 //!
@@ -67,8 +67,9 @@ impl Default for ScheduleConfig {
 pub enum ScheduleKind {
     /// Every transfer as 32-bit words.
     Ordinary,
-    /// Paired64 transfers as 64-bit items on tile pairs first, the rest
-    /// as 32-bit words after them.
+    /// Paired64 transfers as 64-bit items (occupying both tiles of the
+    /// sender's and of each receiver's pair), the rest as 32-bit words,
+    /// scheduled together.
     Paired,
 }
 
@@ -338,11 +339,6 @@ fn schedule_labeled(
     })
 }
 
-/// The pair node of a tile: tiles `t` and `t ^ 2` share one.
-fn pair_node(tile: u32) -> u32 {
-    ((tile >> 2) << 1) | (tile & 1)
-}
-
 /// Whether a transfer can go as 64-bit items in a phase of `tiles` tiles:
 /// Paired64, every partner exists, and no two destinations share a pair.
 fn goes_wide(t: &crate::model::Transfer, tiles: u32) -> bool {
@@ -354,7 +350,8 @@ fn goes_wide(t: &crate::model::Transfer, tiles: u32) -> bool {
         if d.as_u32() ^ 2 >= tiles {
             return false;
         }
-        let p = pair_node(d.as_u32());
+        // d and d ^ 2 share a pair: both must not be destinations.
+        let p = d.as_u32() & !2;
         if pairs.contains(&p) {
             return false;
         }
@@ -372,50 +369,37 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
         fanout_split: config.fanout_split,
         fill_budget: config.fill_budget,
     };
+    // A 64-bit job also occupies the partner's lane and each destination
+    // partner's receive port.
     let make_job = |index: usize, wide: bool| {
         let t = &phase.transfers[index];
-        let node = |tile: TileId| {
-            if wide {
-                pair_node(tile.as_u32())
-            } else {
-                tile.as_u32()
-            }
-        };
+        let partner = |tile: TileId| tile.as_u32() ^ 2;
         Job {
-            sender: node(t.source),
-            receivers: t.destinations.iter().map(|&(d, _)| node(d)).collect(),
+            sender: t.source.as_u32(),
+            receivers: t.destinations.iter().map(|&(d, _)| d.as_u32()).collect(),
+            extra_senders: if wide {
+                smallvec::smallvec![partner(t.source)]
+            } else {
+                SmallVec::new()
+            },
+            extra_receivers: if wide {
+                t.destinations.iter().map(|&(d, _)| partner(d)).collect()
+            } else {
+                SmallVec::new()
+            },
             len: if wide { t.words / 2 } else { t.words },
             origin: index as u32,
             dests: (0..t.destinations.len() as u32).collect(),
         }
     };
     let mut activity = vec![TileActivity::default(); tiles as usize];
-    let mut segments = 0;
-    let send_horizon = if paired {
-        let (wide, narrow): (Vec<usize>, Vec<usize>) =
-            (0..phase.transfers.len()).partition(|&i| goes_wide(&phase.transfers[i], tiles));
-        let wide_jobs: Vec<Job> = wide.iter().map(|&i| make_job(i, true)).collect();
-        let narrow_jobs: Vec<Job> = narrow.iter().map(|&i| make_job(i, false)).collect();
-        let wide_bound = job_bound(&wide_jobs, tiles as usize);
-        let narrow_bound = job_bound(&narrow_jobs, tiles as usize);
-        let a = core::run(tiles as usize, wide_jobs, core_config(slack(wide_bound)));
-        let b = core::run(
-            tiles as usize,
-            narrow_jobs,
-            core_config(slack(narrow_bound)),
-        );
-        segments += add_activity(phase, &a, 0, latency, true, &mut activity);
-        segments += add_activity(phase, &b, a.horizon, latency, false, &mut activity);
-        a.horizon + b.horizon
-    } else {
-        let jobs: Vec<Job> = (0..phase.transfers.len())
-            .map(|i| make_job(i, false))
-            .collect();
-        let bound = job_bound(&jobs, tiles as usize).max(endpoint);
-        let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
-        segments += add_activity(phase, &out, 0, latency, false, &mut activity);
-        out.horizon
-    };
+    let jobs: Vec<Job> = (0..phase.transfers.len())
+        .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles)))
+        .collect();
+    let bound = job_bound(&jobs, tiles as usize).max(endpoint);
+    let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
+    let segments = add_activity(phase, &out, latency, &mut activity);
+    let send_horizon = out.horizon;
     for a in &mut activity {
         a.sends.sort_unstable_by_key(|p| p.start);
         a.recvs.sort_unstable_by_key(|p| p.start);
@@ -437,29 +421,29 @@ fn job_bound(jobs: &[Job], nodes: usize) -> u64 {
     let mut send = vec![0u64; nodes];
     let mut recv = vec![0u64; nodes];
     for j in jobs {
-        send[j.sender as usize] += u64::from(j.len);
-        for &r in &j.receivers {
+        for &s in std::iter::once(&j.sender).chain(&j.extra_senders) {
+            send[s as usize] += u64::from(j.len);
+        }
+        for &r in j.receivers.iter().chain(&j.extra_receivers) {
             recv[r as usize] += u64::from(j.len);
         }
     }
     send.into_iter().chain(recv).max().unwrap_or(0)
 }
 
-/// Turns core segments into per-tile pieces, shifted by `base` cycles;
-/// receive pieces start `latency` cycles after their send. Returns the
-/// number of segments.
+/// Turns core segments into per-tile pieces; receive pieces start
+/// `latency` cycles after their send. Returns the number of segments.
 fn add_activity(
     phase: &Phase,
     out: &CoreOutput,
-    base: u64,
     latency: u64,
-    wide: bool,
     activity: &mut [TileActivity],
 ) -> usize {
     for seg in &out.segments {
         let job = &out.jobs[seg.job as usize];
         let t = &phase.transfers[job.origin as usize];
-        let start = base + seg.start;
+        let wide = !job.extra_senders.is_empty();
+        let start = seg.start;
         let per = if wide { 2 } else { 1 };
         let first_word = seg.offset * per;
         let words = seg.len * per;
