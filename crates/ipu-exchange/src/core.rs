@@ -261,16 +261,27 @@ fn pair_key(sender: u32, receiver: u32) -> u64 {
 }
 
 /// Schedules `jobs` on `nodes` senders and `nodes` receivers.
-pub(crate) fn run(nodes: usize, mut jobs: Vec<Job>, config: CoreConfig) -> CoreOutput {
+pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutput {
     // Unicast jobs first, grouped by (sender, receiver): a pair's jobs get
-    // consecutive ids, and jobs of one sender sit together in memory.
-    jobs.sort_unstable_by_key(|j| {
-        if j.simple() {
-            (0, j.sender, j.receivers[0], j.origin)
-        } else {
-            (1, j.sender, 0, j.origin)
-        }
-    });
+    // consecutive ids, and jobs of one sender sit together in memory. Keys
+    // are sorted rather than the (large) jobs themselves.
+    let mut keys: Vec<(u32, u32, u32, u32)> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            if j.simple() {
+                (0, j.sender, j.receivers[0], i as u32)
+            } else {
+                (1, j.sender, 0, i as u32)
+            }
+        })
+        .collect();
+    keys.sort_unstable();
+    let mut slots: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
+    let jobs: Vec<Job> = keys
+        .iter()
+        .filter_map(|k| slots.get_mut(k.3 as usize).and_then(Option::take))
+        .collect();
     let mut core = Core::new(nodes, jobs, config);
     core.solve();
     let horizon = core

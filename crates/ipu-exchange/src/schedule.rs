@@ -20,7 +20,7 @@ use crate::core::{self, CoreConfig, CoreOutput, Job};
 use crate::encode::{EncodedRows, RecvPiece, SendPiece, TileActivity, encode_tile};
 use crate::fabric::Fabric;
 use crate::isa::EncodeError;
-use crate::model::{Phase, PhaseError, Width, validate_phase};
+use crate::model::{Phase, PhaseError, Width, validate_overlaps, validate_structure};
 
 /// Knobs of [`schedule`].
 #[derive(Clone, Debug, PartialEq)]
@@ -219,10 +219,11 @@ fn schedule_labeled(
     config: &ScheduleConfig,
     label: u32,
 ) -> Result<Schedule, ScheduleError> {
-    validate_phase(phase).map_err(|source| ScheduleError::Phase {
+    let invalid = |source| ScheduleError::Phase {
         phase: label,
         source,
-    })?;
+    };
+    validate_structure(phase).map_err(invalid)?;
     if phase.tile_count > fabric.tile_count() {
         return Err(ScheduleError::TileCount {
             phase: label,
@@ -232,7 +233,12 @@ fn schedule_labeled(
     }
     let large = phase.transfers.len() >= config.large_phase_transfers;
     let endpoint = endpoint_lower_bound(phase);
-    let stronger = stronger_lower_bound(phase, fabric);
+    let stronger = if phase.transfers.is_empty() {
+        0
+    } else {
+        endpoint + u64::from(fabric.latency_cycles())
+    };
+    debug_assert_eq!(stronger, stronger_lower_bound(phase, fabric));
     if large {
         let fanout = phase
             .transfers
@@ -254,14 +260,21 @@ fn schedule_labeled(
         .count();
     let want_paired = config.try_paired && candidates > 0;
     let latency = u64::from(fabric.latency_cycles());
-    let (ordinary, paired) = if want_paired {
-        rayon::join(
-            || plan(phase, config, endpoint, latency, false),
-            || Some(plan(phase, config, endpoint, latency, true)),
-        )
-    } else {
-        (plan(phase, config, endpoint, latency, false), None)
-    };
+    // The overlap check runs beside the planning; its verdict decides.
+    let (overlaps, (ordinary, paired)) = rayon::join(
+        || validate_overlaps(phase),
+        || {
+            if want_paired {
+                rayon::join(
+                    || plan(phase, config, endpoint, latency, false),
+                    || Some(plan(phase, config, endpoint, latency, true)),
+                )
+            } else {
+                (plan(phase, config, endpoint, latency, false), None)
+            }
+        },
+    );
+    overlaps.map_err(invalid)?;
     let finish = |p: &Plan| {
         if p.send_horizon == 0 {
             0
