@@ -6,6 +6,7 @@ mod bad;
 mod common;
 mod generated;
 mod isa;
+mod logging;
 mod props;
 mod snapshot;
 mod validation;
