@@ -37,6 +37,11 @@ pub(crate) struct RecvPiece {
     pub wide: bool,
     pub source: u32,
     pub byte_address: u32,
+    /// Send cycle after the source's previous send (before this piece's),
+    /// if it sent before.
+    pub source_quiet_from: Option<u64>,
+    /// Send cycle of the source's next send after this piece's, if any.
+    pub source_next_send: Option<u64>,
 }
 
 /// Everything one tile does in a phase, pieces sorted by start.
@@ -233,7 +238,7 @@ pub(crate) fn encode_tile(
     let Some(act) = activity.get(tile) else {
         return Ok(Vec::new());
     };
-    let (events, pic_from) = plan_receive_events(act, activity, latency);
+    let (events, pic_from) = plan_receive_events(act, latency);
     // Boundaries.
     let mut bounds: Vec<u64> = Vec::with_capacity(2 * act.sends.len() + events.len() + 2);
     bounds.push(0);
@@ -316,22 +321,6 @@ fn pic_at(recvs: &[RecvPiece], pic_from: &[u64], c: u64) -> u32 {
     }
 }
 
-/// The first cycle at or after `t` in which `tile` sends, if any.
-fn next_send(activity: &[TileActivity], tile: u32, t: u64) -> Option<u64> {
-    let sends = &activity.get(tile as usize)?.sends;
-    let i = sends.partition_point(|p| p.start + u64::from(p.items) <= t);
-    sends.get(i).map(|p| p.start.max(t))
-}
-
-/// The cycle after the last cycle before `t` in which `tile` sends, if any.
-fn last_send_end(activity: &[TileActivity], tile: u32, t: u64) -> Option<u64> {
-    let sends = &activity.get(tile as usize)?.sends;
-    let i = sends.partition_point(|p| p.start < t);
-    i.checked_sub(1)
-        .and_then(|k| sends.get(k))
-        .map(|p| (p.start + u64::from(p.items)).min(t))
-}
-
 /// Chooses when the tile's receive state changes.
 ///
 /// Before piece `i` arrives, XPIC and PIC must name its source and
@@ -343,11 +332,7 @@ fn last_send_end(activity: &[TileActivity], tile: u32, t: u64) -> Option<u64> {
 /// an instruction the row has anyway. When no such `τ` exists the tile
 /// disconnects first. Returns the events and, per piece, the cycle from
 /// which PIC holds its address.
-fn plan_receive_events(
-    act: &TileActivity,
-    activity: &[TileActivity],
-    latency: u64,
-) -> (Vec<RecvEvent>, Vec<u64>) {
+fn plan_receive_events(act: &TileActivity, latency: u64) -> (Vec<RecvEvent>, Vec<u64>) {
     let mut send_bounds: Vec<u64> = act
         .sends
         .iter()
@@ -364,22 +349,18 @@ fn plan_receive_events(
             .filter(|&b| b <= hi)
             .unwrap_or(fallback)
     };
-    // The latest cycle up to which `source`, listened to from `from` on,
-    // writes nothing new (exclusive bound on a switch time).
-    let quiet_until = |source: u32, from: u64| {
-        next_send(activity, source, from.saturating_sub(latency)).map_or(u64::MAX, |c| c + latency)
-    };
     let mut events: Vec<RecvEvent> = Vec::new();
     let mut pic_from = Vec::with_capacity(act.recvs.len());
     let mut xpic = Xpic::Disconnected;
     let mut pic = 0u32;
     let mut prev_end = 0u64;
+    let mut old_next: Option<u64> = None;
     for p in &act.recvs {
         let want = Xpic::Listen(TileId::from_u32(p.source));
         let set_p = (pic != p.byte_address).then_some(p.byte_address);
         // When the current source next writes here if nothing changes.
         let quiet_old = match xpic {
-            Xpic::Listen(old) => quiet_until(old.as_u32(), prev_end),
+            Xpic::Listen(_) => old_next.map_or(u64::MAX, |c| c + latency),
             Xpic::Disconnected => u64::MAX,
         };
         if xpic == want && set_p.is_none() && quiet_old >= p.start {
@@ -387,7 +368,8 @@ fn plan_receive_events(
         } else {
             // The new source must be quiet from τ until the piece, the old
             // one from the previous end until τ.
-            let lo = last_send_end(activity, p.source, p.start.saturating_sub(latency))
+            let lo = p
+                .source_quiet_from
                 .map_or(prev_end, |z| prev_end.max(z + latency));
             let hi = quiet_old.min(p.start);
             let mut set_x = xpic != want;
@@ -415,12 +397,13 @@ fn plan_receive_events(
         xpic = want;
         pic = p.byte_address + p.items * item_bytes(p.wide);
         prev_end = p.start + u64::from(p.items);
+        old_next = p.source_next_send;
     }
     // After the last piece, stop listening before the source sends again
     // (if the row lasts that long).
-    if let Xpic::Listen(old) = xpic {
-        let until = quiet_until(old.as_u32(), prev_end);
-        if until != u64::MAX {
+    if let Xpic::Listen(_) = xpic {
+        if let Some(next) = old_next {
+            let until = next + latency;
             events.push(RecvEvent {
                 at: pick(prev_end, until, prev_end),
                 xpic: Some(Xpic::Disconnected),

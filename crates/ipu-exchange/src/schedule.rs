@@ -414,7 +414,6 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
     let segments = add_activity(phase, &out, latency, &mut activity);
     let send_horizon = out.horizon;
     for a in &mut activity {
-        a.sends.sort_unstable_by_key(|p| p.start);
         a.recvs.sort_unstable_by_key(|p| p.start);
     }
     Plan {
@@ -452,11 +451,13 @@ fn add_activity(
     latency: u64,
     activity: &mut [TileActivity],
 ) -> usize {
-    for seg in &out.segments {
+    // Send pieces per tile, tagged with their segment, so that after
+    // sorting each receive piece can learn when its source is quiet.
+    let mut tags: Vec<Vec<u32>> = vec![Vec::new(); activity.len()];
+    for (index, seg) in out.segments.iter().enumerate() {
         let job = &out.jobs[seg.job as usize];
         let t = &phase.transfers[job.origin as usize];
         let wide = !job.extra_senders.is_empty();
-        let start = seg.start;
         let per = if wide { 2 } else { 1 };
         let first_word = seg.offset * per;
         let words = seg.len * per;
@@ -478,21 +479,53 @@ fn add_activity(
                 n += per;
             }
             activity[src].sends.push(SendPiece {
-                start: start + u64::from(i / per),
+                start: seg.start + u64::from(i / per),
                 items: n / per,
                 wide,
                 byte_address: address,
             });
+            tags[src].push(index as u32);
             i += n;
         }
+    }
+    // Per segment: the end of the source's previous send and the start of
+    // its next one.
+    let mut before = vec![None; out.segments.len()];
+    let mut after = vec![None; out.segments.len()];
+    for (a, tag) in activity.iter_mut().zip(&mut tags) {
+        let mut order: Vec<(SendPiece, u32)> = a.sends.drain(..).zip(tag.drain(..)).collect();
+        order.sort_unstable_by_key(|(p, _)| p.start);
+        for (k, &(p, seg)) in order.iter().enumerate() {
+            let seg = seg as usize;
+            let first = k == 0 || order[k - 1].1 as usize != seg;
+            let last = order.get(k + 1).is_none_or(|n| n.1 as usize != seg);
+            if first {
+                before[seg] = k.checked_sub(1).map(|q| {
+                    let prev = order[q].0;
+                    prev.start + u64::from(prev.items)
+                });
+            }
+            if last {
+                after[seg] = order.get(k + 1).map(|n| n.0.start);
+            }
+            a.sends.push(p);
+        }
+    }
+    for (index, seg) in out.segments.iter().enumerate() {
+        let job = &out.jobs[seg.job as usize];
+        let t = &phase.transfers[job.origin as usize];
+        let wide = !job.extra_senders.is_empty();
+        let first_word = seg.offset * if wide { 2 } else { 1 };
         for &k in &job.dests {
             let (d, address) = t.destinations[k as usize];
             activity[d.as_u32() as usize].recvs.push(RecvPiece {
-                start: start + latency,
+                start: seg.start + latency,
                 items: seg.len,
                 wide,
                 source: t.source.as_u32(),
                 byte_address: address + 4 * first_word,
+                source_quiet_from: before[index],
+                source_next_send: after[index],
             });
         }
     }
