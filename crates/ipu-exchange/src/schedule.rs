@@ -413,9 +413,9 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
     let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
     let segments = add_activity(phase, &out, latency, &mut activity);
     let send_horizon = out.horizon;
-    for a in &mut activity {
-        a.recvs.sort_unstable_by_key(|p| p.start);
-    }
+    activity
+        .par_iter_mut()
+        .for_each(|a| a.recvs.sort_unstable_by_key(|p| p.start));
     Plan {
         kind: if paired {
             ScheduleKind::Paired
@@ -442,6 +442,10 @@ fn job_bound(jobs: &[Job], nodes: usize) -> u64 {
     }
     send.into_iter().chain(recv).max().unwrap_or(0)
 }
+
+/// (segment, end of the source's send before it — set on the segment's
+/// first piece —, start of the source's send after it — set on its last).
+type QuietMark = (u32, Option<Option<u64>>, Option<Option<u64>>);
 
 /// Turns core segments into per-tile pieces; receive pieces start
 /// `latency` cycles after their send. Returns the number of segments.
@@ -489,26 +493,39 @@ fn add_activity(
         }
     }
     // Per segment: the end of the source's previous send and the start of
-    // its next one.
+    // its next one. Tiles sort in parallel; the results are scattered in
+    // tile order, so nothing depends on scheduling.
+    let quiet: Vec<Vec<QuietMark>> = activity
+        .par_iter_mut()
+        .zip(tags.par_iter_mut())
+        .map(|(a, tag)| {
+            let mut order: Vec<(SendPiece, u32)> = a.sends.drain(..).zip(tag.drain(..)).collect();
+            order.sort_unstable_by_key(|(p, _)| p.start);
+            let mut marks = Vec::new();
+            for (k, &(p, seg)) in order.iter().enumerate() {
+                let first = k == 0 || order[k - 1].1 != seg;
+                let last = order.get(k + 1).is_none_or(|n| n.1 != seg);
+                let before = first.then(|| {
+                    k.checked_sub(1)
+                        .map(|q| order[q].0.start + u64::from(order[q].0.items))
+                });
+                let after = last.then(|| order.get(k + 1).map(|n| n.0.start));
+                if first || last {
+                    marks.push((seg, before, after));
+                }
+                a.sends.push(p);
+            }
+            marks
+        })
+        .collect();
     let mut before = vec![None; out.segments.len()];
     let mut after = vec![None; out.segments.len()];
-    for (a, tag) in activity.iter_mut().zip(&mut tags) {
-        let mut order: Vec<(SendPiece, u32)> = a.sends.drain(..).zip(tag.drain(..)).collect();
-        order.sort_unstable_by_key(|(p, _)| p.start);
-        for (k, &(p, seg)) in order.iter().enumerate() {
-            let seg = seg as usize;
-            let first = k == 0 || order[k - 1].1 as usize != seg;
-            let last = order.get(k + 1).is_none_or(|n| n.1 as usize != seg);
-            if first {
-                before[seg] = k.checked_sub(1).map(|q| {
-                    let prev = order[q].0;
-                    prev.start + u64::from(prev.items)
-                });
-            }
-            if last {
-                after[seg] = order.get(k + 1).map(|n| n.0.start);
-            }
-            a.sends.push(p);
+    for (seg, b, a) in quiet.into_iter().flatten() {
+        if let Some(b) = b {
+            before[seg as usize] = b;
+        }
+        if let Some(a) = a {
+            after[seg as usize] = a;
         }
     }
     for (index, seg) in out.segments.iter().enumerate() {
