@@ -105,6 +105,8 @@ pub(crate) struct CoreOutput {
     pub segments: Vec<Segment>,
     /// Cycle after the last segment.
     pub horizon: u64,
+    /// Whether every job was scheduled (false only on an internal error).
+    pub complete: bool,
 }
 
 /// Tuning knobs of the core.
@@ -291,6 +293,7 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
         .max()
         .unwrap_or(0);
     CoreOutput {
+        complete: core.pending_count == 0,
         jobs: core.jobs,
         segments: core.segments,
         horizon,

@@ -46,6 +46,9 @@ pub struct ScheduleConfig {
     /// The phase number used in log events by [`schedule`]
     /// ([`schedule_phases`] uses each phase's index).
     pub phase_label: u32,
+    /// Whether to run [`check_schedule`](crate::check_schedule) on the
+    /// result before returning it (on by default in debug builds).
+    pub verify: bool,
 }
 
 impl Default for ScheduleConfig {
@@ -58,6 +61,7 @@ impl Default for ScheduleConfig {
             try_paired: true,
             large_phase_transfers: 1000,
             phase_label: 0,
+            verify: cfg!(debug_assertions),
         }
     }
 }
@@ -169,6 +173,25 @@ pub enum ScheduleError {
         /// The encoder's complaint.
         source: EncodeError,
     },
+    /// The scheduler lost track of a transfer (a bug in this crate).
+    #[error("phase {phase}: the scheduler left transfers unscheduled (a bug in ipu-exchange)")]
+    Incomplete {
+        /// The phase number.
+        phase: u32,
+    },
+    /// The checker rejected the rows (a bug in this crate); with
+    /// `verify` on, nothing unchecked is returned.
+    #[error(
+        "phase {phase}: the checker rejects the encoded rows ({} errors, first: {}) (a bug in ipu-exchange)",
+        errors.len(),
+        errors.first().map(ToString::to_string).unwrap_or_default()
+    )]
+    Check {
+        /// The phase number.
+        phase: u32,
+        /// Every error the checker found.
+        errors: Vec<crate::check::ExchangeCheckError>,
+    },
     /// A horizon does not fit the instruction set (more than 2^40 cycles).
     #[error("phase {phase} needs {horizon} cycles, more than rows can express; split the phase")]
     TooLong {
@@ -186,6 +209,8 @@ struct Plan {
     send_horizon: u64,
     activity: Vec<TileActivity>,
     segments: usize,
+    /// Whether the core scheduled every job.
+    complete: bool,
 }
 
 /// Schedules one phase and encodes its rows.
@@ -299,6 +324,9 @@ fn schedule_labeled(
         Some(p) if use_paired => p,
         _ => ordinary,
     };
+    if !kept.complete {
+        return Err(ScheduleError::Incomplete { phase: label });
+    }
     let horizon = finish(&kept);
     if horizon > 1 << 40 {
         return Err(ScheduleError::TooLong {
@@ -330,6 +358,14 @@ fn schedule_labeled(
         })
         .collect::<Result<_, _>>()?;
     let rows = EncodedRows::from_tile_rows(rows);
+    if config.verify {
+        crate::check::check_schedule(phase, fabric, &rows).map_err(|errors| {
+            ScheduleError::Check {
+                phase: label,
+                errors,
+            }
+        })?;
+    }
     if large {
         let (tile, bytes) = rows.largest_row().unwrap_or((TileId::from_u32(0), 0));
         tracing::info!(
@@ -413,6 +449,7 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
     let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
     let segments = add_activity(phase, &out, latency, &mut activity);
     let send_horizon = out.horizon;
+    let complete = out.complete;
     activity
         .par_iter_mut()
         .for_each(|a| a.recvs.sort_unstable_by_key(|p| p.start));
@@ -425,6 +462,7 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
         send_horizon,
         activity,
         segments,
+        complete,
     }
 }
 
