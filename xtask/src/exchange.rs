@@ -10,7 +10,8 @@
 //! multicast and paired families. `--check` also runs the checker on every
 //! schedule (its time is not counted); `--write DIR` stores the generated
 //! families as snapshots; `--only TEXT` keeps the families whose name
-//! contains TEXT.
+//! contains TEXT. `--slack-ppm N` sets the target horizon slack and
+//! `--no-fanout-split` keeps multicast transfers whole.
 
 use std::process::ExitCode;
 
@@ -22,9 +23,18 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     let fabric = Fabric::ipu21().map_err(|e| e.to_string())?;
     // The checker runs separately (with --check) so that times are the
     // scheduler's alone.
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse::<u32>().ok())
+    };
+    let defaults = ScheduleConfig::default();
     let config = ScheduleConfig {
         verify: false,
-        ..ScheduleConfig::default()
+        fanout_split: !args.iter().any(|a| a == "--no-fanout-split"),
+        target_slack_ppm: value("--slack-ppm").unwrap_or(defaults.target_slack_ppm),
+        ..defaults
     };
     let check = args.iter().any(|a| a == "--check");
     let write = args
