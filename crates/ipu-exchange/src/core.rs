@@ -387,7 +387,7 @@ impl Core {
             node_version: [vec![0; nodes], vec![0; nodes]],
             free_heap: BinaryHeap::new(),
             finish: BinaryHeap::new(),
-            segments: Vec::new(),
+            segments: Vec::with_capacity(n + n / 8),
             t: 0,
             target: config.target,
             pending_count: n,

@@ -493,9 +493,32 @@ fn add_activity(
     latency: u64,
     activity: &mut [TileActivity],
 ) -> usize {
+    // Exact capacities first: growing hundreds of vectors piece by piece
+    // costs more than the pieces.
+    let mut sends_per_tile = vec![0usize; activity.len()];
+    let mut recvs_per_tile = vec![0usize; activity.len()];
+    for seg in &out.segments {
+        let job = &out.jobs[seg.job as usize];
+        let t = &phase.transfers[job.origin as usize];
+        // A gather may need more pieces; this is only a capacity hint.
+        sends_per_tile[t.source.as_u32() as usize] += 1;
+        for &k in &job.dests {
+            recvs_per_tile[t.destinations[k as usize].0.as_u32() as usize] += 1;
+        }
+    }
+    for (a, (&s, &r)) in activity
+        .iter_mut()
+        .zip(sends_per_tile.iter().zip(&recvs_per_tile))
+    {
+        a.sends.reserve_exact(s);
+        a.recvs.reserve_exact(r);
+    }
     // Send pieces per tile, tagged with their segment, so that after
     // sorting each receive piece can learn when its source is quiet.
-    let mut tags: Vec<Vec<u32>> = vec![Vec::new(); activity.len()];
+    let mut tags: Vec<Vec<u32>> = sends_per_tile
+        .iter()
+        .map(|&n| Vec::with_capacity(n))
+        .collect();
     for (index, seg) in out.segments.iter().enumerate() {
         let job = &out.jobs[seg.job as usize];
         let t = &phase.transfers[job.origin as usize];
