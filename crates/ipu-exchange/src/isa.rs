@@ -27,8 +27,12 @@
 //!   32-bit item and two per 64-bit item (sctl bit 2).
 //! - sctl bits 0-1 select fabric directions. The model treats the fabric as
 //!   one broadcast medium: any non-zero direction drives the word to every
-//!   listener; zero sends nothing but still takes the `w` cycles. The
-//!   encoder always uses 3 for a send.
+//!   listener; zero sends nothing but still takes the `w` cycles and
+//!   advances SP. The encoder always uses 3 for a send.
+//! - Every tile's row starts at cycle 0 of the phase (right after the
+//!   sync). A tile writes incoming words only while its own row runs; a row
+//!   holds only the exchange instructions (the caller appends the return),
+//!   and an inactive tile's row is empty.
 //! - `sendpicp` must start at an even word index of the row (8-byte
 //!   aligned when the row is 8-byte aligned in memory).
 
