@@ -1,5 +1,8 @@
 //! `cargo xtask exchange`: exchange scheduling figures.
 //!
+//! Times are meaningful only from an optimised build:
+//! `cargo run --release -p xtask -- exchange ...`.
+//!
 //! `cargo xtask exchange FILE.json` schedules every phase of a snapshot and
 //! prints transfers, bounds, horizon, gap, row bytes and time per phase and
 //! in total. `cargo xtask exchange --families` does the same for the
@@ -7,7 +10,8 @@
 //! multicast and paired families. `--check` also runs the checker on every
 //! schedule (its time is not counted); `--write DIR` stores the generated
 //! families as snapshots; `--only TEXT` keeps the families whose name
-//! contains TEXT.
+//! contains TEXT. `--slack-ppm N` sets the target horizon slack and
+//! `--no-fanout-split` keeps multicast transfers whole.
 
 use std::process::ExitCode;
 
@@ -17,7 +21,21 @@ use ipu_exchange::{Fabric, Phase, ScheduleConfig, Snapshot};
 
 pub fn run(args: &[String]) -> Result<ExitCode, String> {
     let fabric = Fabric::ipu21().map_err(|e| e.to_string())?;
-    let config = ScheduleConfig::default();
+    // The checker runs separately (with --check) so that times are the
+    // scheduler's alone.
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse::<u32>().ok())
+    };
+    let defaults = ScheduleConfig::default();
+    let config = ScheduleConfig {
+        verify: false,
+        fanout_split: !args.iter().any(|a| a == "--no-fanout-split"),
+        target_slack_ppm: value("--slack-ppm").unwrap_or(defaults.target_slack_ppm),
+        ..defaults
+    };
     let check = args.iter().any(|a| a == "--check");
     let write = args
         .iter()

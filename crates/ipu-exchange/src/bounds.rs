@@ -4,74 +4,60 @@
 //! or paired, so `bound ≤ horizon` is a property tests can assert.
 //!
 //! Per cycle a tile's transmit lane carries one word and its receive port
-//! takes one word. An ordinary schedule sends everything as 32-bit words, so
-//! a tile needs at least (words it sends) cycles and (words it receives)
-//! cycles. A paired schedule may send Paired64 transfers as 64-bit items,
-//! which occupy the lanes of both tiles of a pair `{t, t ^ 2}` for one cycle
-//! per two words; then each tile's lane is busy at least for its Word32
-//! words plus half the Paired64 words of the pair, and likewise for receive
-//! ports. The endpoint bound is the smaller of the two maxima (the
-//! scheduler keeps the better kind).
-
+//! takes one word. A Word32 transfer costs its tile one lane cycle per word.
+//! A Paired64 transfer costs at least one cycle per two words on its own
+//! tile's lane (sent wide; sent as 32-bit words it costs one per word), and
+//! whichever way it goes it uses one lane cycle of the pair `{t, t ^ 2}`
+//! per word, of which the pair has two per cycle. So a tile needs at least
+//! `Word32 words + Paired64 words / 2` cycles and a pair at least
+//! `(words of both) / 2`; receive ports likewise. Without Paired64
+//! transfers this is exactly "the largest number of words a tile sends or
+//! receives".
 use crate::fabric::Fabric;
 use crate::model::{Phase, Width};
 
-/// Per-tile lane loads for both schedule kinds.
-struct Loads {
-    ordinary: u64,
-    paired: Option<u64>,
-}
-
-fn loads(phase: &Phase) -> Loads {
+/// The largest per-tile or per-pair lane (or port) occupancy.
+fn lane_bound(phase: &Phase) -> u64 {
     let n = phase.tile_count as usize;
-    let mut sent = vec![0u64; n];
-    let mut received = vec![0u64; n];
-    let mut sent64 = vec![0u64; n];
-    let mut received64 = vec![0u64; n];
-    let mut any_paired = false;
+    // Per tile: [all words sent, Paired64 words sent, all received, Paired64 received].
+    let mut words = vec![[0u64; 4]; n];
     for t in &phase.transfers {
-        let words = u64::from(t.words);
+        let w = u64::from(t.words);
         let wide = t.width == Width::Paired64;
-        any_paired |= wide;
-        if let Some(s) = sent.get_mut(t.source.as_u32() as usize) {
-            *s += words;
+        if let Some(s) = words.get_mut(t.source.as_u32() as usize) {
+            s[0] += w;
             if wide {
-                sent64[t.source.as_u32() as usize] += words;
+                s[1] += w;
             }
         }
         for &(d, _) in &t.destinations {
-            if let Some(r) = received.get_mut(d.as_u32() as usize) {
-                *r += words;
+            if let Some(r) = words.get_mut(d.as_u32() as usize) {
+                r[2] += w;
                 if wide {
-                    received64[d.as_u32() as usize] += words;
+                    r[3] += w;
                 }
             }
         }
     }
-    let ordinary = sent.iter().chain(&received).copied().max().unwrap_or(0);
-    let paired = any_paired.then(|| {
-        let lane = |all: &[u64], wide: &[u64], t: usize| {
-            let partner = t ^ 2;
-            let partner_wide = wide.get(partner).copied().unwrap_or(0);
-            // Word32 words of t, plus one cycle per two Paired64 words of
-            // either tile of the pair (rounded up).
-            (all[t] - wide[t]) + (wide[t] + partner_wide).div_ceil(2)
-        };
-        (0..n)
-            .map(|t| lane(&sent, &sent64, t).max(lane(&received, &received64, t)))
-            .max()
-            .unwrap_or(0)
-    });
-    Loads { ordinary, paired }
+    let mut bound = 0;
+    for (t, own) in words.iter().enumerate() {
+        let partner = words.get(t ^ 2).copied().unwrap_or([0; 4]);
+        for (all, wide) in [(0, 1), (2, 3)] {
+            let tile = own[all] - own[wide] + own[wide].div_ceil(2);
+            let pair = (own[all] + partner[all]).div_ceil(2);
+            bound = bound.max(tile).max(pair);
+        }
+    }
+    bound
 }
 
-/// The endpoint lower bound: the largest, over tiles, of cycles its
-/// transmit lane or receive port must be busy, in the better of the
-/// ordinary and paired models. Ignores latency, switches and instruction
+/// The endpoint lower bound: the largest, over tiles (and tile pairs when
+/// the phase has Paired64 transfers), of cycles a transmit lane or receive
+/// port must be busy. Without Paired64 transfers it is the largest number of
+/// words a tile sends or receives. Ignores latency, switches and instruction
 /// issue.
 pub fn endpoint_lower_bound(phase: &Phase) -> u64 {
-    let l = loads(phase);
-    l.paired.map_or(l.ordinary, |p| p.min(l.ordinary))
+    lane_bound(phase)
 }
 
 /// A stronger valid bound: the endpoint bound plus the fabric latency,

@@ -15,6 +15,11 @@
 //! preemption), then an alternating path that moves running unicast jobs
 //! (each move is one preemption, i.e. one extra segment). Free non-critical
 //! nodes are filled greedily with the job whose partner is most loaded.
+//! Finding that job must not cost a scan of the node's jobs at every event
+//! (a tile may have hundreds): per node a bit set of the partners it still
+//! has unicast work with is ANDed with the bit set of free nodes, and a
+//! (sender, receiver) index finds the pair's jobs, which have consecutive
+//! ids because the jobs are sorted by pair first.
 //!
 //! Multicast jobs start only when the sender and every receiver are free,
 //! and are never preempted by alternating paths. When a multicast job's
@@ -46,9 +51,35 @@ pub(crate) struct Job {
     pub len: u32,
     /// Caller's tag (transfer index).
     pub origin: u32,
+    /// Further sender-side nodes the job occupies (a paired item borrows
+    /// the partner's lane); they carry no tags.
+    pub extra_senders: SmallVec<[u32; 1]>,
+    /// Further receiver-side nodes the job occupies (a paired item blocks
+    /// the partner's receive port).
+    pub extra_receivers: SmallVec<[u32; 2]>,
     /// Caller's tags for the receivers (destination indices), aligned with
     /// `receivers`.
     pub dests: SmallVec<[u32; 2]>,
+}
+
+impl Job {
+    /// A job of one sender and one receiver and nothing else: the kind the
+    /// bit sets and alternating paths handle.
+    fn simple(&self) -> bool {
+        self.receivers.len() == 1
+            && self.extra_senders.is_empty()
+            && self.extra_receivers.is_empty()
+    }
+
+    /// Every node the job occupies, as (side, node).
+    fn endpoints(&self) -> SmallVec<[(usize, usize); 6]> {
+        let mut out = SmallVec::new();
+        out.push((SEND, self.sender as usize));
+        out.extend(self.extra_senders.iter().map(|&s| (SEND, s as usize)));
+        out.extend(self.receivers.iter().map(|&r| (RECV, r as usize)));
+        out.extend(self.extra_receivers.iter().map(|&r| (RECV, r as usize)));
+        out
+    }
 }
 
 /// A piece of a job run without interruption.
@@ -74,6 +105,8 @@ pub(crate) struct CoreOutput {
     pub segments: Vec<Segment>,
     /// Cycle after the last segment.
     pub horizon: u64,
+    /// Whether every job was scheduled (false only on an internal error).
+    pub complete: bool,
 }
 
 /// Tuning knobs of the core.
@@ -90,12 +123,54 @@ pub(crate) struct CoreConfig {
     pub fill_budget: usize,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// The scheduler's per-job state.
+#[derive(Clone, Copy, Debug)]
+struct JobRt {
+    since: u64,
+    rem: u32,
+    offset: u32,
+    version: u32,
+    /// The job's (sender, receiver) pair for unicast jobs, else `NO_PAIR`.
+    pair: u32,
+    sender: u32,
+    /// The receiver of a unicast job, else `MULTI`.
+    recv0: u32,
+    state: State,
+}
+
+/// `JobRt::pair` of a job that is not in a unicast pair.
+const NO_PAIR: u32 = u32::MAX;
+
+/// A multiply-shift hasher for the pair map: keys are already
+/// well-spread `u64`s and the default hasher costs more than the lookup.
+#[derive(Clone, Copy, Default)]
+struct PairHasher(u64);
+
+impl std::hash::Hasher for PairHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (x ^ (x >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type PairMap = std::collections::HashMap<u64, u32, std::hash::BuildHasherDefault<PairHasher>>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Pending,
     Active,
     Done,
 }
+
+/// Free partners a unicast look compares.
+const UNICAST_LOOK: usize = 32;
 
 /// Jobs a critical node looks at before searching alternating paths.
 const CRITICAL_LOOK: usize = 64;
@@ -108,11 +183,11 @@ const RECV: usize = 1;
 
 struct Core {
     jobs: Vec<Job>,
-    state: Vec<State>,
-    rem: Vec<u32>,
-    offset: Vec<u32>,
-    since: Vec<u64>,
-    version: Vec<u32>,
+    /// Per job: its running state, kept together for locality.
+    rt: Vec<JobRt>,
+    /// Per side, per node: like `adj`, but only jobs the unicast bit sets
+    /// do not cover (multicast jobs and parts of split ones).
+    others: [Vec<Vec<(u32, u32)>>; 2],
     /// Per side, per node: (job id, partner node on the other side; for a
     /// multicast job seen from the sender, `MULTI`). Entries of finished
     /// jobs are dropped lazily.
@@ -140,10 +215,75 @@ struct Core {
     freed: Vec<(usize, usize)>,
     /// Per side, per node: where the next look at its jobs starts.
     cursor: [Vec<u32>; 2],
+    /// u64 words per node bit set.
+    words: usize,
+    /// Per side: bit set of free nodes.
+    free_bits: [Vec<u64>; 2],
+    /// Per side, per node (`words` each): partners it has a unicast job
+    /// not yet done with.
+    partner_bits: [Vec<u64>; 2],
+    /// (sender, receiver) → the pair's first job (its jobs have
+    /// consecutive ids and the same `JobRt::pair`).
+    pair_index: PairIndex,
+    /// Per pair: jobs not done.
+    pair_pending: Vec<u32>,
+}
+
+/// Up to this many nodes, the pair index is a dense table.
+const DENSE_PAIR_NODES: usize = 2048;
+
+enum PairIndex {
+    Dense(Vec<u32>),
+    Sparse(PairMap),
+}
+
+impl PairIndex {
+    fn insert(&mut self, nodes: usize, sender: u32, receiver: u32, job: u32) {
+        match self {
+            PairIndex::Dense(table) => table[sender as usize * nodes + receiver as usize] = job,
+            PairIndex::Sparse(map) => {
+                map.insert(pair_key(sender, receiver), job);
+            }
+        }
+    }
+
+    fn get(&self, nodes: usize, sender: u32, receiver: u32) -> Option<u32> {
+        match self {
+            PairIndex::Dense(table) => table
+                .get(sender as usize * nodes + receiver as usize)
+                .copied()
+                .filter(|&j| j != u32::MAX),
+            PairIndex::Sparse(map) => map.get(&pair_key(sender, receiver)).copied(),
+        }
+    }
+}
+
+fn pair_key(sender: u32, receiver: u32) -> u64 {
+    (u64::from(sender) << 32) | u64::from(receiver)
 }
 
 /// Schedules `jobs` on `nodes` senders and `nodes` receivers.
 pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutput {
+    // Unicast jobs first, grouped by (sender, receiver): a pair's jobs get
+    // consecutive ids, and jobs of one sender sit together in memory. Keys
+    // are sorted rather than the (large) jobs themselves.
+    let mut keys: Vec<(u32, u32, u32, u32)> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            if j.simple() {
+                (0, j.sender, j.receivers[0], i as u32)
+            } else {
+                (1, j.sender, 0, i as u32)
+            }
+        })
+        .collect();
+    keys.sort_unstable();
+    let mut slots: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
+    let jobs: Vec<Job> = keys
+        .iter()
+        .filter_map(|k| slots.get_mut(k.3 as usize).and_then(Option::take))
+        .collect();
     let mut core = Core::new(nodes, jobs, config);
     core.solve();
     let horizon = core
@@ -153,6 +293,7 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
         .max()
         .unwrap_or(0);
     CoreOutput {
+        complete: core.pending_count == 0,
         jobs: core.jobs,
         segments: core.segments,
         horizon,
@@ -162,36 +303,91 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
 impl Core {
     fn new(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> Core {
         let n = jobs.len();
-        let mut adj = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
-        let mut load = [vec![0u64; nodes], vec![0u64; nodes]];
-        for (j, job) in jobs.iter().enumerate() {
-            let partner = match job.receivers.as_slice() {
-                [r] => *r,
-                _ => MULTI,
-            };
-            adj[SEND][job.sender as usize].push((j as u32, partner));
-            load[SEND][job.sender as usize] += u64::from(job.len);
-            for &r in &job.receivers {
-                adj[RECV][r as usize].push((j as u32, job.sender));
-                load[RECV][r as usize] += u64::from(job.len);
+        let words = nodes.div_ceil(64);
+        let mut partner_bits = [vec![0u64; nodes * words], vec![0u64; nodes * words]];
+        let mut free_bits = [vec![0u64; words], vec![0u64; words]];
+        for side in [SEND, RECV] {
+            for v in 0..nodes {
+                free_bits[side][v / 64] |= 1 << (v % 64);
             }
         }
-        let rem = jobs.iter().map(|j| j.len).collect();
+        for job in jobs.iter().filter(|j| j.simple()) {
+            if let [r] = job.receivers.as_slice() {
+                let (s, r) = (job.sender as usize, *r as usize);
+                partner_bits[SEND][s * words + r / 64] |= 1 << (r % 64);
+                partner_bits[RECV][r * words + s / 64] |= 1 << (s % 64);
+            }
+        }
+        let mut adj = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
+        let mut load = [vec![0u64; nodes], vec![0u64; nodes]];
+        let mut others = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
+        for (j, job) in jobs.iter().enumerate() {
+            let partner = if job.simple() {
+                job.receivers[0]
+            } else {
+                MULTI
+            };
+            for (side, v) in job.endpoints() {
+                let entry = (j as u32, if side == SEND { partner } else { job.sender });
+                adj[side][v].push(entry);
+                if partner == MULTI {
+                    others[side][v].push(entry);
+                }
+                load[side][v] += u64::from(job.len);
+            }
+        }
+        let rt = jobs
+            .iter()
+            .map(|j| JobRt {
+                since: 0,
+                rem: j.len,
+                offset: 0,
+                version: 0,
+                pair: NO_PAIR,
+                sender: j.sender,
+                recv0: if j.simple() { j.receivers[0] } else { MULTI },
+                state: State::Pending,
+            })
+            .collect::<Vec<_>>();
+        let mut rt = rt;
+        // Unicast jobs grouped by (sender, receiver) pair: the caller
+        // sorted them, so a pair's jobs have consecutive ids.
+        let dense = nodes <= DENSE_PAIR_NODES;
+        let mut pair_index = if dense {
+            PairIndex::Dense(vec![u32::MAX; nodes * nodes])
+        } else {
+            PairIndex::Sparse(PairMap::default())
+        };
+        let mut pair_pending: Vec<u32> = Vec::new();
+        let mut last: Option<(u32, u32)> = None;
+        for (j, job) in jobs.iter().enumerate() {
+            let ([r], true) = (job.receivers.as_slice(), job.simple()) else {
+                continue;
+            };
+            let key = (job.sender, *r);
+            if last != Some(key) {
+                last = Some(key);
+                pair_index.insert(nodes, job.sender, *r, j as u32);
+                pair_pending.push(0);
+            }
+            let pid = pair_pending.len() - 1;
+            pair_pending[pid] += 1;
+            rt[j].pair = pid as u32;
+        }
         Core {
-            state: vec![State::Pending; n],
-            rem,
-            offset: vec![0; n],
-            since: vec![0; n],
-            version: vec![0; n],
+            pair_index,
+            pair_pending,
+            rt,
             jobs,
             adj,
+            others,
             load,
             busy: [vec![None; nodes], vec![None; nodes]],
             node_since: [vec![0; nodes], vec![0; nodes]],
             node_version: [vec![0; nodes], vec![0; nodes]],
             free_heap: BinaryHeap::new(),
             finish: BinaryHeap::new(),
-            segments: Vec::new(),
+            segments: Vec::with_capacity(n + n / 8),
             t: 0,
             target: config.target,
             pending_count: n,
@@ -200,6 +396,9 @@ impl Core {
             mark_epoch: 0,
             freed: Vec::new(),
             cursor: [vec![0; nodes], vec![0; nodes]],
+            words,
+            free_bits,
+            partner_bits,
         }
     }
 
@@ -227,24 +426,29 @@ impl Core {
 
     fn start(&mut self, j: u32) {
         let ju = j as usize;
-        debug_assert!(self.state[ju] == State::Pending);
-        self.state[ju] = State::Active;
-        self.since[ju] = self.t;
-        self.version[ju] = self.version[ju].wrapping_add(1);
+        debug_assert!(self.rt[ju].state == State::Pending);
+        self.rt[ju].state = State::Active;
+        self.rt[ju].since = self.t;
+        self.rt[ju].version = self.rt[ju].version.wrapping_add(1);
         self.finish.push(Reverse((
-            self.t + u64::from(self.rem[ju]),
+            self.t + u64::from(self.rt[ju].rem),
             j,
-            self.version[ju],
+            self.rt[ju].version,
         )));
-        let s = self.jobs[ju].sender as usize;
-        self.busy[SEND][s] = Some(j);
-        self.node_since[SEND][s] = self.t;
-        self.node_version[SEND][s] = self.node_version[SEND][s].wrapping_add(1);
-        for k in 0..self.jobs[ju].receivers.len() {
-            let r = self.jobs[ju].receivers[k] as usize;
-            self.busy[RECV][r] = Some(j);
-            self.node_since[RECV][r] = self.t;
-            self.node_version[RECV][r] = self.node_version[RECV][r].wrapping_add(1);
+        for (side, v) in self.endpoints(ju) {
+            self.busy[side][v] = Some(j);
+            self.free_bits[side][v / 64] &= !(1 << (v % 64));
+            self.node_since[side][v] = self.t;
+            self.node_version[side][v] = self.node_version[side][v].wrapping_add(1);
+        }
+    }
+
+    /// Every node job `j` occupies, without touching the job list for
+    /// simple jobs.
+    fn endpoints(&self, j: usize) -> SmallVec<[(usize, usize); 6]> {
+        match self.rt[j].recv0 {
+            MULTI => self.jobs[j].endpoints(),
+            r => smallvec::smallvec![(SEND, self.rt[j].sender as usize), (RECV, r as usize)],
         }
     }
 
@@ -252,36 +456,32 @@ impl Core {
     /// freeing its nodes (which are returned to the free heap).
     fn stop(&mut self, j: u32) {
         let ju = j as usize;
-        let ran = self.t - self.since[ju];
+        let ran = self.t - self.rt[ju].since;
         let ran32 = ran as u32;
         if ran > 0 {
             self.segments.push(Segment {
                 job: j,
-                start: self.since[ju],
+                start: self.rt[ju].since,
                 len: ran32,
-                offset: self.offset[ju],
+                offset: self.rt[ju].offset,
             });
         }
-        self.rem[ju] -= ran32;
-        self.offset[ju] += ran32;
-        self.version[ju] = self.version[ju].wrapping_add(1);
-        self.state[ju] = if self.rem[ju] == 0 {
+        self.rt[ju].rem -= ran32;
+        self.rt[ju].offset += ran32;
+        self.rt[ju].version = self.rt[ju].version.wrapping_add(1);
+        self.rt[ju].state = if self.rt[ju].rem == 0 {
             self.pending_count -= 1;
+            self.pair_done(ju);
             State::Done
         } else {
             State::Pending
         };
-        let s = self.jobs[ju].sender as usize;
-        self.load[SEND][s] -= ran;
-        self.busy[SEND][s] = None;
-        self.node_version[SEND][s] = self.node_version[SEND][s].wrapping_add(1);
-        self.freed.push((SEND, s));
-        for k in 0..self.jobs[ju].receivers.len() {
-            let r = self.jobs[ju].receivers[k] as usize;
-            self.load[RECV][r] -= ran;
-            self.busy[RECV][r] = None;
-            self.node_version[RECV][r] = self.node_version[RECV][r].wrapping_add(1);
-            self.freed.push((RECV, r));
+        for (side, v) in self.endpoints(ju) {
+            self.load[side][v] -= ran;
+            self.busy[side][v] = None;
+            self.free_bits[side][v / 64] |= 1 << (v % 64);
+            self.node_version[side][v] = self.node_version[side][v].wrapping_add(1);
+            self.freed.push((side, v));
         }
     }
 
@@ -290,10 +490,92 @@ impl Core {
     /// last look stopped). With `split`, a multicast job may be split by
     /// fanout. Returns whether a job started.
     fn try_start(&mut self, side: usize, v: usize, split: bool, budget: usize) -> bool {
+        self.try_start_unicast(side, v) || self.try_start_scan(side, v, split, budget)
+    }
+
+    /// A unicast job is done: when it was its pair's last, the partners
+    /// forget each other.
+    fn pair_done(&mut self, j: usize) {
+        let pid = self.rt[j].pair;
+        if pid == NO_PAIR {
+            return;
+        }
+        let count = &mut self.pair_pending[pid as usize];
+        *count -= 1;
+        if *count == 0 {
+            let s = self.rt[j].sender as usize;
+            let r = self.rt[j].recv0 as usize;
+            let words = self.words;
+            self.partner_bits[SEND][s * words + r / 64] &= !(1 << (r % 64));
+            self.partner_bits[RECV][r * words + s / 64] &= !(1 << (s % 64));
+        }
+    }
+
+    /// Starts the unicast job of free node `v` whose partner is free and
+    /// most loaded, found through the partner and free-node bit sets.
+    fn try_start_unicast(&mut self, side: usize, v: usize) -> bool {
+        let other = 1 - side;
+        let words = self.words;
+        let mut best: Option<(u64, usize)> = None;
+        let mut looked = 0;
+        'scan: for w in 0..words {
+            let mut m = self.partner_bits[side][v * words + w] & self.free_bits[other][w];
+            while m != 0 {
+                let p = w * 64 + m.trailing_zeros() as usize;
+                m &= m - 1;
+                let score = self.load[other][p];
+                if best.is_none_or(|(b, _)| score > b) {
+                    best = Some((score, p));
+                }
+                looked += 1;
+                if looked >= UNICAST_LOOK {
+                    break 'scan;
+                }
+            }
+        }
+        let Some((_, p)) = best else {
+            return false;
+        };
+        let (sender, receiver) = if side == SEND {
+            (v as u32, p as u32)
+        } else {
+            (p as u32, v as u32)
+        };
+        let nodes = self.busy[SEND].len();
+        let Some(first) = self.pair_index.get(nodes, sender, receiver) else {
+            return false;
+        };
+        // Both nodes are free, so none of the pair's jobs runs: the first
+        // not done is pending.
+        let pid = self.rt[first as usize].pair;
+        let mut found = None;
+        let mut j = first as usize;
+        while let Some(rt) = self.rt.get(j) {
+            if rt.pair != pid {
+                break;
+            }
+            if rt.state == State::Pending {
+                found = Some(j as u32);
+                break;
+            }
+            j += 1;
+        }
+        match found {
+            Some(j) => {
+                self.start(j);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Looks at up to `budget` of `v`'s jobs for one whose other endpoints
+    /// are all free (multicast jobs, and split parts).
+    fn try_start_scan(&mut self, side: usize, v: usize, split: bool, budget: usize) -> bool {
         let other = 1 - side;
         let mut best: Option<(u64, usize)> = None;
         let mut best_split: Option<(u64, usize)> = None;
-        let mut len = self.adj[side][v].len();
+        let mut len = self.others[side][v].len();
         if len == 0 {
             return false;
         }
@@ -301,15 +583,15 @@ impl Core {
         let mut seen = 0;
         while seen < budget.min(len) {
             seen += 1;
-            let (j, partner) = self.adj[side][v][i];
+            let (j, partner) = self.others[side][v][i];
             let j = j as usize;
             // The partner's state is in a small, hot array: look there first.
             if partner != MULTI && self.busy[other][partner as usize].is_some() {
                 i = (i + 1) % len;
                 continue;
             }
-            if self.state[j] == State::Done {
-                self.adj[side][v].swap_remove(i);
+            if self.rt[j].state == State::Done {
+                self.others[side][v].swap_remove(i);
                 len -= 1;
                 if len == 0 {
                     break;
@@ -320,11 +602,11 @@ impl Core {
                 continue;
             }
             i = (i + 1) % len;
-            if self.state[j] != State::Pending {
+            if self.rt[j].state != State::Pending {
                 continue;
             }
             let job = &self.jobs[j];
-            if job.receivers.len() == 1 {
+            if job.simple() {
                 // Unicast with a free partner (checked above).
                 let score = self.load[other][partner as usize];
                 if best.is_none_or(|(b, _)| score > b) {
@@ -333,9 +615,17 @@ impl Core {
                 continue;
             }
             let sender_load = self.load[SEND][job.sender as usize];
-            if self.busy[SEND][job.sender as usize].is_some() {
+            let lanes_busy = std::iter::once(&job.sender)
+                .chain(&job.extra_senders)
+                .any(|&s| self.busy[SEND][s as usize].is_some());
+            let ports_busy = job
+                .extra_receivers
+                .iter()
+                .any(|&r| self.busy[RECV][r as usize].is_some());
+            if lanes_busy {
                 continue;
             }
+            let splittable = job.extra_senders.is_empty() && job.extra_receivers.is_empty();
             let mut max_recv = 0;
             let mut all_free = true;
             let mut any_free = false;
@@ -349,13 +639,13 @@ impl Core {
                 }
             }
             let score = if side == SEND { max_recv } else { sender_load };
-            if all_free {
+            if all_free && !ports_busy {
                 if best.is_none_or(|(b, _)| score > b) {
                     best = Some((score, j));
                 }
-            } else if split && any_free {
+            } else if split && splittable && any_free {
                 let slack = self.target.saturating_sub(self.t + sender_load);
-                if slack >= u64::from(self.rem[j]) && best_split.is_none_or(|(b, _)| score > b) {
+                if slack >= u64::from(self.rt[j].rem) && best_split.is_none_or(|(b, _)| score > b) {
                     best_split = Some((score, j));
                 }
             }
@@ -388,6 +678,8 @@ impl Core {
         let job = self.jobs[j].clone();
         let mut now = Job {
             receivers: SmallVec::new(),
+            extra_senders: SmallVec::new(),
+            extra_receivers: SmallVec::new(),
             dests: SmallVec::new(),
             ..job.clone()
         };
@@ -406,9 +698,9 @@ impl Core {
         }
         // Retire the original job; its receivers' lists drop it lazily
         // because it is Done.
-        self.state[j] = State::Done;
-        let rem = self.rem[j];
-        let offset = self.offset[j];
+        self.rt[j].state = State::Done;
+        let rem = self.rt[j].rem;
+        let offset = self.rt[j].offset;
         self.load[SEND][job.sender as usize] += u64::from(rem);
         let mut ids = [0u32; 2];
         for (slot, part) in [now, later].into_iter().enumerate() {
@@ -419,15 +711,23 @@ impl Core {
                 _ => MULTI,
             };
             self.adj[SEND][part.sender as usize].push((id, partner));
+            self.others[SEND][part.sender as usize].push((id, partner));
             for &r in &part.receivers {
                 self.adj[RECV][r as usize].push((id, part.sender));
+                self.others[RECV][r as usize].push((id, part.sender));
             }
             self.jobs.push(part);
-            self.state.push(State::Pending);
-            self.rem.push(rem);
-            self.offset.push(offset);
-            self.since.push(0);
-            self.version.push(0);
+            self.rt.push(JobRt {
+                since: 0,
+                rem,
+                offset,
+                version: 0,
+                pair: NO_PAIR,
+                sender: job.sender,
+                // Split parts are looked up by scanning, never by pair.
+                recv0: MULTI,
+                state: State::Pending,
+            });
         }
         // One job became two pending jobs.
         self.pending_count += 1;
@@ -473,7 +773,7 @@ impl Core {
             let given_up = if head == 0 { None } else { self.busy[side][x] };
             for idx in 0..self.adj[side][x].len() {
                 let j = self.adj[side][x][idx].0 as usize;
-                if self.state[j] != State::Pending || self.jobs[j].receivers.len() != 1 {
+                if self.rt[j].state != State::Pending || self.rt[j].recv0 == MULTI {
                     continue;
                 }
                 if Some(j as u32) == given_up {
@@ -495,7 +795,7 @@ impl Core {
                     }
                     Some(f) => {
                         let fu = f as usize;
-                        if self.jobs[fu].receivers.len() != 1 {
+                        if self.rt[fu].recv0 == MULTI {
                             continue;
                         }
                         let y = if side == SEND {
@@ -572,7 +872,8 @@ impl Core {
                     break;
                 }
                 self.finish.pop();
-                if self.version[j as usize] == ver && self.state[j as usize] == State::Active {
+                if self.rt[j as usize].version == ver && self.rt[j as usize].state == State::Active
+                {
                     self.stop(j);
                 }
             }
@@ -667,7 +968,7 @@ impl Core {
 
     fn next_finish(&mut self) -> Option<u64> {
         while let Some(&Reverse((end, j, ver))) = self.finish.peek() {
-            if self.version[j as usize] == ver && self.state[j as usize] == State::Active {
+            if self.rt[j as usize].version == ver && self.rt[j as usize].state == State::Active {
                 return Some(end);
             }
             self.finish.pop();

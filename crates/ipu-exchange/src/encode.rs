@@ -37,6 +37,11 @@ pub(crate) struct RecvPiece {
     pub wide: bool,
     pub source: u32,
     pub byte_address: u32,
+    /// Send cycle after the source's previous send (before this piece's),
+    /// if it sent before.
+    pub source_quiet_from: Option<u64>,
+    /// Send cycle of the source's next send after this piece's, if any.
+    pub source_next_send: Option<u64>,
 }
 
 /// Everything one tile does in a phase, pieces sorted by start.
@@ -48,20 +53,6 @@ pub(crate) struct TileActivity {
 
 fn item_bytes(wide: bool) -> u32 {
     if wide { 8 } else { 4 }
-}
-
-/// Whether `tile` sends anything in send cycles `[from, to)`.
-fn sends_during(activity: &[TileActivity], tile: u32, from: u64, to: u64) -> bool {
-    if from >= to {
-        return false;
-    }
-    let Some(a) = activity.get(tile as usize) else {
-        return false;
-    };
-    let i = a
-        .sends
-        .partition_point(|p| p.start + u64::from(p.items) <= from);
-    a.sends.get(i).is_some_and(|p| p.start < to)
 }
 
 /// A receive-state change at a cycle.
@@ -247,38 +238,7 @@ pub(crate) fn encode_tile(
     let Some(act) = activity.get(tile) else {
         return Ok(Vec::new());
     };
-    // Receive events.
-    let mut events: Vec<RecvEvent> = Vec::new();
-    let mut xpic = Xpic::Disconnected;
-    let mut pic = 0u32;
-    for (i, p) in act.recvs.iter().enumerate() {
-        let want = Xpic::Listen(TileId::from_u32(p.source));
-        let set_x = (xpic != want).then_some(want);
-        let set_p = (pic != p.byte_address).then_some(p.byte_address);
-        if set_x.is_some() || set_p.is_some() {
-            events.push(RecvEvent {
-                at: p.start,
-                xpic: set_x,
-                pic: set_p,
-            });
-        }
-        xpic = want;
-        pic = p.byte_address + p.items * item_bytes(p.wide);
-        let end = p.start + u64::from(p.items);
-        let next = act.recvs.get(i + 1).map_or(u64::MAX, |q| q.start);
-        if next > end {
-            let to = next.saturating_sub(latency);
-            let from = end.saturating_sub(latency);
-            if sends_during(activity, p.source, from, to) {
-                events.push(RecvEvent {
-                    at: end,
-                    xpic: Some(Xpic::Disconnected),
-                    pic: None,
-                });
-                xpic = Xpic::Disconnected;
-            }
-        }
-    }
+    let (events, pic_from) = plan_receive_events(act, latency);
     // Boundaries.
     let mut bounds: Vec<u64> = Vec::with_capacity(2 * act.sends.len() + events.len() + 2);
     bounds.push(0);
@@ -336,7 +296,7 @@ pub(crate) fn encode_tile(
             let done = (a - s.start) as u32;
             (s.byte_address + done * item_bytes(s.wide), s.wide)
         });
-        let pic_at = |c: u64| pic_at(&act.recvs, c);
+        let pic_at = |c: u64| pic_at(&act.recvs, &pic_from, c);
         emit_window(&mut em, a, b - a, send, update_x, update_p, xpic, &pic_at)?;
     }
     let mut words = Vec::with_capacity(em.words);
@@ -346,18 +306,123 @@ pub(crate) fn encode_tile(
     Ok(words)
 }
 
-/// PIC (byte address) at cycle `c`, given the tile's receive pieces: each
-/// piece sets it at its start (or finds it there already) and advances it by
-/// each item that arrives.
-fn pic_at(recvs: &[RecvPiece], c: u64) -> u32 {
-    let i = recvs.partition_point(|r| r.start <= c);
+/// PIC (byte address) at cycle `c`: piece `i` has it set from
+/// `pic_from[i]` on (at the latest at its start) and advances it by each
+/// item that arrives.
+fn pic_at(recvs: &[RecvPiece], pic_from: &[u64], c: u64) -> u32 {
+    let i = pic_from.partition_point(|&f| f <= c);
     match i.checked_sub(1).and_then(|k| recvs.get(k)) {
-        Some(r) => {
+        Some(r) if c >= r.start => {
             let done = (c - r.start).min(u64::from(r.items)) as u32;
             r.byte_address + done * item_bytes(r.wide)
         }
+        Some(r) => r.byte_address,
         None => 0,
     }
+}
+
+/// Chooses when the tile's receive state changes.
+///
+/// Before piece `i` arrives, XPIC and PIC must name its source and
+/// destination. They may change at any cycle `τ` between the end of the
+/// previous piece and the start of this one, provided the old source sends
+/// nothing that would arrive in `[end, τ)` and the new source nothing that
+/// would arrive in `[τ, start)`. Within that range a cycle where the tile's
+/// sends already have a boundary is preferred, so that the update rides on
+/// an instruction the row has anyway. When no such `τ` exists the tile
+/// disconnects first. Returns the events and, per piece, the cycle from
+/// which PIC holds its address.
+fn plan_receive_events(act: &TileActivity, latency: u64) -> (Vec<RecvEvent>, Vec<u64>) {
+    let mut send_bounds: Vec<u64> = act
+        .sends
+        .iter()
+        .flat_map(|p| [p.start, p.start + u64::from(p.items)])
+        .collect();
+    send_bounds.sort_unstable();
+    send_bounds.dedup();
+    // A boundary in [lo, hi], else `fallback`.
+    let pick = |lo: u64, hi: u64, fallback: u64| {
+        let i = send_bounds.partition_point(|&b| b < lo);
+        send_bounds
+            .get(i)
+            .copied()
+            .filter(|&b| b <= hi)
+            .unwrap_or(fallback)
+    };
+    let mut events: Vec<RecvEvent> = Vec::new();
+    let mut pic_from = Vec::with_capacity(act.recvs.len());
+    let mut xpic = Xpic::Disconnected;
+    let mut pic = 0u32;
+    let mut prev_end = 0u64;
+    let mut old_next: Option<u64> = None;
+    for p in &act.recvs {
+        let want = Xpic::Listen(TileId::from_u32(p.source));
+        let set_p = (pic != p.byte_address).then_some(p.byte_address);
+        // When the current source next writes here if nothing changes.
+        let quiet_old = match xpic {
+            Xpic::Listen(_) => old_next.map_or(u64::MAX, |c| c + latency),
+            Xpic::Disconnected => u64::MAX,
+        };
+        if xpic == want && set_p.is_none() && quiet_old >= p.start {
+            pic_from.push(p.start);
+        } else {
+            // The new source must be quiet from τ until the piece, the old
+            // one from the previous end until τ.
+            let lo = p
+                .source_quiet_from
+                .map_or(prev_end, |z| prev_end.max(z + latency));
+            let hi = quiet_old.min(p.start);
+            let mut set_x = xpic != want;
+            let at = if lo <= hi {
+                pick(lo, hi, hi)
+            } else {
+                // Disconnect while the old source is still quiet, then
+                // switch once the new one is.
+                let off = pick(prev_end, quiet_old, prev_end);
+                events.push(RecvEvent {
+                    at: off,
+                    xpic: Some(Xpic::Disconnected),
+                    pic: None,
+                });
+                set_x = true;
+                pick(lo.max(off), p.start, p.start)
+            };
+            events.push(RecvEvent {
+                at,
+                xpic: set_x.then_some(want),
+                pic: set_p,
+            });
+            pic_from.push(at.min(p.start));
+        }
+        xpic = want;
+        pic = p.byte_address + p.items * item_bytes(p.wide);
+        prev_end = p.start + u64::from(p.items);
+        old_next = p.source_next_send;
+    }
+    // After the last piece, stop listening before the source sends again
+    // (if the row lasts that long).
+    if let Xpic::Listen(_) = xpic {
+        if let Some(next) = old_next {
+            let until = next + latency;
+            events.push(RecvEvent {
+                at: pick(prev_end, until, prev_end),
+                xpic: Some(Xpic::Disconnected),
+                pic: None,
+            });
+        }
+    }
+    // Events at one cycle merge; the later one wins per field.
+    let mut merged: Vec<RecvEvent> = Vec::with_capacity(events.len());
+    for e in events {
+        match merged.last_mut() {
+            Some(m) if m.at == e.at => {
+                m.xpic = e.xpic.or(m.xpic);
+                m.pic = e.pic.or(m.pic);
+            }
+            _ => merged.push(e),
+        }
+    }
+    (merged, pic_from)
 }
 
 /// Emits the instructions of the window of `n` cycles starting at `start`.

@@ -99,7 +99,7 @@ pub fn generate_phase(config: &GenConfig) -> Phase {
         }
         let align = if paired { 8 } else { 4 };
         let src = send_cursor[source as usize].next_multiple_of(align);
-        let mut room = (DEST_BASE - src) / 4;
+        let mut room = DEST_BASE.saturating_sub(src) / 4;
         for &d in &dests {
             let at = recv_cursor[d as usize].next_multiple_of(align);
             room = room.min(LIMIT.saturating_sub(at) / 4);

@@ -27,8 +27,12 @@
 //!   32-bit item and two per 64-bit item (sctl bit 2).
 //! - sctl bits 0-1 select fabric directions. The model treats the fabric as
 //!   one broadcast medium: any non-zero direction drives the word to every
-//!   listener; zero sends nothing but still takes the `w` cycles. The
-//!   encoder always uses 3 for a send.
+//!   listener; zero sends nothing but still takes the `w` cycles and
+//!   advances SP. The encoder always uses 3 for a send.
+//! - Every tile's row starts at cycle 0 of the phase (right after the
+//!   sync). A tile writes incoming words only while its own row runs; a row
+//!   holds only the exchange instructions (the caller appends the return),
+//!   and an inactive tile's row is empty.
 //! - `sendpicp` must start at an even word index of the row (8-byte
 //!   aligned when the row is 8-byte aligned in memory).
 
@@ -194,11 +198,15 @@ fn xpic_bits(xpic: Xpic) -> Result<u32, EncodeError> {
     }
 }
 
-fn xpic_from_bits(bits: u32) -> Xpic {
-    if bits & (1 << 13) != 0 {
-        Xpic::Disconnected
+/// The XPIC value of 14 bits, or `None` for a disconnect that names a
+/// tile (reserved).
+fn xpic_from_bits(bits: u32) -> Option<Xpic> {
+    if bits & (1 << 13) == 0 {
+        Some(Xpic::Listen(ipu_layout::TileId::from_u32(bits & 0x1fff)))
+    } else if bits & 0x1fff == 0 {
+        Some(Xpic::Disconnected)
     } else {
-        Xpic::Listen(ipu_layout::TileId::from_u32(bits & 0x1fff))
+        None
     }
 }
 
@@ -326,7 +334,11 @@ impl Instr {
             let picsel = (word >> 27) & 1;
             let x = second >> 18;
             let xpic = if picsel == 1 {
-                Some(xpic_from_bits(x))
+                Some(xpic_from_bits(x).ok_or(DecodeError::Reserved {
+                    index,
+                    word: second,
+                    what: "an XPIC disconnect that names a tile",
+                })?)
             } else if x != 0 {
                 return Err(DecodeError::Reserved {
                     index,
@@ -336,13 +348,6 @@ impl Instr {
             } else {
                 None
             };
-            if x >> 14 != 0 {
-                return Err(DecodeError::Reserved {
-                    index,
-                    word,
-                    what: "sendpicp XPIC field wider than 14 bits",
-                });
-            }
             return Ok((
                 Instr::SendPicP {
                     items: ((word >> 21) & 0x3f) + 1,
@@ -372,7 +377,11 @@ impl Instr {
             },
             0x6 if word & 0x0c00_0000 == 0x0400_0000 => Instr::DelayXpic {
                 cycles: ((word >> 14) & 0xfff) + 1,
-                xpic: xpic_from_bits(word & 0x3fff),
+                xpic: xpic_from_bits(word & 0x3fff).ok_or(DecodeError::Reserved {
+                    index,
+                    word,
+                    what: "an XPIC disconnect that names a tile",
+                })?,
             },
             0x6 if word & 0x0c00_0000 == 0 => {
                 let sel = (word >> 18) & 1;

@@ -168,13 +168,19 @@ pub enum PhaseError {
 
 /// Checks every rule the scheduler relies on and returns the first broken one.
 pub fn validate_phase(phase: &Phase) -> Result<(), PhaseError> {
+    validate_structure(phase)?;
+    validate_overlaps(phase)
+}
+
+/// Every rule but the memory overlaps: tile ids, counts, alignment and
+/// pairing. The scheduler's core needs only these, so the overlap check
+/// (a sort of every range) can run beside it.
+pub(crate) fn validate_structure(phase: &Phase) -> Result<(), PhaseError> {
     if phase.tile_count == 0 || phase.tile_count > MAX_TILES {
         return Err(PhaseError::TileCount {
             tile_count: phase.tile_count,
         });
     }
-    // (tile, start, end, transfer, is_write) ranges, to find overlaps.
-    let mut ranges: Vec<(u32, u64, u64, usize, bool)> = Vec::new();
     for (index, transfer) in phase.transfers.iter().enumerate() {
         let in_range = |tile: TileId| {
             if tile.as_u32() < phase.tile_count {
@@ -203,7 +209,6 @@ pub fn validate_phase(phase: &Phase) -> Result<(), PhaseError> {
                 if start % 4 != 0 || start + bytes > ADDRESS_LIMIT {
                     return Err(bad(transfer.source, start));
                 }
-                ranges.push((transfer.source.as_u32(), start, start + bytes, index, false));
             }
             n if n == transfer.words as usize => {
                 for &address in &transfer.source_addresses {
@@ -211,7 +216,6 @@ pub fn validate_phase(phase: &Phase) -> Result<(), PhaseError> {
                     if address % 4 != 0 || address + 4 > ADDRESS_LIMIT {
                         return Err(bad(transfer.source, address));
                     }
-                    ranges.push((transfer.source.as_u32(), address, address + 4, index, false));
                 }
             }
             given => {
@@ -237,7 +241,6 @@ pub fn validate_phase(phase: &Phase) -> Result<(), PhaseError> {
             if start % 4 != 0 || start + bytes > ADDRESS_LIMIT {
                 return Err(bad(tile, start));
             }
-            ranges.push((tile.as_u32(), start, start + bytes, index, true));
         }
         if transfer.width == Width::Paired64 {
             let paired = |reason| PhaseError::BadPaired {
@@ -253,6 +256,31 @@ pub fn validate_phase(phase: &Phase) -> Result<(), PhaseError> {
             if transfer.destinations.iter().any(|&(_, a)| a % 8 != 0) {
                 return Err(paired("a destination is not 8-byte aligned"));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that no write overlaps another write or a read on the same tile.
+/// Assumes [`validate_structure`] passed.
+pub(crate) fn validate_overlaps(phase: &Phase) -> Result<(), PhaseError> {
+    // (tile, start, end, transfer, is_write) ranges.
+    let mut ranges: Vec<(u32, u64, u64, usize, bool)> = Vec::new();
+    for (index, transfer) in phase.transfers.iter().enumerate() {
+        let bytes = u64::from(transfer.words) * 4;
+        let source = transfer.source.as_u32();
+        if let [start] = transfer.source_addresses.as_slice() {
+            let start = u64::from(*start);
+            ranges.push((source, start, start + bytes, index, false));
+        } else {
+            for &address in &transfer.source_addresses {
+                let address = u64::from(address);
+                ranges.push((source, address, address + 4, index, false));
+            }
+        }
+        for &(tile, address) in &transfer.destinations {
+            let start = u64::from(address);
+            ranges.push((tile.as_u32(), start, start + bytes, index, true));
         }
     }
     // Writes must not overlap anything else on the same tile; reads may

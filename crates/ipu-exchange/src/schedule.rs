@@ -3,8 +3,8 @@
 //! ```text
 //! Phase ──validate──► jobs ──core (critical-set events)──► segments
 //!   ordinary: every transfer as 32-bit words, tile-level jobs
-//!   paired:   Paired64 transfers as 64-bit items on tile pairs, then the
-//!             rest as 32-bit words
+//!   paired:   Paired64 transfers as 64-bit items that also hold the
+//!             partner tiles' lanes and ports, the rest as 32-bit words
 //! keep the shorter ──► per-tile send/receive pieces ──► rows (rayon)
 //! ```
 //!
@@ -20,7 +20,7 @@ use crate::core::{self, CoreConfig, CoreOutput, Job};
 use crate::encode::{EncodedRows, RecvPiece, SendPiece, TileActivity, encode_tile};
 use crate::fabric::Fabric;
 use crate::isa::EncodeError;
-use crate::model::{Phase, PhaseError, Width, validate_phase};
+use crate::model::{Phase, PhaseError, Width, validate_overlaps, validate_structure};
 
 /// Knobs of [`schedule`].
 #[derive(Clone, Debug, PartialEq)]
@@ -34,9 +34,10 @@ pub struct ScheduleConfig {
     pub path_search_limit: usize,
     /// Whether multicast transfers may be split by fanout.
     pub fanout_split: bool,
-    /// How many of a free node's pending transfers the greedy fill looks
-    /// at per event (nodes that must work look at all of them). Smaller is
-    /// faster; the critical-set repair keeps the horizon either way.
+    /// How many of a free node's pending multicast transfers the greedy
+    /// fill looks at per event (unicast ones are found through bit sets;
+    /// nodes that must work look at all). Smaller is faster; the
+    /// critical-set repair keeps the horizon either way.
     pub fill_budget: usize,
     /// Whether to try a paired schedule when a phase has Paired64 transfers.
     pub try_paired: bool,
@@ -45,6 +46,9 @@ pub struct ScheduleConfig {
     /// The phase number used in log events by [`schedule`]
     /// ([`schedule_phases`] uses each phase's index).
     pub phase_label: u32,
+    /// Whether to run [`check_schedule`](crate::check_schedule) on the
+    /// result before returning it (on by default in debug builds).
+    pub verify: bool,
 }
 
 impl Default for ScheduleConfig {
@@ -57,6 +61,7 @@ impl Default for ScheduleConfig {
             try_paired: true,
             large_phase_transfers: 1000,
             phase_label: 0,
+            verify: cfg!(debug_assertions),
         }
     }
 }
@@ -66,8 +71,9 @@ impl Default for ScheduleConfig {
 pub enum ScheduleKind {
     /// Every transfer as 32-bit words.
     Ordinary,
-    /// Paired64 transfers as 64-bit items on tile pairs first, the rest
-    /// as 32-bit words after them.
+    /// Paired64 transfers as 64-bit items (occupying both tiles of the
+    /// sender's and of each receiver's pair), the rest as 32-bit words,
+    /// scheduled together.
     Paired,
 }
 
@@ -167,6 +173,25 @@ pub enum ScheduleError {
         /// The encoder's complaint.
         source: EncodeError,
     },
+    /// The scheduler lost track of a transfer (a bug in this crate).
+    #[error("phase {phase}: the scheduler left transfers unscheduled (a bug in ipu-exchange)")]
+    Incomplete {
+        /// The phase number.
+        phase: u32,
+    },
+    /// The checker rejected the rows (a bug in this crate); with
+    /// `verify` on, nothing unchecked is returned.
+    #[error(
+        "phase {phase}: the checker rejects the encoded rows ({} errors, first: {}) (a bug in ipu-exchange)",
+        errors.len(),
+        errors.first().map(ToString::to_string).unwrap_or_default()
+    )]
+    Check {
+        /// The phase number.
+        phase: u32,
+        /// Every error the checker found.
+        errors: Vec<crate::check::ExchangeCheckError>,
+    },
     /// A horizon does not fit the instruction set (more than 2^40 cycles).
     #[error("phase {phase} needs {horizon} cycles, more than rows can express; split the phase")]
     TooLong {
@@ -184,6 +209,8 @@ struct Plan {
     send_horizon: u64,
     activity: Vec<TileActivity>,
     segments: usize,
+    /// Whether the core scheduled every job.
+    complete: bool,
 }
 
 /// Schedules one phase and encodes its rows.
@@ -217,10 +244,11 @@ fn schedule_labeled(
     config: &ScheduleConfig,
     label: u32,
 ) -> Result<Schedule, ScheduleError> {
-    validate_phase(phase).map_err(|source| ScheduleError::Phase {
+    let invalid = |source| ScheduleError::Phase {
         phase: label,
         source,
-    })?;
+    };
+    validate_structure(phase).map_err(invalid)?;
     if phase.tile_count > fabric.tile_count() {
         return Err(ScheduleError::TileCount {
             phase: label,
@@ -230,7 +258,12 @@ fn schedule_labeled(
     }
     let large = phase.transfers.len() >= config.large_phase_transfers;
     let endpoint = endpoint_lower_bound(phase);
-    let stronger = stronger_lower_bound(phase, fabric);
+    let stronger = if phase.transfers.is_empty() {
+        0
+    } else {
+        endpoint + u64::from(fabric.latency_cycles())
+    };
+    debug_assert_eq!(stronger, stronger_lower_bound(phase, fabric));
     if large {
         let fanout = phase
             .transfers
@@ -252,14 +285,21 @@ fn schedule_labeled(
         .count();
     let want_paired = config.try_paired && candidates > 0;
     let latency = u64::from(fabric.latency_cycles());
-    let (ordinary, paired) = if want_paired {
-        rayon::join(
-            || plan(phase, config, endpoint, latency, false),
-            || Some(plan(phase, config, endpoint, latency, true)),
-        )
-    } else {
-        (plan(phase, config, endpoint, latency, false), None)
-    };
+    // The overlap check runs beside the planning; its verdict decides.
+    let (overlaps, (ordinary, paired)) = rayon::join(
+        || validate_overlaps(phase),
+        || {
+            if want_paired {
+                rayon::join(
+                    || plan(phase, config, endpoint, latency, false),
+                    || Some(plan(phase, config, endpoint, latency, true)),
+                )
+            } else {
+                (plan(phase, config, endpoint, latency, false), None)
+            }
+        },
+    );
+    overlaps.map_err(invalid)?;
     let finish = |p: &Plan| {
         if p.send_horizon == 0 {
             0
@@ -284,6 +324,9 @@ fn schedule_labeled(
         Some(p) if use_paired => p,
         _ => ordinary,
     };
+    if !kept.complete {
+        return Err(ScheduleError::Incomplete { phase: label });
+    }
     let horizon = finish(&kept);
     if horizon > 1 << 40 {
         return Err(ScheduleError::TooLong {
@@ -315,6 +358,14 @@ fn schedule_labeled(
         })
         .collect::<Result<_, _>>()?;
     let rows = EncodedRows::from_tile_rows(rows);
+    if config.verify {
+        crate::check::check_schedule(phase, fabric, &rows).map_err(|errors| {
+            ScheduleError::Check {
+                phase: label,
+                errors,
+            }
+        })?;
+    }
     if large {
         let (tile, bytes) = rows.largest_row().unwrap_or((TileId::from_u32(0), 0));
         tracing::info!(
@@ -337,11 +388,6 @@ fn schedule_labeled(
     })
 }
 
-/// The pair node of a tile: tiles `t` and `t ^ 2` share one.
-fn pair_node(tile: u32) -> u32 {
-    ((tile >> 2) << 1) | (tile & 1)
-}
-
 /// Whether a transfer can go as 64-bit items in a phase of `tiles` tiles:
 /// Paired64, every partner exists, and no two destinations share a pair.
 fn goes_wide(t: &crate::model::Transfer, tiles: u32) -> bool {
@@ -353,7 +399,8 @@ fn goes_wide(t: &crate::model::Transfer, tiles: u32) -> bool {
         if d.as_u32() ^ 2 >= tiles {
             return false;
         }
-        let p = pair_node(d.as_u32());
+        // d and d ^ 2 share a pair: both must not be destinations.
+        let p = d.as_u32() & !2;
         if pairs.contains(&p) {
             return false;
         }
@@ -371,54 +418,41 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
         fanout_split: config.fanout_split,
         fill_budget: config.fill_budget,
     };
+    // A 64-bit job also occupies the partner's lane and each destination
+    // partner's receive port.
     let make_job = |index: usize, wide: bool| {
         let t = &phase.transfers[index];
-        let node = |tile: TileId| {
-            if wide {
-                pair_node(tile.as_u32())
-            } else {
-                tile.as_u32()
-            }
-        };
+        let partner = |tile: TileId| tile.as_u32() ^ 2;
         Job {
-            sender: node(t.source),
-            receivers: t.destinations.iter().map(|&(d, _)| node(d)).collect(),
+            sender: t.source.as_u32(),
+            receivers: t.destinations.iter().map(|&(d, _)| d.as_u32()).collect(),
+            extra_senders: if wide {
+                smallvec::smallvec![partner(t.source)]
+            } else {
+                SmallVec::new()
+            },
+            extra_receivers: if wide {
+                t.destinations.iter().map(|&(d, _)| partner(d)).collect()
+            } else {
+                SmallVec::new()
+            },
             len: if wide { t.words / 2 } else { t.words },
             origin: index as u32,
             dests: (0..t.destinations.len() as u32).collect(),
         }
     };
     let mut activity = vec![TileActivity::default(); tiles as usize];
-    let mut segments = 0;
-    let send_horizon = if paired {
-        let (wide, narrow): (Vec<usize>, Vec<usize>) =
-            (0..phase.transfers.len()).partition(|&i| goes_wide(&phase.transfers[i], tiles));
-        let wide_jobs: Vec<Job> = wide.iter().map(|&i| make_job(i, true)).collect();
-        let narrow_jobs: Vec<Job> = narrow.iter().map(|&i| make_job(i, false)).collect();
-        let wide_bound = job_bound(&wide_jobs, tiles as usize);
-        let narrow_bound = job_bound(&narrow_jobs, tiles as usize);
-        let a = core::run(tiles as usize, wide_jobs, core_config(slack(wide_bound)));
-        let b = core::run(
-            tiles as usize,
-            narrow_jobs,
-            core_config(slack(narrow_bound)),
-        );
-        segments += add_activity(phase, &a, 0, latency, true, &mut activity);
-        segments += add_activity(phase, &b, a.horizon, latency, false, &mut activity);
-        a.horizon + b.horizon
-    } else {
-        let jobs: Vec<Job> = (0..phase.transfers.len())
-            .map(|i| make_job(i, false))
-            .collect();
-        let bound = job_bound(&jobs, tiles as usize).max(endpoint);
-        let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
-        segments += add_activity(phase, &out, 0, latency, false, &mut activity);
-        out.horizon
-    };
-    for a in &mut activity {
-        a.sends.sort_unstable_by_key(|p| p.start);
-        a.recvs.sort_unstable_by_key(|p| p.start);
-    }
+    let jobs: Vec<Job> = (0..phase.transfers.len())
+        .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles)))
+        .collect();
+    let bound = job_bound(&jobs, tiles as usize).max(endpoint);
+    let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
+    let segments = add_activity(phase, &out, latency, &mut activity);
+    let send_horizon = out.horizon;
+    let complete = out.complete;
+    activity
+        .par_iter_mut()
+        .for_each(|a| a.recvs.sort_unstable_by_key(|p| p.start));
     Plan {
         kind: if paired {
             ScheduleKind::Paired
@@ -428,6 +462,7 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
         send_horizon,
         activity,
         segments,
+        complete,
     }
 }
 
@@ -436,29 +471,58 @@ fn job_bound(jobs: &[Job], nodes: usize) -> u64 {
     let mut send = vec![0u64; nodes];
     let mut recv = vec![0u64; nodes];
     for j in jobs {
-        send[j.sender as usize] += u64::from(j.len);
-        for &r in &j.receivers {
+        for &s in std::iter::once(&j.sender).chain(&j.extra_senders) {
+            send[s as usize] += u64::from(j.len);
+        }
+        for &r in j.receivers.iter().chain(&j.extra_receivers) {
             recv[r as usize] += u64::from(j.len);
         }
     }
     send.into_iter().chain(recv).max().unwrap_or(0)
 }
 
-/// Turns core segments into per-tile pieces, shifted by `base` cycles;
-/// receive pieces start `latency` cycles after their send. Returns the
-/// number of segments.
+/// (segment, end of the source's send before it — set on the segment's
+/// first piece —, start of the source's send after it — set on its last).
+type QuietMark = (u32, Option<Option<u64>>, Option<Option<u64>>);
+
+/// Turns core segments into per-tile pieces; receive pieces start
+/// `latency` cycles after their send. Returns the number of segments.
 fn add_activity(
     phase: &Phase,
     out: &CoreOutput,
-    base: u64,
     latency: u64,
-    wide: bool,
     activity: &mut [TileActivity],
 ) -> usize {
+    // Exact capacities first: growing hundreds of vectors piece by piece
+    // costs more than the pieces.
+    let mut sends_per_tile = vec![0usize; activity.len()];
+    let mut recvs_per_tile = vec![0usize; activity.len()];
     for seg in &out.segments {
         let job = &out.jobs[seg.job as usize];
         let t = &phase.transfers[job.origin as usize];
-        let start = base + seg.start;
+        // A gather may need more pieces; this is only a capacity hint.
+        sends_per_tile[t.source.as_u32() as usize] += 1;
+        for &k in &job.dests {
+            recvs_per_tile[t.destinations[k as usize].0.as_u32() as usize] += 1;
+        }
+    }
+    for (a, (&s, &r)) in activity
+        .iter_mut()
+        .zip(sends_per_tile.iter().zip(&recvs_per_tile))
+    {
+        a.sends.reserve_exact(s);
+        a.recvs.reserve_exact(r);
+    }
+    // Send pieces per tile, tagged with their segment, so that after
+    // sorting each receive piece can learn when its source is quiet.
+    let mut tags: Vec<Vec<u32>> = sends_per_tile
+        .iter()
+        .map(|&n| Vec::with_capacity(n))
+        .collect();
+    for (index, seg) in out.segments.iter().enumerate() {
+        let job = &out.jobs[seg.job as usize];
+        let t = &phase.transfers[job.origin as usize];
+        let wide = !job.extra_senders.is_empty();
         let per = if wide { 2 } else { 1 };
         let first_word = seg.offset * per;
         let words = seg.len * per;
@@ -480,21 +544,66 @@ fn add_activity(
                 n += per;
             }
             activity[src].sends.push(SendPiece {
-                start: start + u64::from(i / per),
+                start: seg.start + u64::from(i / per),
                 items: n / per,
                 wide,
                 byte_address: address,
             });
+            tags[src].push(index as u32);
             i += n;
         }
+    }
+    // Per segment: the end of the source's previous send and the start of
+    // its next one. Tiles sort in parallel; the results are scattered in
+    // tile order, so nothing depends on scheduling.
+    let quiet: Vec<Vec<QuietMark>> = activity
+        .par_iter_mut()
+        .zip(tags.par_iter_mut())
+        .map(|(a, tag)| {
+            let mut order: Vec<(SendPiece, u32)> = a.sends.drain(..).zip(tag.drain(..)).collect();
+            order.sort_unstable_by_key(|(p, _)| p.start);
+            let mut marks = Vec::new();
+            for (k, &(p, seg)) in order.iter().enumerate() {
+                let first = k == 0 || order[k - 1].1 != seg;
+                let last = order.get(k + 1).is_none_or(|n| n.1 != seg);
+                let before = first.then(|| {
+                    k.checked_sub(1)
+                        .map(|q| order[q].0.start + u64::from(order[q].0.items))
+                });
+                let after = last.then(|| order.get(k + 1).map(|n| n.0.start));
+                if first || last {
+                    marks.push((seg, before, after));
+                }
+                a.sends.push(p);
+            }
+            marks
+        })
+        .collect();
+    let mut before = vec![None; out.segments.len()];
+    let mut after = vec![None; out.segments.len()];
+    for (seg, b, a) in quiet.into_iter().flatten() {
+        if let Some(b) = b {
+            before[seg as usize] = b;
+        }
+        if let Some(a) = a {
+            after[seg as usize] = a;
+        }
+    }
+    for (index, seg) in out.segments.iter().enumerate() {
+        let job = &out.jobs[seg.job as usize];
+        let t = &phase.transfers[job.origin as usize];
+        let wide = !job.extra_senders.is_empty();
+        let first_word = seg.offset * if wide { 2 } else { 1 };
         for &k in &job.dests {
             let (d, address) = t.destinations[k as usize];
             activity[d.as_u32() as usize].recvs.push(RecvPiece {
-                start: start + latency,
+                start: seg.start + latency,
                 items: seg.len,
                 wide,
                 source: t.source.as_u32(),
                 byte_address: address + 4 * first_word,
+                source_quiet_from: before[index],
+                source_next_send: after[index],
             });
         }
     }

@@ -17,9 +17,21 @@ pub fn schedule_and_check(phase: &Phase, fabric: &Fabric, config: &ScheduleConfi
         s.endpoint_lower_bound() <= s.horizon(),
         "endpoint bound above horizon"
     );
+    if s.stronger_lower_bound() > s.horizon() {
+        eprintln!(
+            "SNAP {}",
+            Snapshot::from_phases(phase.tile_count, std::slice::from_ref(phase)).to_json()
+        );
+    }
     assert!(
         s.stronger_lower_bound() <= s.horizon(),
-        "stronger bound above horizon"
+        "stronger bound above horizon: {} > {} ({:?}, ordinary {}, paired {:?}, endpoint {})",
+        s.stronger_lower_bound(),
+        s.horizon(),
+        s.kind(),
+        s.ordinary_horizon(),
+        s.paired_horizon(),
+        s.endpoint_lower_bound()
     );
     assert!(s.endpoint_lower_bound() <= s.stronger_lower_bound());
     if let Err(errors) = check_schedule(phase, fabric, s.rows()) {

@@ -1,0 +1,209 @@
+//! Properties over random phases: every schedule checks clean, bounds stay
+//! below the horizon, replay moves the right words, and results do not
+//! depend on threads or repetition.
+
+use ipu_exchange::*;
+use ipu_layout::TileId;
+use proptest::prelude::*;
+use smallvec::SmallVec;
+
+use crate::common::{SparseMemory, fabric, initial_word, schedule_and_check};
+
+/// One transfer before addresses: source, destinations (indices into the
+/// other tiles), words, paired, gather.
+type Spec = (u32, Vec<u32>, u32, bool, bool);
+
+/// Lays a phase out in memory: sources from 0x4c000 up, destinations from
+/// 0x90000 up on each tile; a gather reads every other word.
+pub fn build_phase(tile_count: u32, specs: &[Spec]) -> Phase {
+    let n = tile_count as usize;
+    let mut send = vec![0x4c000u32; n];
+    let mut recv = vec![0x90000u32; n];
+    let mut transfers = Vec::new();
+    for (source, dests, words, paired, gather) in specs {
+        let source = source % tile_count;
+        let mut destinations: SmallVec<[(TileId, u32); 2]> = SmallVec::new();
+        let words = if *paired { (words + 1) & !1 } else { *words };
+        let align = if *paired { 8 } else { 4 };
+        for d in dests {
+            // Skip the source and repeats.
+            let d = (source + 1 + d % (tile_count - 1)) % tile_count;
+            if destinations.iter().any(|&(t, _)| t.as_u32() == d) {
+                continue;
+            }
+            let at = recv[d as usize].next_multiple_of(align);
+            recv[d as usize] = at + 4 * words;
+            destinations.push((TileId::from_u32(d), at));
+        }
+        if destinations.is_empty() {
+            continue;
+        }
+        let start = send[source as usize].next_multiple_of(align);
+        let source_addresses = if *gather && !*paired {
+            send[source as usize] = start + 8 * words;
+            (0..words).map(|k| start + 8 * k).collect()
+        } else {
+            send[source as usize] = start + 4 * words;
+            smallvec::smallvec![start]
+        };
+        transfers.push(Transfer {
+            source: TileId::from_u32(source),
+            source_addresses,
+            destinations,
+            words,
+            width: if *paired {
+                Width::Paired64
+            } else {
+                Width::Word32
+            },
+        });
+    }
+    Phase {
+        tile_count,
+        transfers,
+    }
+}
+
+fn spec(max_fanout: usize) -> impl Strategy<Value = Spec> {
+    (
+        any::<u32>(),
+        proptest::collection::vec(any::<u32>(), 1..=max_fanout),
+        1u32..60,
+        any::<bool>(),
+        prop::bool::weighted(0.15),
+    )
+}
+
+fn phase(max_fanout: usize) -> impl Strategy<Value = Phase> {
+    (4u32..24, proptest::collection::vec(spec(max_fanout), 1..40))
+        .prop_map(|(tiles, specs)| build_phase(tiles, &specs))
+}
+
+fn unicast_phase() -> impl Strategy<Value = Phase> {
+    (4u32..24, proptest::collection::vec(spec(1), 1..60)).prop_map(|(tiles, specs)| {
+        let specs: Vec<Spec> = specs
+            .into_iter()
+            .map(|(s, d, w, _, g)| (s, d, w, false, g))
+            .collect();
+        build_phase(tiles, &specs)
+    })
+}
+
+fn config() -> impl Strategy<Value = ScheduleConfig> {
+    (
+        0u32..20_000,
+        1usize..64,
+        any::<bool>(),
+        any::<bool>(),
+        2usize..600,
+    )
+        .prop_map(|(slack, budget, split, paired, limit)| ScheduleConfig {
+            target_slack_ppm: slack,
+            fill_budget: budget,
+            fanout_split: split,
+            try_paired: paired,
+            path_search_limit: limit,
+            ..ScheduleConfig::default()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn any_phase_schedules_and_checks(phase in phase(4), config in config(), latency in 0u32..20) {
+        let fabric = fabric().with_latency(latency);
+        let s = schedule_and_check(&phase, &fabric, &config);
+        prop_assert!(endpoint_lower_bound(&phase) <= s.horizon());
+    }
+
+    #[test]
+    fn unicast_word32_phases_reach_the_bound(phase in unicast_phase()) {
+        // With no slack and an unlimited path search, the critical-set
+        // scheduler finishes exactly at the endpoint bound (plus latency).
+        let fabric = fabric();
+        let config = ScheduleConfig {
+            target_slack_ppm: 0,
+            path_search_limit: usize::MAX,
+            ..ScheduleConfig::default()
+        };
+        let s = schedule_and_check(&phase, &fabric, &config);
+        prop_assert_eq!(s.horizon(), s.stronger_lower_bound());
+    }
+
+    #[test]
+    fn replay_writes_exactly_the_transfers(phase in phase(3)) {
+        let fabric = fabric();
+        let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+        let mut memory = SparseMemory::default();
+        let stats = replay(s.rows(), &fabric, &mut memory).expect("replays");
+        let mut words = 0u64;
+        for t in &phase.transfers {
+            for &(d, at) in &t.destinations {
+                for k in 0..t.words {
+                    let src = t.source_word_address(k).unwrap();
+                    prop_assert_eq!(
+                        memory.read_word(d, at + 4 * k).unwrap(),
+                        initial_word(t.source.as_u32(), src)
+                    );
+                    words += 1;
+                }
+            }
+        }
+        prop_assert_eq!(stats.words_written, words);
+        prop_assert_eq!(memory.words.len() as u64, words);
+    }
+
+    #[test]
+    fn kept_kind_is_the_shorter(phase in phase(2)) {
+        let fabric = fabric();
+        let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+        match s.paired_horizon() {
+            Some(p) => prop_assert_eq!(s.horizon(), p.min(s.ordinary_horizon())),
+            None => prop_assert_eq!(s.horizon(), s.ordinary_horizon()),
+        }
+        if s.kind() == ScheduleKind::Paired {
+            prop_assert!(s.paired_horizon().unwrap() < s.ordinary_horizon());
+        }
+    }
+
+    #[test]
+    fn decoded_rows_cover_the_horizon(phase in phase(3)) {
+        let fabric = fabric();
+        let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+        for t in 0..phase.tile_count {
+            let timeline = decode(s.rows().row(TileId::from_u32(t))).expect("decodes");
+            prop_assert!(timeline.end() <= s.horizon());
+        }
+    }
+}
+
+#[test]
+fn results_do_not_depend_on_threads() {
+    let phases: Vec<Phase> = (0..6)
+        .map(|seed| {
+            ipu_exchange::generate::generate_phase(&ipu_exchange::generate::GenConfig {
+                tile_count: 64,
+                transfers: 300,
+                target_bound: 400,
+                max_fanout: 3,
+                paired_percent: 30,
+                balanced_sources: false,
+                seed,
+            })
+        })
+        .collect();
+    let fabric = fabric();
+    let config = ScheduleConfig::default();
+    let parallel = schedule_phases(&phases, &fabric, &config).expect("schedules");
+    let single = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a pool")
+        .install(|| schedule_phases(&phases, &fabric, &config).expect("schedules"));
+    for ((p, s), phase) in parallel.iter().zip(&single).zip(&phases) {
+        assert_eq!(p.rows(), s.rows());
+        assert_eq!(p.horizon(), s.horizon());
+        check_schedule(phase, &fabric, p.rows()).expect("checks");
+    }
+}

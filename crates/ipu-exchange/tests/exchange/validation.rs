@@ -1,0 +1,154 @@
+//! Phase validation and the device description.
+
+use ipu_exchange::*;
+use ipu_layout::TileId;
+
+fn t(i: u32) -> TileId {
+    TileId::from_u32(i)
+}
+
+fn transfer(source: u32, dest: u32, src: u32, dst: u32, words: u32) -> Transfer {
+    Transfer {
+        source: t(source),
+        source_addresses: smallvec::smallvec![src],
+        destinations: smallvec::smallvec![(t(dest), dst)],
+        words,
+        width: Width::Word32,
+    }
+}
+
+fn phase(transfers: Vec<Transfer>) -> Phase {
+    Phase {
+        tile_count: 8,
+        transfers,
+    }
+}
+
+#[test]
+fn invalid_phases_are_rejected_with_the_ids_involved() {
+    let ok = transfer(0, 1, 0x4c000, 0x90000, 4);
+    assert_eq!(validate_phase(&phase(vec![ok.clone()])), Ok(()));
+    assert!(matches!(
+        validate_phase(&phase(vec![transfer(0, 9, 0x4c000, 0x90000, 4)])),
+        Err(PhaseError::TileOutOfRange { transfer: 0, .. })
+    ));
+    assert!(matches!(
+        validate_phase(&phase(vec![transfer(0, 1, 0x4c000, 0x90000, 0)])),
+        Err(PhaseError::Empty { transfer: 0 })
+    ));
+    assert!(matches!(
+        validate_phase(&phase(vec![transfer(0, 1, 0x4c002, 0x90000, 4)])),
+        Err(PhaseError::BadAddress { .. })
+    ));
+    assert!(matches!(
+        validate_phase(&phase(vec![transfer(0, 0, 0x4c000, 0x90000, 4)])),
+        Err(PhaseError::DuplicateTile { .. })
+    ));
+    // Two writes overlap on tile 1.
+    assert!(matches!(
+        validate_phase(&phase(vec![
+            ok.clone(),
+            transfer(2, 1, 0x4c000, 0x90008, 4)
+        ])),
+        Err(PhaseError::Overlap {
+            first: 0,
+            second: 1,
+            ..
+        })
+    ));
+    // A write overlaps what the tile sends.
+    assert!(matches!(
+        validate_phase(&phase(vec![
+            ok.clone(),
+            transfer(1, 2, 0x90004, 0x90000, 2)
+        ])),
+        Err(PhaseError::Overlap { .. })
+    ));
+    // Reads may overlap.
+    assert_eq!(
+        validate_phase(&phase(vec![
+            ok.clone(),
+            transfer(0, 2, 0x4c000, 0x90000, 4)
+        ])),
+        Ok(())
+    );
+    let mut paired = ok.clone();
+    paired.width = Width::Paired64;
+    paired.words = 3;
+    assert!(matches!(
+        validate_phase(&phase(vec![paired])),
+        Err(PhaseError::BadPaired { .. })
+    ));
+    let mut gather = ok;
+    gather.source_addresses = smallvec::smallvec![0x4c000, 0x4c010];
+    assert!(matches!(
+        validate_phase(&phase(vec![gather])),
+        Err(PhaseError::SourceAddressCount {
+            given: 2,
+            words: 4,
+            ..
+        })
+    ));
+    assert!(matches!(
+        validate_phase(&Phase {
+            tile_count: 0,
+            transfers: vec![]
+        }),
+        Err(PhaseError::TileCount { .. })
+    ));
+}
+
+#[test]
+fn schedule_refuses_invalid_phases_and_too_many_tiles() {
+    let fabric = Fabric::ipu21().unwrap();
+    let bad = phase(vec![transfer(0, 1, 0x4c000, 0x90000, 0)]);
+    assert!(matches!(
+        schedule(&bad, &fabric, &ScheduleConfig::default()),
+        Err(ScheduleError::Phase { .. })
+    ));
+    let big = Phase {
+        tile_count: 2000,
+        transfers: vec![transfer(0, 1, 0x4c000, 0x90000, 4)],
+    };
+    assert!(matches!(
+        schedule(&big, &fabric, &ScheduleConfig::default()),
+        Err(ScheduleError::TileCount {
+            fabric_tiles: 1472,
+            ..
+        })
+    ));
+    let empty = Phase {
+        tile_count: 16,
+        transfers: vec![],
+    };
+    let s = schedule(&empty, &fabric, &ScheduleConfig::default()).unwrap();
+    assert_eq!(s.horizon(), 0);
+    assert_eq!(s.rows().total_bytes(), 0);
+    assert_eq!(s.rows().unique_rows().len(), 1);
+    check_schedule(&empty, &fabric, s.rows()).unwrap();
+}
+
+#[test]
+fn the_device_description_is_read() {
+    let fabric = Fabric::ipu21().unwrap();
+    assert_eq!(fabric.tile_count(), 1472);
+    assert_eq!(fabric.latency(t(0), t(1000)), 12);
+    assert_eq!(fabric.partner(t(5)), t(7));
+    assert_eq!(fabric.memory_element(0x4c000), Some((0, 0)));
+    assert_eq!(fabric.memory_element(0x80000 + 0x8000), Some((1, 1)));
+    assert!(!fabric.memory_element_hazards());
+    assert!(matches!(
+        Fabric::from_toml("tile_count = 4"),
+        Err(FabricError::Missing { key: "exchange" })
+    ));
+    assert!(matches!(
+        Fabric::from_toml("[["),
+        Err(FabricError::Toml { .. })
+    ));
+    let switching = include_str!("../../../../device/ipu21.toml")
+        .replace("source_switch_cycles = 0", "source_switch_cycles = 3");
+    assert!(matches!(
+        Fabric::from_toml(&switching),
+        Err(FabricError::Unsupported { .. })
+    ));
+}
