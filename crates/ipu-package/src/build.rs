@@ -91,7 +91,10 @@ impl Default for BuildConfig {
                 ..PlaceConfig::default()
             },
             // The build runs `check_schedule` itself when `verify` is on.
-            schedule: ScheduleConfig { verify: false, ..ScheduleConfig::default() },
+            schedule: ScheduleConfig {
+                verify: false,
+                ..ScheduleConfig::default()
+            },
             verify: true,
             kernel_cache: None,
             max_replans: 3,

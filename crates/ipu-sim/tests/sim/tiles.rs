@@ -56,3 +56,120 @@ fn small_packages_run_and_match_the_reference() {
         }
     }
 }
+
+/// Runs `package` and reports whether it passes the comparison with the
+/// reference (an error counts as a failure).
+fn passes(
+    package: &Package,
+    graph: &ipu_package::graph::Graph,
+    inputs: &ipu_package::graph::ValueSet,
+    reference: &ipu_package::graph::ValueSet,
+) -> bool {
+    let Ok(device) = run_package(package, graph, inputs) else {
+        return false;
+    };
+    graph.outputs().into_iter().all(|o| {
+        let t = graph.tensor(o);
+        compare(
+            reference.get(o).unwrap(),
+            device.get(o).unwrap(),
+            Tolerance::graph(t.precision()),
+        )
+        .pass
+    })
+}
+
+/// Corrupting one placement address, one exchange row word or one kernel
+/// variant in a built package makes the simulation fail the comparison.
+#[test]
+fn corrupted_packages_fail() {
+    use ipu_package::program::BufferRole;
+    let cache = tempfile::tempdir().unwrap();
+    let graph = parse_fixture(&fixture("micro-1l-h32.json")).unwrap();
+    let inputs = values::generate(&graph, 3);
+    let reference = evaluate(&graph, &inputs).unwrap();
+    let config = BuildConfig {
+        tiles: 16,
+        kernel_cache: Some(cache.path().to_owned()),
+        ..BuildConfig::default()
+    };
+    let good = build_package(&graph, &config).unwrap();
+    assert!(
+        passes(&good, &graph, &inputs, &reference),
+        "the pristine package passes"
+    );
+
+    // One placement address: the first activation's shard on its first tile
+    // moves to where another buffer of that tile lives.
+    let mut bad = good.clone();
+    let p = &mut bad.program;
+    let (victim, _) = p
+        .buffers
+        .iter()
+        .enumerate()
+        .find(|(_, b)| b.role == BufferRole::Activation)
+        .unwrap();
+    let (tile, address) = p.addresses[victim][0];
+    let other = p
+        .addresses
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != victim)
+        .flat_map(|(_, l)| l.iter())
+        .find(|&&(t, a)| t == tile && a != address)
+        .map(|&(_, a)| a)
+        .unwrap();
+    p.addresses[victim][0].1 = other;
+    assert!(
+        !passes(&bad, &graph, &inputs, &reference),
+        "a moved shard must fail"
+    );
+
+    // One exchange row word: the send instruction that moves the most
+    // words in the package reads from one word further on.
+    let mut bad = good.clone();
+    let mut best: Option<(usize, u32, usize, u32)> = None;
+    for (p, rows) in bad.rows.iter().enumerate() {
+        for t in 0..rows.tile_count() {
+            let row = rows.row(ipu_layout::TileId::from_u32(t));
+            let mut i = 0;
+            while i < row.len() {
+                let Ok((instr, next)) = ipu_exchange::Instr::decode_at(row, i) else {
+                    break;
+                };
+                if let ipu_exchange::Instr::Send { items, sctl, .. } = instr
+                    && sctl & 3 != 0
+                    && best.is_none_or(|b| items > b.3)
+                {
+                    best = Some((p, t, i, items));
+                }
+                i += next.max(1);
+            }
+        }
+    }
+    let (phase, tile, index, _) = best.expect("the package has a send instruction");
+    let rows = &mut bad.rows[phase];
+    let mut per_tile: Vec<Vec<u32>> = (0..rows.tile_count())
+        .map(|t| rows.row(ipu_layout::TileId::from_u32(t)).to_vec())
+        .collect();
+    per_tile[tile as usize][index] = per_tile[tile as usize][index].wrapping_add(1 << 3);
+    *rows = ipu_exchange::EncodedRows::from_tile_rows(per_tile);
+    assert!(
+        !passes(&bad, &graph, &inputs, &reference),
+        "a changed row word must fail"
+    );
+
+    // One kernel variant: a GEMM runs another variant's programs.
+    let mut bad = good.clone();
+    let compiled = &mut bad.program.compiled;
+    let j = (1..compiled.len())
+        .find(|&j| compiled[j].name != compiled[0].name)
+        .unwrap();
+    let (object, entries) = (compiled[j].object.clone(), compiled[j].entries.clone());
+    compiled[0].object = object;
+    compiled[0].entries = entries;
+    assert!(
+        !passes(&bad, &graph, &inputs, &reference),
+        "another variant's kernel must fail"
+    );
+}
