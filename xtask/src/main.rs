@@ -6,6 +6,8 @@
 
 use std::process::{Command, ExitCode};
 
+mod alloc;
+
 /// A task: its name, a one-line summary, and what runs it.
 struct Task {
     name: &'static str,
@@ -18,6 +20,16 @@ const TASKS: &[Task] = &[
         name: "test",
         summary: "run the whole test suite (what CI runs)",
         run: test,
+    },
+    Task {
+        name: "alloc",
+        summary: "solve a MiniMalloc-style CSV: FILE.csv --capacity BYTES [--timeout S]",
+        run: alloc::alloc,
+    },
+    Task {
+        name: "alloc-bench",
+        summary: "print allocator figures (zero-slack, traces, SigLIP scale) [--quick]",
+        run: alloc::alloc_bench,
     },
     Task {
         name: "ci",

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use crate::arena::{Arena, Item, TimeIndex};
+use crate::arena::{Arena, Item, Neighbours};
 use crate::exact::{ExactBudget, ExactOutcome, solve_exact};
 use crate::greedy::{GreedyStrategy, greedy, peak_of};
+use rayon::prelude::*;
 
 /// One buffer of a CSV problem.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -308,17 +309,23 @@ impl CsvProblem {
         let started = Instant::now();
         let lower_bound = self.lower_bound();
         let open = self.arena(u64::MAX >> 1);
-        let index = TimeIndex::new(&open.items);
+        let index = Neighbours::new(&open.items);
+        // The passes are independent: run them in parallel and keep the
+        // lowest peak, the earliest pass on ties, so the result does not
+        // depend on the thread count.
+        let runs: Vec<Option<(u64, Vec<u64>)>> = config
+            .strategies
+            .par_iter()
+            .map(|&strategy| {
+                greedy(&open, &index, strategy)
+                    .ok()
+                    .map(|offsets| (peak_of(&open, &offsets), offsets))
+            })
+            .collect();
         let mut best: Option<(u64, Vec<u64>)> = None;
-        for &strategy in &config.strategies {
-            if let Ok(offsets) = greedy(&open, &index, strategy) {
-                let peak = peak_of(&open, &offsets);
-                if best.as_ref().is_none_or(|(p, _)| peak < *p) {
-                    best = Some((peak, offsets));
-                }
-            }
-            if best.as_ref().is_some_and(|(p, _)| *p <= lower_bound) {
-                break;
+        for (peak, offsets) in runs.into_iter().flatten() {
+            if best.as_ref().is_none_or(|(p, _)| peak < *p) {
+                best = Some((peak, offsets));
             }
         }
         let greedy_peak = best.as_ref().map_or(u64::MAX, |b| b.0);
@@ -339,7 +346,6 @@ impl CsvProblem {
             return outcome(SolveResult::Infeasible, None, greedy_peak, 0, false);
         }
         let bounded = self.arena(capacity);
-        let index = TimeIndex::new(&bounded.items);
         for &strategy in &config.strategies {
             if let Ok(offsets) = greedy(&bounded, &index, strategy) {
                 if self.check(capacity, &offsets).is_ok() {
