@@ -96,6 +96,12 @@ impl std::fmt::Display for SolveResult {
 pub struct SolveConfig {
     /// Greedy passes to try first.
     pub strategies: Vec<GreedyStrategy>,
+    /// Problems with more buffers than this use `large_strategies` instead:
+    /// each pass costs time proportional to the overlaps, and on large
+    /// traces the size-ordered passes are the ones that reach the bound.
+    pub large_problem_buffers: usize,
+    /// The passes for large problems.
+    pub large_strategies: Vec<GreedyStrategy>,
     /// Exact-search node budget.
     pub max_nodes: u64,
     /// Wall-clock budget for the exact search.
@@ -106,6 +112,11 @@ impl Default for SolveConfig {
     fn default() -> Self {
         SolveConfig {
             strategies: GreedyStrategy::DEFAULT_SET.to_vec(),
+            large_problem_buffers: 20_000,
+            large_strategies: vec![
+                GreedyStrategy::DEFAULT_SET[3],
+                GreedyStrategy::DEFAULT_SET[0],
+            ],
             max_nodes: 50_000_000,
             timeout: Some(Duration::from_secs(10)),
         }
@@ -313,8 +324,12 @@ impl CsvProblem {
         // The passes are independent: run them in parallel and keep the
         // lowest peak, the earliest pass on ties, so the result does not
         // depend on the thread count.
-        let runs: Vec<Option<(u64, Vec<u64>)>> = config
-            .strategies
+        let strategies = if self.buffers.len() > config.large_problem_buffers {
+            &config.large_strategies
+        } else {
+            &config.strategies
+        };
+        let runs: Vec<Option<(u64, Vec<u64>)>> = strategies
             .par_iter()
             .map(|&strategy| {
                 greedy(&open, &index, strategy)
@@ -346,7 +361,7 @@ impl CsvProblem {
             return outcome(SolveResult::Infeasible, None, greedy_peak, 0, false);
         }
         let bounded = self.arena(capacity);
-        for &strategy in &config.strategies {
+        for &strategy in strategies {
             if let Ok(offsets) = greedy(&bounded, &index, strategy) {
                 if self.check(capacity, &offsets).is_ok() {
                     let peak = peak_of(&bounded, &offsets);
