@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use crate::arena::{Arena, Item, Neighbours};
-use crate::exact::{ExactBudget, ExactOutcome, solve_exact};
+use crate::exact::{ExactBudget, ExactOutcome, solve_exact, solve_exact_parallel};
 use crate::greedy::{GreedyStrategy, greedy, peak_of};
 use rayon::prelude::*;
 
@@ -106,6 +106,10 @@ pub struct SolveConfig {
     pub max_nodes: u64,
     /// Wall-clock budget for the exact search.
     pub timeout: Option<Duration>,
+    /// Run the exact search on two threads (the problem and its
+    /// time-reversed copy); the first conclusive answer wins, so the
+    /// placement found may differ between runs. Off: deterministic.
+    pub parallel_search: bool,
 }
 
 impl Default for SolveConfig {
@@ -119,6 +123,7 @@ impl Default for SolveConfig {
             ],
             max_nodes: 50_000_000,
             timeout: Some(Duration::from_secs(10)),
+            parallel_search: true,
         }
     }
 }
@@ -372,8 +377,13 @@ impl CsvProblem {
         let budget = ExactBudget {
             max_nodes: config.max_nodes,
             deadline: config.timeout.map(|t| started + t),
+            stop: None,
         };
-        let report = solve_exact(&bounded, budget);
+        let report = if config.parallel_search && rayon::current_num_threads() > 1 {
+            solve_exact_parallel(&bounded, budget)
+        } else {
+            solve_exact(&bounded, budget)
+        };
         match report.outcome {
             ExactOutcome::Found(offsets) if self.check(capacity, &offsets).is_ok() => {
                 let peak = peak_of(&bounded, &offsets);

@@ -25,6 +25,8 @@
 //! - An item that cannot be placed at all given the current state can never
 //!   be placed later (addresses only rise), so the node fails.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use smallvec::SmallVec;
@@ -33,12 +35,14 @@ use crate::arena::{Arena, TimeIndex, align_up, for_each_gap, merge_intervals};
 use crate::greedy::UNPLACED;
 
 /// Limits on one exact search.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct ExactBudget {
     /// Search nodes before giving up (deterministic).
     pub max_nodes: u64,
     /// Wall-clock limit (not deterministic; only for interactive tools).
     pub deadline: Option<Instant>,
+    /// Set by a parallel search that has concluded: stop this one.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// What an exact search concluded.
@@ -132,14 +136,49 @@ pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
     // with a growing node budget. Zero-slack instances are often easy in
     // one orientation or order and hard in another; any run that finishes
     // is conclusive.
-    let variants: [Arena; 2] = [arena.clone(), flip_time(arena)];
+    portfolio(&[arena.clone(), flip_time(arena)], &budget)
+}
+
+/// [`solve_exact`] with the two orientations on two threads; the first
+/// conclusive answer stops the other. Which answer wins depends on timing,
+/// so this is for interactive tools, never for tile placement.
+pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
+    let stop = budget
+        .stop
+        .clone()
+        .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
+    let half = ExactBudget {
+        max_nodes: (budget.max_nodes / 2).max(1),
+        deadline: budget.deadline,
+        stop: Some(stop.clone()),
+    };
+    let run = |variant: Arena| {
+        let report = portfolio(&[variant], &half);
+        if !matches!(report.outcome, ExactOutcome::Unknown) {
+            stop.store(true, Ordering::Relaxed);
+        }
+        report
+    };
+    let (a, b) = rayon::join(|| run(arena.clone()), || run(flip_time(arena)));
+    let nodes = a.nodes + b.nodes;
+    let outcome = match (a.outcome, b.outcome) {
+        (ExactOutcome::Unknown, other) | (other, _) => other,
+    };
+    ExactReport { outcome, nodes }
+}
+
+fn portfolio(variants: &[Arena], budget: &ExactBudget) -> ExactReport {
     let mut total = 0u64;
     let mut round = 2048u64;
     loop {
         for (heuristic, fewest) in HEURISTICS {
-            for variant in &variants {
+            for variant in variants {
                 let left = budget.max_nodes.saturating_sub(total);
-                if left == 0 || budget.deadline.is_some_and(|d| Instant::now() >= d) {
+                let stopped = budget
+                    .stop
+                    .as_ref()
+                    .is_some_and(|s| s.load(Ordering::Relaxed));
+                if left == 0 || stopped || budget.deadline.is_some_and(|d| Instant::now() >= d) {
                     return ExactReport {
                         outcome: ExactOutcome::Unknown,
                         nodes: total,
@@ -148,6 +187,7 @@ pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
                 let run = ExactBudget {
                     max_nodes: round.min(left),
                     deadline: budget.deadline,
+                    stop: budget.stop.clone(),
                 };
                 let report = solve_once(variant, run, heuristic, fewest);
                 total += report.nodes;
@@ -480,6 +520,11 @@ impl Search<'_> {
         if self.nodes % 1024 == 0 {
             if let Some(d) = self.budget.deadline {
                 if Instant::now() >= d {
+                    return false;
+                }
+            }
+            if let Some(stop) = &self.budget.stop {
+                if stop.load(Ordering::Relaxed) {
                     return false;
                 }
             }

@@ -445,6 +445,7 @@ pub fn place_tile(
             ExactBudget {
                 max_nodes: config.exact_node_budget,
                 deadline: None,
+                stop: None,
             },
         );
         nodes = report.nodes;
