@@ -130,7 +130,7 @@ pub(crate) fn for_each_gap(
 /// Sorts intervals and merges overlapping or touching ones.
 pub(crate) fn merge_intervals(v: &mut Vec<(u64, u64)>) {
     v.retain(|&(a, b)| a < b);
-    v.sort_unstable();
+    v.sort_unstable_by_key(|p| p.0);
     // Merge in place: `w` is the last kept interval.
     let mut w = 0;
     for k in 1..v.len() {
@@ -280,7 +280,7 @@ impl TimeIndex {
 /// instead of querying), otherwise the interval tree.
 #[derive(Debug)]
 pub(crate) struct Neighbours {
-    index: TimeIndex,
+    index: Option<TimeIndex>,
     csr: Option<(Vec<u32>, Vec<u32>)>,
 }
 
@@ -289,28 +289,53 @@ const MAX_ADJACENCY: usize = 32 << 20;
 
 impl Neighbours {
     pub fn new(items: &[Item]) -> Neighbours {
-        let index = TimeIndex::new(items);
-        let mut starts = Vec::with_capacity(items.len() + 1);
-        let mut list: Vec<u32> = Vec::new();
+        // A sweep in start order: every item still active when another
+        // starts overlaps it. Pairs are counted into a compressed list.
+        let mut order: Vec<u32> = (0..items.len() as u32)
+            .filter(|&i| items[i as usize].live())
+            .collect();
+        order.sort_unstable_by_key(|&i| (items[i as usize].start, i));
+        let mut active: Vec<u32> = Vec::new();
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
         let mut ok = true;
-        for (i, it) in items.iter().enumerate() {
-            starts.push(list.len() as u32);
-            if it.live() {
-                let before = list.len();
-                index.query(it.start, it.end, &mut list);
-                // Drop the item itself.
-                if let Some(p) = list[before..].iter().position(|&q| q == i as u32) {
-                    list.swap_remove(before + p);
-                }
+        for &i in &order {
+            let start = items[i as usize].start;
+            active.retain(|&j| items[j as usize].end > start);
+            for &j in &active {
+                pairs.push((i, j));
             }
-            if list.len() > MAX_ADJACENCY {
+            if pairs.len() > MAX_ADJACENCY / 2 {
                 ok = false;
                 break;
             }
+            active.push(i);
         }
-        starts.push(list.len() as u32);
-        let csr = ok.then_some((starts, list));
-        Neighbours { index, csr }
+        if !ok {
+            return Neighbours {
+                index: Some(TimeIndex::new(items)),
+                csr: None,
+            };
+        }
+        let mut starts = vec![0u32; items.len() + 1];
+        for &(a, b) in &pairs {
+            starts[a as usize + 1] += 1;
+            starts[b as usize + 1] += 1;
+        }
+        for k in 0..items.len() {
+            starts[k + 1] += starts[k];
+        }
+        let mut fill = starts.clone();
+        let mut list = vec![0u32; pairs.len() * 2];
+        for &(a, b) in &pairs {
+            list[fill[a as usize] as usize] = b;
+            fill[a as usize] += 1;
+            list[fill[b as usize] as usize] = a;
+            fill[b as usize] += 1;
+        }
+        Neighbours {
+            index: None,
+            csr: Some((starts, list)),
+        }
     }
 
     /// The items live at some section where item `i` is live.
@@ -323,8 +348,8 @@ impl Neighbours {
             None => {
                 scratch.clear();
                 let it = &items[i as usize];
-                if it.live() {
-                    self.index.query(it.start, it.end, scratch);
+                if let (true, Some(index)) = (it.live(), &self.index) {
+                    index.query(it.start, it.end, scratch);
                 }
                 scratch.retain(|&q| q != i);
                 scratch
