@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use crate::arena::{Arena, Item, Neighbours};
-use crate::exact::{ExactBudget, ExactOutcome, solve_exact, solve_exact_parallel};
+use crate::exact::{ExactBudget, ExactOutcome, solve_exact_deep, solve_exact_parallel};
 use crate::greedy::{GreedyStrategy, greedy, peak_of};
 use rayon::prelude::*;
 
@@ -382,7 +382,7 @@ impl CsvProblem {
         let report = if config.parallel_search && rayon::current_num_threads() > 1 {
             solve_exact_parallel(&bounded, budget)
         } else {
-            solve_exact(&bounded, budget)
+            solve_exact_deep(&bounded, budget)
         };
         match report.outcome {
             ExactOutcome::Found(offsets) if self.check(capacity, &offsets).is_ok() => {

@@ -139,9 +139,34 @@ pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
     portfolio(&[arena.clone(), flip_time(arena)], &budget)
 }
 
-/// [`solve_exact`] with the two orientations on two threads; the first
-/// conclusive answer stops the other. Which answer wins depends on timing,
-/// so this is for interactive tools, never for tile placement.
+/// Stack for threads that run the search: its recursion is as deep as the
+/// number of items, and only the pages touched are ever committed.
+const SEARCH_STACK_BYTES: usize = 1 << 30;
+
+/// [`solve_exact`] on a thread of its own with a stack deep enough for any
+/// problem size, so a large problem cannot overflow the caller's stack.
+pub(crate) fn solve_exact_deep(arena: &Arena, budget: ExactBudget) -> ExactReport {
+    std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .stack_size(SEARCH_STACK_BYTES)
+            .spawn_scoped(scope, || solve_exact(arena, budget));
+        match worker {
+            Ok(handle) => handle.join().unwrap_or(ExactReport {
+                outcome: ExactOutcome::Unknown,
+                nodes: 0,
+            }),
+            Err(_) => ExactReport {
+                outcome: ExactOutcome::Unknown,
+                nodes: 0,
+            },
+        }
+    })
+}
+
+/// [`solve_exact`] with the two orientations on two threads (each with a
+/// deep stack); the first conclusive answer stops the other. Which answer
+/// wins depends on timing, so this is for interactive tools, never for
+/// tile placement.
 pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
     let stop = budget
         .stop
@@ -159,7 +184,25 @@ pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactR
         }
         report
     };
-    let (a, b) = rayon::join(|| run(arena.clone()), || run(flip_time(arena)));
+    let unknown = || ExactReport {
+        outcome: ExactOutcome::Unknown,
+        nodes: 0,
+    };
+    let (a, b) = std::thread::scope(|scope| {
+        let spawn = |variant: Arena| {
+            let run = &run;
+            std::thread::Builder::new()
+                .stack_size(SEARCH_STACK_BYTES)
+                .spawn_scoped(scope, move || run(variant))
+        };
+        let first = spawn(arena.clone());
+        let second = spawn(flip_time(arena));
+        let join = |h: std::io::Result<std::thread::ScopedJoinHandle<'_, ExactReport>>| match h {
+            Ok(h) => h.join().unwrap_or_else(|_| unknown()),
+            Err(_) => unknown(),
+        };
+        (join(first), join(second))
+    });
     let nodes = a.nodes + b.nodes;
     let outcome = match (a.outcome, b.outcome) {
         (ExactOutcome::Unknown, other) | (other, _) => other,
