@@ -1,11 +1,11 @@
-//! `cargo xtask alloc` and `cargo xtask alloc-bench`: the placement tools.
+//! `cargo xtask alloc`: the placement tools.
 //!
 //! `alloc FILE.csv --capacity BYTES [--timeout SECONDS]` solves one
 //! MiniMalloc-style CSV problem and prints exactly one line,
 //! `result=fits|infeasible|unknown peak=... capacity=... lower_bound=...
 //! buffers=... elapsed_ms=...`; the exit status is 0 only for `fits`.
 //!
-//! `alloc-bench [--quick]` prints the figures the allocator is judged by:
+//! `alloc bench [--quick]` prints the figures the allocator is judged by:
 //! success rate and times on generated zero-slack instances, the gap to the
 //! bound on large trace-like instances, and the time to place a SigLIP-scale
 //! whole-chip problem. Build with `--release` for meaningful times.
@@ -17,6 +17,9 @@ use ipu_alloc::generate::{siglip_like, trace_like, zero_slack};
 use ipu_alloc::{CsvProblem, PlaceConfig, SolveConfig, SolveResult, place};
 
 pub fn alloc(args: &[String]) -> Result<ExitCode, String> {
+    if args.first().is_some_and(|a| a == "bench") {
+        return alloc_bench(&args[1..]);
+    }
     let mut file = None;
     let mut capacity: Option<u64> = None;
     let mut timeout = 10.0f64;
@@ -67,7 +70,7 @@ pub fn alloc(args: &[String]) -> Result<ExitCode, String> {
     })
 }
 
-pub fn alloc_bench(args: &[String]) -> Result<ExitCode, String> {
+fn alloc_bench(args: &[String]) -> Result<ExitCode, String> {
     let quick = args.iter().any(|a| a == "--quick");
     let seeds: u64 = if quick { 3 } else { 20 };
     println!(

@@ -23,13 +23,8 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "alloc",
-        summary: "solve a MiniMalloc-style CSV: FILE.csv --capacity BYTES [--timeout S]",
+        summary: "FILE.csv --capacity BYTES [--timeout S] | bench [--quick]: placement tools",
         run: alloc::alloc,
-    },
-    Task {
-        name: "alloc-bench",
-        summary: "print allocator figures (zero-slack, traces, SigLIP scale) [--quick]",
-        run: alloc::alloc_bench,
     },
     Task {
         name: "ci",

@@ -1,6 +1,6 @@
 //! Criterion benchmarks of placement: the exact search on zero-slack
 //! instances, the greedy passes on a large trace-like instance, and a
-//! whole-chip SigLIP-scale problem. `cargo xtask alloc-bench` prints the
+//! whole-chip SigLIP-scale problem. `cargo xtask alloc bench` prints the
 //! success rates and gaps to the bound that these timings go with.
 
 use std::hint::black_box;
