@@ -8,6 +8,7 @@ mod graph;
 
 use std::process::{Command, ExitCode};
 
+mod alloc;
 mod build_package;
 mod exchange;
 mod kernels;
@@ -56,6 +57,11 @@ const TASKS: &[Task] = &[
         name: "reference",
         summary: "evaluate a fixture with the reference evaluator and print timings",
         run: graph::reference,
+    },
+    Task {
+        name: "alloc",
+        summary: "FILE.csv --capacity BYTES [--timeout S] | bench [--quick]: placement tools",
+        run: alloc::alloc,
     },
     Task {
         name: "ci",

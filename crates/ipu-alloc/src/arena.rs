@@ -130,69 +130,230 @@ pub(crate) fn for_each_gap(
 /// Sorts intervals and merges overlapping or touching ones.
 pub(crate) fn merge_intervals(v: &mut Vec<(u64, u64)>) {
     v.retain(|&(a, b)| a < b);
-    v.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
-    for &(a, b) in v.iter() {
-        match out.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
-            _ => out.push((a, b)),
+    v.sort_unstable_by_key(|p| p.0);
+    // Merge in place: `w` is the last kept interval.
+    let mut w = 0;
+    for k in 1..v.len() {
+        if v[k].0 <= v[w].1 {
+            v[w].1 = v[w].1.max(v[k].1);
+        } else {
+            w += 1;
+            v[w] = v[k];
         }
     }
-    *v = out;
+    v.truncate((w + 1).min(v.len()));
 }
 
-/// A static index over the items' lifetimes answering "which items are live
-/// at some time in `[s, e)`" in `O(log n + k)`.
+/// A static centred interval tree over the items' lifetimes answering
+/// "which items are live at some section in `[s, e)`" in `O(log S + k)`.
+///
+/// Each node owns the items live at its centre section, sorted by start and
+/// by end; items wholly before or after the centre go to its children.
 #[derive(Debug)]
 pub(crate) struct TimeIndex {
-    order: Vec<u32>,
-    starts: Vec<u32>,
-    max_end: Vec<u32>,
-    leaves: usize,
+    nodes: Vec<TimeNode>,
+    by_start: Vec<(u32, u32)>,
+    by_end: Vec<(u32, u32)>,
 }
+
+#[derive(Debug)]
+struct TimeNode {
+    centre: u32,
+    from: u32,
+    to: u32,
+    left: u32,
+    right: u32,
+}
+
+const NO_NODE: u32 = u32::MAX;
 
 impl TimeIndex {
     pub fn new(items: &[Item]) -> TimeIndex {
-        let mut order: Vec<u32> = (0..items.len() as u32)
+        let live: Vec<u32> = (0..items.len() as u32)
             .filter(|&i| items[i as usize].live())
             .collect();
-        order.sort_by_key(|&i| (items[i as usize].start, i));
-        let starts: Vec<u32> = order.iter().map(|&i| items[i as usize].start).collect();
-        let leaves = order.len().next_power_of_two().max(1);
-        let mut max_end = vec![0u32; 2 * leaves];
-        for (k, &i) in order.iter().enumerate() {
-            max_end[leaves + k] = items[i as usize].end;
+        let sections = live
+            .iter()
+            .map(|&i| items[i as usize].end)
+            .max()
+            .unwrap_or(0);
+        let mut index = TimeIndex {
+            nodes: Vec::new(),
+            by_start: Vec::with_capacity(live.len()),
+            by_end: Vec::with_capacity(live.len()),
+        };
+        // Explicit work list: (items, lo, hi, parent, is_right).
+        let mut work: Vec<(Vec<u32>, u32, u32, u32, bool)> =
+            vec![(live, 0, sections, NO_NODE, false)];
+        while let Some((list, lo, hi, parent, is_right)) = work.pop() {
+            if list.is_empty() || lo >= hi {
+                continue;
+            }
+            let centre = lo + (hi - lo) / 2;
+            let (mut here, mut before, mut after) = (Vec::new(), Vec::new(), Vec::new());
+            for i in list {
+                let it = &items[i as usize];
+                if it.end <= centre {
+                    before.push(i);
+                } else if it.start > centre {
+                    after.push(i);
+                } else {
+                    here.push(i);
+                }
+            }
+            let from = index.by_start.len() as u32;
+            let mut starts: Vec<(u32, u32)> =
+                here.iter().map(|&i| (items[i as usize].start, i)).collect();
+            starts.sort_unstable();
+            let mut ends: Vec<(u32, u32)> =
+                here.iter().map(|&i| (items[i as usize].end, i)).collect();
+            ends.sort_unstable_by(|a, b| b.cmp(a));
+            index.by_start.extend(starts);
+            index.by_end.extend(ends);
+            let node = index.nodes.len() as u32;
+            index.nodes.push(TimeNode {
+                centre,
+                from,
+                to: index.by_start.len() as u32,
+                left: NO_NODE,
+                right: NO_NODE,
+            });
+            if parent != NO_NODE {
+                if is_right {
+                    index.nodes[parent as usize].right = node;
+                } else {
+                    index.nodes[parent as usize].left = node;
+                }
+            }
+            work.push((before, lo, centre, node, false));
+            work.push((after, centre + 1, hi, node, true));
         }
-        for n in (1..leaves).rev() {
-            max_end[n] = max_end[2 * n].max(max_end[2 * n + 1]);
-        }
-        TimeIndex {
-            order,
-            starts,
-            max_end,
-            leaves,
-        }
+        index
     }
 
     /// Appends to `out` every live item with `start < e` and `end > s`.
     pub fn query(&self, s: u32, e: u32, out: &mut Vec<u32>) {
-        let prefix = self.starts.partition_point(|&x| x < e);
-        if prefix == 0 {
+        if self.nodes.is_empty() || s >= e {
             return;
         }
-        let mut stack: SmallVec<[(usize, usize, usize); 64]> = SmallVec::new();
-        stack.push((1, 0, self.leaves));
-        while let Some((node, lo, hi)) = stack.pop() {
-            if lo >= prefix || self.max_end[node] <= s {
-                continue;
+        let mut stack: SmallVec<[u32; 64]> = SmallVec::new();
+        stack.push(0);
+        while let Some(n) = stack.pop() {
+            let node = &self.nodes[n as usize];
+            let (from, to) = (node.from as usize, node.to as usize);
+            let c = node.centre;
+            if s <= c && c < e {
+                out.extend(self.by_start[from..to].iter().map(|p| p.1));
+                if node.left != NO_NODE {
+                    stack.push(node.left);
+                }
+                if node.right != NO_NODE {
+                    stack.push(node.right);
+                }
+            } else if e <= c {
+                for &(start, i) in &self.by_start[from..to] {
+                    if start >= e {
+                        break;
+                    }
+                    out.push(i);
+                }
+                if node.left != NO_NODE {
+                    stack.push(node.left);
+                }
+            } else {
+                for &(end, i) in &self.by_end[from..to] {
+                    if end <= s {
+                        break;
+                    }
+                    out.push(i);
+                }
+                if node.right != NO_NODE {
+                    stack.push(node.right);
+                }
             }
-            if hi - lo == 1 {
-                out.push(self.order[lo]);
-                continue;
+        }
+    }
+}
+
+/// The time-overlap neighbours of every item, for the greedy passes: a
+/// compressed adjacency list when it stays small (every pass then reads it
+/// instead of querying), otherwise the interval tree.
+#[derive(Debug)]
+pub(crate) struct Neighbours {
+    index: Option<TimeIndex>,
+    csr: Option<(Vec<u32>, Vec<u32>)>,
+}
+
+/// The most adjacency entries kept in memory (128 MiB of `u32`).
+const MAX_ADJACENCY: usize = 32 << 20;
+
+impl Neighbours {
+    pub fn new(items: &[Item]) -> Neighbours {
+        // A sweep in start order: every item still active when another
+        // starts overlaps it. Pairs are counted into a compressed list.
+        let mut order: Vec<u32> = (0..items.len() as u32)
+            .filter(|&i| items[i as usize].live())
+            .collect();
+        order.sort_unstable_by_key(|&i| (items[i as usize].start, i));
+        let mut active: Vec<u32> = Vec::new();
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        let mut ok = true;
+        for &i in &order {
+            let start = items[i as usize].start;
+            active.retain(|&j| items[j as usize].end > start);
+            for &j in &active {
+                pairs.push((i, j));
             }
-            let mid = (lo + hi) / 2;
-            stack.push((2 * node + 1, mid, hi));
-            stack.push((2 * node, lo, mid));
+            if pairs.len() > MAX_ADJACENCY / 2 {
+                ok = false;
+                break;
+            }
+            active.push(i);
+        }
+        if !ok {
+            return Neighbours {
+                index: Some(TimeIndex::new(items)),
+                csr: None,
+            };
+        }
+        let mut starts = vec![0u32; items.len() + 1];
+        for &(a, b) in &pairs {
+            starts[a as usize + 1] += 1;
+            starts[b as usize + 1] += 1;
+        }
+        for k in 0..items.len() {
+            starts[k + 1] += starts[k];
+        }
+        let mut fill = starts.clone();
+        let mut list = vec![0u32; pairs.len() * 2];
+        for &(a, b) in &pairs {
+            list[fill[a as usize] as usize] = b;
+            fill[a as usize] += 1;
+            list[fill[b as usize] as usize] = a;
+            fill[b as usize] += 1;
+        }
+        Neighbours {
+            index: None,
+            csr: Some((starts, list)),
+        }
+    }
+
+    /// The items live at some section where item `i` is live.
+    pub fn of<'a>(&'a self, i: u32, items: &[Item], scratch: &'a mut Vec<u32>) -> &'a [u32] {
+        match &self.csr {
+            Some((starts, list)) => {
+                let (a, b) = (starts[i as usize] as usize, starts[i as usize + 1] as usize);
+                &list[a..b]
+            }
+            None => {
+                scratch.clear();
+                let it = &items[i as usize];
+                if let (true, Some(index)) = (it.live(), &self.index) {
+                    index.query(it.start, it.end, scratch);
+                }
+                scratch.retain(|&q| q != i);
+                scratch
+            }
         }
     }
 }

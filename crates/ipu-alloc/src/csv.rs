@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use crate::arena::{Arena, Item, TimeIndex};
-use crate::exact::{ExactBudget, ExactOutcome, solve_exact};
+use crate::arena::{Arena, Item, Neighbours};
+use crate::exact::{ExactBudget, ExactOutcome, solve_exact_deep, solve_exact_parallel};
 use crate::greedy::{GreedyStrategy, greedy, peak_of};
+use rayon::prelude::*;
 
 /// One buffer of a CSV problem.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,18 +96,34 @@ impl std::fmt::Display for SolveResult {
 pub struct SolveConfig {
     /// Greedy passes to try first.
     pub strategies: Vec<GreedyStrategy>,
+    /// Problems with more buffers than this use `large_strategies` instead:
+    /// each pass costs time proportional to the overlaps, and on large
+    /// traces the size-ordered passes are the ones that reach the bound.
+    pub large_problem_buffers: usize,
+    /// The passes for large problems.
+    pub large_strategies: Vec<GreedyStrategy>,
     /// Exact-search node budget.
     pub max_nodes: u64,
     /// Wall-clock budget for the exact search.
     pub timeout: Option<Duration>,
+    /// Run the exact search on two threads (the problem and its
+    /// time-reversed copy); the first conclusive answer wins, so the
+    /// placement found may differ between runs. Off: deterministic.
+    pub parallel_search: bool,
 }
 
 impl Default for SolveConfig {
     fn default() -> Self {
         SolveConfig {
             strategies: GreedyStrategy::DEFAULT_SET.to_vec(),
+            large_problem_buffers: 20_000,
+            large_strategies: vec![
+                GreedyStrategy::DEFAULT_SET[3],
+                GreedyStrategy::DEFAULT_SET[0],
+            ],
             max_nodes: 50_000_000,
             timeout: Some(Duration::from_secs(10)),
+            parallel_search: true,
         }
     }
 }
@@ -308,17 +325,27 @@ impl CsvProblem {
         let started = Instant::now();
         let lower_bound = self.lower_bound();
         let open = self.arena(u64::MAX >> 1);
-        let index = TimeIndex::new(&open.items);
+        let index = Neighbours::new(&open.items);
+        // The passes are independent: run them in parallel and keep the
+        // lowest peak, the earliest pass on ties, so the result does not
+        // depend on the thread count.
+        let strategies = if self.buffers.len() > config.large_problem_buffers {
+            &config.large_strategies
+        } else {
+            &config.strategies
+        };
+        let runs: Vec<Option<(u64, Vec<u64>)>> = strategies
+            .par_iter()
+            .map(|&strategy| {
+                greedy(&open, &index, strategy)
+                    .ok()
+                    .map(|offsets| (peak_of(&open, &offsets), offsets))
+            })
+            .collect();
         let mut best: Option<(u64, Vec<u64>)> = None;
-        for &strategy in &config.strategies {
-            if let Ok(offsets) = greedy(&open, &index, strategy) {
-                let peak = peak_of(&open, &offsets);
-                if best.as_ref().is_none_or(|(p, _)| peak < *p) {
-                    best = Some((peak, offsets));
-                }
-            }
-            if best.as_ref().is_some_and(|(p, _)| *p <= lower_bound) {
-                break;
+        for (peak, offsets) in runs.into_iter().flatten() {
+            if best.as_ref().is_none_or(|(p, _)| peak < *p) {
+                best = Some((peak, offsets));
             }
         }
         let greedy_peak = best.as_ref().map_or(u64::MAX, |b| b.0);
@@ -339,8 +366,7 @@ impl CsvProblem {
             return outcome(SolveResult::Infeasible, None, greedy_peak, 0, false);
         }
         let bounded = self.arena(capacity);
-        let index = TimeIndex::new(&bounded.items);
-        for &strategy in &config.strategies {
+        for &strategy in strategies {
             if let Ok(offsets) = greedy(&bounded, &index, strategy) {
                 if self.check(capacity, &offsets).is_ok() {
                     let peak = peak_of(&bounded, &offsets);
@@ -351,8 +377,13 @@ impl CsvProblem {
         let budget = ExactBudget {
             max_nodes: config.max_nodes,
             deadline: config.timeout.map(|t| started + t),
+            stop: None,
         };
-        let report = solve_exact(&bounded, budget);
+        let report = if config.parallel_search && rayon::current_num_threads() > 1 {
+            solve_exact_parallel(&bounded, budget)
+        } else {
+            solve_exact_deep(&bounded, budget)
+        };
         match report.outcome {
             ExactOutcome::Found(offsets) if self.check(capacity, &offsets).is_ok() => {
                 let peak = peak_of(&bounded, &offsets);

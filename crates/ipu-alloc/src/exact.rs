@@ -25,6 +25,8 @@
 //! - An item that cannot be placed at all given the current state can never
 //!   be placed later (addresses only rise), so the node fails.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use smallvec::SmallVec;
@@ -33,12 +35,14 @@ use crate::arena::{Arena, TimeIndex, align_up, for_each_gap, merge_intervals};
 use crate::greedy::UNPLACED;
 
 /// Limits on one exact search.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct ExactBudget {
     /// Search nodes before giving up (deterministic).
     pub max_nodes: u64,
     /// Wall-clock limit (not deterministic; only for interactive tools).
     pub deadline: Option<Instant>,
+    /// Set by a parallel search that has concluded: stop this one.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// What an exact search concluded.
@@ -78,23 +82,26 @@ struct Search<'a> {
     free_items: Vec<u32>,
     twin_prev: Vec<u32>,
     last_offset: u64,
-    last_key: (u32, u32),
+    last_key: Option<(u32, u32)>,
     nodes: u64,
     budget: ExactBudget,
     trail: Vec<(u32, u64)>,
-    pool: Vec<Vec<(u64, u32, u64, u32)>>,
+    pool: Vec<Vec<Candidate>>,
     scratch: Vec<(u64, u64)>,
     level: Vec<u64>,
     run_of: Vec<u32>,
     runs: Vec<(usize, usize, u64, u64)>,
     contained: Vec<u64>,
     memo_enabled: bool,
-    size_first: bool,
+    tight_list: Vec<u32>,
+    count: Vec<u32>,
+    heuristic: u8,
+    fewest: bool,
     order_buf: Vec<(u64, u32)>,
     tops: Vec<u64>,
     split_enabled: bool,
     crosses: Vec<u32>,
-    history: Vec<(u32, u64, (u32, u32))>,
+    history: Vec<Placed>,
     failed: std::collections::HashSet<u128>,
     remaining_hash: u128,
     item_hash: Vec<u128>,
@@ -114,26 +121,107 @@ fn mix128(mut x: u128) -> u128 {
 
 const NO_TWIN: u32 = u32::MAX;
 
+/// A child of a search node: `(address, three rank keys, item)`, tried in
+/// ascending order.
+type Candidate = (u64, u64, u64, u64, u32);
+
+/// A placement on the undo stack: `(item, previous last address, previous
+/// last key)`.
+type Placed = (u32, u64, Option<(u32, u32)>);
+
 /// Runs the exact search on `arena` within `budget`.
 pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
-    // A portfolio with restarts: the same complete search on mirrored
-    // copies of the problem (time reversed; addresses reversed where that
-    // keeps alignment) and with two child orders, each run with a growing
-    // node budget. Zero-slack instances are often easy in one orientation
-    // and hard in another; any run that finishes is conclusive.
-    let mut variants: Vec<(Arena, bool)> = vec![(arena.clone(), false)];
-    variants.push((flip_time(arena), false));
-    if let Some(flipped) = flip_space(arena) {
-        variants.push((flip_time(&flipped), true));
-        variants.push((flipped, true));
-    }
+    // A portfolio with restarts: the same complete search on the problem
+    // and on its time-reversed copy, with several child orders, each run
+    // with a growing node budget. Zero-slack instances are often easy in
+    // one orientation or order and hard in another; any run that finishes
+    // is conclusive.
+    portfolio(&[arena.clone(), flip_time(arena)], &budget)
+}
+
+/// Stack for threads that run the search: its recursion is as deep as the
+/// number of items, and only the pages touched are ever committed.
+const SEARCH_STACK_BYTES: usize = 1 << 30;
+
+/// [`solve_exact`] on a thread of its own with a stack deep enough for any
+/// problem size, so a large problem cannot overflow the caller's stack.
+pub(crate) fn solve_exact_deep(arena: &Arena, budget: ExactBudget) -> ExactReport {
+    std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .stack_size(SEARCH_STACK_BYTES)
+            .spawn_scoped(scope, || solve_exact(arena, budget));
+        match worker {
+            Ok(handle) => handle.join().unwrap_or(ExactReport {
+                outcome: ExactOutcome::Unknown,
+                nodes: 0,
+            }),
+            Err(_) => ExactReport {
+                outcome: ExactOutcome::Unknown,
+                nodes: 0,
+            },
+        }
+    })
+}
+
+/// [`solve_exact`] with the two orientations on two threads (each with a
+/// deep stack); the first conclusive answer stops the other. Which answer
+/// wins depends on timing, so this is for interactive tools, never for
+/// tile placement.
+pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
+    let stop = budget
+        .stop
+        .clone()
+        .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
+    let half = ExactBudget {
+        max_nodes: (budget.max_nodes / 2).max(1),
+        deadline: budget.deadline,
+        stop: Some(stop.clone()),
+    };
+    let run = |variant: Arena| {
+        let report = portfolio(&[variant], &half);
+        if !matches!(report.outcome, ExactOutcome::Unknown) {
+            stop.store(true, Ordering::Relaxed);
+        }
+        report
+    };
+    let unknown = || ExactReport {
+        outcome: ExactOutcome::Unknown,
+        nodes: 0,
+    };
+    let (a, b) = std::thread::scope(|scope| {
+        let spawn = |variant: Arena| {
+            let run = &run;
+            std::thread::Builder::new()
+                .stack_size(SEARCH_STACK_BYTES)
+                .spawn_scoped(scope, move || run(variant))
+        };
+        let first = spawn(arena.clone());
+        let second = spawn(flip_time(arena));
+        let join = |h: std::io::Result<std::thread::ScopedJoinHandle<'_, ExactReport>>| match h {
+            Ok(h) => h.join().unwrap_or_else(|_| unknown()),
+            Err(_) => unknown(),
+        };
+        (join(first), join(second))
+    });
+    let nodes = a.nodes + b.nodes;
+    let outcome = match (a.outcome, b.outcome) {
+        (ExactOutcome::Unknown, other) | (other, _) => other,
+    };
+    ExactReport { outcome, nodes }
+}
+
+fn portfolio(variants: &[Arena], budget: &ExactBudget) -> ExactReport {
     let mut total = 0u64;
-    let mut round = 4096u64;
+    let mut round = 2048u64;
     loop {
-        for (variant, space_flipped) in &variants {
-            for size_first in [false, true] {
+        for (heuristic, fewest) in HEURISTICS {
+            for variant in variants {
                 let left = budget.max_nodes.saturating_sub(total);
-                if left == 0 || budget.deadline.is_some_and(|d| Instant::now() >= d) {
+                let stopped = budget
+                    .stop
+                    .as_ref()
+                    .is_some_and(|s| s.load(Ordering::Relaxed));
+                if left == 0 || stopped || budget.deadline.is_some_and(|d| Instant::now() >= d) {
                     return ExactReport {
                         outcome: ExactOutcome::Unknown,
                         nodes: total,
@@ -142,16 +230,12 @@ pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
                 let run = ExactBudget {
                     max_nodes: round.min(left),
                     deadline: budget.deadline,
+                    stop: budget.stop.clone(),
                 };
-                let report = solve_once(variant, run, size_first);
+                let report = solve_once(variant, run, heuristic, fewest);
                 total += report.nodes;
                 match report.outcome {
                     ExactOutcome::Found(offsets) => {
-                        let offsets = if *space_flipped {
-                            unflip_space(arena, offsets)
-                        } else {
-                            offsets
-                        };
                         return ExactReport {
                             outcome: ExactOutcome::Found(offsets),
                             nodes: total,
@@ -171,6 +255,19 @@ pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
     }
 }
 
+/// Child orders and forced-point rules tried by the portfolio, best first
+/// on zero-slack instances: (order, branch on the forced point with the
+/// fewest candidates rather than the leftmost). Orders: 2 flush then
+/// largest, 1 largest, 0 longest, 3 flush then longest.
+const HEURISTICS: [(u8, bool); 6] = [
+    (2, false),
+    (2, true),
+    (1, false),
+    (1, true),
+    (0, false),
+    (3, true),
+];
+
 /// The same problem with time reversed.
 fn flip_time(arena: &Arena) -> Arena {
     let mut out = arena.clone();
@@ -185,43 +282,7 @@ fn flip_time(arena: &Arena) -> Arena {
     out
 }
 
-/// The same problem with addresses reversed inside `[base, limit)`, when
-/// that keeps every alignment and there are no element constraints.
-fn flip_space(arena: &Arena) -> Option<Arena> {
-    if arena
-        .items
-        .iter()
-        .any(|it| it.align != 1 || !it.partners.is_empty())
-    {
-        return None;
-    }
-    let m = arena.base.checked_add(arena.limit)?;
-    let mut out = arena.clone();
-    for it in &mut out.items {
-        if let Some(o) = it.fixed {
-            it.fixed = Some(m.checked_sub(o)?.checked_sub(it.size)?);
-        }
-    }
-    for set in &mut out.window_sets {
-        let mut flipped = Vec::with_capacity(set.len());
-        for &(a, b) in set.iter().rev() {
-            flipped.push((m.checked_sub(b)?, m.checked_sub(a)?));
-        }
-        *set = flipped;
-    }
-    Some(out)
-}
-
-fn unflip_space(arena: &Arena, offsets: Vec<u64>) -> Vec<u64> {
-    let m = arena.base.saturating_add(arena.limit);
-    offsets
-        .into_iter()
-        .zip(&arena.items)
-        .map(|(o, it)| m.saturating_sub(o).saturating_sub(it.size))
-        .collect()
-}
-
-fn solve_once(arena: &Arena, budget: ExactBudget, size_first: bool) -> ExactReport {
+fn solve_once(arena: &Arena, budget: ExactBudget, heuristic: u8, fewest: bool) -> ExactReport {
     let n = arena.items.len();
     let sections = arena.sections as usize;
     let mut offsets = vec![UNPLACED; n];
@@ -331,7 +392,7 @@ fn solve_once(arena: &Arena, budget: ExactBudget, size_first: bool) -> ExactRepo
         free_items,
         twin_prev,
         last_offset: arena.base,
-        last_key: (0, 0),
+        last_key: None,
         nodes: 0,
         budget,
         trail: Vec::new(),
@@ -345,7 +406,10 @@ fn solve_once(arena: &Arena, budget: ExactBudget, size_first: bool) -> ExactRepo
         split_enabled: arena.items.iter().all(|it| it.partners.is_empty()),
         crosses: vec![0; sections + 1],
         history: Vec::new(),
-        size_first,
+        tight_list: Vec::new(),
+        count: vec![0; sections],
+        heuristic,
+        fewest,
         order_buf: Vec::new(),
         tops: vec![0; sections],
         failed: std::collections::HashSet::new(),
@@ -502,6 +566,11 @@ impl Search<'_> {
                     return false;
                 }
             }
+            if let Some(stop) = &self.budget.stop {
+                if stop.load(Ordering::Relaxed) {
+                    return false;
+                }
+            }
         }
         true
     }
@@ -574,9 +643,13 @@ impl Search<'_> {
             if h < level {
                 level = h;
                 tight = None;
+                self.tight_list.clear();
             }
-            if h == level && tight.is_none() && free == need && !self.blocked_at(s, h) {
-                tight = Some(s);
+            if h == level && free == need && !self.blocked_at(s, h) {
+                if tight.is_none() {
+                    tight = Some(s);
+                }
+                self.tight_list.push(s as u32);
             }
         }
         let key = self.memo_enabled.then(|| self.state_key(level, lo, hi));
@@ -595,33 +668,21 @@ impl Search<'_> {
             Vec::new()
         };
         cands.clear();
+        let forced = tight.is_some();
         let ok = match tight {
-            Some(s0) => self.forced_candidates(lo, s0, level, &mut cands),
+            Some(_) => self.forced_candidates(lo, hi, level, &mut cands),
             None => self.all_candidates(lo, hi, &mut cands),
         };
         let mut result = Step::Fail;
         if ok {
-            if self.size_first {
-                cands.sort_unstable_by(|a, b| {
-                    (a.0, std::cmp::Reverse(a.2), std::cmp::Reverse(a.1), a.3).cmp(&(
-                        b.0,
-                        std::cmp::Reverse(b.2),
-                        std::cmp::Reverse(b.1),
-                        b.3,
-                    ))
-                });
-            } else {
-                cands.sort_unstable_by(|a, b| {
-                    (a.0, std::cmp::Reverse(a.1), std::cmp::Reverse(a.2), a.3).cmp(&(
-                        b.0,
-                        std::cmp::Reverse(b.1),
-                        std::cmp::Reverse(b.2),
-                        b.3,
-                    ))
-                });
-            }
-            for &(pos, _, _, b) in cands.iter() {
+            cands.sort_unstable();
+            for &(pos, _, _, _, b) in cands.iter() {
                 self.apply(b, pos);
+                if forced {
+                    // The forced point fixes which item comes next without
+                    // the canonical tie order, so later ties are unconstrained.
+                    self.last_key = None;
+                }
                 match self.dfs(depth + 1, lo, hi) {
                     Step::Found => {
                         result = Step::Found;
@@ -661,8 +722,10 @@ impl Search<'_> {
             h = mix128(h ^ u128::from(v) ^ ((s as u128) << 64));
         }
         if level == self.last_offset {
-            h = mix128(h ^ u128::from(self.last_offset));
-            h = mix128(h ^ (u128::from(self.last_key.0) << 32 | u128::from(self.last_key.1)));
+            if let Some((a, b)) = self.last_key {
+                h = mix128(h ^ u128::from(self.last_offset));
+                h = mix128(h ^ (u128::from(a) << 32 | u128::from(b) | 1 << 127));
+            }
         }
         h
     }
@@ -816,31 +879,100 @@ impl Search<'_> {
         ok
     }
 
+    /// The order children are tried in (smaller first), by heuristic.
+    fn rank(&self, b: u32, pos: u64) -> (u64, u64, u64) {
+        let it = &self.arena.items[b as usize];
+        let top = pos.saturating_add(it.size);
+        let end = u64::from(it.end);
+        let life = u64::from(it.end - it.start);
+        let flush = {
+            let left = (it.start as usize).checked_sub(1).map(|s| self.sky[s]);
+            let right = self.sky.get(it.end as usize).copied();
+            u64::from(!(left == Some(top) || right == Some(top)))
+        };
+        match self.heuristic {
+            0 => (u64::MAX - end, u64::MAX - it.size, 0),
+            1 => (u64::MAX - it.size, u64::MAX - end, 0),
+            2 => (flush, u64::MAX - it.size, u64::MAX - end),
+            3 => (flush, u64::MAX - end, u64::MAX - it.size),
+            _ => (u64::MAX - it.size.saturating_mul(life), u64::MAX - end, 0),
+        }
+    }
+
     fn admissible(&self, b: u32, pos: u64) -> bool {
         let it = &self.arena.items[b as usize];
         let twin = self.twin_prev[b as usize];
         if twin != NO_TWIN && self.offsets[twin as usize] == UNPLACED {
             return false;
         }
-        pos > self.last_offset || (it.start, b) > self.last_key || self.placed == 0
+        pos > self.last_offset || self.last_key.is_none_or(|k| (it.start, b) > k)
     }
 
     /// Candidates when the lowest point is forced: items at `level` that
     /// start no later than section `s0`. Returns `false` if the node fails.
+    /// Candidates when a lowest point is forced. Every section at `level`
+    /// without slack must have its byte at `level` covered by the bottom of
+    /// an item whose whole lifetime sits at `level`; the search branches on
+    /// the section with the fewest such items (fail first). Returns `false`
+    /// if the node fails.
     fn forced_candidates(
         &mut self,
         lo: usize,
-        s0: usize,
+        hi: usize,
         level: u64,
-        cands: &mut Vec<(u64, u32, u64, u32)>,
+        cands: &mut Vec<Candidate>,
     ) -> bool {
-        for s in lo..=s0 {
-            if self.sky[s].max(self.last_offset) > level {
+        for s in lo..hi {
+            self.count[s] = 0;
+        }
+        for s in lo..hi {
+            if self.rem[s] == 0 || self.sky[s].max(self.last_offset) > level {
                 continue;
             }
             for k in 0..self.by_start[s].len() {
                 let b = self.by_start[s][k];
-                if self.offsets[b as usize] != UNPLACED {
+                if self.offsets[b as usize] != UNPLACED || self.floor_of(b, level) > level {
+                    continue;
+                }
+                let it = &self.arena.items[b as usize];
+                for t in it.start..it.end {
+                    self.count[t as usize] += 1;
+                }
+            }
+        }
+        let mut point: Option<(u32, usize)> = None;
+        let considered = if self.fewest {
+            self.tight_list.len()
+        } else {
+            1
+        };
+        for k in 0..considered.min(self.tight_list.len()) {
+            let s = self.tight_list[k] as usize;
+            let c = self.count[s];
+            if point.is_none_or(|(best, _)| c < best) {
+                point = Some((c, s));
+            }
+        }
+        let Some((count, s0)) = point else {
+            return true;
+        };
+        if count == 0 {
+            return false;
+        }
+        // Items covering s0 at `level` start inside the run of sections at
+        // `level` that contains s0.
+        let mut first = s0;
+        while first > lo
+            && self.rem[first - 1] > 0
+            && self.sky[first - 1].max(self.last_offset) <= level
+        {
+            first -= 1;
+        }
+        for s in first..=s0 {
+            for k in 0..self.by_start[s].len() {
+                let b = self.by_start[s][k];
+                let it = &self.arena.items[b as usize];
+                if self.offsets[b as usize] != UNPLACED || (it.end as usize) <= s0 {
                     continue;
                 }
                 let floor = self.floor_of(b, level);
@@ -849,9 +981,10 @@ impl Search<'_> {
                 }
                 match self.position(b, floor) {
                     Some(pos) if pos == level => {
-                        if self.admissible(b, pos) {
-                            let it = &self.arena.items[b as usize];
-                            cands.push((pos, it.end, it.size, b));
+                        let twin = self.twin_prev[b as usize];
+                        if twin == NO_TWIN || self.offsets[twin as usize] != UNPLACED {
+                            let (k1, k2, k3) = self.rank(b, pos);
+                            cands.push((pos, k1, k2, k3, b));
                         }
                     }
                     Some(_) => {}
@@ -862,12 +995,7 @@ impl Search<'_> {
         true
     }
 
-    fn all_candidates(
-        &mut self,
-        lo: usize,
-        hi: usize,
-        cands: &mut Vec<(u64, u32, u64, u32)>,
-    ) -> bool {
+    fn all_candidates(&mut self, lo: usize, hi: usize, cands: &mut Vec<Candidate>) -> bool {
         for k in 0..self.free_items.len() {
             let b = self.free_items[k];
             let st = self.arena.items[b as usize].start as usize;
@@ -878,8 +1006,8 @@ impl Search<'_> {
             match self.position(b, floor) {
                 Some(pos) => {
                     if self.admissible(b, pos) {
-                        let it = &self.arena.items[b as usize];
-                        cands.push((pos, it.end, it.size, b));
+                        let (k1, k2, k3) = self.rank(b, pos);
+                        cands.push((pos, k1, k2, k3, b));
                     }
                 }
                 None => return false,
@@ -905,7 +1033,7 @@ impl Search<'_> {
         self.placed += 1;
         self.history.push((b, self.last_offset, self.last_key));
         self.last_offset = pos;
-        self.last_key = (it.start, b);
+        self.last_key = Some((it.start, b));
     }
 
     fn undo_last(&mut self) {

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::arena::{Arena, TimeIndex, align_up, for_each_gap, merge_intervals};
+use crate::arena::{Arena, Neighbours, align_up, for_each_gap, merge_intervals};
 
 /// The order in which a greedy pass places items.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -80,7 +80,7 @@ pub(crate) struct GreedyFailure {
 /// Runs one greedy pass.
 pub(crate) fn greedy(
     arena: &Arena,
-    index: &TimeIndex,
+    neighbours: &Neighbours,
     strategy: GreedyStrategy,
 ) -> Result<Vec<u64>, GreedyFailure> {
     let items = &arena.items;
@@ -132,14 +132,10 @@ pub(crate) fn greedy(
                 None => return Err(GreedyFailure { item: i, offsets }),
             }
         }
-        overlapping.clear();
         obstacles.clear();
-        if it.live() {
-            index.query(it.start, it.end, &mut overlapping);
-        }
-        for &q in &overlapping {
+        for &q in neighbours.of(i, items, &mut overlapping) {
             let o = offsets[q as usize];
-            if o != UNPLACED && q != i {
+            if o != UNPLACED {
                 obstacles.push((o, o.saturating_add(items[q as usize].size)));
             }
         }

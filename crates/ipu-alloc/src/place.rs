@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use crate::arena::{Arena, Item, TimeIndex, for_each_gap, merge_intervals};
+use crate::arena::{Arena, Item, Neighbours, for_each_gap, merge_intervals};
 use crate::bound::{TileBound, lower_bound};
 use crate::error::{FitFailure, LiveRange, Occupant, Verdict};
 use crate::exact::{ExactBudget, ExactOutcome, solve_exact};
@@ -27,6 +27,9 @@ use crate::{MemoryMap, PlaceError, Problem, RequestId, TileProblem, check_placem
 pub struct PlaceConfig {
     /// Greedy passes tried on every tile; the lowest peak is kept.
     pub strategies: Vec<GreedyStrategy>,
+    /// Greedy passes tried, in order, only on tiles where every pass of
+    /// `strategies` fails; the first success is kept.
+    pub fallback_strategies: Vec<GreedyStrategy>,
     /// Exact-search nodes per tile where every greedy pass fails.
     pub exact_node_budget: u64,
     /// Tiles with more requests than this skip the exact search (its
@@ -39,7 +42,8 @@ pub struct PlaceConfig {
 impl Default for PlaceConfig {
     fn default() -> Self {
         PlaceConfig {
-            strategies: GreedyStrategy::DEFAULT_SET.to_vec(),
+            strategies: GreedyStrategy::DEFAULT_SET[..2].to_vec(),
+            fallback_strategies: GreedyStrategy::DEFAULT_SET[2..].to_vec(),
             exact_node_budget: 200_000,
             exact_max_requests: 1024,
             verify: cfg!(debug_assertions),
@@ -376,10 +380,24 @@ pub fn place_tile(
 ) -> Result<TilePlacement, Box<FitFailure>> {
     let bound = lower_bound(tile, map);
     let arena = tile_arena(tile, map);
-    let index = TimeIndex::new(&arena.items);
+    let index = Neighbours::new(&arena.items);
     let mut best: Option<(u64, Vec<u64>, GreedyStrategy)> = None;
     let mut first_failure: Option<GreedyFailure> = None;
-    for &strategy in &config.strategies {
+    let fallback = if config.fallback_strategies.is_empty() {
+        None
+    } else {
+        Some(&config.fallback_strategies)
+    };
+    for (k, &strategy) in config
+        .strategies
+        .iter()
+        .chain(fallback.into_iter().flatten())
+        .enumerate()
+    {
+        // Fallback passes run only while no primary pass has succeeded.
+        if k >= config.strategies.len() && best.is_some() {
+            break;
+        }
         match greedy(&arena, &index, strategy) {
             Ok(offsets) => {
                 let peak = peak_of(&arena, &offsets);
@@ -427,6 +445,7 @@ pub fn place_tile(
             ExactBudget {
                 max_nodes: config.exact_node_budget,
                 deadline: None,
+                stop: None,
             },
         );
         nodes = report.nodes;

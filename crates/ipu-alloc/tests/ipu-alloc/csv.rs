@@ -94,3 +94,24 @@ fn infeasibility_below_the_bound_and_by_fragmentation_is_proved() {
         SolveResult::Fits
     );
 }
+
+#[test]
+fn deep_searches_on_large_instances_do_not_overflow_the_stack() {
+    // Thousands of buffers at zero slack: the search recursion is as deep
+    // as the buffer count. It runs on its own deep stack, sequentially and
+    // in parallel; whatever it concludes within a second must be sound.
+    let (p, _) = zero_slack(11, 3000, 1 << 24, 20_000);
+    let lb = p.lower_bound();
+    for parallel_search in [false, true] {
+        let config = SolveConfig {
+            timeout: Some(std::time::Duration::from_secs(1)),
+            parallel_search,
+            ..SolveConfig::default()
+        };
+        let out = p.solve(lb, &config);
+        assert_ne!(out.result, SolveResult::Infeasible);
+        if let Some(offsets) = out.offsets {
+            p.check(lb, &offsets).unwrap();
+        }
+    }
+}

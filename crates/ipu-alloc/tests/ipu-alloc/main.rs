@@ -5,6 +5,7 @@
 
 mod checker;
 mod csv;
+mod fixtures;
 mod map;
 mod props;
 mod seed;

@@ -286,3 +286,41 @@ fn memory_profile_counts_live_bytes_per_step_and_round_trips() {
     assert!(json.contains("\"effective_peak_bytes\""));
     assert_eq!(MemoryProfile::from_json(&json).unwrap(), profile);
 }
+
+/// Shrunk from `tight_tiles_use_the_exact_search_soundly`: with separation
+/// partners the search does not split independent parts, and it once
+/// solved only the first part and returned the rest unplaced.
+#[test]
+fn regression_exact_search_with_partners_places_every_part() {
+    let mk = |id: u32, first: u32, last: u32, partner: Option<u32>| Request {
+        id: RequestId::from_u32(id),
+        class: MemoryClass::Ipu21Standard,
+        bytes: 4096,
+        alignment: 8,
+        first_step: first,
+        last_step: last,
+        separate_from: partner
+            .map(|p| SmallVec::from_slice(&[RequestId::from_u32(p)]))
+            .unwrap_or_default(),
+    };
+    let problem = Problem {
+        map: MemoryMap::ipu21(),
+        tiles: vec![TileProblem {
+            tile: TileId::from_u32(0),
+            reservations: vec![],
+            requests: vec![mk(0, 0, 1, None), mk(1, 5, 6, Some(0)), mk(2, 9, 9, None)],
+        }],
+    };
+    let config = PlaceConfig {
+        strategies: vec![],
+        fallback_strategies: vec![],
+        verify: true,
+        ..PlaceConfig::default()
+    };
+    let placement = place(&problem, &config).unwrap();
+    assert!(matches!(
+        placement.tiles()[0].method(),
+        ipu_alloc::PlaceMethod::Exact { .. }
+    ));
+    check_placement(&problem, &placement).unwrap();
+}
