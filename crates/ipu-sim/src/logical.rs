@@ -159,35 +159,11 @@ impl<'p> Logical<'p> {
     }
 
     fn outputs(&self, graph: &Graph) -> Result<ValueSet, SimError> {
-        let mut out = ValueSet::new();
-        for (id, b) in self.program.buffers.iter() {
-            if b.role != BufferRole::Output {
-                continue;
-            }
-            let Some(tensor) = graph.tensor_by_name(&b.name) else {
-                continue;
-            };
-            let count =
-                b.ty.shape()
-                    .element_count()
-                    .map_err(|source| SimError::Layout {
-                        what: b.name.clone(),
-                        source,
-                    })?;
-            let mut values = vec![f32::NAN; count as usize];
-            for s in b.ty.shards() {
-                if s.replica != 0 {
-                    continue;
-                }
-                b.ty.unpack_shard(s.tile, &self.shards[id][s.tile.index()], &mut values)
-                    .map_err(|source| SimError::Layout {
-                        what: b.name.clone(),
-                        source,
-                    })?;
-            }
-            out.insert(tensor, values);
-        }
-        Ok(out)
+        crate::collect_outputs(
+            self.program.buffers.values().iter(),
+            graph,
+            |id, tile, _| Ok(self.shards[BufferId::from_u32(id as u32)][tile.index()].clone()),
+        )
     }
 }
 

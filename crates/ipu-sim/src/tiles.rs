@@ -304,37 +304,14 @@ impl<'p> Tiles<'p> {
     }
 
     fn outputs(&self, graph: &Graph) -> Result<ValueSet, SimError> {
-        let mut out = ValueSet::new();
-        for (id, b) in self.package.program.buffers.iter().enumerate() {
-            if b.role != BufferRole::Output {
-                continue;
-            }
-            let Some(tensor) = graph.tensor_by_name(&b.name) else {
-                continue;
-            };
-            let count =
-                b.ty.shape()
-                    .element_count()
-                    .map_err(|source| SimError::Layout {
-                        what: b.name.clone(),
-                        source,
-                    })?;
-            let mut values = vec![f32::NAN; count as usize];
-            for s in b.ty.shards() {
-                if s.replica != 0 || s.bytes == 0 {
-                    continue;
-                }
-                let (address, _) = self.range(BufferId::from_u32(id as u32), s.tile)?;
-                let bytes = self.bytes(s.tile, address, s.bytes as u32)?;
-                b.ty.unpack_shard(s.tile, &bytes, &mut values)
-                    .map_err(|source| SimError::Layout {
-                        what: b.name.clone(),
-                        source,
-                    })?;
-            }
-            out.insert(tensor, values);
-        }
-        Ok(out)
+        crate::collect_outputs(
+            self.package.program.buffers.iter(),
+            graph,
+            |id, tile, bytes| {
+                let (address, _) = self.range(BufferId::from_u32(id as u32), tile)?;
+                self.bytes(tile, address, bytes as u32)
+            },
+        )
     }
 }
 
