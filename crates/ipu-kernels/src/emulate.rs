@@ -561,9 +561,36 @@ impl Machine<'_> {
     }
 }
 
-/// `x` rounded to the nearest F16, ties to even.
+/// `x` rounded to the nearest F16, ties to even, overflowing to ±infinity.
+///
+/// This is the emulator's innermost operation, so it works on the f64 bits
+/// directly. (It does not use `half::f16::from_f64`, which misrounds some
+/// values whose deciding bits lie in the low word of the f64: it sends
+/// 2^-25 (1 + 2^-52), just above the tie between 0 and 2^-24, to 0.)
 pub fn round_f16(x: f64) -> f64 {
-    half::f16::from_f64(x).to_f64()
+    /// The smallest normal F16, 2^-14.
+    const MIN_NORMAL: f64 = 6.103_515_625e-5;
+    /// Halfway between the largest F16 (65504) and 65536: ties go to the
+    /// even 65536, which overflows.
+    const OVERFLOW: f64 = 65520.0;
+    let a = x.abs();
+    if a.is_nan() {
+        return x;
+    }
+    if a >= OVERFLOW {
+        return f64::INFINITY.copysign(x);
+    }
+    if a < MIN_NORMAL {
+        // Subnormal F16s are the multiples of 2^-24; scaling by a power of
+        // two is exact.
+        return (x * 16_777_216.0).round_ties_even() / 16_777_216.0;
+    }
+    // A normal F16 keeps 11 of the 53 significant bits: round the other 42
+    // to nearest even (a carry correctly moves into the exponent).
+    let bits = x.to_bits();
+    let lsb = (bits >> 42) & 1;
+    let rounded = (bits + (1u64 << 41) - 1 + lsb) & !((1u64 << 42) - 1);
+    f64::from_bits(rounded)
 }
 
 /// `x` rounded to the nearest F32, ties to even.
@@ -589,8 +616,9 @@ fn unit_random(seed: u64, worker: WorkerId, row: u64, column: u64, step: u64) ->
 /// Rounds `x` to one of its two neighbouring F16 values, up with probability
 /// equal to the distance from the lower one (in units of the gap).
 fn stochastic_f16(x: f64, u: f64) -> f64 {
-    let nearest = half::f16::from_f64(x);
-    let n = nearest.to_f64();
+    let n = round_f16(x);
+    // `n` is an F16 value (or infinite), so this conversion is exact.
+    let nearest = half::f16::from_f64(n);
     if n == x || !x.is_finite() || !n.is_finite() {
         return n;
     }

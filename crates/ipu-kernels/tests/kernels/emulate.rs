@@ -280,3 +280,87 @@ fn malformed_ops_are_reported_not_panicking() {
     let e = emulate(&program, &mut memory, base, &args).unwrap_err();
     assert!(matches!(e, EmulateError::Malformed { .. }), "{e}");
 }
+
+/// Round to nearest F16, ties to even, by comparing exact distances to the
+/// candidates around `half`'s conversion (which misrounds some values just
+/// above a tie, such as 2^-25 (1 + 2^-52), to zero; the emulator does not
+/// use it).
+fn nearest_f16(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    if a >= 65520.0 {
+        return f64::INFINITY.copysign(x);
+    }
+    let guess = half::f16::from_f64(a).to_bits().min(0x7bff);
+    let mut best = (f64::INFINITY, 0u16);
+    for bits in guess.saturating_sub(1)..=(guess + 1).min(0x7bff) {
+        let v = half::f16::from_bits(bits).to_f64();
+        let d = (a - v).abs();
+        if d < best.0 || (d == best.0 && bits % 2 == 0) {
+            best = (d, bits);
+        }
+    }
+    half::f16::from_bits(best.1).to_f64().copysign(x)
+}
+
+/// The emulator's bit-level F16 rounding is round to nearest even on every
+/// F16 value, every midpoint between neighbours (ties), points just either
+/// side of them, the overflow boundary and exact products of F16 values.
+#[test]
+fn round_f16_is_nearest_even() {
+    let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
+    let check = |y: f64| {
+        let (ours, exact) = (ipu_kernels::round_f16(y), nearest_f16(y));
+        assert!(same(ours, exact), "{y:e}: {ours:e} vs {exact:e}");
+    };
+    for bits in 0u16..=0x7bff {
+        let v = half::f16::from_bits(bits).to_f64();
+        let next = half::f16::from_bits(bits + 1).to_f64();
+        let mid = (v + next) / 2.0;
+        for x in [
+            v,
+            mid,
+            mid.next_up(),
+            mid.next_down(),
+            v.next_up(),
+            next.next_down(),
+        ] {
+            check(x);
+            check(-x);
+        }
+    }
+    for y in [
+        65504.0,
+        65519.99,
+        65520.0,
+        1e6,
+        f64::INFINITY,
+        1e-30,
+        0.0,
+        f64::NAN,
+    ] {
+        check(y);
+        check(-y);
+    }
+    // Exact products of F16 values, what the emulator rounds most.
+    let mut state = 0x1234_5678_9abc_def0u64;
+    for _ in 0..200_000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let a = half::f16::from_bits((state & 0x7bff) as u16).to_f64();
+        let b = half::f16::from_bits(((state >> 16) & 0xfbff) as u16).to_f64();
+        check(a * b);
+    }
+}
+
+/// The case the emulator's own rounding exists for: just above the tie
+/// between 0 and the smallest subnormal.
+#[test]
+fn round_f16_keeps_low_sticky_bits() {
+    let x = 2f64.powi(-25) * (1.0 + f64::EPSILON);
+    assert_eq!(ipu_kernels::round_f16(x), 2f64.powi(-24));
+    assert_eq!(ipu_kernels::round_f16(2f64.powi(-25)), 0.0);
+}
