@@ -266,6 +266,11 @@ pub fn check_program(
         variant.left_tail_bytes().to_string(),
         h.left_tail_bytes.to_string(),
     );
+    header(
+        "alignment",
+        variant.model().operand_alignment.to_string(),
+        h.alignment.to_string(),
+    );
     if !errors.is_empty() {
         // The operand maps below would describe the wrong operands.
         return Err(errors);

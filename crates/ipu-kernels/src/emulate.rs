@@ -22,7 +22,9 @@
 //! - In accumulate mode the partials start from the output's bytes, in
 //!   initialise mode from zero; the final partials are the output.
 //!
-//! Every access is bounds checked against the image and against its
+//! Operand addresses must be multiples of the header's alignment (32 on
+//! IPU21; the AMP's 128-bit loads fault otherwise). Every access is bounds
+//! checked against the image and against its
 //! operand's extent; the AMP's read of `left_tail_bytes` past the left
 //! operand must also lie in the image; the output may not overlap an input.
 //! Workers write disjoint outputs (the program checker proves it for built
@@ -120,6 +122,19 @@ pub fn emulate_with(
     let [left_bytes, right_bytes, output_bytes] = h.operand_bytes();
     let left_end = u64::from(args.left) + left_bytes;
     let tail_end = left_end + u64::from(h.left_tail_bytes);
+    for (operand, address) in [
+        (Operand::Left, args.left),
+        (Operand::Right, args.right),
+        (Operand::Output, args.output),
+    ] {
+        if h.alignment == 0 || address % h.alignment != 0 {
+            return Err(EmulateError::Misaligned {
+                operand,
+                address,
+                alignment: h.alignment,
+            });
+        }
+    }
     if u64::from(args.left) < start || tail_end > end {
         return Err(EmulateError::LeftTailOutOfBounds {
             end: left_end,

@@ -216,6 +216,19 @@ pub enum EmulateError {
         /// One past the last address of the image.
         memory_end: u64,
     },
+    /// An operand address is not aligned as the AMP needs.
+    #[error(
+        "the {operand} operand at {address:#x} is not a multiple of {alignment} bytes; \
+         place GEMM operands at {alignment}-byte aligned addresses"
+    )]
+    Misaligned {
+        /// The operand.
+        operand: Operand,
+        /// Its address.
+        address: u32,
+        /// The alignment required.
+        alignment: u32,
+    },
     /// An operand does not lie inside the memory image.
     #[error(
         "the {operand} operand {start:#x}..{end:#x} is not inside tile memory \

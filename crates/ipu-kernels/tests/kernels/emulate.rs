@@ -170,18 +170,36 @@ fn small_program() -> (ipu_kernels::AmpProgram, [u64; 3]) {
     (program, sizes)
 }
 
-#[test]
-fn operand_outside_memory_is_reported() {
-    let (program, [l, r, o]) = small_program();
+/// `x` rounded up to the operand alignment.
+fn al(x: u64) -> u32 {
+    (x.div_ceil(32) * 32) as u32
+}
+
+/// A compact image for [`small_program`]: left (with its tail), right,
+/// output, each aligned.
+fn small_layout([l, r, o]: [u64; 3]) -> (Vec<u8>, KernelArgs) {
     let base = 0x4c000u32;
-    let size = (l + 16 + r + o) as usize;
-    let mut memory = vec![0u8; size];
+    let right = al(l + 16);
+    let output = al(u64::from(right) + r);
+    let memory = vec![0u8; (u64::from(output) + o) as usize];
     let args = KernelArgs {
         left: base,
-        right: base + (l + 16) as u32,
-        output: base + (l + 16 + r) as u32 + 8,
+        right: base + right,
+        output: base + output,
     };
-    let e = emulate(&program, &mut memory, base, &args).unwrap_err();
+    (memory, args)
+}
+
+#[test]
+fn operand_outside_memory_is_reported() {
+    let (program, sizes) = small_program();
+    let (mut memory, args) = small_layout(sizes);
+    let base = 0x4c000u32;
+    let shifted = KernelArgs {
+        output: args.output + 32,
+        ..args
+    };
+    let e = emulate(&program, &mut memory, base, &shifted).unwrap_err();
     assert!(
         matches!(
             e,
@@ -197,6 +215,29 @@ fn operand_outside_memory_is_reported() {
         ..args
     };
     assert!(emulate(&program, &mut memory, base, &below).is_err());
+    assert!(emulate(&program, &mut memory, base, &args).is_ok());
+}
+
+#[test]
+fn misaligned_operand_is_reported() {
+    let (program, sizes) = small_program();
+    let (mut memory, args) = small_layout(sizes);
+    let moved = KernelArgs {
+        right: args.right + 8,
+        ..args
+    };
+    let e = emulate(&program, &mut memory, 0x4c000, &moved).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            EmulateError::Misaligned {
+                operand: Operand::Right,
+                alignment: 32,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -204,11 +245,13 @@ fn left_tail_outside_memory_is_reported() {
     let (program, [l, r, o]) = small_program();
     let base = 0x4c000u32;
     // Right and output first, the left operand flush with the image end.
-    let mut memory = vec![0u8; (r + o + l) as usize];
+    let output = al(r);
+    let left = al(u64::from(output) + o);
+    let mut memory = vec![0u8; (u64::from(left) + l) as usize];
     let args = KernelArgs {
         right: base,
-        output: base + r as u32,
-        left: base + (r + o) as u32,
+        output: base + output,
+        left: base + left,
     };
     let e = emulate(&program, &mut memory, base, &args).unwrap_err();
     assert!(
@@ -216,19 +259,19 @@ fn left_tail_outside_memory_is_reported() {
         "{e}"
     );
     assert!(e.to_string().contains("read tail"));
+    memory.extend_from_slice(&[0; 16]);
+    assert!(emulate(&program, &mut memory, base, &args).is_ok());
 }
 
 #[test]
 fn overlapping_output_is_reported() {
-    let (program, [l, r, o]) = small_program();
-    let base = 0x4c000u32;
-    let mut memory = vec![0u8; (l + 16 + r + o) as usize];
-    let args = KernelArgs {
-        left: base,
-        right: base + (l + 16) as u32,
-        output: base + (l + 16) as u32,
+    let (program, sizes) = small_program();
+    let (mut memory, args) = small_layout(sizes);
+    let overlapping = KernelArgs {
+        output: args.right,
+        ..args
     };
-    let e = emulate(&program, &mut memory, base, &args).unwrap_err();
+    let e = emulate(&program, &mut memory, 0x4c000, &overlapping).unwrap_err();
     assert!(
         matches!(
             e,
@@ -243,14 +286,9 @@ fn overlapping_output_is_reported() {
 
 #[test]
 fn malformed_ops_are_reported_not_panicking() {
-    let (mut program, [l, r, o]) = small_program();
+    let (mut program, sizes) = small_program();
+    let (mut memory, args) = small_layout(sizes);
     let base = 0x4c000u32;
-    let mut memory = vec![0u8; (l + 16 + r + o) as usize];
-    let args = KernelArgs {
-        left: base,
-        right: base + (l + 16) as u32,
-        output: base + (l + 16 + r) as u32,
-    };
     // A run whose stride walks off the operand.
     if let ipu_kernels::AmpOp::StreamRows { runs, .. } = &mut program.workers[0].ops[2] {
         runs[0].stride = 1 << 20;
