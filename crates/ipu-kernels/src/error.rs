@@ -163,6 +163,17 @@ pub enum KernelError {
         /// What failed.
         reason: String,
     },
+    /// A built program failed the independent checker (a bug in this crate).
+    #[error(
+        "the program of {symbol} failed the program checker: {}; this is a bug in ipu-kernels",
+        errors.join("; ")
+    )]
+    CheckFailed {
+        /// The entry symbol.
+        symbol: String,
+        /// Every error the checker found.
+        errors: Vec<String>,
+    },
     /// Metadata could not be serialised (a bug in this crate).
     #[error("kernel metadata could not be serialised: {reason}; this is a bug in ipu-kernels")]
     Metadata {

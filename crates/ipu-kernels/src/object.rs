@@ -31,7 +31,8 @@ use sha2::{Digest, Sha256};
 use crate::program::PROGRAM_FORMAT_VERSION;
 use crate::variant::hex;
 use crate::{
-    AmpProgram, GemmShape, KernelError, Mode, RowSize, Variant, build_program, estimate_cycles,
+    AmpProgram, GemmShape, KernelError, Mode, RowSize, Variant, build_program, check_program,
+    estimate_cycles,
 };
 
 /// The section holding the serialised AMP programs.
@@ -177,6 +178,16 @@ impl Toolchain for HostToolchain {
         let mut metadata_entries = Vec::with_capacity(entries.len());
         for (index, entry) in entries.iter().enumerate() {
             let program = build_program(variant, entry.rows, entry.mode)?;
+            // Debug builds re-check every program with the independent
+            // checker before it is written into an object.
+            if cfg!(debug_assertions) {
+                if let Err(errors) = check_program(variant, entry.rows, entry.mode, &program) {
+                    return Err(KernelError::CheckFailed {
+                        symbol: entry.symbol.clone(),
+                        errors: errors.iter().map(ToString::to_string).collect(),
+                    });
+                }
+            }
             let bytes = program.to_bytes();
             let name = entry.symbol.as_bytes();
             directory.extend_from_slice(&(name.len() as u16).to_le_bytes());
