@@ -47,7 +47,10 @@ const SECTION_MAGIC: &[u8; 8] = b"IPUAMPS\0";
 pub const EM_GRAPHCORE_IPU: u16 = 248;
 
 /// Compiles variants into objects plus metadata.
-pub trait Toolchain {
+///
+/// `Send + Sync` so that a package builder can compile variants from
+/// several threads through one toolchain and one [`crate::KernelCache`].
+pub trait Toolchain: Send + Sync {
     /// A string naming the toolchain and everything about it that changes
     /// its output (name, version, formats); part of the cache key.
     fn identity(&self) -> String;
