@@ -190,7 +190,7 @@ impl OperandMap {
                         .copied()
                         .unwrap_or((u32::MAX, u32::MAX));
                     let (a0, b0) = *origin.get_or_insert(found);
-                    let expected = (a0.wrapping_add(i), b0.wrapping_add(cursor + e));
+                    let expected = (a0.wrapping_add(i), b0.wrapping_add(cursor.wrapping_add(e)));
                     if found != expected {
                         return Err(format!(
                             "run {j} repetition {i} element {e} is ({}, {}), expected ({}, {})",
@@ -199,7 +199,7 @@ impl OperandMap {
                     }
                 }
             }
-            cursor += n;
+            cursor = cursor.wrapping_add(n);
         }
         let (a0, b0) = origin.unwrap_or((0, 0));
         Ok((a0, b0, cursor))

@@ -120,8 +120,9 @@ pub fn emulate_with(
     let start = u64::from(memory_base);
     let end = start + memory.len() as u64;
     let [left_bytes, right_bytes, output_bytes] = h.operand_bytes();
-    let left_end = u64::from(args.left) + left_bytes;
-    let tail_end = left_end + u64::from(h.left_tail_bytes);
+    // Header sizes saturate at u64::MAX, so the sums below saturate too.
+    let left_end = u64::from(args.left).saturating_add(left_bytes);
+    let tail_end = left_end.saturating_add(u64::from(h.left_tail_bytes));
     for (operand, address) in [
         (Operand::Left, args.left),
         (Operand::Right, args.right),

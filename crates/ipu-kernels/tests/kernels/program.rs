@@ -266,6 +266,14 @@ fn image(p: &ipu_kernels::GemmProblem, program: &AmpProgram) -> (Vec<u8>, ipu_ke
 
 /// Applies one of a handful of damaging edits to a program.
 fn mutate(program: &mut AmpProgram, pick: u64, value: u32) {
+    match (pick >> 56) % 16 {
+        0 => return program.header.rows = value,
+        1 => return program.header.inner = value,
+        2 => return program.header.columns = value,
+        3 => return program.header.left_tail_bytes = value,
+        4 => return program.header.alignment = value % 64,
+        _ => {}
+    }
     let workers = program.workers.len() as u64;
     if workers == 0 {
         return;
