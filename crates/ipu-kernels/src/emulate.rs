@@ -56,8 +56,10 @@ pub enum Rounding {
     #[default]
     NearestEven,
     /// Stochastic rounding of every partial update, driven by a generator
-    /// seeded from `seed` and the position of the update, so the result is
-    /// the same on every run and whatever order workers run in.
+    /// seeded from `seed` and the update's position in the program (worker,
+    /// row and column of the stream, step), so a program and seed give the
+    /// same bytes on every run whatever order workers run in (a different
+    /// blocking of the same GEMM draws different numbers).
     Stochastic {
         /// The generator seed.
         seed: u64,
@@ -528,52 +530,93 @@ impl Machine<'_> {
     ) {
         let h = self.header;
         let group = h.arithmetic.group() as usize;
-        let single = h.arithmetic.single_partials();
-        let (k, c) = (k as usize, c as usize);
-        let mut column = vec![0.0f64; k];
-        for j in 0..c {
-            for (kk, v) in column.iter_mut().enumerate() {
-                *v = state.coefficients[kk * c + j];
+        let (rows, k, c) = (rows as usize, k as usize, c as usize);
+        let first_step = state.inner_done / group as u64;
+        let shape = Pass {
+            left,
+            coefficients: &state.coefficients,
+            rows,
+            k,
+            c,
+            group,
+        };
+        let partials = &mut state.partials;
+        // One monomorphic loop per rounding choice keeps the innermost
+        // operation inlined.
+        match (h.arithmetic.single_partials(), self.options.rounding) {
+            (false, Rounding::NearestEven) => {
+                shape.run(partials, round_f16, |x, _, _, _| round_f16(x))
             }
-            for r in 0..rows as usize {
-                let row = &left[r * k..(r + 1) * k];
-                let mut partial = state.partials[r * c + j];
-                for (g, (a_chunk, b_chunk)) in
-                    row.chunks(group).zip(column.chunks(group)).enumerate()
-                {
-                    let mut sum = partial;
-                    for (&a, &b) in a_chunk.iter().zip(b_chunk) {
-                        // Operands have at most 11 significant bits each, so
-                        // the f64 product is exact before rounding.
-                        let p = a * b;
-                        sum += if single { round_f32(p) } else { round_f16(p) };
-                    }
-                    let step = state.inner_done / group as u64 + g as u64;
-                    partial = match self.options.rounding {
-                        Rounding::NearestEven => {
-                            if single {
-                                round_f32(sum)
-                            } else {
-                                round_f16(sum)
-                            }
-                        }
-                        Rounding::Stochastic { seed } => {
-                            let u = unit_random(seed, worker, r as u64, j as u64, step);
-                            if single {
-                                stochastic_f32(sum, u)
-                            } else {
-                                stochastic_f16(sum, u)
-                            }
-                        }
-                    };
-                }
-                state.partials[r * c + j] = partial;
+            (true, Rounding::NearestEven) => {
+                shape.run(partials, round_f32, |x, _, _, _| round_f32(x))
+            }
+            (false, Rounding::Stochastic { seed }) => {
+                shape.run(partials, round_f16, |x, r, j, g| {
+                    stochastic_f16(
+                        x,
+                        unit_random(seed, worker, r as u64, j as u64, first_step + g),
+                    )
+                })
+            }
+            (true, Rounding::Stochastic { seed }) => {
+                shape.run(partials, round_f32, |x, r, j, g| {
+                    stochastic_f32(
+                        x,
+                        unit_random(seed, worker, r as u64, j as u64, first_step + g),
+                    )
+                })
             }
         }
         state.inner_done += k as u64;
         let steps = k.div_ceil(group) as u64;
-        self.stats.macs += rows as u64 * k as u64 * c as u64;
-        self.stats.amp_steps += rows as u64 * c as u64 * steps;
+        self.stats.macs += (rows * k * c) as u64;
+        self.stats.amp_steps += (rows * c) as u64 * steps;
+    }
+}
+
+/// One pass of rows through the AMP against a coefficient block.
+struct Pass<'a> {
+    /// `rows × k` left values.
+    left: &'a [f64],
+    /// `k × c` coefficients.
+    coefficients: &'a [f64],
+    rows: usize,
+    k: usize,
+    c: usize,
+    group: usize,
+}
+
+impl Pass<'_> {
+    /// Accumulates into `partials` (`rows × c`): each product rounded by
+    /// `product`, each step's sum rounded by `update(sum, row, column, step)`.
+    fn run(
+        &self,
+        partials: &mut [f64],
+        product: impl Fn(f64) -> f64,
+        update: impl Fn(f64, usize, usize, u64) -> f64,
+    ) {
+        let (k, c) = (self.k, self.c);
+        let mut column = vec![0.0f64; k];
+        for j in 0..c {
+            for (kk, v) in column.iter_mut().enumerate() {
+                *v = self.coefficients[kk * c + j];
+            }
+            for r in 0..self.rows {
+                let row = &self.left[r * k..(r + 1) * k];
+                let mut partial = partials[r * c + j];
+                let chunks = row.chunks(self.group).zip(column.chunks(self.group));
+                for (step, (a_chunk, b_chunk)) in chunks.enumerate() {
+                    let mut sum = partial;
+                    for (&a, &b) in a_chunk.iter().zip(b_chunk) {
+                        // Operands have at most 11 significant bits each, so
+                        // the f64 product is exact before rounding.
+                        sum += product(a * b);
+                    }
+                    partial = update(sum, r, j, step as u64);
+                }
+                partials[r * c + j] = partial;
+            }
+        }
     }
 }
 
