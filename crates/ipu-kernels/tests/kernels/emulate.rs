@@ -22,6 +22,10 @@ proptest! {
         let run = p.run(&PlanConfig::default()).expect("runs");
         let checked = p.check(&run.output, Rounding::NearestEven);
         prop_assert!(checked.is_ok(), "{}: {:?}", run.variant.name(), checked);
+        let programs = ipu_kernels::check_program(&run.variant, shape.rows, mode, &run.program);
+        prop_assert!(programs.is_ok(), "{:?}", programs);
+        let estimate = ipu_kernels::estimate_cycles(&run.variant, shape.rows, mode);
+        prop_assert!(estimate.lower_bound_cycles() <= estimate.cycles);
         prop_assert_eq!(run.stats.macs, u64::from(shape.rows) * u64::from(shape.inner) * u64::from(shape.columns));
     }
 
