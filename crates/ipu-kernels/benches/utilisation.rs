@@ -64,6 +64,25 @@ fn utilisation(c: &mut Criterion) {
     group.bench_function("emulate_k64_c48_r244", |b| {
         b.iter(|| std::hint::black_box(p.run_variant(v, &Default::default()).expect("runs")))
     });
+    // The emulator alone on the same shard, operands already in an image.
+    let program = ipu_kernels::build_program(v, v.r_large(), Mode::Initialise).expect("builds");
+    let [l, r, o] = program.header.operand_bytes();
+    let align = |x: u64| x.div_ceil(32) * 32;
+    let (right_at, output_at) = (align(l + 16), align(align(l + 16) + r));
+    let mut image: Vec<u8> = (0..output_at + o).map(|i| (i % 113) as u8 & 0x7f).collect();
+    let args = ipu_kernels::KernelArgs {
+        left: ipu_kernels::IMAGE_BASE,
+        right: ipu_kernels::IMAGE_BASE + right_at as u32,
+        output: ipu_kernels::IMAGE_BASE + output_at as u32,
+    };
+    group.bench_function("emulate_only_k64_c48_r244", |b| {
+        b.iter(|| {
+            std::hint::black_box(
+                ipu_kernels::emulate(&program, &mut image, ipu_kernels::IMAGE_BASE, &args)
+                    .expect("runs"),
+            )
+        })
+    });
     group.finish();
 }
 

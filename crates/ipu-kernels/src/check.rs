@@ -1,9 +1,10 @@
 //! The independent checker of built AMP programs.
 //!
 //! What it checks, from the variant, the row count, the mode and the program
-//! alone (it shares no code with the builder: operand layouts come from
-//! `ipu_layout::TensorType::element_offset`, not from the builder's panel
-//! arithmetic):
+//! alone (it shares no code with the builder: it maps every element of each
+//! operand to its byte offset from the definition of `ElementOrder`, and
+//! decodes the program's runs back to coordinates through those maps, where
+//! the builder generates runs from panel ranges):
 //!
 //! 1. the header states the variant's precisions, orders, dimensions, mode,
 //!    arithmetic, blocks and left read tail;
@@ -21,10 +22,7 @@
 //!
 //! It collects every error instead of stopping at the first.
 
-use ipu_layout::{
-    AmpOperand, ElementOrder, Layout, MemoryClass, Precision, TensorFormat, TensorShape,
-    TensorTiling, TensorType, TileId,
-};
+use ipu_layout::{AmpOperand, ElementOrder, Precision};
 
 use crate::program::{AmpOp, AmpProgram, Run};
 use crate::{Mode, Variant, WorkerId};
@@ -82,7 +80,7 @@ pub enum CheckError {
         /// Column of the first.
         column: u32,
     },
-    /// The checker could not describe an operand (a shape ipu-layout rejects).
+    /// The checker could not describe an operand.
     #[error("operand {operand} cannot be described: {reason}")]
     Layout {
         /// Which operand.
@@ -101,6 +99,10 @@ struct OperandMap {
 }
 
 impl OperandMap {
+    /// Maps every element slot of a `rows × columns` operand in `order` to
+    /// its coordinates, element by element from the definition of the
+    /// order: row major, or AMP panels of `amp_panel_columns` columns (the
+    /// last one narrower) each holding every row of its columns.
     fn new(
         name: &'static str,
         rows: u32,
@@ -108,35 +110,27 @@ impl OperandMap {
         precision: Precision,
         order: ElementOrder,
     ) -> Result<Self, CheckError> {
-        let layout_error = |e: ipu_layout::LayoutError| CheckError::Layout {
-            operand: name,
-            reason: e.to_string(),
-        };
-        let tiling = TensorTiling::replicated(1).map_err(layout_error)?;
-        let ty = TensorType::new(
-            TensorShape::new([u64::from(rows), u64::from(columns)]),
-            TensorFormat {
-                precision,
-                layout: Layout {
-                    order,
-                    tiling,
-                    memory_class: MemoryClass::Ipu21Standard,
-                },
-            },
-        )
-        .map_err(layout_error)?;
         let eb = precision.element_bytes();
         let count = u64::from(rows) * u64::from(columns);
-        let mut slots = vec![(u32::MAX, u32::MAX); count as usize];
-        for r in 0..rows {
-            for c in 0..columns {
-                let offset = ty
-                    .element_offset(TileId::from_u32(0), &[u64::from(r), u64::from(c)])
-                    .map_err(layout_error)?;
-                if let Some(o) = offset {
-                    if let Some(slot) = slots.get_mut((o / eb) as usize) {
-                        *slot = (r, c);
+        let slots_len = usize::try_from(count).map_err(|_| CheckError::Layout {
+            operand: name,
+            reason: format!("{rows} x {columns} elements do not fit in memory"),
+        })?;
+        let mut slots = vec![(u32::MAX, u32::MAX); slots_len];
+        let (rows64, columns64) = (u64::from(rows), u64::from(columns));
+        let panel = precision.amp_panel_columns();
+        for r in 0..rows64 {
+            for c in 0..columns64 {
+                let slot = match order {
+                    ElementOrder::RowMajor => r * columns64 + c,
+                    ElementOrder::Amp(_) => {
+                        let start = c / panel * panel;
+                        let width = panel.min(columns64 - start);
+                        start * rows64 + r * width + (c - start)
                     }
+                };
+                if let Some(entry) = slots.get_mut(slot as usize) {
+                    *entry = (r as u32, c as u32);
                 }
             }
         }
@@ -190,7 +184,7 @@ impl OperandMap {
                         .copied()
                         .unwrap_or((u32::MAX, u32::MAX));
                     let (a0, b0) = *origin.get_or_insert(found);
-                    let expected = (a0.wrapping_add(i), b0.wrapping_add(cursor + e));
+                    let expected = (a0.wrapping_add(i), b0.wrapping_add(cursor.wrapping_add(e)));
                     if found != expected {
                         return Err(format!(
                             "run {j} repetition {i} element {e} is ({}, {}), expected ({}, {})",
@@ -199,7 +193,7 @@ impl OperandMap {
                     }
                 }
             }
-            cursor += n;
+            cursor = cursor.wrapping_add(n);
         }
         let (a0, b0) = origin.unwrap_or((0, 0));
         Ok((a0, b0, cursor))
@@ -265,6 +259,11 @@ pub fn check_program(
         "left_tail_bytes",
         variant.left_tail_bytes().to_string(),
         h.left_tail_bytes.to_string(),
+    );
+    header(
+        "alignment",
+        variant.model().operand_alignment.to_string(),
+        h.alignment.to_string(),
     );
     if !errors.is_empty() {
         // The operand maps below would describe the wrong operands.

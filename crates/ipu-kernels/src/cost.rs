@@ -19,6 +19,15 @@
 //! - row stream: setup + 1 per run + pipeline fill/drain + AMP instructions,
 //!   `rows × round_up(inner, group) × round_up(columns, 16) / MACs per instruction`.
 //!
+//! The work split over the workers is the grid with the least busy worker
+//! (see `program.rs`), so the estimate and the built program agree on it.
+//!
+//! Code size: each entry's code is the supervisor entry (plus two
+//! instructions per worker it starts) and one worker's op sequence (all
+//! workers run the same code on different addresses), each op costing its
+//! setup, one instruction per run and its loop body; `code_bytes` is the
+//! sum over the four entries times `instruction_bytes`.
+//!
 //! Every constant is in `device/ipu21.toml` `[amp]` with its source; the
 //! overheads are estimates of this project, not measurements. The estimate
 //! is computed in closed form by [`estimate_cycles`] and, independently,

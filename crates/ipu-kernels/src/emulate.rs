@@ -22,7 +22,9 @@
 //! - In accumulate mode the partials start from the output's bytes, in
 //!   initialise mode from zero; the final partials are the output.
 //!
-//! Every access is bounds checked against the image and against its
+//! Operand addresses must be multiples of the header's alignment (32 on
+//! IPU21; the AMP's 128-bit loads fault otherwise). Every access is bounds
+//! checked against the image and against its
 //! operand's extent; the AMP's read of `left_tail_bytes` past the left
 //! operand must also lie in the image; the output may not overlap an input.
 //! Workers write disjoint outputs (the program checker proves it for built
@@ -54,8 +56,10 @@ pub enum Rounding {
     #[default]
     NearestEven,
     /// Stochastic rounding of every partial update, driven by a generator
-    /// seeded from `seed` and the position of the update, so the result is
-    /// the same on every run and whatever order workers run in.
+    /// seeded from `seed` and the update's position in the program (worker,
+    /// row and column of the stream, step), so a program and seed give the
+    /// same bytes on every run whatever order workers run in (a different
+    /// blocking of the same GEMM draws different numbers).
     Stochastic {
         /// The generator seed.
         seed: u64,
@@ -118,8 +122,22 @@ pub fn emulate_with(
     let start = u64::from(memory_base);
     let end = start + memory.len() as u64;
     let [left_bytes, right_bytes, output_bytes] = h.operand_bytes();
-    let left_end = u64::from(args.left) + left_bytes;
-    let tail_end = left_end + u64::from(h.left_tail_bytes);
+    // Header sizes saturate at u64::MAX, so the sums below saturate too.
+    let left_end = u64::from(args.left).saturating_add(left_bytes);
+    let tail_end = left_end.saturating_add(u64::from(h.left_tail_bytes));
+    for (operand, address) in [
+        (Operand::Left, args.left),
+        (Operand::Right, args.right),
+        (Operand::Output, args.output),
+    ] {
+        if h.alignment == 0 || address % h.alignment != 0 {
+            return Err(EmulateError::Misaligned {
+                operand,
+                address,
+                alignment: h.alignment,
+            });
+        }
+    }
     if u64::from(args.left) < start || tail_end > end {
         return Err(EmulateError::LeftTailOutOfBounds {
             end: left_end,
@@ -512,58 +530,126 @@ impl Machine<'_> {
     ) {
         let h = self.header;
         let group = h.arithmetic.group() as usize;
-        let single = h.arithmetic.single_partials();
-        let (k, c) = (k as usize, c as usize);
-        let mut column = vec![0.0f64; k];
-        for j in 0..c {
-            for (kk, v) in column.iter_mut().enumerate() {
-                *v = state.coefficients[kk * c + j];
+        let (rows, k, c) = (rows as usize, k as usize, c as usize);
+        let first_step = state.inner_done / group as u64;
+        let shape = Pass {
+            left,
+            coefficients: &state.coefficients,
+            rows,
+            k,
+            c,
+            group,
+        };
+        let partials = &mut state.partials;
+        // One monomorphic loop per rounding choice keeps the innermost
+        // operation inlined.
+        match (h.arithmetic.single_partials(), self.options.rounding) {
+            (false, Rounding::NearestEven) => {
+                shape.run(partials, round_f16, |x, _, _, _| round_f16(x))
             }
-            for r in 0..rows as usize {
-                let row = &left[r * k..(r + 1) * k];
-                let mut partial = state.partials[r * c + j];
-                for (g, (a_chunk, b_chunk)) in
-                    row.chunks(group).zip(column.chunks(group)).enumerate()
-                {
-                    let mut sum = partial;
-                    for (&a, &b) in a_chunk.iter().zip(b_chunk) {
-                        // Operands have at most 11 significant bits each, so
-                        // the f64 product is exact before rounding.
-                        let p = a * b;
-                        sum += if single { round_f32(p) } else { round_f16(p) };
-                    }
-                    let step = state.inner_done / group as u64 + g as u64;
-                    partial = match self.options.rounding {
-                        Rounding::NearestEven => {
-                            if single {
-                                round_f32(sum)
-                            } else {
-                                round_f16(sum)
-                            }
-                        }
-                        Rounding::Stochastic { seed } => {
-                            let u = unit_random(seed, worker, r as u64, j as u64, step);
-                            if single {
-                                stochastic_f32(sum, u)
-                            } else {
-                                stochastic_f16(sum, u)
-                            }
-                        }
-                    };
-                }
-                state.partials[r * c + j] = partial;
+            (true, Rounding::NearestEven) => {
+                shape.run(partials, round_f32, |x, _, _, _| round_f32(x))
+            }
+            (false, Rounding::Stochastic { seed }) => {
+                shape.run(partials, round_f16, |x, r, j, g| {
+                    stochastic_f16(
+                        x,
+                        unit_random(seed, worker, r as u64, j as u64, first_step + g),
+                    )
+                })
+            }
+            (true, Rounding::Stochastic { seed }) => {
+                shape.run(partials, round_f32, |x, r, j, g| {
+                    stochastic_f32(
+                        x,
+                        unit_random(seed, worker, r as u64, j as u64, first_step + g),
+                    )
+                })
             }
         }
         state.inner_done += k as u64;
         let steps = k.div_ceil(group) as u64;
-        self.stats.macs += rows as u64 * k as u64 * c as u64;
-        self.stats.amp_steps += rows as u64 * c as u64 * steps;
+        self.stats.macs += (rows * k * c) as u64;
+        self.stats.amp_steps += (rows * c) as u64 * steps;
     }
 }
 
-/// `x` rounded to the nearest F16, ties to even.
+/// One pass of rows through the AMP against a coefficient block.
+struct Pass<'a> {
+    /// `rows × k` left values.
+    left: &'a [f64],
+    /// `k × c` coefficients.
+    coefficients: &'a [f64],
+    rows: usize,
+    k: usize,
+    c: usize,
+    group: usize,
+}
+
+impl Pass<'_> {
+    /// Accumulates into `partials` (`rows × c`): each product rounded by
+    /// `product`, each step's sum rounded by `update(sum, row, column, step)`.
+    fn run(
+        &self,
+        partials: &mut [f64],
+        product: impl Fn(f64) -> f64,
+        update: impl Fn(f64, usize, usize, u64) -> f64,
+    ) {
+        let (k, c) = (self.k, self.c);
+        let mut column = vec![0.0f64; k];
+        for j in 0..c {
+            for (kk, v) in column.iter_mut().enumerate() {
+                *v = self.coefficients[kk * c + j];
+            }
+            for r in 0..self.rows {
+                let row = &self.left[r * k..(r + 1) * k];
+                let mut partial = partials[r * c + j];
+                let chunks = row.chunks(self.group).zip(column.chunks(self.group));
+                for (step, (a_chunk, b_chunk)) in chunks.enumerate() {
+                    let mut sum = partial;
+                    for (&a, &b) in a_chunk.iter().zip(b_chunk) {
+                        // Operands have at most 11 significant bits each, so
+                        // the f64 product is exact before rounding.
+                        sum += product(a * b);
+                    }
+                    partial = update(sum, r, j, step as u64);
+                }
+                partials[r * c + j] = partial;
+            }
+        }
+    }
+}
+
+/// `x` rounded to the nearest F16, ties to even, overflowing to ±infinity.
+///
+/// This is the emulator's innermost operation, so it works on the f64 bits
+/// directly. (It does not use `half::f16::from_f64`, which misrounds some
+/// values whose deciding bits lie in the low word of the f64: it sends
+/// 2^-25 (1 + 2^-52), just above the tie between 0 and 2^-24, to 0.)
 pub fn round_f16(x: f64) -> f64 {
-    half::f16::from_f64(x).to_f64()
+    /// The smallest normal F16, 2^-14.
+    const MIN_NORMAL: f64 = 6.103_515_625e-5;
+    /// Halfway between the largest F16 (65504) and 65536: ties go to the
+    /// even 65536, which overflows.
+    const OVERFLOW: f64 = 65520.0;
+    let a = x.abs();
+    if a.is_nan() {
+        return x;
+    }
+    if a >= OVERFLOW {
+        return f64::INFINITY.copysign(x);
+    }
+    if a < MIN_NORMAL {
+        // Subnormal F16s are the multiples of 2^-24; scaling by a power of
+        // two is exact.
+        return (x * 16_777_216.0).round_ties_even() / 16_777_216.0;
+    }
+    // A normal F16 keeps 11 of the 53 significant bits: round the other 42
+    // to nearest even (a carry correctly moves into the exponent).
+    let bits = x.to_bits();
+    let lsb = (bits >> 42) & 1;
+    let rounded = (bits + (1u64 << 41) - 1 + lsb) & !((1u64 << 42) - 1);
+    f64::from_bits(rounded)
 }
 
 /// `x` rounded to the nearest F32, ties to even.
@@ -589,8 +675,9 @@ fn unit_random(seed: u64, worker: WorkerId, row: u64, column: u64, step: u64) ->
 /// Rounds `x` to one of its two neighbouring F16 values, up with probability
 /// equal to the distance from the lower one (in units of the gap).
 fn stochastic_f16(x: f64, u: f64) -> f64 {
-    let nearest = half::f16::from_f64(x);
-    let n = nearest.to_f64();
+    let n = round_f16(x);
+    // `n` is an F16 value (or infinite), so this conversion is exact.
+    let nearest = half::f16::from_f64(n);
     if n == x || !x.is_finite() || !n.is_finite() {
         return n;
     }

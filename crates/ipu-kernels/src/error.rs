@@ -163,6 +163,17 @@ pub enum KernelError {
         /// What failed.
         reason: String,
     },
+    /// A built program failed the independent checker (a bug in this crate).
+    #[error(
+        "the program of {symbol} failed the program checker: {}; this is a bug in ipu-kernels",
+        errors.join("; ")
+    )]
+    CheckFailed {
+        /// The entry symbol.
+        symbol: String,
+        /// Every error the checker found.
+        errors: Vec<String>,
+    },
     /// Metadata could not be serialised (a bug in this crate).
     #[error("kernel metadata could not be serialised: {reason}; this is a bug in ipu-kernels")]
     Metadata {
@@ -215,6 +226,19 @@ pub enum EmulateError {
         memory_start: u64,
         /// One past the last address of the image.
         memory_end: u64,
+    },
+    /// An operand address is not aligned as the AMP needs.
+    #[error(
+        "the {operand} operand at {address:#x} is not a multiple of {alignment} bytes; \
+         place GEMM operands at {alignment}-byte aligned addresses"
+    )]
+    Misaligned {
+        /// The operand.
+        operand: Operand,
+        /// Its address.
+        address: u32,
+        /// The alignment required.
+        alignment: u32,
     },
     /// An operand does not lie inside the memory image.
     #[error(

@@ -1,8 +1,8 @@
 //! The AMP unit and kernel cost model of a target, as data.
 //!
 //! The numbers live in the `[amp]` section of `device/ipu21.toml` (with the
-//! worker count and the left-operand read tail from the file's top level and
-//! `[memory]`), so a new target is a new file. [`AmpModel::ipu21`] returns
+//! worker count from the file's top level, and the left-operand read tail
+//! and operand alignment from `[memory]`), so a new target is a new file. [`AmpModel::ipu21`] returns
 //! the IPU21 values as constants so that it cannot fail; a test checks that
 //! they equal what [`AmpModel::from_device_toml`] reads from the file.
 
@@ -58,6 +58,8 @@ pub struct AmpModel {
     pub left_tail_bytes_f16: u32,
     /// Bytes the AMP reads past the end of an F32 left operand.
     pub left_tail_bytes_f32: u32,
+    /// Every GEMM operand address is a multiple of this (32).
+    pub operand_alignment: u32,
 }
 
 impl Default for AmpModel {
@@ -78,6 +80,7 @@ struct DeviceFile {
 struct MemorySection {
     amp_left_tail_bytes_f16: u32,
     amp_left_tail_bytes_f32: u32,
+    operand_alignment: u32,
 }
 
 #[derive(Deserialize)]
@@ -124,6 +127,7 @@ impl AmpModel {
             instruction_bytes: 4,
             left_tail_bytes_f16: 16,
             left_tail_bytes_f32: 32,
+            operand_alignment: 32,
         }
     }
 
@@ -154,6 +158,7 @@ impl AmpModel {
             instruction_bytes: a.instruction_bytes,
             left_tail_bytes_f16: file.memory.amp_left_tail_bytes_f16,
             left_tail_bytes_f32: file.memory.amp_left_tail_bytes_f32,
+            operand_alignment: file.memory.operand_alignment,
         };
         model.validate()?;
         Ok(model)
@@ -169,6 +174,7 @@ impl AmpModel {
             (self.f16_micro_inner, "f16_micro_inner"),
             (self.fp8_micro_inner, "fp8_micro_inner"),
             (self.column_multiple, "column_multiple"),
+            (self.operand_alignment, "operand_alignment"),
             (self.interleaved_load_bytes, "interleaved_load_bytes"),
             (self.standard_load_bytes, "standard_load_bytes"),
         ];

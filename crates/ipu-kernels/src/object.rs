@@ -31,7 +31,8 @@ use sha2::{Digest, Sha256};
 use crate::program::PROGRAM_FORMAT_VERSION;
 use crate::variant::hex;
 use crate::{
-    AmpProgram, GemmShape, KernelError, Mode, RowSize, Variant, build_program, estimate_cycles,
+    AmpProgram, GemmShape, KernelError, Mode, RowSize, Variant, build_program, check_program,
+    estimate_cycles,
 };
 
 /// The section holding the serialised AMP programs.
@@ -46,7 +47,10 @@ const SECTION_MAGIC: &[u8; 8] = b"IPUAMPS\0";
 pub const EM_GRAPHCORE_IPU: u16 = 248;
 
 /// Compiles variants into objects plus metadata.
-pub trait Toolchain {
+///
+/// `Send + Sync` so that a package builder can compile variants from
+/// several threads through one toolchain and one [`crate::KernelCache`].
+pub trait Toolchain: Send + Sync {
     /// A string naming the toolchain and everything about it that changes
     /// its output (name, version, formats); part of the cache key.
     fn identity(&self) -> String;
@@ -177,6 +181,16 @@ impl Toolchain for HostToolchain {
         let mut metadata_entries = Vec::with_capacity(entries.len());
         for (index, entry) in entries.iter().enumerate() {
             let program = build_program(variant, entry.rows, entry.mode)?;
+            // Debug builds re-check every program with the independent
+            // checker before it is written into an object.
+            if cfg!(debug_assertions) {
+                if let Err(errors) = check_program(variant, entry.rows, entry.mode, &program) {
+                    return Err(KernelError::CheckFailed {
+                        symbol: entry.symbol.clone(),
+                        errors: errors.iter().map(ToString::to_string).collect(),
+                    });
+                }
+            }
             let bytes = program.to_bytes();
             let name = entry.symbol.as_bytes();
             directory.extend_from_slice(&(name.len() as u16).to_le_bytes());

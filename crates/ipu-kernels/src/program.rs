@@ -22,7 +22,7 @@
 //!         1 F16, 2 F143, 3 F152), output order u8 (0 RowMajor, 1 Amp(Output)),
 //!         weight class u8 (0 standard, 1 interleaved), mode u8 (0 initialise,
 //!         1 accumulate), arithmetic u8, rows u32, inner u32, columns u32,
-//!         k u32, c u32, left tail bytes u32,
+//!         k u32, c u32, left tail bytes u32, operand alignment u32,
 //! workers u16, then per worker: context u8, op count u32, ops.
 //! op: tag u8 (0 LoadCoefficients, 1 ZeroPartials, 2 LoadPartials,
 //!     3 StreamRows, 4 StorePartials), rows-or-inner u32, columns-or-inner u32,
@@ -178,6 +178,8 @@ pub struct ProgramHeader {
     pub c: u32,
     /// Bytes the AMP reads past the left operand's end.
     pub left_tail_bytes: u32,
+    /// Every operand address must be a multiple of this.
+    pub alignment: u32,
 }
 
 impl ProgramHeader {
@@ -388,6 +390,7 @@ pub(crate) fn build_for_rows(
         k: variant.k(),
         c: variant.c(),
         left_tail_bytes: variant.left_tail_bytes(),
+        alignment: variant.model().operand_alignment,
     };
     let (k, c) = (variant.k(), variant.c());
     let inner_blocks = shape.inner.div_ceil(k);
@@ -512,7 +515,15 @@ impl AmpProgram {
             Mode::Accumulate => 1,
         });
         out.push(arithmetic_code(h.arithmetic));
-        for v in [h.rows, h.inner, h.columns, h.k, h.c, h.left_tail_bytes] {
+        for v in [
+            h.rows,
+            h.inner,
+            h.columns,
+            h.k,
+            h.c,
+            h.left_tail_bytes,
+            h.alignment,
+        ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         // Worker and run counts are small by construction (at most the
@@ -599,6 +610,7 @@ impl AmpProgram {
             k: r.u32()?,
             c: r.u32()?,
             left_tail_bytes: r.u32()?,
+            alignment: r.u32()?,
         };
         let worker_count = r.u16()?;
         let mut workers = Vec::new();
@@ -770,7 +782,8 @@ impl std::fmt::Display for AmpProgram {
         writeln!(
             f,
             "amp program v{PROGRAM_FORMAT_VERSION}: {} rows x {} inner x {} columns, \
-             left {} right {} ({}) output {} ({:?}), {}, {}, k {} c {}, left tail {} bytes",
+             left {} right {} ({}) output {} ({:?}), {}, {}, k {} c {}, left tail {} bytes, \
+             align {}",
             h.rows,
             h.inner,
             h.columns,
@@ -783,7 +796,8 @@ impl std::fmt::Display for AmpProgram {
             h.arithmetic.instruction(),
             h.k,
             h.c,
-            h.left_tail_bytes
+            h.left_tail_bytes,
+            h.alignment
         )?;
         for w in &self.workers {
             writeln!(f, "{}:", w.worker)?;

@@ -123,3 +123,65 @@ fn damaged_objects_are_rejected() {
     damaged[start as usize] ^= 0xff;
     assert!(programs_from_object(&damaged).is_err());
 }
+
+/// Compares `text` with a golden file, rewriting it under `IPU_BLESS=1`.
+fn golden(name: &str, text: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/kernels/golden")
+        .join(name);
+    if std::env::var_os("IPU_BLESS").is_some() {
+        std::fs::write(&path, text).expect("golden written");
+    }
+    let expected = std::fs::read_to_string(&path).expect("golden exists (run with IPU_BLESS=1)");
+    for (i, (a, b)) in text.lines().zip(expected.lines()).enumerate() {
+        assert_eq!(
+            a,
+            b,
+            "{name} line {} differs (rewrite with IPU_BLESS=1 if intended)",
+            i + 1
+        );
+    }
+    assert_eq!(
+        text.lines().count(),
+        expected.lines().count(),
+        "{name} length"
+    );
+}
+
+/// The first seed variant's object, dumped through `object::read`, and its
+/// `kernel.json`, against golden files.
+#[test]
+fn seed_object_and_metadata_match_golden() {
+    let v = seed_variants().remove(0);
+    let compiled = HostToolchain.compile(&v).expect("compiles");
+    let file = ElfFile32::<Endianness>::parse(compiled.object.as_slice()).expect("parses");
+    let header = file.elf_header();
+    let endian = file.endian();
+    let mut dump = format!(
+        "class ELF32 data little machine {} type {} os_abi {}\n",
+        header.e_machine(endian).0,
+        header.e_type(endian).0,
+        header.e_ident().os_abi.0
+    );
+    for s in file.sections() {
+        dump.push_str(&format!(
+            "section {:<10} size {:>6} align {}\n",
+            s.name().unwrap_or("?"),
+            s.size(),
+            s.align()
+        ));
+    }
+    for s in file.symbols() {
+        dump.push_str(&format!(
+            "symbol {} value {} size {} {:?}\n",
+            s.name().unwrap_or("?"),
+            s.address(),
+            s.size(),
+            s.kind()
+        ));
+    }
+    golden("seed_object.txt", &dump);
+    let mut json = serde_json::to_string_pretty(&compiled.metadata).expect("serialises");
+    json.push('\n');
+    golden("seed_kernel.json", &json);
+}

@@ -22,6 +22,10 @@ proptest! {
         let run = p.run(&PlanConfig::default()).expect("runs");
         let checked = p.check(&run.output, Rounding::NearestEven);
         prop_assert!(checked.is_ok(), "{}: {:?}", run.variant.name(), checked);
+        let programs = ipu_kernels::check_program(&run.variant, shape.rows, mode, &run.program);
+        prop_assert!(programs.is_ok(), "{:?}", programs);
+        let estimate = ipu_kernels::estimate_cycles(&run.variant, shape.rows, mode);
+        prop_assert!(estimate.lower_bound_cycles() <= estimate.cycles);
         prop_assert_eq!(run.stats.macs, u64::from(shape.rows) * u64::from(shape.inner) * u64::from(shape.columns));
     }
 
@@ -170,18 +174,36 @@ fn small_program() -> (ipu_kernels::AmpProgram, [u64; 3]) {
     (program, sizes)
 }
 
-#[test]
-fn operand_outside_memory_is_reported() {
-    let (program, [l, r, o]) = small_program();
+/// `x` rounded up to the operand alignment.
+fn al(x: u64) -> u32 {
+    (x.div_ceil(32) * 32) as u32
+}
+
+/// A compact image for [`small_program`]: left (with its tail), right,
+/// output, each aligned.
+fn small_layout([l, r, o]: [u64; 3]) -> (Vec<u8>, KernelArgs) {
     let base = 0x4c000u32;
-    let size = (l + 16 + r + o) as usize;
-    let mut memory = vec![0u8; size];
+    let right = al(l + 16);
+    let output = al(u64::from(right) + r);
+    let memory = vec![0u8; (u64::from(output) + o) as usize];
     let args = KernelArgs {
         left: base,
-        right: base + (l + 16) as u32,
-        output: base + (l + 16 + r) as u32 + 8,
+        right: base + right,
+        output: base + output,
     };
-    let e = emulate(&program, &mut memory, base, &args).unwrap_err();
+    (memory, args)
+}
+
+#[test]
+fn operand_outside_memory_is_reported() {
+    let (program, sizes) = small_program();
+    let (mut memory, args) = small_layout(sizes);
+    let base = 0x4c000u32;
+    let shifted = KernelArgs {
+        output: args.output + 32,
+        ..args
+    };
+    let e = emulate(&program, &mut memory, base, &shifted).unwrap_err();
     assert!(
         matches!(
             e,
@@ -197,6 +219,29 @@ fn operand_outside_memory_is_reported() {
         ..args
     };
     assert!(emulate(&program, &mut memory, base, &below).is_err());
+    assert!(emulate(&program, &mut memory, base, &args).is_ok());
+}
+
+#[test]
+fn misaligned_operand_is_reported() {
+    let (program, sizes) = small_program();
+    let (mut memory, args) = small_layout(sizes);
+    let moved = KernelArgs {
+        right: args.right + 8,
+        ..args
+    };
+    let e = emulate(&program, &mut memory, 0x4c000, &moved).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            EmulateError::Misaligned {
+                operand: Operand::Right,
+                alignment: 32,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -204,11 +249,13 @@ fn left_tail_outside_memory_is_reported() {
     let (program, [l, r, o]) = small_program();
     let base = 0x4c000u32;
     // Right and output first, the left operand flush with the image end.
-    let mut memory = vec![0u8; (r + o + l) as usize];
+    let output = al(r);
+    let left = al(u64::from(output) + o);
+    let mut memory = vec![0u8; (u64::from(left) + l) as usize];
     let args = KernelArgs {
         right: base,
-        output: base + r as u32,
-        left: base + (r + o) as u32,
+        output: base + output,
+        left: base + left,
     };
     let e = emulate(&program, &mut memory, base, &args).unwrap_err();
     assert!(
@@ -216,19 +263,19 @@ fn left_tail_outside_memory_is_reported() {
         "{e}"
     );
     assert!(e.to_string().contains("read tail"));
+    memory.extend_from_slice(&[0; 16]);
+    assert!(emulate(&program, &mut memory, base, &args).is_ok());
 }
 
 #[test]
 fn overlapping_output_is_reported() {
-    let (program, [l, r, o]) = small_program();
-    let base = 0x4c000u32;
-    let mut memory = vec![0u8; (l + 16 + r + o) as usize];
-    let args = KernelArgs {
-        left: base,
-        right: base + (l + 16) as u32,
-        output: base + (l + 16) as u32,
+    let (program, sizes) = small_program();
+    let (mut memory, args) = small_layout(sizes);
+    let overlapping = KernelArgs {
+        output: args.right,
+        ..args
     };
-    let e = emulate(&program, &mut memory, base, &args).unwrap_err();
+    let e = emulate(&program, &mut memory, 0x4c000, &overlapping).unwrap_err();
     assert!(
         matches!(
             e,
@@ -243,14 +290,9 @@ fn overlapping_output_is_reported() {
 
 #[test]
 fn malformed_ops_are_reported_not_panicking() {
-    let (mut program, [l, r, o]) = small_program();
+    let (mut program, sizes) = small_program();
+    let (mut memory, args) = small_layout(sizes);
     let base = 0x4c000u32;
-    let mut memory = vec![0u8; (l + 16 + r + o) as usize];
-    let args = KernelArgs {
-        left: base,
-        right: base + (l + 16) as u32,
-        output: base + (l + 16 + r) as u32,
-    };
     // A run whose stride walks off the operand.
     if let ipu_kernels::AmpOp::StreamRows { runs, .. } = &mut program.workers[0].ops[2] {
         runs[0].stride = 1 << 20;
@@ -279,4 +321,88 @@ fn malformed_ops_are_reported_not_panicking() {
     };
     let e = emulate(&program, &mut memory, base, &args).unwrap_err();
     assert!(matches!(e, EmulateError::Malformed { .. }), "{e}");
+}
+
+/// Round to nearest F16, ties to even, by comparing exact distances to the
+/// candidates around `half`'s conversion (which misrounds some values just
+/// above a tie, such as 2^-25 (1 + 2^-52), to zero; the emulator does not
+/// use it).
+fn nearest_f16(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    if a >= 65520.0 {
+        return f64::INFINITY.copysign(x);
+    }
+    let guess = half::f16::from_f64(a).to_bits().min(0x7bff);
+    let mut best = (f64::INFINITY, 0u16);
+    for bits in guess.saturating_sub(1)..=(guess + 1).min(0x7bff) {
+        let v = half::f16::from_bits(bits).to_f64();
+        let d = (a - v).abs();
+        if d < best.0 || (d == best.0 && bits % 2 == 0) {
+            best = (d, bits);
+        }
+    }
+    half::f16::from_bits(best.1).to_f64().copysign(x)
+}
+
+/// The emulator's bit-level F16 rounding is round to nearest even on every
+/// F16 value, every midpoint between neighbours (ties), points just either
+/// side of them, the overflow boundary and exact products of F16 values.
+#[test]
+fn round_f16_is_nearest_even() {
+    let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
+    let check = |y: f64| {
+        let (ours, exact) = (ipu_kernels::round_f16(y), nearest_f16(y));
+        assert!(same(ours, exact), "{y:e}: {ours:e} vs {exact:e}");
+    };
+    for bits in 0u16..=0x7bff {
+        let v = half::f16::from_bits(bits).to_f64();
+        let next = half::f16::from_bits(bits + 1).to_f64();
+        let mid = (v + next) / 2.0;
+        for x in [
+            v,
+            mid,
+            mid.next_up(),
+            mid.next_down(),
+            v.next_up(),
+            next.next_down(),
+        ] {
+            check(x);
+            check(-x);
+        }
+    }
+    for y in [
+        65504.0,
+        65519.99,
+        65520.0,
+        1e6,
+        f64::INFINITY,
+        1e-30,
+        0.0,
+        f64::NAN,
+    ] {
+        check(y);
+        check(-y);
+    }
+    // Exact products of F16 values, what the emulator rounds most.
+    let mut state = 0x1234_5678_9abc_def0u64;
+    for _ in 0..200_000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let a = half::f16::from_bits((state & 0x7bff) as u16).to_f64();
+        let b = half::f16::from_bits(((state >> 16) & 0xfbff) as u16).to_f64();
+        check(a * b);
+    }
+}
+
+/// The case the emulator's own rounding exists for: just above the tie
+/// between 0 and the smallest subnormal.
+#[test]
+fn round_f16_keeps_low_sticky_bits() {
+    let x = 2f64.powi(-25) * (1.0 + f64::EPSILON);
+    assert_eq!(ipu_kernels::round_f16(x), 2f64.powi(-24));
+    assert_eq!(ipu_kernels::round_f16(2f64.powi(-25)), 0.0);
 }

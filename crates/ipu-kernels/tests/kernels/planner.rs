@@ -251,3 +251,31 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any dimensions, including ones too large for a tile, give a variant
+    /// or a typed error, and estimates for any row count never panic.
+    #[test]
+    fn extreme_shapes_are_errors_not_panics(
+        (shape, _) in shapes(),
+        rows in prop_oneof![Just(0u32), 1u32..300, any::<u32>()],
+        inner in prop_oneof![Just(0u32), 1u32..100, any::<u32>()],
+        columns in prop_oneof![Just(0u32), 1u32..100, any::<u32>()],
+        rows_small in any::<u32>(),
+    ) {
+        let shape = GemmShape { rows, inner, columns, ..shape };
+        let config = PlanConfig { max_k: 64, max_c: 64, ..PlanConfig::default() };
+        match plan_variant(&shape, rows_small.min(rows), rows, &config) {
+            Ok(v) => {
+                for mode in Mode::ALL {
+                    let e = estimate_cycles(&v, rows_small, mode);
+                    prop_assert!(e.lower_bound_cycles() <= e.cycles);
+                }
+                let _ = code_bytes(&v);
+            }
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+        }
+    }
+}

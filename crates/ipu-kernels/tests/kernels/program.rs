@@ -220,3 +220,136 @@ fn checker_rejects_mode_mismatch_and_header_damage() {
         "{e:?}"
     );
 }
+
+/// An image holding a problem's operands for `program`, and their addresses.
+fn image(p: &ipu_kernels::GemmProblem, program: &AmpProgram) -> (Vec<u8>, ipu_kernels::KernelArgs) {
+    use ipu_kernels::{IMAGE_BASE, pack_matrix};
+    let s = &p.shape;
+    let [l, r, o] = program.header.operand_bytes();
+    let right_at = (l + 32).div_ceil(32) * 32;
+    let output_at = (right_at + r).div_ceil(32) * 32;
+    let mut bytes = vec![0u8; (output_at + o) as usize];
+    pack_matrix(
+        &p.left,
+        s.rows,
+        s.inner,
+        s.left,
+        ElementOrder::Amp(AmpOperand::Left),
+        &mut bytes[..l as usize],
+    )
+    .expect("left");
+    pack_matrix(
+        &p.right,
+        s.inner,
+        s.columns,
+        s.right,
+        ElementOrder::Amp(AmpOperand::Right),
+        &mut bytes[right_at as usize..output_at as usize],
+    )
+    .expect("right");
+    pack_matrix(
+        &p.initial,
+        s.rows,
+        s.columns,
+        s.output,
+        s.output_order,
+        &mut bytes[output_at as usize..],
+    )
+    .expect("output");
+    let args = ipu_kernels::KernelArgs {
+        left: IMAGE_BASE,
+        right: IMAGE_BASE + right_at as u32,
+        output: IMAGE_BASE + output_at as u32,
+    };
+    (bytes, args)
+}
+
+/// Applies one of a handful of damaging edits to a program.
+fn mutate(program: &mut AmpProgram, pick: u64, value: u32) {
+    match (pick >> 56) % 16 {
+        0 => return program.header.rows = value,
+        1 => return program.header.inner = value,
+        2 => return program.header.columns = value,
+        3 => return program.header.left_tail_bytes = value,
+        4 => return program.header.alignment = value % 64,
+        _ => {}
+    }
+    let workers = program.workers.len() as u64;
+    if workers == 0 {
+        return;
+    }
+    let w = &mut program.workers[(pick % workers) as usize];
+    let ops = w.ops.len() as u64;
+    if ops == 0 {
+        return;
+    }
+    let i = ((pick >> 8) % ops) as usize;
+    match (pick >> 16) % 6 {
+        0 => {
+            w.ops.remove(i);
+        }
+        1 => {
+            let op = w.ops[i].clone();
+            w.ops.insert(i, op);
+        }
+        2 => w.ops.swap(i, ((pick >> 24) % ops) as usize),
+        3 => w.worker = ipu_kernels::WorkerId::from_u32(value % 8),
+        _ => {
+            let runs = match &mut w.ops[i] {
+                AmpOp::LoadCoefficients { runs, .. }
+                | AmpOp::LoadPartials { runs, .. }
+                | AmpOp::StreamRows { runs, .. }
+                | AmpOp::StorePartials { runs, .. } => runs,
+                AmpOp::ZeroPartials { rows, .. } => {
+                    *rows = value % 64;
+                    return;
+                }
+            };
+            if runs.is_empty() {
+                return;
+            }
+            let j = ((pick >> 32) as usize) % runs.len();
+            let field = match (pick >> 40) % 4 {
+                0 => &mut runs[j].offset,
+                1 => &mut runs[j].bytes,
+                2 => &mut runs[j].stride,
+                _ => &mut runs[j].count,
+            };
+            *field = match (pick >> 48) % 4 {
+                0 => field.wrapping_add(1 + value % 64),
+                1 => field.wrapping_sub(1 + value % 64),
+                2 => value,
+                _ => 0,
+            };
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The checker is sound with respect to the emulator: a damaged program
+    /// either fails the checker, or runs to exactly the original bytes; and
+    /// neither the emulator nor the checker panics on it.
+    #[test]
+    fn checker_accepts_only_equivalent_programs(
+        (shape, mode) in shapes(),
+        seed in any::<u64>(),
+        pick in any::<u64>(),
+        value in any::<u32>(),
+    ) {
+        let p = crate::support::problem(shape, mode, seed);
+        let v = Variant::new(&shape, if shape.left.is_fp8() { 32 } else { 16 }, 16, shape.rows, shape.rows, &AmpModel::ipu21()).expect("legal");
+        let program = build_program(&v, shape.rows, mode).expect("builds");
+        let (mut good, args) = image(&p, &program);
+        ipu_kernels::emulate(&program, &mut good, ipu_kernels::IMAGE_BASE, &args).expect("runs");
+        let mut damaged = program.clone();
+        mutate(&mut damaged, pick, value);
+        let (mut bytes, _) = image(&p, &program);
+        let ran = ipu_kernels::emulate(&damaged, &mut bytes, ipu_kernels::IMAGE_BASE, &args);
+        if check_program(&v, shape.rows, mode, &damaged).is_ok() {
+            prop_assert!(ran.is_ok(), "checker accepted a program the emulator rejects: {:?}", ran);
+            prop_assert!(bytes == good, "checker accepted a program with different results");
+        }
+    }
+}
