@@ -973,6 +973,9 @@ impl Lowerer<'_> {
 
         if chosen.pk == 1 {
             let y = self.output(op, output, layouts.output.clone())?;
+            // The AMP kernel writes its output at 32-byte aligned addresses.
+            let buffer = &mut self.program.buffers[y];
+            buffer.alignment = buffer.alignment.max(32);
             let bias_buffer = match bias {
                 Some(b) => Some(self.gemm_bias(op, b, &layouts.output, chosen)?),
                 None => None,
@@ -1004,10 +1007,15 @@ impl Lowerer<'_> {
         }
 
         // Partial sums, reduced where each tile holds whole rows.
-        let partial = self.new_buffer(
+        let partial = self.new_buffer_with(
             format!("{}.partial", tout.name()),
             layouts.output.clone(),
             BufferRole::Temporary,
+            Attrs {
+                padding_read: false,
+                tail_bytes: 0,
+                alignment: 32,
+            },
         );
         self.flush(&name);
         let calls = kernels(partial);
