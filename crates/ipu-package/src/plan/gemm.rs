@@ -309,8 +309,8 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
 /// The tiling weights rest in between uses: each element once, spread as
 /// evenly as the AMP blocks allow over the grid's tiles. With `pm == 1` it
 /// is the GEMM's own layout, so the weights never move; otherwise the split
-/// `kp × np ≤ tiles` with the most tiles (then the squarest blocks) is
-/// chosen, and the GEMM's row blocks receive their copies by exchange.
+/// `kp × np ≤ tiles` with the smallest largest shard (then the most tiles)
+/// is chosen, and the GEMM's row blocks receive their copies by exchange.
 fn resident_tiling(problem: &GemmProblem, grid: GemmGrid) -> Result<TensorTiling, LayoutError> {
     let GemmGrid { pm, pn, pk } = grid;
     let micro = problem.micro_inner();
@@ -334,7 +334,9 @@ fn resident_tiling(problem: &GemmProblem, grid: GemmGrid) -> Result<TensorTiling
         let k_block = kblocks.div_ceil(kp) * micro;
         let n_block = nblocks.div_ceil(np) * problem.column_block();
         let largest = k_block * n_block;
-        if (used, u64::MAX - largest) > (best.0, u64::MAX - best.1) {
+        // The largest shard decides a tile's load; among equal largest
+        // shards, use more tiles.
+        if best.0 == 0 || (largest, u64::MAX - used) < (best.1, u64::MAX - best.0) {
             best = (used, largest, kp, np);
         }
     }
