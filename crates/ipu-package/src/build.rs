@@ -200,13 +200,16 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
             let control = phase("link_runtime", times, |_| {
                 Ok::<_, BuildError>(control_bytes(&program, config.tiles))
             })?;
+            // Fragments are computed once per plan, for the estimate and
+            // for every scheduling round.
+            let mut fragments = FragmentCache::default();
             let estimate = phase("size_tile_code", times, |_| {
                 Ok::<_, BuildError>(estimate_support(
                     &program,
-                    &storage,
                     &kernels,
                     &control,
                     config.tiles,
+                    &mut fragments,
                 ))
             })?;
             info!(
@@ -220,15 +223,22 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
             let mut rounds = 0;
             let outcome = loop {
                 let placed = phase("place_storage", times, |_| {
-                    place_storage(&program, &storage, &reserved, &map, config)
+                    place_storage(&storage, &reserved, &map, config)
                 });
-                let (problem, placement, ids) = match placed {
+                let (problem, placement) = match placed {
                     Ok(p) => p,
                     Err(e) => break Err(e),
                 };
-                let addresses = buffer_addresses(&program, &storage, &problem, &placement, &ids);
+                let addresses = buffer_addresses(&storage, &problem, &placement);
                 let phases = phase("schedule_exchange", times, |_| {
-                    schedule_phases(&program, &addresses, config.tiles, &fabric, config)
+                    schedule_phases(
+                        &program,
+                        &addresses,
+                        config.tiles,
+                        &fabric,
+                        config,
+                        &mut fragments,
+                    )
                 })?;
                 let support = measure_support(
                     &program,
@@ -495,22 +505,19 @@ fn kernel_code(program: &Program, variants: &[Variant], tiles: u32) -> Vec<u32> 
 /// real rows outgrow it are placed again with their measured size.
 fn estimate_support(
     program: &Program,
-    storage: &StoragePlan,
     variants: &[Variant],
     control: &[u32],
     tiles: u32,
+    cache: &mut FragmentCache,
 ) -> Vec<u32> {
-    let _ = storage;
     let code = kernel_code(program, variants, tiles);
     let mut rows = vec![0u64; tiles as usize];
-    let mut cache = FragmentCache::default();
     let identity = |b: BufferId| b;
     let fake = |_: BufferId, _: TileId| Some(0x80000u32);
     let mut phase_count = 0u64;
     for copies in exchange_steps(&program.steps) {
         phase_count += 1;
-        if let Ok(build) = build_phase_counts(program, copies, tiles, &mut cache, &identity, &fake)
-        {
+        if let Ok(build) = build_phase_counts(program, copies, tiles, cache, &identity, &fake) {
             for (t, n) in build.into_iter().enumerate() {
                 rows[t] += 4 * n;
             }
@@ -561,11 +568,10 @@ fn exchange_steps(steps: &[Step]) -> Vec<&[crate::program::Redistribute]> {
     out
 }
 
-type Placed = (Problem, ipu_alloc::Placement, Vec<Vec<Vec<BufferId>>>);
+type Placed = (Problem, ipu_alloc::Placement);
 
 /// Builds the placement problem and places it.
 fn place_storage(
-    _program: &Program,
     storage: &StoragePlan,
     reserved: &[u32],
     map: &MemoryMap,
@@ -574,11 +580,9 @@ fn place_storage(
     let start = Instant::now();
     let base = map.sram_start();
     let mut tiles = Vec::with_capacity(config.tiles as usize);
-    let mut ids = Vec::with_capacity(config.tiles as usize);
     for (t, &reserve) in reserved.iter().enumerate().take(config.tiles as usize) {
         let requests = storage.tiles.get(t).map(Vec::as_slice).unwrap_or(&[]);
         let mut list = Vec::with_capacity(requests.len());
-        let mut members = Vec::with_capacity(requests.len());
         for (i, r) in requests.iter().enumerate() {
             list.push(Request {
                 id: RequestId::from_u32(i as u32),
@@ -593,7 +597,6 @@ fn place_storage(
                     .map(|&x| RequestId::from_u32(x))
                     .collect(),
             });
-            members.push(r.members.iter().map(|m| m.0).collect());
         }
         let reservations = vec![Reservation {
             start: base,
@@ -606,7 +609,6 @@ fn place_storage(
             reservations,
             requests: list,
         });
-        ids.push(members);
     }
     let problem = Problem {
         map: map.clone(),
@@ -630,18 +632,15 @@ fn place_storage(
         elapsed_us = start.elapsed().as_micros() as u64,
         "placed tile storage"
     );
-    Ok((problem, placement, ids))
+    Ok((problem, placement))
 }
 
 /// Every buffer's `(tile, address)` list from the placement.
 fn buffer_addresses(
-    program: &Program,
     storage: &StoragePlan,
     problem: &Problem,
     placement: &ipu_alloc::Placement,
-    ids: &[Vec<Vec<BufferId>>],
 ) -> HashMap<BufferId, Vec<(u32, u32)>> {
-    let _ = (program, ids);
     let mut out: HashMap<BufferId, Vec<(u32, u32)>> = HashMap::new();
     for (t, tile) in problem.tiles.iter().enumerate() {
         for (i, r) in storage.tiles[t].iter().enumerate() {
@@ -680,6 +679,7 @@ fn schedule_phases(
     tiles: u32,
     fabric: &Fabric,
     config: &BuildConfig,
+    cache: &mut FragmentCache,
 ) -> Result<Vec<PackagePhase>, BuildError> {
     // Collect (copies, name, substitution for iteration 1 if in a body).
     struct Job<'a> {
@@ -723,11 +723,10 @@ fn schedule_phases(
     collect(&program.steps, None, &mut jobs);
     let address = lookup(addresses);
     // Build phases (fragments are memoised), then schedule in parallel.
-    let mut cache = FragmentCache::default();
     let mut builds: Vec<(String, PhaseBuild, Option<PhaseBuild>)> = Vec::with_capacity(jobs.len());
     for job in &jobs {
         let identity = |b: BufferId| b;
-        let b0 = build_phase(program, job.copies, tiles, &mut cache, &identity, &address)?;
+        let b0 = build_phase(program, job.copies, tiles, cache, &identity, &address)?;
         let b1 = match &job.next {
             Some(subst)
                 if job.copies.iter().any(|c| {
@@ -736,7 +735,7 @@ fn schedule_phases(
             {
                 let resolve = |b: BufferId| subst.get(&b).copied().unwrap_or(b);
                 Some(build_phase(
-                    program, job.copies, tiles, &mut cache, &resolve, &address,
+                    program, job.copies, tiles, cache, &resolve, &address,
                 )?)
             }
             _ => None,
@@ -836,8 +835,7 @@ fn measure_support(
     let code = kernel_code(program, variants, tiles);
     let mut rows = vec![0u64; tiles as usize];
     let mut patches = vec![0u64; tiles as usize];
-    let counts = repeat_counts(&program.steps);
-    for (i, p) in phases.iter().enumerate() {
+    for p in phases {
         for t in 0..tiles {
             // One return word ends each row.
             let bytes = p.rows.row_bytes(TileId::from_u32(t));
@@ -846,7 +844,6 @@ fn measure_support(
             }
         }
         // Patches are stored as (word index, delta) pairs.
-        let _ = counts.get(i);
         for patch in &p.patches {
             patches[patch.tile.index()] += 8;
         }
@@ -862,21 +859,6 @@ fn measure_support(
             patch_bytes: u32::try_from(patches[t]).unwrap_or(u32::MAX),
         })
         .collect()
-}
-
-/// The repeat count of each exchange phase (1 outside repeats).
-fn repeat_counts(steps: &[Step]) -> Vec<u32> {
-    let mut out = Vec::new();
-    for step in steps {
-        match step {
-            Step::Exchange { .. } => out.push(1),
-            Step::Repeat { body, count, .. } => {
-                out.extend(repeat_counts(body).into_iter().map(|c| c * count))
-            }
-            Step::Compute { .. } => {}
-        }
-    }
-    out
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -23,7 +23,7 @@ use ipu_layout::{
 
 use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
-    self, AttentionShape, CostModel, GemmGrid, GemmProblem, attention_grid, attention_layouts,
+    AttentionShape, CostModel, GemmGrid, GemmProblem, attention_grid, attention_layouts,
     column_parts, element_layout, gemm_candidates, gemm_layouts, replicated, row_layout,
     tensor_type,
 };
@@ -548,7 +548,6 @@ impl Lowerer<'_> {
         // the body must not reuse them.
         self.cache
             .retain(|(t, _), _| !inside.contains(&(t.as_u32() as usize)));
-        let _ = carried_buffers;
         Ok(())
     }
 
@@ -818,20 +817,15 @@ impl Lowerer<'_> {
         let name = format!("add {}", self.graph.tensor(output).name());
         self.flush(&name);
         let mut calls = Vec::new();
-        for s in out_ty.shards() {
-            let widths: Vec<u64> = s.axes.iter().map(|a| a.width).collect();
-            let (rows, cols) = rows_cols(&widths);
-            if rows * cols == 0 {
-                continue;
-            }
+        for (tile, rows, cols) in shard_rows(&out_ty)? {
             calls.push((
-                s.tile,
+                tile,
                 Codelet::Add {
                     a: xa.into(),
                     b: xb.into(),
                     out: y.into(),
-                    rows: u32_arg("rows", rows)?,
-                    cols: u32_arg("columns", cols)?,
+                    rows,
+                    cols,
                     broadcast_rows: false,
                 },
             ));
@@ -875,21 +869,16 @@ impl Lowerer<'_> {
         let name = format!("layer_norm {}", tout.name());
         self.flush(&name);
         let mut calls = Vec::new();
-        for s in in_ty.shards() {
-            let widths: Vec<u64> = s.axes.iter().map(|a| a.width).collect();
-            let (rows, cols) = rows_cols(&widths);
-            if rows * cols == 0 {
-                continue;
-            }
+        for (tile, rows, cols) in shard_rows(&in_ty)? {
             calls.push((
-                s.tile,
+                tile,
                 Codelet::LayerNorm {
                     input: x.into(),
                     scale: params[0].into(),
                     bias: params[1].into(),
                     output: y.into(),
-                    rows: u32_arg("rows", rows)?,
-                    cols: u32_arg("columns", cols)?,
+                    rows,
+                    cols,
                     eps,
                 },
             ));
@@ -961,15 +950,7 @@ impl Lowerer<'_> {
             self.ensure(right, layouts.right.clone(), GEMM_RIGHT)?
         };
         let name = format!("gemm {}", tout.name());
-        let kernels = self.gemm_calls(
-            op,
-            &layouts.left,
-            &layouts.right,
-            &layouts.output,
-            &problem,
-            x,
-            w,
-        )?;
+        let kernels = self.gemm_calls(&layouts.left, &layouts.output, &problem, x, w)?;
 
         if chosen.pk == 1 {
             let y = self.output(op, output, layouts.output.clone())?;
@@ -983,20 +964,15 @@ impl Lowerer<'_> {
             self.flush(&name);
             let mut calls = kernels(y);
             if let Some(bb) = bias_buffer {
-                for s in layouts.output.shards() {
-                    let widths: Vec<u64> = s.axes.iter().map(|a| a.width).collect();
-                    let (rows, cols) = rows_cols(&widths);
-                    if rows * cols == 0 {
-                        continue;
-                    }
+                for (tile, rows, cols) in shard_rows(&layouts.output)? {
                     calls.push((
-                        s.tile,
+                        tile,
                         Codelet::Add {
                             a: y.into(),
                             b: bb.into(),
                             out: y.into(),
-                            rows: u32_arg("rows", rows)?,
-                            cols: u32_arg("columns", cols)?,
+                            rows,
+                            cols,
                             broadcast_rows: true,
                         },
                     ));
@@ -1051,30 +1027,25 @@ impl Lowerer<'_> {
         let reduce = format!("reduce {}", tout.name());
         self.flush(&reduce);
         let mut calls = Vec::new();
-        for s in out_ty.shards() {
-            let widths: Vec<u64> = s.axes.iter().map(|a| a.width).collect();
-            let (rows, cols) = rows_cols(&widths);
-            if rows * cols == 0 {
-                continue;
-            }
+        for (tile, rows, cols) in shard_rows(&out_ty)? {
             calls.push((
-                s.tile,
+                tile,
                 Codelet::ReduceSum {
                     input: gathered.into(),
                     output: y.into(),
                     count: chosen.pk,
-                    elements: u32_arg("elements", rows * cols)?,
+                    elements: u32_arg("elements", u64::from(rows) * u64::from(cols))?,
                 },
             ));
             if let Some(bb) = bias_buffer {
                 calls.push((
-                    s.tile,
+                    tile,
                     Codelet::Add {
                         a: y.into(),
                         b: bb.into(),
                         out: y.into(),
-                        rows: u32_arg("rows", rows)?,
-                        cols: u32_arg("columns", cols)?,
+                        rows,
+                        cols,
                         broadcast_rows: true,
                     },
                 ));
@@ -1137,12 +1108,9 @@ impl Lowerer<'_> {
 
     /// Registers the GEMM kernels of every tile's shard and returns a
     /// function making the calls for an output buffer.
-    #[allow(clippy::too_many_arguments)]
     fn gemm_calls(
         &mut self,
-        op: OpId,
         left: &TensorType,
-        right: &TensorType,
         output: &TensorType,
         problem: &GemmProblem,
         x: BufferId,
@@ -1154,7 +1122,6 @@ impl Lowerer<'_> {
             let lw: Vec<u64> = ls.axes.iter().map(|a| a.width).collect();
             let (rows, inner) = rows_cols(&lw);
             let columns = os.axes.last().map(|a| a.width).unwrap_or(1);
-            let _ = right;
             shards.push((ls.tile, rows, inner, columns, os.bytes));
         }
         let mut groups: HashMap<(u64, u64), (u64, u64)> = HashMap::new();
@@ -1192,7 +1159,6 @@ impl Lowerer<'_> {
             };
             kernel_of.insert((inner, columns), (id, large));
         }
-        let _ = op;
         Ok(move |y: BufferId| {
             let mut calls = Vec::new();
             for (tile, rows, inner, columns, bytes) in shards {
@@ -1400,16 +1366,10 @@ impl Lowerer<'_> {
         self.flush(&combine);
         let oeb = tout.precision().element_bytes();
         let mut calls = Vec::new();
-        for ((so, sc_), sy) in lay
-            .out_combine
-            .shards()
-            .zip(lay.stat_combine.shards())
-            .zip(lay.output.shards())
-        {
+        for (so, sc_) in lay.out_combine.shards().zip(lay.stat_combine.shards()) {
             let blocks = so.axes[0].width;
             let (bw, rw, hw) = (so.axes[1].width, so.axes[2].width, so.axes[3].width);
             let hl = sc_.axes[2].width;
-            let _ = sy;
             if bw * rw * hw == 0 {
                 continue;
             }
@@ -1451,7 +1411,7 @@ impl Lowerer<'_> {
     }
 }
 
-/// Rows (the product of every width but the last) and columns of a shard.
+/// Rows (the product of every padded width but the last) and columns of a shard.
 fn rows_cols(widths: &[u64]) -> (u64, u64) {
     match widths.split_last() {
         Some((&cols, outer)) => (outer.iter().product(), cols),
@@ -1459,5 +1419,16 @@ fn rows_cols(widths: &[u64]) -> (u64, u64) {
     }
 }
 
-#[allow(dead_code)]
-fn _uses(_: plan::GemmEstimate) {}
+/// Every non-empty shard of `ty` as `(tile, rows, columns)`: the shape a
+/// row-wise codelet sees.
+fn shard_rows(ty: &TensorType) -> Result<Vec<(TileId, u32, u32)>, LowerError> {
+    let mut out = Vec::new();
+    for s in ty.shards() {
+        let widths: Vec<u64> = s.axes.iter().map(|a| a.width).collect();
+        let (rows, cols) = rows_cols(&widths);
+        if rows * cols != 0 {
+            out.push((s.tile, u32_arg("rows", rows)?, u32_arg("columns", cols)?));
+        }
+    }
+    Ok(out)
+}
