@@ -26,6 +26,9 @@ pub(crate) struct SendPiece {
     pub items: u32,
     pub wide: bool,
     pub byte_address: u32,
+    /// The address instruction choices are made on: `byte_address`, or a
+    /// structural one when rows must not depend on addresses.
+    pub vaddr: u128,
 }
 
 /// Items a tile receives without interruption from one source into
@@ -37,6 +40,8 @@ pub(crate) struct RecvPiece {
     pub wide: bool,
     pub source: u32,
     pub byte_address: u32,
+    /// As [`SendPiece::vaddr`].
+    pub vaddr: u128,
     /// Send cycle after the source's previous send (before this piece's),
     /// if it sent before.
     pub source_quiet_from: Option<u64>,
@@ -69,6 +74,10 @@ struct Emitted {
     instr: Instr,
     /// SP before the instruction.
     sp_before: u32,
+    /// The choice-making (structural) SP before it, in words.
+    vsp_before: u128,
+    /// The structural word address of its first item.
+    vword: u128,
     /// XPIC after the instruction's update.
     xpic: Xpic,
     /// PIC (byte address) after the instruction's update, at its first cycle.
@@ -79,6 +88,9 @@ struct Emitter {
     out: Vec<Emitted>,
     words: usize,
     sp: u32,
+    /// SP in the address space choices are made in (see
+    /// [`SendPiece::vaddr`]); equal to `sp` unless rows are relocatable.
+    vsp: u128,
 }
 
 impl Emitter {
@@ -106,13 +118,37 @@ impl Emitter {
         }
     }
 
-    fn push(&mut self, instr: Instr, xpic: Xpic, pic: u32) {
+    /// Appends `instr`; `vword` is the structural word address of its
+    /// first item for the kinds that name an address (`send`, `sendpicp`).
+    fn push(&mut self, instr: Instr, vword: u128, xpic: Xpic, pic: u32) {
         let sp_before = self.sp;
+        let vsp_before = self.vsp;
         self.sp = Emitter::sp_after(&instr, self.sp);
+        let per = |sctl: u32| if sctl & SCTL_WIDE != 0 { 2 } else { 1 };
+        let (vword, vsp) = match instr {
+            Instr::Delay { .. } | Instr::DelayPic { .. } | Instr::DelayXpic { .. } => {
+                (vsp_before, vsp_before)
+            }
+            Instr::Send { items, sctl, .. } | Instr::SendPicP { items, sctl, .. } => {
+                (vword, vword + u128::from(items * per(sctl)))
+            }
+            Instr::SendOff {
+                items,
+                offset,
+                sctl,
+            } => {
+                let first = vsp_before + u128::from(offset);
+                (first, first + u128::from(items * per(sctl)))
+            }
+            Instr::SendPic { items, .. } => (vsp_before, vsp_before + u128::from(items)),
+        };
+        self.vsp = vsp;
         self.words += instr.words();
         self.out.push(Emitted {
             instr,
             sp_before,
+            vsp_before,
+            vword,
             xpic,
             pic,
         });
@@ -130,6 +166,7 @@ impl Emitter {
         };
         self.words -= last.instr.words();
         self.sp = last.sp_before;
+        self.vsp = last.vsp_before;
         let cycles = last.instr.cycles();
         if cycles >= 2 {
             // Split it: the same instruction one cycle shorter, then one
@@ -195,13 +232,13 @@ impl Emitter {
                 // Two words long, so never last at an odd count; if it
                 // were, the decoder would report the misalignment.
                 Instr::SendPicP { .. } => {
-                    self.push(last.instr, last.xpic, last.pic);
+                    self.push(last.instr, last.vword, last.xpic, last.pic);
                     return;
                 }
             };
-            self.push(head, last.xpic, last.pic);
+            self.push(head, last.vword, last.xpic, last.pic);
             // The tail's PIC field is never encoded; keep the head's value.
-            self.push(tail, last.xpic, last.pic);
+            self.push(tail, 0, last.xpic, last.pic);
         } else {
             // One cycle: re-encode as a two-word sendpicp that sets the
             // receive state to what it is anyway.
@@ -221,6 +258,7 @@ impl Emitter {
                     xpic: Some(last.xpic),
                     pic: last.pic / 4,
                 },
+                last.vword,
                 last.xpic,
                 last.pic,
             );
@@ -262,6 +300,7 @@ pub(crate) fn encode_tile(
         out: Vec::new(),
         words: 0,
         sp: 0,
+        vsp: 0,
     };
     let mut send_i = 0;
     let mut event_i = 0;
@@ -294,7 +333,8 @@ pub(crate) fn encode_tile(
         }
         let send = act.sends.get(send_i).filter(|s| s.start <= a).map(|s| {
             let done = (a - s.start) as u32;
-            (s.byte_address + done * item_bytes(s.wide), s.wide)
+            let skip = done * item_bytes(s.wide);
+            (s.byte_address + skip, s.vaddr + u128::from(skip), s.wide)
         });
         let pic_at = |c: u64| pic_at(&act.recvs, &pic_from, c);
         emit_window(&mut em, a, b - a, send, update_x, update_p, xpic, &pic_at)?;
@@ -352,12 +392,13 @@ fn plan_receive_events(act: &TileActivity, latency: u64) -> (Vec<RecvEvent>, Vec
     let mut events: Vec<RecvEvent> = Vec::new();
     let mut pic_from = Vec::with_capacity(act.recvs.len());
     let mut xpic = Xpic::Disconnected;
-    let mut pic = 0u32;
+    // PIC after the previous piece, structurally (see `SendPiece::vaddr`).
+    let mut vpic = 0u128;
     let mut prev_end = 0u64;
     let mut old_next: Option<u64> = None;
     for p in &act.recvs {
         let want = Xpic::Listen(TileId::from_u32(p.source));
-        let set_p = (pic != p.byte_address).then_some(p.byte_address);
+        let set_p = (vpic != p.vaddr).then_some(p.byte_address);
         // When the current source next writes here if nothing changes.
         let quiet_old = match xpic {
             Xpic::Listen(_) => old_next.map_or(u64::MAX, |c| c + latency),
@@ -395,7 +436,7 @@ fn plan_receive_events(act: &TileActivity, latency: u64) -> (Vec<RecvEvent>, Vec
             pic_from.push(at.min(p.start));
         }
         xpic = want;
-        pic = p.byte_address + p.items * item_bytes(p.wide);
+        vpic = p.vaddr + u128::from(p.items * item_bytes(p.wide));
         prev_end = p.start + u64::from(p.items);
         old_next = p.source_next_send;
     }
@@ -431,15 +472,17 @@ fn emit_window(
     em: &mut Emitter,
     start: u64,
     n: u64,
-    send: Option<(u32, bool)>,
+    send: Option<(u32, u128, bool)>,
     update_x: Option<Xpic>,
     update_p: Option<u32>,
     xpic: Xpic,
     pic_at: &dyn Fn(u64) -> u32,
 ) -> Result<(), EncodeError> {
     let mut left = n;
-    let mut address = send.map(|(a, _)| a / 4);
-    let wide = send.is_some_and(|(_, w)| w);
+    let mut address = send.map(|(a, _, _)| a / 4);
+    // Choices compare the structural address; encodings use the real one.
+    let mut vaddress = send.map_or(0, |(_, v, _)| v / 4);
+    let wide = send.is_some_and(|(_, _, w)| w);
     let sctl = if send.is_some() {
         SCTL_BOTH | if wide { SCTL_WIDE } else { 0 }
     } else {
@@ -471,7 +514,7 @@ fn emit_window(
                 sel: 0,
                 value: p / 4,
             },
-            (true, None, Some(p), Some(a)) if !wide && a == em.sp => Instr::SendPic {
+            (true, None, Some(p), Some(_)) if !wide && vaddress == em.vsp => Instr::SendPic {
                 items: chunk(MAX_SEND_ITEMS),
                 dirs: SCTL_BOTH,
                 pic: p / 4,
@@ -489,23 +532,36 @@ fn emit_window(
             (_, _, _, None) => Instr::Delay {
                 cycles: chunk(MAX_DELAY_CYCLES),
             },
-            (_, _, _, Some(a)) if a >= em.sp && a - em.sp <= MAX_SENDOFF_OFFSET => Instr::SendOff {
-                items: chunk(MAX_SENDOFF_ITEMS),
-                offset: a - em.sp,
-                sctl,
-            },
+            (_, _, _, Some(_))
+                if vaddress >= em.vsp && vaddress - em.vsp <= u128::from(MAX_SENDOFF_OFFSET) =>
+            {
+                Instr::SendOff {
+                    items: chunk(MAX_SENDOFF_ITEMS),
+                    offset: (vaddress - em.vsp) as u32,
+                    sctl,
+                }
+            }
             (_, _, _, Some(a)) => Instr::Send {
                 items: chunk(MAX_SEND_ITEMS),
                 word_address: a,
                 sctl,
             },
         };
+        // Structural and real addresses agree on every relative choice.
+        if let Some(a) = address {
+            match instr {
+                Instr::SendOff { offset, .. } => debug_assert_eq!(a, em.sp + offset),
+                Instr::SendPic { .. } => debug_assert_eq!(a, em.sp),
+                _ => {}
+            }
+        }
         let cycles = instr.cycles();
-        em.push(instr, xpic, pic);
+        em.push(instr, vaddress, xpic, pic);
         left -= u64::from(cycles);
         at += u64::from(cycles);
         if let Some(a) = address.as_mut() {
             *a += cycles * per;
+            vaddress += u128::from(cycles * per);
         }
         first = false;
     }

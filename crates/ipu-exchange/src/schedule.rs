@@ -49,6 +49,13 @@ pub struct ScheduleConfig {
     /// Whether to run [`check_schedule`](crate::check_schedule) on the
     /// result before returning it (on by default in debug builds).
     pub verify: bool,
+    /// Encode rows whose instruction choice does not depend on addresses:
+    /// two transfers are never treated as contiguous in memory, even when
+    /// their addresses are. Rows of the same phase with addresses moved
+    /// (one repeat iteration and the next) then have the same length and
+    /// differ only in address fields, so the next iteration's row is the
+    /// first one plus per-word deltas. Costs a few more instructions.
+    pub relocatable: bool,
 }
 
 impl Default for ScheduleConfig {
@@ -62,6 +69,7 @@ impl Default for ScheduleConfig {
             large_phase_transfers: 1000,
             phase_label: 0,
             verify: cfg!(debug_assertions),
+            relocatable: false,
         }
     }
 }
@@ -447,7 +455,7 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
         .collect();
     let bound = job_bound(&jobs, tiles as usize).max(endpoint);
     let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
-    let segments = add_activity(phase, &out, latency, &mut activity);
+    let segments = add_activity(phase, &out, latency, config.relocatable, &mut activity);
     let send_horizon = out.horizon;
     let complete = out.complete;
     activity
@@ -491,8 +499,17 @@ fn add_activity(
     phase: &Phase,
     out: &CoreOutput,
     latency: u64,
+    relocatable: bool,
     activity: &mut [TileActivity],
 ) -> usize {
+    // Structural addresses: each transfer's words in a space of their own,
+    // so that pieces of different transfers are never adjacent (see
+    // `ScheduleConfig::relocatable`); a gather's words, whose addresses are
+    // arbitrary, each in a space of its own too.
+    let structural =
+        |origin: u32, word: u32| ((u128::from(origin) + 1) << 66) + 4 * u128::from(word);
+    let scattered =
+        |origin: u32, word: u32| ((u128::from(origin) + 1) << 66) + ((u128::from(word) + 1) << 34);
     // Exact capacities first: growing hundreds of vectors piece by piece
     // costs more than the pieces.
     let mut sends_per_tile = vec![0usize; activity.len()];
@@ -538,7 +555,10 @@ fn add_activity(
             } else {
                 per
             };
-            while i + n < words
+            // A gather's runs depend on its addresses; relocatable rows
+            // send it word by word.
+            while !(relocatable && t.source_addresses.len() > 1)
+                && i + n < words
                 && t.source_word_address(first_word + i + n) == Some(address + 4 * n)
             {
                 n += per;
@@ -548,6 +568,13 @@ fn add_activity(
                 items: n / per,
                 wide,
                 byte_address: address,
+                vaddr: if !relocatable {
+                    u128::from(address)
+                } else if t.source_addresses.len() > 1 {
+                    scattered(job.origin, first_word + i)
+                } else {
+                    structural(job.origin, first_word + i)
+                },
             });
             tags[src].push(index as u32);
             i += n;
@@ -602,6 +629,11 @@ fn add_activity(
                 wide,
                 source: t.source.as_u32(),
                 byte_address: address + 4 * first_word,
+                vaddr: if relocatable {
+                    structural(job.origin, first_word)
+                } else {
+                    u128::from(address + 4 * first_word)
+                },
                 source_quiet_from: before[index],
                 source_next_send: after[index],
             });

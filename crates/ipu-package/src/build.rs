@@ -751,8 +751,11 @@ fn schedule_phases(
                 name: name.clone(),
                 reason,
             };
+            // A phase patched per iteration needs rows whose instructions
+            // do not depend on its addresses.
             let cfg = ScheduleConfig {
                 phase_label: i as u32,
+                relocatable: b1.is_some(),
                 ..config.schedule.clone()
             };
             let s0 = schedule(&b0.phase, fabric, &cfg).map_err(|e| err(e.to_string()))?;
