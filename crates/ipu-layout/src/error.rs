@@ -104,6 +104,14 @@ pub enum LayoutError {
         /// The largest supported tile count.
         limit: u32,
     },
+    /// A tiling's rotation is not below its tile count.
+    #[error("rotation {rotation} is not below the tiling's {tile_count} tiles")]
+    RotationOutOfRange {
+        /// The rotation asked for.
+        rotation: u32,
+        /// The tiling's tiles.
+        tile_count: u32,
+    },
     /// A tile number is not below the tiling's tile count.
     #[error("{tile} is outside the tiling's {tile_count} tiles")]
     TileOutOfRange {

@@ -329,7 +329,9 @@ fn resolve_tiles(
     let mut tile_replica = vec![0u32; tile_count];
     let mut tuple_tiles = vec![u32::MAX; tile_count];
     let mut seen = vec![0u32; tuples];
-    for t in 0..tile_count {
+    let rotation = tiling.rotation() as usize;
+    for logical in 0..tile_count {
+        let t = logical;
         let mut tuple = 0u64;
         let mut radix = 1u64;
         for (&axis, &stride) in tiled.iter().zip(&strides) {
@@ -344,11 +346,13 @@ fn resolve_tiles(
             seen[tuple]
         };
         seen[tuple] += 1;
+        // `rotation < tile_count`, so this stays in range.
+        let physical = (logical + rotation) % tile_count;
         if replica < replicas {
-            tuple_tiles[tuple * replicas as usize + replica as usize] = t as u32;
+            tuple_tiles[tuple * replicas as usize + replica as usize] = physical as u32;
         }
-        tile_tuple[t] = tuple as u32;
-        tile_replica[t] = replica;
+        tile_tuple[physical] = tuple as u32;
+        tile_replica[physical] = replica;
     }
     if let Some((tuple, &found)) = seen.iter().enumerate().find(|&(_, &n)| n != replicas) {
         let mut rest = tuple;

@@ -126,12 +126,33 @@ impl AxisTiling {
 /// [`TensorTiling::new`]. With default strides, tile `t` is replica
 /// `t % replicas`, and the first listed axis has stride `replicas`, the next
 /// `replicas × p0`, and so on.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// A `rotation` `ρ` moves everything up by `ρ` tiles, wrapping within the
+/// tiling's tiles: what the strides assign to tile `t` lies on tile
+/// `(t + ρ) mod tile_count`. Ragged splits give partition 0 the longest
+/// shard; rotating different tensors differently keeps those long shards
+/// from all landing on tile 0.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "TensorTilingData", into = "TensorTilingData")]
 pub struct TensorTiling {
     tile_count: u32,
     replicas: u32,
     axes: Vec<AxisTiling>,
+    rotation: u32,
+}
+
+// The seed's logs print tilings without a rotation; it shows only when set.
+impl std::fmt::Debug for TensorTiling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("TensorTiling");
+        d.field("tile_count", &self.tile_count)
+            .field("replicas", &self.replicas)
+            .field("axes", &self.axes);
+        if self.rotation != 0 {
+            d.field("rotation", &self.rotation);
+        }
+        d.finish()
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -141,12 +162,18 @@ struct TensorTilingData {
     replicas: u32,
     #[serde(default)]
     axes: Vec<AxisTiling>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    rotation: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl TryFrom<TensorTilingData> for TensorTiling {
     type Error = LayoutError;
     fn try_from(d: TensorTilingData) -> Result<Self, LayoutError> {
-        TensorTiling::new(d.tile_count, d.replicas, d.axes)
+        TensorTiling::new(d.tile_count, d.replicas, d.axes)?.with_rotation(d.rotation)
     }
 }
 
@@ -156,6 +183,7 @@ impl From<TensorTiling> for TensorTilingData {
             tile_count: t.tile_count,
             replicas: t.replicas,
             axes: t.axes,
+            rotation: t.rotation,
         }
     }
 }
@@ -207,7 +235,25 @@ impl TensorTiling {
             tile_count,
             replicas,
             axes,
+            rotation: 0,
         })
+    }
+
+    /// The same tiling rotated by `rotation` tiles (see [`TensorTiling`]).
+    pub fn with_rotation(mut self, rotation: u32) -> Result<Self, LayoutError> {
+        if rotation >= self.tile_count {
+            return Err(LayoutError::RotationOutOfRange {
+                rotation,
+                tile_count: self.tile_count,
+            });
+        }
+        self.rotation = rotation;
+        Ok(self)
+    }
+
+    /// How many tiles the tiling is rotated by.
+    pub fn rotation(&self) -> u32 {
+        self.rotation
     }
 
     /// A tiling that holds the whole tensor on every one of `tile_count` tiles.

@@ -23,9 +23,9 @@ use ipu_layout::{
 
 use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
-    AttentionShape, CostModel, GemmGrid, GemmProblem, attention_grid, attention_layouts,
-    column_parts, element_layout, gemm_candidates, gemm_layouts, replicated, row_layout,
-    tensor_type,
+    AttentionShape, CostModel, GemmGrid, GemmLayouts, GemmProblem, attention_grid,
+    attention_layouts, column_parts, element_layout, gemm_candidates, gemm_layouts, replicated,
+    rotated, row_layout, tensor_type,
 };
 use crate::program::{
     Buffer, BufferId, BufferRole, Codelet, GemmEntry, GemmKernel, KernelId, Operand, Program,
@@ -42,6 +42,10 @@ pub struct LowerConfig {
     /// Bytes an operation's operands and results may take on one tile while
     /// it runs; plans above it are chosen only when none fits.
     pub transient_budget: u64,
+    /// Rotate each GEMM's tiles by an amount of its own, so that the
+    /// longest shards of ragged splits (partition 0's) spread over the tiles
+    /// instead of all landing on tile 0.
+    pub rotate: bool,
 }
 
 impl Default for LowerConfig {
@@ -50,6 +54,7 @@ impl Default for LowerConfig {
             tiles: 1472,
             cost: CostModel::ipu21(),
             transient_budget: 160 * 1024,
+            rotate: true,
         }
     }
 }
@@ -941,7 +946,25 @@ impl Lowerer<'_> {
                 pk: 1,
             });
         tracing::debug!(op = %op, output = tout.name(), grid = ?chosen, candidates = candidates.len(), "planned GEMM grid");
-        let layouts = self.layout(format!("GEMM {op}"), gemm_layouts(&problem, chosen))?;
+        let mut layouts = self.layout(format!("GEMM {op}"), gemm_layouts(&problem, chosen))?;
+        if self.config.rotate {
+            // A multiplicative hash of the op spreads the rotations; every
+            // operand of the GEMM turns by the same amount, so operands
+            // that shared a tile still do.
+            let rotation = (u64::from(op.as_u32()) + 1).wrapping_mul(0x9e37_79b1) >> 7;
+            let turn = |ty: &TensorType| rotated(ty, rotation);
+            layouts = self.layout(
+                format!("GEMM {op}"),
+                (|| {
+                    Ok(GemmLayouts {
+                        left: turn(&layouts.left)?,
+                        right: turn(&layouts.right)?,
+                        right_resident: turn(&layouts.right_resident)?,
+                        output: turn(&layouts.output)?,
+                    })
+                })(),
+            )?;
+        }
         let x = self.ensure(left, layouts.left.clone(), gemm_left_attrs(&layouts.left))?;
         let resident = self.weight_home(right, layouts.right_resident.clone(), GEMM_RIGHT);
         let w = if self.program.buffers[resident].ty == layouts.right {

@@ -20,6 +20,8 @@ struct Case {
     axes: Vec<AxisTiling>,
     /// Permutation of digits (0 = replicas, i + 1 = axis i) for explicit strides.
     stride_order: Option<Vec<usize>>,
+    /// Rotation, reduced modulo the tile count.
+    rotation: u32,
 }
 
 impl Case {
@@ -39,7 +41,8 @@ impl Case {
                 }
             }
         }
-        TensorTiling::new(tile_count, self.replicas, axes)
+        TensorTiling::new(tile_count, self.replicas, axes)?
+            .with_rotation(self.rotation % tile_count)
     }
 
     fn build(&self) -> Result<TensorType, LayoutError> {
@@ -132,10 +135,11 @@ fn case() -> impl Strategy<Value = Case> {
                     }
                     digits
                 })),
+                prop_oneof![Just(0u32), any::<u32>()],
             )
         })
         .prop_map(
-            |(extents, precision, order, replicas, tiled, keep, stride_order)| {
+            |(extents, precision, order, replicas, tiled, keep, stride_order, rotation)| {
                 let axes: Vec<AxisTiling> = tiled
                     .into_iter()
                     .zip(&keep)
@@ -168,6 +172,7 @@ fn case() -> impl Strategy<Value = Case> {
                     replicas,
                     axes,
                     stride_order,
+                    rotation,
                 }
             },
         )
@@ -268,6 +273,23 @@ proptest! {
             let padded: u64 = shard.axes.iter().map(|a| a.width).product();
             prop_assert_eq!(shard.bytes, padded * eb);
             prop_assert!(shard.bytes <= t.max_shard_bytes());
+        }
+    }
+
+    #[test]
+    fn rotation_moves_every_shard_up_by_its_amount(c in case()) {
+        // What the unrotated tiling puts on tile t, the rotated one puts on
+        // tile (t + ρ) mod T, and nothing else changes.
+        let Ok(rotated) = c.build() else { return Ok(()) };
+        let plain = Case { rotation: 0, ..c.clone() }.build().unwrap();
+        let count = rotated.tiling().tile_count();
+        let rho = rotated.tiling().rotation();
+        prop_assert_eq!(rho, c.rotation % count);
+        for t in 0..count {
+            let a = plain.shard(TileId::from_u32(t)).unwrap();
+            let b = rotated.shard(TileId::from_u32((t + rho) % count)).unwrap();
+            prop_assert_eq!(&a.axes, &b.axes);
+            prop_assert_eq!(a.bytes, b.bytes);
         }
     }
 

@@ -33,6 +33,18 @@ pub fn tensor_type(
     TensorType::new(TensorShape::from(extents), format)
 }
 
+/// `ty` with its tiling rotated by `rotation` modulo its tile count.
+pub fn rotated(ty: &TensorType, rotation: u64) -> Result<TensorType, LayoutError> {
+    let count = u64::from(ty.tiling().tile_count());
+    let tiling = ty
+        .tiling()
+        .clone()
+        .with_rotation((rotation % count.max(1)) as u32)?;
+    let mut format = ty.format().clone();
+    format.layout.tiling = tiling;
+    TensorType::new(ty.shape().clone(), format)
+}
+
 fn split(axis: Axis, partitions: u64, block: u64, stride: u64) -> AxisTiling {
     AxisTiling::new(axis, partitions as u32)
         .with_block(block as u32)
