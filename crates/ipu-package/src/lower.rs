@@ -25,7 +25,7 @@ use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKi
 use crate::plan::{
     AttentionShape, CostModel, GemmGrid, GemmLayouts, GemmProblem, attention_grid,
     attention_layouts, column_parts, element_layout, gemm_candidates, gemm_layouts, replicated,
-    rotated, row_layout, tensor_type,
+    rotated, row_layout, tensor_type, vector_home,
 };
 use crate::program::{
     Buffer, BufferId, BufferRole, Codelet, GemmEntry, GemmKernel, KernelId, Operand, Program,
@@ -355,10 +355,19 @@ impl Lowerer<'_> {
             None => {
                 let t = self.graph.tensor(tensor);
                 if t.kind() == TensorKind::Weight {
-                    let ty = self.layout(
-                        format!("weight {}", t.name()),
-                        row_layout(t.extents(), t.precision(), self.config.tiles),
-                    )?;
+                    let ty = match t.extents() {
+                        // A multiplicative hash of the tensor spreads the
+                        // vectors' first blocks over the tiles.
+                        &[extent] => vector_home(
+                            extent,
+                            t.precision(),
+                            self.config.tiles,
+                            ((u64::from(tensor.as_u32()) + 1).wrapping_mul(0x9e37_79b1) >> 7)
+                                as u32,
+                        ),
+                        extents => row_layout(extents, t.precision(), self.config.tiles),
+                    };
+                    let ty = self.layout(format!("weight {}", t.name()), ty)?;
                     Ok((
                         self.weight_home(tensor, ty, Attrs::default()),
                         SourceView::Whole,

@@ -110,6 +110,45 @@ pub fn row_layout(
     )
 }
 
+/// Bytes per tile of a resting weight vector (layer-norm parameters,
+/// biases). Readers gather or broadcast whole vectors, one fragment per
+/// block: 256-byte blocks keep those fragments few (9 for a 1152-element F16
+/// vector, against 144 with word-sized blocks) while no tile holds much of
+/// any vector.
+const VECTOR_HOME_BLOCK_BYTES: u64 = 256;
+
+/// Where a weight vector rests: blocks of [`VECTOR_HOME_BLOCK_BYTES`] on
+/// consecutive tiles from `first_tile` on (wrapping). The tiling spans all
+/// `tiles`, the tiles past the vector's blocks holding empty shards, so that
+/// the blocks can start anywhere: vectors starting at different tiles keep
+/// their blocks off the tiles every other tensor's partition 0 uses.
+pub fn vector_home(
+    extent: u64,
+    precision: Precision,
+    tiles: u32,
+    first_tile: u32,
+) -> Result<TensorType, LayoutError> {
+    let tiles = tiles.max(1);
+    let block = (VECTOR_HOME_BLOCK_BYTES / precision.element_bytes()).max(vector_block(precision));
+    let parts = extent.div_ceil(block).clamp(1, u64::from(tiles));
+    let block = extent
+        .div_ceil(parts)
+        .next_multiple_of(vector_block(precision));
+    let tiling = TensorTiling::new(
+        tiles,
+        1,
+        vec![split(Axis::FromEnd(1), u64::from(tiles), block, 1)],
+    )?
+    .with_rotation(first_tile % tiles)?;
+    tensor_type(
+        &[extent],
+        precision,
+        ElementOrder::RowMajor,
+        MemoryClass::Ipu21Standard,
+        tiling,
+    )
+}
+
 /// Rows spread like [`row_layout`], and where there are fewer rows than
 /// tiles, the last axis too, in blocks of 16 elements: for element-wise
 /// work (sums of partials, bias adds) on results with few rows.

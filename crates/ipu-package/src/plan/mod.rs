@@ -17,5 +17,5 @@ pub use gemm::{GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates
 pub use layouts::{
     AttentionGrid, AttentionLayouts, AttentionShape, attention_grid, attention_layouts,
     column_parts, element_layout, replicated, rotated, row_layout, row_split, rows_like,
-    tensor_type,
+    tensor_type, vector_home,
 };
