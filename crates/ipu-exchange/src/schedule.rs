@@ -106,9 +106,104 @@ pub struct Schedule {
     paired_horizon: Option<u64>,
     segments: usize,
     rows: EncodedRows,
+    /// The core's segments, kept so that the same timing can be encoded
+    /// again with other addresses ([`Schedule::readdress`]).
+    core: std::sync::Arc<CoreOutput>,
 }
 
 impl Schedule {
+    /// The same schedule — every segment at the same cycle — encoded for
+    /// `phase`, which must be the scheduled phase with only its addresses
+    /// changed (same transfers in the same order: sources, destination
+    /// tiles, words, widths, gather lengths). Scheduling depends on the
+    /// addresses only through the encoding, so this costs an encoding, not
+    /// a schedule: a build uses it when placement moves data after the
+    /// phases were scheduled, and for the next iteration of a repeat body.
+    pub fn readdress(
+        &self,
+        phase: &Phase,
+        fabric: &Fabric,
+        config: &ScheduleConfig,
+    ) -> Result<Schedule, ScheduleError> {
+        let label = config.phase_label;
+        let invalid = |source| ScheduleError::Phase {
+            phase: label,
+            source,
+        };
+        validate_structure(phase).map_err(invalid)?;
+        validate_overlaps(phase).map_err(invalid)?;
+        if phase.tile_count != self.rows.tile_count() {
+            return Err(ScheduleError::Readdress {
+                phase: label,
+                transfer: None,
+                reason: format!(
+                    "it has {} tiles, the schedule {}",
+                    phase.tile_count,
+                    self.rows.tile_count()
+                ),
+            });
+        }
+        let origins = self.core.jobs.iter().map(|j| j.origin).max();
+        if origins.is_some_and(|o| o as usize >= phase.transfers.len()) {
+            return Err(ScheduleError::Readdress {
+                phase: label,
+                transfer: None,
+                reason: format!("it has fewer transfers ({})", phase.transfers.len()),
+            });
+        }
+        // Every job must describe its transfer exactly as when scheduled.
+        for job in &self.core.jobs {
+            let t = &phase.transfers[job.origin as usize];
+            let wide = !job.extra_senders.is_empty();
+            let dests_match = job.dests.iter().zip(&job.receivers).all(|(&k, &r)| {
+                t.destinations
+                    .get(k as usize)
+                    .is_some_and(|&(d, _)| d.as_u32() == r)
+            });
+            let words = if wide { 2 * job.len } else { job.len };
+            if t.source.as_u32() != job.sender || !dests_match || t.words != words {
+                return Err(ScheduleError::Readdress {
+                    phase: label,
+                    transfer: Some(job.origin),
+                    reason: "its source, destination tiles or words differ".into(),
+                });
+            }
+            if wide && (t.width != Width::Paired64 || t.source_addresses.len() != 1) {
+                return Err(ScheduleError::Readdress {
+                    phase: label,
+                    transfer: Some(job.origin),
+                    reason: "it was scheduled as 64-bit items but is no longer paired".into(),
+                });
+            }
+        }
+        let latency = u64::from(fabric.latency_cycles());
+        let mut activity = vec![TileActivity::default(); phase.tile_count as usize];
+        add_activity(
+            phase,
+            &self.core,
+            latency,
+            config.relocatable,
+            &mut activity,
+        );
+        activity
+            .par_iter_mut()
+            .for_each(|a| a.recvs.sort_unstable_by_key(|p| p.start));
+        let rows = encode_rows(&activity, latency, label)?;
+        if config.verify {
+            crate::check::check_schedule(phase, fabric, &rows).map_err(|errors| {
+                ScheduleError::Check {
+                    phase: label,
+                    errors,
+                }
+            })?;
+        }
+        Ok(Schedule {
+            rows,
+            core: self.core.clone(),
+            ..*self
+        })
+    }
+
     /// Cycles from the phase start until the last word is written.
     pub fn horizon(&self) -> u64 {
         self.horizon
@@ -200,6 +295,20 @@ pub enum ScheduleError {
         /// Every error the checker found.
         errors: Vec<crate::check::ExchangeCheckError>,
     },
+    /// [`Schedule::readdress`] was given a phase that is not the scheduled
+    /// one with other addresses.
+    #[error(
+        "phase {phase}: cannot reuse the schedule{}: {reason}",
+        transfer.map(|t| format!(" for transfer {t}")).unwrap_or_default()
+    )]
+    Readdress {
+        /// The phase number.
+        phase: u32,
+        /// The first transfer that differs, if one does.
+        transfer: Option<u32>,
+        /// How it differs.
+        reason: String,
+    },
     /// A horizon does not fit the instruction set (more than 2^40 cycles).
     #[error("phase {phase} needs {horizon} cycles, more than rows can express; split the phase")]
     TooLong {
@@ -219,6 +328,8 @@ struct Plan {
     segments: usize,
     /// Whether the core scheduled every job.
     complete: bool,
+    /// The core's output the activity came from.
+    core: std::sync::Arc<CoreOutput>,
 }
 
 /// Schedules one phase and encodes its rows.
@@ -354,18 +465,7 @@ fn schedule_labeled(
             "optimized physical exchange schedule"
         );
     }
-    let tiles = phase.tile_count as usize;
-    let rows: Vec<Vec<u32>> = (0..tiles)
-        .into_par_iter()
-        .map(|t| {
-            encode_tile(t, &kept.activity, latency).map_err(|source| ScheduleError::Encode {
-                phase: label,
-                tile: TileId::from_u32(t as u32),
-                source,
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    let rows = EncodedRows::from_tile_rows(rows);
+    let rows = encode_rows(&kept.activity, latency, label)?;
     if config.verify {
         crate::check::check_schedule(phase, fabric, &rows).map_err(|errors| {
             ScheduleError::Check {
@@ -393,7 +493,27 @@ fn schedule_labeled(
         paired_horizon,
         segments: kept.segments,
         rows,
+        core: kept.core,
     })
+}
+
+/// Encodes every tile's row.
+fn encode_rows(
+    activity: &[TileActivity],
+    latency: u64,
+    label: u32,
+) -> Result<EncodedRows, ScheduleError> {
+    let rows: Vec<Vec<u32>> = (0..activity.len())
+        .into_par_iter()
+        .map(|t| {
+            encode_tile(t, activity, latency).map_err(|source| ScheduleError::Encode {
+                phase: label,
+                tile: TileId::from_u32(t as u32),
+                source,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(EncodedRows::from_tile_rows(rows))
 }
 
 /// Whether a transfer can go as 64-bit items in a phase of `tiles` tiles:
@@ -471,6 +591,7 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
         activity,
         segments,
         complete,
+        core: std::sync::Arc::new(out),
     }
 }
 

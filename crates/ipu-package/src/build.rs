@@ -33,7 +33,7 @@ use std::time::Instant;
 use ipu_alloc::{
     MemoryMap, PlaceConfig, PlaceError, Problem, Request, RequestId, Reservation, TileProblem,
 };
-use ipu_exchange::{EncodedRows, Fabric, ScheduleConfig, check_schedule, schedule};
+use ipu_exchange::{EncodedRows, Fabric, Schedule, ScheduleConfig, check_schedule, schedule};
 use ipu_kernels::{
     GemmShape, HostToolchain, KernelCache, Mode, PlanConfig, RowSize, Variant, plan_variant,
 };
@@ -221,6 +221,9 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
             let mut reserved = estimate;
             // Reservation, then verification of the real rows against it.
             let mut rounds = 0;
+            // Schedules of the previous round: placing again moves data but
+            // not the transfers, so their timing is reused.
+            let mut previous: Option<Vec<Schedule>> = None;
             let outcome = loop {
                 let placed = phase("place_storage", times, |_| {
                     place_storage(&storage, &reserved, &map, config)
@@ -230,7 +233,7 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
                     Err(e) => break Err(e),
                 };
                 let addresses = buffer_addresses(&storage, &problem, &placement);
-                let phases = phase("schedule_exchange", times, |_| {
+                let (phases, schedules) = phase("schedule_exchange", times, |_| {
                     schedule_phases(
                         &program,
                         &addresses,
@@ -238,8 +241,10 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
                         &fabric,
                         config,
                         &mut fragments,
+                        previous.as_deref(),
                     )
                 })?;
+                previous = Some(schedules);
                 let support = measure_support(
                     &program,
                     &kernels,
@@ -672,7 +677,9 @@ fn lookup(
 }
 
 /// Schedules and encodes every exchange step, with patches for repeat
-/// bodies whose phases read per-iteration buffers.
+/// bodies whose phases read per-iteration buffers. With `previous`
+/// schedules of the same program (placed elsewhere), their timing is
+/// re-encoded with the new addresses instead of scheduling again.
 fn schedule_phases(
     program: &Program,
     addresses: &HashMap<BufferId, Vec<(u32, u32)>>,
@@ -680,7 +687,8 @@ fn schedule_phases(
     fabric: &Fabric,
     config: &BuildConfig,
     cache: &mut FragmentCache,
-) -> Result<Vec<PackagePhase>, BuildError> {
+    previous: Option<&[Schedule]>,
+) -> Result<(Vec<PackagePhase>, Vec<Schedule>), BuildError> {
     // Collect (copies, name, substitution for iteration 1 if in a body).
     struct Job<'a> {
         name: String,
@@ -758,7 +766,11 @@ fn schedule_phases(
                 relocatable: b1.is_some(),
                 ..config.schedule.clone()
             };
-            let s0 = schedule(&b0.phase, fabric, &cfg).map_err(|e| err(e.to_string()))?;
+            let s0 = match previous.and_then(|p| p.get(i)) {
+                Some(p) => p.readdress(&b0.phase, fabric, &cfg),
+                None => schedule(&b0.phase, fabric, &cfg),
+            }
+            .map_err(|e| err(e.to_string()))?;
             if config.verify
                 && let Err(errors) = check_schedule(&b0.phase, fabric, s0.rows())
             {
@@ -770,7 +782,19 @@ fn schedule_phases(
             let mut local = b0.local;
             let patches = match b1 {
                 Some(b1) => {
-                    let s1 = schedule(&b1.phase, fabric, &cfg).map_err(|e| err(e.to_string()))?;
+                    // The next iteration moves the same transfers: the same
+                    // timing with its addresses.
+                    let s1 = s0
+                        .readdress(&b1.phase, fabric, &cfg)
+                        .map_err(|e| err(e.to_string()))?;
+                    if config.verify
+                        && let Err(errors) = check_schedule(&b1.phase, fabric, s1.rows())
+                    {
+                        return Err(BuildError::Check {
+                            what: format!("exchange phase {i} ({name}), next iteration"),
+                            detail: errors.first().map(ToString::to_string).unwrap_or_default(),
+                        });
+                    }
                     // On-tile copies of per-iteration buffers move by a
                     // stride per iteration, like the rows' addresses.
                     if b1.local.len() != local.len() {
@@ -787,17 +811,21 @@ fn schedule_phases(
                 }
                 None => Vec::new(),
             };
-            Ok(PackagePhase {
-                name,
-                horizon: s0.horizon(),
-                endpoint_lower_bound: s0.endpoint_lower_bound(),
-                stronger_lower_bound: s0.stronger_lower_bound(),
-                rows: s0.into_rows(),
-                local,
-                patches,
-            })
+            Ok((
+                PackagePhase {
+                    name,
+                    horizon: s0.horizon(),
+                    endpoint_lower_bound: s0.endpoint_lower_bound(),
+                    stronger_lower_bound: s0.stronger_lower_bound(),
+                    rows: s0.rows().clone(),
+                    local,
+                    patches,
+                },
+                s0,
+            ))
         })
-        .collect()
+        .collect::<Result<Vec<_>, BuildError>>()
+        .map(|v| v.into_iter().unzip())
 }
 
 /// The words that differ between iteration 0's and iteration 1's rows.

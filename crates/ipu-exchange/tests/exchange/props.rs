@@ -244,6 +244,17 @@ proptest! {
         let rows: Vec<Schedule> = (0..3)
             .map(|k| schedule_and_check(&relocated_phase(tiles, &specs, k), &fabric, &config))
             .collect();
+        // The timing does not depend on addresses: re-encoding iteration
+        // 0's schedule with another iteration's addresses gives exactly the
+        // rows of scheduling that iteration afresh.
+        for (k, fresh) in rows.iter().enumerate().skip(1) {
+            let moved = rows[0]
+                .readdress(&relocated_phase(tiles, &specs, k as u32), &fabric, &config)
+                .expect("same transfers, other addresses");
+            prop_assert_eq!(moved.rows(), fresh.rows());
+            prop_assert_eq!(moved.horizon(), fresh.horizon());
+            prop_assert!(check_schedule(&relocated_phase(tiles, &specs, k as u32), &fabric, moved.rows()).is_ok());
+        }
         for t in 0..tiles {
             let tile = TileId::from_u32(t);
             let (r0, r1, r2) = (rows[0].rows().row(tile), rows[1].rows().row(tile), rows[2].rows().row(tile));
@@ -255,4 +266,43 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn readdress_rejects_another_phase() {
+    let specs: Vec<Spec> = vec![
+        (0, vec![1, 2], 8, false, false),
+        (1, vec![0], 5, false, false),
+    ];
+    let fabric = fabric();
+    let config = ScheduleConfig::default();
+    let s = schedule_and_check(&build_phase(4, &specs), &fabric, &config);
+    // More words in one transfer: not the same phase.
+    let mut other = specs.clone();
+    other[1].2 = 6;
+    let e = s
+        .readdress(&build_phase(4, &other), &fabric, &config)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ScheduleError::Readdress {
+                transfer: Some(1),
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Fewer transfers.
+    let e = s
+        .readdress(&build_phase(4, &specs[..1]), &fabric, &config)
+        .unwrap_err();
+    assert!(matches!(e, ScheduleError::Readdress { .. }), "{e}");
+    // Another destination tile.
+    let mut other = specs.clone();
+    other[0].1 = vec![1, 1];
+    let e = s
+        .readdress(&build_phase(4, &other), &fabric, &config)
+        .unwrap_err();
+    assert!(e.to_string().contains("cannot reuse the schedule"), "{e}");
 }
