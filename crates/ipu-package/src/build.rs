@@ -908,9 +908,17 @@ fn summarise(
     let mut peak = 0u64;
     let mut headroom = (u64::MAX, 0u32);
     for (t, tp) in placement.tiles().iter().enumerate() {
-        let used = tp.achieved_peak_bytes();
-        peak = peak.max(used);
-        let free = usable.saturating_sub(used);
+        peak = peak.max(tp.achieved_peak_bytes());
+        // Headroom in bytes: the most live at any step (data plus the
+        // support actually used, not its element-rounded reservation),
+        // whatever the addresses.
+        let live = tp
+            .bound()
+            .map_or(tp.achieved_peak_bytes(), |b| b.peak_with_reservations);
+        let unused_reservation = support
+            .get(t)
+            .map_or(0, |s| u64::from(s.reserved.saturating_sub(s.used())));
+        let free = usable.saturating_sub(live.saturating_sub(unused_reservation));
         if free < headroom.0 {
             headroom = (free, t as u32);
         }

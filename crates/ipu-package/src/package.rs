@@ -111,7 +111,8 @@ pub struct BuildSummary {
     pub requests: usize,
     /// The largest peak address use of a tile, in bytes above the SRAM base.
     pub peak_bytes: u64,
-    /// The smallest free space left on a tile.
+    /// The smallest free space left on a tile at its fullest step: usable
+    /// bytes minus live data and the support memory actually used.
     pub min_headroom_bytes: u64,
     /// The tile with the least headroom.
     pub min_headroom_tile: u32,
