@@ -3,13 +3,18 @@
 //! With no arguments it builds the embedded default, SigLIP so400m at batch
 //! 2 on 1472 tiles. Logs go to stderr in tracing-subscriber's fmt layout
 //! (`RUST_LOG` honoured, `info` by default); the last lines summarise the
-//! build. The exit status is 0 only when the package was built and written.
+//! build. The exit status is 0 only when the package was built and written;
+//! arguments the device or the writer cannot take (`--tiles` outside the
+//! device, `--batch 0`, an `--out` that is not a package directory) are
+//! refused before any work, so a mistake costs no build time and never
+//! touches what is already on disk.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use ipu_exchange::Fabric;
 use ipu_package::build::{BuildConfig, build_package};
 use ipu_package::graph::{ParseOptions, parse_fixture_with};
 
@@ -25,11 +30,11 @@ struct Args {
     /// The fixture (default: the embedded SigLIP so400m b2).
     #[arg(long)]
     fixture: Option<PathBuf>,
-    /// Tiles of the target.
-    #[arg(long, default_value_t = 1472)]
+    /// Tiles of the target (1 to the device's 1472).
+    #[arg(long, default_value_t = 1472, value_parser = parse_tiles)]
     tiles: u32,
-    /// Override the fixture's `batch` parameter.
-    #[arg(long)]
+    /// Override the fixture's `batch` parameter (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     batch: Option<u64>,
     /// Where to write the package.
     #[arg(long, default_value = "out/package")]
@@ -58,6 +63,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             });
         }
     };
+    check_out(&args.out)?;
     crate::logging::init(&args.log_format);
     if let Some(jobs) = args.jobs {
         rayon::ThreadPoolBuilder::new()
@@ -135,4 +141,58 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         start.elapsed().as_millis()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Parses `--tiles`. The pipeline rejects a tile count above the device's
+/// only when it schedules the first exchange phase, after lowering and
+/// placement, and then in terms of phases; checking here names the flag and
+/// the limit before any work.
+fn parse_tiles(text: &str) -> Result<u32, String> {
+    let tiles: u32 = text.parse().map_err(|e| format!("{e}"))?;
+    let device = Fabric::ipu21()
+        .map_err(|e| format!("cannot read the IPU21 description: {e}"))?
+        .tile_count();
+    if (1..=device).contains(&tiles) {
+        Ok(tiles)
+    } else {
+        Err(format!("the IPU21 has {device} tiles; give 1 to {device}"))
+    }
+}
+
+/// Refuses an `--out` the package writer must not replace. The writer swaps
+/// the new package in by renaming whatever is at `out` aside and deleting
+/// it, so a mistyped `--out` naming a directory of other things would be
+/// deleted; a file is renamed aside and left there, and the command fails
+/// after the package has taken its place; and a path without a final name
+/// (`.`, `/`) fails the rename and leaves the staging directory behind.
+/// Only a missing path, an empty directory or an earlier package (it has a
+/// manifest) may be replaced. Checked before the build, so a mistake costs
+/// no build time.
+fn check_out(out: &Path) -> Result<(), String> {
+    let refuse = |why: &str| {
+        Err(format!(
+            "--out {}: {why}; give a new directory, an empty one or an earlier package",
+            out.display()
+        ))
+    };
+    if out.file_name().is_none() {
+        return refuse("it has no final name (`.`, `..` or a root) to swap a package in under");
+    }
+    let meta = match std::fs::metadata(out) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("--out {}: {e}", out.display())),
+    };
+    if !meta.is_dir() {
+        return refuse("it exists and is not a directory");
+    }
+    let empty = std::fs::read_dir(out)
+        .map_err(|e| format!("--out {}: {e}", out.display()))?
+        .next()
+        .is_none();
+    if empty || out.join("manifest.json").is_file() {
+        Ok(())
+    } else {
+        refuse("it holds no package (no manifest.json) and the build would replace it")
+    }
 }

@@ -8,7 +8,8 @@
 //! the normalised RMS error and pass/fail under the reference's graph
 //! tolerance for the output's precision. Exit status 0 only if every output
 //! passes. `inspect-package` prints the manifest summary and validates the
-//! package (every buffer placed inside tile memory, phases and rows agree).
+//! package (every file at its recorded size, every buffer placed inside tile
+//! memory, phases and rows agree).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -122,8 +123,21 @@ pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
     for (name, bytes) in &package.manifest.files {
         println!("file {name} {bytes} bytes");
     }
-    // Validation: every shard inside tile memory, rows for every tile.
+    // Validation: every file at the size the manifest records, every shard
+    // inside tile memory, rows for every tile. Reading the package parses
+    // the JSON and the rows but takes the memory profile and the fixture as
+    // they are, so a truncated or extended file is caught only here.
     let mut problems = Vec::new();
+    for (name, bytes) in &package.manifest.files {
+        match std::fs::metadata(dir.join(name)) {
+            Ok(m) if m.len() == *bytes => {}
+            Ok(m) => problems.push(format!(
+                "file {name} is {} bytes; the manifest records {bytes}",
+                m.len()
+            )),
+            Err(e) => problems.push(format!("file {name}: {e}")),
+        }
+    }
     for (b, list) in package
         .program
         .buffers

@@ -1,0 +1,16 @@
+//! End-to-end tests of the `cargo xtask` commands, run as a user runs them:
+//! the built `xtask` binary in a temporary directory with its own kernel
+//! cache. They hold the product's promises at the command line: a bad
+//! fixture or argument gets a clear error and a non-zero status, never a
+//! panic and never a partial package; builds do not depend on the thread
+//! count; `inspect-package` tells a good package from a damaged one; and a
+//! small package runs and matches the reference.
+//!
+//! Only the small fixtures are built (well under a second each), never the
+//! default SigLIP workload.
+
+mod bad_inputs;
+mod determinism;
+mod inspect;
+mod run;
+mod support;
