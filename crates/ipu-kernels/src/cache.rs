@@ -3,8 +3,8 @@
 //! An entry lives in `<root>/<key>/` as `kernel.o` and `kernel.json`, where
 //! the key is the sha256 of every compile input ([`cache_key`]): the
 //! variant's canonical description (shape, blocks, rows, cost model), the
-//! program format version, the toolchain identity, target, source name and
-//! source bytes. The root is `$IPU_KERNEL_CACHE`, else
+//! format version of its programs, the toolchain identity, target, source
+//! name and source bytes. The root is `$IPU_KERNEL_CACHE`, else
 //! `$XDG_CACHE_HOME/ipu-backend/kernels`, else `~/.cache/ipu-backend/kernels`.
 //!
 //! **Invariant:** a reader never sees a torn file. Each file is written to a
@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::program::PROGRAM_FORMAT_VERSION;
 use crate::variant::hex;
 use crate::{KernelError, KernelMetadata, Toolchain, Variant, programs_from_object};
 
@@ -80,7 +79,13 @@ pub fn cache_key(variant: &Variant, toolchain: &dyn Toolchain) -> String {
     };
     field("cache", b"ipu-kernels cache v1");
     field("variant", variant.key().as_bytes());
-    field("program-format", &PROGRAM_FORMAT_VERSION.to_le_bytes());
+    // The format the variant's programs are written in: the base format for
+    // Amp(Left) variants, as before the left order existed, so their keys
+    // do not change.
+    field(
+        "program-format",
+        &variant.program_format_version().to_le_bytes(),
+    );
     field("toolchain", toolchain.identity().as_bytes());
     field("target", toolchain.target().as_bytes());
     field("source-name", toolchain.source_name().as_bytes());

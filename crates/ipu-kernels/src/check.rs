@@ -6,8 +6,8 @@
 //! decodes the program's runs back to coordinates through those maps, where
 //! the builder generates runs from panel ranges):
 //!
-//! 1. the header states the variant's precisions, orders, dimensions, mode,
-//!    arithmetic, blocks and left read tail;
+//! 1. the header states the variant's precisions, orders (left and output),
+//!    dimensions, mode, arithmetic, blocks and left read tail;
 //! 2. workers are distinct contexts below the model's worker count;
 //! 3. every run is element aligned and inside its operand, and decodes to a
 //!    rectangular block: a coefficient load to inner indices `k0..k0+kw` ×
@@ -235,6 +235,11 @@ pub fn check_program(
     header("right", s.right.to_string(), h.right.to_string());
     header("output", s.output.to_string(), h.output.to_string());
     header(
+        "left_order",
+        format!("{:?}", s.left_order),
+        format!("{:?}", h.left_order),
+    );
+    header(
         "output_order",
         format!("{:?}", s.output_order),
         format!("{:?}", h.output_order),
@@ -271,13 +276,10 @@ pub fn check_program(
     }
 
     let maps = (
-        OperandMap::new(
-            "left",
-            rows,
-            s.inner,
-            s.left,
-            ElementOrder::Amp(AmpOperand::Left),
-        ),
+        // The variant's left order, not the header's: the two are equal
+        // once the header checks pass, and the variant is what the caller
+        // lays the operand out by.
+        OperandMap::new("left", rows, s.inner, s.left, s.left_order),
         OperandMap::new(
             "right",
             s.inner,

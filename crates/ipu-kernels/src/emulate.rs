@@ -23,15 +23,19 @@
 //!   initialise mode from zero; the final partials are the output.
 //!
 //! Operand addresses must be multiples of the header's alignment (32 on
-//! IPU21; the AMP's 128-bit loads fault otherwise). Every access is bounds
-//! checked against the image and against its
-//! operand's extent; the AMP's read of `left_tail_bytes` past the left
+//! IPU21; the AMP's 128-bit loads fault otherwise). With a row-major left
+//! operand every left run must also start, and repeat, at multiples of it,
+//! because each repetition is a row the AMP loads from (the planner keeps
+//! `inner × element bytes` and `k × element bytes` aligned so built programs
+//! always pass; an `Amp(Left)` left operand is not checked run by run, as
+//! before). Every access is bounds checked against the image and against
+//! its operand's extent; the AMP's read of `left_tail_bytes` past the left
 //! operand must also lie in the image; the output may not overlap an input.
 //! Workers write disjoint outputs (the program checker proves it for built
 //! programs), so running them in order gives the same bytes as any
 //! interleaving.
 
-use ipu_layout::Precision;
+use ipu_layout::{AmpOperand, ElementOrder, Precision};
 
 use crate::WorkerId;
 use crate::error::{EmulateError, Operand};
@@ -199,6 +203,17 @@ pub fn emulate_with(
 }
 
 fn check_header(h: &ProgramHeader) -> Result<(), EmulateError> {
+    if !matches!(
+        h.left_order,
+        ElementOrder::RowMajor | ElementOrder::Amp(AmpOperand::Left)
+    ) {
+        return Err(EmulateError::MalformedHeader {
+            reason: format!(
+                "left order {:?} is neither RowMajor nor Amp(Left)",
+                h.left_order
+            ),
+        });
+    }
     let expected = Arithmetic::select(h.left, h.right, h.output);
     if expected != Some(h.arithmetic) {
         return Err(EmulateError::MalformedHeader {
@@ -485,6 +500,9 @@ impl Machine<'_> {
                             ),
                         ));
                     }
+                    if h.left_order == ElementOrder::RowMajor {
+                        check_row_runs(worker, i, runs, h.alignment)?;
+                    }
                     let left =
                         self.gather(worker, i, Operand::Left, runs, *rows, *inner, h.left)?;
                     self.stats.left_bytes +=
@@ -572,6 +590,32 @@ impl Machine<'_> {
         self.stats.macs += (rows * k * c) as u64;
         self.stats.amp_steps += (rows * c) as u64 * steps;
     }
+}
+
+/// Checks that every repetition of row-major left `runs` starts at a
+/// multiple of `alignment` from the (aligned) operand base. The stride
+/// matters only when a run repeats: a single repetition never uses it.
+fn check_row_runs(
+    worker: WorkerId,
+    op: usize,
+    runs: &[Run],
+    alignment: u32,
+) -> Result<(), EmulateError> {
+    // The operand bases were checked against a non-zero alignment already.
+    let a = alignment.max(1);
+    for (j, r) in runs.iter().enumerate() {
+        if r.offset % a != 0 || (r.count > 1 && r.stride % a != 0) {
+            return Err(EmulateError::MisalignedLeftRun {
+                worker,
+                op,
+                run: j,
+                offset: r.offset,
+                stride: r.stride,
+                alignment,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// One pass of rows through the AMP against a coefficient block.

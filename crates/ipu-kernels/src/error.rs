@@ -50,6 +50,27 @@ pub enum KernelError {
         /// The order given.
         order: ElementOrder,
     },
+    /// The left element order is neither row major nor the AMP left order.
+    #[error("GEMM left order {order:?} is not supported; use RowMajor or Amp(Left)")]
+    UnsupportedLeftOrder {
+        /// The order given.
+        order: ElementOrder,
+    },
+    /// A row-major left operand's rows or inner blocks would start at
+    /// offsets the AMP cannot load from.
+    #[error(
+        "row-major left operand: the {what} is {bytes} bytes, not a multiple of the \
+         {alignment}-byte operand alignment, so its rows would start misaligned; \
+         pad the inner dimension to a multiple of {alignment} bytes or use the Amp(Left) order"
+    )]
+    MisalignedLeftRows {
+        /// Which size: a row or an inner block.
+        what: &'static str,
+        /// Its bytes.
+        bytes: u64,
+        /// The operand alignment.
+        alignment: u32,
+    },
     /// An explicit block size is not a multiple of what the AMP needs or is
     /// larger than the padded operand.
     #[error(
@@ -120,13 +141,13 @@ pub enum KernelError {
     },
     /// The program format version is not one this crate reads.
     #[error(
-        "AMP program format version {found} is not supported (this build reads version {supported}); \
-         rebuild the kernel object"
+        "AMP program format version {found} is not supported (this build reads versions up to \
+         {supported}); rebuild the kernel object"
     )]
     UnsupportedProgramVersion {
         /// The version in the bytes.
         found: u16,
-        /// The version this build reads.
+        /// The newest version this build reads.
         supported: u16,
     },
     /// A kernel object could not be written or read.
@@ -306,6 +327,27 @@ pub enum EmulateError {
         output_start: u64,
         /// Output range end.
         output_end: u64,
+    },
+    /// A run of a row-major left operand starts, or repeats, at an offset
+    /// that is not a multiple of the operand alignment.
+    #[error(
+        "{worker} op {op}: row-major left run {run} at operand offset {offset} with row stride \
+         {stride} is not a multiple of {alignment} bytes; the AMP cannot load rows from there, \
+         so place rows at {alignment}-byte multiples (pad the inner dimension)"
+    )]
+    MisalignedLeftRun {
+        /// The worker context.
+        worker: WorkerId,
+        /// The op index.
+        op: usize,
+        /// The run index in the op.
+        run: usize,
+        /// The run's offset from the left operand base.
+        offset: u32,
+        /// The run's stride.
+        stride: u32,
+        /// The alignment required.
+        alignment: u32,
     },
     /// An op is inconsistent with the program or the AMP state.
     #[error("{worker} op {op} is malformed: {reason}")]

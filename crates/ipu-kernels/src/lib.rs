@@ -54,10 +54,12 @@ pub use problem::{
     GemmProblem, IMAGE_BASE, Mismatch, ProblemError, RunOutput, pack_matrix, unpack_matrix,
 };
 pub use program::{
-    AmpOp, AmpProgram, PROGRAM_FORMAT_VERSION, ProgramHeader, Run, WorkerProgram, build_program,
+    AmpOp, AmpProgram, PROGRAM_FORMAT_VERSION, PROGRAM_FORMAT_VERSION_LATEST, ProgramHeader, Run,
+    WorkerProgram, build_program,
 };
 pub use variant::{
-    Arithmetic, EntryPoint, GemmShape, Mode, PlanConfig, RowSize, Variant, plan_variant,
+    Arithmetic, DEFAULT_LEFT_ORDER, EntryPoint, GemmShape, Mode, PlanConfig, RowSize, Variant,
+    plan_variant,
 };
 
 ipu_layout::define_id!(

@@ -113,7 +113,8 @@ pub struct EntryMetadata {
 pub struct KernelMetadata {
     /// [`KERNEL_METADATA_VERSION`].
     pub format_version: u16,
-    /// The AMP program format inside the object.
+    /// The AMP program format inside the object: 1 for a panel-major left
+    /// operand, 2 for a row-major one.
     pub program_format_version: u16,
     /// The variant's name.
     pub name: String,
@@ -158,6 +159,10 @@ pub struct HostToolchain;
 
 impl Toolchain for HostToolchain {
     fn identity(&self) -> String {
+        // The base program format: the programs of `Amp(Left)` variants are
+        // still written in it byte for byte, so their cache entries stay
+        // valid. Row-major-left variants (format 2) have keys of their own,
+        // and the cache key hashes each variant's program format as well.
         format!(
             "ipu-kernels-host {} program-format {} metadata {}",
             env!("CARGO_PKG_VERSION"),
@@ -231,7 +236,7 @@ impl Toolchain for HostToolchain {
         let object = write_object(&text, &directory, &metadata_entries)?;
         let metadata = KernelMetadata {
             format_version: KERNEL_METADATA_VERSION,
-            program_format_version: PROGRAM_FORMAT_VERSION,
+            program_format_version: variant.program_format_version(),
             name: variant.name().to_owned(),
             variant_key: variant.key().to_owned(),
             shape: *variant.shape(),

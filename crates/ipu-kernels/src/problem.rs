@@ -282,12 +282,15 @@ impl GemmProblem {
         let output_at = align32(right_at + right_bytes);
         let size = align32(output_at + output_bytes);
         let mut image = vec![0u8; size as usize];
+        // The left operand is laid out in the shape's left order, as the
+        // output is in its output order, so one problem with two left
+        // orders runs the same logical matrices.
         pack_matrix(
             &self.left,
             s.rows,
             s.inner,
             s.left,
-            ElementOrder::Amp(AmpOperand::Left),
+            s.left_order,
             &mut image[left_at as usize..right_at as usize],
         )?;
         pack_matrix(

@@ -1,7 +1,7 @@
 //! AMP programs: the explicit op sequence a GEMM kernel performs on tile
 //! memory, how a variant builds one, and its versioned binary form.
 //!
-//! A program has a header (precisions, dimensions, order, mode) and one op
+//! A program has a header (precisions, dimensions, orders, mode) and one op
 //! list per worker context. Ops address memory by [`Run`]s relative to an
 //! operand base, so one program serves any placement: the caller passes the
 //! absolute operand addresses ([`crate::KernelArgs`]) when it runs.
@@ -14,12 +14,20 @@
 //! column-block ranges, the grid chosen by the cost model (splitting rows
 //! makes every worker load every weight block; splitting columns does not).
 //!
-//! The binary form (`PROGRAM_FORMAT_VERSION`) is little endian:
+//! The left operand's rows are streamed panel by panel in `Amp(Left)` order
+//! (one run per panel an inner block touches) or row by row in row-major
+//! order (one run per inner block: offset `(r0 × inner + k0) × eb`, bytes
+//! `kw × eb`, stride `inner × eb`). The AMP's read tail is the same in both
+//! orders: what a row-major run reads past its last byte is the rest of its
+//! row, or the tail after the operand's end for the last row's last block.
+//!
+//! The binary form is little endian:
 //!
 //! ```text
-//! magic "IPUAMP\0\0", version u16,
+//! magic "IPUAMP\0\0", version u16 (1 or 2),
 //! header: left, right, output precision (tag u8, scale i8 each; tags 0 F32,
 //!         1 F16, 2 F143, 3 F152), output order u8 (0 RowMajor, 1 Amp(Output)),
+//!         [version 2 only: left order u8 (0 RowMajor, 1 Amp(Left))],
 //!         weight class u8 (0 standard, 1 interleaved), mode u8 (0 initialise,
 //!         1 accumulate), arithmetic u8, rows u32, inner u32, columns u32,
 //!         k u32, c u32, left tail bytes u32, operand alignment u32,
@@ -28,14 +36,41 @@
 //!     3 StreamRows, 4 StorePartials), rows-or-inner u32, columns-or-inner u32,
 //!     run count u16, runs (offset, bytes, stride, count: u32 each).
 //! ```
+//!
+//! Version 1 has no left-order byte: its left operand is in `Amp(Left)`
+//! order. A program is written in the oldest version that can say what it
+//! does, so a program with an `Amp(Left)` left operand is version 1, byte
+//! for byte what this crate wrote before the left order existed (objects,
+//! cache keys and golden files of such programs do not change), and a
+//! reader that predates version 2 rejects a row-major program by its version
+//! instead of misreading its runs.
 
 use ipu_layout::{AmpOperand, ElementOrder, Fp8Format, MemoryClass, Precision};
 
 use crate::variant::Arithmetic;
 use crate::{KernelError, Mode, Variant, WorkerId};
 
-/// The version of the serialised program format this build writes and reads.
+/// The original program format version, which every program whose left
+/// operand is in `Amp(Left)` order is still written in (see the module
+/// header). The toolchain identity names this version, so existing cache
+/// keys stay valid; the version of a variant's programs is
+/// [`Variant::program_format_version`].
 pub const PROGRAM_FORMAT_VERSION: u16 = 1;
+
+/// The newest program format version this build writes and reads: version 1
+/// plus a left-order byte, written for programs with a row-major left
+/// operand. The reader accepts every version from [`PROGRAM_FORMAT_VERSION`]
+/// to this one.
+pub const PROGRAM_FORMAT_VERSION_LATEST: u16 = 2;
+
+/// The format version a program with a left operand in `left_order` is
+/// written in: the oldest that can express it.
+pub(crate) fn format_version(left_order: ElementOrder) -> u16 {
+    match left_order {
+        ElementOrder::Amp(_) => PROGRAM_FORMAT_VERSION,
+        ElementOrder::RowMajor => PROGRAM_FORMAT_VERSION_LATEST,
+    }
+}
 
 const MAGIC: &[u8; 8] = b"IPUAMP\0\0";
 
@@ -158,6 +193,8 @@ pub struct ProgramHeader {
     pub right: Precision,
     /// Output and partial precision.
     pub output: Precision,
+    /// Left order: `Amp(Left)` or `RowMajor`.
+    pub left_order: ElementOrder,
     /// Output order.
     pub output_order: ElementOrder,
     /// Where the weights live.
@@ -183,6 +220,11 @@ pub struct ProgramHeader {
 }
 
 impl ProgramHeader {
+    /// The format version [`AmpProgram::to_bytes`] writes this header in.
+    pub fn format_version(&self) -> u16 {
+        format_version(self.left_order)
+    }
+
     /// Bytes of the left, right and output operands, if they fit in `u64`.
     pub fn operand_bytes(&self) -> [u64; 3] {
         let m = |a: u32, b: u32, p: Precision| {
@@ -332,6 +374,36 @@ fn run(offset: u64, bytes: u64, stride: u64, count: u64) -> Result<Run, &'static
     })
 }
 
+/// Runs covering left rows `row0..row0 + nrows` and inner indices
+/// `k0..k0 + kw` in the shape's left order.
+fn left_runs(
+    s: &ProgramHeader,
+    row0: u64,
+    nrows: u64,
+    k0: u64,
+    kw: u64,
+) -> Result<Vec<Run>, &'static str> {
+    let eb = s.left.element_bytes();
+    match s.left_order {
+        ElementOrder::Amp(_) => panel_runs(
+            u64::from(s.rows),
+            u64::from(s.inner),
+            s.left.amp_panel_columns(),
+            eb,
+            row0,
+            nrows,
+            k0,
+            kw,
+        ),
+        // One run per block: each row's inner range is contiguous, and the
+        // rows are `inner` elements apart.
+        ElementOrder::RowMajor => {
+            let w = u64::from(s.inner);
+            Ok(vec![run((row0 * w + k0) * eb, kw * eb, w * eb, nrows)?])
+        }
+    }
+}
+
 /// Runs covering an output block in the shape's output order.
 fn output_runs(
     s: &ProgramHeader,
@@ -380,6 +452,7 @@ pub(crate) fn build_for_rows(
         left: shape.left,
         right: shape.right,
         output: shape.output,
+        left_order: shape.left_order,
         output_order: shape.output_order,
         right_class: shape.right_class,
         mode,
@@ -433,17 +506,8 @@ pub(crate) fn build_for_rows(
                     columns: cw,
                     runs: right,
                 });
-                let left = panel_runs(
-                    u64::from(rows),
-                    u64::from(shape.inner),
-                    shape.left.amp_panel_columns(),
-                    shape.left.element_bytes(),
-                    r0,
-                    n,
-                    u64::from(k0),
-                    u64::from(kw),
-                )
-                .map_err(overflow)?;
+                let left =
+                    left_runs(&header, r0, n, u64::from(k0), u64::from(kw)).map_err(overflow)?;
                 ops.push(AmpOp::StreamRows {
                     rows: share.rows,
                     inner: kw,
@@ -493,12 +557,14 @@ fn arithmetic_code(a: Arithmetic) -> u8 {
 }
 
 impl AmpProgram {
-    /// The versioned binary form (see the module header).
+    /// The versioned binary form (see the module header), in the version
+    /// [`ProgramHeader::format_version`] names.
     pub fn to_bytes(&self) -> Vec<u8> {
         let h = &self.header;
+        let version = h.format_version();
         let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&PROGRAM_FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         for p in [h.left, h.right, h.output] {
             out.extend_from_slice(&precision_code(p));
         }
@@ -506,6 +572,12 @@ impl AmpProgram {
             ElementOrder::RowMajor => 0,
             ElementOrder::Amp(_) => 1,
         });
+        if version >= 2 {
+            out.push(match h.left_order {
+                ElementOrder::RowMajor => 0,
+                ElementOrder::Amp(_) => 1,
+            });
+        }
         out.push(match h.right_class {
             MemoryClass::Ipu21Standard => 0,
             MemoryClass::Ipu21Interleaved => 1,
@@ -551,8 +623,8 @@ impl AmpProgram {
         out
     }
 
-    /// Parses the binary form, rejecting anything malformed or of another
-    /// version.
+    /// Parses the binary form of any version this build reads, rejecting
+    /// anything malformed or of another version.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, KernelError> {
         let mut r = Reader { bytes, at: 0 };
         let magic = r.take(8)?;
@@ -560,10 +632,10 @@ impl AmpProgram {
             return Err(r.error(0, "not an AMP program (bad magic)"));
         }
         let version = r.u16()?;
-        if version != PROGRAM_FORMAT_VERSION {
+        if !(PROGRAM_FORMAT_VERSION..=PROGRAM_FORMAT_VERSION_LATEST).contains(&version) {
             return Err(KernelError::UnsupportedProgramVersion {
                 found: version,
-                supported: PROGRAM_FORMAT_VERSION,
+                supported: PROGRAM_FORMAT_VERSION_LATEST,
             });
         }
         let left = r.precision()?;
@@ -574,6 +646,18 @@ impl AmpProgram {
             0 => ElementOrder::RowMajor,
             1 => ElementOrder::Amp(AmpOperand::Output),
             _ => return Err(r.error(at, "unknown output order")),
+        };
+        let left_order = if version >= 2 {
+            let at = r.at;
+            match r.u8()? {
+                0 => ElementOrder::RowMajor,
+                // This build never writes it (an Amp(Left) program is
+                // version 1), but it is a well-defined value.
+                1 => ElementOrder::Amp(AmpOperand::Left),
+                _ => return Err(r.error(at, "unknown left order")),
+            }
+        } else {
+            ElementOrder::Amp(AmpOperand::Left)
         };
         let at = r.at;
         let right_class = match r.u8()? {
@@ -600,6 +684,7 @@ impl AmpProgram {
             left,
             right,
             output,
+            left_order,
             output_order,
             right_class,
             mode,
@@ -779,15 +864,23 @@ impl std::fmt::Display for AmpProgram {
     /// A readable listing: the header, then each worker's ops.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let h = &self.header;
+        // The left order is named only when it is not the AMP's own, so the
+        // listings of Amp(Left) programs read as they always have.
+        let left_order = match h.left_order {
+            ElementOrder::Amp(AmpOperand::Left) => String::new(),
+            other => format!(" ({other:?})"),
+        };
         writeln!(
             f,
-            "amp program v{PROGRAM_FORMAT_VERSION}: {} rows x {} inner x {} columns, \
-             left {} right {} ({}) output {} ({:?}), {}, {}, k {} c {}, left tail {} bytes, \
+            "amp program v{}: {} rows x {} inner x {} columns, \
+             left {}{} right {} ({}) output {} ({:?}), {}, {}, k {} c {}, left tail {} bytes, \
              align {}",
+            h.format_version(),
             h.rows,
             h.inner,
             h.columns,
             h.left,
+            left_order,
             h.right,
             h.right_class,
             h.output,

@@ -3,9 +3,9 @@
 //!
 //! The seed log (`shared/seed/000_dc5e74533deb5fb9.log`, phase
 //! `compile_kernels`) planned five variants for SigLIP so400m at batch 2:
-//! FP8 F143 rows and weights (weights in interleaved memory), F16 partials
-//! and output, each shard one block (`inner = k`, `columns = c`), served for
-//! two row counts.
+//! FP8 F143 rows (in `Amp(Left)` order) and weights (in interleaved memory),
+//! F16 partials and output, each shard one block (`inner = k`,
+//! `columns = c`), served for two row counts.
 
 use ipu_layout::{AmpOperand, ElementOrder, Fp8Format, MemoryClass, Precision};
 
@@ -33,6 +33,7 @@ pub fn seed_shape(k: u32, c: u32, rows: u32) -> GemmShape {
         left: f143,
         right: f143,
         output: Precision::F16,
+        left_order: ElementOrder::Amp(AmpOperand::Left),
         output_order: ElementOrder::Amp(AmpOperand::Output),
         right_class: MemoryClass::Ipu21Interleaved,
     }

@@ -18,8 +18,8 @@ use crate::{AmpModel, KernelError, estimate_cycles};
 /// One tile's GEMM: `output[rows, columns] (+)= left[rows, inner] × right[inner, columns]`.
 ///
 /// Dimensions are the stored (padded) shard extents; padding holds zeros.
-/// The left operand is in `Amp(Left)` order and the weights in `Amp(Right)`
-/// order (see `ipu_layout::ElementOrder`).
+/// The left operand is in `left_order` (`Amp(Left)` or `RowMajor`) and the
+/// weights in `Amp(Right)` order (see `ipu_layout::ElementOrder`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GemmShape {
     /// Left rows held by the tile. [`plan_variant`] takes the rows it serves
@@ -35,10 +35,35 @@ pub struct GemmShape {
     pub right: Precision,
     /// Output and partial precision (F16, or F32 with F16 left rows).
     pub output: Precision,
+    /// `Amp(Left)` (the default) or `RowMajor`. A row-major left operand's
+    /// rows must start at aligned addresses: `inner × element bytes` must be
+    /// a multiple of the model's operand alignment (see [`Variant::new`]).
+    ///
+    /// The default is not serialised, so a shape that does not use a
+    /// row-major left serialises exactly as before the field existed: its
+    /// variant key, cache key, name and `kernel.json` are unchanged, and
+    /// metadata written before the field existed reads back as `Amp(Left)`.
+    #[serde(
+        default = "default_left_order",
+        skip_serializing_if = "is_default_left_order"
+    )]
+    pub left_order: ElementOrder,
     /// `RowMajor` or `Amp(Output)`.
     pub output_order: ElementOrder,
     /// Where the weights live; interleaved memory allows 128-bit loads.
     pub right_class: MemoryClass,
+}
+
+/// The left order of shapes that do not say otherwise: the AMP's own
+/// panel-major order.
+pub const DEFAULT_LEFT_ORDER: ElementOrder = ElementOrder::Amp(AmpOperand::Left);
+
+fn default_left_order() -> ElementOrder {
+    DEFAULT_LEFT_ORDER
+}
+
+fn is_default_left_order(order: &ElementOrder) -> bool {
+    *order == DEFAULT_LEFT_ORDER
 }
 
 /// Whether a call overwrites the output or adds to it.
@@ -263,6 +288,7 @@ impl Variant {
                 limit: k_limit,
             });
         }
+        check_left_alignment(shape, model, Some(k))?;
         let cm = model.column_multiple;
         let c_limit = round_up(shape.columns, cm);
         if c == 0 || c % cm != 0 || c > c_limit {
@@ -282,7 +308,12 @@ impl Variant {
             MemoryClass::Ipu21Interleaved => "_interleaved",
             MemoryClass::Ipu21Standard => "",
         };
-        let name = format!("gemm_{prefix}{memory}_k{k}_c{c}_r{r_small}_r{r_large}");
+        // The default left order adds nothing, so existing names stay.
+        let left = match shape.left_order {
+            ElementOrder::RowMajor => "_left_rowmajor",
+            ElementOrder::Amp(_) => "",
+        };
+        let name = format!("gemm_{prefix}{memory}{left}_k{k}_c{c}_r{r_small}_r{r_large}");
         let spec = VariantSpec {
             shape: &shape,
             k,
@@ -317,7 +348,9 @@ impl Variant {
         Ok(variant)
     }
 
-    /// The seed's name scheme: `gemm_{f16|f8}{_interleaved}_k{K}_c{C}_r{S}_r{L}`.
+    /// The seed's name scheme: `gemm_{f16|f8}{_interleaved}_k{K}_c{C}_r{S}_r{L}`,
+    /// with `_left_rowmajor` after the memory part when the left operand is
+    /// row major.
     /// Two variants of different shapes can share a name; [`Variant::key`]
     /// and the entry symbols are unique.
     pub fn name(&self) -> &str {
@@ -357,6 +390,13 @@ impl Variant {
     /// Rows of the long shards.
     pub fn r_large(&self) -> u32 {
         self.r_large
+    }
+
+    /// The version of the program format its programs are serialised in:
+    /// [`crate::PROGRAM_FORMAT_VERSION`] for a panel-major left operand,
+    /// [`crate::PROGRAM_FORMAT_VERSION_LATEST`] for a row-major one.
+    pub fn program_format_version(&self) -> u16 {
+        crate::program::format_version(self.shape.left_order)
     }
 
     /// The model the variant was planned with.
@@ -443,6 +483,14 @@ pub(crate) fn validate_shape(
         });
     }
     if !matches!(
+        shape.left_order,
+        ElementOrder::RowMajor | ElementOrder::Amp(AmpOperand::Left)
+    ) {
+        return Err(KernelError::UnsupportedLeftOrder {
+            order: shape.left_order,
+        });
+    }
+    if !matches!(
         shape.output_order,
         ElementOrder::RowMajor | ElementOrder::Amp(AmpOperand::Output)
     ) {
@@ -459,6 +507,45 @@ pub(crate) fn validate_shape(
     )
 }
 
+/// Checks that every run of a row-major left operand starts at an aligned
+/// offset from the (aligned) operand base, as the AMP's 128-bit loads need
+/// (the reason operand bases are aligned at all).
+///
+/// The run of rows `r0..` and inner block `k0..` starts at
+/// `(r0 × inner + k0) × eb` and repeats every `inner × eb` bytes, and `k0` is
+/// a multiple of `k`, so every repetition is aligned exactly when
+/// `inner × eb` and (with `k` given) `k × eb` are multiples of the
+/// alignment. A panel-major left operand is not checked: its runs are the
+/// same as before the left order existed.
+fn check_left_alignment(
+    shape: &GemmShape,
+    model: &AmpModel,
+    k: Option<u32>,
+) -> Result<(), KernelError> {
+    if shape.left_order != ElementOrder::RowMajor {
+        return Ok(());
+    }
+    let eb = shape.left.element_bytes();
+    let alignment = model.operand_alignment;
+    let sizes = [
+        ("row (inner x element bytes)", Some(shape.inner)),
+        ("inner block (k x element bytes)", k),
+    ];
+    for (what, elements) in sizes {
+        let Some(elements) = elements else { continue };
+        // At most 2^32 × 4 bytes: the multiplication never saturates.
+        let bytes = u64::from(elements).saturating_mul(eb);
+        if bytes % u64::from(alignment.max(1)) != 0 {
+            return Err(KernelError::MisalignedLeftRows {
+                what,
+                bytes,
+                alignment,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Plans one variant serving a tiling's long and short shards
 /// (`rows_small <= rows_large`).
 ///
@@ -468,7 +555,11 @@ pub(crate) fn validate_shape(
 /// `max_block_bytes` and whose code fits `max_code_bytes`. The planner keeps
 /// the one with the fewest estimated cycles for a long shard (initialise and
 /// accumulate together), then the smaller code, then the larger `k`, then the
-/// larger `c`; the choice does not depend on anything else.
+/// larger `c`; the choice does not depend on anything else. With a row-major
+/// left operand, `inner × element bytes` must be a multiple of the operand
+/// alignment, and `k` candidates whose inner blocks would start misaligned
+/// are skipped (none are on IPU21, where `k × element bytes` is a multiple
+/// of 32 bytes).
 pub fn plan_variant(
     shape: &GemmShape,
     rows_small: u32,
@@ -478,6 +569,7 @@ pub fn plan_variant(
     config.model.validate()?;
     let arithmetic = validate_shape(shape, rows_small, rows_large)?;
     let model = &config.model;
+    check_left_alignment(shape, model, None)?;
     let micro = arithmetic.micro_inner(model);
     let cm = model.column_multiple;
     let k_top = round_up(shape.inner, micro).min(config.max_k);
@@ -491,6 +583,10 @@ pub fn plan_variant(
     let mut best: Option<(Score, Variant)> = None;
     let mut k = micro;
     while k <= k_top {
+        if check_left_alignment(shape, model, Some(k)).is_err() {
+            k += micro;
+            continue;
+        }
         let mut c = cm;
         while c <= c_top {
             let block = u64::from(k) * u64::from(c) * weight_bytes;

@@ -86,6 +86,7 @@ fn every_block_of_small_shapes_matches_reference() {
                     left,
                     right,
                     output,
+                    left_order: ElementOrder::Amp(AmpOperand::Left),
                     output_order: order,
                     right_class: MemoryClass::Ipu21Interleaved,
                 };
@@ -145,6 +146,7 @@ fn half_partials_round_every_step() {
         left: ipu_layout::Precision::F16,
         right: ipu_layout::Precision::F16,
         output: ipu_layout::Precision::F16,
+        left_order: ElementOrder::Amp(AmpOperand::Left),
         output_order: ElementOrder::RowMajor,
         right_class: MemoryClass::Ipu21Standard,
     };

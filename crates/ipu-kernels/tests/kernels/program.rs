@@ -21,6 +21,7 @@ fn listing_variant() -> Variant {
         left: Precision::F16,
         right: Precision::F16,
         output: Precision::F16,
+        left_order: ElementOrder::Amp(AmpOperand::Left),
         output_order: ElementOrder::Amp(AmpOperand::Output),
         right_class: MemoryClass::Ipu21Interleaved,
     };
@@ -234,7 +235,7 @@ fn image(p: &ipu_kernels::GemmProblem, program: &AmpProgram) -> (Vec<u8>, ipu_ke
         s.rows,
         s.inner,
         s.left,
-        ElementOrder::Amp(AmpOperand::Left),
+        s.left_order,
         &mut bytes[..l as usize],
     )
     .expect("left");

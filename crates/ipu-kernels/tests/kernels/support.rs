@@ -67,13 +67,13 @@ pub fn problem(shape: GemmShape, mode: Mode, seed: u64) -> GemmProblem {
     GemmProblem::new(shape, mode, left, right, initial).expect("sizes match")
 }
 
-/// Shapes over every supported precision combination, both output orders,
-/// both weight classes and both modes.
+/// Shapes over every supported precision combination, both left orders,
+/// both output orders, both weight classes and both modes. A row-major left
+/// operand gets its inner dimension rounded up to a whole panel (32 bytes),
+/// as row-major rows must start aligned.
 pub fn shapes() -> impl Strategy<Value = (GemmShape, Mode)> {
     (
-        1u32..=20,
-        1u32..=130,
-        1u32..=70,
+        (1u32..=20, 1u32..=130, 1u32..=70),
         0usize..5,
         -2i8..=2,
         -2i8..=2,
@@ -81,15 +81,32 @@ pub fn shapes() -> impl Strategy<Value = (GemmShape, Mode)> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     )
         .prop_map(
-            |(rows, inner, columns, combo, ls, rs, f152, row_major, interleaved, acc)| {
+            |(
+                (rows, inner, columns),
+                combo,
+                ls,
+                rs,
+                f152,
+                row_major,
+                interleaved,
+                acc,
+                row_left,
+            )| {
                 let format = if f152 {
                     Fp8Format::F152
                 } else {
                     Fp8Format::F143
                 };
                 let (left, right, output) = combination(combo, ls, rs, format);
+                let (inner, left_order) = if row_left {
+                    let panel = left.amp_panel_columns() as u32;
+                    (inner.div_ceil(panel) * panel, ElementOrder::RowMajor)
+                } else {
+                    (inner, ElementOrder::Amp(AmpOperand::Left))
+                };
                 let shape = GemmShape {
                     rows,
                     inner,
@@ -97,6 +114,7 @@ pub fn shapes() -> impl Strategy<Value = (GemmShape, Mode)> {
                     left,
                     right,
                     output,
+                    left_order,
                     output_order: if row_major {
                         ElementOrder::RowMajor
                     } else {
