@@ -370,6 +370,7 @@ fn plan_kernels(program: &Program) -> Result<Vec<Variant>, BuildError> {
                 inner: k.inner,
                 columns: k.columns,
                 left: k.left,
+                left_order: k.left_order,
                 right: k.right,
                 output: k.output,
                 output_order: ElementOrder::RowMajor,

@@ -1175,6 +1175,7 @@ impl Lowerer<'_> {
                 rows_small: u32_arg("GEMM rows", small)?,
                 rows_large: u32_arg("GEMM rows", large)?,
                 left: problem.left,
+                left_order: left.order(),
                 right: problem.right,
                 output: problem.output,
                 right_class: MemoryClass::Ipu21Interleaved,

@@ -14,7 +14,7 @@
 //! but the GEMM works on row-major shards whose shapes it is given
 //! explicitly, so the simulator and the device need no layout logic.
 
-use ipu_layout::{IdVec, MemoryClass, Precision, SourceView, TensorType, TileId};
+use ipu_layout::{ElementOrder, IdVec, MemoryClass, Precision, SourceView, TensorType, TileId};
 use serde::{Deserialize, Serialize};
 
 ipu_layout::define_id!(
@@ -306,6 +306,9 @@ pub struct GemmKernel {
     pub rows_large: u32,
     /// Left operand precision.
     pub left: Precision,
+    /// Left operand order: `RowMajor` or `Amp(Left)`.
+    #[serde(default = "amp_left")]
+    pub left_order: ElementOrder,
     /// Weight precision.
     pub right: Precision,
     /// Output precision.
@@ -323,4 +326,9 @@ pub struct Program {
     pub kernels: IdVec<KernelId, GemmKernel>,
     /// The steps, in order.
     pub steps: Vec<Step>,
+}
+
+/// The left order of packages written before row-major left operands.
+fn amp_left() -> ElementOrder {
+    ElementOrder::Amp(ipu_layout::AmpOperand::Left)
 }

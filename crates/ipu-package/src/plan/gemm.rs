@@ -47,6 +47,19 @@ impl GemmProblem {
         AMP_COLUMNS.max(self.right.amp_panel_columns())
     }
 
+    /// The order the left operand is stored in on the GEMM's tiles:
+    /// row-major when every row's inner blocks start 32-byte aligned (the
+    /// AMP reads a row-major left with one strided run per row block), so
+    /// that row-major activations arrive in whole-row fragments; otherwise
+    /// AMP panels.
+    pub fn left_order(&self) -> ElementOrder {
+        if (self.micro_inner() * self.left.element_bytes()) % 32 == 0 {
+            ElementOrder::RowMajor
+        } else {
+            ElementOrder::Amp(AmpOperand::Left)
+        }
+    }
+
     /// The AMP micro inner dimension: 32 when both operands are FP8, else 16.
     pub fn micro_inner(&self) -> u64 {
         if self.left.is_fp8() && self.right.is_fp8() {
@@ -256,7 +269,7 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
     let left = tensor(
         left_shape,
         problem.left,
-        ElementOrder::Amp(AmpOperand::Left),
+        problem.left_order(),
         MemoryClass::Ipu21Standard,
         TensorTiling::new(tiles, pn, left_axes)?,
     )?;
