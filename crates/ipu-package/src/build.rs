@@ -184,11 +184,22 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
     let mut times = Vec::new();
     let map = MemoryMap::ipu21();
     let fabric = Fabric::ipu21().map_err(|e| BuildError::Device(e.to_string()))?;
+    if config.tiles == 0 || config.tiles > fabric.tile_count() {
+        return Err(BuildError::Device(format!(
+            "{} tiles asked for; the device has {} (give 1..={})",
+            config.tiles,
+            fabric.tile_count(),
+            fabric.tile_count()
+        )));
+    }
     phase("compile_runtime", &mut times, |_| Ok::<_, BuildError>(()))?;
 
     let mut lower_config = config.lower.clone();
     lower_config.tiles = config.tiles;
     let mut attempt = 0;
+    // Support measured by an earlier plan: a replan starts from it, since
+    // the estimate was already shown too small there.
+    let mut measured: Option<Vec<u32>> = None;
     let built = phase("plan_package", &mut times, |times| {
         loop {
             let program = lower(graph, &lower_config)?;
@@ -219,6 +230,11 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
                 "reserved support memory"
             );
             let mut reserved = estimate;
+            if let Some(m) = &measured {
+                for (r, &m) in reserved.iter_mut().zip(m) {
+                    *r = (*r).max(m);
+                }
+            }
             // Reservation, then verification of the real rows against it.
             let mut rounds = 0;
             // Schedules of the previous round: placing again moves data but
@@ -272,9 +288,13 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
                     tiles = outgrown.len(),
                     "support memory outgrew its reservation; placing again"
                 );
+                // Rows of phases that are not relocatable can change a
+                // little with the new addresses: reserve a 1/32 margin.
                 for t in outgrown {
-                    reserved[t] = round_up(support[t].used(), ELEMENT_BYTES);
+                    let used = support[t].used();
+                    reserved[t] = round_up(used.saturating_add(used / 32), ELEMENT_BYTES);
                 }
+                measured = Some(reserved.clone());
                 rounds += 1;
             };
             match outcome {
