@@ -109,6 +109,7 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
         clears: Vec::new(),
         steps: Vec::new(),
         body_weights: None,
+        unread_clears: 0,
     };
     for input in graph.inputs() {
         let t = graph.tensor(input);
@@ -152,6 +153,10 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
     }
     l.flush("outputs");
     l.program.steps = std::mem::take(&mut l.steps);
+    tracing::info!(
+        removed = l.unread_clears,
+        "eliminated unread padding clears"
+    );
     Ok(l.program)
 }
 
@@ -216,6 +221,9 @@ struct Lowerer<'a> {
     steps: Vec<Step>,
     /// Weight buffers created while lowering a repeat body.
     body_weights: Option<Vec<(BufferId, TensorId)>>,
+    /// Padded shards of redistribution targets whose padding nothing reads,
+    /// so that no clear was issued for them.
+    unread_clears: u64,
 }
 
 fn u32_arg(what: &str, value: u64) -> Result<u32, LowerError> {
@@ -264,6 +272,14 @@ impl Lowerer<'_> {
         let b = self.new_buffer_with(name, ty, BufferRole::Temporary, attrs);
         if self.program.buffers[b].padding_read {
             self.clear_padding(b);
+        } else {
+            // Zero padding is written only where a codelet reads it.
+            let padded = self.program.buffers[b]
+                .ty
+                .shards()
+                .filter(|s| s.has_padding() && s.bytes > 0)
+                .count();
+            self.unread_clears += padded as u64;
         }
         self.copies.push(Redistribute {
             source,
