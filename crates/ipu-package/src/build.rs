@@ -112,8 +112,13 @@ pub enum BuildError {
     #[error(transparent)]
     Storage(#[from] StorageError),
     /// The workload does not fit, even after trading cycles for memory.
-    #[error("the workload does not fit: {0}")]
-    DoesNotFit(Box<PlaceError>),
+    #[error("the workload does not fit: {error}; {culprits}")]
+    DoesNotFit {
+        /// The placement failure (first failing tile).
+        error: Box<PlaceError>,
+        /// The largest buffers live on that tile at the failing step.
+        culprits: String,
+    },
     /// Placement failed for another reason.
     #[error("placement failed: {0}")]
     Place(Box<PlaceError>),
@@ -242,7 +247,7 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
             let mut previous: Option<Vec<Schedule>> = None;
             let outcome = loop {
                 let placed = phase("place_storage", times, |_| {
-                    place_storage(&storage, &reserved, &map, config)
+                    place_storage(&program, &storage, &reserved, &map, config)
                 });
                 let (problem, placement) = match placed {
                     Ok(p) => p,
@@ -304,7 +309,7 @@ pub fn build_package(graph: &Graph, config: &BuildConfig) -> Result<Package, Bui
                         support,
                     ));
                 }
-                Err(BuildError::DoesNotFit(e)) if attempt < config.max_replans => {
+                Err(BuildError::DoesNotFit { error: e, .. }) if attempt < config.max_replans => {
                     attempt += 1;
                     lower_config.transient_budget /= 2;
                     warn!(budget = lower_config.transient_budget, error = %e, "placement failed; trading cycles for memory with a smaller transient budget");
@@ -598,6 +603,7 @@ type Placed = (Problem, ipu_alloc::Placement);
 
 /// Builds the placement problem and places it.
 fn place_storage(
+    program: &Program,
     storage: &StoragePlan,
     reserved: &[u32],
     map: &MemoryMap,
@@ -640,9 +646,12 @@ fn place_storage(
         map: map.clone(),
         tiles,
     };
-    let placement = ipu_alloc::place(&problem, &config.place).map_err(|e| match e {
-        PlaceError::DoesNotFit(_) => BuildError::DoesNotFit(Box::new(e)),
-        other => BuildError::Place(Box::new(other)),
+    let placement = ipu_alloc::place(&problem, &config.place).map_err(|e| match &e {
+        PlaceError::DoesNotFit(f) => BuildError::DoesNotFit {
+            culprits: culprits(program, storage, f.tile.index(), f.step, reserved),
+            error: Box::new(e),
+        },
+        _ => BuildError::Place(Box::new(e)),
     })?;
     if config.verify
         && let Err(errors) = ipu_alloc::check_placement(&problem, &placement)
@@ -659,6 +668,50 @@ fn place_storage(
         "placed tile storage"
     );
     Ok((problem, placement))
+}
+
+/// The buffers live on `tile` at `step`, largest first: what a user must
+/// shrink or shorten to make the tile fit.
+fn culprits(
+    program: &Program,
+    storage: &StoragePlan,
+    tile: usize,
+    step: u32,
+    reserved: &[u32],
+) -> String {
+    let Some(requests) = storage.tiles.get(tile) else {
+        return String::new();
+    };
+    let mut live: Vec<&crate::storage::StorageRequest> = requests
+        .iter()
+        .filter(|r| r.first_step <= step && step <= r.last_step)
+        .collect();
+    live.sort_by_key(|r| std::cmp::Reverse(r.bytes));
+    let total: u64 = live.iter().map(|r| u64::from(r.bytes)).sum();
+    let step_name = storage
+        .step_names
+        .get(step as usize)
+        .map(String::as_str)
+        .unwrap_or("?");
+    let mut out = format!(
+        "at step {step} ({step_name}) tile{tile} holds {total} bytes of data in {} buffers and {} bytes of support; the largest:",
+        live.len(),
+        reserved.get(tile).copied().unwrap_or(0)
+    );
+    for r in live.iter().take(6) {
+        let name = program
+            .buffers
+            .get(r.members[0].0)
+            .map_or("?", |b| b.name.as_str());
+        let stack = if r.members.len() > 1 {
+            format!(" (×{} iterations)", r.members.len())
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(" {name}{stack} {} bytes,", r.bytes));
+    }
+    out.pop();
+    out
 }
 
 /// Every buffer's `(tile, address)` list from the placement.
