@@ -46,6 +46,9 @@ pub struct LowerConfig {
     /// longest shards of ragged splits (partition 0's) spread over the tiles
     /// instead of all landing on tile 0.
     pub rotate: bool,
+    /// Merge consecutive compute steps into one (fewer syncs, coarser
+    /// lifetimes).
+    pub merge_compute: bool,
 }
 
 impl Default for LowerConfig {
@@ -55,6 +58,7 @@ impl Default for LowerConfig {
             cost: CostModel::ipu21(),
             transient_budget: 160 * 1024,
             rotate: true,
+            merge_compute: false,
         }
     }
 }
@@ -469,16 +473,20 @@ impl Lowerer<'_> {
         }
     }
 
-    /// Appends a compute step, merged into the previous one when that is a
-    /// compute step too (each tile's calls keep their order).
+    /// Appends a compute step. With `merge_compute`, it joins the previous
+    /// one when that is a compute step too (each tile's calls keep their
+    /// order); otherwise each op's calls are a step of their own, so that
+    /// storage lifetimes end and begin between ops instead of overlapping
+    /// across a whole run of compute.
     fn compute(&mut self, name: String, calls: Vec<(TileId, Codelet)>) {
         if calls.is_empty() {
             return;
         }
-        if let Some(Step::Compute {
-            name: last,
-            calls: list,
-        }) = self.steps.last_mut()
+        if self.config.merge_compute
+            && let Some(Step::Compute {
+                name: last,
+                calls: list,
+            }) = self.steps.last_mut()
         {
             last.push_str(" + ");
             last.push_str(&name);
