@@ -286,11 +286,18 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
         MemoryClass::Ipu21Interleaved,
         TensorTiling::new(tiles, pm, right_axes)?,
     )?;
+    // With `pm == 1` the resting weights are the AMP's operand and need
+    // interleaved memory; otherwise they are only the source of its copies
+    // and may rest in any memory, leaving interleaved room for those copies.
     let right_resident = tensor(
         right_shape,
         problem.right,
         ElementOrder::Amp(AmpOperand::Right),
-        MemoryClass::Ipu21Interleaved,
+        if pm == 1 {
+            MemoryClass::Ipu21Interleaved
+        } else {
+            MemoryClass::Ipu21Standard
+        },
         resident_tiling(problem, grid)?,
     )?;
 
