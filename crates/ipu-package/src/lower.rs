@@ -1119,7 +1119,20 @@ impl Lowerer<'_> {
         output: &TensorType,
         grid: GemmGrid,
     ) -> Result<BufferId, LowerError> {
-        self.bias_in_blocks(op, bias, output.tiling().tile_count(), grid.pn)
+        let block = self.column_block_of(output);
+        self.bias_in_blocks(op, bias, output, grid.pn, block)
+    }
+
+    /// The column block of a layout whose last axis is split (16 when it
+    /// is not split).
+    fn column_block_of(&self, layout: &TensorType) -> u32 {
+        let rank = layout.shape().rank() as u32;
+        layout
+            .tiling()
+            .axes()
+            .iter()
+            .find(|a| a.axis.resolve(rank as usize).ok() == Some(rank as usize - 1))
+            .map_or(16, |a| a.block_size)
     }
 
     /// A bias `[N]` for an element layout: column block `t % parts`.
@@ -1129,36 +1142,61 @@ impl Lowerer<'_> {
         bias: TensorId,
         output: &TensorType,
     ) -> Result<BufferId, LowerError> {
-        self.bias_in_blocks(op, bias, output.tiling().tile_count(), column_parts(output))
+        let block = self.column_block_of(output);
+        self.bias_in_blocks(op, bias, output, column_parts(output), block)
     }
 
-    /// `bias` split in `parts` blocks of 16 columns, tile `t` holding block
-    /// `t % parts`, over `tiles` tiles.
+    /// `bias` split like the last axis of `output` (`parts` blocks of
+    /// `block` columns, tile `t` holding block `t % parts` before the
+    /// output's rotation, which it shares), so that each tile holds the bias
+    /// of its output columns. Checked shard by shard: a mismatch would add
+    /// the wrong bias silently.
     fn bias_in_blocks(
         &mut self,
         op: OpId,
         bias: TensorId,
-        tiles: u32,
+        output: &TensorType,
         parts: u32,
+        block: u32,
     ) -> Result<BufferId, LowerError> {
         let t = self.graph.tensor(bias);
+        let tiles = output.tiling().tile_count();
         let axes = vec![
             AxisTiling::new(Axis::FromStart(0), parts)
-                .with_block(16)
+                .with_block(block)
                 .with_stride(1),
         ];
         let ty = self.layout(
             format!("bias of {op}"),
-            TensorTiling::new(tiles, tiles / parts, axes).and_then(|tiling| {
-                tensor_type(
-                    t.extents(),
-                    t.precision(),
-                    ElementOrder::RowMajor,
-                    MemoryClass::Ipu21Standard,
-                    tiling,
-                )
-            }),
+            TensorTiling::new(tiles, tiles / parts, axes)
+                .and_then(|tiling| tiling.with_rotation(output.tiling().rotation()))
+                .and_then(|tiling| {
+                    tensor_type(
+                        t.extents(),
+                        t.precision(),
+                        ElementOrder::RowMajor,
+                        MemoryClass::Ipu21Standard,
+                        tiling,
+                    )
+                }),
         )?;
+        for (o, b) in output.shards().zip(ty.shards()) {
+            let (Some(oc), Some(bc)) = (o.axes.last(), b.axes.last()) else {
+                continue;
+            };
+            if o.tile != b.tile
+                || (o.data_elements() > 0
+                    && (oc.start, oc.end, oc.width) != (bc.start, bc.end, bc.width))
+            {
+                return Err(self.unsupported(
+                    op,
+                    format!(
+                        "bug in the lowering: the bias shard on {} holds columns {}..{} but the output's are {}..{}",
+                        b.tile, bc.start, bc.end, oc.start, oc.end
+                    ),
+                ));
+            }
+        }
         self.ensure(bias, ty, Attrs::default())
     }
 
