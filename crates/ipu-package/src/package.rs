@@ -126,7 +126,11 @@ pub struct BuildSummary {
     pub kernels: usize,
     /// The largest support memory of a tile.
     pub max_support_bytes: u32,
-    /// Elapsed milliseconds per phase.
+    /// Elapsed milliseconds per phase, for the builder's report. Never
+    /// written: wall-clock time differs from run to run, and a package must
+    /// be byte-identical whatever the machine, its load or the thread
+    /// count. Empty in a package read from disk.
+    #[serde(skip)]
     pub phase_ms: Vec<(String, u64)>,
     /// The per-op transient budget the plan ended with.
     pub transient_budget: u64,
