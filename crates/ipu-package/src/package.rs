@@ -7,19 +7,27 @@
 //! profile. `docs/FORMAT.md` documents the files. Writing is atomic: the
 //! package is written into a temporary directory beside the target and
 //! renamed over it, so a failed build leaves any previous package intact.
+//!
+//! The manifest records the size and SHA-256 of every other file, and a
+//! digest of itself; reading checks all of them before parsing anything,
+//! so a damaged package is refused with the file that is wrong rather than
+//! run with a wrong address or instruction word.
 
-use std::io::Write;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use ipu_exchange::EncodedRows;
 use ipu_layout::TileId;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::phases::LocalCopy;
 use crate::program::{Buffer, GemmKernel, Step};
 
-/// The package format version.
-pub const FORMAT_VERSION: u32 = 1;
+/// The package format version. Version 2 records every file's SHA-256 and
+/// the manifest's own digest, and no build timings.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A word of an exchange row that differs per repeat iteration: in
 /// iteration `i` it is `word + i · delta` (wrapping), where `word` is the
@@ -102,6 +110,8 @@ impl TileSupport {
 
 /// Headline figures of a build.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+// A misspelt field is damage, not an extension: the manifest is versioned.
+#[serde(deny_unknown_fields)]
 pub struct BuildSummary {
     /// Whether everything was placed.
     pub fits: bool,
@@ -137,7 +147,12 @@ pub struct BuildSummary {
 }
 
 /// The manifest: what the package is and what its files hold.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+///
+/// On disk, `manifest.json` also holds each file's SHA-256 and a digest of
+/// the manifest itself; they protect the bytes on disk and are checked by
+/// [`Package::read`], so the in-memory value keeps names and sizes only
+/// ([`Package::verify`] returns the digests).
+#[derive(Clone, Debug)]
 pub struct Manifest {
     /// [`FORMAT_VERSION`].
     pub format_version: u32,
@@ -147,8 +162,92 @@ pub struct Manifest {
     pub tile_count: u32,
     /// Headline figures.
     pub summary: BuildSummary,
-    /// The files of the package with their sizes.
+    /// The files of the package with their sizes, as written (empty in a
+    /// package that has not been written or read).
     pub files: Vec<(String, u64)>,
+}
+
+/// A file of a package as `manifest.json` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackageFile {
+    /// The path inside the package directory: `NAME` or `kernels/NAME`.
+    pub name: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// SHA-256 of the content, 64 lowercase hex digits.
+    pub sha256: String,
+}
+
+impl PackageFile {
+    /// The entry of `bytes` stored as `name`.
+    fn of(name: &str, bytes: &[u8]) -> PackageFile {
+        PackageFile {
+            name: name.to_owned(),
+            bytes: bytes.len() as u64,
+            sha256: sha256_hex(bytes),
+        }
+    }
+}
+
+/// `manifest.json` as it is on disk: the manifest with digests.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestFile {
+    format_version: u32,
+    name: String,
+    tile_count: u32,
+    summary: BuildSummary,
+    files: Vec<PackageFile>,
+    /// SHA-256 of this manifest's compact JSON with this field empty. The
+    /// other digests cannot cover the manifest, and its tile count and
+    /// file list are what the rest is read by.
+    manifest_sha256: String,
+}
+
+impl ManifestFile {
+    /// The digest `manifest_sha256` must hold: over the compact
+    /// serialisation, so that it depends on the values and not on how the
+    /// file is laid out.
+    fn digest(&self) -> Result<String, serde_json::Error> {
+        let unsigned = ManifestFileRef {
+            format_version: self.format_version,
+            name: &self.name,
+            tile_count: self.tile_count,
+            summary: &self.summary,
+            files: &self.files,
+            manifest_sha256: "",
+        };
+        Ok(sha256_hex(&serde_json::to_vec(&unsigned)?))
+    }
+}
+
+/// [`ManifestFile`] by reference, with the same fields in the same order,
+/// so that its digest is computed without cloning the file list.
+#[derive(Serialize)]
+struct ManifestFileRef<'a> {
+    format_version: u32,
+    name: &'a str,
+    tile_count: u32,
+    summary: &'a BuildSummary,
+    files: &'a [PackageFile],
+    manifest_sha256: &'a str,
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut out, b| {
+            // Writing to a String cannot fail.
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
+fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The program part of a package.
@@ -223,6 +322,54 @@ pub enum PackageIoError {
         /// What is wrong.
         reason: String,
     },
+    /// The manifest is of a format version this reader does not read.
+    #[error(
+        "{path}: format version {found}, this reader supports {supported}; build the package again"
+    )]
+    Version {
+        /// The manifest.
+        path: PathBuf,
+        /// The version the manifest records.
+        found: u64,
+        /// [`FORMAT_VERSION`].
+        supported: u32,
+    },
+    /// A file's size is not the one the manifest records.
+    #[error("{path}: {found} bytes, the manifest records {expected}")]
+    Size {
+        /// The file.
+        path: PathBuf,
+        /// The size the manifest records.
+        expected: u64,
+        /// The size on disk.
+        found: u64,
+    },
+    /// A file's content is not the one the manifest records (for the
+    /// manifest itself, its content is not the one its digest was made of).
+    #[error("{path}: SHA-256 {found}, the manifest records {expected}")]
+    Digest {
+        /// The file.
+        path: PathBuf,
+        /// The digest the manifest records.
+        expected: String,
+        /// The digest of the content on disk.
+        found: String,
+    },
+    /// A file the manifest does not list: in the package directory, or
+    /// needed by the program.
+    #[error("{path}: not listed in the manifest")]
+    Unlisted {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A kernel's name cannot name its files under `kernels/`.
+    #[error("kernel {name:?}: {reason}")]
+    KernelName {
+        /// The name.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PackageIoError + '_ {
@@ -293,10 +440,187 @@ pub fn decode_rows(bytes: &[u8]) -> Result<Vec<EncodedRows>, String> {
     Ok(out)
 }
 
+/// The manifest's name in the package directory.
+const MANIFEST: &str = "manifest.json";
+/// The directory of the kernel objects and their metadata.
+const KERNELS: &str = "kernels";
+
+/// Refuses a kernel name that would not make one file name under
+/// `kernels/`: the name becomes part of a path, and a separator or `..`
+/// would write outside the package or over another file.
+fn check_kernel_names(kernels: &[PackageKernel]) -> Result<(), PackageIoError> {
+    let mut seen = BTreeSet::new();
+    for k in kernels {
+        let reason = if k.name.is_empty() {
+            Some("an empty name")
+        } else if k.name.contains(['/', '\\', '\0']) {
+            Some("a name with a path separator or NUL")
+        } else if k.name == "." || k.name == ".." {
+            Some("`.` and `..` are not file names")
+        } else if !seen.insert(k.name.as_str()) {
+            Some("two kernels have this name")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(PackageIoError::KernelName {
+                name: k.name.clone(),
+                reason,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Why `name` cannot be a manifest entry, if it cannot: entries are
+/// `NAME` or `kernels/NAME`, so that a manifest cannot make the reader open
+/// a file outside the package.
+fn entry_name_problem(name: &str) -> Option<&'static str> {
+    let file = match name.split_once('/') {
+        Some((KERNELS, file)) => file,
+        Some(_) => return Some("only kernels/ may hold files"),
+        None => name,
+    };
+    if file.is_empty() || file == "." || file == ".." || file.contains(['/', '\\', '\0']) {
+        Some("not a file name")
+    } else if name == MANIFEST || name == KERNELS {
+        Some("a name the package reserves")
+    } else {
+        None
+    }
+}
+
+/// Reads `manifest.json` from its bytes: the version first (so that an
+/// older or newer package gets a version message, not a field error), then
+/// the fields, the manifest's own digest and the file names.
+fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<ManifestFile, PackageIoError> {
+    let format = |reason: String| PackageIoError::Format {
+        path: path.to_owned(),
+        reason,
+    };
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format(e.to_string()))?;
+    let version = value
+        .get("format_version")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| format("no format_version".into()))?;
+    if version != u64::from(FORMAT_VERSION) {
+        return Err(PackageIoError::Version {
+            path: path.to_owned(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let manifest: ManifestFile =
+        serde_json::from_value(value).map_err(|e| format(e.to_string()))?;
+    if !is_sha256_hex(&manifest.manifest_sha256) {
+        return Err(format(
+            "manifest_sha256 is not 64 lowercase hex digits".into(),
+        ));
+    }
+    let found = manifest.digest().map_err(|e| format(e.to_string()))?;
+    if found != manifest.manifest_sha256 {
+        return Err(PackageIoError::Digest {
+            path: path.to_owned(),
+            expected: manifest.manifest_sha256,
+            found,
+        });
+    }
+    let mut names = BTreeSet::new();
+    for f in &manifest.files {
+        if let Some(problem) = entry_name_problem(&f.name) {
+            return Err(format(format!("file {:?}: {problem}", f.name)));
+        }
+        if !names.insert(f.name.as_str()) {
+            return Err(format(format!("file {:?} is listed twice", f.name)));
+        }
+        if !is_sha256_hex(&f.sha256) {
+            return Err(format(format!(
+                "file {:?}: sha256 is not 64 lowercase hex digits",
+                f.name
+            )));
+        }
+    }
+    Ok(manifest)
+}
+
+/// Reads the file `entry` names under `dir` and checks its size, then its
+/// digest, against the entry.
+fn read_verified(dir: &Path, entry: &PackageFile) -> Result<Vec<u8>, PackageIoError> {
+    let path = dir.join(&entry.name);
+    let mut file = std::fs::File::open(&path).map_err(io(&path))?;
+    let size = file.metadata().map_err(io(&path))?.len();
+    // The size first: a cut or grown file is named as such, and a file far
+    // larger than recorded is not read into memory.
+    if size != entry.bytes {
+        return Err(PackageIoError::Size {
+            path,
+            expected: entry.bytes,
+            found: size,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.read_to_end(&mut bytes).map_err(io(&path))?;
+    if bytes.len() as u64 != entry.bytes {
+        return Err(PackageIoError::Size {
+            path,
+            expected: entry.bytes,
+            found: bytes.len() as u64,
+        });
+    }
+    let found = sha256_hex(&bytes);
+    if found != entry.sha256 {
+        return Err(PackageIoError::Digest {
+            path,
+            expected: entry.sha256.clone(),
+            found,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Refuses a file in the package directory or in `kernels/` that the
+/// manifest does not list: the manifest is the whole package, and a file
+/// beside it (an object from another build, a fixture put there by hand)
+/// would otherwise be taken for part of it or silently ignored.
+fn check_unlisted(dir: &Path, listed: &BTreeSet<&str>) -> Result<(), PackageIoError> {
+    let check = |sub: Option<&str>| -> Result<(), PackageIoError> {
+        let at = sub.map_or_else(|| dir.to_owned(), |s| dir.join(s));
+        let entries = match std::fs::read_dir(&at) {
+            Ok(entries) => entries,
+            // A package without kernels may have no kernels/ directory.
+            Err(e) if sub.is_some() && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(PackageIoError::Io { path: at, source }),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io(&at))?;
+            let path = entry.path();
+            let Some(file) = entry.file_name().to_str().map(str::to_owned) else {
+                return Err(PackageIoError::Unlisted { path });
+            };
+            let name = match sub {
+                Some(s) => format!("{s}/{file}"),
+                None => file,
+            };
+            let known = match sub {
+                None => name == MANIFEST || name == KERNELS,
+                Some(_) => false,
+            };
+            if !known && !listed.contains(name.as_str()) {
+                return Err(PackageIoError::Unlisted { path });
+            }
+        }
+        Ok(())
+    };
+    check(None)?;
+    check(Some(KERNELS))
+}
+
 impl Package {
     /// Writes the package into `dir` atomically (a temporary directory
     /// beside it, renamed over it).
     pub fn write(&self, dir: &Path) -> Result<(), PackageIoError> {
+        check_kernel_names(&self.program.compiled)?;
         let parent = dir
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -310,13 +634,12 @@ impl Package {
         if tmp.exists() {
             std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
         }
-        std::fs::create_dir_all(tmp.join("kernels")).map_err(io(&tmp))?;
+        std::fs::create_dir_all(tmp.join(KERNELS)).map_err(io(&tmp))?;
         let mut files = Vec::new();
         let mut put = |rel: &str, bytes: &[u8]| -> Result<(), PackageIoError> {
             let path = tmp.join(rel);
-            let mut f = std::fs::File::create(&path).map_err(io(&path))?;
-            f.write_all(bytes).map_err(io(&path))?;
-            files.push((rel.to_owned(), bytes.len() as u64));
+            std::fs::write(&path, bytes).map_err(io(&path))?;
+            files.push(PackageFile::of(rel, bytes));
             Ok(())
         };
         let program = serde_json::to_vec(&self.program).map_err(|e| PackageIoError::Format {
@@ -330,16 +653,24 @@ impl Package {
             put("fixture.json", fixture.as_bytes())?;
         }
         for k in &self.program.compiled {
-            put(&format!("kernels/{}.o", k.name), &k.object)?;
-            put(&format!("kernels/{}.json", k.name), k.metadata.as_bytes())?;
+            put(&format!("{KERNELS}/{}.o", k.name), &k.object)?;
+            put(&format!("{KERNELS}/{}.json", k.name), k.metadata.as_bytes())?;
         }
-        let mut manifest = self.manifest.clone();
-        manifest.files = files;
-        let text = serde_json::to_vec_pretty(&manifest).map_err(|e| PackageIoError::Format {
-            path: tmp.join("manifest.json"),
+        let path = tmp.join(MANIFEST);
+        let format = |e: serde_json::Error| PackageIoError::Format {
+            path: path.clone(),
             reason: e.to_string(),
-        })?;
-        let path = tmp.join("manifest.json");
+        };
+        let mut manifest = ManifestFile {
+            format_version: FORMAT_VERSION,
+            name: self.manifest.name.clone(),
+            tile_count: self.manifest.tile_count,
+            summary: self.manifest.summary.clone(),
+            files,
+            manifest_sha256: String::new(),
+        };
+        manifest.manifest_sha256 = manifest.digest().map_err(format)?;
+        let text = serde_json::to_vec_pretty(&manifest).map_err(format)?;
         std::fs::write(&path, text).map_err(io(&path))?;
         // Swap in: move any old package aside, rename the new one, then
         // delete the old one.
@@ -363,35 +694,58 @@ impl Package {
         Ok(())
     }
 
-    /// Reads a package written by [`Package::write`].
+    /// Checks the package in `dir` without parsing its content: the
+    /// manifest's version and digest, every listed file's size and SHA-256,
+    /// and that the directory holds no file the manifest does not list.
+    /// Returns the manifest's entries.
+    pub fn verify(dir: &Path) -> Result<Vec<PackageFile>, PackageIoError> {
+        let (manifest, _) = Self::read_files(dir)?;
+        Ok(manifest.files)
+    }
+
+    /// The verified manifest and the content of every file it lists.
+    fn read_files(dir: &Path) -> Result<(ManifestFile, BTreeMap<String, Vec<u8>>), PackageIoError> {
+        let path = dir.join(MANIFEST);
+        let bytes = std::fs::read(&path).map_err(io(&path))?;
+        let manifest = parse_manifest(&path, &bytes)?;
+        let mut content = BTreeMap::new();
+        for entry in &manifest.files {
+            content.insert(entry.name.clone(), read_verified(dir, entry)?);
+        }
+        let listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
+        check_unlisted(dir, &listed)?;
+        Ok((manifest, content))
+    }
+
+    /// Reads a package written by [`Package::write`], after checking every
+    /// file against the manifest ([`Package::verify`]).
     pub fn read(dir: &Path) -> Result<Package, PackageIoError> {
-        let read = |rel: &str| -> Result<Vec<u8>, PackageIoError> {
-            let path = dir.join(rel);
-            std::fs::read(&path).map_err(io(&path))
+        let (manifest, content) = Self::read_files(dir)?;
+        // Only verified content is parsed; a file the program needs but the
+        // manifest does not list is as wrong as a damaged one.
+        let file = |rel: &str| -> Result<&[u8], PackageIoError> {
+            content
+                .get(rel)
+                .map(Vec::as_slice)
+                .ok_or_else(|| PackageIoError::Unlisted {
+                    path: dir.join(rel),
+                })
         };
         let format = |rel: &str, reason: String| PackageIoError::Format {
             path: dir.join(rel),
             reason,
         };
-        let manifest: Manifest = serde_json::from_slice(&read("manifest.json")?)
-            .map_err(|e| format("manifest.json", e.to_string()))?;
-        if manifest.format_version != FORMAT_VERSION {
-            return Err(format(
-                "manifest.json",
-                format!(
-                    "format version {} is not {FORMAT_VERSION}",
-                    manifest.format_version
-                ),
-            ));
-        }
-        let mut program: PackageProgram = serde_json::from_slice(&read("program.json")?)
+        let text = |rel: &str| -> Result<String, PackageIoError> {
+            String::from_utf8(file(rel)?.to_vec())
+                .map_err(|e| format(rel, format!("not UTF-8: {e}")))
+        };
+        let mut program: PackageProgram = serde_json::from_slice(file("program.json")?)
             .map_err(|e| format("program.json", e.to_string()))?;
         for k in &mut program.compiled {
-            k.object = read(&format!("kernels/{}.o", k.name))?;
-            k.metadata =
-                String::from_utf8_lossy(&read(&format!("kernels/{}.json", k.name))?).into_owned();
+            k.object = file(&format!("{KERNELS}/{}.o", k.name))?.to_vec();
+            k.metadata = text(&format!("{KERNELS}/{}.json", k.name))?;
         }
-        let rows = decode_rows(&read("exchange.bin")?).map_err(|e| format("exchange.bin", e))?;
+        let rows = decode_rows(file("exchange.bin")?).map_err(|e| format("exchange.bin", e))?;
         if rows.len() != program.phases.len() {
             return Err(format(
                 "exchange.bin",
@@ -402,19 +756,24 @@ impl Package {
                 ),
             ));
         }
-        let memory_profile = String::from_utf8_lossy(&read("memory-profile.json")?).into_owned();
-        let fixture = match std::fs::read(dir.join("fixture.json")) {
-            Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => {
-                return Err(PackageIoError::Io {
-                    path: dir.join("fixture.json"),
-                    source,
-                });
-            }
+        let memory_profile = text("memory-profile.json")?;
+        let fixture = if content.contains_key("fixture.json") {
+            Some(text("fixture.json")?)
+        } else {
+            None
         };
         Ok(Package {
-            manifest,
+            manifest: Manifest {
+                format_version: manifest.format_version,
+                name: manifest.name,
+                tile_count: manifest.tile_count,
+                summary: manifest.summary,
+                files: manifest
+                    .files
+                    .into_iter()
+                    .map(|f| (f.name, f.bytes))
+                    .collect(),
+            },
             program,
             rows,
             memory_profile,
