@@ -5,8 +5,9 @@
 //! every phase (with the per-iteration patches of repeat bodies), the
 //! kernel objects, the support-memory layout of every tile, and the memory
 //! profile. `docs/FORMAT.md` documents the files. Writing is atomic: the
-//! package is written into a temporary directory beside the target and
-//! renamed over it, so a failed build leaves any previous package intact.
+//! package is written into a staging directory beside the target and
+//! renamed into place, so a failed write leaves any previous package
+//! intact and nothing beside it.
 //!
 //! The manifest records the size and SHA-256 of every other file, and a
 //! digest of itself; reading checks all of them before parsing anything,
@@ -14,13 +15,16 @@
 //! run with a wrong address or instruction word.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ipu_exchange::EncodedRows;
 use ipu_layout::TileId;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tracing::warn;
 
 use crate::phases::LocalCopy;
 use crate::program::{Buffer, GemmKernel, Step};
@@ -370,6 +374,43 @@ pub enum PackageIoError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// The path to write a package to has no final name.
+    #[error("{path:?}: no final name (`.`, `..` or a root) to write a package under")]
+    TargetHasNoName {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The path to write a package to exists and is not a directory.
+    #[error(
+        "{path}: exists and is not a directory; write a package to a new directory, an empty one or an earlier package"
+    )]
+    TargetNotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The path to write a package to is a directory of something else.
+    #[error(
+        "{path}: holds no package (no manifest.json) and writing would replace it; write a package to a new directory, an empty one or an earlier package"
+    )]
+    TargetNotAPackage {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The new package could not be renamed into place, and the earlier
+    /// package, moved aside for it, could not be moved back.
+    #[error(
+        "{path}: {source}; the earlier package could not be moved back ({restore}) and is at {aside}"
+    )]
+    Restore {
+        /// Where the package was to be written.
+        path: PathBuf,
+        /// Why the new package could not be renamed into place.
+        source: std::io::Error,
+        /// Where the earlier package is.
+        aside: PathBuf,
+        /// Why it could not be moved back.
+        restore: std::io::Error,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PackageIoError + '_ {
@@ -438,6 +479,138 @@ pub fn decode_rows(bytes: &[u8]) -> Result<Vec<EncodedRows>, String> {
         out.push(EncodedRows::from_tile_rows(per_tile));
     }
     Ok(out)
+}
+
+/// The file operations of [`Package::write`] that can fail once staging
+/// has begun, so that tests can make each of them fail in turn.
+struct FsOps<'a> {
+    write: &'a dyn Fn(&Path, &[u8]) -> std::io::Result<()>,
+    rename: &'a dyn Fn(&Path, &Path) -> std::io::Result<()>,
+}
+
+/// `.NAME.KIND-PID-N` in `parent`: a hidden sibling of the target. The
+/// process id and a counter keep two writers (processes or threads) apart.
+fn sibling(parent: &Path, name: &OsStr, kind: &str, n: u64) -> PathBuf {
+    let mut file = OsString::from(".");
+    file.push(name);
+    file.push(format!(".{kind}-{}-{n}", std::process::id()));
+    parent.join(file)
+}
+
+/// Numbers the siblings this process makes.
+static NEXT_SIBLING: AtomicU64 = AtomicU64::new(0);
+
+/// Tries this many sibling names before giving up: only stale siblings of
+/// an earlier process with the same id can be in the way.
+const SIBLING_ATTEMPTS: u32 = 1000;
+
+/// The first of this process's numbered siblings of the target that
+/// `claim` takes (it fails with `AlreadyExists` for one in use).
+fn claim_sibling(
+    parent: &Path,
+    name: &OsStr,
+    kind: &str,
+    claim: impl Fn(&Path) -> std::io::Result<()>,
+) -> Result<PathBuf, PackageIoError> {
+    let mut last = PathBuf::new();
+    for _ in 0..SIBLING_ATTEMPTS {
+        last = sibling(
+            parent,
+            name,
+            kind,
+            NEXT_SIBLING.fetch_add(1, Ordering::Relaxed),
+        );
+        match claim(&last) {
+            Ok(()) => return Ok(last),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(PackageIoError::Io { path: last, source }),
+        }
+    }
+    Err(PackageIoError::Io {
+        path: last,
+        source: std::io::ErrorKind::AlreadyExists.into(),
+    })
+}
+
+/// A sibling of the target that does not exist yet, to move the earlier
+/// package to.
+fn unused_sibling(parent: &Path, name: &OsStr) -> Result<PathBuf, PackageIoError> {
+    claim_sibling(
+        parent,
+        name,
+        "old",
+        |path| match std::fs::symlink_metadata(path) {
+            Ok(_) => Err(std::io::ErrorKind::AlreadyExists.into()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The staging directory of a write, removed when dropped unless the new
+/// package was renamed out of it: every error path, `?` included, then
+/// leaves nothing beside the target.
+struct Staging {
+    path: PathBuf,
+    armed: bool,
+}
+
+impl Staging {
+    /// Creates a new, empty staging directory beside the target. It is
+    /// created, never reused, so that a concurrent writer's is never
+    /// touched.
+    fn create(parent: &Path, name: &OsStr) -> Result<Staging, PackageIoError> {
+        let path = claim_sibling(parent, name, "staging", |path| std::fs::create_dir(path))?;
+        Ok(Staging { path, armed: true })
+    }
+
+    /// The package was renamed into place: nothing is left to remove.
+    fn renamed(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if self.armed {
+            // Best effort: the write is failing already, and its error says
+            // more than this one would.
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Whether `target` holds something to replace (`true`: an empty directory
+/// or an earlier package) or nothing (`false`), or must not be replaced:
+/// the swap deletes whatever was there, so a mistyped path naming a file
+/// or a directory of other things is refused.
+fn check_target(target: &Path) -> Result<bool, PackageIoError> {
+    let meta = match std::fs::metadata(target) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => {
+            return Err(PackageIoError::Io {
+                path: target.to_owned(),
+                source,
+            });
+        }
+    };
+    if !meta.is_dir() {
+        return Err(PackageIoError::TargetNotADirectory {
+            path: target.to_owned(),
+        });
+    }
+    let empty = std::fs::read_dir(target)
+        .map_err(io(target))?
+        .next()
+        .is_none();
+    if empty || target.join(MANIFEST).is_file() {
+        Ok(true)
+    } else {
+        Err(PackageIoError::TargetNotAPackage {
+            path: target.to_owned(),
+        })
+    }
 }
 
 /// The manifest's name in the package directory.
@@ -617,33 +790,54 @@ fn check_unlisted(dir: &Path, listed: &BTreeSet<&str>) -> Result<(), PackageIoEr
 }
 
 impl Package {
-    /// Writes the package into `dir` atomically (a temporary directory
-    /// beside it, renamed over it).
+    /// Writes the package into `dir` atomically: into a staging directory
+    /// beside it, then renamed into place.
+    ///
+    /// `dir` must be missing, an empty directory or an earlier package (a
+    /// directory with a `manifest.json`); anything else is refused before
+    /// any work, since replacing it would delete it, and so is a path
+    /// without a final name (`.`, `..`, a root). An earlier package is
+    /// moved aside, the new one renamed in, and the earlier one removed; if
+    /// the rename fails the earlier one is moved back. On every error the
+    /// staging directory is removed and whatever was at `dir` is left as it
+    /// was.
     pub fn write(&self, dir: &Path) -> Result<(), PackageIoError> {
+        self.write_with(
+            dir,
+            &FsOps {
+                write: &|path, bytes| std::fs::write(path, bytes),
+                rename: &|from, to| std::fs::rename(from, to),
+            },
+        )
+    }
+
+    /// [`Package::write`] with its file writes and renames done by `ops`.
+    fn write_with(&self, dir: &Path, ops: &FsOps<'_>) -> Result<(), PackageIoError> {
+        let Some(name) = dir.file_name() else {
+            return Err(PackageIoError::TargetHasNoName {
+                path: dir.to_owned(),
+            });
+        };
+        // `parent` is empty for a bare name: joining keeps the path
+        // relative, and creating it is a no-op. The target is rebuilt from
+        // its parent and name so that `pkg/.` is renamed as `pkg`.
+        let parent = dir.parent().unwrap_or(Path::new(""));
+        let target = parent.join(name);
         check_kernel_names(&self.program.compiled)?;
-        let parent = dir
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+        check_target(&target)?;
         std::fs::create_dir_all(parent).map_err(io(parent))?;
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "package".into());
-        let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-        }
-        std::fs::create_dir_all(tmp.join(KERNELS)).map_err(io(&tmp))?;
+        let staging = Staging::create(parent, name)?;
+        let kernels = staging.path.join(KERNELS);
+        std::fs::create_dir(&kernels).map_err(io(&kernels))?;
         let mut files = Vec::new();
         let mut put = |rel: &str, bytes: &[u8]| -> Result<(), PackageIoError> {
-            let path = tmp.join(rel);
-            std::fs::write(&path, bytes).map_err(io(&path))?;
+            let path = staging.path.join(rel);
+            (ops.write)(&path, bytes).map_err(io(&path))?;
             files.push(PackageFile::of(rel, bytes));
             Ok(())
         };
         let program = serde_json::to_vec(&self.program).map_err(|e| PackageIoError::Format {
-            path: tmp.join("program.json"),
+            path: staging.path.join("program.json"),
             reason: e.to_string(),
         })?;
         put("program.json", &program)?;
@@ -656,7 +850,7 @@ impl Package {
             put(&format!("{KERNELS}/{}.o", k.name), &k.object)?;
             put(&format!("{KERNELS}/{}.json", k.name), k.metadata.as_bytes())?;
         }
-        let path = tmp.join(MANIFEST);
+        let path = staging.path.join(MANIFEST);
         let format = |e: serde_json::Error| PackageIoError::Format {
             path: path.clone(),
             reason: e.to_string(),
@@ -671,25 +865,46 @@ impl Package {
         };
         manifest.manifest_sha256 = manifest.digest().map_err(format)?;
         let text = serde_json::to_vec_pretty(&manifest).map_err(format)?;
-        std::fs::write(&path, text).map_err(io(&path))?;
-        // Swap in: move any old package aside, rename the new one, then
-        // delete the old one.
-        let old = parent.join(format!(".{name}.old-{}", std::process::id()));
-        let had_old = dir.exists();
-        if had_old {
-            std::fs::rename(dir, &old).map_err(io(dir))?;
-        }
-        if let Err(e) = std::fs::rename(&tmp, dir) {
-            if had_old {
-                let _ = std::fs::rename(&old, dir);
+        (ops.write)(&path, &text).map_err(io(&path))?;
+
+        // Staging may have taken a while: look again at what is to be
+        // replaced, then swap.
+        let replacing = check_target(&target)?;
+        let aside = if replacing {
+            let aside = unused_sibling(parent, name)?;
+            (ops.rename)(&target, &aside).map_err(io(&target))?;
+            Some(aside)
+        } else {
+            None
+        };
+        if let Err(source) = (ops.rename)(&staging.path, &target) {
+            if let Some(aside) = aside
+                && let Err(restore) = (ops.rename)(&aside, &target)
+            {
+                return Err(PackageIoError::Restore {
+                    path: target,
+                    source,
+                    aside,
+                    restore,
+                });
             }
             return Err(PackageIoError::Io {
-                path: dir.to_owned(),
-                source: e,
+                path: target,
+                source,
             });
         }
-        if had_old {
-            std::fs::remove_dir_all(&old).map_err(io(&old))?;
+        staging.renamed();
+        if let Some(aside) = aside
+            && let Err(e) = std::fs::remove_dir_all(&aside)
+        {
+            // The new package is in place, so the write succeeded; what is
+            // left is the earlier package beside it, which is said here
+            // rather than failing a write that happened.
+            warn!(
+                path = %aside.display(),
+                error = %e,
+                "package written; the earlier package moved aside could not be removed"
+            );
         }
         Ok(())
     }
@@ -779,5 +994,268 @@ impl Package {
             memory_profile,
             fixture,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The failures of a write that only a failing disk causes, made to
+    //! happen through [`FsOps`]: whichever operation fails, the earlier
+    //! package is left byte for byte as it was and nothing is left beside
+    //! it.
+
+    use std::collections::BTreeMap;
+    use std::io::Error;
+
+    use super::*;
+
+    /// A scratch directory under the system's temporary directory,
+    /// removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(test: &str) -> Scratch {
+            let path = std::env::temp_dir()
+                .join(format!("ipu-package-unit-{}-{test}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).expect("create the scratch directory");
+            Scratch(path)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A small package; `tag` makes its content differ.
+    fn sample(tag: &str) -> Package {
+        Package {
+            manifest: Manifest {
+                format_version: FORMAT_VERSION,
+                name: format!("sample-{tag}"),
+                tile_count: 1,
+                summary: BuildSummary::default(),
+                files: Vec::new(),
+            },
+            program: PackageProgram {
+                buffers: Vec::new(),
+                kernels: Vec::new(),
+                steps: Vec::new(),
+                addresses: Vec::new(),
+                support: vec![TileSupport::default()],
+                phases: Vec::new(),
+                compiled: vec![PackageKernel {
+                    name: "k".into(),
+                    entries: Default::default(),
+                    object: format!("object {tag}").into_bytes(),
+                    metadata: "{}".into(),
+                }],
+            },
+            rows: Vec::new(),
+            memory_profile: format!("{{\"tag\":\"{tag}\"}}"),
+            fixture: None,
+        }
+    }
+
+    /// Every file under `dir` with its bytes.
+    fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        let mut pending = vec![dir.to_owned()];
+        while let Some(d) = pending.pop() {
+            for entry in std::fs::read_dir(&d).expect("read the directory") {
+                let path = entry.expect("an entry").path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else {
+                    let bytes = std::fs::read(&path).expect("read the file");
+                    out.insert(path.strip_prefix(dir).expect("inside").to_owned(), bytes);
+                }
+            }
+        }
+        out
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("read the directory")
+            .map(|e| {
+                e.expect("an entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn failed() -> Error {
+        Error::other("injected failure")
+    }
+
+    /// An earlier package at `pkg` in the scratch directory: its path and
+    /// its files.
+    fn earlier(scratch: &Scratch) -> (PathBuf, BTreeMap<PathBuf, Vec<u8>>) {
+        let target = scratch.0.join("pkg");
+        sample("old")
+            .write(&target)
+            .expect("write the earlier package");
+        let before = snapshot(&target);
+        (target, before)
+    }
+
+    fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        std::fs::write(path, bytes)
+    }
+
+    fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    /// Whether `path` is a staging directory.
+    fn staged(path: &Path) -> bool {
+        path.file_name()
+            .is_some_and(|n| n.to_string_lossy().contains(".staging-"))
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_written_leaves_the_earlier_package() {
+        for failing in ["exchange.bin", "k.o", MANIFEST] {
+            let scratch = Scratch::new(&format!("write-{failing}"));
+            let (target, before) = earlier(&scratch);
+            let write = |path: &Path, bytes: &[u8]| {
+                if path.file_name() == Some(OsStr::new(failing)) {
+                    Err(failed())
+                } else {
+                    write(path, bytes)
+                }
+            };
+            let ops = FsOps {
+                write: &write,
+                rename: &rename,
+            };
+            match sample("new").write_with(&target, &ops) {
+                Err(PackageIoError::Io { path, .. }) => {
+                    assert!(path.ends_with(failing), "{path:?}");
+                }
+                other => panic!("{failing}: {other:?}"),
+            }
+            assert_eq!(snapshot(&target), before, "{failing}");
+            assert_eq!(entries(&scratch.0), ["pkg"], "{failing}");
+        }
+    }
+
+    #[test]
+    fn an_earlier_package_that_cannot_be_moved_aside_is_left() {
+        let scratch = Scratch::new("aside");
+        let (target, before) = earlier(&scratch);
+        let rename = |from: &Path, to: &Path| {
+            if from == target {
+                Err(failed())
+            } else {
+                rename(from, to)
+            }
+        };
+        let ops = FsOps {
+            write: &write,
+            rename: &rename,
+        };
+        match sample("new").write_with(&target, &ops) {
+            Err(PackageIoError::Io { path, .. }) => assert_eq!(path, target),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(snapshot(&target), before);
+        assert_eq!(entries(&scratch.0), ["pkg"]);
+    }
+
+    #[test]
+    fn a_failed_rename_into_place_moves_the_earlier_package_back() {
+        let scratch = Scratch::new("rename-in");
+        let (target, before) = earlier(&scratch);
+        // Only the staged package's rename fails; moving the earlier one
+        // back succeeds.
+        let rename = |from: &Path, to: &Path| {
+            if to == target && staged(from) {
+                Err(failed())
+            } else {
+                rename(from, to)
+            }
+        };
+        let ops = FsOps {
+            write: &write,
+            rename: &rename,
+        };
+        match sample("new").write_with(&target, &ops) {
+            Err(PackageIoError::Io { path, .. }) => assert_eq!(path, target),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(snapshot(&target), before);
+        assert_eq!(entries(&scratch.0), ["pkg"]);
+        Package::read(&target).expect("the earlier package reads");
+    }
+
+    #[test]
+    fn an_earlier_package_that_cannot_be_moved_back_is_named() {
+        let scratch = Scratch::new("restore");
+        let (target, before) = earlier(&scratch);
+        let rename = |from: &Path, to: &Path| {
+            if to == target {
+                Err(failed())
+            } else {
+                rename(from, to)
+            }
+        };
+        let ops = FsOps {
+            write: &write,
+            rename: &rename,
+        };
+        let error = sample("new")
+            .write_with(&target, &ops)
+            .expect_err("the write fails");
+        let PackageIoError::Restore { path, aside, .. } = &error else {
+            panic!("not a restore error: {error}");
+        };
+        assert_eq!(*path, target);
+        assert!(error.to_string().contains(&aside.display().to_string()));
+        // The earlier package is whole where the error says, and it is all
+        // that is left: the staging directory is gone.
+        assert_eq!(snapshot(aside), before);
+        let aside_name = aside.file_name().expect("a name").to_string_lossy();
+        assert_eq!(entries(&scratch.0), [aside_name.into_owned()]);
+    }
+
+    #[test]
+    fn a_failed_write_to_a_new_directory_leaves_nothing() {
+        let scratch = Scratch::new("fresh");
+        let target = scratch.0.join("pkg");
+        let ops = FsOps {
+            write: &write,
+            rename: &|_, _| Err(failed()),
+        };
+        let error = sample("new")
+            .write_with(&target, &ops)
+            .expect_err("the write fails");
+        assert!(matches!(error, PackageIoError::Io { .. }), "{error}");
+        assert!(entries(&scratch.0).is_empty());
+    }
+
+    #[test]
+    fn sibling_names_are_hidden_and_distinct() {
+        let parent = Path::new("out");
+        let a = sibling(parent, OsStr::new("pkg"), "staging", 0);
+        let b = sibling(parent, OsStr::new("pkg"), "staging", 1);
+        assert_ne!(a, b);
+        assert!(a.starts_with(parent));
+        assert!(
+            a.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(".pkg.staging-"))
+        );
+        // A bare name's siblings stay relative.
+        assert_eq!(
+            sibling(Path::new(""), OsStr::new("pkg"), "old", 3),
+            PathBuf::from(format!(".pkg.old-{}-3", std::process::id()))
+        );
     }
 }

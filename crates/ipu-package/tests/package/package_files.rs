@@ -511,3 +511,103 @@ fn a_kernel_name_that_is_not_a_file_name_is_refused() {
         assert!(entries(scratch.path()).is_empty(), "{name:?}");
     }
 }
+
+#[test]
+fn a_target_that_is_not_a_package_is_refused_and_kept() {
+    let scratch = Scratch::new("not-a-package");
+    let file = scratch.path().join("notes.txt");
+    std::fs::write(&file, "keep me").expect("write the file");
+    let sources = scratch.path().join("sources");
+    std::fs::create_dir(&sources).expect("create the directory");
+    std::fs::write(sources.join("lib.rs"), "// keep me").expect("write into it");
+    let before = snapshot(scratch.path());
+    let listing = entries(scratch.path());
+
+    match sample().write(&file) {
+        Err(PackageIoError::TargetNotADirectory { path }) => assert_eq!(path, file),
+        other => panic!("{other:?}"),
+    }
+    match sample().write(&sources) {
+        Err(e @ PackageIoError::TargetNotAPackage { .. }) => {
+            assert!(e.to_string().contains("no manifest.json"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A package inside a file cannot be made either; nothing is created.
+    assert!(matches!(
+        sample().write(&file.join("pkg")),
+        Err(PackageIoError::Io { .. })
+    ));
+    assert_eq!(snapshot(scratch.path()), before);
+    assert_eq!(entries(scratch.path()), listing);
+}
+
+#[test]
+fn a_target_without_a_final_name_is_refused() {
+    let scratch = Scratch::new("no-name");
+    let inside = scratch.path().join("inside");
+    std::fs::create_dir(&inside).expect("create the directory");
+    for path in [
+        inside.join(".."),
+        PathBuf::from(""),
+        PathBuf::from("."),
+        PathBuf::from(".."),
+        PathBuf::from("/"),
+    ] {
+        match sample().write(&path) {
+            Err(PackageIoError::TargetHasNoName { path: p }) => assert_eq!(p, path),
+            other => panic!("{path:?}: {other:?}"),
+        }
+    }
+    assert_eq!(entries(scratch.path()), ["inside"]);
+    assert!(entries(&inside).is_empty());
+}
+
+#[test]
+fn an_empty_directory_or_an_earlier_package_is_replaced() {
+    let scratch = Scratch::new("replace");
+    let dir = scratch.path().join("pkg");
+    std::fs::create_dir(&dir).expect("create the directory");
+    sample()
+        .write(&dir)
+        .expect("write into the empty directory");
+    assert_eq!(entries(scratch.path()), ["pkg"]);
+
+    // An earlier package with a file the new one does not have: the new
+    // package replaces it whole, and nothing is left beside it.
+    let mut other = sample();
+    other.fixture = None;
+    other.program.compiled.truncate(1);
+    other.memory_profile = "{\"other\":true}".into();
+    other.write(&dir).expect("write over the earlier package");
+    let reference = scratch.path().join("reference");
+    other.write(&reference).expect("write the reference");
+    assert_eq!(snapshot(&dir), snapshot(&reference));
+    assert_eq!(entries(scratch.path()), ["pkg", "reference"]);
+    assert_eq!(Package::read(&dir).expect("read").fixture, None);
+
+    // `pkg/.` is `pkg`.
+    sample()
+        .write(&dir.join("."))
+        .expect("write through `pkg/.`");
+    assert_eq!(entries(scratch.path()), ["pkg", "reference"]);
+    assert!(Package::read(&dir).expect("read").fixture.is_some());
+}
+
+#[test]
+fn a_refused_write_leaves_the_earlier_package_byte_identical() {
+    let scratch = Scratch::new("refused");
+    let dir = scratch.path().join("pkg");
+    sample().write(&dir).expect("write the earlier package");
+    let before = snapshot(&dir);
+    let mut bad = sample();
+    bad.memory_profile = "{\"different\":true}".into();
+    bad.program.compiled[0].name = "../escape".into();
+    assert!(matches!(
+        bad.write(&dir),
+        Err(PackageIoError::KernelName { .. })
+    ));
+    assert_eq!(snapshot(&dir), before);
+    assert_eq!(entries(scratch.path()), ["pkg"]);
+    Package::read(&dir).expect("the earlier package reads");
+}
