@@ -5,21 +5,33 @@
 //! every phase (with the per-iteration patches of repeat bodies), the
 //! kernel objects, the support-memory layout of every tile, and the memory
 //! profile. `docs/FORMAT.md` documents the files. Writing is atomic: the
-//! package is written into a temporary directory beside the target and
-//! renamed over it, so a failed build leaves any previous package intact.
+//! package is written into a staging directory beside the target and
+//! renamed into place, so a failed write leaves any previous package
+//! intact and nothing beside it.
+//!
+//! The manifest records the size and SHA-256 of every other file, and a
+//! digest of itself; reading checks all of them before parsing anything,
+//! so a damaged package is refused with the file that is wrong rather than
+//! run with a wrong address or instruction word.
 
-use std::io::Write;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ipu_exchange::EncodedRows;
 use ipu_layout::TileId;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tracing::warn;
 
 use crate::phases::LocalCopy;
 use crate::program::{Buffer, GemmKernel, Step};
 
-/// The package format version.
-pub const FORMAT_VERSION: u32 = 1;
+/// The package format version. Version 2 records every file's SHA-256 and
+/// the manifest's own digest, and no build timings.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A word of an exchange row that differs per repeat iteration: in
 /// iteration `i` it is `word + i · delta` (wrapping), where `word` is the
@@ -102,6 +114,8 @@ impl TileSupport {
 
 /// Headline figures of a build.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+// A misspelt field is damage, not an extension: the manifest is versioned.
+#[serde(deny_unknown_fields)]
 pub struct BuildSummary {
     /// Whether everything was placed.
     pub fits: bool,
@@ -126,14 +140,23 @@ pub struct BuildSummary {
     pub kernels: usize,
     /// The largest support memory of a tile.
     pub max_support_bytes: u32,
-    /// Elapsed milliseconds per phase.
+    /// Elapsed milliseconds per phase, for the builder's report. Never
+    /// written: wall-clock time differs from run to run, and a package must
+    /// be byte-identical whatever the machine, its load or the thread
+    /// count. Empty in a package read from disk.
+    #[serde(skip)]
     pub phase_ms: Vec<(String, u64)>,
     /// The per-op transient budget the plan ended with.
     pub transient_budget: u64,
 }
 
 /// The manifest: what the package is and what its files hold.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+///
+/// On disk, `manifest.json` also holds each file's SHA-256 and a digest of
+/// the manifest itself; they protect the bytes on disk and are checked by
+/// [`Package::read`], so the in-memory value keeps names and sizes only
+/// ([`Package::verify`] returns the digests).
+#[derive(Clone, Debug)]
 pub struct Manifest {
     /// [`FORMAT_VERSION`].
     pub format_version: u32,
@@ -143,8 +166,92 @@ pub struct Manifest {
     pub tile_count: u32,
     /// Headline figures.
     pub summary: BuildSummary,
-    /// The files of the package with their sizes.
+    /// The files of the package with their sizes, as written (empty in a
+    /// package that has not been written or read).
     pub files: Vec<(String, u64)>,
+}
+
+/// A file of a package as `manifest.json` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackageFile {
+    /// The path inside the package directory: `NAME` or `kernels/NAME`.
+    pub name: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// SHA-256 of the content, 64 lowercase hex digits.
+    pub sha256: String,
+}
+
+impl PackageFile {
+    /// The entry of `bytes` stored as `name`.
+    fn of(name: &str, bytes: &[u8]) -> PackageFile {
+        PackageFile {
+            name: name.to_owned(),
+            bytes: bytes.len() as u64,
+            sha256: sha256_hex(bytes),
+        }
+    }
+}
+
+/// `manifest.json` as it is on disk: the manifest with digests.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestFile {
+    format_version: u32,
+    name: String,
+    tile_count: u32,
+    summary: BuildSummary,
+    files: Vec<PackageFile>,
+    /// SHA-256 of this manifest's compact JSON with this field empty. The
+    /// other digests cannot cover the manifest, and its tile count and
+    /// file list are what the rest is read by.
+    manifest_sha256: String,
+}
+
+impl ManifestFile {
+    /// The digest `manifest_sha256` must hold: over the compact
+    /// serialisation, so that it depends on the values and not on how the
+    /// file is laid out.
+    fn digest(&self) -> Result<String, serde_json::Error> {
+        let unsigned = ManifestFileRef {
+            format_version: self.format_version,
+            name: &self.name,
+            tile_count: self.tile_count,
+            summary: &self.summary,
+            files: &self.files,
+            manifest_sha256: "",
+        };
+        Ok(sha256_hex(&serde_json::to_vec(&unsigned)?))
+    }
+}
+
+/// [`ManifestFile`] by reference, with the same fields in the same order,
+/// so that its digest is computed without cloning the file list.
+#[derive(Serialize)]
+struct ManifestFileRef<'a> {
+    format_version: u32,
+    name: &'a str,
+    tile_count: u32,
+    summary: &'a BuildSummary,
+    files: &'a [PackageFile],
+    manifest_sha256: &'a str,
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut out, b| {
+            // Writing to a String cannot fail.
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
+fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The program part of a package.
@@ -219,6 +326,91 @@ pub enum PackageIoError {
         /// What is wrong.
         reason: String,
     },
+    /// The manifest is of a format version this reader does not read.
+    #[error(
+        "{path}: format version {found}, this reader supports {supported}; build the package again"
+    )]
+    Version {
+        /// The manifest.
+        path: PathBuf,
+        /// The version the manifest records.
+        found: u64,
+        /// [`FORMAT_VERSION`].
+        supported: u32,
+    },
+    /// A file's size is not the one the manifest records.
+    #[error("{path}: {found} bytes, the manifest records {expected}")]
+    Size {
+        /// The file.
+        path: PathBuf,
+        /// The size the manifest records.
+        expected: u64,
+        /// The size on disk.
+        found: u64,
+    },
+    /// A file's content is not the one the manifest records (for the
+    /// manifest itself, its content is not the one its digest was made of).
+    #[error("{path}: SHA-256 {found}, the manifest records {expected}")]
+    Digest {
+        /// The file.
+        path: PathBuf,
+        /// The digest the manifest records.
+        expected: String,
+        /// The digest of the content on disk.
+        found: String,
+    },
+    /// A file the manifest does not list: in the package directory, or
+    /// needed by the program.
+    #[error("{path}: not listed in the manifest")]
+    Unlisted {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A kernel's name cannot name its files under `kernels/`.
+    #[error("kernel {name:?}: {reason}")]
+    KernelName {
+        /// The name.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The path to write a package to has no final name.
+    #[error("{path:?}: no final name (`.`, `..` or a root) to write a package under")]
+    TargetHasNoName {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The path to write a package to exists and is not a directory.
+    #[error(
+        "{path}: exists and is not a directory; write a package to a new directory, an empty one or an earlier package"
+    )]
+    TargetNotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The path to write a package to is a directory of something else.
+    #[error(
+        "{path}: holds no package (no manifest.json) and writing would replace it; write a package to a new directory, an empty one or an earlier package"
+    )]
+    TargetNotAPackage {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The new package could not be renamed into place, and the earlier
+    /// package, moved aside for it, could not be moved back.
+    #[error(
+        "{path}: {source}; the earlier package could not be moved back ({restore}) and is at {aside}"
+    )]
+    Restore {
+        /// Where the package was to be written.
+        path: PathBuf,
+        /// Why the new package could not be renamed into place.
+        source: std::io::Error,
+        /// Where the earlier package is.
+        aside: PathBuf,
+        /// Why it could not be moved back.
+        restore: std::io::Error,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PackageIoError + '_ {
@@ -289,34 +481,363 @@ pub fn decode_rows(bytes: &[u8]) -> Result<Vec<EncodedRows>, String> {
     Ok(out)
 }
 
-impl Package {
-    /// Writes the package into `dir` atomically (a temporary directory
-    /// beside it, renamed over it).
-    pub fn write(&self, dir: &Path) -> Result<(), PackageIoError> {
-        let parent = dir
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        std::fs::create_dir_all(parent).map_err(io(parent))?;
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "package".into());
-        let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+/// The file operations of [`Package::write`] that can fail once staging
+/// has begun, so that tests can make each of them fail in turn.
+struct FsOps<'a> {
+    write: &'a dyn Fn(&Path, &[u8]) -> std::io::Result<()>,
+    rename: &'a dyn Fn(&Path, &Path) -> std::io::Result<()>,
+}
+
+/// `.NAME.KIND-PID-N` in `parent`: a hidden sibling of the target. The
+/// process id and a counter keep two writers (processes or threads) apart.
+fn sibling(parent: &Path, name: &OsStr, kind: &str, n: u64) -> PathBuf {
+    let mut file = OsString::from(".");
+    file.push(name);
+    file.push(format!(".{kind}-{}-{n}", std::process::id()));
+    parent.join(file)
+}
+
+/// Numbers the siblings this process makes.
+static NEXT_SIBLING: AtomicU64 = AtomicU64::new(0);
+
+/// Tries this many sibling names before giving up: only stale siblings of
+/// an earlier process with the same id can be in the way.
+const SIBLING_ATTEMPTS: u32 = 1000;
+
+/// The first of this process's numbered siblings of the target that
+/// `claim` takes (it fails with `AlreadyExists` for one in use).
+fn claim_sibling(
+    parent: &Path,
+    name: &OsStr,
+    kind: &str,
+    claim: impl Fn(&Path) -> std::io::Result<()>,
+) -> Result<PathBuf, PackageIoError> {
+    let mut last = PathBuf::new();
+    for _ in 0..SIBLING_ATTEMPTS {
+        last = sibling(
+            parent,
+            name,
+            kind,
+            NEXT_SIBLING.fetch_add(1, Ordering::Relaxed),
+        );
+        match claim(&last) {
+            Ok(()) => return Ok(last),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(PackageIoError::Io { path: last, source }),
         }
-        std::fs::create_dir_all(tmp.join("kernels")).map_err(io(&tmp))?;
+    }
+    Err(PackageIoError::Io {
+        path: last,
+        source: std::io::ErrorKind::AlreadyExists.into(),
+    })
+}
+
+/// A sibling of the target that does not exist yet, to move the earlier
+/// package to.
+fn unused_sibling(parent: &Path, name: &OsStr) -> Result<PathBuf, PackageIoError> {
+    claim_sibling(
+        parent,
+        name,
+        "old",
+        |path| match std::fs::symlink_metadata(path) {
+            Ok(_) => Err(std::io::ErrorKind::AlreadyExists.into()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The staging directory of a write, removed when dropped unless the new
+/// package was renamed out of it: every error path, `?` included, then
+/// leaves nothing beside the target.
+struct Staging {
+    path: PathBuf,
+    armed: bool,
+}
+
+impl Staging {
+    /// Creates a new, empty staging directory beside the target. It is
+    /// created, never reused, so that a concurrent writer's is never
+    /// touched.
+    fn create(parent: &Path, name: &OsStr) -> Result<Staging, PackageIoError> {
+        let path = claim_sibling(parent, name, "staging", |path| std::fs::create_dir(path))?;
+        Ok(Staging { path, armed: true })
+    }
+
+    /// The package was renamed into place: nothing is left to remove.
+    fn renamed(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if self.armed {
+            // Best effort: the write is failing already, and its error says
+            // more than this one would.
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Whether `target` holds something to replace (`true`: an empty directory
+/// or an earlier package) or nothing (`false`), or must not be replaced:
+/// the swap deletes whatever was there, so a mistyped path naming a file
+/// or a directory of other things is refused.
+fn check_target(target: &Path) -> Result<bool, PackageIoError> {
+    let meta = match std::fs::metadata(target) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => {
+            return Err(PackageIoError::Io {
+                path: target.to_owned(),
+                source,
+            });
+        }
+    };
+    if !meta.is_dir() {
+        return Err(PackageIoError::TargetNotADirectory {
+            path: target.to_owned(),
+        });
+    }
+    let empty = std::fs::read_dir(target)
+        .map_err(io(target))?
+        .next()
+        .is_none();
+    if empty || target.join(MANIFEST).is_file() {
+        Ok(true)
+    } else {
+        Err(PackageIoError::TargetNotAPackage {
+            path: target.to_owned(),
+        })
+    }
+}
+
+/// The manifest's name in the package directory.
+const MANIFEST: &str = "manifest.json";
+/// The directory of the kernel objects and their metadata.
+const KERNELS: &str = "kernels";
+
+/// Refuses a kernel name that would not make one file name under
+/// `kernels/`: the name becomes part of a path, and a separator or `..`
+/// would write outside the package or over another file.
+fn check_kernel_names(kernels: &[PackageKernel]) -> Result<(), PackageIoError> {
+    let mut seen = BTreeSet::new();
+    for k in kernels {
+        let reason = if k.name.is_empty() {
+            Some("an empty name")
+        } else if k.name.contains(['/', '\\', '\0']) {
+            Some("a name with a path separator or NUL")
+        } else if k.name == "." || k.name == ".." {
+            Some("`.` and `..` are not file names")
+        } else if !seen.insert(k.name.as_str()) {
+            Some("two kernels have this name")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(PackageIoError::KernelName {
+                name: k.name.clone(),
+                reason,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Why `name` cannot be a manifest entry, if it cannot: entries are
+/// `NAME` or `kernels/NAME`, so that a manifest cannot make the reader open
+/// a file outside the package.
+fn entry_name_problem(name: &str) -> Option<&'static str> {
+    let file = match name.split_once('/') {
+        Some((KERNELS, file)) => file,
+        Some(_) => return Some("only kernels/ may hold files"),
+        None => name,
+    };
+    if file.is_empty() || file == "." || file == ".." || file.contains(['/', '\\', '\0']) {
+        Some("not a file name")
+    } else if name == MANIFEST || name == KERNELS {
+        Some("a name the package reserves")
+    } else {
+        None
+    }
+}
+
+/// Reads `manifest.json` from its bytes: the version first (so that an
+/// older or newer package gets a version message, not a field error), then
+/// the fields, the manifest's own digest and the file names.
+fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<ManifestFile, PackageIoError> {
+    let format = |reason: String| PackageIoError::Format {
+        path: path.to_owned(),
+        reason,
+    };
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format(e.to_string()))?;
+    let version = value
+        .get("format_version")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| format("no format_version".into()))?;
+    if version != u64::from(FORMAT_VERSION) {
+        return Err(PackageIoError::Version {
+            path: path.to_owned(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let manifest: ManifestFile =
+        serde_json::from_value(value).map_err(|e| format(e.to_string()))?;
+    if !is_sha256_hex(&manifest.manifest_sha256) {
+        return Err(format(
+            "manifest_sha256 is not 64 lowercase hex digits".into(),
+        ));
+    }
+    let found = manifest.digest().map_err(|e| format(e.to_string()))?;
+    if found != manifest.manifest_sha256 {
+        return Err(PackageIoError::Digest {
+            path: path.to_owned(),
+            expected: manifest.manifest_sha256,
+            found,
+        });
+    }
+    let mut names = BTreeSet::new();
+    for f in &manifest.files {
+        if let Some(problem) = entry_name_problem(&f.name) {
+            return Err(format(format!("file {:?}: {problem}", f.name)));
+        }
+        if !names.insert(f.name.as_str()) {
+            return Err(format(format!("file {:?} is listed twice", f.name)));
+        }
+        if !is_sha256_hex(&f.sha256) {
+            return Err(format(format!(
+                "file {:?}: sha256 is not 64 lowercase hex digits",
+                f.name
+            )));
+        }
+    }
+    Ok(manifest)
+}
+
+/// Reads the file `entry` names under `dir` and checks its size, then its
+/// digest, against the entry.
+fn read_verified(dir: &Path, entry: &PackageFile) -> Result<Vec<u8>, PackageIoError> {
+    let path = dir.join(&entry.name);
+    let mut file = std::fs::File::open(&path).map_err(io(&path))?;
+    let size = file.metadata().map_err(io(&path))?.len();
+    // The size first: a cut or grown file is named as such, and a file far
+    // larger than recorded is not read into memory.
+    if size != entry.bytes {
+        return Err(PackageIoError::Size {
+            path,
+            expected: entry.bytes,
+            found: size,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.read_to_end(&mut bytes).map_err(io(&path))?;
+    if bytes.len() as u64 != entry.bytes {
+        return Err(PackageIoError::Size {
+            path,
+            expected: entry.bytes,
+            found: bytes.len() as u64,
+        });
+    }
+    let found = sha256_hex(&bytes);
+    if found != entry.sha256 {
+        return Err(PackageIoError::Digest {
+            path,
+            expected: entry.sha256.clone(),
+            found,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Refuses a file in the package directory or in `kernels/` that the
+/// manifest does not list: the manifest is the whole package, and a file
+/// beside it (an object from another build, a fixture put there by hand)
+/// would otherwise be taken for part of it or silently ignored.
+fn check_unlisted(dir: &Path, listed: &BTreeSet<&str>) -> Result<(), PackageIoError> {
+    let check = |sub: Option<&str>| -> Result<(), PackageIoError> {
+        let at = sub.map_or_else(|| dir.to_owned(), |s| dir.join(s));
+        let entries = match std::fs::read_dir(&at) {
+            Ok(entries) => entries,
+            // A package without kernels may have no kernels/ directory.
+            Err(e) if sub.is_some() && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(PackageIoError::Io { path: at, source }),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io(&at))?;
+            let path = entry.path();
+            let Some(file) = entry.file_name().to_str().map(str::to_owned) else {
+                return Err(PackageIoError::Unlisted { path });
+            };
+            let name = match sub {
+                Some(s) => format!("{s}/{file}"),
+                None => file,
+            };
+            let known = match sub {
+                None => name == MANIFEST || name == KERNELS,
+                Some(_) => false,
+            };
+            if !known && !listed.contains(name.as_str()) {
+                return Err(PackageIoError::Unlisted { path });
+            }
+        }
+        Ok(())
+    };
+    check(None)?;
+    check(Some(KERNELS))
+}
+
+impl Package {
+    /// Writes the package into `dir` atomically: into a staging directory
+    /// beside it, then renamed into place.
+    ///
+    /// `dir` must be missing, an empty directory or an earlier package (a
+    /// directory with a `manifest.json`); anything else is refused before
+    /// any work, since replacing it would delete it, and so is a path
+    /// without a final name (`.`, `..`, a root). An earlier package is
+    /// moved aside, the new one renamed in, and the earlier one removed; if
+    /// the rename fails the earlier one is moved back. On every error the
+    /// staging directory is removed and whatever was at `dir` is left as it
+    /// was.
+    pub fn write(&self, dir: &Path) -> Result<(), PackageIoError> {
+        self.write_with(
+            dir,
+            &FsOps {
+                write: &|path, bytes| std::fs::write(path, bytes),
+                rename: &|from, to| std::fs::rename(from, to),
+            },
+        )
+    }
+
+    /// [`Package::write`] with its file writes and renames done by `ops`.
+    fn write_with(&self, dir: &Path, ops: &FsOps<'_>) -> Result<(), PackageIoError> {
+        let Some(name) = dir.file_name() else {
+            return Err(PackageIoError::TargetHasNoName {
+                path: dir.to_owned(),
+            });
+        };
+        // `parent` is empty for a bare name: joining keeps the path
+        // relative, and creating it is a no-op. The target is rebuilt from
+        // its parent and name so that `pkg/.` is renamed as `pkg`.
+        let parent = dir.parent().unwrap_or(Path::new(""));
+        let target = parent.join(name);
+        check_kernel_names(&self.program.compiled)?;
+        check_target(&target)?;
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+        let staging = Staging::create(parent, name)?;
+        let kernels = staging.path.join(KERNELS);
+        std::fs::create_dir(&kernels).map_err(io(&kernels))?;
         let mut files = Vec::new();
         let mut put = |rel: &str, bytes: &[u8]| -> Result<(), PackageIoError> {
-            let path = tmp.join(rel);
-            let mut f = std::fs::File::create(&path).map_err(io(&path))?;
-            f.write_all(bytes).map_err(io(&path))?;
-            files.push((rel.to_owned(), bytes.len() as u64));
+            let path = staging.path.join(rel);
+            (ops.write)(&path, bytes).map_err(io(&path))?;
+            files.push(PackageFile::of(rel, bytes));
             Ok(())
         };
         let program = serde_json::to_vec(&self.program).map_err(|e| PackageIoError::Format {
-            path: tmp.join("program.json"),
+            path: staging.path.join("program.json"),
             reason: e.to_string(),
         })?;
         put("program.json", &program)?;
@@ -326,68 +847,120 @@ impl Package {
             put("fixture.json", fixture.as_bytes())?;
         }
         for k in &self.program.compiled {
-            put(&format!("kernels/{}.o", k.name), &k.object)?;
-            put(&format!("kernels/{}.json", k.name), k.metadata.as_bytes())?;
+            put(&format!("{KERNELS}/{}.o", k.name), &k.object)?;
+            put(&format!("{KERNELS}/{}.json", k.name), k.metadata.as_bytes())?;
         }
-        let mut manifest = self.manifest.clone();
-        manifest.files = files;
-        let text = serde_json::to_vec_pretty(&manifest).map_err(|e| PackageIoError::Format {
-            path: tmp.join("manifest.json"),
+        let path = staging.path.join(MANIFEST);
+        let format = |e: serde_json::Error| PackageIoError::Format {
+            path: path.clone(),
             reason: e.to_string(),
-        })?;
-        let path = tmp.join("manifest.json");
-        std::fs::write(&path, text).map_err(io(&path))?;
-        // Swap in: move any old package aside, rename the new one, then
-        // delete the old one.
-        let old = parent.join(format!(".{name}.old-{}", std::process::id()));
-        let had_old = dir.exists();
-        if had_old {
-            std::fs::rename(dir, &old).map_err(io(dir))?;
-        }
-        if let Err(e) = std::fs::rename(&tmp, dir) {
-            if had_old {
-                let _ = std::fs::rename(&old, dir);
+        };
+        let mut manifest = ManifestFile {
+            format_version: FORMAT_VERSION,
+            name: self.manifest.name.clone(),
+            tile_count: self.manifest.tile_count,
+            summary: self.manifest.summary.clone(),
+            files,
+            manifest_sha256: String::new(),
+        };
+        manifest.manifest_sha256 = manifest.digest().map_err(format)?;
+        let text = serde_json::to_vec_pretty(&manifest).map_err(format)?;
+        (ops.write)(&path, &text).map_err(io(&path))?;
+
+        // Staging may have taken a while: look again at what is to be
+        // replaced, then swap.
+        let replacing = check_target(&target)?;
+        let aside = if replacing {
+            let aside = unused_sibling(parent, name)?;
+            (ops.rename)(&target, &aside).map_err(io(&target))?;
+            Some(aside)
+        } else {
+            None
+        };
+        if let Err(source) = (ops.rename)(&staging.path, &target) {
+            if let Some(aside) = aside
+                && let Err(restore) = (ops.rename)(&aside, &target)
+            {
+                return Err(PackageIoError::Restore {
+                    path: target,
+                    source,
+                    aside,
+                    restore,
+                });
             }
             return Err(PackageIoError::Io {
-                path: dir.to_owned(),
-                source: e,
+                path: target,
+                source,
             });
         }
-        if had_old {
-            std::fs::remove_dir_all(&old).map_err(io(&old))?;
+        staging.renamed();
+        if let Some(aside) = aside
+            && let Err(e) = std::fs::remove_dir_all(&aside)
+        {
+            // The new package is in place, so the write succeeded; what is
+            // left is the earlier package beside it, which is said here
+            // rather than failing a write that happened.
+            warn!(
+                path = %aside.display(),
+                error = %e,
+                "package written; the earlier package moved aside could not be removed"
+            );
         }
         Ok(())
     }
 
-    /// Reads a package written by [`Package::write`].
+    /// Checks the package in `dir` without parsing its content: the
+    /// manifest's version and digest, every listed file's size and SHA-256,
+    /// and that the directory holds no file the manifest does not list.
+    /// Returns the manifest's entries.
+    pub fn verify(dir: &Path) -> Result<Vec<PackageFile>, PackageIoError> {
+        let (manifest, _) = Self::read_files(dir)?;
+        Ok(manifest.files)
+    }
+
+    /// The verified manifest and the content of every file it lists.
+    fn read_files(dir: &Path) -> Result<(ManifestFile, BTreeMap<String, Vec<u8>>), PackageIoError> {
+        let path = dir.join(MANIFEST);
+        let bytes = std::fs::read(&path).map_err(io(&path))?;
+        let manifest = parse_manifest(&path, &bytes)?;
+        let mut content = BTreeMap::new();
+        for entry in &manifest.files {
+            content.insert(entry.name.clone(), read_verified(dir, entry)?);
+        }
+        let listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
+        check_unlisted(dir, &listed)?;
+        Ok((manifest, content))
+    }
+
+    /// Reads a package written by [`Package::write`], after checking every
+    /// file against the manifest ([`Package::verify`]).
     pub fn read(dir: &Path) -> Result<Package, PackageIoError> {
-        let read = |rel: &str| -> Result<Vec<u8>, PackageIoError> {
-            let path = dir.join(rel);
-            std::fs::read(&path).map_err(io(&path))
+        let (manifest, content) = Self::read_files(dir)?;
+        // Only verified content is parsed; a file the program needs but the
+        // manifest does not list is as wrong as a damaged one.
+        let file = |rel: &str| -> Result<&[u8], PackageIoError> {
+            content
+                .get(rel)
+                .map(Vec::as_slice)
+                .ok_or_else(|| PackageIoError::Unlisted {
+                    path: dir.join(rel),
+                })
         };
         let format = |rel: &str, reason: String| PackageIoError::Format {
             path: dir.join(rel),
             reason,
         };
-        let manifest: Manifest = serde_json::from_slice(&read("manifest.json")?)
-            .map_err(|e| format("manifest.json", e.to_string()))?;
-        if manifest.format_version != FORMAT_VERSION {
-            return Err(format(
-                "manifest.json",
-                format!(
-                    "format version {} is not {FORMAT_VERSION}",
-                    manifest.format_version
-                ),
-            ));
-        }
-        let mut program: PackageProgram = serde_json::from_slice(&read("program.json")?)
+        let text = |rel: &str| -> Result<String, PackageIoError> {
+            String::from_utf8(file(rel)?.to_vec())
+                .map_err(|e| format(rel, format!("not UTF-8: {e}")))
+        };
+        let mut program: PackageProgram = serde_json::from_slice(file("program.json")?)
             .map_err(|e| format("program.json", e.to_string()))?;
         for k in &mut program.compiled {
-            k.object = read(&format!("kernels/{}.o", k.name))?;
-            k.metadata =
-                String::from_utf8_lossy(&read(&format!("kernels/{}.json", k.name))?).into_owned();
+            k.object = file(&format!("{KERNELS}/{}.o", k.name))?.to_vec();
+            k.metadata = text(&format!("{KERNELS}/{}.json", k.name))?;
         }
-        let rows = decode_rows(&read("exchange.bin")?).map_err(|e| format("exchange.bin", e))?;
+        let rows = decode_rows(file("exchange.bin")?).map_err(|e| format("exchange.bin", e))?;
         if rows.len() != program.phases.len() {
             return Err(format(
                 "exchange.bin",
@@ -398,23 +971,291 @@ impl Package {
                 ),
             ));
         }
-        let memory_profile = String::from_utf8_lossy(&read("memory-profile.json")?).into_owned();
-        let fixture = match std::fs::read(dir.join("fixture.json")) {
-            Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => {
-                return Err(PackageIoError::Io {
-                    path: dir.join("fixture.json"),
-                    source,
-                });
-            }
+        let memory_profile = text("memory-profile.json")?;
+        let fixture = if content.contains_key("fixture.json") {
+            Some(text("fixture.json")?)
+        } else {
+            None
         };
         Ok(Package {
-            manifest,
+            manifest: Manifest {
+                format_version: manifest.format_version,
+                name: manifest.name,
+                tile_count: manifest.tile_count,
+                summary: manifest.summary,
+                files: manifest
+                    .files
+                    .into_iter()
+                    .map(|f| (f.name, f.bytes))
+                    .collect(),
+            },
             program,
             rows,
             memory_profile,
             fixture,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The failures of a write that only a failing disk causes, made to
+    //! happen through [`FsOps`]: whichever operation fails, the earlier
+    //! package is left byte for byte as it was and nothing is left beside
+    //! it.
+
+    use std::collections::BTreeMap;
+    use std::io::Error;
+
+    use super::*;
+
+    /// A scratch directory under the system's temporary directory,
+    /// removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(test: &str) -> Scratch {
+            let path = std::env::temp_dir()
+                .join(format!("ipu-package-unit-{}-{test}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).expect("create the scratch directory");
+            Scratch(path)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A small package; `tag` makes its content differ.
+    fn sample(tag: &str) -> Package {
+        Package {
+            manifest: Manifest {
+                format_version: FORMAT_VERSION,
+                name: format!("sample-{tag}"),
+                tile_count: 1,
+                summary: BuildSummary::default(),
+                files: Vec::new(),
+            },
+            program: PackageProgram {
+                buffers: Vec::new(),
+                kernels: Vec::new(),
+                steps: Vec::new(),
+                addresses: Vec::new(),
+                support: vec![TileSupport::default()],
+                phases: Vec::new(),
+                compiled: vec![PackageKernel {
+                    name: "k".into(),
+                    entries: Default::default(),
+                    object: format!("object {tag}").into_bytes(),
+                    metadata: "{}".into(),
+                }],
+            },
+            rows: Vec::new(),
+            memory_profile: format!("{{\"tag\":\"{tag}\"}}"),
+            fixture: None,
+        }
+    }
+
+    /// Every file under `dir` with its bytes.
+    fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        let mut pending = vec![dir.to_owned()];
+        while let Some(d) = pending.pop() {
+            for entry in std::fs::read_dir(&d).expect("read the directory") {
+                let path = entry.expect("an entry").path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else {
+                    let bytes = std::fs::read(&path).expect("read the file");
+                    out.insert(path.strip_prefix(dir).expect("inside").to_owned(), bytes);
+                }
+            }
+        }
+        out
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("read the directory")
+            .map(|e| {
+                e.expect("an entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn failed() -> Error {
+        Error::other("injected failure")
+    }
+
+    /// An earlier package at `pkg` in the scratch directory: its path and
+    /// its files.
+    fn earlier(scratch: &Scratch) -> (PathBuf, BTreeMap<PathBuf, Vec<u8>>) {
+        let target = scratch.0.join("pkg");
+        sample("old")
+            .write(&target)
+            .expect("write the earlier package");
+        let before = snapshot(&target);
+        (target, before)
+    }
+
+    fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        std::fs::write(path, bytes)
+    }
+
+    fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    /// Whether `path` is a staging directory.
+    fn staged(path: &Path) -> bool {
+        path.file_name()
+            .is_some_and(|n| n.to_string_lossy().contains(".staging-"))
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_written_leaves_the_earlier_package() {
+        for failing in ["exchange.bin", "k.o", MANIFEST] {
+            let scratch = Scratch::new(&format!("write-{failing}"));
+            let (target, before) = earlier(&scratch);
+            let write = |path: &Path, bytes: &[u8]| {
+                if path.file_name() == Some(OsStr::new(failing)) {
+                    Err(failed())
+                } else {
+                    write(path, bytes)
+                }
+            };
+            let ops = FsOps {
+                write: &write,
+                rename: &rename,
+            };
+            match sample("new").write_with(&target, &ops) {
+                Err(PackageIoError::Io { path, .. }) => {
+                    assert!(path.ends_with(failing), "{path:?}");
+                }
+                other => panic!("{failing}: {other:?}"),
+            }
+            assert_eq!(snapshot(&target), before, "{failing}");
+            assert_eq!(entries(&scratch.0), ["pkg"], "{failing}");
+        }
+    }
+
+    #[test]
+    fn an_earlier_package_that_cannot_be_moved_aside_is_left() {
+        let scratch = Scratch::new("aside");
+        let (target, before) = earlier(&scratch);
+        let rename = |from: &Path, to: &Path| {
+            if from == target {
+                Err(failed())
+            } else {
+                rename(from, to)
+            }
+        };
+        let ops = FsOps {
+            write: &write,
+            rename: &rename,
+        };
+        match sample("new").write_with(&target, &ops) {
+            Err(PackageIoError::Io { path, .. }) => assert_eq!(path, target),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(snapshot(&target), before);
+        assert_eq!(entries(&scratch.0), ["pkg"]);
+    }
+
+    #[test]
+    fn a_failed_rename_into_place_moves_the_earlier_package_back() {
+        let scratch = Scratch::new("rename-in");
+        let (target, before) = earlier(&scratch);
+        // Only the staged package's rename fails; moving the earlier one
+        // back succeeds.
+        let rename = |from: &Path, to: &Path| {
+            if to == target && staged(from) {
+                Err(failed())
+            } else {
+                rename(from, to)
+            }
+        };
+        let ops = FsOps {
+            write: &write,
+            rename: &rename,
+        };
+        match sample("new").write_with(&target, &ops) {
+            Err(PackageIoError::Io { path, .. }) => assert_eq!(path, target),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(snapshot(&target), before);
+        assert_eq!(entries(&scratch.0), ["pkg"]);
+        Package::read(&target).expect("the earlier package reads");
+    }
+
+    #[test]
+    fn an_earlier_package_that_cannot_be_moved_back_is_named() {
+        let scratch = Scratch::new("restore");
+        let (target, before) = earlier(&scratch);
+        let rename = |from: &Path, to: &Path| {
+            if to == target {
+                Err(failed())
+            } else {
+                rename(from, to)
+            }
+        };
+        let ops = FsOps {
+            write: &write,
+            rename: &rename,
+        };
+        let error = sample("new")
+            .write_with(&target, &ops)
+            .expect_err("the write fails");
+        let PackageIoError::Restore { path, aside, .. } = &error else {
+            panic!("not a restore error: {error}");
+        };
+        assert_eq!(*path, target);
+        assert!(error.to_string().contains(&aside.display().to_string()));
+        // The earlier package is whole where the error says, and it is all
+        // that is left: the staging directory is gone.
+        assert_eq!(snapshot(aside), before);
+        let aside_name = aside.file_name().expect("a name").to_string_lossy();
+        assert_eq!(entries(&scratch.0), [aside_name.into_owned()]);
+    }
+
+    #[test]
+    fn a_failed_write_to_a_new_directory_leaves_nothing() {
+        let scratch = Scratch::new("fresh");
+        let target = scratch.0.join("pkg");
+        let ops = FsOps {
+            write: &write,
+            rename: &|_, _| Err(failed()),
+        };
+        let error = sample("new")
+            .write_with(&target, &ops)
+            .expect_err("the write fails");
+        assert!(matches!(error, PackageIoError::Io { .. }), "{error}");
+        assert!(entries(&scratch.0).is_empty());
+    }
+
+    #[test]
+    fn sibling_names_are_hidden_and_distinct() {
+        let parent = Path::new("out");
+        let a = sibling(parent, OsStr::new("pkg"), "staging", 0);
+        let b = sibling(parent, OsStr::new("pkg"), "staging", 1);
+        assert_ne!(a, b);
+        assert!(a.starts_with(parent));
+        assert!(
+            a.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(".pkg.staging-"))
+        );
+        // A bare name's siblings stay relative.
+        assert_eq!(
+            sibling(Path::new(""), OsStr::new("pkg"), "old", 3),
+            PathBuf::from(format!(".pkg.old-{}-3", std::process::id()))
+        );
     }
 }

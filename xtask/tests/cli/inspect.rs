@@ -1,12 +1,10 @@
 //! `inspect-package`: a good package is valid (status 0); a package with a
 //! damaged file is not (non-zero status, and the message names the file).
 //!
-//! The package records each file's size but no digest of its content, and
-//! reading it parses the JSON and the exchange rows only. So a damaged file
-//! is caught when the damage breaks its syntax or changes its size, but not
-//! when a flipped byte leaves, say, a different number or a different
-//! instruction word; [`any_flipped_byte_is_caught`] asks for that and is
-//! ignored until the package carries digests.
+//! The manifest records every file's size and SHA-256 and a digest of
+//! itself, and reading checks them before parsing. So a damaged file is
+//! caught even when the damage keeps its syntax and size, say a different
+//! number or a different instruction word.
 
 use std::path::{Path, PathBuf};
 
@@ -91,8 +89,7 @@ fn good_package_is_valid_and_a_damaged_one_is_not() {
     );
 
     // Flip one byte in the middle of the largest file: the first quote
-    // from the middle on, since only a flip that breaks the syntax is
-    // caught today (see the module's documentation).
+    // from the middle on, a flip that also breaks the syntax.
     let largest = largest_file(&good);
     let damaged = copy(&sandbox, &good, "flipped");
     let path = damaged.join(&largest);
@@ -110,8 +107,8 @@ fn good_package_is_valid_and_a_damaged_one_is_not() {
 #[test]
 fn a_file_of_the_wrong_size_is_caught() {
     // The memory profile and the fixture are carried as text and not
-    // parsed on reading; their recorded sizes still catch a cut or an
-    // addition.
+    // parsed on reading; their recorded sizes catch a cut or an addition
+    // before their digests are computed.
     let sandbox = Sandbox::new();
     let good = sandbox.good_package("micro-1l-h32.json", "16", "good");
     let cut = copy(&sandbox, &good, "cut");
@@ -132,34 +129,53 @@ fn a_file_of_the_wrong_size_is_caught() {
     reported_damaged(&sandbox, &missing, "exchange.bin");
 }
 
+/// The first ASCII digit of `bytes` from its middle on: a flip there
+/// changes a number and keeps the syntax.
+fn middle_digit(name: &str, bytes: &[u8]) -> usize {
+    let middle = bytes.len() / 2;
+    middle
+        + bytes[middle..]
+            .iter()
+            .position(u8::is_ascii_digit)
+            .unwrap_or_else(|| panic!("{name} has no digit after its middle"))
+}
+
 #[test]
-#[ignore = "the package records no digest of its files; a flip that keeps the syntax passes"]
 fn any_flipped_byte_is_caught() {
     let sandbox = Sandbox::new();
     let good = sandbox.good_package("tiny-2l-h64.json", "16", "good");
     let files = snapshot(&good);
-    // A digit of the program (a different address or extent), a word of
-    // the exchange rows, a byte of the memory profile and of a kernel.
+    // A digit of the program (a different address or extent) and of the
+    // manifest (a different size, digest or headline figure), a word of the
+    // exchange rows, a byte of the memory profile, of the fixture and of a
+    // kernel's object and metadata: every file of the package.
     let kernel = files
         .keys()
         .find(|k| k.ends_with(".o"))
         .expect("a kernel object")
         .clone();
-    let program = &files["program.json"];
-    let digit = program.len() / 2
-        + program[program.len() / 2..]
-            .iter()
-            .position(u8::is_ascii_digit)
-            .expect("a digit");
-    let cases = [
-        ("program.json".to_owned(), digit),
+    let metadata = kernel.replace(".o", ".json");
+    let mut cases = vec![
+        (
+            "program.json".to_owned(),
+            middle_digit("program.json", &files["program.json"]),
+        ),
+        (
+            "manifest.json".to_owned(),
+            middle_digit("manifest.json", &files["manifest.json"]),
+        ),
         ("exchange.bin".to_owned(), files["exchange.bin"].len() / 2),
         (
             "memory-profile.json".to_owned(),
             files["memory-profile.json"].len() / 2,
         ),
+        ("fixture.json".to_owned(), files["fixture.json"].len() / 2),
         (kernel.clone(), files[&kernel].len() / 2),
+        (metadata.clone(), files[&metadata].len() / 2),
     ];
+    // The first and last bytes of the rows: the magic and a row index.
+    cases.push(("exchange.bin".to_owned(), 0));
+    cases.push(("exchange.bin".to_owned(), files["exchange.bin"].len() - 1));
     // Every case is tried before failing, so the message lists them all.
     let mut missed = Vec::new();
     for (i, (file, at)) in cases.into_iter().enumerate() {
@@ -171,13 +187,59 @@ fn any_flipped_byte_is_caught() {
             "{}",
             outcome.describe()
         );
-        if outcome.status.success() {
+        // Refused, by an error that names the damaged file.
+        let named = outcome
+            .stderr
+            .lines()
+            .any(|l| l.starts_with("error:") && l.contains(file.as_str()));
+        if outcome.status.success() || !named {
             missed.push(format!("{file} byte {at}"));
         }
     }
     assert!(
         missed.is_empty(),
-        "flips reported valid: {}",
+        "flips not refused by an error naming the file: {}",
         missed.join(", ")
+    );
+}
+
+#[test]
+fn another_format_version_is_named() {
+    // A package of another format version (here the manifest of version
+    // 1, which listed files as [name, size] and recorded no digests) is
+    // refused by its version, not by whichever field it lacks.
+    let sandbox = Sandbox::new();
+    let good = sandbox.good_package("micro-1l-h32.json", "16", "good");
+    let old = copy(&sandbox, &good, "old");
+    let path = old.join("manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("read the manifest"))
+            .expect("the manifest is JSON");
+    manifest["format_version"] = 1.into();
+    manifest["files"] = serde_json::json!([["program.json", 1]]);
+    std::fs::write(
+        &path,
+        serde_json::to_vec_pretty(&manifest).expect("serialise"),
+    )
+    .expect("write the manifest");
+    inspect(&sandbox, &old).failed_with("manifest.json: format version 1, this reader supports 2");
+    sandbox
+        .xtask(&["run-package", &old.to_string_lossy()])
+        .failed_with("format version 1, this reader supports 2");
+}
+
+#[test]
+fn a_file_the_manifest_does_not_list_is_caught() {
+    // An object from another build dropped into kernels/ is not part of
+    // the package the manifest describes.
+    let sandbox = Sandbox::new();
+    let good = sandbox.good_package("micro-1l-h32.json", "16", "good");
+    let extra = copy(&sandbox, &good, "extra");
+    std::fs::create_dir_all(extra.join("kernels")).expect("create kernels/");
+    std::fs::write(extra.join("kernels/stray.o"), b"\x7fELF").expect("write the object");
+    reported_damaged(
+        &sandbox,
+        &extra,
+        "kernels/stray.o: not listed in the manifest",
     );
 }

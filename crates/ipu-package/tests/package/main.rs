@@ -1,11 +1,13 @@
 //! Integration tests of ipu-package: the fixtures and their parameter
 //! counts, fixture errors with JSON paths, graph validation, deterministic
-//! values, the safetensors loader, and layout planning.
+//! values, the safetensors loader, layout planning, and the package files
+//! on disk.
 
 mod bad_fixtures;
 mod fixtures;
 mod graph;
 mod lower;
+mod package_files;
 mod plan;
 mod safetensors;
 mod values;
