@@ -439,7 +439,15 @@ fn compile_kernels(
                     + usize::from(e.mode == Mode::Accumulate);
                 entries[index] = e.symbol;
             }
-            let metadata = std::fs::read_to_string(&k.metadata_path).unwrap_or_default();
+            let metadata =
+                std::fs::read_to_string(&k.metadata_path).map_err(|e| BuildError::Kernel {
+                    name: v.name().to_owned(),
+                    source: ipu_kernels::KernelError::Io {
+                        action: "reading kernel metadata",
+                        path: k.metadata_path.clone(),
+                        source: e,
+                    },
+                })?;
             Ok(PackageKernel {
                 name: format!(
                     "{}_{}",
