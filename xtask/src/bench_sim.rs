@@ -12,12 +12,15 @@
 //! program's layer repeat), and the whole model's time extrapolated from
 //! it. Not part of the test suite: a run takes minutes.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use ipu_package::graph::{Graph, TensorId};
 use ipu_package::package::Package;
+use ipu_sim::tiles::RunStats;
 
 use crate::build_package::SIGLIP;
 use crate::params::resolve;
@@ -106,25 +109,27 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         secs(checked.tile_model),
         secs(checked.reference)
     );
-    match per_layer(&checked.stats.iterations) {
-        Some((name, count, each)) => {
-            let layers_time = each * count;
+    let graph = ipu_package::graph::parse_fixture(&stored).map_err(|e| format!("fixture: {e}"))?;
+    match per_layer(&graph, &checked.stats) {
+        Some(layer) => {
+            let layers_time = layer.each * layer.count;
             let rest = checked.tile_model.saturating_sub(layers_time);
-            let whole = rest + each * full_layers;
+            let whole = rest + layer.each * full_layers;
             println!(
-                "tile_model_per_layer_s={} (mean of {count} iteration(s) of repeat `{name}`; outside the layers {} s)",
-                secs(each),
+                "tile_model_per_layer_s={} ({}; outside the layers {} s)",
+                secs(layer.each),
+                layer.how,
                 secs(rest)
             );
             println!(
                 "EXTRAPOLATED whole model ({full_layers} layers), tile model: {} s = {} s outside the layers + {full_layers} x {} s per layer (not measured)",
                 secs(whole),
                 secs(rest),
-                secs(each)
+                secs(layer.each)
             );
         }
         None => println!(
-            "tile_model_per_layer_s=n/a (the program has no layer repeat); no extrapolation"
+            "tile_model_per_layer_s=n/a (neither a layer repeat in the program nor layer steps found); no extrapolation"
         ),
     }
     println!("result={}", if checked.pass { "pass" } else { "fail" });
@@ -176,21 +181,70 @@ fn build(out: &Path, layers: u64, cache: Option<&Path>) -> Result<ExitCode, Stri
     crate::build_package::run(&argv)
 }
 
-/// The layer repeat's name, iteration count and mean iteration time: the
-/// outermost repeat with the most iterations.
-fn per_layer(iterations: &[(String, u32, Duration)]) -> Option<(String, u32, Duration)> {
-    let mut totals: Vec<(String, u32, Duration)> = Vec::new();
-    for (name, _, d) in iterations {
+/// The tile model's time per encoder layer.
+#[derive(Debug, PartialEq, Eq)]
+struct LayerTime {
+    /// Layers measured.
+    count: u32,
+    /// Mean time of one.
+    each: Duration,
+    /// How it was measured.
+    how: String,
+}
+
+/// The tile model's time per layer: the mean iteration of the program's
+/// outermost repeat with the most iterations when the program has one;
+/// otherwise (a single layer is not lowered as a repeat) the steps whose
+/// names mention a tensor of the graph's layer repeat, summed, over its
+/// iteration count.
+fn per_layer(graph: &Graph, stats: &RunStats) -> Option<LayerTime> {
+    let mut totals: Vec<(&str, u32, Duration)> = Vec::new();
+    for (name, _, d) in &stats.iterations {
         match totals.iter_mut().find(|(n, _, _)| n == name) {
             Some((_, count, total)) => {
                 *count += 1;
                 *total += *d;
             }
-            None => totals.push((name.clone(), 1, *d)),
+            None => totals.push((name, 1, *d)),
         }
     }
-    let (name, count, total) = totals.into_iter().max_by_key(|(_, count, _)| *count)?;
-    Some((name, count, total / count))
+    if let Some((name, count, total)) = totals.into_iter().max_by_key(|(_, count, _)| *count) {
+        return Some(LayerTime {
+            count,
+            each: total / count,
+            how: format!("mean of {count} iteration(s) of repeat `{name}`"),
+        });
+    }
+    let repeat = graph.repeats().iter().max_by_key(|r| r.count())?;
+    let names: HashSet<&str> = repeat
+        .tensors()
+        .filter_map(|i| u32::try_from(i).ok())
+        .map(|i| graph.tensor(TensorId::from_u32(i)).name())
+        .collect();
+    // A step is named `<what> <tensor>` or several such parts joined by
+    // ` + `; the tensor is each part's last word.
+    let in_layer = |step: &str| {
+        step.split(" + ")
+            .filter_map(|part| part.split_whitespace().last())
+            .any(|t| names.contains(t))
+    };
+    let (steps, total) = stats
+        .steps
+        .iter()
+        .filter(|(name, _)| in_layer(name))
+        .fold((0usize, Duration::ZERO), |(n, t), (_, d)| (n + 1, t + *d));
+    if steps == 0 || repeat.count() == 0 {
+        return None;
+    }
+    Some(LayerTime {
+        count: repeat.count(),
+        each: total / repeat.count(),
+        how: format!(
+            "sum of the {steps} steps naming tensors of layer repeat `{}`, over its {} iteration(s)",
+            repeat.name(),
+            repeat.count()
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -203,14 +257,36 @@ mod tests {
     }
 
     #[test]
-    fn per_layer_takes_the_longest_repeat() {
-        let s = Duration::from_secs;
-        let iterations = vec![
-            ("head".to_owned(), 0, s(5)),
-            ("layers".to_owned(), 0, s(2)),
-            ("layers".to_owned(), 1, s(4)),
+    fn per_layer_prefers_the_repeat_then_the_layer_steps() {
+        let ms = Duration::from_millis;
+        let text = include_str!("../../fixtures/micro-1l-h32.json");
+        let graph = ipu_package::graph::parse_fixture(text).unwrap();
+        let layer = graph.repeats().iter().max_by_key(|r| r.count()).unwrap();
+        let tensor = graph
+            .tensor(TensorId::from_u32(layer.tensors().start as u32))
+            .name()
+            .to_owned();
+        let mut stats = RunStats {
+            steps: vec![
+                ("gemm embed.y".to_owned(), ms(5)),
+                (format!("reduce {tensor} + add x9"), ms(7)),
+                (format!("layer_norm {tensor}"), ms(3)),
+                ("outputs".to_owned(), ms(1)),
+            ],
+            ..RunStats::default()
+        };
+        let by_steps = per_layer(&graph, &stats).unwrap();
+        assert_eq!(
+            (by_steps.count, by_steps.each),
+            (layer.count(), ms(10) / layer.count())
+        );
+        stats.iterations = vec![
+            ("head".to_owned(), 0, ms(50)),
+            ("enc".to_owned(), 0, ms(20)),
+            ("enc".to_owned(), 1, ms(40)),
         ];
-        assert_eq!(per_layer(&iterations), Some(("layers".to_owned(), 2, s(3))));
-        assert_eq!(per_layer(&[]), None);
+        let by_repeat = per_layer(&graph, &stats).unwrap();
+        assert_eq!((by_repeat.count, by_repeat.each), (2, ms(30)));
+        assert!(per_layer(&graph, &RunStats::default()).is_none());
     }
 }

@@ -98,6 +98,9 @@ pub struct RunStats {
     /// Wall time of each iteration of the program's outermost repeats:
     /// `(repeat name, iteration, time)`.
     pub iterations: Vec<(String, u32, Duration)>,
+    /// Wall time of every compute and exchange step run, by the step's
+    /// name, in run order (a repeat's steps once per iteration).
+    pub steps: Vec<(String, Duration)>,
 }
 
 /// Runs `package` (built from `graph`) on `values` (every input and weight)
@@ -290,17 +293,21 @@ impl<'p> Tiles<'p> {
     ) -> Result<(), SimError> {
         for step in steps {
             match step {
-                Step::Compute { calls, .. } => {
+                Step::Compute { name, calls } => {
                     let start = Instant::now();
                     self.compute(calls, subst)?;
-                    self.stats.compute += start.elapsed();
+                    let took = start.elapsed();
+                    self.stats.compute += took;
+                    self.stats.steps.push((name.clone(), took));
                 }
                 Step::Exchange { name, .. } => {
                     let start = Instant::now();
                     self.exchange(*phase, iteration)
                         .map_err(|e| SimError::Package(format!("exchange {name}: {e}")))?;
-                    self.stats.exchange += start.elapsed();
+                    let took = start.elapsed();
+                    self.stats.exchange += took;
                     self.stats.exchange_steps += 1;
+                    self.stats.steps.push((name.clone(), took));
                     *phase += 1;
                 }
                 Step::Repeat {
