@@ -58,40 +58,18 @@ pub fn gemm(
         .enumerate()
         .for_each(|(task, chunk)| {
             let first_row = task * ROWS_PER_TASK;
+            let task_rows = chunk.len() / n;
             match accumulation {
                 GemmAccumulation::F32 => {
                     for j0 in (0..n).step_by(COLUMNS_PER_BLOCK) {
                         let j1 = (j0 + COLUMNS_PER_BLOCK).min(n);
                         for kk in 0..k {
                             let b_row = &right[kk * n + j0..kk * n + j1];
-                            for (g, group) in chunk.chunks_mut(4 * n).enumerate() {
-                                let r0 = first_row + 4 * g;
-                                let a = |i: usize| left[(r0 + i) * k + kk];
-                                if group.len() < 4 * n {
-                                    for (i, row) in group.chunks_mut(n).enumerate() {
-                                        let ai = a(i);
-                                        for (x, &b) in row[j0..j1].iter_mut().zip(b_row) {
-                                            *x += ai * b;
-                                        }
-                                    }
-                                    continue;
-                                }
-                                // Four rows share each load of `b_row`.
-                                let (x0, rest) = group.split_at_mut(n);
-                                let (x1, rest) = rest.split_at_mut(n);
-                                let (x2, x3) = rest.split_at_mut(n);
-                                let (a0, a1, a2, a3) = (a(0), a(1), a(2), a(3));
-                                let quads = x0[j0..j1]
-                                    .iter_mut()
-                                    .zip(&mut x1[j0..j1])
-                                    .zip(&mut x2[j0..j1])
-                                    .zip(&mut x3[j0..j1])
-                                    .zip(b_row);
-                                for ((((y0, y1), y2), y3), &b) in quads {
-                                    *y0 += a0 * b;
-                                    *y1 += a1 * b;
-                                    *y2 += a2 * b;
-                                    *y3 += a3 * b;
+                            for r in 0..task_rows {
+                                let a = left[(first_row + r) * k + kk];
+                                let acc = &mut chunk[r * n + j0..r * n + j1];
+                                for (x, &b) in acc.iter_mut().zip(b_row) {
+                                    *x += a * b;
                                 }
                             }
                         }
