@@ -5,9 +5,13 @@
 //! (`RUST_LOG` honoured, `info` by default); the last lines summarise the
 //! build. The exit status is 0 only when the package was built and written;
 //! arguments the device or the writer cannot take (`--tiles` outside the
-//! device, `--batch 0`, an `--out` that is not a package directory) are
-//! refused before any work, so a mistake costs no build time and never
-//! touches what is already on disk.
+//! device, `--batch 0`, an `--out` that is not a package directory, a
+//! `--param` the fixture does not have or rejects) are refused before any
+//! work with exit status 2, so a mistake costs no build time and never
+//! touches what is already on disk. `--param NAME=VALUE` overrides a
+//! fixture parameter (`--batch B` is short for `--param batch=B`); the
+//! package stores the fixture with the overridden values, so `run-package`
+//! checks it against the same graph.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,10 +20,11 @@ use std::time::Instant;
 use clap::Parser;
 use ipu_exchange::Fabric;
 use ipu_package::build::{BuildConfig, build_package};
-use ipu_package::graph::{ParseOptions, parse_fixture_with};
+
+use crate::params::{merge, parse_param, resolve};
 
 /// The embedded default workload.
-const SIGLIP: &str = include_str!("../../fixtures/siglip-so400m-b2.json");
+pub(crate) const SIGLIP: &str = include_str!("../../fixtures/siglip-so400m-b2.json");
 
 #[derive(Parser, Debug)]
 #[command(
@@ -33,9 +38,13 @@ struct Args {
     /// Tiles of the target (1 to the device's 1472).
     #[arg(long, default_value_t = 1472, value_parser = parse_tiles)]
     tiles: u32,
-    /// Override the fixture's `batch` parameter (at least 1).
+    /// Override the fixture's `batch` parameter (at least 1); short for
+    /// `--param batch=B`.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     batch: Option<u64>,
+    /// Override a fixture parameter, e.g. `--param layers=1` (repeatable).
+    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+    params: Vec<(String, u64)>,
     /// Where to write the package.
     #[arg(long, default_value = "out/package")]
     out: PathBuf,
@@ -76,13 +85,20 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
         None => SIGLIP.to_owned(),
     };
-    let options = ParseOptions {
-        overrides: args
-            .batch
-            .map(|b| vec![("batch".to_owned(), b)])
-            .unwrap_or_default(),
+    let mut overrides: Vec<(String, u64)> = args
+        .batch
+        .map(|b| ("batch".to_owned(), b))
+        .into_iter()
+        .collect();
+    overrides.extend(args.params.iter().cloned());
+    let (graph, stored) = match merge(&overrides).and_then(|o| resolve(&text, &o)) {
+        Ok(resolved) => resolved,
+        Err(e) if e.is_usage() => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => return Err(e.to_string()),
     };
-    let graph = parse_fixture_with(&text, &options).map_err(|e| format!("fixture: {e}"))?;
     let config = BuildConfig {
         tiles: args.tiles,
         kernel_cache: args.kernel_cache.clone(),
@@ -91,7 +107,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     let start = Instant::now();
     let package = match build_package(&graph, &config) {
         Ok(mut p) => {
-            p.fixture = Some(text.clone());
+            p.fixture = Some(stored);
             p
         }
         Err(e) => {

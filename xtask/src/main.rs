@@ -9,10 +9,12 @@ mod graph;
 use std::process::{Command, ExitCode};
 
 mod alloc;
+mod bench_sim;
 mod build_package;
 mod exchange;
 mod kernels;
 mod logging;
+mod params;
 mod run_package;
 
 /// A task: its name, a one-line summary, and what runs it.
@@ -25,13 +27,18 @@ struct Task {
 const TASKS: &[Task] = &[
     Task {
         name: "build-package",
-        summary: "build a model fixture into a package (default: SigLIP so400m b2, 1472 tiles)",
+        summary: "build a model fixture into a package (default: SigLIP so400m b2, 1472 tiles) [--param NAME=VALUE]",
         run: build_package::run,
     },
     Task {
         name: "run-package",
         summary: "run a package on the tile model against the reference: DIR [--inputs seed|FILE] [--seed N]",
         run: run_package::run,
+    },
+    Task {
+        name: "bench-sim",
+        summary: "time the tile model and the reference on SigLIP b2 at 1472 tiles: [--layers N] [--keep DIR]",
+        run: bench_sim::run,
     },
     Task {
         name: "inspect-package",

@@ -7,17 +7,19 @@
 //! FILE), and prints per output the largest absolute and relative errors,
 //! the normalised RMS error and pass/fail under the reference's graph
 //! tolerance for the output's precision. Exit status 0 only if every output
-//! passes. `inspect-package` prints the manifest summary and validates the
+//! passes. A `profile` line on stderr says where the tile model's time
+//! went (step kinds, and per codelet kind the time summed over threads). `inspect-package` prints the manifest summary and validates the
 //! package (every file at its recorded size, every buffer placed inside tile
 //! memory, phases and rows agree).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ipu_package::graph::{parse_fixture, safetensors, values};
 use ipu_package::package::Package;
 use ipu_sim::reference::compare::{Tolerance, compare};
+use ipu_sim::tiles::{CODELET_KINDS, RunStats};
 
 fn read_package(args: &[String]) -> Result<(PathBuf, Package), String> {
     let dir = args
@@ -38,44 +40,96 @@ fn option<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
 
 pub fn run(args: &[String]) -> Result<ExitCode, String> {
     let (dir, package) = read_package(args)?;
-    let fixture = package
-        .fixture
-        .as_deref()
-        .ok_or("the package does not carry its fixture; rebuild it with build-package")?;
-    let graph = parse_fixture(fixture).map_err(|e| format!("the package's fixture: {e}"))?;
     let seed: u64 = option(args, "--seed")
         .map(str::parse)
         .transpose()
         .map_err(|e| format!("--seed: {e}"))?
         .unwrap_or(7);
-    let mut inputs = values::generate_weights(&graph, seed);
-    match option(args, "--inputs").unwrap_or("seed") {
-        "seed" => inputs.extend(values::generate_inputs(&graph, seed)),
-        file => {
-            let bytes = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
-            inputs.extend(
-                safetensors::read_values(&graph, &bytes).map_err(|e| format!("{file}: {e}"))?,
+    let inputs = match option(args, "--inputs").unwrap_or("seed") {
+        "seed" => Inputs::Seed,
+        file => Inputs::File(PathBuf::from(file)),
+    };
+    let checked = check(&dir, &package, seed, &inputs)?;
+    for line in &checked.lines {
+        println!("{line}");
+    }
+    eprintln!("{}", profile(&checked.stats));
+    println!(
+        "result={} tile_model_ms={} reference_ms={}",
+        if checked.pass { "pass" } else { "fail" },
+        checked.tile_model.as_millis(),
+        checked.reference.as_millis()
+    );
+    Ok(if checked.pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Where the inputs of a run come from (weights always come from the seed).
+#[derive(Debug)]
+pub enum Inputs {
+    /// Generated from the seed.
+    Seed,
+    /// Read from a safetensors-style file.
+    File(PathBuf),
+}
+
+/// A package run on the tile model and compared with the reference.
+#[derive(Debug)]
+pub struct Checked {
+    /// One line per graph output: its errors and verdict.
+    pub lines: Vec<String>,
+    /// Whether every output passed.
+    pub pass: bool,
+    /// Wall time of the tile model.
+    pub tile_model: Duration,
+    /// Wall time of the reference evaluation.
+    pub reference: Duration,
+    /// Where the tile model's time went.
+    pub stats: RunStats,
+}
+
+/// Runs `package` (read from `dir`) on the tile model and the reference
+/// evaluation of its stored fixture, on the same inputs and weights, and
+/// compares every output under the graph tolerance of its precision.
+pub fn check(dir: &Path, package: &Package, seed: u64, inputs: &Inputs) -> Result<Checked, String> {
+    let fixture = package
+        .fixture
+        .as_deref()
+        .ok_or("the package does not carry its fixture; rebuild it with build-package")?;
+    let graph = parse_fixture(fixture).map_err(|e| format!("the package's fixture: {e}"))?;
+    let mut values = values::generate_weights(&graph, seed);
+    match inputs {
+        Inputs::Seed => values.extend(values::generate_inputs(&graph, seed)),
+        Inputs::File(file) => {
+            let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+            values.extend(
+                safetensors::read_values(&graph, &bytes)
+                    .map_err(|e| format!("{}: {e}", file.display()))?,
             );
         }
     }
     let start = Instant::now();
-    let device = ipu_sim::tiles::run_package(&package, &graph, &inputs)
+    let (device, stats) = ipu_sim::tiles::run_package_with_stats(package, &graph, &values)
         .map_err(|e| format!("running {}: {e}", dir.display()))?;
-    let device_ms = start.elapsed().as_millis();
+    let tile_model = start.elapsed();
     let start = Instant::now();
-    let reference = ipu_sim::evaluate(&graph, &inputs).map_err(|e| format!("reference: {e}"))?;
-    let reference_ms = start.elapsed().as_millis();
-    let mut all = true;
+    let reference = ipu_sim::evaluate(&graph, &values).map_err(|e| format!("reference: {e}"))?;
+    let reference_time = start.elapsed();
+    let mut pass = true;
+    let mut lines = Vec::new();
     for output in graph.outputs() {
         let t = graph.tensor(output);
         let (Some(r), Some(d)) = (reference.get(output), device.get(output)) else {
-            println!("output={} missing", t.name());
-            all = false;
+            lines.push(format!("output={} missing", t.name()));
+            pass = false;
             continue;
         };
         let c = compare(r, d, Tolerance::graph(t.precision()));
-        all &= c.pass;
-        println!(
+        pass &= c.pass;
+        lines.push(format!(
             "output={} elements={} max_abs={:.6} max_rel={:.6} rms_error={:.6} tolerance=graph({:?}) result={}",
             t.name(),
             c.elements,
@@ -84,17 +138,38 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             c.rms_error,
             t.precision(),
             if c.pass { "pass" } else { "fail" }
-        );
+        ));
     }
-    println!(
-        "result={} tile_model_ms={device_ms} reference_ms={reference_ms}",
-        if all { "pass" } else { "fail" }
-    );
-    Ok(if all {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    Ok(Checked {
+        lines,
+        pass,
+        tile_model,
+        reference: reference_time,
+        stats,
     })
+}
+
+/// One line saying where the tile model's time went: wall times of the
+/// step kinds, and per codelet kind the calls and the time summed over
+/// worker threads.
+pub fn profile(s: &RunStats) -> String {
+    let ms = |d: Duration| d.as_millis();
+    let mut line = format!(
+        "profile setup_ms={} load_ms={} compute_ms={} exchange_ms={} exchange_steps={} exchange_words={} outputs_ms={}",
+        ms(s.setup),
+        ms(s.load),
+        ms(s.compute),
+        ms(s.exchange),
+        s.exchange_steps,
+        s.exchange_words,
+        ms(s.outputs)
+    );
+    for (name, k) in CODELET_KINDS.iter().zip(&s.codelets) {
+        if k.calls > 0 {
+            line.push_str(&format!(" {name}={}calls/{}ms", k.calls, ms(k.busy)));
+        }
+    }
+    line
 }
 
 pub fn inspect(args: &[String]) -> Result<ExitCode, String> {

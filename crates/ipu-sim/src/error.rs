@@ -65,6 +65,17 @@ pub enum SimError {
         /// What went wrong.
         reason: String,
     },
+    /// The graph given is not the one the package was built from.
+    #[error(
+        "the fixture does not match the package at `{tensor}`: {reason}; \
+         was the package built with parameter overrides its fixture.json lacks?"
+    )]
+    FixtureMismatch {
+        /// The tensor or buffer name.
+        tensor: String,
+        /// What differs.
+        reason: String,
+    },
     /// The package is inconsistent.
     #[error("the package is inconsistent: {0}")]
     Package(String),

@@ -9,15 +9,25 @@
 //! exchange rows word by word (with the repeat patches of the iteration)
 //! and do the on-tile copies. Every access must stay inside the ranges
 //! placed on that tile; anything else is an error, not a silent success.
+//!
+//! A codelet touches only the image of the tile it runs on, so the tiles of
+//! one compute step run in parallel, each on its own image, with each
+//! tile's calls in program order: the bytes are those of a sequential run
+//! whatever the thread count, and when several tiles fail the error of the
+//! lowest tile is reported. [`run_package_with_stats`] also says where the
+//! time went.
 
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use ipu_exchange::{EncodedRows, ExchangeMemory, Fabric, MemoryError, replay};
 use ipu_kernels::{AmpProgram, KernelArgs, emulate, programs_from_object};
 use ipu_layout::{EntityId, Precision, TileId};
 use ipu_package::graph::{Graph, ValueSet};
 use ipu_package::package::Package;
-use ipu_package::program::{BufferId, BufferRole, GemmEntry, KernelId, Operand, Step};
+use ipu_package::program::{BufferId, BufferRole, Codelet, GemmEntry, KernelId, Operand, Step};
+use rayon::prelude::*;
 
 use crate::SimError;
 use crate::codelets::{CodeletMemory, run_codelet};
@@ -27,6 +37,72 @@ pub const SRAM_START: u32 = 0x4c000;
 /// One past the last address of tile SRAM.
 pub const SRAM_END: u32 = 0xe8000;
 
+/// The codelet kinds [`RunStats::codelets`] reports, in that order.
+pub const CODELET_KINDS: [&str; 9] = [
+    "gemm",
+    "add",
+    "layer_norm",
+    "gelu",
+    "convert",
+    "reduce_sum",
+    "attention_block",
+    "attention_combine",
+    "zero",
+];
+
+fn codelet_kind(c: &Codelet) -> usize {
+    match c {
+        Codelet::Gemm { .. } => 0,
+        Codelet::Add { .. } => 1,
+        Codelet::LayerNorm { .. } => 2,
+        Codelet::Gelu { .. } => 3,
+        Codelet::Convert { .. } => 4,
+        Codelet::ReduceSum { .. } => 5,
+        Codelet::AttentionBlock { .. } => 6,
+        Codelet::AttentionCombine { .. } => 7,
+        Codelet::Zero { .. } => 8,
+    }
+}
+
+/// Calls and time of one codelet kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindStats {
+    /// Calls run.
+    pub calls: u64,
+    /// Time spent in them, summed over worker threads (so it can exceed
+    /// the wall time of the compute steps).
+    pub busy: Duration,
+}
+
+/// Where the time of a run went. Timings vary from run to run; the
+/// results do not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Setting up the images and decoding the kernel programs.
+    pub setup: Duration,
+    /// Writing inputs and weights into the images.
+    pub load: Duration,
+    /// Wall time of the compute steps.
+    pub compute: Duration,
+    /// Per codelet kind (indexed like [`CODELET_KINDS`]).
+    pub codelets: [KindStats; 9],
+    /// Wall time of the exchange steps (row decoding, replay and on-tile
+    /// copies).
+    pub exchange: Duration,
+    /// Exchange steps run.
+    pub exchange_steps: u64,
+    /// Words the exchange replays wrote.
+    pub exchange_words: u64,
+    /// Reading the outputs back.
+    pub outputs: Duration,
+    /// Wall time of each iteration of the program's outermost repeats:
+    /// `(repeat name, iteration, time)`.
+    pub iterations: Vec<(String, u32, Duration)>,
+    /// Wall time of every compute and exchange step run, by the step's
+    /// name, in run order (a repeat's steps once per iteration).
+    pub steps: Vec<(String, Duration)>,
+}
+
 /// Runs `package` (built from `graph`) on `values` (every input and weight)
 /// and returns the values of the graph's outputs.
 pub fn run_package(
@@ -34,24 +110,46 @@ pub fn run_package(
     graph: &Graph,
     values: &ValueSet,
 ) -> Result<ValueSet, SimError> {
+    run_package_with_stats(package, graph, values).map(|(out, _)| out)
+}
+
+/// [`run_package`], also returning where the time went.
+pub fn run_package_with_stats(
+    package: &Package,
+    graph: &Graph,
+    values: &ValueSet,
+) -> Result<(ValueSet, RunStats), SimError> {
+    let start = Instant::now();
     let mut m = Tiles::new(package)?;
+    m.stats.setup = start.elapsed();
+    let start = Instant::now();
     m.load(graph, values)?;
+    m.stats.load = start.elapsed();
     let mut phase = 0usize;
-    m.run_steps(&package.program.steps, &HashMap::new(), 0, &mut phase)?;
-    m.outputs(graph)
+    m.run_steps(&package.program.steps, &HashMap::new(), 0, &mut phase, 0)?;
+    let start = Instant::now();
+    let out = m.outputs(graph)?;
+    m.stats.outputs = start.elapsed();
+    Ok((out, m.stats))
+}
+
+/// What every tile's view needs and nobody changes during a run.
+struct Shared<'p> {
+    package: &'p Package,
+    /// Per buffer: tile → (address, shard bytes with the access tail).
+    ranges: Vec<HashMap<u32, (u32, u64)>>,
+    /// Per tile: the union of placed ranges `(start, end)`, sorted.
+    placed: Vec<Vec<(u32, u32)>>,
+    /// Per kernel: programs by entry `[small init, small acc, large init,
+    /// large acc]`, decoded once from the objects.
+    programs: Vec<[Option<AmpProgram>; 4]>,
+    fabric: Fabric,
 }
 
 struct Tiles<'p> {
-    package: &'p Package,
+    shared: Shared<'p>,
     images: Vec<Vec<u8>>,
-    /// Per buffer: tile → address.
-    addresses: Vec<HashMap<u32, u32>>,
-    /// Per tile: the union of placed ranges `(start, end)`, sorted.
-    placed: Vec<Vec<(u32, u32)>>,
-    /// Per kernel: programs by entry `[small init, small acc, large init, large acc]`.
-    programs: Vec<[Option<AmpProgram>; 4]>,
-    subst: HashMap<BufferId, BufferId>,
-    fabric: Fabric,
+    stats: RunStats,
 }
 
 impl<'p> Tiles<'p> {
@@ -59,7 +157,7 @@ impl<'p> Tiles<'p> {
         let tiles = package.manifest.tile_count as usize;
         let p = &package.program;
         let mut placed = vec![Vec::new(); tiles];
-        let mut addresses = Vec::with_capacity(p.buffers.len());
+        let mut ranges = Vec::with_capacity(p.buffers.len());
         for (b, list) in p.buffers.iter().zip(&p.addresses) {
             let mut map = HashMap::new();
             for &(tile, address) in list {
@@ -69,7 +167,8 @@ impl<'p> Tiles<'p> {
                         source,
                     }
                 })?;
-                let end = u64::from(address) + shard + u64::from(b.tail_bytes);
+                let limit = shard + u64::from(b.tail_bytes);
+                let end = u64::from(address) + limit;
                 if address < SRAM_START || end > u64::from(SRAM_END) || tile as usize >= tiles {
                     return Err(SimError::Package(format!(
                         "{} on tile{tile} is placed outside tile memory",
@@ -77,9 +176,9 @@ impl<'p> Tiles<'p> {
                     )));
                 }
                 placed[tile as usize].push((address, end as u32));
-                map.insert(tile, address);
+                map.insert(tile, (address, limit));
             }
-            addresses.push(map);
+            ranges.push(map);
         }
         // Buffers with disjoint lifetimes share addresses: keep the union.
         for list in &mut placed {
@@ -107,44 +206,29 @@ impl<'p> Tiles<'p> {
         let fabric = Fabric::ipu21().map_err(|e| SimError::Package(e.to_string()))?;
         let size = (SRAM_END - SRAM_START) as usize;
         Ok(Self {
-            package,
+            shared: Shared {
+                package,
+                ranges,
+                placed,
+                programs,
+                fabric,
+            },
             images: vec![vec![0xff; size]; tiles],
-            addresses,
-            placed,
-            programs,
-            subst: HashMap::new(),
-            fabric,
+            stats: RunStats::default(),
         })
     }
 
-    fn resolve(&self, b: BufferId) -> BufferId {
-        self.subst.get(&b).copied().unwrap_or(b)
-    }
-
-    /// The placed range of `b` on `tile`: `(address, bytes with tail)`.
-    fn range(&self, b: BufferId, tile: TileId) -> Result<(u32, u64), SimError> {
-        let buffer = &self.package.program.buffers[b.index()];
-        let address = *self.addresses[b.index()]
-            .get(&tile.as_u32())
-            .ok_or_else(|| SimError::OutOfRange {
-                tile,
-                buffer: buffer.name.clone(),
-                offset: 0,
-                bytes: 0,
-                limit: 0,
-            })?;
-        let shard = buffer
-            .ty
-            .shard_bytes(tile)
-            .map_err(|source| SimError::Layout {
-                what: buffer.name.clone(),
-                source,
-            })?;
-        Ok((address, shard + u64::from(buffer.tail_bytes)))
-    }
-
+    /// Writes every input and weight shard at its placed address, padding
+    /// zeroed. Packing runs per tile in parallel (each tile's shards in
+    /// buffer order), as it only reads the values and writes its own image.
     fn load(&mut self, graph: &Graph, values: &ValueSet) -> Result<(), SimError> {
-        for (id, b) in self.package.program.buffers.iter().enumerate() {
+        let package = self.shared.package;
+        check_fixture(package, graph)?;
+        let tiles = self.images.len();
+        let buffers = &package.program.buffers;
+        // Per tile: (buffer index, the tensor's values, shard bytes).
+        let mut jobs: Vec<Vec<(usize, &[f32], u64)>> = vec![Vec::new(); tiles];
+        for (id, b) in buffers.iter().enumerate() {
             if !matches!(b.role, BufferRole::Input | BufferRole::Weight) {
                 continue;
             }
@@ -158,18 +242,45 @@ impl<'p> Tiles<'p> {
                 if s.bytes == 0 {
                     continue;
                 }
-                let (address, _) = self.range(BufferId::from_u32(id as u32), s.tile)?;
-                let mut bytes = vec![0u8; s.bytes as usize];
-                b.ty.pack_shard(s.tile, tensor, &mut bytes)
-                    .map_err(|source| SimError::Layout {
-                        what: b.name.clone(),
-                        source,
-                    })?;
-                let at = (address - SRAM_START) as usize;
-                self.images[s.tile.index()][at..at + bytes.len()].copy_from_slice(&bytes);
+                jobs.get_mut(s.tile.index())
+                    .ok_or_else(|| {
+                        SimError::Package(format!(
+                            "{} has a shard on {} of a {tiles}-tile package",
+                            b.name, s.tile
+                        ))
+                    })?
+                    .push((id, tensor, s.bytes));
             }
         }
-        Ok(())
+        let shared = &self.shared;
+        let results: Vec<Result<(), SimError>> = self
+            .images
+            .par_iter_mut()
+            .zip(jobs.par_iter())
+            .enumerate()
+            .map(|(t, (image, list))| {
+                let tile = TileId::from_u32(t as u32);
+                for &(id, tensor, bytes) in list {
+                    let b = &buffers[id];
+                    let (address, _) = shared.range(BufferId::from_u32(id as u32), tile)?;
+                    let len = u32::try_from(bytes).map_err(|_| SimError::Unplaced {
+                        tile,
+                        address,
+                        bytes,
+                    })?;
+                    let at = shared.placed_offset(tile, address, len)?;
+                    let shard = &mut image[at..at + bytes as usize];
+                    shard.fill(0);
+                    b.ty.pack_shard(tile, tensor, shard)
+                        .map_err(|source| SimError::Layout {
+                            what: b.name.clone(),
+                            source,
+                        })?;
+                }
+                Ok(())
+            })
+            .collect();
+        results.into_iter().collect()
     }
 
     fn run_steps(
@@ -178,28 +289,36 @@ impl<'p> Tiles<'p> {
         subst: &HashMap<BufferId, BufferId>,
         iteration: u32,
         phase: &mut usize,
+        depth: usize,
     ) -> Result<(), SimError> {
         for step in steps {
-            self.subst = subst.clone();
             match step {
-                Step::Compute { calls, .. } => {
-                    for (tile, c) in calls {
-                        run_codelet(self, *tile, c)?;
-                    }
+                Step::Compute { name, calls } => {
+                    let start = Instant::now();
+                    self.compute(calls, subst)?;
+                    let took = start.elapsed();
+                    self.stats.compute += took;
+                    self.stats.steps.push((name.clone(), took));
                 }
                 Step::Exchange { name, .. } => {
+                    let start = Instant::now();
                     self.exchange(*phase, iteration)
                         .map_err(|e| SimError::Package(format!("exchange {name}: {e}")))?;
+                    let took = start.elapsed();
+                    self.stats.exchange += took;
+                    self.stats.exchange_steps += 1;
+                    self.stats.steps.push((name.clone(), took));
                     *phase += 1;
                 }
                 Step::Repeat {
+                    name,
                     count,
                     body,
                     iteration_buffers,
-                    ..
                 } => {
                     let start = *phase;
                     for i in 0..*count {
+                        let began = Instant::now();
                         *phase = start;
                         let mut inner = subst.clone();
                         for (b, list) in iteration_buffers {
@@ -207,7 +326,12 @@ impl<'p> Tiles<'p> {
                                 inner.insert(*b, bi);
                             }
                         }
-                        self.run_steps(body, &inner, i, phase)?;
+                        self.run_steps(body, &inner, i, phase, depth + 1)?;
+                        if depth == 0 {
+                            self.stats
+                                .iterations
+                                .push((name.clone(), i, began.elapsed()));
+                        }
                     }
                 }
             }
@@ -215,16 +339,83 @@ impl<'p> Tiles<'p> {
         Ok(())
     }
 
+    /// Runs one compute step: the tiles in parallel, each tile's calls in
+    /// program order on its own image.
+    fn compute(
+        &mut self,
+        calls: &[(TileId, Codelet)],
+        subst: &HashMap<BufferId, BufferId>,
+    ) -> Result<(), SimError> {
+        let tiles = self.images.len();
+        // Call indices grouped by tile, program order kept (a counting
+        // sort): `order[offsets[t]..offsets[t + 1]]` are tile t's calls.
+        let mut offsets = vec![0usize; tiles + 1];
+        for (tile, _) in calls {
+            let slot = offsets.get_mut(tile.index() + 1).ok_or_else(|| {
+                SimError::Package(format!(
+                    "a codelet runs on {tile} of a {tiles}-tile package"
+                ))
+            })?;
+            *slot += 1;
+        }
+        for t in 0..tiles {
+            offsets[t + 1] += offsets[t];
+        }
+        let mut next = offsets.clone();
+        let mut order = vec![0usize; calls.len()];
+        for (i, (tile, _)) in calls.iter().enumerate() {
+            order[next[tile.index()]] = i;
+            next[tile.index()] += 1;
+        }
+        let shared = &self.shared;
+        let results: Vec<Result<[KindStats; 9], SimError>> = self
+            .images
+            .par_iter_mut()
+            .enumerate()
+            .map(|(t, image)| {
+                let mut kinds = [KindStats::default(); 9];
+                let list = &order[offsets[t]..offsets[t + 1]];
+                if list.is_empty() {
+                    return Ok(kinds);
+                }
+                let tile = TileId::from_u32(t as u32);
+                let mut view = TileView {
+                    shared,
+                    subst,
+                    tile,
+                    image,
+                };
+                for &i in list {
+                    let codelet = &calls[i].1;
+                    let start = Instant::now();
+                    run_codelet(&mut view, tile, codelet)?;
+                    let k = &mut kinds[codelet_kind(codelet)];
+                    k.calls += 1;
+                    k.busy += start.elapsed();
+                }
+                Ok(kinds)
+            })
+            .collect();
+        for r in results {
+            for (total, k) in self.stats.codelets.iter_mut().zip(r?) {
+                total.calls += k.calls;
+                total.busy += k.busy;
+            }
+        }
+        Ok(())
+    }
+
     fn exchange(&mut self, phase: usize, iteration: u32) -> Result<(), String> {
-        let info = self
-            .package
+        let package = self.shared.package;
+        let info = package
             .program
             .phases
             .get(phase)
             .ok_or("the package has fewer phases than exchange steps")?;
-        let base = self.package.rows.get(phase).ok_or("missing rows")?;
+        let base = package.rows.get(phase).ok_or("missing rows")?;
+        let patched;
         let rows = if info.patches.is_empty() || iteration == 0 {
-            base.clone()
+            base
         } else {
             let mut per_tile: Vec<Vec<u32>> = (0..base.tile_count())
                 .map(|t| base.row(TileId::from_u32(t)).to_vec())
@@ -236,60 +427,189 @@ impl<'p> Tiles<'p> {
                     .ok_or("a patch is outside its row")?;
                 *word = word.wrapping_add(p.delta.wrapping_mul(iteration));
             }
-            EncodedRows::from_tile_rows(per_tile)
+            patched = EncodedRows::from_tile_rows(per_tile);
+            &patched
         };
         // Local copies read before the exchange writes anything.
         let mut copies = Vec::new();
         for c in info.local.iter().map(|c| c.in_iteration(iteration)) {
             let data = self
                 .bytes(c.tile, c.source, c.bytes)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.to_string())?
+                .to_vec();
             copies.push((c.tile, c.destination, data));
         }
-        let fabric = self.fabric.clone();
-        replay(&rows, &fabric, &mut Words(self)).map_err(|e| e.to_string())?;
+        let mut words = Words::new(&self.shared, &mut self.images);
+        let stats = replay(rows, &self.shared.fabric, &mut words).map_err(|e| e.to_string())?;
+        self.stats.exchange_words += stats.words_written;
         for (tile, at, data) in copies {
             self.store(tile, at, &data).map_err(|e| e.to_string())?;
         }
         Ok(())
     }
 
-    fn is_placed(&self, tile: TileId, address: u32, bytes: u32) -> bool {
-        let Some(list) = self.placed.get(tile.index()) else {
-            return false;
-        };
-        let end = u64::from(address) + u64::from(bytes);
-        let i = list.partition_point(|r| r.0 <= address);
-        i > 0 && u64::from(list[i - 1].1) >= end
-    }
-
-    fn bytes(&self, tile: TileId, address: u32, bytes: u32) -> Result<Vec<u8>, SimError> {
-        if !self.is_placed(tile, address, bytes) {
-            return Err(SimError::Unplaced {
-                tile,
-                address,
-                bytes: u64::from(bytes),
-            });
-        }
-        let at = (address - SRAM_START) as usize;
-        Ok(self.images[tile.index()][at..at + bytes as usize].to_vec())
+    fn bytes(&self, tile: TileId, address: u32, bytes: u32) -> Result<&[u8], SimError> {
+        let at = self.shared.placed_offset(tile, address, bytes)?;
+        let image = self.image(tile, address, bytes)?;
+        Ok(&image[at..at + bytes as usize])
     }
 
     fn store(&mut self, tile: TileId, address: u32, data: &[u8]) -> Result<(), SimError> {
-        if !self.is_placed(tile, address, data.len() as u32) {
-            return Err(SimError::Unplaced {
+        let at = self
+            .shared
+            .placed_offset(tile, address, data.len() as u32)?;
+        let image = self
+            .images
+            .get_mut(tile.index())
+            .ok_or(SimError::Unplaced {
                 tile,
                 address,
                 bytes: data.len() as u64,
-            });
-        }
-        let at = (address - SRAM_START) as usize;
-        self.images[tile.index()][at..at + data.len()].copy_from_slice(data);
+            })?;
+        image[at..at + data.len()].copy_from_slice(data);
         Ok(())
     }
 
-    fn operand(&self, tile: TileId, at: Operand, bytes: u64) -> Result<u32, SimError> {
-        let b = self.resolve(at.buffer);
+    fn image(&self, tile: TileId, address: u32, bytes: u32) -> Result<&[u8], SimError> {
+        self.images
+            .get(tile.index())
+            .map(Vec::as_slice)
+            .ok_or(SimError::Unplaced {
+                tile,
+                address,
+                bytes: u64::from(bytes),
+            })
+    }
+
+    fn outputs(&self, graph: &Graph) -> Result<ValueSet, SimError> {
+        crate::collect_outputs(
+            self.shared.package.program.buffers.iter(),
+            graph,
+            |id, tile, bytes| {
+                let (address, _) = self.shared.range(BufferId::from_u32(id as u32), tile)?;
+                self.bytes(tile, address, bytes as u32).map(<[u8]>::to_vec)
+            },
+        )
+    }
+}
+
+/// Checks that `graph` is the graph `package` was built from, as far as the
+/// host sees it: every input, weight and output of the graph has a buffer
+/// of the same name and element count, and every input and weight buffer
+/// has a tensor. A package whose stored fixture lost the parameter
+/// overrides it was built with (say 27 layers against a 1-layer package)
+/// would otherwise run and fail the comparison with no hint why.
+fn check_fixture(package: &Package, graph: &Graph) -> Result<(), SimError> {
+    let buffers = &package.program.buffers;
+    let by_name: HashMap<&str, usize> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (b.name.as_str(), i))
+        .collect();
+    let mismatch = |tensor: &str, reason: String| SimError::FixtureMismatch {
+        tensor: tensor.to_owned(),
+        reason,
+    };
+    for (_, t) in graph.tensors().iter() {
+        if t.kind().is_computed() && t.kind() != ipu_package::TensorKind::Output {
+            continue;
+        }
+        let Some(&i) = by_name.get(t.name()) else {
+            return Err(mismatch(
+                t.name(),
+                format!("the package has no buffer for this {}", t.kind().as_str()),
+            ));
+        };
+        let b = &buffers[i];
+        let count =
+            b.ty.shape()
+                .element_count()
+                .map_err(|source| SimError::Layout {
+                    what: b.name.clone(),
+                    source,
+                })?;
+        if count != t.element_count() {
+            return Err(mismatch(
+                t.name(),
+                format!(
+                    "the fixture's tensor has {} elements ({:?}) but the package's buffer has {count}",
+                    t.element_count(),
+                    t.extents()
+                ),
+            ));
+        }
+    }
+    for b in buffers {
+        if matches!(b.role, BufferRole::Input | BufferRole::Weight)
+            && graph.tensor_by_name(&b.name).is_none()
+        {
+            return Err(mismatch(
+                &b.name,
+                "the package reads this buffer from the host but the fixture has no such tensor"
+                    .to_owned(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Shared<'_> {
+    fn resolve(&self, subst: &HashMap<BufferId, BufferId>, b: BufferId) -> BufferId {
+        subst.get(&b).copied().unwrap_or(b)
+    }
+
+    /// The placed range of `b` on `tile`: `(address, bytes with tail)`.
+    fn range(&self, b: BufferId, tile: TileId) -> Result<(u32, u64), SimError> {
+        let missing = || SimError::OutOfRange {
+            tile,
+            buffer: self
+                .package
+                .program
+                .buffers
+                .get(b.index())
+                .map(|x| x.name.clone())
+                .unwrap_or_else(|| b.to_string()),
+            offset: 0,
+            bytes: 0,
+            limit: 0,
+        };
+        self.ranges
+            .get(b.index())
+            .and_then(|m| m.get(&tile.as_u32()))
+            .copied()
+            .ok_or_else(missing)
+    }
+
+    /// The image offset of `bytes` bytes at `address` on `tile`, if they
+    /// lie inside one placed range.
+    fn placed_offset(&self, tile: TileId, address: u32, bytes: u32) -> Result<usize, SimError> {
+        let unplaced = SimError::Unplaced {
+            tile,
+            address,
+            bytes: u64::from(bytes),
+        };
+        let Some(list) = self.placed.get(tile.index()) else {
+            return Err(unplaced);
+        };
+        let end = u64::from(address) + u64::from(bytes);
+        let i = list.partition_point(|r| r.0 <= address);
+        if i > 0 && u64::from(list[i - 1].1) >= end {
+            Ok((address - SRAM_START) as usize)
+        } else {
+            Err(unplaced)
+        }
+    }
+
+    /// The address of `bytes` bytes at operand `at` on `tile`, checked
+    /// against the (substituted) buffer's placed range.
+    fn operand(
+        &self,
+        subst: &HashMap<BufferId, BufferId>,
+        tile: TileId,
+        at: Operand,
+        bytes: u64,
+    ) -> Result<u32, SimError> {
+        let b = self.resolve(subst, at.buffer);
         let (address, limit) = self.range(b, tile)?;
         if u64::from(at.offset) + bytes > limit {
             return Err(SimError::OutOfRange {
@@ -302,29 +622,60 @@ impl<'p> Tiles<'p> {
         }
         Ok(address + at.offset)
     }
-
-    fn outputs(&self, graph: &Graph) -> Result<ValueSet, SimError> {
-        crate::collect_outputs(
-            self.package.program.buffers.iter(),
-            graph,
-            |id, tile, bytes| {
-                let (address, _) = self.range(BufferId::from_u32(id as u32), tile)?;
-                self.bytes(tile, address, bytes as u32)
-            },
-        )
-    }
 }
 
 /// The images as the exchange replay sees them: words at placed addresses.
-struct Words<'a, 'p>(&'a mut Tiles<'p>);
+///
+/// A replay moves runs of consecutive words, so the placed range that held
+/// the last word usually holds the next: it is remembered and tried before
+/// the binary search (the check itself is the same).
+struct Words<'a, 'p> {
+    shared: &'a Shared<'p>,
+    images: &'a mut [Vec<u8>],
+    /// The last placed range hit: `(tile, start, end)`.
+    last: Cell<(u32, u32, u32)>,
+}
+
+impl Words<'_, '_> {
+    fn new<'a, 'p>(shared: &'a Shared<'p>, images: &'a mut [Vec<u8>]) -> Words<'a, 'p> {
+        Words {
+            shared,
+            images,
+            last: Cell::new((u32::MAX, 0, 0)),
+        }
+    }
+
+    /// The image range of the word at `byte_address` on `tile`, if a
+    /// placed range holds it.
+    fn word(&self, tile: TileId, byte_address: u32) -> Result<std::ops::Range<usize>, MemoryError> {
+        let error = MemoryError { tile, byte_address };
+        let end = byte_address.checked_add(4).ok_or(error)?;
+        let (t, start, stop) = self.last.get();
+        if !(t == tile.as_u32() && start <= byte_address && end <= stop) {
+            let list = self.shared.placed.get(tile.index()).ok_or(error)?;
+            let i = list.partition_point(|r| r.0 <= byte_address);
+            match i.checked_sub(1).and_then(|i| list.get(i)) {
+                Some(&(start, stop)) if end <= stop => {
+                    self.last.set((tile.as_u32(), start, stop));
+                }
+                _ => return Err(error),
+            }
+        }
+        let at = (byte_address - SRAM_START) as usize;
+        Ok(at..at + 4)
+    }
+}
 
 impl ExchangeMemory for Words<'_, '_> {
     fn read_word(&self, tile: TileId, byte_address: u32) -> Result<u32, MemoryError> {
-        let b = self
-            .0
-            .bytes(tile, byte_address, 4)
-            .map_err(|_| MemoryError { tile, byte_address })?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        let range = self.word(tile, byte_address)?;
+        let word = self
+            .images
+            .get(tile.index())
+            .and_then(|image| image.get(range))
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .ok_or(MemoryError { tile, byte_address })?;
+        Ok(u32::from_le_bytes(word))
     }
 
     fn write_word(
@@ -333,30 +684,66 @@ impl ExchangeMemory for Words<'_, '_> {
         byte_address: u32,
         word: u32,
     ) -> Result<(), MemoryError> {
-        self.0
-            .store(tile, byte_address, &word.to_le_bytes())
-            .map_err(|_| MemoryError { tile, byte_address })
+        let range = self.word(tile, byte_address)?;
+        self.images
+            .get_mut(tile.index())
+            .and_then(|image| image.get_mut(range))
+            .ok_or(MemoryError { tile, byte_address })?
+            .copy_from_slice(&word.to_le_bytes());
+        Ok(())
     }
 }
 
-impl CodeletMemory for Tiles<'_> {
+/// One tile's image as its codelets see it during a compute step.
+struct TileView<'a, 'p> {
+    shared: &'a Shared<'p>,
+    subst: &'a HashMap<BufferId, BufferId>,
+    tile: TileId,
+    image: &'a mut Vec<u8>,
+}
+
+impl TileView<'_, '_> {
+    /// Refuses an access to another tile's memory: the parallel run relies
+    /// on each codelet touching only its own tile.
+    fn own(&self, tile: TileId) -> Result<(), SimError> {
+        if tile == self.tile {
+            Ok(())
+        } else {
+            Err(SimError::Package(format!(
+                "a codelet of {} accessed {tile}",
+                self.tile
+            )))
+        }
+    }
+}
+
+impl CodeletMemory for TileView<'_, '_> {
     fn precision(&self, buffer: BufferId) -> Precision {
-        self.package.program.buffers[self.resolve(buffer).index()]
+        self.shared.package.program.buffers[self.shared.resolve(self.subst, buffer).index()]
             .ty
             .precision()
     }
 
     fn read(&self, tile: TileId, at: Operand, bytes: u64) -> Result<Vec<u8>, SimError> {
-        let address = self.operand(tile, at, bytes)?;
+        self.own(tile)?;
+        let address = self.shared.operand(self.subst, tile, at, bytes)?;
         let len = u32::try_from(bytes).map_err(|_| SimError::Argument {
             what: "read length".into(),
         })?;
-        self.bytes(tile, address, len)
+        let at = self.shared.placed_offset(tile, address, len)?;
+        Ok(self.image[at..at + len as usize].to_vec())
     }
 
     fn write(&mut self, tile: TileId, at: Operand, data: &[u8]) -> Result<(), SimError> {
-        let address = self.operand(tile, at, data.len() as u64)?;
-        self.store(tile, address, data)
+        self.own(tile)?;
+        let address = self
+            .shared
+            .operand(self.subst, tile, at, data.len() as u64)?;
+        let at = self
+            .shared
+            .placed_offset(tile, address, data.len() as u32)?;
+        self.image[at..at + data.len()].copy_from_slice(data);
+        Ok(())
     }
 
     fn gemm(
@@ -369,25 +756,29 @@ impl CodeletMemory for Tiles<'_> {
         right: Operand,
         output: Operand,
     ) -> Result<(), SimError> {
+        self.own(tile)?;
+        let shared = self.shared;
         let index = usize::from(entry.large) * 2 + usize::from(entry.accumulate);
-        let name = self
-            .package
-            .program
-            .compiled
-            .get(kernel.index())
-            .map(|k| k.name.clone())
-            .unwrap_or_default();
-        let program = self
+        let name = || {
+            shared
+                .package
+                .program
+                .compiled
+                .get(kernel.index())
+                .map(|k| k.name.clone())
+                .unwrap_or_default()
+        };
+        let program = shared
             .programs
             .get(kernel.index())
-            .and_then(|e| e[index].clone())
+            .and_then(|e| e[index].as_ref())
             .ok_or_else(|| SimError::Kernel {
                 tile,
-                kernel: name.clone(),
+                kernel: name(),
                 reason: "no program for the entry".into(),
             })?;
         // Every operand the kernel touches must lie in its placed range.
-        let spec = self
+        let spec = shared
             .package
             .program
             .kernels
@@ -400,16 +791,14 @@ impl CodeletMemory for Tiles<'_> {
         );
         let eb = |o: Operand| self.precision(o.buffer).element_bytes();
         let args = KernelArgs {
-            left: self.operand(tile, left, r * k * eb(left))?,
-            right: self.operand(tile, right, k * c * eb(right))?,
-            output: self.operand(tile, output, r * c * eb(output))?,
+            left: shared.operand(self.subst, tile, left, r * k * eb(left))?,
+            right: shared.operand(self.subst, tile, right, k * c * eb(right))?,
+            output: shared.operand(self.subst, tile, output, r * c * eb(output))?,
         };
-        emulate(&program, &mut self.images[tile.index()], SRAM_START, &args).map_err(|e| {
-            SimError::Kernel {
-                tile,
-                kernel: name,
-                reason: e.to_string(),
-            }
+        emulate(program, self.image, SRAM_START, &args).map_err(|e| SimError::Kernel {
+            tile,
+            kernel: name(),
+            reason: e.to_string(),
         })?;
         Ok(())
     }

@@ -228,3 +228,44 @@ fn an_out_that_is_not_a_package_is_kept() {
     sandbox.build(&micro, "16", &empty, None, &[]).succeeded();
     assert!(empty.join("manifest.json").is_file());
 }
+
+#[test]
+fn bad_params_are_refused_naming_the_parameter() {
+    let micro = fixture("micro-1l-h32.json");
+    for (param, needle) in [
+        (
+            "nope=1",
+            "--param nope: the fixture has no parameter `nope`",
+        ),
+        (
+            "layers=0",
+            "--param layers=0: the fixture rejects this value",
+        ),
+    ] {
+        rejected(&micro, "16", &["--param", param], needle);
+    }
+    // Malformed ones are clap's to refuse, with its usage exit status.
+    let sandbox = Sandbox::new();
+    for param in ["layers", "layers=x", "=2"] {
+        let outcome = sandbox.build(&micro, "16", &sandbox.out("p"), None, &["--param", param]);
+        assert_eq!(outcome.status.code(), Some(2), "{}", outcome.describe());
+        assert!(outcome.stderr.contains("--param"), "{}", outcome.describe());
+    }
+    let outcome = sandbox.build(
+        &micro,
+        "16",
+        &sandbox.out("p"),
+        None,
+        &["--param", "nope=1"],
+    );
+    assert_eq!(outcome.status.code(), Some(2), "{}", outcome.describe());
+    let outcome = sandbox.build(
+        &micro,
+        "16",
+        &sandbox.out("p"),
+        None,
+        &["--batch", "1", "--param", "batch=2"],
+    );
+    assert_eq!(outcome.status.code(), Some(2), "{}", outcome.describe());
+    assert!(outcome.stderr.contains("`batch`"), "{}", outcome.describe());
+}

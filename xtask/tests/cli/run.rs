@@ -50,3 +50,28 @@ fn a_missing_package_is_an_error() {
         .xtask(&["run-package"])
         .failed_with("give the package directory");
 }
+
+#[test]
+fn overridden_parameters_reach_the_run() {
+    // The stored fixture must carry the overrides, or the reference would
+    // evaluate a different graph (one layer against two, batch 1 against 2).
+    let sandbox = Sandbox::new();
+    let out = sandbox.out("micro-l2-b2");
+    sandbox
+        .build(
+            &crate::support::fixture("micro-1l-h32.json"),
+            "16",
+            &out,
+            None,
+            &["--param", "layers=2", "--batch", "2"],
+        )
+        .succeeded();
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("fixture.json")).expect("fixture.json"))
+            .expect("stored fixture is JSON");
+    assert_eq!(stored["params"]["layers"], 2);
+    assert_eq!(stored["params"]["batch"], 2);
+    sandbox
+        .xtask(&["run-package", &out.to_string_lossy()])
+        .succeeded();
+}

@@ -173,3 +173,48 @@ fn corrupted_packages_fail() {
         "another variant's kernel must fail"
     );
 }
+
+/// Running a package with a graph it was not built from (here two layers
+/// against a one-layer package, or batch 2 against batch 1) is refused with
+/// an error naming a tensor, not run into a silent mismatch; the timed run
+/// accounts for every codelet and exchange step.
+#[test]
+fn a_graph_other_than_the_packages_is_refused() {
+    use ipu_package::graph::{ParseOptions, parse_fixture_with};
+    let cache = tempfile::tempdir().unwrap();
+    let text = fixture("micro-1l-h32.json");
+    let graph = parse_fixture(&text).unwrap();
+    let config = BuildConfig {
+        tiles: 16,
+        kernel_cache: Some(cache.path().to_owned()),
+        ..BuildConfig::default()
+    };
+    let package = build_package(&graph, &config).unwrap();
+    let inputs = values::generate(&graph, 5);
+    let (_, stats) = ipu_sim::tiles::run_package_with_stats(&package, &graph, &inputs).unwrap();
+    let calls: u64 = stats.codelets.iter().map(|k| k.calls).sum();
+    let expected: usize = package
+        .program
+        .steps
+        .iter()
+        .map(|s| match s {
+            ipu_package::program::Step::Compute { calls, .. } => calls.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(calls as usize >= expected && calls > 0, "{stats:?}");
+    assert_eq!(stats.exchange_steps as usize, package.program.phases.len());
+
+    for (name, value) in [("layers", 2), ("batch", 2)] {
+        let options = ParseOptions {
+            overrides: vec![(name.to_owned(), value)],
+        };
+        let other = parse_fixture_with(&text, &options).unwrap();
+        let values = values::generate(&other, 5);
+        let error = run_package(&package, &other, &values).unwrap_err();
+        assert!(
+            matches!(error, ipu_sim::SimError::FixtureMismatch { .. }),
+            "{name}={value}: {error}"
+        );
+    }
+}

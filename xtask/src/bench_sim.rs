@@ -1,0 +1,292 @@
+//! `cargo xtask bench-sim [--layers N] [--keep DIR] [--seed S]`: how long
+//! the tile model takes on SigLIP so400m b2 at 1472 tiles, and whether it
+//! matches the reference.
+//!
+//! It builds the embedded SigLIP fixture with `layers=N` (default 1) on
+//! 1472 tiles into a temporary directory, or into `--keep DIR`, where a
+//! package built earlier from the same fixture and parameters is reused
+//! instead of rebuilt. Then it runs the package on the tile model and the
+//! reference, as `run-package` does, and prints per output the errors and
+//! verdict, the wall times of the build, the tile model and the reference,
+//! the tile model's time per encoder layer (the iterations of the
+//! program's layer repeat), and the whole model's time extrapolated from
+//! it. Not part of the test suite: a run takes minutes.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use ipu_package::graph::{Graph, TensorId};
+use ipu_package::package::Package;
+use ipu_sim::tiles::RunStats;
+
+use crate::build_package::SIGLIP;
+use crate::params::resolve;
+use crate::run_package::{Inputs, check, profile};
+
+/// The tile count of the benchmark: the whole IPU21.
+const TILES: u32 = 1472;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cargo xtask bench-sim",
+    about = "Time the tile model and the reference on SigLIP so400m b2 at 1472 tiles"
+)]
+struct Args {
+    /// Encoder layers to build and run (the fixture has 27).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    layers: u64,
+    /// Build into DIR and keep the package there; a package already in DIR
+    /// built from the same fixture and parameters is reused.
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+    /// Seed of the inputs and weights.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// The kernel cache root (default: $IPU_KERNEL_CACHE, then the XDG cache).
+    #[arg(long)]
+    kernel_cache: Option<PathBuf>,
+}
+
+pub fn run(args: &[String]) -> Result<ExitCode, String> {
+    let argv = std::iter::once("bench-sim".to_owned()).chain(args.iter().cloned());
+    let args = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return Ok(if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            });
+        }
+    };
+    let full_layers = fixture_layers(SIGLIP)?;
+    let (_, stored) =
+        resolve(SIGLIP, &[("layers".to_owned(), args.layers)]).map_err(|e| e.to_string())?;
+    // The temporary directory lives until the end of the run.
+    let temporary;
+    let out = match &args.keep {
+        Some(dir) => dir.clone(),
+        None => {
+            temporary = tempfile::tempdir()
+                .map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+            temporary.path().join("package")
+        }
+    };
+    let build = if reusable(&out, &stored) {
+        eprintln!("bench-sim: reusing the package in {}", out.display());
+        None
+    } else {
+        let start = Instant::now();
+        let code = build(&out, args.layers, args.kernel_cache.as_deref())?;
+        if code != ExitCode::SUCCESS {
+            eprintln!("error: building SigLIP with layers={} failed", args.layers);
+            return Ok(code);
+        }
+        Some(start.elapsed())
+    };
+    let package = Package::read(&out).map_err(|e| format!("reading {}: {e}", out.display()))?;
+    let checked = check(&out, &package, args.seed, &Inputs::Seed)?;
+    eprintln!("{}", profile(&checked.stats));
+
+    println!(
+        "bench-sim model=SigLIP-so400m-b2 tiles={TILES} layers={} seed={}",
+        args.layers, args.seed
+    );
+    for line in &checked.lines {
+        println!("{line}");
+    }
+    let secs = |d: Duration| format!("{:.1}", d.as_secs_f64());
+    match build {
+        Some(d) => println!("build_s={} package={}", secs(d), out.display()),
+        None => println!("build_s=reused package={}", out.display()),
+    }
+    println!(
+        "tile_model_s={} reference_s={}",
+        secs(checked.tile_model),
+        secs(checked.reference)
+    );
+    let graph = ipu_package::graph::parse_fixture(&stored).map_err(|e| format!("fixture: {e}"))?;
+    match per_layer(&graph, &checked.stats) {
+        Some(layer) => {
+            let layers_time = layer.each * layer.count;
+            let rest = checked.tile_model.saturating_sub(layers_time);
+            let whole = rest + layer.each * full_layers;
+            println!(
+                "tile_model_per_layer_s={} ({}; outside the layers {} s)",
+                secs(layer.each),
+                layer.how,
+                secs(rest)
+            );
+            println!(
+                "EXTRAPOLATED whole model ({full_layers} layers), tile model: {} s = {} s outside the layers + {full_layers} x {} s per layer (not measured)",
+                secs(whole),
+                secs(rest),
+                secs(layer.each)
+            );
+        }
+        None => println!(
+            "tile_model_per_layer_s=n/a (neither a layer repeat in the program nor layer steps found); no extrapolation"
+        ),
+    }
+    println!("result={}", if checked.pass { "pass" } else { "fail" });
+    Ok(if checked.pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The fixture's own `params.layers`.
+fn fixture_layers(text: &str) -> Result<u32, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("the SigLIP fixture: {e}"))?;
+    value
+        .pointer("/params/layers")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| "the SigLIP fixture has no integer params.layers".to_owned())
+}
+
+/// Whether `dir` holds a package for `TILES` tiles built from exactly the
+/// fixture text `stored`.
+fn reusable(dir: &Path, stored: &str) -> bool {
+    if !dir.join("manifest.json").is_file() {
+        return false;
+    }
+    match Package::read(dir) {
+        Ok(p) => p.fixture.as_deref() == Some(stored) && p.manifest.tile_count == TILES,
+        Err(_) => false,
+    }
+}
+
+/// Builds SigLIP with `layers` layers into `out` through `build-package`.
+fn build(out: &Path, layers: u64, cache: Option<&Path>) -> Result<ExitCode, String> {
+    let mut argv = vec![
+        "--tiles".to_owned(),
+        TILES.to_string(),
+        "--param".to_owned(),
+        format!("layers={layers}"),
+        "--out".to_owned(),
+        out.to_string_lossy().into_owned(),
+    ];
+    if let Some(cache) = cache {
+        argv.push("--kernel-cache".to_owned());
+        argv.push(cache.to_string_lossy().into_owned());
+    }
+    eprintln!("bench-sim: build-package {}", argv.join(" "));
+    crate::build_package::run(&argv)
+}
+
+/// The tile model's time per encoder layer.
+#[derive(Debug, PartialEq, Eq)]
+struct LayerTime {
+    /// Layers measured.
+    count: u32,
+    /// Mean time of one.
+    each: Duration,
+    /// How it was measured.
+    how: String,
+}
+
+/// The tile model's time per layer: the mean iteration of the program's
+/// outermost repeat with the most iterations when the program has one;
+/// otherwise (a single layer is not lowered as a repeat) the steps whose
+/// names mention a tensor of the graph's layer repeat, summed, over its
+/// iteration count.
+fn per_layer(graph: &Graph, stats: &RunStats) -> Option<LayerTime> {
+    let mut totals: Vec<(&str, u32, Duration)> = Vec::new();
+    for (name, _, d) in &stats.iterations {
+        match totals.iter_mut().find(|(n, _, _)| n == name) {
+            Some((_, count, total)) => {
+                *count += 1;
+                *total += *d;
+            }
+            None => totals.push((name, 1, *d)),
+        }
+    }
+    if let Some((name, count, total)) = totals.into_iter().max_by_key(|(_, count, _)| *count) {
+        return Some(LayerTime {
+            count,
+            each: total / count,
+            how: format!("mean of {count} iteration(s) of repeat `{name}`"),
+        });
+    }
+    let repeat = graph.repeats().iter().max_by_key(|r| r.count())?;
+    let names: HashSet<&str> = repeat
+        .tensors()
+        .filter_map(|i| u32::try_from(i).ok())
+        .map(|i| graph.tensor(TensorId::from_u32(i)).name())
+        .collect();
+    // A step is named `<what> <tensor>` or several such parts joined by
+    // ` + `; the tensor is each part's last word.
+    let in_layer = |step: &str| {
+        step.split(" + ")
+            .filter_map(|part| part.split_whitespace().last())
+            .any(|t| names.contains(t))
+    };
+    let (steps, total) = stats
+        .steps
+        .iter()
+        .filter(|(name, _)| in_layer(name))
+        .fold((0usize, Duration::ZERO), |(n, t), (_, d)| (n + 1, t + *d));
+    if steps == 0 || repeat.count() == 0 {
+        return None;
+    }
+    Some(LayerTime {
+        count: repeat.count(),
+        each: total / repeat.count(),
+        how: format!(
+            "sum of the {steps} steps naming tensors of layer repeat `{}`, over its {} iteration(s)",
+            repeat.name(),
+            repeat.count()
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fixture_has_27_layers() {
+        assert_eq!(fixture_layers(SIGLIP), Ok(27));
+    }
+
+    #[test]
+    fn per_layer_prefers_the_repeat_then_the_layer_steps() {
+        let ms = Duration::from_millis;
+        let text = include_str!("../../fixtures/micro-1l-h32.json");
+        let graph = ipu_package::graph::parse_fixture(text).unwrap();
+        let layer = graph.repeats().iter().max_by_key(|r| r.count()).unwrap();
+        let tensor = graph
+            .tensor(TensorId::from_u32(layer.tensors().start as u32))
+            .name()
+            .to_owned();
+        let mut stats = RunStats {
+            steps: vec![
+                ("gemm embed.y".to_owned(), ms(5)),
+                (format!("reduce {tensor} + add x9"), ms(7)),
+                (format!("layer_norm {tensor}"), ms(3)),
+                ("outputs".to_owned(), ms(1)),
+            ],
+            ..RunStats::default()
+        };
+        let by_steps = per_layer(&graph, &stats).unwrap();
+        assert_eq!(
+            (by_steps.count, by_steps.each),
+            (layer.count(), ms(10) / layer.count())
+        );
+        stats.iterations = vec![
+            ("head".to_owned(), 0, ms(50)),
+            ("enc".to_owned(), 0, ms(20)),
+            ("enc".to_owned(), 1, ms(40)),
+        ];
+        let by_repeat = per_layer(&graph, &stats).unwrap();
+        assert_eq!((by_repeat.count, by_repeat.each), (2, ms(30)));
+        assert!(per_layer(&graph, &RunStats::default()).is_none());
+    }
+}
