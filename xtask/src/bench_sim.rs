@@ -51,17 +51,9 @@ struct Args {
 }
 
 pub fn run(args: &[String]) -> Result<ExitCode, String> {
-    let argv = std::iter::once("bench-sim".to_owned()).chain(args.iter().cloned());
-    let args = match Args::try_parse_from(argv) {
+    let args: Args = match crate::parse_args("bench-sim", args) {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return Ok(if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            });
-        }
+        Err(code) => return Ok(code),
     };
     let full_layers = fixture_layers(SIGLIP)?;
     let (_, stored) =

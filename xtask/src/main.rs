@@ -99,6 +99,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// Parses a task's arguments with clap. `Err` carries the exit status when
+/// clap has already printed help (0) or an error (2).
+fn parse_args<A: clap::Parser>(task: &str, args: &[String]) -> Result<A, ExitCode> {
+    let argv = std::iter::once(task.to_owned()).chain(args.iter().cloned());
+    A::try_parse_from(argv).map_err(|e| {
+        let _ = e.print();
+        if e.use_stderr() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
+}
+
 fn usage() {
     eprintln!("usage: cargo xtask <task> [args]\n\ntasks:");
     for t in TASKS {

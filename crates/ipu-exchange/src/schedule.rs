@@ -188,15 +188,7 @@ impl Schedule {
         activity
             .par_iter_mut()
             .for_each(|a| a.recvs.sort_unstable_by_key(|p| p.start));
-        let rows = encode_rows(&activity, latency, label)?;
-        if config.verify {
-            crate::check::check_schedule(phase, fabric, &rows).map_err(|errors| {
-                ScheduleError::Check {
-                    phase: label,
-                    errors,
-                }
-            })?;
-        }
+        let rows = encode_rows(phase, &activity, fabric, config, label)?;
         Ok(Schedule {
             rows,
             core: self.core.clone(),
@@ -465,15 +457,7 @@ fn schedule_labeled(
             "optimized physical exchange schedule"
         );
     }
-    let rows = encode_rows(&kept.activity, latency, label)?;
-    if config.verify {
-        crate::check::check_schedule(phase, fabric, &rows).map_err(|errors| {
-            ScheduleError::Check {
-                phase: label,
-                errors,
-            }
-        })?;
-    }
+    let rows = encode_rows(phase, &kept.activity, fabric, config, label)?;
     if large {
         let (tile, bytes) = rows.largest_row().unwrap_or((TileId::from_u32(0), 0));
         tracing::info!(
@@ -497,12 +481,16 @@ fn schedule_labeled(
     })
 }
 
-/// Encodes every tile's row.
+/// Encodes every tile's row, and checks the rows against `phase` when
+/// `config.verify` is on.
 fn encode_rows(
+    phase: &Phase,
     activity: &[TileActivity],
-    latency: u64,
+    fabric: &Fabric,
+    config: &ScheduleConfig,
     label: u32,
 ) -> Result<EncodedRows, ScheduleError> {
+    let latency = u64::from(fabric.latency_cycles());
     let rows: Vec<Vec<u32>> = (0..activity.len())
         .into_par_iter()
         .map(|t| {
@@ -513,7 +501,16 @@ fn encode_rows(
             })
         })
         .collect::<Result<_, _>>()?;
-    Ok(EncodedRows::from_tile_rows(rows))
+    let rows = EncodedRows::from_tile_rows(rows);
+    if config.verify {
+        crate::check::check_schedule(phase, fabric, &rows).map_err(|errors| {
+            ScheduleError::Check {
+                phase: label,
+                errors,
+            }
+        })?;
+    }
+    Ok(rows)
 }
 
 /// Whether a transfer can go as 64-bit items in a phase of `tiles` tiles:

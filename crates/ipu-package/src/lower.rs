@@ -23,9 +23,9 @@ use ipu_layout::{
 
 use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
-    AttentionShape, CostModel, GemmGrid, GemmLayouts, GemmProblem, attention_grid,
-    attention_layouts, column_parts, element_layout, gemm_candidates, gemm_layouts, replicated,
-    rotated, row_layout, tensor_type, vector_home,
+    AttentionShape, CostModel, GemmGrid, GemmProblem, attention_grid, attention_layouts,
+    column_parts, column_tiling, element_layout, gemm_candidates, gemm_layouts, replicated,
+    row_layout, spread, tensor_type, vector_home,
 };
 use crate::program::{
     Buffer, BufferId, BufferRole, Codelet, GemmEntry, GemmKernel, KernelId, Operand, Program,
@@ -376,14 +376,12 @@ impl Lowerer<'_> {
                 let t = self.graph.tensor(tensor);
                 if t.kind() == TensorKind::Weight {
                     let ty = match t.extents() {
-                        // A multiplicative hash of the tensor spreads the
-                        // vectors' first blocks over the tiles.
+                        // Vectors' first blocks spread over the tiles.
                         &[extent] => vector_home(
                             extent,
                             t.precision(),
                             self.config.tiles,
-                            ((u64::from(tensor.as_u32()) + 1).wrapping_mul(0x9e37_79b1) >> 7)
-                                as u32,
+                            spread(tensor.as_u32()) as u32,
                         ),
                         extents => row_layout(extents, t.precision(), self.config.tiles),
                     };
@@ -981,22 +979,7 @@ impl Lowerer<'_> {
         tracing::debug!(op = %op, output = tout.name(), grid = ?chosen, candidates = candidates.len(), "planned GEMM grid");
         let mut layouts = self.layout(format!("GEMM {op}"), gemm_layouts(&problem, chosen))?;
         if self.config.rotate {
-            // A multiplicative hash of the op spreads the rotations; every
-            // operand of the GEMM turns by the same amount, so operands
-            // that shared a tile still do.
-            let rotation = (u64::from(op.as_u32()) + 1).wrapping_mul(0x9e37_79b1) >> 7;
-            let turn = |ty: &TensorType| rotated(ty, rotation);
-            layouts = self.layout(
-                format!("GEMM {op}"),
-                (|| {
-                    Ok(GemmLayouts {
-                        left: turn(&layouts.left)?,
-                        right: turn(&layouts.right)?,
-                        right_resident: turn(&layouts.right_resident)?,
-                        output: turn(&layouts.output)?,
-                    })
-                })(),
-            )?;
+            layouts = self.layout(format!("GEMM {op}"), layouts.rotated(spread(op.as_u32())))?;
         }
         let x = self.ensure(left, layouts.left.clone(), gemm_left_attrs(&layouts.left))?;
         let resident = self.weight_home(right, layouts.right_resident.clone(), GEMM_RIGHT);
@@ -1119,20 +1102,8 @@ impl Lowerer<'_> {
         output: &TensorType,
         grid: GemmGrid,
     ) -> Result<BufferId, LowerError> {
-        let block = self.column_block_of(output);
+        let block = column_tiling(output).map_or(16, |a| a.block_size);
         self.bias_in_blocks(op, bias, output, grid.pn, block)
-    }
-
-    /// The column block of a layout whose last axis is split (16 when it
-    /// is not split).
-    fn column_block_of(&self, layout: &TensorType) -> u32 {
-        let rank = layout.shape().rank() as u32;
-        layout
-            .tiling()
-            .axes()
-            .iter()
-            .find(|a| a.axis.resolve(rank as usize).ok() == Some(rank as usize - 1))
-            .map_or(16, |a| a.block_size)
     }
 
     /// A bias `[N]` for an element layout: column block `t % parts`.
@@ -1142,7 +1113,7 @@ impl Lowerer<'_> {
         bias: TensorId,
         output: &TensorType,
     ) -> Result<BufferId, LowerError> {
-        let block = self.column_block_of(output);
+        let block = column_tiling(output).map_or(16, |a| a.block_size);
         self.bias_in_blocks(op, bias, output, column_parts(output), block)
     }
 

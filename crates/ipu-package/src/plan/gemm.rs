@@ -220,6 +220,19 @@ pub struct GemmLayouts {
     pub output: TensorType,
 }
 
+impl GemmLayouts {
+    /// Every operand's tiling rotated by `rotation` (modulo its tile count),
+    /// so that operands that shared a tile still do.
+    pub fn rotated(&self, rotation: u64) -> Result<GemmLayouts, LayoutError> {
+        Ok(GemmLayouts {
+            left: crate::plan::rotated(&self.left, rotation)?,
+            right: crate::plan::rotated(&self.right, rotation)?,
+            right_resident: crate::plan::rotated(&self.right_resident, rotation)?,
+            output: crate::plan::rotated(&self.output, rotation)?,
+        })
+    }
+}
+
 fn axis(axis: Axis, partitions: u32, block: u64, stride: u64) -> AxisTiling {
     AxisTiling::new(axis, partitions)
         .with_block(block as u32)

@@ -186,14 +186,23 @@ pub fn element_layout(
 
 /// How many column blocks [`element_layout`] splits the last axis into.
 pub fn column_parts(layout: &TensorType) -> u32 {
+    column_tiling(layout).map_or(1, |a| a.partitions)
+}
+
+/// How the last axis of `layout` is split, if it is.
+pub fn column_tiling(layout: &TensorType) -> Option<&AxisTiling> {
     let rank = layout.shape().rank();
     layout
         .tiling()
         .axes()
         .iter()
-        .find(|a| a.axis.resolve(rank).ok() == Some(rank - 1))
-        .map(|a| a.partitions)
-        .unwrap_or(1)
+        .find(|a| rank > 0 && a.axis.resolve(rank).ok() == Some(rank - 1))
+}
+
+/// A rotation (or first tile) for the item numbered `id`: a multiplicative
+/// hash, so that consecutive ids land far apart on the tiles.
+pub fn spread(id: u32) -> u64 {
+    (u64::from(id) + 1).wrapping_mul(0x9e37_79b1) >> 7
 }
 
 /// A vector held whole on each of `tiles` tiles.

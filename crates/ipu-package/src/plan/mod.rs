@@ -16,6 +16,6 @@ pub use cost::CostModel;
 pub use gemm::{GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates, gemm_layouts};
 pub use layouts::{
     AttentionGrid, AttentionLayouts, AttentionShape, attention_grid, attention_layouts,
-    column_parts, element_layout, replicated, rotated, row_layout, row_split, rows_like,
-    tensor_type, vector_home,
+    column_parts, column_tiling, element_layout, replicated, rotated, row_layout, row_split,
+    rows_like, spread, tensor_type, vector_home,
 };
