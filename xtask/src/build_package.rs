@@ -8,7 +8,9 @@
 //! device, `--batch 0`, an `--out` that is not a package directory, a
 //! `--param` the fixture does not have or rejects) are refused before any
 //! work with exit status 2, so a mistake costs no build time and never
-//! touches what is already on disk. `--param NAME=VALUE` overrides a
+//! touches what is already on disk. `--device FILE` builds for another
+//! device description (default: the built-in IPU21 of the C600 card,
+//! `device/ipu21.toml`). `--param NAME=VALUE` overrides a
 //! fixture parameter (`--batch B` is short for `--param batch=B`); the
 //! package stores the fixture with the overridden values, so `run-package`
 //! checks it against the same graph.
@@ -18,8 +20,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use ipu_exchange::Fabric;
-use ipu_package::build::{BuildConfig, build_package};
+use ipu_kernels::KernelCache;
+use ipu_package::build::{BuildConfig, Stages, build_package};
+use ipu_target::Target;
 
 use crate::params::{merge, parse_param, resolve};
 
@@ -35,9 +38,12 @@ struct Args {
     /// The fixture (default: the embedded SigLIP so400m b2).
     #[arg(long)]
     fixture: Option<PathBuf>,
-    /// Tiles of the target (1 to the device's 1472).
-    #[arg(long, default_value_t = 1472, value_parser = parse_tiles)]
-    tiles: u32,
+    /// The device description (default: the built-in IPU21 of the C600).
+    #[arg(long, value_name = "FILE")]
+    device: Option<PathBuf>,
+    /// Tiles to use (default: every tile of the device).
+    #[arg(long)]
+    tiles: Option<u32>,
     /// Override the fixture's `batch` parameter (at least 1); short for
     /// `--param batch=B`.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -65,6 +71,17 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         Err(code) => return Ok(code),
     };
     check_out(&args.out)?;
+    let target = match crate::device::read(args.device.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if let Err(e) = check_tiles(args.tiles, &target) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(2));
+    }
     crate::logging::init(&args.log_format);
     if let Some(jobs) = args.jobs {
         rayon::ThreadPoolBuilder::new()
@@ -91,13 +108,20 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         Err(e) => return Err(e.to_string()),
     };
+    let cache = match &args.kernel_cache {
+        Some(root) => KernelCache::open(root.clone()),
+        None => KernelCache::from_env(),
+    }
+    .map_err(|e| format!("the kernel cache: {e}"))?;
+    let stages = Stages::builtin(Box::new(cache));
+    let tiles = args.tiles.unwrap_or(target.tile_count());
     let config = BuildConfig {
-        tiles: args.tiles,
-        kernel_cache: args.kernel_cache.clone(),
+        target,
+        tiles: Some(tiles),
         ..BuildConfig::default()
     };
     let start = Instant::now();
-    let package = match build_package(&graph, &config) {
+    let package = match build_package(&graph, &config, &stages) {
         Ok(mut p) => {
             p.fixture = Some(stored);
             p
@@ -107,7 +131,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             eprintln!(
                 "result=does-not-fit-or-failed fixture={} tiles={} elapsed_ms={}",
                 graph.name(),
-                args.tiles,
+                tiles,
                 start.elapsed().as_millis()
             );
             return Ok(ExitCode::FAILURE);
@@ -151,19 +175,16 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Parses `--tiles`. The pipeline rejects a tile count above the device's
-/// only when it schedules the first exchange phase, after lowering and
-/// placement, and then in terms of phases; checking here names the flag and
-/// the limit before any work.
-fn parse_tiles(text: &str) -> Result<u32, String> {
-    let tiles: u32 = text.parse().map_err(|e| format!("{e}"))?;
-    let device = Fabric::ipu21()
-        .map_err(|e| format!("cannot read the IPU21 description: {e}"))?
-        .tile_count();
-    if (1..=device).contains(&tiles) {
-        Ok(tiles)
-    } else {
-        Err(format!("the IPU21 has {device} tiles; give 1 to {device}"))
+/// Checks `--tiles` against the device before any work, naming the flag
+/// and the limit.
+fn check_tiles(tiles: Option<u32>, target: &Target) -> Result<(), String> {
+    let available = target.tile_count();
+    match tiles {
+        Some(t) if !(1..=available).contains(&t) => Err(format!(
+            "'--tiles {t}': the device {} has {available} tiles; give 1 to {available}",
+            target.name()
+        )),
+        _ => Ok(()),
     }
 }
 

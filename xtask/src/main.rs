@@ -11,6 +11,7 @@ use std::process::{Command, ExitCode};
 mod alloc;
 mod bench_sim;
 mod build_package;
+mod device;
 mod exchange;
 mod kernels;
 mod logging;

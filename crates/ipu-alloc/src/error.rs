@@ -138,8 +138,10 @@ pub struct FitFailure {
     pub failing_tiles: usize,
 }
 
-/// Why [`place`](crate::place) failed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// Why [`place`](crate::place), or another [`Placer`](crate::Placer),
+/// failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum PlaceError {
     /// The problem is malformed.
     #[error(transparent)]
@@ -160,4 +162,13 @@ pub enum PlaceError {
         .0.first().map_or_else(String::new, ToString::to_string)
     )]
     CheckFailed(Vec<PlacementCheckError>),
+    /// Another placer failed for a reason of its own.
+    #[error("placer {placer} failed: {source}")]
+    Placer {
+        /// The placer's [`name`](crate::Placer::name).
+        placer: String,
+        /// Its cause.
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
 }

@@ -154,7 +154,7 @@ pub fn siglip_like(seed: u64, tiles: u32, requests_per_tile: u32, steps: u32) ->
     let r0 = map
         .regions()
         .first()
-        .map_or((0x4c000, 0x80000), |r| (r.start, r.end));
+        .map_or((map.sram_start(), map.sram_start()), |r| (r.start, r.end));
     let tiles = (0..tiles)
         .map(|t| {
             let mut rng = SplitMix64::new(seed ^ (u64::from(t) << 32) ^ 0x5eed);

@@ -36,6 +36,7 @@ mod map;
 mod place;
 mod problem;
 mod profile;
+mod stage;
 
 pub use bound::{ClassBound, Shortfall, TileBound, lower_bound};
 pub use check::{PlacementCheckError, check_placement};
@@ -44,7 +45,7 @@ pub use csv::{
 };
 pub use error::{FitFailure, LiveRange, Occupant, PlaceError, Verdict};
 pub use greedy::{Fit, GreedyOrder, GreedyStrategy};
-pub use map::{MapError, MemoryElement, MemoryMap, Region};
+pub use map::{MemoryElement, MemoryMap, Region};
 pub use place::{
     PlaceConfig, PlaceMethod, Placement, PlacementSummary, TilePlacement, place, place_tile,
 };
@@ -52,3 +53,4 @@ pub use problem::{
     Problem, ProblemError, Request, RequestId, Reservation, TileProblem, validate, validate_tile,
 };
 pub use profile::{MemoryProfile, PROFILE_SCHEMA, ProfileRun, TileProfile};
+pub use stage::{BuiltinPlacer, Placer};

@@ -7,10 +7,7 @@
 //! later stage can produce an allocation that straddles a boundary.
 
 use ipu_layout::MemoryClass;
-use serde::Deserialize;
-
-/// The IPU21 description the crate reads its memory map from.
-const IPU21_TOML: &str = include_str!("../../../device/ipu21.toml");
+use ipu_target::Target;
 
 /// One region of tile memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,47 +36,6 @@ pub struct MemoryElement {
     pub end: u32,
 }
 
-/// Why a memory map description was rejected.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MapError {
-    /// The device file is not valid TOML or lacks a field.
-    #[error("the device description cannot be read: {0}; fix the [memory] section")]
-    Parse(String),
-    /// A region is empty, has a zero element size, or overlaps the previous one.
-    #[error(
-        "region `{name}` [{start:#x}, {end:#x}) with elements of {element_bytes} bytes is empty, \
-         unordered or overlaps the previous region; list regions in address order without overlap"
-    )]
-    BadRegion {
-        /// The region's name.
-        name: String,
-        /// First address.
-        start: u64,
-        /// One past the last address.
-        end: u64,
-        /// Element size.
-        element_bytes: u64,
-    },
-    /// A class range is empty or lies outside every region.
-    #[error(
-        "class {class} range [{start:#x}, {end:#x}) is empty or not inside the regions; \
-         give ranges inside SRAM"
-    )]
-    BadRange {
-        /// The class.
-        class: MemoryClass,
-        /// First address.
-        start: u64,
-        /// One past the last address.
-        end: u64,
-    },
-    /// A memory class has no entry in the description.
-    #[error(
-        "memory class {0} has no address ranges in the device description; add it to `classes`"
-    )]
-    MissingClass(MemoryClass),
-}
-
 /// The memory map of one tile.
 ///
 /// Invariant: `class_ranges[c]` is sorted, disjoint, each range lies inside
@@ -94,119 +50,29 @@ pub struct MemoryMap {
     executable: Vec<(u32, u32)>,
 }
 
-#[derive(Deserialize)]
-struct DeviceFile {
-    memory: MemorySection,
-}
-
-#[derive(Deserialize)]
-struct MemorySection {
-    sram_start: u32,
-    sram_end: u32,
-    loader_limit: u32,
-    regions: Vec<RegionEntry>,
-    classes: Vec<ClassEntry>,
-}
-
-#[derive(Deserialize)]
-struct RegionEntry {
-    name: String,
-    start: u32,
-    end: u32,
-    element_bytes: u32,
-    executable: bool,
-}
-
-#[derive(Deserialize)]
-struct ClassEntry {
-    class: MemoryClass,
-    ranges: Vec<(u32, u32)>,
-}
-
 impl MemoryMap {
-    /// The IPU21 tile memory map, read from `device/ipu21.toml`.
-    ///
-    /// # Panics
-    ///
-    /// Never for any input: the description is embedded at build time and a
-    /// test parses it, so a failure here is a build defect.
-    pub fn ipu21() -> MemoryMap {
-        match Self::from_device_toml(IPU21_TOML) {
-            Ok(map) => map,
-            Err(e) => panic!("bug: the embedded device/ipu21.toml is invalid: {e}"),
-        }
-    }
-
-    /// Reads the `[memory]` section of a device description.
-    pub fn from_device_toml(text: &str) -> Result<MemoryMap, MapError> {
-        let file: DeviceFile = toml::from_str(text).map_err(|e| MapError::Parse(e.to_string()))?;
-        let m = file.memory;
-        let regions = m
+    /// The tile memory map of `target`: its regions, and per memory class
+    /// the ranges it may use, split at region boundaries and cut at the
+    /// loader limit. The target was validated when it was made, so this
+    /// cannot fail.
+    pub fn new(target: &Target) -> MemoryMap {
+        let m = target.memory();
+        let regions: Vec<Region> = m
             .regions
-            .into_iter()
+            .iter()
             .map(|r| Region {
-                name: r.name,
+                name: r.name.clone(),
                 start: r.start,
                 end: r.end,
                 element_bytes: r.element_bytes,
                 executable: r.executable,
             })
             .collect();
-        let mut classes: [Option<Vec<(u32, u32)>>; 2] = [None, None];
-        for entry in m.classes {
-            classes[entry.class.index()] = Some(entry.ranges);
-        }
-        let [standard, interleaved] = classes;
-        let standard = standard.ok_or(MapError::MissingClass(MemoryClass::Ipu21Standard))?;
-        let interleaved =
-            interleaved.ok_or(MapError::MissingClass(MemoryClass::Ipu21Interleaved))?;
-        Self::new(
-            m.sram_start,
-            m.sram_end,
-            m.loader_limit,
-            regions,
-            [standard, interleaved],
-        )
-    }
-
-    /// Builds a map from its parts, splitting class ranges at region
-    /// boundaries and cutting them at the loader limit.
-    pub fn new(
-        sram_start: u32,
-        sram_end: u32,
-        loader_limit: u32,
-        regions: Vec<Region>,
-        class_ranges: [Vec<(u32, u32)>; 2],
-    ) -> Result<MemoryMap, MapError> {
-        let mut previous_end = sram_start;
-        for r in &regions {
-            if r.start >= r.end
-                || r.element_bytes == 0
-                || r.start < previous_end
-                || r.end > sram_end
-            {
-                return Err(MapError::BadRegion {
-                    name: r.name.clone(),
-                    start: r.start.into(),
-                    end: r.end.into(),
-                    element_bytes: r.element_bytes.into(),
-                });
-            }
-            previous_end = r.end;
-        }
-        let limit = loader_limit.min(sram_end);
+        let limit = m.loader_limit.min(m.sram_end);
         let mut cut: [Vec<(u32, u32)>; 2] = [Vec::new(), Vec::new()];
-        for class in MemoryClass::ALL {
+        for entry in &m.classes {
             let mut pieces = Vec::new();
-            for &(start, end) in &class_ranges[class.index()] {
-                let inside = regions.iter().any(|r| start < r.end && r.start < end);
-                if start >= end || !inside {
-                    return Err(MapError::BadRange {
-                        class,
-                        start: start.into(),
-                        end: end.into(),
-                    });
-                }
+            for &(start, end) in &entry.ranges {
                 for r in &regions {
                     let a = start.max(r.start);
                     let b = end.min(r.end).min(limit);
@@ -227,7 +93,7 @@ impl MemoryMap {
                     _ => merged.push((a, b)),
                 }
             }
-            cut[class.index()] = merged;
+            cut[entry.class.index()] = merged;
         }
         let executable = regions
             .iter()
@@ -237,14 +103,19 @@ impl MemoryMap {
                 (r.start < b).then_some((r.start, b))
             })
             .collect();
-        Ok(MemoryMap {
-            sram_start,
-            sram_end,
+        MemoryMap {
+            sram_start: m.sram_start,
+            sram_end: m.sram_end,
             loader_limit: limit,
             regions,
             class_ranges: cut,
             executable,
-        })
+        }
+    }
+
+    /// The memory map of the built-in IPU21 target ([`Target::ipu21`]).
+    pub fn ipu21() -> MemoryMap {
+        MemoryMap::new(Target::ipu21())
     }
 
     /// First SRAM address.

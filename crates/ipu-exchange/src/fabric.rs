@@ -1,13 +1,12 @@
-//! The exchange fabric's timing model, read from the device description.
+//! The exchange fabric's timing model, taken from the device description.
 //!
-//! Timing is data so that another target is a new TOML file, not a code
-//! change: [`Fabric::ipu21`] parses the `[exchange]` and `[memory]` sections
-//! of `device/ipu21.toml`, which is embedded at build time.
+//! Timing is data so that another target is another description, not a
+//! code change: [`Fabric::new`] reads the `exchange` section of an
+//! `ipu_target::Target` (and its memory regions, for element hazards) and
+//! refuses values the scheduler does not model.
 
 use ipu_layout::TileId;
-
-/// The device description this crate models by default.
-const IPU21_TOML: &str = include_str!("../../../device/ipu21.toml");
+use ipu_target::Target;
 
 /// Timing and structure of the exchange fabric.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,24 +21,13 @@ pub struct Fabric {
     elements: Vec<(u32, u32, u32)>,
 }
 
-/// Why a device description could not be turned into a [`Fabric`].
+/// Why a device description cannot be turned into a [`Fabric`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FabricError {
-    /// The text is not valid TOML.
-    #[error("the device description is not valid TOML: {message}")]
-    Toml {
-        /// The parser's message.
-        message: String,
-    },
-    /// A key is missing or has the wrong type.
-    #[error("the device description lacks `{key}` (or it has the wrong type); add it")]
-    Missing {
-        /// The dotted key.
-        key: &'static str,
-    },
     /// A value is outside what the model supports.
     #[error(
-        "the device description sets `{key}` = {value}, which the model does not support: {why}"
+        "the device description sets `{key}` = {value}, which the exchange model does not support: {why}"
     )]
     Unsupported {
         /// The dotted key.
@@ -52,126 +40,71 @@ pub enum FabricError {
 }
 
 impl Fabric {
-    /// The IPU21 fabric (C600: 1472 tiles), from the embedded
-    /// `device/ipu21.toml`.
-    pub fn ipu21() -> Result<Fabric, FabricError> {
-        Fabric::from_toml(IPU21_TOML)
-    }
-
-    /// A fabric from a device description in the format of
-    /// `device/ipu21.toml` (top-level `tile_count`, `[exchange]` and
-    /// `[memory]` sections).
-    pub fn from_toml(text: &str) -> Result<Fabric, FabricError> {
-        let value: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| FabricError::Toml {
-                message: e.to_string(),
-            })?;
-        let int =
-            |table: &toml::Table, name: &str, key: &'static str| -> Result<i64, FabricError> {
-                table
-                    .get(name)
-                    .and_then(toml::Value::as_integer)
-                    .ok_or(FabricError::Missing { key })
-            };
-        let small = |v: i64, key: &'static str, max: i64, why: &'static str| {
-            if (0..=max).contains(&v) {
-                Ok(v as u32)
+    /// The fabric of `target`.
+    pub fn new(target: &Target) -> Result<Fabric, FabricError> {
+        let x = target.exchange();
+        let check = |value: u32, key: &'static str, max: u32, why: &'static str| {
+            if value <= max {
+                Ok(value)
             } else {
-                Err(FabricError::Unsupported { key, value: v, why })
+                Err(FabricError::Unsupported {
+                    key,
+                    value: i64::from(value),
+                    why,
+                })
             }
         };
-        let tile_count = small(
-            int(&value, "tile_count", "tile_count")?,
+        let tile_count = check(
+            target.tile_count(),
             "tile_count",
-            i64::from(crate::model::MAX_TILES),
+            crate::model::MAX_TILES,
             "XPIC values name at most 8192 tiles",
         )?;
-        let exchange = value
-            .get("exchange")
-            .and_then(toml::Value::as_table)
-            .ok_or(FabricError::Missing { key: "exchange" })?;
-        let latency_cycles = small(
-            int(exchange, "latency_cycles", "exchange.latency_cycles")?,
+        let latency_cycles = check(
+            x.latency_cycles,
             "exchange.latency_cycles",
             1 << 16,
             "latency must be between 0 and 65536 cycles",
         )?;
-        let source_switch_cycles = small(
-            int(
-                exchange,
-                "source_switch_cycles",
-                "exchange.source_switch_cycles",
-            )?,
+        let source_switch_cycles = check(
+            x.source_switch_cycles,
             "exchange.source_switch_cycles",
             0,
             "the scheduler models switches that take effect at their issue cycle (0)",
         )?;
-        let pointer_switch_cycles = small(
-            int(
-                exchange,
-                "pointer_switch_cycles",
-                "exchange.pointer_switch_cycles",
-            )?,
+        let pointer_switch_cycles = check(
+            x.pointer_switch_cycles,
             "exchange.pointer_switch_cycles",
             0,
             "the scheduler models switches that take effect at their issue cycle (0)",
         )?;
-        let partner_xor = int(exchange, "partner_xor", "exchange.partner_xor")?;
-        if partner_xor != 2 {
+        if x.partner_xor != 2 {
             return Err(FabricError::Unsupported {
                 key: "exchange.partner_xor",
-                value: partner_xor,
+                value: i64::from(x.partner_xor),
                 why: "the pairing model is tile ^ 2",
             });
         }
-        let memory_element_hazards = exchange
-            .get("memory_element_hazards")
-            .and_then(toml::Value::as_bool)
-            .ok_or(FabricError::Missing {
-                key: "exchange.memory_element_hazards",
-            })?;
-        let regions = value
-            .get("memory")
-            .and_then(|m| m.get("regions"))
-            .and_then(toml::Value::as_array)
-            .ok_or(FabricError::Missing {
-                key: "memory.regions",
-            })?;
-        let mut elements = Vec::new();
-        for region in regions {
-            let table = region.as_table().ok_or(FabricError::Missing {
-                key: "memory.regions",
-            })?;
-            let get = |name: &str, key: &'static str| {
-                let v = int(table, name, key)?;
-                u32::try_from(v).map_err(|_| FabricError::Unsupported {
-                    key,
-                    value: v,
-                    why: "must fit 32 bits",
-                })
-            };
-            let start = get("start", "memory.regions.start")?;
-            let end = get("end", "memory.regions.end")?;
-            let element = get("element_bytes", "memory.regions.element_bytes")?;
-            if element == 0 || end < start {
-                return Err(FabricError::Unsupported {
-                    key: "memory.regions.element_bytes",
-                    value: i64::from(element),
-                    why: "elements must be non-empty and regions ordered",
-                });
-            }
-            elements.push((start, end, element));
-        }
+        let elements = target
+            .memory()
+            .regions
+            .iter()
+            .map(|r| (r.start, r.end, r.element_bytes))
+            .collect();
         Ok(Fabric {
             tile_count,
             latency_cycles,
             source_switch_cycles,
             pointer_switch_cycles,
-            partner_xor: 2,
-            memory_element_hazards,
+            partner_xor: x.partner_xor,
+            memory_element_hazards: x.memory_element_hazards,
             elements,
         })
+    }
+
+    /// The fabric of the built-in IPU21 target ([`Target::ipu21`]).
+    pub fn ipu21() -> Result<Fabric, FabricError> {
+        Fabric::new(Target::ipu21())
     }
 
     /// A copy with a different fabric latency (for experiments and tests).

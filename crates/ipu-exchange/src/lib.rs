@@ -50,6 +50,7 @@ mod replay;
 pub mod report;
 mod schedule;
 mod snapshot;
+mod stage;
 mod timeline;
 
 pub use bounds::{endpoint_lower_bound, stronger_lower_bound};
@@ -63,4 +64,5 @@ pub use schedule::{
     Schedule, ScheduleConfig, ScheduleError, ScheduleKind, schedule, schedule_phases,
 };
 pub use snapshot::{SCHEMA_VERSION, Snapshot, SnapshotError, SnapshotPhase, SnapshotTransfer};
+pub use stage::{BuiltinScheduler, ExchangeScheduler, ScheduleRequest};
 pub use timeline::{SendRun, Timeline, Window, Xpic, decode};

@@ -71,14 +71,14 @@ fn utilisation(c: &mut Criterion) {
     let (right_at, output_at) = (align(l + 16), align(align(l + 16) + r));
     let mut image: Vec<u8> = (0..output_at + o).map(|i| (i % 113) as u8 & 0x7f).collect();
     let args = ipu_kernels::KernelArgs {
-        left: ipu_kernels::IMAGE_BASE,
-        right: ipu_kernels::IMAGE_BASE + right_at as u32,
-        output: ipu_kernels::IMAGE_BASE + output_at as u32,
+        left: ipu_kernels::image_base(),
+        right: ipu_kernels::image_base() + right_at as u32,
+        output: ipu_kernels::image_base() + output_at as u32,
     };
     group.bench_function("emulate_only_k64_c48_r244", |b| {
         b.iter(|| {
             std::hint::black_box(
-                ipu_kernels::emulate(&program, &mut image, ipu_kernels::IMAGE_BASE, &args)
+                ipu_kernels::emulate(&program, &mut image, ipu_kernels::image_base(), &args)
                     .expect("runs"),
             )
         })

@@ -182,20 +182,7 @@ impl KernelCache {
             }
         };
 
-        tracing::info!(
-            source = %toolchain.source_name(),
-            name = ?variant.name(),
-            target = %toolchain.target(),
-            "compiling kernel"
-        );
-        let compiled = toolchain.compile(variant)?;
-        let mut metadata = compiled.metadata;
-        metadata.input_hash = key.clone();
-        metadata.object_sha256 = hex(&Sha256::digest(&compiled.object));
-        metadata.object_bytes = compiled.object.len() as u64;
-        // Nothing is written before it is checked: the object must parse
-        // back into its programs.
-        programs_from_object(&compiled.object)?;
+        let (metadata, object) = compile_entry(variant, toolchain, &key)?;
         let json = serde_json::to_vec_pretty(&metadata).map_err(|e| KernelError::Metadata {
             reason: e.to_string(),
         })?;
@@ -205,7 +192,7 @@ impl KernelCache {
             path: dir.clone(),
             source,
         })?;
-        write_atomic(&dir, &object_path, &compiled.object)?;
+        write_atomic(&dir, &object_path, &object)?;
         write_atomic(&dir, &metadata_path, &json)?;
         tracing::info!(
             object = %object_path.display(),
@@ -216,10 +203,34 @@ impl KernelCache {
             object_path,
             metadata_path,
             metadata,
-            object: compiled.object,
+            object,
             outcome,
         })
     }
+}
+
+/// Compiles `variant` for the entry `key`: the metadata gets the key and
+/// the object's digest and size, and nothing is returned before the object
+/// parses back into its programs. Every kernel store compiles through
+/// here, so entries mean the same whatever holds them.
+pub(crate) fn compile_entry(
+    variant: &Variant,
+    toolchain: &dyn Toolchain,
+    key: &str,
+) -> Result<(KernelMetadata, Vec<u8>), KernelError> {
+    tracing::info!(
+        source = %toolchain.source_name(),
+        name = ?variant.name(),
+        target = %toolchain.target(),
+        "compiling kernel"
+    );
+    let compiled = toolchain.compile(variant)?;
+    let mut metadata = compiled.metadata;
+    metadata.input_hash = key.to_owned();
+    metadata.object_sha256 = hex(&Sha256::digest(&compiled.object));
+    metadata.object_bytes = compiled.object.len() as u64;
+    programs_from_object(&compiled.object)?;
+    Ok((metadata, compiled.object))
 }
 
 /// Reads and verifies an entry: `Ok(None)` if it does not exist, `Err` with

@@ -32,6 +32,7 @@ mod object;
 mod problem;
 mod program;
 pub mod siglip;
+mod store;
 mod variant;
 
 pub use cache::{CacheOutcome, CachedKernel, KernelCache, cache_key};
@@ -51,12 +52,13 @@ pub use object::{
     KernelMetadata, Toolchain, programs_from_object,
 };
 pub use problem::{
-    GemmProblem, IMAGE_BASE, Mismatch, ProblemError, RunOutput, pack_matrix, unpack_matrix,
+    GemmProblem, Mismatch, ProblemError, RunOutput, image_base, pack_matrix, unpack_matrix,
 };
 pub use program::{
     AmpOp, AmpProgram, PROGRAM_FORMAT_VERSION, PROGRAM_FORMAT_VERSION_LATEST, ProgramHeader, Run,
     WorkerProgram, build_program,
 };
+pub use store::{KernelStore, MemoryStore, StoredKernel};
 pub use variant::{
     Arithmetic, DEFAULT_LEFT_ORDER, EntryPoint, GemmShape, Mode, PlanConfig, RowSize, Variant,
     plan_variant,

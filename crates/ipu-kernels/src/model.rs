@@ -1,11 +1,12 @@
 //! The AMP unit and kernel cost model of a target, as data.
 //!
-//! The numbers live in the `[amp]` section of `device/ipu21.toml` (with the
-//! worker count from the file's top level, and the left-operand read tail
-//! and operand alignment from `[memory]`), so a new target is a new file. [`AmpModel::ipu21`] returns
-//! the IPU21 values as constants so that it cannot fail; a test checks that
-//! they equal what [`AmpModel::from_device_toml`] reads from the file.
+//! [`AmpModel::new`] takes the numbers from a device description (the `amp`
+//! section of an `ipu_target::Target`, with the worker count, the
+//! left-operand read tails and the operand alignment), so a new target is a
+//! new description. The model is a plain value because it is hashed into
+//! kernel cache keys: two targets with the same AMP figures share kernels.
 
+use ipu_target::Target;
 use serde::{Deserialize, Serialize};
 
 use crate::KernelError;
@@ -68,78 +69,13 @@ impl Default for AmpModel {
     }
 }
 
-/// The parts of a device file this crate reads.
-#[derive(Deserialize)]
-struct DeviceFile {
-    worker_contexts: u32,
-    memory: MemorySection,
-    amp: AmpSection,
-}
-
-#[derive(Deserialize)]
-struct MemorySection {
-    amp_left_tail_bytes_f16: u32,
-    amp_left_tail_bytes_f32: u32,
-    operand_alignment: u32,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AmpSection {
-    f16_macs_per_instruction: u32,
-    fp8_macs_per_instruction: u32,
-    f32_partials_rate_divisor: u32,
-    f16_micro_inner: u32,
-    fp8_micro_inner: u32,
-    column_multiple: u32,
-    call_cycles: u32,
-    supervisor_instructions: u32,
-    worker_setup_instructions: u32,
-    coefficient_setup_instructions: u32,
-    interleaved_load_bytes: u32,
-    standard_load_bytes: u32,
-    stream_setup_instructions: u32,
-    pipeline_instructions: u32,
-    partial_setup_instructions: u32,
-    instruction_bytes: u32,
-}
-
 impl AmpModel {
-    /// The IPU21 values (the same as `device/ipu21.toml`).
-    pub const fn ipu21() -> Self {
+    /// The AMP model of `target`.
+    pub fn new(target: &Target) -> Self {
+        let a = target.amp();
+        let m = target.memory();
         Self {
-            worker_contexts: 6,
-            f16_macs_per_instruction: 64,
-            fp8_macs_per_instruction: 128,
-            f32_partials_rate_divisor: 2,
-            f16_micro_inner: 16,
-            fp8_micro_inner: 32,
-            column_multiple: 16,
-            call_cycles: 60,
-            supervisor_instructions: 12,
-            worker_setup_instructions: 10,
-            coefficient_setup_instructions: 4,
-            interleaved_load_bytes: 16,
-            standard_load_bytes: 8,
-            stream_setup_instructions: 6,
-            pipeline_instructions: 4,
-            partial_setup_instructions: 3,
-            instruction_bytes: 4,
-            left_tail_bytes_f16: 16,
-            left_tail_bytes_f32: 32,
-            operand_alignment: 32,
-        }
-    }
-
-    /// Reads a model from a device description in the `device/ipu21.toml`
-    /// format.
-    pub fn from_device_toml(text: &str) -> Result<Self, KernelError> {
-        let file: DeviceFile = toml::from_str(text).map_err(|e| KernelError::Device {
-            reason: e.to_string(),
-        })?;
-        let a = file.amp;
-        let model = Self {
-            worker_contexts: file.worker_contexts,
+            worker_contexts: target.worker_contexts(),
             f16_macs_per_instruction: a.f16_macs_per_instruction,
             fp8_macs_per_instruction: a.fp8_macs_per_instruction,
             f32_partials_rate_divisor: a.f32_partials_rate_divisor,
@@ -156,12 +92,15 @@ impl AmpModel {
             pipeline_instructions: a.pipeline_instructions,
             partial_setup_instructions: a.partial_setup_instructions,
             instruction_bytes: a.instruction_bytes,
-            left_tail_bytes_f16: file.memory.amp_left_tail_bytes_f16,
-            left_tail_bytes_f32: file.memory.amp_left_tail_bytes_f32,
-            operand_alignment: file.memory.operand_alignment,
-        };
-        model.validate()?;
-        Ok(model)
+            left_tail_bytes_f16: m.amp_left_tail_bytes_f16,
+            left_tail_bytes_f32: m.amp_left_tail_bytes_f32,
+            operand_alignment: m.operand_alignment,
+        }
+    }
+
+    /// The AMP model of the built-in IPU21 target ([`Target::ipu21`]).
+    pub fn ipu21() -> Self {
+        Self::new(Target::ipu21())
     }
 
     /// Checks the values the arithmetic divides by or blocks on.

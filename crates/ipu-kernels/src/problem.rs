@@ -17,8 +17,11 @@ use crate::{
     build_program, plan_variant,
 };
 
-/// The tile SRAM base address the problem images start at.
-pub const IMAGE_BASE: u32 = 0x4c000;
+/// The address problem images start at: the SRAM base of the built-in
+/// IPU21 target.
+pub fn image_base() -> u32 {
+    ipu_target::Target::ipu21().memory().sram_start
+}
 
 /// A GEMM with concrete operand values. Values are exactly representable in
 /// their precisions (see [`GemmProblem::new`]).
@@ -310,11 +313,11 @@ impl GemmProblem {
             &mut image[output_at as usize..],
         )?;
         let args = KernelArgs {
-            left: IMAGE_BASE + left_at as u32,
-            right: IMAGE_BASE + right_at as u32,
-            output: IMAGE_BASE + output_at as u32,
+            left: image_base() + left_at as u32,
+            right: image_base() + right_at as u32,
+            output: image_base() + output_at as u32,
         };
-        let stats = emulate_with(&program, &mut image, IMAGE_BASE, &args, options)?;
+        let stats = emulate_with(&program, &mut image, image_base(), &args, options)?;
         let output = unpack_matrix(
             &image[output_at as usize..],
             s.rows,

@@ -54,7 +54,7 @@ pub struct LowerConfig {
 impl Default for LowerConfig {
     fn default() -> Self {
         Self {
-            tiles: 1472,
+            tiles: ipu_target::Target::ipu21().tile_count(),
             cost: CostModel::ipu21(),
             transient_budget: 160 * 1024,
             rotate: true,

@@ -70,6 +70,7 @@ pub enum PhaseBuildError {
         /// The destination buffer.
         destination: String,
         /// The layout error.
+        #[source]
         error: ipu_layout::LayoutError,
     },
     /// A buffer has no address on a tile that holds part of it.

@@ -14,31 +14,24 @@
 
 use std::collections::HashMap;
 
+use ipu_alloc::{Request, RequestId};
 use ipu_layout::{EntityId, MemoryClass, TileId};
 use smallvec::SmallVec;
 
 use crate::program::{BufferId, BufferRole, Codelet, Program, Step};
 
-/// One request on one tile: a buffer's shard (or a stack of per-iteration
-/// shards) with its lifetime.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StorageRequest {
-    /// The buffers placed in this request, each at a byte offset from its
-    /// start (one buffer at 0, or a stack of iteration buffers).
-    pub members: SmallVec<[(BufferId, u32); 1]>,
-    /// The memory class.
-    pub class: MemoryClass,
-    /// Bytes, including access tails.
-    pub bytes: u32,
-    /// Address alignment.
-    pub alignment: u32,
-    /// First step the request is live.
-    pub first_step: u32,
-    /// Last step the request is live (inclusive).
-    pub last_step: u32,
-    /// Requests on the same tile (indices) that must not share a memory
-    /// element with this one.
-    pub separate_from: SmallVec<[u32; 2]>,
+/// The buffers one request holds, each at a byte offset from its start: one
+/// buffer at 0, or a stack of per-iteration buffers.
+pub type Members = SmallVec<[(BufferId, u32); 1]>;
+
+/// One tile's requests: placement requests (request `i` has id `i`) and
+/// the buffers each holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TileStorage {
+    /// What ipu-alloc places, with lifetimes in program-order steps.
+    pub requests: Vec<Request>,
+    /// `members[i]`: the buffers request `i` holds.
+    pub members: Vec<Members>,
 }
 
 /// Every tile's requests.
@@ -47,7 +40,7 @@ pub struct StoragePlan {
     /// Steps in program order, each repeat body once.
     pub step_names: Vec<String>,
     /// Per tile, its requests.
-    pub tiles: Vec<Vec<StorageRequest>>,
+    pub tiles: Vec<TileStorage>,
     /// Per buffer, its lifetime `(first, last)`.
     pub lifetimes: HashMap<BufferId, (u32, u32)>,
 }
@@ -55,7 +48,7 @@ pub struct StoragePlan {
 impl StoragePlan {
     /// Total requests over all tiles.
     pub fn request_count(&self) -> usize {
-        self.tiles.iter().map(Vec::len).sum()
+        self.tiles.iter().map(|t| t.requests.len()).sum()
     }
 }
 
@@ -254,8 +247,8 @@ pub fn plan_storage(program: &Program, tiles: u32) -> Result<StoragePlan, Storag
         .max()
         .unwrap_or(0)
         .max(tiles) as usize;
-    let mut tiles: Vec<Vec<StorageRequest>> = vec![Vec::new(); tile_count];
-    let mut index_of: HashMap<(TileId, BufferId), u32> = HashMap::new();
+    let mut tiles: Vec<TileStorage> = vec![TileStorage::default(); tile_count];
+    let mut index_of: HashMap<(TileId, BufferId), RequestId> = HashMap::new();
     for (id, b) in program.buffers.iter() {
         if let Some(&(head, i)) = stacked.get(&id)
             && (head != id || i != 0)
@@ -284,17 +277,19 @@ pub fn plan_storage(program: &Program, tiles: u32) -> Result<StoragePlan, Storag
                 tile: s.tile,
                 bytes: total,
             })?;
-            let members: SmallVec<[(BufferId, u32); 1]> = members
+            let members: Members = members
                 .iter()
                 .enumerate()
                 .map(|(i, &m)| (m, (stride * i as u64) as u32))
                 .collect();
-            let list = &mut tiles[s.tile.index()];
+            let tile = &mut tiles[s.tile.index()];
+            let id = RequestId::from_u32(tile.requests.len() as u32);
             for &(m, _) in &members {
-                index_of.insert((s.tile, m), list.len() as u32);
+                index_of.insert((s.tile, m), id);
             }
-            list.push(StorageRequest {
-                members,
+            tile.members.push(members);
+            tile.requests.push(Request {
+                id,
                 class: b.ty.memory_class(),
                 bytes,
                 alignment,
@@ -316,9 +311,9 @@ pub fn plan_storage(program: &Program, tiles: u32) -> Result<StoragePlan, Storag
             if let Some(&x) = index_of.get(&(tile, other))
                 && x != o
             {
-                let list = &mut tiles[tile.index()];
-                if !list[o as usize].separate_from.contains(&x) {
-                    list[o as usize].separate_from.push(x);
+                let request = &mut tiles[tile.index()].requests[o.index()];
+                if !request.separate_from.contains(&x) {
+                    request.separate_from.push(x);
                 }
             }
         }

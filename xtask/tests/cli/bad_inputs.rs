@@ -174,7 +174,7 @@ fn zero_tiles_are_refused() {
         &fixture("tiny-2l-h64.json"),
         "0",
         &[],
-        "'--tiles <TILES>': the IPU21 has 1472 tiles",
+        "'--tiles 0': the device ipu21 has 1472 tiles",
     );
 }
 

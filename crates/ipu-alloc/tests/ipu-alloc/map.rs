@@ -1,6 +1,6 @@
-//! The IPU21 memory map read from `device/ipu21.toml`.
+//! The tile memory map made from a device description.
 
-use ipu_alloc::{MapError, MemoryMap};
+use ipu_alloc::MemoryMap;
 use ipu_layout::MemoryClass;
 
 #[test]
@@ -37,12 +37,21 @@ fn elements_are_16k_in_region0_and_32k_pairs_in_region1() {
 }
 
 #[test]
-fn bad_device_descriptions_are_rejected_with_a_reason() {
-    let e = MemoryMap::from_device_toml("name = 3").unwrap_err();
-    assert!(matches!(e, MapError::Parse(_)), "{e}");
-    let text = include_str!("../../../../device/ipu21.toml")
-        .replace("0x4000, executable", "0, executable");
-    let e = MemoryMap::from_device_toml(&text).unwrap_err();
-    assert!(matches!(e, MapError::BadRegion { .. }), "{e}");
-    assert!(e.to_string().contains("region0"));
+fn the_map_follows_the_target() {
+    // A smaller device: SRAM ends early and the loader limit moves with it,
+    // so the interleaved class keeps only what is below the limit.
+    let text = ipu_target::IPU21_TOML
+        .replace("sram_end = 0xe8000", "sram_end = 0xc0000")
+        .replace("loader_limit = 0xe7bb0", "loader_limit = 0xbff00")
+        .replace(
+            "start = 0x80000, end = 0xe8000",
+            "start = 0x80000, end = 0xc0000",
+        );
+    let target = ipu_target::Target::from_toml(&text).expect("a valid description");
+    let map = MemoryMap::new(&target);
+    assert_eq!(map.loader_limit(), 0xbff00);
+    assert_eq!(
+        map.class_ranges(MemoryClass::Ipu21Interleaved),
+        &[(0x80000, 0xbff00)]
+    );
 }

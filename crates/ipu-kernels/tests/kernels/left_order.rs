@@ -7,10 +7,10 @@
 
 use ipu_kernels::{
     AmpModel, AmpOp, AmpProgram, CheckError, DEFAULT_LEFT_ORDER, EmulateError, EmulationStats,
-    GemmProblem, GemmShape, HostToolchain, IMAGE_BASE, KernelArgs, KernelError, Mode,
-    PROGRAM_FORMAT_VERSION, PROGRAM_FORMAT_VERSION_LATEST, PlanConfig, Rounding, Toolchain,
-    Variant, build_program, cache_key, check_program, code_bytes, emulate, estimate_cycles,
-    pack_matrix, plan_variant, program_cycles, programs_from_object,
+    GemmProblem, GemmShape, HostToolchain, KernelArgs, KernelError, Mode, PROGRAM_FORMAT_VERSION,
+    PROGRAM_FORMAT_VERSION_LATEST, PlanConfig, Rounding, Toolchain, Variant, build_program,
+    cache_key, check_program, code_bytes, emulate, estimate_cycles, image_base, pack_matrix,
+    plan_variant, program_cycles, programs_from_object,
 };
 use ipu_layout::{AmpOperand, ElementOrder, Fp8Format, MemoryClass, Precision};
 
@@ -68,11 +68,11 @@ fn run_bytes(
     )
     .expect("output packs");
     let args = KernelArgs {
-        left: IMAGE_BASE,
-        right: IMAGE_BASE + right_at as u32,
-        output: IMAGE_BASE + output_at as u32,
+        left: image_base(),
+        right: image_base() + right_at as u32,
+        output: image_base() + output_at as u32,
     };
-    let stats = emulate(program, &mut image, IMAGE_BASE, &args).expect("emulates");
+    let stats = emulate(program, &mut image, image_base(), &args).expect("emulates");
     (image.split_off(output_at as usize), stats)
 }
 
@@ -496,9 +496,9 @@ fn emulator_rejects_misaligned_row_major_runs_and_bad_left_orders() {
     let output_at = (right_at + r).div_ceil(32) * 32;
     let mut image = vec![0u8; (output_at + o) as usize];
     let args = KernelArgs {
-        left: IMAGE_BASE,
-        right: IMAGE_BASE + right_at as u32,
-        output: IMAGE_BASE + output_at as u32,
+        left: image_base(),
+        right: image_base() + right_at as u32,
+        output: image_base() + output_at as u32,
     };
     // A stream of several rows, so that its stride matters.
     let (w, i) = program
@@ -517,7 +517,7 @@ fn emulator_rejects_misaligned_row_major_runs_and_bad_left_orders() {
     if let AmpOp::StreamRows { runs, .. } = &mut shifted.workers[w].ops[i] {
         runs[0].offset += 4;
     }
-    let e = emulate(&shifted, &mut image, IMAGE_BASE, &args).unwrap_err();
+    let e = emulate(&shifted, &mut image, image_base(), &args).unwrap_err();
     assert!(
         matches!(e, EmulateError::MisalignedLeftRun { op, run: 0, alignment: 32, .. } if op == i),
         "{e}"
@@ -527,12 +527,12 @@ fn emulator_rejects_misaligned_row_major_runs_and_bad_left_orders() {
     if let AmpOp::StreamRows { runs, .. } = &mut strided.workers[w].ops[i] {
         runs[0].stride -= 16;
     }
-    let e = emulate(&strided, &mut image, IMAGE_BASE, &args).unwrap_err();
+    let e = emulate(&strided, &mut image, image_base(), &args).unwrap_err();
     assert!(matches!(e, EmulateError::MisalignedLeftRun { .. }), "{e}");
     // A header left order that is not a left order.
     let mut bad = program.clone();
     bad.header.left_order = ElementOrder::Amp(AmpOperand::Right);
-    let e = emulate(&bad, &mut image, IMAGE_BASE, &args).unwrap_err();
+    let e = emulate(&bad, &mut image, image_base(), &args).unwrap_err();
     assert!(matches!(e, EmulateError::MalformedHeader { .. }), "{e}");
 }
 

@@ -224,7 +224,7 @@ fn checker_rejects_mode_mismatch_and_header_damage() {
 
 /// An image holding a problem's operands for `program`, and their addresses.
 fn image(p: &ipu_kernels::GemmProblem, program: &AmpProgram) -> (Vec<u8>, ipu_kernels::KernelArgs) {
-    use ipu_kernels::{IMAGE_BASE, pack_matrix};
+    use ipu_kernels::{image_base, pack_matrix};
     let s = &p.shape;
     let [l, r, o] = program.header.operand_bytes();
     let right_at = (l + 32).div_ceil(32) * 32;
@@ -258,9 +258,9 @@ fn image(p: &ipu_kernels::GemmProblem, program: &AmpProgram) -> (Vec<u8>, ipu_ke
     )
     .expect("output");
     let args = ipu_kernels::KernelArgs {
-        left: IMAGE_BASE,
-        right: IMAGE_BASE + right_at as u32,
-        output: IMAGE_BASE + output_at as u32,
+        left: image_base(),
+        right: image_base() + right_at as u32,
+        output: image_base() + output_at as u32,
     };
     (bytes, args)
 }
@@ -343,11 +343,11 @@ proptest! {
         let v = Variant::new(&shape, if shape.left.is_fp8() { 32 } else { 16 }, 16, shape.rows, shape.rows, &AmpModel::ipu21()).expect("legal");
         let program = build_program(&v, shape.rows, mode).expect("builds");
         let (mut good, args) = image(&p, &program);
-        ipu_kernels::emulate(&program, &mut good, ipu_kernels::IMAGE_BASE, &args).expect("runs");
+        ipu_kernels::emulate(&program, &mut good, ipu_kernels::image_base(), &args).expect("runs");
         let mut damaged = program.clone();
         mutate(&mut damaged, pick, value);
         let (mut bytes, _) = image(&p, &program);
-        let ran = ipu_kernels::emulate(&damaged, &mut bytes, ipu_kernels::IMAGE_BASE, &args);
+        let ran = ipu_kernels::emulate(&damaged, &mut bytes, ipu_kernels::image_base(), &args);
         if check_program(&v, shape.rows, mode, &damaged).is_ok() {
             prop_assert!(ran.is_ok(), "checker accepted a program the emulator rejects: {:?}", ran);
             prop_assert!(bytes == good, "checker accepted a program with different results");

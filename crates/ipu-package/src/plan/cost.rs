@@ -1,9 +1,10 @@
 //! The planner's cost model: cycles of compute and exchange per tile.
 //!
-//! Every constant says where it comes from. The model ranks plans; it does
-//! not promise runtimes.
+//! Every figure comes from the target's description, which says where it
+//! comes from. The model ranks plans; it does not promise runtimes.
 
 use ipu_layout::Precision;
+use ipu_target::Target;
 
 /// Per-tile throughput figures used to rank plans.
 #[derive(Clone, Debug)]
@@ -30,16 +31,26 @@ pub struct CostModel {
 }
 
 impl CostModel {
-    /// Figures for IPU21.
-    pub fn ipu21() -> Self {
+    /// The figures of `target`: the AMP's MACs per tile cycle (six
+    /// workers, each issuing one AMP instruction every `worker_contexts`
+    /// cycles, reach one instruction's MACs per cycle), one exchange word
+    /// per cycle, and the target's step and vector timing.
+    pub fn new(target: &Target) -> Self {
+        let amp = target.amp();
+        let timing = target.timing();
         Self {
-            f16_macs_per_cycle: 64,
-            fp8_macs_per_cycle: 128,
+            f16_macs_per_cycle: u64::from(amp.f16_macs_per_instruction),
+            fp8_macs_per_cycle: u64::from(amp.fp8_macs_per_instruction),
             cycles_per_exchange_word: 1,
-            exchange_phase_cycles: 200,
-            compute_step_cycles: 100,
-            vector_cycles_per_element: 0.25,
+            exchange_phase_cycles: timing.exchange_phase_cycles,
+            compute_step_cycles: timing.compute_step_cycles,
+            vector_cycles_per_element: timing.vector_cycles_per_element,
         }
+    }
+
+    /// The figures of the built-in IPU21 target.
+    pub fn ipu21() -> Self {
+        Self::new(Target::ipu21())
     }
 
     /// AMP throughput for a GEMM with these operand precisions: FP8 rate

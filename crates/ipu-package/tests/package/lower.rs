@@ -140,7 +140,7 @@ fn siglip_storage_peaks_fit_a_tile() {
     for (t, reqs) in s.tiles.iter().enumerate() {
         let mut live = vec![0u64; steps];
         let mut interleaved = vec![0u64; steps];
-        for r in reqs {
+        for r in &reqs.requests {
             for st in r.first_step..=r.last_step {
                 live[st as usize] += u64::from(r.bytes);
                 if r.class == MemoryClass::Ipu21Interleaved {

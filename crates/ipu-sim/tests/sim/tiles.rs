@@ -2,7 +2,7 @@
 //! scheduled, kernels compiled), written and read back, run on per-tile
 //! SRAM images, and compared with the reference evaluation.
 
-use ipu_package::build::{BuildConfig, build_package};
+use ipu_package::build::{BuildConfig, Stages, build_package};
 use ipu_package::graph::{parse_fixture, values};
 use ipu_package::package::Package;
 use ipu_sim::evaluate;
@@ -18,7 +18,6 @@ fn fixture(name: &str) -> String {
 
 #[test]
 fn small_packages_run_and_match_the_reference() {
-    let cache = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     for name in ["micro-1l-h32.json", "tiny-2l-h64.json"] {
         let graph = parse_fixture(&fixture(name)).unwrap();
@@ -26,12 +25,11 @@ fn small_packages_run_and_match_the_reference() {
         let reference = evaluate(&graph, &inputs).unwrap();
         for tiles in [16, 64] {
             let config = BuildConfig {
-                tiles,
-                kernel_cache: Some(cache.path().to_owned()),
+                tiles: Some(tiles),
                 ..BuildConfig::default()
             };
-            let built =
-                build_package(&graph, &config).unwrap_or_else(|e| panic!("{name} on {tiles}: {e}"));
+            let built = build_package(&graph, &config, &Stages::in_memory())
+                .unwrap_or_else(|e| panic!("{name} on {tiles}: {e}"));
             let dir = out.path().join(format!("{name}-{tiles}"));
             built.write(&dir).unwrap();
             let package = Package::read(&dir).unwrap();
@@ -84,16 +82,14 @@ fn passes(
 #[test]
 fn corrupted_packages_fail() {
     use ipu_package::program::BufferRole;
-    let cache = tempfile::tempdir().unwrap();
     let graph = parse_fixture(&fixture("micro-1l-h32.json")).unwrap();
     let inputs = values::generate(&graph, 3);
     let reference = evaluate(&graph, &inputs).unwrap();
     let config = BuildConfig {
-        tiles: 16,
-        kernel_cache: Some(cache.path().to_owned()),
+        tiles: Some(16),
         ..BuildConfig::default()
     };
-    let good = build_package(&graph, &config).unwrap();
+    let good = build_package(&graph, &config, &Stages::in_memory()).unwrap();
     assert!(
         passes(&good, &graph, &inputs, &reference),
         "the pristine package passes"
@@ -181,15 +177,13 @@ fn corrupted_packages_fail() {
 #[test]
 fn a_graph_other_than_the_packages_is_refused() {
     use ipu_package::graph::{ParseOptions, parse_fixture_with};
-    let cache = tempfile::tempdir().unwrap();
     let text = fixture("micro-1l-h32.json");
     let graph = parse_fixture(&text).unwrap();
     let config = BuildConfig {
-        tiles: 16,
-        kernel_cache: Some(cache.path().to_owned()),
+        tiles: Some(16),
         ..BuildConfig::default()
     };
-    let package = build_package(&graph, &config).unwrap();
+    let package = build_package(&graph, &config, &Stages::in_memory()).unwrap();
     let inputs = values::generate(&graph, 5);
     let (_, stats) = ipu_sim::tiles::run_package_with_stats(&package, &graph, &inputs).unwrap();
     let calls: u64 = stats.codelets.iter().map(|k| k.calls).sum();

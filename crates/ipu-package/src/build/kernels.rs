@@ -1,0 +1,86 @@
+//! Kernel planning and compilation: one AMP variant per GEMM kernel spec
+//! of the program, compiled through the build's toolchain and kept in its
+//! kernel store.
+
+use ipu_kernels::{AmpModel, GemmShape, Mode, PlanConfig, RowSize, Variant, plan_variant};
+use ipu_layout::ElementOrder;
+use ipu_target::Target;
+use rayon::prelude::*;
+
+use super::{BuildError, Stages};
+use crate::package::PackageKernel;
+use crate::program::Program;
+
+/// One AMP variant per kernel spec of the program, for the target's AMP.
+pub(super) fn plan_kernels(program: &Program, target: &Target) -> Result<Vec<Variant>, BuildError> {
+    let config = PlanConfig {
+        model: AmpModel::new(target),
+        ..PlanConfig::default()
+    };
+    program
+        .kernels
+        .values()
+        .iter()
+        .map(|k| {
+            let shape = GemmShape {
+                rows: k.rows_large,
+                inner: k.inner,
+                columns: k.columns,
+                left: k.left,
+                left_order: k.left_order,
+                right: k.right,
+                output: k.output,
+                output_order: ElementOrder::RowMajor,
+                right_class: k.right_class,
+            };
+            plan_variant(&shape, k.rows_small, k.rows_large, &config).map_err(|source| {
+                BuildError::Kernel {
+                    name: format!("{k:?}"),
+                    source,
+                }
+            })
+        })
+        .collect()
+}
+
+/// Every variant's object and metadata, from the kernel store or compiled.
+pub(super) fn compile_kernels(
+    variants: &[Variant],
+    stages: &Stages,
+) -> Result<Vec<PackageKernel>, BuildError> {
+    let toolchain = stages.toolchain.as_ref();
+    let store = stages.kernel_store.as_ref();
+    let results: Vec<Result<PackageKernel, BuildError>> = variants
+        .par_iter()
+        .map(|v| {
+            let kernel_error = |source| BuildError::Kernel {
+                name: v.name().to_owned(),
+                source,
+            };
+            let k = store.get_or_compile(v, toolchain).map_err(kernel_error)?;
+            let mut entries: [String; 4] = Default::default();
+            for e in v.entry_points() {
+                let index = usize::from(e.size == RowSize::Large) * 2
+                    + usize::from(e.mode == Mode::Accumulate);
+                entries[index] = e.symbol;
+            }
+            // `kernel.json` as every store writes it.
+            let metadata = serde_json::to_string_pretty(&k.metadata).map_err(|e| {
+                kernel_error(ipu_kernels::KernelError::Metadata {
+                    reason: e.to_string(),
+                })
+            })?;
+            Ok(PackageKernel {
+                name: format!(
+                    "{}_{}",
+                    v.name(),
+                    &k.metadata.input_hash.get(..8).unwrap_or("")
+                ),
+                entries,
+                object: k.object,
+                metadata,
+            })
+        })
+        .collect();
+    results.into_iter().collect()
+}

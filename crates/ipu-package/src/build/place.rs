@@ -1,0 +1,160 @@
+//! The placement stage's adapter: the storage plan becomes an
+//! `ipu_alloc::Problem` around each tile's support reservation, the
+//! build's placer places it, and `check_placement` — which shares nothing
+//! with any placer — judges the result before anything uses it.
+
+use std::time::Instant;
+
+use ipu_alloc::{Placement, Problem, Reservation, TileProblem};
+use ipu_layout::{EntityId, TileId};
+use tracing::debug;
+
+use super::{BuildError, Culprit, Culprits, Device, Stages};
+use crate::program::{BufferId, Program};
+use crate::storage::StoragePlan;
+
+/// Builds the placement problem, places it with the build's placer and
+/// checks the result.
+pub(super) fn place_storage(
+    program: &Program,
+    storage: &StoragePlan,
+    reserved: &[u32],
+    device: &Device<'_>,
+    stages: &Stages,
+    verify: bool,
+) -> Result<(Problem, Placement), BuildError> {
+    let start = Instant::now();
+    let base = device.target.code_region().start;
+    let tiles = (0..device.tiles as usize)
+        .map(|t| TileProblem {
+            tile: TileId::from_u32(t as u32),
+            reservations: vec![Reservation {
+                start: base,
+                end: base.saturating_add(reserved[t]),
+                steps: None,
+                label: "support".into(),
+            }],
+            requests: storage
+                .tiles
+                .get(t)
+                .map(|s| s.requests.clone())
+                .unwrap_or_default(),
+        })
+        .collect();
+    let problem = Problem {
+        map: device.map.clone(),
+        tiles,
+    };
+    let placer = stages.placer.as_ref();
+    let placement = placer.place(&problem).map_err(|e| {
+        BuildError::from_placer(placer.name(), e, |f| {
+            culprits(program, storage, f.tile.index(), f.step, reserved)
+        })
+    })?;
+    if verify && let Err(errors) = ipu_alloc::check_placement(&problem, &placement) {
+        return Err(BuildError::PlacementRejected {
+            placer: placer.name().to_owned(),
+            errors,
+        });
+    }
+    debug!(
+        tiles = device.tiles,
+        shards = storage.request_count(),
+        elapsed_us = start.elapsed().as_micros() as u64,
+        "placed tile storage"
+    );
+    Ok((problem, placement))
+}
+
+/// The buffers live on `tile` at `step`, largest first: what a user must
+/// shrink or shorten to make the tile fit.
+fn culprits(
+    program: &Program,
+    storage: &StoragePlan,
+    tile: usize,
+    step: u32,
+    reserved: &[u32],
+) -> Culprits {
+    let mut out = Culprits {
+        step,
+        step_name: storage
+            .step_names
+            .get(step as usize)
+            .cloned()
+            .unwrap_or_else(|| "?".into()),
+        tile,
+        support_bytes: reserved.get(tile).copied().unwrap_or(0),
+        ..Culprits::default()
+    };
+    let Some(t) = storage.tiles.get(tile) else {
+        return out;
+    };
+    let mut live: Vec<usize> = (0..t.requests.len())
+        .filter(|&i| t.requests[i].first_step <= step && step <= t.requests[i].last_step)
+        .collect();
+    live.sort_by_key(|&i| std::cmp::Reverse(t.requests[i].bytes));
+    out.live_buffers = live.len();
+    out.live_bytes = live.iter().map(|&i| u64::from(t.requests[i].bytes)).sum();
+    out.largest = live
+        .iter()
+        .take(6)
+        .map(|&i| Culprit {
+            name: t.members[i]
+                .first()
+                .and_then(|&(b, _)| program.buffers.get(b))
+                .map_or_else(|| "?".into(), |b| b.name.clone()),
+            iterations: t.members[i].len(),
+            bytes: t.requests[i].bytes,
+        })
+        .collect();
+    out
+}
+
+/// Where every buffer's shards are: per buffer (by index), `(tile,
+/// address)` of each placed shard, sorted by tile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct BufferAddresses {
+    lists: Vec<Vec<(u32, u32)>>,
+}
+
+impl BufferAddresses {
+    /// The addresses of `placement`, which placed `storage`.
+    pub(crate) fn new(
+        program: &Program,
+        storage: &StoragePlan,
+        placement: &Placement,
+    ) -> BufferAddresses {
+        let mut lists: Vec<Vec<(u32, u32)>> = vec![Vec::new(); program.buffers.len()];
+        for (t, placed) in placement.tiles().iter().enumerate() {
+            let Some(tile) = storage.tiles.get(t) else {
+                continue;
+            };
+            for &(id, base) in placed.entries() {
+                let Some(members) = tile.members.get(id.index()) else {
+                    continue;
+                };
+                for &(b, offset) in members {
+                    if let Some(list) = lists.get_mut(b.index()) {
+                        list.push((placed.tile().as_u32(), base + offset));
+                    }
+                }
+            }
+        }
+        for list in &mut lists {
+            list.sort_unstable();
+        }
+        BufferAddresses { lists }
+    }
+
+    /// Where `buffer`'s shard on `tile` starts.
+    pub(crate) fn get(&self, buffer: BufferId, tile: TileId) -> Option<u32> {
+        let list = self.lists.get(buffer.index())?;
+        let i = list.binary_search_by_key(&tile.as_u32(), |e| e.0).ok()?;
+        Some(list[i].1)
+    }
+
+    /// The lists, by buffer index.
+    pub(crate) fn into_lists(self) -> Vec<Vec<(u32, u32)>> {
+        self.lists
+    }
+}

@@ -1,0 +1,224 @@
+//! Support memory per tile: the runtime, GEMM kernel code, the control
+//! program and the exchange rows, reserved in whole memory elements at the
+//! start of the target's code region.
+//!
+//! Before placement the rows are estimated from transfer counts; after
+//! scheduling they are measured, and a tile whose support outgrew its
+//! reservation is placed again with a larger one.
+
+use ipu_layout::{EntityId, TileId};
+use ipu_target::RuntimeSpec;
+
+use super::Device;
+use super::exchange::ScheduledPhase;
+use crate::package::TileSupport;
+use crate::phases::{FragmentCache, build_phase};
+use crate::program::{BufferId, Codelet, Program, Step};
+use ipu_kernels::Variant;
+
+/// The sizes of one plan's tile code, and the figures to reserve by.
+pub(super) struct TileCode {
+    runtime: RuntimeSpec,
+    /// Where support starts, and its reservation unit.
+    code_start: u32,
+    element_bytes: u32,
+    /// Per tile: GEMM kernel code bytes.
+    kernel_code: Vec<u32>,
+    /// Per tile: control-program bytes.
+    control: Vec<u32>,
+    /// Per tile: the estimate of its exchange-row bytes.
+    estimated_rows: Vec<u64>,
+}
+
+impl TileCode {
+    /// Sizes the code of `program` on every tile: the kernels each tile
+    /// calls, its control program, and its exchange rows at 4 bytes per
+    /// transfer it sends or receives plus 16 per phase.
+    pub(super) fn size(
+        program: &Program,
+        variants: &[Variant],
+        device: &Device<'_>,
+        cache: &mut FragmentCache,
+    ) -> TileCode {
+        let tiles = device.tiles;
+        let runtime = device.target.runtime().clone();
+        let region = device.target.code_region();
+        let control = control_bytes(program, tiles, &runtime);
+        let kernel_code = kernel_code(program, variants, tiles);
+        let mut rows = vec![0u64; tiles as usize];
+        let identity = |b: BufferId| b;
+        // Transfer counts do not depend on addresses: any address of the
+        // device serves for the estimate.
+        let anywhere = |_: BufferId, _: TileId| Some(device.target.memory().sram_start);
+        let mut phase_count = 0u64;
+        for copies in exchange_steps(&program.steps) {
+            phase_count += 1;
+            if let Ok(build) = build_phase(program, copies, tiles, cache, &identity, &anywhere) {
+                for t in &build.phase.transfers {
+                    rows[t.source.index()] += 4;
+                    for (d, _) in &t.destinations {
+                        rows[d.index()] += 4;
+                    }
+                }
+            }
+        }
+        for r in &mut rows {
+            *r += 16 * phase_count;
+        }
+        TileCode {
+            runtime,
+            code_start: region.start,
+            element_bytes: region.element_bytes,
+            kernel_code,
+            control,
+            estimated_rows: rows,
+        }
+    }
+
+    /// The reservation of every tile before placement: the estimate, in
+    /// whole memory elements.
+    pub(super) fn reservations(&self) -> Vec<u32> {
+        (0..self.control.len())
+            .map(|t| {
+                let total = u64::from(self.runtime.runtime_bytes)
+                    + u64::from(self.kernel_code[t])
+                    + u64::from(self.control[t])
+                    + self.estimated_rows[t];
+                round_up(u32::try_from(total).unwrap_or(u32::MAX), self.element_bytes)
+            })
+            .collect()
+    }
+
+    /// The reservation for a tile whose support measured `used` bytes:
+    /// rows of phases that are not relocatable can change a little with
+    /// new addresses, so a 1/32 margin is kept.
+    pub(super) fn grown_reservation(&self, used: u32) -> u32 {
+        round_up(used.saturating_add(used / 32), self.element_bytes)
+    }
+
+    /// The measured support of every tile, with the rows as scheduled.
+    pub(super) fn measure(&self, phases: &[ScheduledPhase], reserved: &[u32]) -> Vec<TileSupport> {
+        let tiles = self.control.len();
+        let mut rows = vec![0u64; tiles];
+        let mut patches = vec![0u64; tiles];
+        for p in phases {
+            for (t, r) in rows.iter_mut().enumerate() {
+                // One return word ends each row.
+                let bytes = p.rows.row_bytes(TileId::from_u32(t as u32));
+                if bytes > 0 {
+                    *r += bytes + 4;
+                }
+            }
+            // Patches are stored as (word index, delta) pairs.
+            for patch in &p.info.patches {
+                if let Some(b) = patches.get_mut(patch.tile.index()) {
+                    *b += 8;
+                }
+            }
+        }
+        (0..tiles)
+            .map(|t| TileSupport {
+                start: self.code_start,
+                reserved: reserved[t],
+                runtime_bytes: self.runtime.runtime_bytes,
+                kernel_code_bytes: self.kernel_code[t],
+                control_bytes: self.control[t],
+                exchange_bytes: u32::try_from(rows[t]).unwrap_or(u32::MAX),
+                patch_bytes: u32::try_from(patches[t]).unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+}
+
+fn round_up(value: u32, multiple: u32) -> u32 {
+    value.div_ceil(multiple).saturating_mul(multiple)
+}
+
+/// Control-program bytes per tile: a header per step, one word per codelet
+/// kind and argument.
+fn control_bytes(program: &Program, tiles: u32, runtime: &RuntimeSpec) -> Vec<u32> {
+    let mut bytes = vec![0u32; tiles as usize];
+    fn walk(steps: &[Step], bytes: &mut [u32], runtime: &RuntimeSpec) {
+        for step in steps {
+            match step {
+                Step::Compute { calls, .. } => {
+                    for b in bytes.iter_mut() {
+                        *b += runtime.control_step_bytes;
+                    }
+                    for (tile, c) in calls {
+                        if let Some(b) = bytes.get_mut(tile.index()) {
+                            *b += runtime.control_word_bytes * (1 + codelet_words(c));
+                        }
+                    }
+                }
+                Step::Exchange { .. } => {
+                    for b in bytes.iter_mut() {
+                        *b += runtime.control_step_bytes;
+                    }
+                }
+                Step::Repeat { body, .. } => walk(body, bytes, runtime),
+            }
+        }
+    }
+    walk(&program.steps, &mut bytes, runtime);
+    bytes
+}
+
+/// Argument words of a codelet call.
+fn codelet_words(c: &Codelet) -> u32 {
+    match c {
+        Codelet::Gemm { .. } => 5,
+        Codelet::Add { .. } => 5,
+        Codelet::LayerNorm { .. } => 7,
+        Codelet::Gelu { .. } | Codelet::Convert { .. } => 3,
+        Codelet::ReduceSum { .. } => 4,
+        Codelet::AttentionBlock { .. } => 15,
+        Codelet::AttentionCombine { .. } => 11,
+        Codelet::Zero { .. } => 2,
+    }
+}
+
+/// Kernel code bytes per tile: every distinct variant a tile calls.
+fn kernel_code(program: &Program, variants: &[Variant], tiles: u32) -> Vec<u32> {
+    let mut used: Vec<Vec<usize>> = vec![Vec::new(); tiles as usize];
+    fn walk(steps: &[Step], used: &mut [Vec<usize>]) {
+        for step in steps {
+            match step {
+                Step::Compute { calls, .. } => {
+                    for (tile, c) in calls {
+                        if let Codelet::Gemm { kernel, .. } = c
+                            && let Some(u) = used.get_mut(tile.index())
+                            && !u.contains(&kernel.index())
+                        {
+                            u.push(kernel.index());
+                        }
+                    }
+                }
+                Step::Exchange { .. } => {}
+                Step::Repeat { body, .. } => walk(body, used),
+            }
+        }
+    }
+    walk(&program.steps, &mut used);
+    used.iter()
+        .map(|u| {
+            u.iter()
+                .filter_map(|&k| variants.get(k))
+                .map(ipu_kernels::code_bytes)
+                .sum()
+        })
+        .collect()
+}
+
+/// The exchange steps in program order, each repeat body once.
+fn exchange_steps(steps: &[Step]) -> Vec<&[crate::program::Redistribute]> {
+    let mut out = Vec::new();
+    for step in steps {
+        match step {
+            Step::Exchange { copies, .. } => out.push(copies.as_slice()),
+            Step::Repeat { body, .. } => out.extend(exchange_steps(body)),
+            Step::Compute { .. } => {}
+        }
+    }
+    out
+}

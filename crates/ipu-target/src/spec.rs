@@ -1,0 +1,166 @@
+//! The description's data, section by section, in the serde form of the
+//! TOML file. Every field is documented with its unit; the built-in file
+//! says where each IPU21 value comes from.
+
+use ipu_layout::MemoryClass;
+use serde::{Deserialize, Serialize};
+
+/// A device description as written in its file. [`crate::Target::new`]
+/// validates it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSpec {
+    /// A short name (`ipu21`), recorded in packages and cache keys.
+    pub name: String,
+    /// Tiles on the device.
+    pub tile_count: u32,
+    /// Worker contexts per tile (barrel-scheduled: each issues one
+    /// instruction every `worker_contexts` cycles).
+    pub worker_contexts: u32,
+    /// Tile clock in Hz.
+    pub clock_hz: u64,
+    /// Tile memory.
+    pub memory: MemorySpec,
+    /// The exchange fabric.
+    pub exchange: ExchangeSpec,
+    /// The AMP unit and the GEMM kernels' cost figures.
+    pub amp: AmpSpec,
+    /// Support memory of the runtime.
+    pub runtime: RuntimeSpec,
+    /// Cycle figures for steps and vector work.
+    pub timing: TimingSpec,
+}
+
+/// Tile memory: the SRAM, its regions and what each memory class may use.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySpec {
+    /// First SRAM address.
+    pub sram_start: u32,
+    /// One past the last SRAM address.
+    pub sram_end: u32,
+    /// Nothing may be placed at or above this address (the loader fills
+    /// only below it).
+    pub loader_limit: u32,
+    /// The regions, in address order.
+    pub regions: Vec<RegionSpec>,
+    /// The address ranges each memory class may use (before the loader
+    /// limit cuts them).
+    pub classes: Vec<ClassSpec>,
+    /// Every GEMM operand address is a multiple of this.
+    pub operand_alignment: u32,
+    /// Bytes the AMP reads past the end of an F16 or FP8 left operand.
+    pub amp_left_tail_bytes_f16: u32,
+    /// Bytes the AMP reads past the end of an F32 left operand.
+    pub amp_left_tail_bytes_f32: u32,
+}
+
+/// One region of tile memory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionSpec {
+    /// The region's name (`region0`).
+    pub name: String,
+    /// First address.
+    pub start: u32,
+    /// One past the last address.
+    pub end: u32,
+    /// The memory element: the unit of access contention (and of support
+    /// reservations in an executable region).
+    pub element_bytes: u32,
+    /// Whether instructions may be fetched from the region.
+    pub executable: bool,
+}
+
+/// The address ranges one memory class may use.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassSpec {
+    /// The class.
+    pub class: MemoryClass,
+    /// `[start, end)` ranges.
+    pub ranges: Vec<(u32, u32)>,
+}
+
+/// The exchange fabric's timing and structure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExchangeSpec {
+    /// Cycles from a send to the write at every listening receiver.
+    pub latency_cycles: u32,
+    /// Cycles a receiver loses when it switches source.
+    pub source_switch_cycles: u32,
+    /// Cycles a receiver loses when its write pointer is set.
+    pub pointer_switch_cycles: u32,
+    /// Paired64 sends borrow the transmit lane of tile `t ^ partner_xor`.
+    pub partner_xor: u32,
+    /// Whether a tile's send read and incoming write may not touch the same
+    /// memory element in one cycle.
+    pub memory_element_hazards: bool,
+}
+
+/// The AMP unit and the overheads of the GEMM kernels' cost model.
+///
+/// Overheads are counted in worker instructions unless the name says
+/// cycles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmpSpec {
+    /// MACs of one F16-input AMP instruction with F16 partials.
+    pub f16_macs_per_instruction: u32,
+    /// MACs of one FP8-input AMP instruction with F16 partials.
+    pub fp8_macs_per_instruction: u32,
+    /// F32 partials divide the rate by this.
+    pub f32_partials_rate_divisor: u32,
+    /// The inner block is a multiple of this for F16 weights.
+    pub f16_micro_inner: u32,
+    /// The inner block is a multiple of this for FP8 weights.
+    pub fp8_micro_inner: u32,
+    /// AMP output columns per instruction.
+    pub column_multiple: u32,
+    /// Tile cycles of a call outside the workers.
+    pub call_cycles: u32,
+    /// Instructions of the supervisor entry (plus two per worker).
+    pub supervisor_instructions: u32,
+    /// Worker prologue and exit instructions.
+    pub worker_setup_instructions: u32,
+    /// Instructions per coefficient block load (plus one per run).
+    pub coefficient_setup_instructions: u32,
+    /// Bytes per load from interleaved memory.
+    pub interleaved_load_bytes: u32,
+    /// Bytes per load from standard memory.
+    pub standard_load_bytes: u32,
+    /// Instructions per row stream (plus one per run).
+    pub stream_setup_instructions: u32,
+    /// AMP pipeline fill and drain instructions per row stream.
+    pub pipeline_instructions: u32,
+    /// Instructions per partial load or store (plus one per run).
+    pub partial_setup_instructions: u32,
+    /// Code bytes per instruction in the code-size model.
+    pub instruction_bytes: u32,
+}
+
+/// Support memory of the runtime, reserved on every tile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSpec {
+    /// Bytes of the control-program interpreter, sync and the non-GEMM
+    /// codelets.
+    pub runtime_bytes: u32,
+    /// Control-program bytes per step.
+    pub control_step_bytes: u32,
+    /// Control-program bytes per codelet argument word.
+    pub control_word_bytes: u32,
+}
+
+/// Cycle figures the planner ranks plans with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimingSpec {
+    /// Fixed cycles of an exchange phase (sync and fabric latency).
+    pub exchange_phase_cycles: u64,
+    /// Fixed cycles of a compute step (sync and vertex dispatch).
+    pub compute_step_cycles: u64,
+    /// Cycles per element of row-wise vector work across the workers.
+    pub vector_cycles_per_element: f64,
+}
