@@ -1,0 +1,613 @@
+//! Lowering: a [`Graph`] becomes a [`Program`].
+//!
+//! Each operation is lowered in three parts: the operands it reads are
+//! brought into the layouts its plan wants (an exchange step of
+//! redistributions, preceded by clears of padding that a codelet reads),
+//! then a compute step runs its codelets on every tile, writing the result
+//! in the layout the plan chose, which becomes the tensor's home. Slices,
+//! broadcasts and squeezes move no data: they become views that the next
+//! redistribution reads through.
+//!
+//! A repeated layer is lowered once, from its first iteration. Its weights
+//! get one buffer per iteration with the same type, named in the repeat's
+//! substitution table; the tensor carried from one iteration to the next
+//! (for SigLIP, the residual stream) lives in one buffer that each
+//! iteration reads at its start and overwrites at its end.
+
+use std::collections::HashMap;
+
+mod attention;
+mod elementwise;
+mod gemm;
+mod repeat;
+
+use ipu_layout::{
+    Axis, AxisTiling, ElementOrder, LayoutError, MemoryClass, Precision, SourceView, TensorTiling,
+    TensorType, TileId,
+};
+
+use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
+use crate::plan::{
+    AttentionShape, CostModel, GemmGrid, GemmProblem, attention_grid, attention_layouts,
+    column_parts, column_tiling, element_layout, gemm_candidates, gemm_layouts, replicated,
+    row_layout, spread, tensor_type, vector_home,
+};
+use crate::program::{
+    Buffer, BufferId, BufferRole, Codelet, GemmEntry, GemmKernel, KernelId, Operand, Program,
+    Redistribute, Step,
+};
+
+/// What lowering may choose.
+#[derive(Clone, Debug)]
+pub struct LowerConfig {
+    /// Tiles of the target.
+    pub tiles: u32,
+    /// The cost model that ranks plans.
+    pub cost: CostModel,
+    /// Bytes an operation's operands and results may take on one tile while
+    /// it runs; plans above it are chosen only when none fits.
+    pub transient_budget: u64,
+    /// Rotate each GEMM's tiles by an amount of its own, so that the
+    /// longest shards of ragged splits (partition 0's) spread over the tiles
+    /// instead of all landing on tile 0.
+    pub rotate: bool,
+    /// Merge consecutive compute steps into one (fewer syncs, coarser
+    /// lifetimes).
+    pub merge_compute: bool,
+}
+
+impl Default for LowerConfig {
+    fn default() -> Self {
+        Self {
+            tiles: ipu_target::Target::ipu21().tile_count(),
+            cost: CostModel::ipu21(),
+            transient_budget: 160 * 1024,
+            rotate: true,
+            merge_compute: false,
+        }
+    }
+}
+
+/// Why a graph could not be lowered.
+#[derive(Debug, thiserror::Error)]
+pub enum LowerError {
+    /// The target has no tiles.
+    #[error("the target has no tiles; give at least one")]
+    NoTiles,
+    /// An operation has a form the lowering does not implement.
+    #[error("operation {op} ({kind}) cannot be lowered: {reason}")]
+    Unsupported {
+        /// The operation.
+        op: OpId,
+        /// Its kind.
+        kind: &'static str,
+        /// What about it is not supported.
+        reason: String,
+    },
+    /// A layout the plan asked for is invalid; a bug in the planner.
+    #[error("bug in the planner: the layout of {what} is invalid: {source}")]
+    Layout {
+        /// Which buffer or operand.
+        what: String,
+        /// The layout error.
+        source: LayoutError,
+    },
+    /// A value exceeds what a codelet argument can hold.
+    #[error("{what} is {value}, more than a codelet argument holds; use more tiles")]
+    TooLarge {
+        /// What.
+        what: String,
+        /// The value.
+        value: u64,
+    },
+}
+
+/// Lowers `graph` for `config.tiles` tiles.
+pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError> {
+    if config.tiles == 0 {
+        return Err(LowerError::NoTiles);
+    }
+    let mut l = Lowerer {
+        graph,
+        config,
+        program: Program::default(),
+        home: HashMap::new(),
+        cache: HashMap::new(),
+        forced: HashMap::new(),
+        copies: Vec::new(),
+        clears: Vec::new(),
+        steps: Vec::new(),
+        body_weights: None,
+        unread_clears: 0,
+    };
+    for input in graph.inputs() {
+        let t = graph.tensor(input);
+        let ty = l.layout(
+            format!("input {}", t.name()),
+            row_layout(t.extents(), t.precision(), config.tiles),
+        )?;
+        let b = l.new_buffer(t.name().to_owned(), ty, BufferRole::Input);
+        l.home.insert(input, Home::Buffer(b));
+    }
+    let mut repeats: Vec<&Repeat> = graph.repeats().iter().collect();
+    repeats.sort_by_key(|r| r.ops().start);
+    let mut next = 0usize;
+    let ops = graph.ops().len();
+    while next < ops {
+        if let Some(r) = repeats
+            .iter()
+            .find(|r| r.ops().start == next && r.count() > 1)
+        {
+            l.lower_repeat(r)?;
+            next = r.ops().end;
+        } else {
+            l.lower_op(OpId::from_u32(next as u32))?;
+            next += 1;
+        }
+    }
+    for output in graph.outputs() {
+        let t = graph.tensor(output);
+        let b = match l.home.get(&output).cloned() {
+            Some(Home::Buffer(b)) => b,
+            _ => {
+                let ty = l.layout(
+                    format!("output {}", t.name()),
+                    row_layout(t.extents(), t.precision(), config.tiles),
+                )?;
+                l.ensure(output, ty, Attrs::default())?
+            }
+        };
+        l.program.buffers[b].role = BufferRole::Output;
+        l.program.buffers[b].name = t.name().to_owned();
+    }
+    l.flush("outputs");
+    l.program.steps = std::mem::take(&mut l.steps);
+    tracing::info!(
+        removed = l.unread_clears,
+        "eliminated unread padding clears"
+    );
+    Ok(l.program)
+}
+
+/// Where a tensor's value is.
+#[derive(Clone, Debug)]
+enum Home {
+    /// In a buffer of the tensor's shape.
+    Buffer(BufferId),
+    /// A view of another tensor, not materialised.
+    View { source: TensorId, view: SourceView },
+}
+
+/// Buffer attributes a consumer asks for.
+#[derive(Clone, Copy, Debug)]
+struct Attrs {
+    padding_read: bool,
+    tail_bytes: u32,
+    alignment: u32,
+}
+
+impl Default for Attrs {
+    fn default() -> Self {
+        Self {
+            padding_read: false,
+            tail_bytes: 0,
+            alignment: 8,
+        }
+    }
+}
+
+/// GEMM operands: 32-byte alignment, and the left operand's over-read.
+fn gemm_left_attrs(ty: &TensorType) -> Attrs {
+    let tail = if ty.precision() == Precision::F32 {
+        32
+    } else {
+        16
+    };
+    Attrs {
+        padding_read: true,
+        tail_bytes: tail,
+        alignment: 32,
+    }
+}
+
+const GEMM_RIGHT: Attrs = Attrs {
+    padding_read: true,
+    tail_bytes: 0,
+    alignment: 32,
+};
+
+struct Lowerer<'a> {
+    graph: &'a Graph,
+    config: &'a LowerConfig,
+    program: Program,
+    home: HashMap<TensorId, Home>,
+    /// Copies of tensors already made in a layout, reused by later readers.
+    cache: HashMap<(TensorId, TensorType), BufferId>,
+    /// Buffers that must hold a tensor (the carried value of a repeat).
+    forced: HashMap<TensorId, BufferId>,
+    copies: Vec<Redistribute>,
+    clears: Vec<(TileId, Codelet)>,
+    steps: Vec<Step>,
+    /// Weight buffers created while lowering a repeat body.
+    body_weights: Option<Vec<(BufferId, TensorId)>>,
+    /// Padded shards of redistribution targets whose padding nothing reads,
+    /// so that no clear was issued for them.
+    unread_clears: u64,
+}
+
+fn u32_arg(what: &str, value: u64) -> Result<u32, LowerError> {
+    u32::try_from(value).map_err(|_| LowerError::TooLarge {
+        what: what.to_owned(),
+        value,
+    })
+}
+
+impl Lowerer<'_> {
+    fn layout<T>(&self, what: String, r: Result<T, LayoutError>) -> Result<T, LowerError> {
+        r.map_err(|source| LowerError::Layout { what, source })
+    }
+
+    fn new_buffer(&mut self, name: String, ty: TensorType, role: BufferRole) -> BufferId {
+        self.new_buffer_with(name, ty, role, Attrs::default())
+    }
+
+    fn new_buffer_with(
+        &mut self,
+        name: String,
+        ty: TensorType,
+        role: BufferRole,
+        attrs: Attrs,
+    ) -> BufferId {
+        let padding_read = attrs.padding_read && ty.shards().any(|s| s.has_padding());
+        self.program.buffers.push(Buffer {
+            name,
+            ty,
+            role,
+            padding_read,
+            tail_bytes: attrs.tail_bytes,
+            alignment: attrs.alignment,
+        })
+    }
+
+    /// A new temporary holding `source` (read through `view`) in `ty`.
+    fn copy_to_new(
+        &mut self,
+        source: BufferId,
+        view: SourceView,
+        ty: TensorType,
+        name: String,
+        attrs: Attrs,
+    ) -> BufferId {
+        let b = self.new_buffer_with(name, ty, BufferRole::Temporary, attrs);
+        if self.program.buffers[b].padding_read {
+            self.clear_padding(b);
+        } else {
+            // Zero padding is written only where a codelet reads it.
+            let padded = self.program.buffers[b]
+                .ty
+                .shards()
+                .filter(|s| s.has_padding() && s.bytes > 0)
+                .count();
+            self.unread_clears += padded as u64;
+        }
+        self.copies.push(Redistribute {
+            source,
+            destination: b,
+            view,
+        });
+        b
+    }
+
+    /// Zeroes the whole of `b` on every tile before it is filled (only its
+    /// padding must be zero; the data is written over it).
+    fn clear_padding(&mut self, b: BufferId) {
+        let shards: Vec<_> = self.program.buffers[b]
+            .ty
+            .shards()
+            .filter(|s| s.has_padding() && s.bytes > 0)
+            .collect();
+        for s in shards {
+            let bytes = u32::try_from(s.bytes).unwrap_or(u32::MAX);
+            self.clears.push((
+                s.tile,
+                Codelet::Zero {
+                    target: Operand::from(b),
+                    bytes,
+                },
+            ));
+        }
+    }
+
+    /// The buffer holding `tensor` in `ty`, adding a redistribution if its
+    /// home is elsewhere.
+    fn ensure(
+        &mut self,
+        tensor: TensorId,
+        ty: TensorType,
+        attrs: Attrs,
+    ) -> Result<BufferId, LowerError> {
+        let (source, view) = self.materialised(tensor)?;
+        let source_ty = &self.program.buffers[source].ty;
+        if view == SourceView::Whole && *source_ty == ty {
+            let b = &mut self.program.buffers[source];
+            b.alignment = b.alignment.max(attrs.alignment);
+            b.tail_bytes = b.tail_bytes.max(attrs.tail_bytes);
+            if attrs.padding_read && ty.shards().any(|s| s.has_padding()) && !b.padding_read {
+                // The home was filled without clearing its padding; copy it
+                // into a cleared buffer instead of reading stale padding.
+                let name = format!(
+                    "{}@{}",
+                    self.graph.tensor(tensor).name(),
+                    self.program.buffers.len()
+                );
+                return Ok(self.copy_to_new(source, view, ty, name, attrs));
+            }
+            return Ok(source);
+        }
+        if let Some(&b) = self.cache.get(&(tensor, ty.clone())) {
+            return Ok(b);
+        }
+        let name = format!(
+            "{}@{}",
+            self.graph.tensor(tensor).name(),
+            self.program.buffers.len()
+        );
+        let b = self.copy_to_new(source, view, ty.clone(), name, attrs);
+        self.cache.insert((tensor, ty), b);
+        Ok(b)
+    }
+
+    /// The buffer and view `tensor` is read through, materialising a view
+    /// of a view into a row layout first.
+    fn materialised(&mut self, tensor: TensorId) -> Result<(BufferId, SourceView), LowerError> {
+        match self.home.get(&tensor).cloned() {
+            Some(Home::Buffer(b)) => Ok((b, SourceView::Whole)),
+            Some(Home::View { source, view }) => {
+                let (b, inner) = self.materialised(source)?;
+                if inner == SourceView::Whole {
+                    return Ok((b, view));
+                }
+                let t = self.graph.tensor(source);
+                let ty = self.layout(
+                    format!("view {}", t.name()),
+                    row_layout(t.extents(), t.precision(), self.config.tiles),
+                )?;
+                let name = format!("{}@{}", t.name(), self.program.buffers.len());
+                let m = self.copy_to_new(b, inner, ty, name, Attrs::default());
+                self.home.insert(source, Home::Buffer(m));
+                Ok((m, view))
+            }
+            None => {
+                let t = self.graph.tensor(tensor);
+                if t.kind() == TensorKind::Weight {
+                    let ty = match t.extents() {
+                        // Vectors' first blocks spread over the tiles.
+                        &[extent] => vector_home(
+                            extent,
+                            t.precision(),
+                            self.config.tiles,
+                            spread(tensor.as_u32()) as u32,
+                        ),
+                        extents => row_layout(extents, t.precision(), self.config.tiles),
+                    };
+                    let ty = self.layout(format!("weight {}", t.name()), ty)?;
+                    Ok((
+                        self.weight_home(tensor, ty, Attrs::default()),
+                        SourceView::Whole,
+                    ))
+                } else {
+                    // Validation guarantees every tensor read is produced
+                    // earlier or supplied; reaching here is a lowering bug.
+                    Err(LowerError::Unsupported {
+                        op: OpId::from_u32(0),
+                        kind: "read",
+                        reason: format!(
+                            "bug in the lowering: tensor {} has no value yet",
+                            t.name()
+                        ),
+                    })
+                }
+            }
+        }
+    }
+
+    /// The resident buffer of a weight, created in `ty` on first use.
+    fn weight_home(&mut self, tensor: TensorId, ty: TensorType, attrs: Attrs) -> BufferId {
+        if let Some(Home::Buffer(b)) = self.home.get(&tensor) {
+            return *b;
+        }
+        let name = self.graph.tensor(tensor).name().to_owned();
+        let b = self.new_buffer_with(
+            name,
+            ty,
+            BufferRole::Weight,
+            Attrs {
+                padding_read: false,
+                ..attrs
+            },
+        );
+        self.home.insert(tensor, Home::Buffer(b));
+        if let Some(list) = &mut self.body_weights {
+            list.push((b, tensor));
+        }
+        b
+    }
+
+    /// The buffer an operation writes `tensor` into, in `ty`.
+    fn output(
+        &mut self,
+        op: OpId,
+        tensor: TensorId,
+        ty: TensorType,
+    ) -> Result<BufferId, LowerError> {
+        if let Some(&b) = self.forced.get(&tensor) {
+            if self.program.buffers[b].ty != ty {
+                return Err(self.unsupported(op, "the value carried between iterations is produced in another layout than it is read".into()));
+            }
+            self.home.insert(tensor, Home::Buffer(b));
+            return Ok(b);
+        }
+        let name = self.graph.tensor(tensor).name().to_owned();
+        let b = self.new_buffer(name, ty, BufferRole::Activation);
+        self.home.insert(tensor, Home::Buffer(b));
+        Ok(b)
+    }
+
+    fn unsupported(&self, op: OpId, reason: String) -> LowerError {
+        LowerError::Unsupported {
+            op,
+            kind: self.graph.op(op).kind_name(),
+            reason,
+        }
+    }
+
+    /// Emits the pending clears and redistributions.
+    fn flush(&mut self, name: &str) {
+        if !self.clears.is_empty() {
+            let calls = std::mem::take(&mut self.clears);
+            self.compute(format!("clear {name}"), calls);
+        }
+        if !self.copies.is_empty() {
+            let copies = std::mem::take(&mut self.copies);
+            self.steps.push(Step::Exchange {
+                name: name.to_owned(),
+                copies,
+            });
+        }
+    }
+
+    /// Appends a compute step. With `merge_compute`, it joins the previous
+    /// one when that is a compute step too (each tile's calls keep their
+    /// order); otherwise each op's calls are a step of their own, so that
+    /// storage lifetimes end and begin between ops instead of overlapping
+    /// across a whole run of compute.
+    fn compute(&mut self, name: String, calls: Vec<(TileId, Codelet)>) {
+        if calls.is_empty() {
+            return;
+        }
+        if self.config.merge_compute
+            && let Some(Step::Compute {
+                name: last,
+                calls: list,
+            }) = self.steps.last_mut()
+        {
+            last.push_str(" + ");
+            last.push_str(&name);
+            list.extend(calls);
+            return;
+        }
+        self.steps.push(Step::Compute { name, calls });
+    }
+
+    fn lower_op(&mut self, op: OpId) -> Result<(), LowerError> {
+        let g = self.graph;
+        match g.op(op).clone() {
+            Op::Gemm {
+                left,
+                right,
+                bias,
+                output,
+            } => self.lower_gemm(op, left, right, bias, output),
+            Op::Add {
+                left,
+                right,
+                output,
+            } => self.lower_add(op, left, right, output),
+            Op::LayerNorm {
+                input,
+                scale,
+                bias,
+                eps,
+                output,
+            } => self.lower_layer_norm(op, input, scale, bias, eps, output),
+            Op::Gelu { input, output } => self.lower_elementwise(op, input, output, true),
+            Op::CastFp8 { input, output } => self.lower_elementwise(op, input, output, false),
+            Op::Attention {
+                q,
+                k,
+                v,
+                heads,
+                softmax,
+                output,
+            } => self.lower_attention(op, q, k, v, heads, softmax, output),
+            Op::Slice {
+                input,
+                axis,
+                start,
+                output,
+            } => {
+                let rank = g.tensor(input).extents().len();
+                let mut origin = vec![0; rank];
+                origin[axis as usize] = start;
+                self.home.insert(
+                    output,
+                    Home::View {
+                        source: input,
+                        view: SourceView::Window(origin),
+                    },
+                );
+                Ok(())
+            }
+            Op::Broadcast { input, output } => {
+                let rank = g.tensor(input).extents().len();
+                self.home.insert(
+                    output,
+                    Home::View {
+                        source: input,
+                        view: SourceView::Window(vec![0; rank]),
+                    },
+                );
+                Ok(())
+            }
+            Op::Reshape { input, output } => {
+                let big = |t: TensorId| {
+                    g.tensor(t)
+                        .extents()
+                        .iter()
+                        .copied()
+                        .filter(|&e| e != 1)
+                        .collect::<Vec<_>>()
+                };
+                if big(input) != big(output) {
+                    return Err(self.unsupported(
+                        op,
+                        "only reshapes that add or remove axes of extent 1 are supported".into(),
+                    ));
+                }
+                self.home.insert(
+                    output,
+                    Home::View {
+                        source: input,
+                        view: SourceView::Squeeze,
+                    },
+                );
+                Ok(())
+            }
+            Op::Transpose { .. } => {
+                Err(self.unsupported(op, "transposes are not supported yet".into()))
+            }
+        }
+    }
+}
+
+/// Rows (the product of every padded width but the last) and columns of a shard.
+fn rows_cols(widths: &[u64]) -> (u64, u64) {
+    match widths.split_last() {
+        Some((&cols, outer)) => (outer.iter().product(), cols),
+        None => (1, 1),
+    }
+}
+
+/// Every non-empty shard of `ty` as `(tile, rows, columns)`: the shape a
+/// row-wise codelet sees.
+fn shard_rows(ty: &TensorType) -> Result<Vec<(TileId, u32, u32)>, LowerError> {
+    let mut out = Vec::new();
+    for s in ty.shards() {
+        let widths: Vec<u64> = s.axes.iter().map(|a| a.width).collect();
+        let (rows, cols) = rows_cols(&widths);
+        if rows * cols != 0 {
+            out.push((s.tile, u32_arg("rows", rows)?, u32_arg("columns", cols)?));
+        }
+    }
+    Ok(out)
+}
