@@ -48,7 +48,7 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "test",
-        summary: "run the whole test suite (what CI runs)",
+        summary: "run the whole test suite and the embedding example (what CI runs)",
         run: test,
     },
     Task {
@@ -136,10 +136,16 @@ fn cargo(args: &[&str]) -> Result<ExitCode, String> {
     })
 }
 
+/// The test suite, then the embedding example, which builds a package
+/// with stages of its own and runs it on the tile model.
 fn test(extra: &[String]) -> Result<ExitCode, String> {
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
-    cargo(&args)
+    let code = cargo(&args)?;
+    if code != ExitCode::SUCCESS {
+        return Ok(code);
+    }
+    cargo(&["run", "--quiet", "-p", "ipu-package", "--example", "embed"])
 }
 
 fn ci(_: &[String]) -> Result<ExitCode, String> {
@@ -154,6 +160,7 @@ fn ci(_: &[String]) -> Result<ExitCode, String> {
             "warnings",
         ],
         &["test", "--workspace"],
+        &["run", "--quiet", "-p", "ipu-package", "--example", "embed"],
         &["bench", "--workspace", "--no-run"],
     ];
     for step in steps {
