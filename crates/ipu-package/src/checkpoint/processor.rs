@@ -11,7 +11,8 @@
 //! `[3, H, W]`, transformers' `pixel_values`, and equals it bit for bit on
 //! 8-bit PNG input (a test checks it). transformers 5's default
 //! `SiglipImageProcessor` resizes with torchvision instead, whose
-//! antialiased bicubic differs from Pillow's by a few levels.
+//! antialiased bicubic differs from Pillow's by up to one 8-bit level on
+//! the golden images (`docs/SIGLIP.md`).
 //!
 //! Fields read: `do_resize`, `size` (`{"height", "width"}`), `resample`
 //! (Pillow codes 1–5), `do_rescale`, `rescale_factor`, `do_normalize`,
