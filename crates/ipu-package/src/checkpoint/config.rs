@@ -4,7 +4,9 @@
 //! The file is what transformers writes: either a `SiglipVisionConfig`
 //! (`"model_type": "siglip_vision_model"`) or a full `SiglipConfig`
 //! (`"model_type": "siglip"`) whose `vision_config` object is used and
-//! whose text tower is ignored. transformers leaves out fields equal to
+//! whose text tower is ignored. Without a `model_type`, a config with a
+//! `vision_config` object is read as a full config, any other as a vision
+//! config. transformers leaves out fields equal to
 //! their defaults, so an absent field takes `SiglipVisionConfig`'s default
 //! (hidden 768, MLP 3072, 12 layers, 12 heads, 3 channels, image 224,
 //! patch 16, `gelu_pytorch_tanh`, LayerNorm eps 1e-6, with the head).
@@ -245,10 +247,13 @@ impl VisionConfig {
             serde_json::from_str(text).map_err(|source| ConfigError::Json { source })?;
         let model_type = value.get("model_type").and_then(|m| m.as_str());
         let vision = match model_type {
+            // A full config; without a model type, one that nests a
+            // vision config is taken for a full config too.
             Some("siglip") => value
                 .get("vision_config")
                 .cloned()
                 .unwrap_or_else(|| serde_json::Value::Object(serde_json::Map::new())),
+            None if value.get("vision_config").is_some() => value["vision_config"].clone(),
             Some("siglip_vision_model") | None => value,
             Some(other) => {
                 return Err(ConfigError::ModelType {

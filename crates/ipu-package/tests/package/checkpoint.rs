@@ -290,6 +290,12 @@ fn config_errors_say_what_is_wrong() {
         VisionConfig::new(&VisionParams::default()).expect("valid")
     );
     assert_eq!(default.tokens(), 196);
+    // Without a model type, a nested vision_config is still the one used.
+    let nested = VisionConfig::from_json(
+        r#"{"vision_config": {"hidden_size": 64, "num_attention_heads": 4}}"#,
+    )
+    .expect("nested");
+    assert_eq!(nested.hidden(), 64);
 }
 
 fn copy_dir(from: &Path, to: &Path) {
