@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod build;
+pub mod checkpoint;
 pub mod graph;
 pub mod lower;
 pub mod package;

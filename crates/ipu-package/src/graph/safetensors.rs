@@ -1,68 +1,115 @@
-//! Weights from a safetensors-style file: the real loading path beside the
-//! seeded generator.
+//! Weights in safetensors files: the real loading path beside the seeded
+//! generator, and the one place that turns stored safetensors elements
+//! into values ([`StoredType`]), which the checkpoint importer shares.
 //!
-//! Layout (the safetensors convention): an 8-byte little-endian header
-//! length `N`, `N` bytes of JSON, then the raw little-endian tensor data.
-//! The header maps each tensor name to
-//! `{"dtype", "shape", "data_offsets": [begin, end]}` with offsets relative
-//! to the start of the data, and may hold a `__metadata__` object of
-//! strings. Dtypes: `F32`, `F16`, and the IPU21 FP8 formats as
+//! Files are parsed and written by the `safetensors` crate, which checks
+//! the header (at most 100 MB of JSON), that the data offsets tile the data
+//! section exactly and that every tensor's byte span matches its shape and
+//! dtype. Dtypes read: `F32`, `F16`, `BF16`, and the IPU21 FP8 formats as
 //! `F8_E4M3FNUZ` (F143) and `F8_E5M2FNUZ` (F152), whose per-tensor
-//! power-of-two scale is stored in `__metadata__` under `scale.<name>`.
+//! power-of-two scale is stored in `__metadata__` under `scale.<name>` (a
+//! decimal string). Writing uses the graph tensor's own precision (never
+//! `BF16`).
 //!
 //! Reading decodes every element to f32 and rounds it to the graph
 //! tensor's precision, so a file written in a wider type loads into FP8
-//! weights the same way generated values do. Every offset is checked: a
-//! truncated or inconsistent file is an error, never a panic.
+//! weights the same way generated values do. A damaged file is an error,
+//! never a panic.
 
-use serde_json::{Map, Value};
+use std::collections::HashMap;
 
 use ipu_layout::{Fp8Format, Precision};
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
 use crate::graph::values::{Quantizer, ValueSet, encode};
 use crate::graph::{Graph, TensorId, TensorKind};
 
 /// The header key of a tensor's FP8 scale.
-fn scale_key(name: &str) -> String {
+pub fn scale_key(name: &str) -> String {
     format!("scale.{name}")
 }
 
-/// The largest header this reader accepts (100 MB, as safetensors does).
-pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+/// An element type values can be stored in, with what decoding needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredType {
+    /// IEEE single precision.
+    F32,
+    /// IEEE half precision.
+    F16,
+    /// bfloat16: the top half of an f32.
+    Bf16,
+    /// An IPU21 FP8 format with its power-of-two scale.
+    Fp8(Precision),
+}
+
+impl StoredType {
+    /// The stored type of a safetensors dtype; FP8 dtypes need the
+    /// tensor's scale. `None` for dtypes this crate does not read (and for
+    /// FP8 without a scale).
+    pub fn from_dtype(dtype: Dtype, fp8_scale: Option<i8>) -> Option<Self> {
+        match dtype {
+            Dtype::F32 => Some(StoredType::F32),
+            Dtype::F16 => Some(StoredType::F16),
+            Dtype::BF16 => Some(StoredType::Bf16),
+            Dtype::F8_E4M3FNUZ => fp8_scale.map(|scale| {
+                StoredType::Fp8(Precision::F8 {
+                    format: Fp8Format::F143,
+                    scale,
+                })
+            }),
+            Dtype::F8_E5M2FNUZ => fp8_scale.map(|scale| {
+                StoredType::Fp8(Precision::F8 {
+                    format: Fp8Format::F152,
+                    scale,
+                })
+            }),
+            _ => None,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn element_bytes(self) -> usize {
+        match self {
+            StoredType::F32 => 4,
+            StoredType::F16 | StoredType::Bf16 => 2,
+            StoredType::Fp8(_) => 1,
+        }
+    }
+
+    /// Decodes little-endian elements; a trailing partial element is
+    /// ignored (callers check the byte length against the shape first).
+    pub fn decode(self, bytes: &[u8]) -> Vec<f32> {
+        let width = self.element_bytes();
+        let chunks = bytes.chunks_exact(width);
+        match self {
+            StoredType::F32 => chunks.map(|c| Precision::F32.decode_from(c)).collect(),
+            StoredType::F16 => chunks.map(|c| Precision::F16.decode_from(c)).collect(),
+            StoredType::Bf16 => chunks
+                .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
+                .collect(),
+            StoredType::Fp8(precision) => chunks.map(|c| precision.decode_from(c)).collect(),
+        }
+    }
+}
 
 /// Why a file could not be written or read.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum SafetensorsError {
-    /// The file ends before a part it declares.
-    #[error("the file is {len} bytes but its {what} needs {needed}; it is truncated")]
-    Truncated {
-        /// What was being read.
-        what: &'static str,
-        /// Bytes needed.
-        needed: u64,
-        /// Bytes present.
-        len: u64,
+    /// The bytes are not a well-formed safetensors file (truncated, a bad
+    /// header, offsets that do not tile the data).
+    #[error("the file is not a valid safetensors file: {source}")]
+    Format {
+        /// The parser's finding.
+        #[source]
+        source: SafeTensorError,
     },
-    /// The header length is implausible.
-    #[error("the header claims {bytes} bytes, more than the {limit} this reader accepts")]
-    HeaderTooLarge {
-        /// The claimed length.
-        bytes: u64,
-        /// The limit.
-        limit: u64,
-    },
-    /// The header is not the expected JSON.
-    #[error("the header is not valid: {message}")]
-    Header {
-        /// What is wrong.
-        message: String,
-    },
-    /// A tensor entry is malformed.
-    #[error("header entry `{name}` is malformed: {message}")]
+    /// A tensor entry cannot be used (its dtype, or its FP8 scale).
+    #[error("tensor `{name}` cannot be read: {message}")]
     Entry {
         /// The entry's name.
         name: String,
-        /// What is wrong.
+        /// What is wrong and what is accepted.
         message: String,
     },
     /// A tensor's stored shape differs from the graph's.
@@ -97,19 +144,26 @@ pub enum SafetensorsError {
         /// Values supplied (0 when absent).
         found: u64,
     },
+    /// The tensors could not be serialised (for example a header over
+    /// the format's 100 MB limit).
+    #[error("the tensors could not be written as safetensors: {source}")]
+    Write {
+        /// The serialiser's finding.
+        #[source]
+        source: SafeTensorError,
+    },
 }
 
 /// Writes `tensors` of `graph` with their values, each in its own
-/// precision.
+/// precision; FP8 scales go to `__metadata__`.
 pub fn write_values(
     graph: &Graph,
     values: &ValueSet,
     tensors: &[TensorId],
 ) -> Result<Vec<u8>, SafetensorsError> {
-    let mut header = Map::new();
-    let mut metadata = Map::new();
-    metadata.insert("format".to_owned(), Value::from("ipu-backend"));
-    let mut data = Vec::new();
+    let mut metadata = HashMap::new();
+    metadata.insert("format".to_owned(), "ipu-backend".to_owned());
+    let mut encoded = Vec::with_capacity(tensors.len());
     for &id in tensors {
         let Some(tensor) = graph.tensors().get(id) else {
             return Err(SafetensorsError::Values {
@@ -130,177 +184,99 @@ pub fn write_values(
         }
         let precision = tensor.precision();
         let dtype = match precision {
-            Precision::F32 => "F32",
-            Precision::F16 => "F16",
+            Precision::F32 => Dtype::F32,
+            Precision::F16 => Dtype::F16,
             Precision::F8 { format, scale } => {
-                metadata.insert(scale_key(tensor.name()), Value::from(scale.to_string()));
+                metadata.insert(scale_key(tensor.name()), scale.to_string());
                 match format {
-                    Fp8Format::F143 => "F8_E4M3FNUZ",
-                    Fp8Format::F152 => "F8_E5M2FNUZ",
+                    Fp8Format::F143 => Dtype::F8_E4M3FNUZ,
+                    Fp8Format::F152 => Dtype::F8_E5M2FNUZ,
                 }
             }
         };
-        let begin = data.len();
-        data.extend_from_slice(&encode(precision, v));
-        let mut entry = Map::new();
-        entry.insert("dtype".to_owned(), Value::from(dtype));
-        entry.insert("shape".to_owned(), Value::from(tensor.extents().to_vec()));
-        entry.insert(
-            "data_offsets".to_owned(),
-            Value::from(vec![begin as u64, data.len() as u64]),
-        );
-        header.insert(tensor.name().to_owned(), Value::Object(entry));
+        let shape: Vec<usize> = tensor.extents().iter().map(|&e| e as usize).collect();
+        encoded.push((tensor.name(), dtype, shape, encode(precision, v)));
     }
-    header.insert("__metadata__".to_owned(), Value::Object(metadata));
-    let mut text = Value::Object(header).to_string().into_bytes();
-    // The data starts 8-byte aligned, as safetensors writers do.
-    while (text.len() + 8) % 8 != 0 {
-        text.push(b' ');
-    }
-    let mut out = Vec::with_capacity(8 + text.len() + data.len());
-    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
-    out.extend_from_slice(&text);
-    out.extend_from_slice(&data);
-    Ok(out)
+    let views = encoded
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            TensorView::new(*dtype, shape.clone(), bytes)
+                .map(|view| (*name, view))
+                .map_err(|source| SafetensorsError::Write { source })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    safetensors::serialize(views, Some(metadata))
+        .map_err(|source| SafetensorsError::Write { source })
 }
 
 /// Reads the values of every graph tensor the file names (other entries
 /// are ignored), rounded to the graph tensor's precision.
 pub fn read_values(graph: &Graph, bytes: &[u8]) -> Result<ValueSet, SafetensorsError> {
-    let len = bytes.len() as u64;
-    let Some(prefix) = bytes.get(..8) else {
-        return Err(SafetensorsError::Truncated {
-            what: "header length",
-            needed: 8,
-            len,
-        });
-    };
-    let mut n = [0u8; 8];
-    n.copy_from_slice(prefix);
-    let header_len = u64::from_le_bytes(n);
-    if header_len > MAX_HEADER_BYTES {
-        return Err(SafetensorsError::HeaderTooLarge {
-            bytes: header_len,
-            limit: MAX_HEADER_BYTES,
-        });
-    }
-    let data_start = 8 + header_len;
-    let Some(header_bytes) = bytes.get(8..data_start as usize) else {
-        return Err(SafetensorsError::Truncated {
-            what: "header",
-            needed: data_start,
-            len,
-        });
-    };
-    let data = &bytes[data_start as usize..];
-    let header: Value =
-        serde_json::from_slice(header_bytes).map_err(|e| SafetensorsError::Header {
-            message: e.to_string(),
-        })?;
-    let Value::Object(entries) = header else {
-        return Err(SafetensorsError::Header {
-            message: "the header must be a JSON object".to_owned(),
-        });
-    };
-    let metadata = match entries.get("__metadata__") {
-        Some(Value::Object(m)) => m.clone(),
-        Some(_) => {
-            return Err(SafetensorsError::Header {
-                message: "`__metadata__` must be an object of strings".to_owned(),
-            });
-        }
-        None => Map::new(),
-    };
+    let (header_len, metadata) =
+        SafeTensors::read_metadata(bytes).map_err(|source| SafetensorsError::Format { source })?;
+    // `read_metadata` checked that the offsets tile the data section,
+    // which runs to the end of `bytes`.
+    let data = bytes.get(8 + header_len..).unwrap_or(&[]);
+    let no_scales = HashMap::new();
+    let scales = metadata.metadata().as_ref().unwrap_or(&no_scales);
     let mut set = ValueSet::new();
-    for (name, entry) in &entries {
-        if name == "__metadata__" {
+    // Offset order, so that the first error reported does not depend on
+    // hash order.
+    for name in metadata.offset_keys() {
+        let Some(id) = graph.tensor_by_name(&name) else {
             continue;
-        }
-        let Some(id) = graph.tensor_by_name(name) else {
+        };
+        let Some(info) = metadata.info(&name) else {
             continue;
         };
         let tensor = graph.tensor(id);
-        let bad = |message: String| SafetensorsError::Entry {
-            name: name.clone(),
-            message,
-        };
-        let dtype = entry
-            .get("dtype")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("`dtype` must be a string".to_owned()))?;
-        let shape: Vec<u64> = entry
-            .get("shape")
-            .and_then(Value::as_array)
-            .and_then(|a| a.iter().map(Value::as_u64).collect())
-            .ok_or_else(|| bad("`shape` must be an array of non-negative integers".to_owned()))?;
-        if shape != tensor.extents() {
+        let stored: Vec<u64> = info.shape.iter().map(|&e| e as u64).collect();
+        if stored != tensor.extents() {
             return Err(SafetensorsError::Shape {
-                name: name.clone(),
+                name,
                 tensor: id,
-                stored: shape,
+                stored,
                 expected: tensor.extents().to_vec(),
             });
         }
-        let offsets: Vec<u64> = entry
-            .get("data_offsets")
-            .and_then(Value::as_array)
-            .and_then(|a| a.iter().map(Value::as_u64).collect())
-            .filter(|o: &Vec<u64>| o.len() == 2)
-            .ok_or_else(|| bad("`data_offsets` must be [begin, end]".to_owned()))?;
-        let stored = match dtype {
-            "F32" => Precision::F32,
-            "F16" => Precision::F16,
-            "F8_E4M3FNUZ" | "F8_E5M2FNUZ" => {
-                let scale = metadata
-                    .get(&scale_key(name))
-                    .and_then(Value::as_str)
-                    .and_then(|s| s.parse::<i8>().ok())
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "FP8 data needs `__metadata__.{}` holding its scale as a string",
-                            scale_key(name)
-                        ))
-                    })?;
-                let format = if dtype == "F8_E4M3FNUZ" {
-                    Fp8Format::F143
-                } else {
-                    Fp8Format::F152
-                };
-                Precision::F8 { format, scale }
-            }
-            other => {
-                return Err(bad(format!(
-                    "dtype `{other}` is not supported; use F32, F16, F8_E4M3FNUZ or F8_E5M2FNUZ"
-                )));
-            }
+        let (begin, end) = info.data_offsets;
+        let Some(raw) = data.get(begin..end) else {
+            return Err(SafetensorsError::Entry {
+                name,
+                message: format!("its data offsets [{begin}, {end}] lie outside the file"),
+            });
         };
-        let width = stored.element_bytes();
-        let (begin, end) = (offsets[0], offsets[1]);
-        let needed = tensor
-            .element_count()
-            .checked_mul(width)
-            .ok_or_else(|| bad("the byte size overflows".to_owned()))?;
-        if end.checked_sub(begin) != Some(needed) {
-            return Err(bad(format!(
-                "data_offsets [{begin}, {end}] do not span the {needed} bytes its shape and dtype need"
-            )));
-        }
-        let Some(raw) = usize::try_from(begin)
-            .ok()
-            .zip(usize::try_from(end).ok())
-            .and_then(|(b, e)| data.get(b..e))
-        else {
-            return Err(SafetensorsError::Truncated {
-                what: "tensor data",
-                needed: data_start.saturating_add(end),
-                len,
+        let scale = match info.dtype {
+            Dtype::F8_E4M3FNUZ | Dtype::F8_E5M2FNUZ => {
+                let key = scale_key(&name);
+                let scale = scales
+                    .get(&key)
+                    .and_then(|s| s.parse::<i8>().ok())
+                    .ok_or_else(|| SafetensorsError::Entry {
+                        name: name.clone(),
+                        message: format!(
+                            "FP8 data needs `__metadata__.{key}` holding its scale \
+                             (an integer in -128..=127) as a string"
+                        ),
+                    })?;
+                Some(scale)
+            }
+            _ => None,
+        };
+        let Some(stored_type) = StoredType::from_dtype(info.dtype, scale) else {
+            return Err(SafetensorsError::Entry {
+                name,
+                message: format!(
+                    "dtype {} is not supported; use F32, F16, BF16, F8_E4M3FNUZ or F8_E5M2FNUZ",
+                    info.dtype
+                ),
             });
         };
         let quantizer = Quantizer::new(tensor.precision());
-        let values = raw
-            .chunks_exact(width as usize)
-            .map(|chunk| quantizer.round(stored.decode_from(chunk)))
-            .collect();
+        let mut values = stored_type.decode(raw);
+        for v in &mut values {
+            *v = quantizer.round(*v);
+        }
         set.insert(id, values);
     }
     Ok(set)

@@ -1,9 +1,11 @@
 //! Integration tests of ipu-package: the fixtures and their parameter
 //! counts, fixture errors with JSON paths, graph validation, deterministic
-//! values, the safetensors loader, layout planning, and the package files
-//! on disk.
+//! values, the safetensors loader, SigLIP checkpoint import and image
+//! preprocessing, layout planning, and the package files on disk.
 
 mod bad_fixtures;
+mod checkpoint;
+mod checkpoint_images;
 mod fixtures;
 mod graph;
 mod lower;

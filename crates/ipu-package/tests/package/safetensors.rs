@@ -1,5 +1,6 @@
-//! The safetensors-style loader: round trips, wider stored types loading
-//! into FP8 weights, and every kind of damaged file rejected with an error.
+//! The safetensors loader: round trips, wider stored types (and BF16)
+//! loading into FP8 or F32 weights, and every kind of damaged file
+//! rejected with an error.
 
 use ipu_layout::{Fp8Format, Precision};
 use ipu_package::graph::safetensors::{SafetensorsError, read_values, read_weights, write_values};
@@ -106,7 +107,7 @@ fn damaged_files_are_rejected() {
     huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(matches!(
         read_values(&graph, &huge),
-        Err(SafetensorsError::HeaderTooLarge { .. })
+        Err(SafetensorsError::Format { .. })
     ));
 
     let with_header = |header: &str| {
@@ -127,7 +128,7 @@ fn damaged_files_are_rejected() {
             "shape",
         ),
         (
-            r#"{"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]}}"#,
+            r#"{"w": {"dtype": "U8", "shape": [2, 3], "data_offsets": [0, 6]}}"#,
             "dtype",
         ),
         (
@@ -160,4 +161,36 @@ fn damaged_files_are_rejected() {
         write_values(&graph, &short, &[w]),
         Err(SafetensorsError::Values { found: 5, .. })
     ));
+}
+
+#[test]
+fn bf16_values_load_exactly_into_f32_weights() {
+    // BF16 is the top half of an f32: 1.0, -2.5, the smallest normal
+    // 2^-126 and 3.140625 are exact in it.
+    let expected = [1.0f32, -2.5, f32::MIN_POSITIVE, 3.140625, 0.0, -0.0];
+    let bytes: Vec<u8> = expected
+        .iter()
+        .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+        .collect();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, vec![2, 3], &bytes)
+        .expect("view");
+    let file = safetensors::serialize([("w", view)], None).expect("serialises");
+
+    let mut b = GraphBuilder::new("f32");
+    let x = b.tensor("x", [1, 2], Precision::F32, TensorKind::Input);
+    let w = b.tensor("w", [2, 3], Precision::F32, TensorKind::Weight);
+    let y = b.tensor("y", [1, 3], Precision::F32, TensorKind::Output);
+    b.op(Op::Gemm {
+        left: x,
+        right: w,
+        bias: None,
+        output: y,
+    });
+    let graph = b.finish().expect("valid");
+    let loaded = read_weights(&graph, &file).expect("reads");
+    let got = loaded.get(w).expect("w");
+    assert_eq!(got.len(), expected.len());
+    for (g, e) in got.iter().zip(expected) {
+        assert_eq!(g.to_bits(), e.to_bits());
+    }
 }

@@ -1,7 +1,8 @@
 //! Integration tests of ipu-sim's reference evaluator: hand-checkable ops,
-//! the small fixtures end to end, determinism, errors, and the tolerance
-//! rules with their calibration.
+//! the small fixtures end to end, SigLIP checkpoints against transformers,
+//! determinism, errors, and the tolerance rules with their calibration.
 
+mod checkpoint;
 mod fixtures;
 mod logical;
 mod ops;
