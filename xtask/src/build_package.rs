@@ -144,8 +144,8 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     let ratio = s.exchange_horizon as f64 / s.exchange_endpoint_bound.max(1) as f64;
     eprintln!("package written to {}", args.out.display());
     eprintln!(
-        "result={} model={} tiles={} requests={} peak_bytes={} min_headroom_bytes={} (tile {}) max_support_bytes={}",
-        if s.fits { "fits" } else { "does-not-fit" },
+        // A package exists only when every shard was placed and checked.
+        "result=fits model={} tiles={} requests={} peak_bytes={} min_headroom_bytes={} (tile {}) max_support_bytes={}",
         graph.name(),
         s.tile_count,
         s.requests,

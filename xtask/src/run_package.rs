@@ -27,6 +27,8 @@ fn read_package(args: &[String]) -> Result<(PathBuf, Package), String> {
         .filter(|a| !a.starts_with("--"))
         .ok_or("give the package directory")?;
     let dir = PathBuf::from(dir);
+    // A write that was killed may have left the earlier package aside.
+    Package::recover(&dir).map_err(|e| format!("recovering {}: {e}", dir.display()))?;
     let package = Package::read(&dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
     Ok((dir, package))
 }
@@ -173,16 +175,26 @@ pub fn profile(s: &RunStats) -> String {
 }
 
 pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
-    let (dir, package) = read_package(args)?;
+    // The same reading and validation as run-package: a package it refuses
+    // is never called valid here.
+    let (dir, package) = match read_package(args) {
+        Ok(read) => read,
+        Err(e) => {
+            eprintln!("error: {e}");
+            println!("valid=false");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
     let s = &package.manifest.summary;
     println!(
-        "package {} (format {})",
+        "package {} (format {}, target {})",
         dir.display(),
-        package.manifest.format_version
+        package.manifest.format_version,
+        package.manifest.target
     );
     println!(
-        "model={} tiles={} fits={} requests={} kernels={}",
-        package.manifest.name, s.tile_count, s.fits, s.requests, s.kernels
+        "model={} tiles={} requests={} kernels={}",
+        package.manifest.name, s.tile_count, s.requests, s.kernels
     );
     println!(
         "peak_bytes={} min_headroom_bytes={} (tile {}) max_support_bytes={}",
@@ -190,66 +202,14 @@ pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
     );
     println!(
         "exchange phases={} horizon={} endpoint_bound={} stronger_bound={}",
-        package.program.phases.len(),
+        package.phases.len(),
         s.exchange_horizon,
         s.exchange_endpoint_bound,
         s.exchange_stronger_bound
     );
-    for (name, bytes) in &package.manifest.files {
-        println!("file {name} {bytes} bytes");
+    for f in &package.manifest.files {
+        println!("file {} {} bytes", f.name, f.bytes);
     }
-    // Validation: every file at the size the manifest records, every shard
-    // inside tile memory, rows for every tile. Reading the package parses
-    // the JSON and the rows but takes the memory profile and the fixture as
-    // they are, so a truncated or extended file is caught only here.
-    let mut problems = Vec::new();
-    for (name, bytes) in &package.manifest.files {
-        match std::fs::metadata(dir.join(name)) {
-            Ok(m) if m.len() == *bytes => {}
-            Ok(m) => problems.push(format!(
-                "file {name} is {} bytes; the manifest records {bytes}",
-                m.len()
-            )),
-            Err(e) => problems.push(format!("file {name}: {e}")),
-        }
-    }
-    for (b, list) in package
-        .program
-        .buffers
-        .iter()
-        .zip(&package.program.addresses)
-    {
-        for &(tile, address) in list {
-            let bytes =
-                b.ty.shard_bytes(ipu_layout::TileId::from_u32(tile))
-                    .unwrap_or(u64::MAX);
-            let end = u64::from(address) + bytes + u64::from(b.tail_bytes);
-            if address < ipu_sim::tiles::SRAM_START
-                || end > u64::from(ipu_sim::tiles::SRAM_END)
-                || tile >= s.tile_count
-            {
-                problems.push(format!(
-                    "{} on tile{tile} at {address:#x} leaves tile memory",
-                    b.name
-                ));
-            }
-        }
-    }
-    for (i, rows) in package.rows.iter().enumerate() {
-        if rows.tile_count() != s.tile_count {
-            problems.push(format!(
-                "phase {i} has rows for {} tiles",
-                rows.tile_count()
-            ));
-        }
-    }
-    for p in &problems {
-        println!("problem: {p}");
-    }
-    println!("valid={}", problems.is_empty());
-    Ok(if problems.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    println!("valid=true");
+    Ok(ExitCode::SUCCESS)
 }

@@ -600,6 +600,17 @@ impl EncodedRows {
         }
     }
 
+    /// Rows already shared: `tile_row[t]` is the index in `rows` of tile
+    /// `t`'s row. `None` when an index is out of range. Rows are not
+    /// compared, so two equal entries of `rows` stay two.
+    pub fn from_shared(rows: Vec<Vec<u32>>, tile_row: Vec<u32>) -> Option<EncodedRows> {
+        let count = rows.len();
+        tile_row
+            .iter()
+            .all(|&r| (r as usize) < count)
+            .then_some(EncodedRows { rows, tile_row })
+    }
+
     /// Number of tiles.
     pub fn tile_count(&self) -> u32 {
         self.tile_row.len() as u32

@@ -173,3 +173,20 @@ impl<K: EntityId, V> FromIterator<V> for IdVec<K, V> {
         Self::from_vec(iter.into_iter().collect())
     }
 }
+
+/// Serialised as the sequence of values in id order.
+impl<K, V: serde::Serialize> serde::Serialize for IdVec<K, V> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.values.serialize(serializer)
+    }
+}
+
+/// Read from the sequence of values in id order.
+impl<'de, K, V: serde::Deserialize<'de>> serde::Deserialize<'de> for IdVec<K, V> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Self {
+            values: Vec::deserialize(deserializer)?,
+            key: PhantomData,
+        })
+    }
+}

@@ -317,8 +317,8 @@ pub struct GemmKernel {
     pub right_class: MemoryClass,
 }
 
-/// A lowered program.
-#[derive(Clone, Debug, Default)]
+/// A lowered program (`program.json` in a package).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Program {
     /// Every buffer.
     pub buffers: IdVec<BufferId, Buffer>,

@@ -32,11 +32,6 @@ use rayon::prelude::*;
 use crate::SimError;
 use crate::codelets::{CodeletMemory, run_codelet};
 
-/// First address of tile SRAM.
-pub const SRAM_START: u32 = 0x4c000;
-/// One past the last address of tile SRAM.
-pub const SRAM_END: u32 = 0xe8000;
-
 /// The codelet kinds [`RunStats::codelets`] reports, in that order.
 pub const CODELET_KINDS: [&str; 9] = [
     "gemm",
@@ -144,6 +139,8 @@ struct Shared<'p> {
     /// large acc]`, decoded once from the objects.
     programs: Vec<[Option<AmpProgram>; 4]>,
     fabric: Fabric,
+    /// The first SRAM address of the package's target: where images start.
+    sram_start: u32,
 }
 
 struct Tiles<'p> {
@@ -156,9 +153,12 @@ impl<'p> Tiles<'p> {
     fn new(package: &'p Package) -> Result<Self, SimError> {
         let tiles = package.manifest.tile_count as usize;
         let p = &package.program;
+        let memory = package.target.memory();
+        let (sram_start, sram_end) = (memory.sram_start, memory.sram_end);
         let mut placed = vec![Vec::new(); tiles];
         let mut ranges = Vec::with_capacity(p.buffers.len());
-        for (b, list) in p.buffers.iter().zip(&p.addresses) {
+        for (id, b) in p.buffers.iter() {
+            let list = package.placement.addresses.of(id);
             let mut map = HashMap::new();
             for &(tile, address) in list {
                 let shard = b.ty.shard_bytes(TileId::from_u32(tile)).map_err(|source| {
@@ -169,7 +169,7 @@ impl<'p> Tiles<'p> {
                 })?;
                 let limit = shard + u64::from(b.tail_bytes);
                 let end = u64::from(address) + limit;
-                if address < SRAM_START || end > u64::from(SRAM_END) || tile as usize >= tiles {
+                if address < sram_start || end > u64::from(sram_end) || tile as usize >= tiles {
                     return Err(SimError::Package(format!(
                         "{} on tile{tile} is placed outside tile memory",
                         b.name
@@ -193,7 +193,7 @@ impl<'p> Tiles<'p> {
             *list = union;
         }
         let mut programs = Vec::new();
-        for k in &p.compiled {
+        for k in &package.kernels {
             let parsed = programs_from_object(&k.object)
                 .map_err(|e| SimError::Package(format!("kernel {}: {e}", k.name)))?;
             let by_symbol: HashMap<String, AmpProgram> = parsed.into_iter().collect();
@@ -203,8 +203,8 @@ impl<'p> Tiles<'p> {
             }
             programs.push(entry);
         }
-        let fabric = Fabric::ipu21().map_err(|e| SimError::Package(e.to_string()))?;
-        let size = (SRAM_END - SRAM_START) as usize;
+        let fabric = Fabric::new(&package.target).map_err(|e| SimError::Package(e.to_string()))?;
+        let size = (sram_end - sram_start) as usize;
         Ok(Self {
             shared: Shared {
                 package,
@@ -212,6 +212,7 @@ impl<'p> Tiles<'p> {
                 placed,
                 programs,
                 fabric,
+                sram_start,
             },
             images: vec![vec![0xff; size]; tiles],
             stats: RunStats::default(),
@@ -228,7 +229,7 @@ impl<'p> Tiles<'p> {
         let buffers = &package.program.buffers;
         // Per tile: (buffer index, the tensor's values, shard bytes).
         let mut jobs: Vec<Vec<(usize, &[f32], u64)>> = vec![Vec::new(); tiles];
-        for (id, b) in buffers.iter().enumerate() {
+        for (id, b) in buffers.values().iter().enumerate() {
             if !matches!(b.role, BufferRole::Input | BufferRole::Weight) {
                 continue;
             }
@@ -261,7 +262,7 @@ impl<'p> Tiles<'p> {
             .map(|(t, (image, list))| {
                 let tile = TileId::from_u32(t as u32);
                 for &(id, tensor, bytes) in list {
-                    let b = &buffers[id];
+                    let b = &buffers.values()[id];
                     let (address, _) = shared.range(BufferId::from_u32(id as u32), tile)?;
                     let len = u32::try_from(bytes).map_err(|_| SimError::Unplaced {
                         tile,
@@ -407,12 +408,11 @@ impl<'p> Tiles<'p> {
 
     fn exchange(&mut self, phase: usize, iteration: u32) -> Result<(), String> {
         let package = self.shared.package;
-        let info = package
-            .program
+        let phase = package
             .phases
             .get(phase)
             .ok_or("the package has fewer phases than exchange steps")?;
-        let base = package.rows.get(phase).ok_or("missing rows")?;
+        let (info, base) = (&phase.info, &phase.rows);
         let patched;
         let rows = if info.patches.is_empty() || iteration == 0 {
             base
@@ -483,7 +483,7 @@ impl<'p> Tiles<'p> {
 
     fn outputs(&self, graph: &Graph) -> Result<ValueSet, SimError> {
         crate::collect_outputs(
-            self.shared.package.program.buffers.iter(),
+            self.shared.package.program.buffers.values().iter(),
             graph,
             |id, tile, bytes| {
                 let (address, _) = self.shared.range(BufferId::from_u32(id as u32), tile)?;
@@ -502,6 +502,7 @@ impl<'p> Tiles<'p> {
 fn check_fixture(package: &Package, graph: &Graph) -> Result<(), SimError> {
     let buffers = &package.program.buffers;
     let by_name: HashMap<&str, usize> = buffers
+        .values()
         .iter()
         .enumerate()
         .map(|(i, b)| (b.name.as_str(), i))
@@ -520,7 +521,7 @@ fn check_fixture(package: &Package, graph: &Graph) -> Result<(), SimError> {
                 format!("the package has no buffer for this {}", t.kind().as_str()),
             ));
         };
-        let b = &buffers[i];
+        let b = &buffers.values()[i];
         let count =
             b.ty.shape()
                 .element_count()
@@ -539,7 +540,7 @@ fn check_fixture(package: &Package, graph: &Graph) -> Result<(), SimError> {
             ));
         }
     }
-    for b in buffers {
+    for b in buffers.values() {
         if matches!(b.role, BufferRole::Input | BufferRole::Weight)
             && graph.tensor_by_name(&b.name).is_none()
         {
@@ -566,7 +567,7 @@ impl Shared<'_> {
                 .package
                 .program
                 .buffers
-                .get(b.index())
+                .get(b)
                 .map(|x| x.name.clone())
                 .unwrap_or_else(|| b.to_string()),
             offset: 0,
@@ -594,7 +595,7 @@ impl Shared<'_> {
         let end = u64::from(address) + u64::from(bytes);
         let i = list.partition_point(|r| r.0 <= address);
         if i > 0 && u64::from(list[i - 1].1) >= end {
-            Ok((address - SRAM_START) as usize)
+            Ok((address - self.sram_start) as usize)
         } else {
             Err(unplaced)
         }
@@ -614,7 +615,7 @@ impl Shared<'_> {
         if u64::from(at.offset) + bytes > limit {
             return Err(SimError::OutOfRange {
                 tile,
-                buffer: self.package.program.buffers[b.index()].name.clone(),
+                buffer: self.package.program.buffers[b].name.clone(),
                 offset: u64::from(at.offset),
                 bytes,
                 limit,
@@ -661,7 +662,7 @@ impl Words<'_, '_> {
                 _ => return Err(error),
             }
         }
-        let at = (byte_address - SRAM_START) as usize;
+        let at = (byte_address - self.shared.sram_start) as usize;
         Ok(at..at + 4)
     }
 }
@@ -719,7 +720,7 @@ impl TileView<'_, '_> {
 
 impl CodeletMemory for TileView<'_, '_> {
     fn precision(&self, buffer: BufferId) -> Precision {
-        self.shared.package.program.buffers[self.shared.resolve(self.subst, buffer).index()]
+        self.shared.package.program.buffers[self.shared.resolve(self.subst, buffer)]
             .ty
             .precision()
     }
@@ -762,8 +763,7 @@ impl CodeletMemory for TileView<'_, '_> {
         let name = || {
             shared
                 .package
-                .program
-                .compiled
+                .kernels
                 .get(kernel.index())
                 .map(|k| k.name.clone())
                 .unwrap_or_default()
@@ -782,7 +782,7 @@ impl CodeletMemory for TileView<'_, '_> {
             .package
             .program
             .kernels
-            .get(kernel.index())
+            .get(kernel)
             .ok_or_else(|| SimError::Package(format!("no kernel {kernel}")))?;
         let (r, k, c) = (
             u64::from(rows),
@@ -795,7 +795,7 @@ impl CodeletMemory for TileView<'_, '_> {
             right: shared.operand(self.subst, tile, right, k * c * eb(right))?,
             output: shared.operand(self.subst, tile, output, r * c * eb(output))?,
         };
-        emulate(program, self.image, SRAM_START, &args).map_err(|e| SimError::Kernel {
+        emulate(program, self.image, shared.sram_start, &args).map_err(|e| SimError::Kernel {
             tile,
             kernel: name(),
             reason: e.to_string(),

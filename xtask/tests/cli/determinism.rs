@@ -77,7 +77,9 @@ fn timings_are_reported_but_not_packaged() {
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(out.join("manifest.json")).expect("the manifest"))
             .expect("the manifest is JSON");
-    let summary = manifest.get("summary").expect("the manifest has a summary");
+    let summary = manifest
+        .pointer("/manifest/summary")
+        .expect("the manifest has a summary");
     assert!(
         summary.get("phase_ms").is_none(),
         "the manifest records timings: {summary}"

@@ -215,17 +215,22 @@ fn another_format_version_is_named() {
     let mut manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).expect("read the manifest"))
             .expect("the manifest is JSON");
-    manifest["format_version"] = 1.into();
-    manifest["files"] = serde_json::json!([["program.json", 1]]);
+    manifest["manifest"]["format_version"] = 1.into();
+    manifest["manifest"]["files"] = serde_json::json!([["program.json", 1]]);
     std::fs::write(
         &path,
         serde_json::to_vec_pretty(&manifest).expect("serialise"),
     )
     .expect("write the manifest");
-    inspect(&sandbox, &old).failed_with("manifest.json: format version 1, this reader supports 2");
+    let supported = ipu_package::package::FORMAT_VERSION;
+    inspect(&sandbox, &old).failed_with(&format!(
+        "manifest.json: format version 1, this reader supports {supported}"
+    ));
     sandbox
         .xtask(&["run-package", &old.to_string_lossy()])
-        .failed_with("format version 1, this reader supports 2");
+        .failed_with(&format!(
+            "format version 1, this reader supports {supported}"
+        ));
 }
 
 #[test]

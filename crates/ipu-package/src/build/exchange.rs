@@ -13,17 +13,10 @@ use ipu_exchange::{EncodedRows, ExchangeScheduler, Schedule, ScheduleRequest, ch
 use ipu_layout::TileId;
 use rayon::prelude::*;
 
-use super::place::BufferAddresses;
 use super::{BuildError, Device};
-use crate::package::{PhaseInfo, RowPatch};
+use crate::package::{BufferAddresses, PackagePhase, PhaseInfo, RowPatch};
 use crate::phases::{FragmentCache, PhaseBuild, build_phase};
 use crate::program::{BufferId, Program, Redistribute, Step};
-
-/// A scheduled phase: what `program.json` says of it, and its rows.
-pub(crate) struct ScheduledPhase {
-    pub info: PhaseInfo,
-    pub rows: EncodedRows,
-}
 
 /// One exchange step to schedule.
 struct Job<'a> {
@@ -79,7 +72,7 @@ pub(super) fn schedule_phases(
     verify: bool,
     cache: &mut FragmentCache,
     previous: Option<&[Schedule]>,
-) -> Result<(Vec<ScheduledPhase>, Vec<Schedule>), BuildError> {
+) -> Result<(Vec<PackagePhase>, Vec<Schedule>), BuildError> {
     let mut jobs = Vec::new();
     collect(&program.steps, None, &mut jobs);
     let address = |b: BufferId, t: TileId| addresses.get(b, t);
@@ -189,7 +182,7 @@ pub(super) fn schedule_phases(
                 None => Vec::new(),
             };
             Ok((
-                ScheduledPhase {
+                PackagePhase {
                     info: PhaseInfo {
                         name,
                         local,

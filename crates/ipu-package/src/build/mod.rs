@@ -53,7 +53,9 @@ pub use error::{BuildError, Culprit, Culprits};
 
 use crate::graph::Graph;
 use crate::lower::{LowerConfig, lower};
-use crate::package::{FORMAT_VERSION, Manifest, Package, PackageProgram};
+use crate::package::{
+    BufferAddresses, FORMAT_VERSION, Manifest, Package, PackagePhase, PackagePlacement,
+};
 use crate::phases::FragmentCache;
 use crate::plan::CostModel;
 use crate::storage::plan_storage;
@@ -217,25 +219,23 @@ pub fn build_package(
     })?;
     let summary = summary::summarise(&device, &planned, &times, lower_config.transient_budget);
     let memory_profile = ipu_alloc::MemoryProfile::from_problem(&planned.problem).to_json();
-    let program = PackageProgram {
-        buffers: planned.program.buffers.values().to_vec(),
-        kernels: planned.program.kernels.values().to_vec(),
-        steps: planned.program.steps,
-        addresses: planned.addresses.into_lists(),
-        support: planned.support,
-        phases: planned.phases.iter().map(|p| p.info.clone()).collect(),
-        compiled: planned.kernels,
-    };
     Ok(Package {
         manifest: Manifest {
             format_version: FORMAT_VERSION,
             name: graph.name().to_owned(),
+            target: target.name().to_owned(),
             tile_count: tiles,
             summary,
             files: Vec::new(),
         },
-        program,
-        rows: planned.phases.into_iter().map(|p| p.rows).collect(),
+        target: target.clone(),
+        program: planned.program,
+        placement: PackagePlacement {
+            addresses: planned.addresses,
+            support: planned.support,
+        },
+        phases: planned.phases,
+        kernels: planned.kernels,
         memory_profile,
         fixture: None,
     })
@@ -248,8 +248,8 @@ pub(crate) struct Planned {
     pub kernels: Vec<crate::package::PackageKernel>,
     pub problem: ipu_alloc::Problem,
     pub placement: ipu_alloc::Placement,
-    pub addresses: place::BufferAddresses,
-    pub phases: Vec<exchange::ScheduledPhase>,
+    pub addresses: BufferAddresses,
+    pub phases: Vec<PackagePhase>,
     pub support: Vec<crate::package::TileSupport>,
 }
 
@@ -341,7 +341,7 @@ fn plan_once(
         let (problem, placement) = phase("place_storage", times, |_| {
             place::place_storage(&program, &storage, &reserved, device, stages, config.verify)
         })?;
-        let addresses = place::BufferAddresses::new(&program, &storage, &placement);
+        let addresses = place::buffer_addresses(&program, &storage, &placement);
         let (phases, schedules) = phase("schedule_exchange", times, |_| {
             exchange::schedule_phases(
                 &program,

@@ -10,7 +10,8 @@ use ipu_layout::{EntityId, TileId};
 use tracing::debug;
 
 use super::{BuildError, Culprit, Culprits, Device, Stages};
-use crate::program::{BufferId, Program};
+use crate::package::BufferAddresses;
+use crate::program::Program;
 use crate::storage::StoragePlan;
 
 /// Builds the placement problem, places it with the build's placer and
@@ -110,51 +111,27 @@ fn culprits(
     out
 }
 
-/// Where every buffer's shards are: per buffer (by index), `(tile,
-/// address)` of each placed shard, sorted by tile.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct BufferAddresses {
-    lists: Vec<Vec<(u32, u32)>>,
-}
-
-impl BufferAddresses {
-    /// The addresses of `placement`, which placed `storage`.
-    pub(crate) fn new(
-        program: &Program,
-        storage: &StoragePlan,
-        placement: &Placement,
-    ) -> BufferAddresses {
-        let mut lists: Vec<Vec<(u32, u32)>> = vec![Vec::new(); program.buffers.len()];
-        for (t, placed) in placement.tiles().iter().enumerate() {
-            let Some(tile) = storage.tiles.get(t) else {
+/// The addresses of `placement`, which placed `storage`.
+pub(super) fn buffer_addresses(
+    program: &Program,
+    storage: &StoragePlan,
+    placement: &Placement,
+) -> BufferAddresses {
+    let mut lists: Vec<Vec<(u32, u32)>> = vec![Vec::new(); program.buffers.len()];
+    for (t, placed) in placement.tiles().iter().enumerate() {
+        let Some(tile) = storage.tiles.get(t) else {
+            continue;
+        };
+        for &(id, base) in placed.entries() {
+            let Some(members) = tile.members.get(id.index()) else {
                 continue;
             };
-            for &(id, base) in placed.entries() {
-                let Some(members) = tile.members.get(id.index()) else {
-                    continue;
-                };
-                for &(b, offset) in members {
-                    if let Some(list) = lists.get_mut(b.index()) {
-                        list.push((placed.tile().as_u32(), base + offset));
-                    }
+            for &(b, offset) in members {
+                if let Some(list) = lists.get_mut(b.index()) {
+                    list.push((placed.tile().as_u32(), base + offset));
                 }
             }
         }
-        for list in &mut lists {
-            list.sort_unstable();
-        }
-        BufferAddresses { lists }
     }
-
-    /// Where `buffer`'s shard on `tile` starts.
-    pub(crate) fn get(&self, buffer: BufferId, tile: TileId) -> Option<u32> {
-        let list = self.lists.get(buffer.index())?;
-        let i = list.binary_search_by_key(&tile.as_u32(), |e| e.0).ok()?;
-        Some(list[i].1)
-    }
-
-    /// The lists, by buffer index.
-    pub(crate) fn into_lists(self) -> Vec<Vec<(u32, u32)>> {
-        self.lists
-    }
+    BufferAddresses::from_lists(lists)
 }

@@ -87,7 +87,6 @@ pub(super) fn summarise(
     );
     let phases = &planned.phases;
     BuildSummary {
-        fits: true,
         tile_count: device.tiles,
         requests: planned.storage.request_count(),
         peak_bytes: peak,

@@ -10,7 +10,7 @@ use ipu_layout::{EntityId, TileId};
 use ipu_target::RuntimeSpec;
 
 use super::Device;
-use super::exchange::ScheduledPhase;
+use crate::package::PackagePhase;
 use crate::package::TileSupport;
 use crate::phases::{FragmentCache, build_phase};
 use crate::program::{BufferId, Codelet, Program, Step};
@@ -97,7 +97,7 @@ impl TileCode {
     }
 
     /// The measured support of every tile, with the rows as scheduled.
-    pub(super) fn measure(&self, phases: &[ScheduledPhase], reserved: &[u32]) -> Vec<TileSupport> {
+    pub(super) fn measure(&self, phases: &[PackagePhase], reserved: &[u32]) -> Vec<TileSupport> {
         let tiles = self.control.len();
         let mut rows = vec![0u64; tiles];
         let mut patches = vec![0u64; tiles];

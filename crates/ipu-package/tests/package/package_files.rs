@@ -14,10 +14,11 @@ use std::path::{Path, PathBuf};
 use ipu_exchange::EncodedRows;
 use ipu_layout::TileId;
 use ipu_package::package::{
-    BuildSummary, FORMAT_VERSION, Manifest, Package, PackageIoError, PackageKernel, PackageProgram,
-    PhaseInfo, RowPatch, TileSupport,
+    BufferAddresses, BuildSummary, FORMAT_VERSION, Manifest, Package, PackageIoError,
+    PackageKernel, PackagePhase, PackagePlacement, PhaseInfo, RowPatch, TileSupport,
 };
 use ipu_package::phases::LocalCopy;
+use ipu_package::program::Program;
 use sha2::{Digest, Sha256};
 
 /// A directory under Cargo's temporary directory for the integration
@@ -65,9 +66,9 @@ pub fn sample() -> Package {
         manifest: Manifest {
             format_version: FORMAT_VERSION,
             name: "sample".into(),
+            target: "ipu21".into(),
             tile_count: 2,
             summary: BuildSummary {
-                fits: true,
                 tile_count: 2,
                 requests: 3,
                 peak_bytes: 4096,
@@ -77,13 +78,14 @@ pub fn sample() -> Package {
             },
             files: Vec::new(),
         },
-        program: PackageProgram {
-            buffers: Vec::new(),
-            kernels: Vec::new(),
-            steps: Vec::new(),
-            addresses: Vec::new(),
+        target: ipu_target::Target::ipu21().clone(),
+        program: Program::default(),
+        placement: PackagePlacement {
+            addresses: BufferAddresses::default(),
             support: vec![TileSupport::default(); 2],
-            phases: vec![PhaseInfo {
+        },
+        phases: vec![PackagePhase {
+            info: PhaseInfo {
                 name: "exchange0".into(),
                 local: vec![LocalCopy {
                     tile: TileId::from_u32(1),
@@ -101,16 +103,13 @@ pub fn sample() -> Package {
                 horizon: 40,
                 endpoint_lower_bound: 30,
                 stronger_lower_bound: 35,
-            }],
-            compiled: vec![
-                kernel("k0", b"\x7fELF\x01\x01\x01object zero"),
-                kernel("k1", b"\x7fELF\x01\x01\x01object one!"),
-            ],
-        },
-        rows: vec![EncodedRows::from_tile_rows(vec![
-            vec![0x1234_5678, 0x9abc_def0, 7],
-            vec![42],
-        ])],
+            },
+            rows: EncodedRows::from_tile_rows(vec![vec![0x1234_5678, 0x9abc_def0, 7], vec![42]]),
+        }],
+        kernels: vec![
+            kernel("k0", b"\x7fELF\x01\x01\x01object zero"),
+            kernel("k1", b"\x7fELF\x01\x01\x01object one!"),
+        ],
         memory_profile: "{\"schema\":\"ipu-alloc/memory-profile/v1\",\"tiles\":[]}".into(),
         fixture: Some("{\"name\":\"sample\"}\n".into()),
     }
@@ -149,6 +148,8 @@ pub fn entries(dir: &Path) -> Vec<String> {
                 .to_string_lossy()
                 .into_owned()
         })
+        // The writers' lock file stays beside a package.
+        .filter(|n| !n.ends_with(".lock"))
         .collect();
     names.sort();
     names
@@ -186,14 +187,14 @@ fn compact(text: &str) -> String {
 
 /// The manifest `text`, edited, with its own digest made right again: what
 /// a deliberate edit (not damage) looks like, to reach the checks behind
-/// the digest.
+/// the digest. The digest covers the compact `manifest` object.
 fn resign(text: &str) -> String {
-    let key = "\"manifest_sha256\":\"";
+    let (head, key) = ("{\"manifest\":", ",\"manifest_sha256\":\"");
     let compact = compact(text);
-    let at = compact.find(key).expect("a manifest digest") + key.len();
-    let old = &compact[at..at + 64];
-    let unsigned = format!("{}{}", &compact[..at], &compact[at + 64..]);
-    text.replace(old, &sha256_hex(unsigned.as_bytes()))
+    let end = compact.find(key).expect("a manifest digest");
+    let old = &compact[end + key.len()..end + key.len() + 64];
+    let manifest = &compact[head.len()..end];
+    text.replace(old, &sha256_hex(manifest.as_bytes()))
 }
 
 fn manifest_text(dir: &Path) -> String {
@@ -218,7 +219,6 @@ fn a_package_reads_back_as_written_without_its_timings() {
     assert_eq!(back.manifest.format_version, FORMAT_VERSION);
     assert_eq!(back.manifest.name, "sample");
     assert_eq!(back.manifest.tile_count, 2);
-    assert!(back.manifest.summary.fits);
     assert_eq!(back.manifest.summary.peak_bytes, 4096);
     // The timings were in memory for the builder's report, not on disk.
     assert!(back.manifest.summary.phase_ms.is_empty());
@@ -227,10 +227,12 @@ fn a_package_reads_back_as_written_without_its_timings() {
         serde_json::to_string(&back.program).expect("serialise"),
         serde_json::to_string(&package.program).expect("serialise")
     );
-    assert_eq!(back.rows, package.rows);
+    assert_eq!(back.target, package.target);
+    assert_eq!(back.placement, package.placement);
+    assert_eq!(back.phases, package.phases);
     assert_eq!(back.memory_profile, package.memory_profile);
     assert_eq!(back.fixture, package.fixture);
-    for (a, b) in back.program.compiled.iter().zip(&package.program.compiled) {
+    for (a, b) in back.kernels.iter().zip(&package.kernels) {
         assert_eq!(
             (&a.name, &a.object, &a.metadata),
             (&b.name, &b.object, &b.metadata)
@@ -244,8 +246,12 @@ fn a_package_reads_back_as_written_without_its_timings() {
     assert_eq!(
         names,
         [
+            "target.toml",
             "program.json",
+            "placement.json",
+            "phases.json",
             "exchange.bin",
+            "kernels.json",
             "memory-profile.json",
             "fixture.json",
             "kernels/k0.o",
@@ -259,8 +265,7 @@ fn a_package_reads_back_as_written_without_its_timings() {
         assert_eq!(f.bytes, files[&f.name].len() as u64, "{}", f.name);
         assert_eq!(f.sha256, sha256_hex(&files[&f.name]), "{}", f.name);
     }
-    let pairs: Vec<(String, u64)> = listed.iter().map(|f| (f.name.clone(), f.bytes)).collect();
-    assert_eq!(back.manifest.files, pairs);
+    assert_eq!(back.manifest.files, listed);
 }
 
 #[test]
@@ -468,15 +473,15 @@ fn a_manifest_cannot_name_files_outside_the_package() {
 
 #[test]
 fn a_kernel_the_manifest_does_not_list_is_refused() {
-    // program.json names kernel k9 (edited on purpose, with the digests
+    // kernels.json names kernel k9 (edited on purpose, with the digests
     // made right): its object is not in the manifest.
     let scratch = Scratch::new("kernel-unlisted");
     let dir = scratch.path().join("pkg");
     sample().write(&dir).expect("write");
-    let program = std::fs::read_to_string(dir.join("program.json")).expect("read the program");
+    let program = std::fs::read_to_string(dir.join("kernels.json")).expect("read the index");
     let edited = program.replacen("\"name\":\"k1\"", "\"name\":\"k9\"", 1);
     assert_ne!(program, edited);
-    std::fs::write(dir.join("program.json"), &edited).expect("write the program");
+    std::fs::write(dir.join("kernels.json"), &edited).expect("write the index");
     let text = manifest_text(&dir).replace(
         &sha256_hex(program.as_bytes()),
         &sha256_hex(edited.as_bytes()),
@@ -500,7 +505,7 @@ fn a_kernel_name_that_is_not_a_file_name_is_refused() {
     ] {
         let dir = scratch.path().join("pkg");
         let mut package = sample();
-        package.program.compiled[1].name = name.to_owned();
+        package.kernels[1].name = name.to_owned();
         match package.write(&dir) {
             Err(PackageIoError::KernelName { name: n, reason: r }) => {
                 assert_eq!(n, name);
@@ -577,7 +582,7 @@ fn an_empty_directory_or_an_earlier_package_is_replaced() {
     // package replaces it whole, and nothing is left beside it.
     let mut other = sample();
     other.fixture = None;
-    other.program.compiled.truncate(1);
+    other.kernels.truncate(1);
     other.memory_profile = "{\"other\":true}".into();
     other.write(&dir).expect("write over the earlier package");
     let reference = scratch.path().join("reference");
@@ -602,7 +607,7 @@ fn a_refused_write_leaves_the_earlier_package_byte_identical() {
     let before = snapshot(&dir);
     let mut bad = sample();
     bad.memory_profile = "{\"different\":true}".into();
-    bad.program.compiled[0].name = "../escape".into();
+    bad.kernels[0].name = "../escape".into();
     assert!(matches!(
         bad.write(&dir),
         Err(PackageIoError::KernelName { .. })

@@ -98,24 +98,22 @@ fn corrupted_packages_fail() {
     // One placement address: the first activation's shard on its first tile
     // moves to where another buffer of that tile lives.
     let mut bad = good.clone();
-    let p = &mut bad.program;
-    let (victim, _) = p
+    let (victim, _) = bad
+        .program
         .buffers
         .iter()
-        .enumerate()
         .find(|(_, b)| b.role == BufferRole::Activation)
         .unwrap();
-    let (tile, address) = p.addresses[victim][0];
-    let other = p
-        .addresses
+    let addresses = &mut bad.placement.addresses;
+    let (tile, address) = addresses.of(victim)[0];
+    let other = addresses
         .iter()
-        .enumerate()
         .filter(|(i, _)| *i != victim)
         .flat_map(|(_, l)| l.iter())
         .find(|&&(t, a)| t == tile && a != address)
         .map(|&(_, a)| a)
         .unwrap();
-    p.addresses[victim][0].1 = other;
+    addresses.of_mut(victim).unwrap()[0].1 = other;
     assert!(
         !passes(&bad, &graph, &inputs, &reference),
         "a moved shard must fail"
@@ -125,7 +123,7 @@ fn corrupted_packages_fail() {
     // words in the package reads from one word further on.
     let mut bad = good.clone();
     let mut best: Option<(usize, u32, usize, u32)> = None;
-    for (p, rows) in bad.rows.iter().enumerate() {
+    for (p, rows) in bad.phases.iter().map(|p| &p.rows).enumerate() {
         for t in 0..rows.tile_count() {
             let row = rows.row(ipu_layout::TileId::from_u32(t));
             let mut i = 0;
@@ -144,7 +142,7 @@ fn corrupted_packages_fail() {
         }
     }
     let (phase, tile, index, _) = best.expect("the package has a send instruction");
-    let rows = &mut bad.rows[phase];
+    let rows = &mut bad.phases[phase].rows;
     let mut per_tile: Vec<Vec<u32>> = (0..rows.tile_count())
         .map(|t| rows.row(ipu_layout::TileId::from_u32(t)).to_vec())
         .collect();
@@ -157,7 +155,7 @@ fn corrupted_packages_fail() {
 
     // One kernel variant: a GEMM runs another variant's programs.
     let mut bad = good.clone();
-    let compiled = &mut bad.program.compiled;
+    let compiled = &mut bad.kernels;
     let j = (1..compiled.len())
         .find(|&j| compiled[j].name != compiled[0].name)
         .unwrap();
@@ -197,7 +195,7 @@ fn a_graph_other_than_the_packages_is_refused() {
         })
         .sum();
     assert!(calls as usize >= expected && calls > 0, "{stats:?}");
-    assert_eq!(stats.exchange_steps as usize, package.program.phases.len());
+    assert_eq!(stats.exchange_steps as usize, package.phases.len());
 
     for (name, value) in [("layers", 2), ("batch", 2)] {
         let options = ParseOptions {

@@ -1,0 +1,204 @@
+//! Reading a package: every file is checked against the manifest (size,
+//! then SHA-256) before anything is parsed, and the directory may hold
+//! nothing the manifest does not list.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::Path;
+
+use super::error::io;
+use super::manifest::{
+    KERNELS, MANIFEST, PackageFile, entry_name_problem, parse_manifest, sha256_hex,
+};
+use super::rows::decode_rows;
+use super::{
+    Manifest, Package, PackageIoError, PackageKernel, PackagePhase, PackagePlacement, PhaseInfo,
+};
+use crate::program::Program;
+
+/// Reads the file `entry` names under `dir` and checks its size, then its
+/// digest, against the entry.
+fn read_verified(dir: &Path, entry: &PackageFile) -> Result<Vec<u8>, PackageIoError> {
+    let path = dir.join(&entry.name);
+    let mut file = std::fs::File::open(&path).map_err(io(&path))?;
+    let size = file.metadata().map_err(io(&path))?.len();
+    // The size first: a cut or grown file is named as such, and a file far
+    // larger than recorded is not read into memory.
+    if size != entry.bytes {
+        return Err(PackageIoError::Size {
+            path,
+            expected: entry.bytes,
+            found: size,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    // Never more than recorded, even if the file grows while it is read.
+    file.by_ref()
+        .take(entry.bytes)
+        .read_to_end(&mut bytes)
+        .map_err(io(&path))?;
+    if bytes.len() as u64 != entry.bytes {
+        return Err(PackageIoError::Size {
+            path,
+            expected: entry.bytes,
+            found: bytes.len() as u64,
+        });
+    }
+    let found = sha256_hex(&bytes);
+    if found != entry.sha256 {
+        return Err(PackageIoError::Digest {
+            path,
+            expected: entry.sha256.clone(),
+            found,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Refuses a file in the package directory or in `kernels/` that the
+/// manifest does not list: the manifest is the whole package, and a file
+/// beside it (an object from another build, a fixture put there by hand)
+/// would otherwise be taken for part of it or silently ignored.
+fn check_unlisted(dir: &Path, listed: &BTreeSet<&str>) -> Result<(), PackageIoError> {
+    let check = |sub: Option<&str>| -> Result<(), PackageIoError> {
+        let at = sub.map_or_else(|| dir.to_owned(), |s| dir.join(s));
+        let entries = match std::fs::read_dir(&at) {
+            Ok(entries) => entries,
+            // A package without kernels may have no kernels/ directory.
+            Err(e) if sub.is_some() && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(PackageIoError::Io { path: at, source }),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io(&at))?;
+            let path = entry.path();
+            let Some(file) = entry.file_name().to_str().map(str::to_owned) else {
+                return Err(PackageIoError::Unlisted { path });
+            };
+            let name = match sub {
+                Some(s) => format!("{s}/{file}"),
+                None => file,
+            };
+            let known = sub.is_none() && (name == MANIFEST || name == KERNELS);
+            if !known && !listed.contains(name.as_str()) {
+                return Err(PackageIoError::Unlisted { path });
+            }
+        }
+        Ok(())
+    };
+    check(None)?;
+    check(Some(KERNELS))
+}
+
+impl Package {
+    /// Checks the package in `dir` without parsing its content: the
+    /// manifest's version and digest, every listed file's size and SHA-256,
+    /// and that the directory holds no file the manifest does not list.
+    /// Returns the manifest's entries.
+    pub fn verify(dir: &Path) -> Result<Vec<PackageFile>, PackageIoError> {
+        let (manifest, _) = read_files(dir)?;
+        Ok(manifest.files)
+    }
+
+    /// Reads a package written by [`Package::write`]: every file is
+    /// checked against the manifest ([`Package::verify`]), then parsed,
+    /// then validated ([`Package::validate`]).
+    pub fn read(dir: &Path) -> Result<Package, PackageIoError> {
+        let (manifest, content) = read_files(dir)?;
+        // Only verified content is parsed; a file the program needs but the
+        // manifest does not list is as wrong as a damaged one.
+        let file = |rel: &str| -> Result<&[u8], PackageIoError> {
+            content
+                .get(rel)
+                .map(Vec::as_slice)
+                .ok_or_else(|| PackageIoError::Unlisted {
+                    path: dir.join(rel),
+                })
+        };
+        let format = |rel: &str, reason: String| PackageIoError::Format {
+            path: dir.join(rel),
+            reason,
+        };
+        let text = |rel: &str| -> Result<String, PackageIoError> {
+            String::from_utf8(file(rel)?.to_vec())
+                .map_err(|e| format(rel, format!("not UTF-8: {e}")))
+        };
+        let json = |rel: &str| -> Result<&[u8], PackageIoError> { file(rel) };
+        let target = ipu_target::Target::from_toml(&text("target.toml")?).map_err(|source| {
+            PackageIoError::Target {
+                path: dir.join("target.toml"),
+                source,
+            }
+        })?;
+        let program: Program = serde_json::from_slice(json("program.json")?)
+            .map_err(|e| format("program.json", e.to_string()))?;
+        let placement: PackagePlacement = serde_json::from_slice(json("placement.json")?)
+            .map_err(|e| format("placement.json", e.to_string()))?;
+        let infos: Vec<PhaseInfo> = serde_json::from_slice(json("phases.json")?)
+            .map_err(|e| format("phases.json", e.to_string()))?;
+        let rows = decode_rows(file("exchange.bin")?).map_err(|source| PackageIoError::Rows {
+            path: dir.join("exchange.bin"),
+            source,
+        })?;
+        if rows.len() != infos.len() {
+            return Err(format(
+                "exchange.bin",
+                format!("{} phases, phases.json has {}", rows.len(), infos.len()),
+            ));
+        }
+        let phases = infos
+            .into_iter()
+            .zip(rows)
+            .map(|(info, rows)| PackagePhase { info, rows })
+            .collect();
+        let mut kernels: Vec<PackageKernel> = serde_json::from_slice(json("kernels.json")?)
+            .map_err(|e| format("kernels.json", e.to_string()))?;
+        for k in &mut kernels {
+            if entry_name_problem(&format!("{KERNELS}/{}.o", k.name)).is_some() {
+                return Err(format(
+                    "kernels.json",
+                    format!("kernel {:?} cannot name a file", k.name),
+                ));
+            }
+            k.object = file(&format!("{KERNELS}/{}.o", k.name))?.to_vec();
+            k.metadata = text(&format!("{KERNELS}/{}.json", k.name))?;
+        }
+        let memory_profile = text("memory-profile.json")?;
+        let fixture = if content.contains_key("fixture.json") {
+            Some(text("fixture.json")?)
+        } else {
+            None
+        };
+        let package = Package {
+            manifest,
+            target,
+            program,
+            placement,
+            phases,
+            kernels,
+            memory_profile,
+            fixture,
+        };
+        let errors = package.validate();
+        if !errors.is_empty() {
+            return Err(PackageIoError::Invalid {
+                path: dir.to_owned(),
+                errors,
+            });
+        }
+        Ok(package)
+    }
+}
+
+/// The verified manifest and the content of every file it lists.
+fn read_files(dir: &Path) -> Result<(Manifest, BTreeMap<String, Vec<u8>>), PackageIoError> {
+    let path = dir.join(MANIFEST);
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    let manifest = parse_manifest(&path, &bytes)?;
+    let mut content = BTreeMap::new();
+    for entry in &manifest.files {
+        content.insert(entry.name.clone(), read_verified(dir, entry)?);
+    }
+    let listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
+    check_unlisted(dir, &listed)?;
+    Ok((manifest, content))
+}
