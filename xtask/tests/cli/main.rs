@@ -11,6 +11,7 @@
 
 mod bad_inputs;
 mod determinism;
+mod devices;
 mod inspect;
 mod run;
 mod support;
