@@ -3,6 +3,9 @@
 //! checker on the largest one. Quality figures (horizon against the bounds)
 //! are printed by `cargo xtask exchange --families`.
 
+// criterion_group! generates undocumented public items.
+#![allow(missing_docs)]
+
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use ipu_exchange::generate::{GenConfig, generate_phase, other_families, seed_families};
 use ipu_exchange::{Fabric, ScheduleConfig, check_schedule, schedule};
