@@ -82,7 +82,8 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         );
     };
     let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
-    let report = snapshot_report(&text, &fabric, &config, check)?;
+    let report =
+        snapshot_report(&text, &fabric, &config, check).map_err(|e| format!("{file}: {e}"))?;
     print!("{report}");
     Ok(ExitCode::SUCCESS)
 }

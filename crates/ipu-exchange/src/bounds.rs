@@ -7,17 +7,19 @@
 //! takes one word. A Word32 transfer costs its tile one lane cycle per word.
 //! A Paired64 transfer costs at least one cycle per two words on its own
 //! tile's lane (sent wide; sent as 32-bit words it costs one per word), and
-//! whichever way it goes it uses one lane cycle of the pair `{t, t ^ 2}`
-//! per word, of which the pair has two per cycle. So a tile needs at least
+//! whichever way it goes it uses one lane cycle of the pair `{t, partner}`
+//! ([`Fabric::partner`]) per word, of which the pair has two per cycle. So a tile needs at least
 //! `Word32 words + Paired64 words / 2` cycles and a pair at least
 //! `(words of both) / 2`; receive ports likewise. Without Paired64
 //! transfers this is exactly "the largest number of words a tile sends or
 //! receives".
+use ipu_layout::TileId;
+
 use crate::fabric::Fabric;
 use crate::model::{Phase, Width};
 
 /// The largest per-tile or per-pair lane (or port) occupancy.
-fn lane_bound(phase: &Phase) -> u64 {
+fn lane_bound(phase: &Phase, fabric: &Fabric) -> u64 {
     let n = phase.tile_count as usize;
     // Per tile: [all words sent, Paired64 words sent, all received, Paired64 received].
     let mut words = vec![[0u64; 4]; n];
@@ -41,7 +43,8 @@ fn lane_bound(phase: &Phase) -> u64 {
     }
     let mut bound = 0;
     for (t, own) in words.iter().enumerate() {
-        let partner = words.get(t ^ 2).copied().unwrap_or([0; 4]);
+        let partner = fabric.partner(TileId::from_u32(t as u32)).as_u32() as usize;
+        let partner = words.get(partner).copied().unwrap_or([0; 4]);
         for (all, wide) in [(0, 1), (2, 3)] {
             let tile = own[all] - own[wide] + own[wide].div_ceil(2);
             let pair = (own[all] + partner[all]).div_ceil(2);
@@ -56,8 +59,8 @@ fn lane_bound(phase: &Phase) -> u64 {
 /// port must be busy. Without Paired64 transfers it is the largest number of
 /// words a tile sends or receives. Ignores latency, switches and instruction
 /// issue.
-pub fn endpoint_lower_bound(phase: &Phase) -> u64 {
-    lane_bound(phase)
+pub fn endpoint_lower_bound(phase: &Phase, fabric: &Fabric) -> u64 {
+    lane_bound(phase, fabric)
 }
 
 /// A stronger valid bound: the endpoint bound plus the fabric latency,
@@ -70,5 +73,5 @@ pub fn stronger_lower_bound(phase: &Phase, fabric: &Fabric) -> u64 {
     if phase.transfers.is_empty() {
         return 0;
     }
-    endpoint_lower_bound(phase) + u64::from(fabric.latency_cycles())
+    endpoint_lower_bound(phase, fabric) + u64::from(fabric.latency_cycles())
 }

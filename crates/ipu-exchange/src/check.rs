@@ -30,10 +30,11 @@ use crate::model::{Phase, PhaseError, Width, validate_phase};
 
 /// One thing wrong with a set of rows.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExchangeCheckError {
     /// The phase itself is invalid.
     #[error("the phase is invalid: {0}")]
-    Phase(PhaseError),
+    Phase(#[source] PhaseError),
     /// Rows exist for a different number of tiles.
     #[error("there are rows for {rows} tiles but the phase has {tiles}; encode one row per tile")]
     TileCount {
@@ -48,6 +49,7 @@ pub enum ExchangeCheckError {
         /// The tile.
         tile: TileId,
         /// The decoder's complaint.
+        #[source]
         error: DecodeError,
     },
     /// A paired item needs a partner tile that does not exist.

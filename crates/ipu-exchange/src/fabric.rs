@@ -24,6 +24,7 @@ pub struct Fabric {
 
 /// Why a device description could not be turned into a [`Fabric`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FabricError {
     /// The text is not valid TOML.
     #[error("the device description is not valid TOML: {message}")]

@@ -60,7 +60,8 @@ pub use isa::{DecodeError, EncodeError, Instr};
 pub use model::{Phase, PhaseError, Transfer, Width, validate_phase};
 pub use replay::{ExchangeMemory, MemoryError, ReplayError, ReplayStats, replay};
 pub use schedule::{
-    Schedule, ScheduleConfig, ScheduleError, ScheduleKind, schedule, schedule_phases,
+    ReaddressMismatch, Schedule, ScheduleConfig, ScheduleError, ScheduleKind, schedule,
+    schedule_phases,
 };
 pub use snapshot::{SCHEMA_VERSION, Snapshot, SnapshotError, SnapshotPhase, SnapshotTransfer};
 pub use timeline::{SendRun, Timeline, Window, Xpic, decode};

@@ -14,8 +14,9 @@ pub enum Width {
     /// One 32-bit word per cycle on the sender's own transmit lane.
     Word32,
     /// Permission to send 64-bit items: two words per cycle, borrowing the
-    /// transmit lane of the partner tile `source ^ 2` and the receive port of
-    /// each destination's partner `destination ^ 2`. The scheduler may still
+    /// transmit lane of the source's partner tile and the receive port of
+    /// each destination's partner (the fabric names partners:
+    /// [`Fabric::partner`](crate::Fabric::partner)). The scheduler may still
     /// send such a transfer as 32-bit words when that gives a shorter phase.
     /// Needs an even word count, one contiguous 8-byte aligned source run and
     /// 8-byte aligned destinations.
@@ -76,6 +77,7 @@ pub const MAX_TILES: u32 = 1 << 13;
 
 /// Why a phase cannot be scheduled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PhaseError {
     /// The tile count is zero or larger than XPIC values can name.
     #[error("the phase has tile_count {tile_count}; it must be between 1 and 8192")]

@@ -9,8 +9,8 @@ use std::time::Instant;
 use crate::check::check_schedule;
 use crate::fabric::Fabric;
 use crate::model::Phase;
-use crate::schedule::{ScheduleConfig, schedule};
-use crate::snapshot::Snapshot;
+use crate::schedule::{ScheduleConfig, ScheduleError, schedule};
+use crate::snapshot::{Snapshot, SnapshotError};
 
 /// Figures of one scheduled phase.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,7 +24,7 @@ pub struct PhaseFigures {
     /// Stronger lower bound.
     pub stronger_bound: u64,
     /// Achieved horizon, or the error that stopped scheduling.
-    pub outcome: Result<PhaseOutcome, String>,
+    pub outcome: Result<PhaseOutcome, ScheduleError>,
 }
 
 /// What scheduling a phase achieved.
@@ -56,32 +56,30 @@ pub fn phase_figures(
     phases
         .iter()
         .map(|(label, phase)| {
-            let endpoint_bound = crate::endpoint_lower_bound(phase);
+            let endpoint_bound = crate::endpoint_lower_bound(phase, fabric);
             let stronger_bound = crate::stronger_lower_bound(phase, fabric);
             let config = ScheduleConfig {
                 phase_label: *label,
                 ..config.clone()
             };
             let started = Instant::now();
-            let outcome = schedule(phase, fabric, &config)
-                .map(|s| {
-                    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-                    let check_errors = check.then(|| {
-                        check_schedule(phase, fabric, s.rows())
-                            .err()
-                            .map_or(0, |e| e.len())
-                    });
-                    PhaseOutcome {
-                        horizon: s.horizon(),
-                        kind: s.kind().name(),
-                        segments: s.segments(),
-                        total_row_bytes: s.rows().total_bytes(),
-                        largest_row_bytes: s.rows().largest_row().map_or(0, |(_, b)| b),
-                        elapsed_ms,
-                        check_errors,
-                    }
-                })
-                .map_err(|e| e.to_string());
+            let outcome = schedule(phase, fabric, &config).map(|s| {
+                let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+                let check_errors = check.then(|| {
+                    check_schedule(phase, fabric, s.rows())
+                        .err()
+                        .map_or(0, |e| e.len())
+                });
+                PhaseOutcome {
+                    horizon: s.horizon(),
+                    kind: s.kind().name(),
+                    segments: s.segments(),
+                    total_row_bytes: s.rows().total_bytes(),
+                    largest_row_bytes: s.rows().largest_row().map_or(0, |(_, b)| b),
+                    elapsed_ms,
+                    check_errors,
+                }
+            });
             PhaseFigures {
                 phase: *label,
                 transfers: phase.transfers.len(),
@@ -183,14 +181,15 @@ fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 { 1.0 } else { a as f64 / b as f64 }
 }
 
-/// Parses a snapshot and reports on every phase; errors are a sentence.
+/// Parses a snapshot and reports on every phase (a phase that fails to
+/// schedule is a line of the report).
 pub fn snapshot_report(
     text: &str,
     fabric: &Fabric,
     config: &ScheduleConfig,
     check: bool,
-) -> Result<String, String> {
-    let snapshot = Snapshot::from_json(text).map_err(|e| e.to_string())?;
+) -> Result<String, SnapshotError> {
+    let snapshot = Snapshot::from_json(text)?;
     let labels: Vec<u32> = snapshot.phases.iter().map(|p| p.phase).collect();
     let phases: Vec<(u32, Phase)> = labels.into_iter().zip(snapshot.phases()).collect();
     Ok(format_figures(&phase_figures(

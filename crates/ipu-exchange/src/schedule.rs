@@ -136,11 +136,10 @@ impl Schedule {
             return Err(ScheduleError::Readdress {
                 phase: label,
                 transfer: None,
-                reason: format!(
-                    "it has {} tiles, the schedule {}",
-                    phase.tile_count,
-                    self.rows.tile_count()
-                ),
+                reason: ReaddressMismatch::TileCount {
+                    phase_tiles: phase.tile_count,
+                    schedule_tiles: self.rows.tile_count(),
+                },
             });
         }
         let origins = self.core.jobs.iter().map(|j| j.origin).max();
@@ -148,7 +147,9 @@ impl Schedule {
             return Err(ScheduleError::Readdress {
                 phase: label,
                 transfer: None,
-                reason: format!("it has fewer transfers ({})", phase.transfers.len()),
+                reason: ReaddressMismatch::FewerTransfers {
+                    transfers: phase.transfers.len(),
+                },
             });
         }
         // Every job must describe its transfer exactly as when scheduled.
@@ -165,14 +166,14 @@ impl Schedule {
                 return Err(ScheduleError::Readdress {
                     phase: label,
                     transfer: Some(job.origin),
-                    reason: "its source, destination tiles or words differ".into(),
+                    reason: ReaddressMismatch::Transfer,
                 });
             }
             if wide && (t.width != Width::Paired64 || t.source_addresses.len() != 1) {
                 return Err(ScheduleError::Readdress {
                     phase: label,
                     transfer: Some(job.origin),
-                    reason: "it was scheduled as 64-bit items but is no longer paired".into(),
+                    reason: ReaddressMismatch::NoLongerPaired,
                 });
             }
         }
@@ -235,8 +236,37 @@ impl Schedule {
     }
 }
 
+/// How a phase given to [`Schedule::readdress`] differs from the scheduled
+/// one beyond its addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReaddressMismatch {
+    /// The tile counts differ.
+    #[error("it has {phase_tiles} tiles, the schedule {schedule_tiles}")]
+    TileCount {
+        /// Tiles of the phase given.
+        phase_tiles: u32,
+        /// Tiles of the scheduled phase.
+        schedule_tiles: u32,
+    },
+    /// The phase has fewer transfers than the schedule moves.
+    #[error("it has fewer transfers ({transfers}) than the scheduled phase")]
+    FewerTransfers {
+        /// Transfers of the phase given.
+        transfers: usize,
+    },
+    /// A transfer's source, destination tiles or word count differ.
+    #[error("its source, destination tiles or words differ")]
+    Transfer,
+    /// A transfer sent as 64-bit items is no longer a contiguous Paired64
+    /// transfer.
+    #[error("it was scheduled as 64-bit items but is no longer paired")]
+    NoLongerPaired,
+}
+
 /// Why a phase could not be scheduled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScheduleError {
     /// The phase breaks a modelling rule.
     #[error("phase {phase}: {source}")]
@@ -299,7 +329,8 @@ pub enum ScheduleError {
         /// The first transfer that differs, if one does.
         transfer: Option<u32>,
         /// How it differs.
-        reason: String,
+        #[source]
+        reason: ReaddressMismatch,
     },
     /// A horizon does not fit the instruction set (more than 2^40 cycles).
     #[error("phase {phase} needs {horizon} cycles, more than rows can express; split the phase")]
@@ -368,7 +399,7 @@ fn schedule_labeled(
         });
     }
     let large = phase.transfers.len() >= config.large_phase_transfers;
-    let endpoint = endpoint_lower_bound(phase);
+    let endpoint = endpoint_lower_bound(phase, fabric);
     let stronger = if phase.transfers.is_empty() {
         0
     } else {
@@ -402,11 +433,11 @@ fn schedule_labeled(
         || {
             if want_paired {
                 rayon::join(
-                    || plan(phase, config, endpoint, latency, false),
-                    || Some(plan(phase, config, endpoint, latency, true)),
+                    || plan(phase, fabric, config, endpoint, false),
+                    || Some(plan(phase, fabric, config, endpoint, true)),
                 )
             } else {
-                (plan(phase, config, endpoint, latency, false), None)
+                (plan(phase, fabric, config, endpoint, false), None)
             }
         },
     );
@@ -515,26 +546,35 @@ fn encode_rows(
 
 /// Whether a transfer can go as 64-bit items in a phase of `tiles` tiles:
 /// Paired64, every partner exists, and no two destinations share a pair.
-fn goes_wide(t: &crate::model::Transfer, tiles: u32) -> bool {
-    if t.width != Width::Paired64 || t.source.as_u32() ^ 2 >= tiles {
+fn goes_wide(t: &crate::model::Transfer, tiles: u32, fabric: &Fabric) -> bool {
+    if t.width != Width::Paired64 || fabric.partner(t.source).as_u32() >= tiles {
         return false;
     }
     let mut pairs: SmallVec<[u32; 4]> = SmallVec::new();
     for &(d, _) in &t.destinations {
-        if d.as_u32() ^ 2 >= tiles {
+        let partner = fabric.partner(d).as_u32();
+        if partner >= tiles {
             return false;
         }
-        // d and d ^ 2 share a pair: both must not be destinations.
-        let p = d.as_u32() & !2;
-        if pairs.contains(&p) {
+        // A tile and its partner form one pair: both must not be
+        // destinations, as the wide item occupies both receive ports.
+        let pair = d.as_u32().min(partner);
+        if pairs.contains(&pair) {
             return false;
         }
-        pairs.push(p);
+        pairs.push(pair);
     }
     true
 }
 
-fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, paired: bool) -> Plan {
+fn plan(
+    phase: &Phase,
+    fabric: &Fabric,
+    config: &ScheduleConfig,
+    endpoint: u64,
+    paired: bool,
+) -> Plan {
+    let latency = u64::from(fabric.latency_cycles());
     let tiles = phase.tile_count;
     let slack = |bound: u64| bound + bound * u64::from(config.target_slack_ppm) / 1_000_000;
     let core_config = |target| CoreConfig {
@@ -547,7 +587,7 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
     // partner's receive port.
     let make_job = |index: usize, wide: bool| {
         let t = &phase.transfers[index];
-        let partner = |tile: TileId| tile.as_u32() ^ 2;
+        let partner = |tile: TileId| fabric.partner(tile).as_u32();
         Job {
             sender: t.source.as_u32(),
             receivers: t.destinations.iter().map(|&(d, _)| d.as_u32()).collect(),
@@ -568,7 +608,7 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
     };
     let mut activity = vec![TileActivity::default(); tiles as usize];
     let jobs: Vec<Job> = (0..phase.transfers.len())
-        .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles)))
+        .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles, fabric)))
         .collect();
     let bound = job_bound(&jobs, tiles as usize).max(endpoint);
     let out = core::run(tiles as usize, jobs, core_config(slack(bound)));

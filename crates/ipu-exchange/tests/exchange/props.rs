@@ -114,7 +114,7 @@ proptest! {
     fn any_phase_schedules_and_checks(phase in phase(4), config in config(), latency in 0u32..20) {
         let fabric = fabric().with_latency(latency);
         let s = schedule_and_check(&phase, &fabric, &config);
-        prop_assert!(endpoint_lower_bound(&phase) <= s.horizon());
+        prop_assert!(endpoint_lower_bound(&phase, &fabric) <= s.horizon());
     }
 
     #[test]
