@@ -52,7 +52,7 @@ mod schedule;
 mod snapshot;
 mod timeline;
 
-pub use bounds::{endpoint_lower_bound, stronger_lower_bound};
+pub use bounds::{endpoint_lower_bound, multicast_lower_bound, stronger_lower_bound};
 pub use check::{ExchangeCheckError, check_schedule};
 pub use encode::EncodedRows;
 pub use fabric::{Fabric, FabricError};

@@ -23,6 +23,8 @@ pub struct PhaseFigures {
     pub endpoint_bound: u64,
     /// Stronger lower bound.
     pub stronger_bound: u64,
+    /// Multicast lower bound.
+    pub multicast_bound: u64,
     /// Achieved horizon, or the error that stopped scheduling.
     pub outcome: Result<PhaseOutcome, ScheduleError>,
 }
@@ -42,8 +44,8 @@ pub struct PhaseOutcome {
     pub largest_row_bytes: u64,
     /// Milliseconds to schedule and encode.
     pub elapsed_ms: f64,
-    /// Checker errors, if the checker ran.
-    pub check_errors: Option<usize>,
+    /// Checker errors and milliseconds, if the checker ran.
+    pub check: Option<(usize, f64)>,
 }
 
 /// Schedules (and, with `check`, checks) every phase in order.
@@ -63,12 +65,19 @@ pub fn phase_figures(
                 ..config.clone()
             };
             let started = Instant::now();
-            let outcome = schedule(phase, fabric, &config).map(|s| {
-                let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-                let check_errors = check.then(|| {
-                    check_schedule(phase, fabric, s.rows())
+            let scheduled = schedule(phase, fabric, &config);
+            let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+            let multicast_bound = match &scheduled {
+                Ok(s) => s.multicast_lower_bound(),
+                Err(_) => crate::multicast_lower_bound(phase, fabric).max(stronger_bound),
+            };
+            let outcome = scheduled.map(|s| {
+                let check = check.then(|| {
+                    let started = Instant::now();
+                    let errors = check_schedule(phase, fabric, s.rows())
                         .err()
-                        .map_or(0, |e| e.len())
+                        .map_or(0, |e| e.len());
+                    (errors, started.elapsed().as_secs_f64() * 1e3)
                 });
                 PhaseOutcome {
                     horizon: s.horizon(),
@@ -77,7 +86,7 @@ pub fn phase_figures(
                     total_row_bytes: s.rows().total_bytes(),
                     largest_row_bytes: s.rows().largest_row().map_or(0, |(_, b)| b),
                     elapsed_ms,
-                    check_errors,
+                    check,
                 }
             });
             PhaseFigures {
@@ -85,6 +94,7 @@ pub fn phase_figures(
                 transfers: phase.transfers.len(),
                 endpoint_bound,
                 stronger_bound,
+                multicast_bound,
                 outcome,
             }
         })
@@ -96,51 +106,60 @@ pub fn format_figures(figures: &[PhaseFigures]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>11} {:>9} {:>10} {:>6}",
+        "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>11} {:>9} {:>10} {:>6} {:>9}",
         "phase",
         "transfers",
         "endpoint",
         "stronger",
+        "multicast",
         "horizon",
         "gap%",
+        "mgap%",
         "kind",
         "segments",
         "row_bytes",
         "max_row",
         "ms",
-        "check"
+        "check",
+        "check_ms"
     );
-    let (mut transfers, mut endpoint, mut stronger, mut horizon) = (0usize, 0u64, 0u64, 0u64);
-    let (mut bytes, mut largest, mut ms, mut failures) = (0u64, 0u64, 0f64, 0usize);
+    let (mut transfers, mut endpoint, mut stronger, mut multicast) = (0usize, 0u64, 0u64, 0u64);
+    let (mut horizon, mut bytes, mut largest) = (0u64, 0u64, 0u64);
+    let (mut ms, mut check_ms, mut failures) = (0f64, 0f64, 0usize);
     for f in figures {
         match &f.outcome {
             Ok(o) => {
                 transfers += f.transfers;
                 endpoint += f.endpoint_bound;
                 stronger += f.stronger_bound;
+                multicast += f.multicast_bound;
                 horizon += o.horizon;
                 bytes += o.total_row_bytes;
                 largest = largest.max(o.largest_row_bytes);
                 ms += o.elapsed_ms;
+                check_ms += o.check.map_or(0.0, |c| c.1);
                 let _ = writeln!(
                     out,
-                    "{:>6} {:>9} {:>9} {:>9} {:>9} {:>8.3} {:>8} {:>9} {:>11} {:>9} {:>10.1} {:>6}",
+                    "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8.3} {:>8.3} {:>8} {:>9} {:>11} {:>9} {:>10.1} {:>6} {:>9}",
                     f.phase,
                     f.transfers,
                     f.endpoint_bound,
                     f.stronger_bound,
+                    f.multicast_bound,
                     o.horizon,
                     gap_percent(o.horizon, f.endpoint_bound),
+                    gap_percent(o.horizon, f.multicast_bound),
                     o.kind,
                     o.segments,
                     o.total_row_bytes,
                     o.largest_row_bytes,
                     o.elapsed_ms,
-                    match o.check_errors {
+                    match o.check {
                         None => "-".to_owned(),
-                        Some(0) => "ok".to_owned(),
-                        Some(n) => n.to_string(),
-                    }
+                        Some((0, _)) => "ok".to_owned(),
+                        Some((n, _)) => n.to_string(),
+                    },
+                    o.check.map_or("-".to_owned(), |c| format!("{:.1}", c.1)),
                 );
             }
             Err(e) => {
@@ -151,24 +170,29 @@ pub fn format_figures(figures: &[PhaseFigures]) -> String {
     }
     let _ = writeln!(
         out,
-        "{:>6} {:>9} {:>9} {:>9} {:>9} {:>8.3} {:>8} {:>9} {:>11} {:>9} {:>10.1}",
+        "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8.3} {:>8.3} {:>8} {:>9} {:>11} {:>9} {:>10.1} {:>6} {:>9.1}",
         "total",
         transfers,
         endpoint,
         stronger,
+        multicast,
         horizon,
         gap_percent(horizon, endpoint),
+        gap_percent(horizon, multicast),
         "",
         "",
         bytes,
         largest,
-        ms
+        ms,
+        "",
+        check_ms
     );
     let _ = writeln!(
         out,
-        "sum horizon / sum endpoint bound = {:.4}; / sum stronger bound = {:.4}; {failures} phase(s) failed",
+        "sum horizon / sum endpoint bound = {:.4}; / sum stronger bound = {:.4}; / sum multicast bound = {:.4}; {failures} phase(s) failed",
         ratio(horizon, endpoint),
-        ratio(horizon, stronger)
+        ratio(horizon, stronger),
+        ratio(horizon, multicast)
     );
     out
 }

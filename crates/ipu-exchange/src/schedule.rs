@@ -15,7 +15,7 @@ use ipu_layout::TileId;
 use rayon::prelude::*;
 use smallvec::SmallVec;
 
-use crate::bounds::{endpoint_lower_bound, stronger_lower_bound};
+use crate::bounds::{endpoint_lower_bound, multicast_lower_bound, stronger_lower_bound};
 use crate::core::{self, CoreConfig, CoreOutput, Job};
 use crate::encode::{EncodedRows, RecvPiece, SendPiece, TileActivity, encode_tile};
 use crate::fabric::Fabric;
@@ -101,6 +101,7 @@ pub struct Schedule {
     horizon: u64,
     endpoint_lower_bound: u64,
     stronger_lower_bound: u64,
+    multicast_lower_bound: u64,
     kind: ScheduleKind,
     ordinary_horizon: u64,
     paired_horizon: Option<u64>,
@@ -208,6 +209,10 @@ impl Schedule {
     /// [`stronger_lower_bound`] of the phase.
     pub fn stronger_lower_bound(&self) -> u64 {
         self.stronger_lower_bound
+    }
+    /// [`multicast_lower_bound`] of the phase (at least the stronger bound).
+    pub fn multicast_lower_bound(&self) -> u64 {
+        self.multicast_lower_bound
     }
     /// The kind kept.
     pub fn kind(&self) -> ScheduleKind {
@@ -406,6 +411,7 @@ fn schedule_labeled(
         endpoint + u64::from(fabric.latency_cycles())
     };
     debug_assert_eq!(stronger, stronger_lower_bound(phase, fabric));
+    let multicast = multicast_lower_bound(phase, fabric).max(stronger);
     if large {
         let fanout = phase
             .transfers
@@ -503,6 +509,7 @@ fn schedule_labeled(
         horizon,
         endpoint_lower_bound: endpoint,
         stronger_lower_bound: stronger,
+        multicast_lower_bound: multicast,
         kind: kept.kind,
         ordinary_horizon,
         paired_horizon,

@@ -306,3 +306,27 @@ fn readdress_rejects_another_phase() {
         .unwrap_err();
     assert!(e.to_string().contains("cannot reuse the schedule"), "{e}");
 }
+
+/// A sender whose every receiver also hears another tile's multicast must
+/// wait while that multicast is sent whole, or the multicast's sender pays
+/// for copies: tile 0 sends 100 words to each of tiles 1 and 2, tile 3
+/// multicasts 100 words to both and 100 more to tile 4. Every lane and port
+/// needs 200 cycles, but the multicast bound is 250 (plus latency), and the
+/// scheduler's horizon respects it.
+#[test]
+fn multicast_bound_counts_covered_senders() {
+    let specs: Vec<Spec> = vec![
+        (0, vec![0], 100, false, false),
+        (0, vec![1], 100, false, false),
+        (3, vec![2, 3], 100, false, false),
+        (3, vec![0], 100, false, false),
+    ];
+    let phase = build_phase(5, &specs);
+    let fabric = fabric();
+    assert_eq!(phase.transfers[2].destinations.len(), 2);
+    assert_eq!(endpoint_lower_bound(&phase, &fabric), 200);
+    let latency = u64::from(fabric.latency_cycles());
+    assert_eq!(multicast_lower_bound(&phase, &fabric), 250 + latency);
+    let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+    assert_eq!(s.multicast_lower_bound(), 250 + latency);
+}
