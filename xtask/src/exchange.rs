@@ -50,15 +50,23 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1));
     if args.iter().any(|a| a == "--families") {
+        // Only the families kept by --only are generated.
+        let keep = |name: &String| only.is_none_or(|o| name.contains(o.as_str()));
         let named = |families: Vec<(String, ipu_exchange::generate::GenConfig)>| {
             families
                 .into_iter()
-                .map(|(name, c)| (name, generate_phase(&c)))
+                .map(|(name, c)| {
+                    let phase = keep(&name).then(|| generate_phase(&c));
+                    (name, phase)
+                })
                 .collect::<Vec<_>>()
         };
         let reduce = reduce_families()
             .into_iter()
-            .map(|(name, c)| (name, reduce_phase(&c)))
+            .map(|(name, c)| {
+                let phase = keep(&name).then(|| reduce_phase(&c));
+                (name, phase)
+            })
             .collect::<Vec<_>>();
         for (title, families) in [
             ("seed-shaped unicast families", named(seed_families())),
@@ -72,8 +80,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             let phases: Vec<(u32, Phase)> = families
                 .iter()
                 .enumerate()
-                .filter(|(_, (name, _))| only.is_none_or(|o| name.contains(o.as_str())))
-                .map(|(i, (_, p))| (i as u32, p.clone()))
+                .filter_map(|(i, (_, p))| p.clone().map(|p| (i as u32, p)))
                 .collect();
             if phases.is_empty() {
                 continue;

@@ -135,6 +135,9 @@ struct JobRt {
     sender: u32,
     /// The receiver of a unicast job, else `MULTI`.
     recv0: u32,
+    /// For a multicast job: the index (in its receivers) of the receiver
+    /// last found busy.
+    blocker: u32,
     state: State,
 }
 
@@ -346,6 +349,7 @@ impl Core {
                 pair: NO_PAIR,
                 sender: j.sender,
                 recv0: if j.simple() { j.receivers[0] } else { MULTI },
+                blocker: 0,
                 state: State::Pending,
             })
             .collect::<Vec<_>>();
@@ -541,32 +545,31 @@ impl Core {
         } else {
             (p as u32, v as u32)
         };
-        let nodes = self.busy[SEND].len();
-        let Some(first) = self.pair_index.get(nodes, sender, receiver) else {
-            return false;
-        };
-        // Both nodes are free, so none of the pair's jobs runs: the first
-        // not done is pending.
-        let pid = self.rt[first as usize].pair;
-        let mut found = None;
-        let mut j = first as usize;
-        while let Some(rt) = self.rt.get(j) {
-            if rt.pair != pid {
-                break;
-            }
-            if rt.state == State::Pending {
-                found = Some(j as u32);
-                break;
-            }
-            j += 1;
-        }
-        match found {
+        match self.pending_of_pair(sender, receiver) {
             Some(j) => {
                 self.start(j);
                 true
             }
             None => false,
         }
+    }
+
+    /// The first pending job of a unicast pair, if any.
+    fn pending_of_pair(&self, sender: u32, receiver: u32) -> Option<u32> {
+        let nodes = self.busy[SEND].len();
+        let first = self.pair_index.get(nodes, sender, receiver)?;
+        let pid = self.rt[first as usize].pair;
+        let mut j = first as usize;
+        while let Some(rt) = self.rt.get(j) {
+            if rt.pair != pid {
+                return None;
+            }
+            if rt.state == State::Pending {
+                return Some(j as u32);
+            }
+            j += 1;
+        }
+        None
     }
 
     /// Looks at up to `budget` of `v`'s jobs for one whose other endpoints
@@ -618,35 +621,62 @@ impl Core {
             let lanes_busy = std::iter::once(&job.sender)
                 .chain(&job.extra_senders)
                 .any(|&s| self.busy[SEND][s as usize].is_some());
+            if lanes_busy {
+                continue;
+            }
             let ports_busy = job
                 .extra_receivers
                 .iter()
                 .any(|&r| self.busy[RECV][r as usize].is_some());
-            if lanes_busy {
+            let splittable = split
+                && job.extra_senders.is_empty()
+                && job.extra_receivers.is_empty()
+                && self.target.saturating_sub(self.t + sender_load) >= u64::from(self.rt[j].rem);
+            // A wide multicast is rejected by the receiver that last
+            // blocked it while that one stays busy, so a look costs one
+            // test instead of a pass over hundreds of receivers.
+            let receivers = job.receivers.len();
+            let blocker = self.rt[j].blocker as usize % receivers;
+            if self.busy[RECV][job.receivers[blocker] as usize].is_some() && !splittable {
                 continue;
             }
-            let splittable = job.extra_senders.is_empty() && job.extra_receivers.is_empty();
-            let mut max_recv = 0;
-            let mut all_free = true;
-            let mut any_free = false;
-            for &r in &job.receivers {
-                let r = r as usize;
-                if self.busy[RECV][r].is_none() {
-                    any_free = true;
-                    max_recv = max_recv.max(self.load[RECV][r]);
-                } else {
-                    all_free = false;
-                }
+            let busy_at = (blocker..receivers)
+                .chain(0..blocker)
+                .find(|&k| self.busy[RECV][job.receivers[k] as usize].is_some());
+            if let Some(k) = busy_at {
+                self.rt[j].blocker = k as u32;
             }
-            let score = if side == SEND { max_recv } else { sender_load };
+            let all_free = busy_at.is_none();
             if all_free && !ports_busy {
+                let score = if side == SEND {
+                    job.receivers
+                        .iter()
+                        .map(|&r| self.load[RECV][r as usize])
+                        .max()
+                        .unwrap_or(0)
+                } else {
+                    sender_load
+                };
                 if best.is_none_or(|(b, _)| score > b) {
                     best = Some((score, j));
                 }
-            } else if split && splittable && any_free {
-                let slack = self.target.saturating_sub(self.t + sender_load);
-                if slack >= u64::from(self.rt[j].rem) && best_split.is_none_or(|(b, _)| score > b) {
-                    best_split = Some((score, j));
+            } else if splittable && best.is_none() {
+                // Seen from a free receiver, that receiver is free; seen
+                // from the sender, the part started now is the receivers
+                // free now. Either way the score is the other side's load
+                // (for the sender, the free receiver first found).
+                let score = if side == SEND {
+                    job.receivers
+                        .iter()
+                        .find(|&&r| self.busy[RECV][r as usize].is_none())
+                        .map(|&r| self.load[RECV][r as usize])
+                } else {
+                    Some(sender_load)
+                };
+                if let Some(score) = score {
+                    if best_split.is_none_or(|(b, _)| score > b) {
+                        best_split = Some((score, j));
+                    }
                 }
             }
         }
@@ -726,6 +756,7 @@ impl Core {
                 sender: job.sender,
                 // Split parts are looked up by scanning, never by pair.
                 recv0: MULTI,
+                blocker: 0,
                 state: State::Pending,
             });
         }
@@ -770,52 +801,58 @@ impl Core {
                 break;
             }
             let x = queue[head].node;
-            let given_up = if head == 0 { None } else { self.busy[side][x] };
-            for idx in 0..self.adj[side][x].len() {
-                let j = self.adj[side][x][idx].0 as usize;
-                if self.rt[j].state != State::Pending || self.rt[j].recv0 == MULTI {
-                    continue;
-                }
-                if Some(j as u32) == given_up {
-                    continue;
-                }
-                let partner = if side == SEND {
-                    self.jobs[j].receivers[0] as usize
-                } else {
-                    self.jobs[j].sender as usize
-                };
-                if self.mark[other][partner] == epoch {
-                    continue;
-                }
-                self.mark[other][partner] = epoch;
-                match self.busy[other][partner] {
-                    None => {
-                        found = Some((head, j as u32));
-                        break;
+            let words = self.words;
+            // Partners with unicast work left, from the bit set: a node's
+            // job list also holds multicast and finished jobs, and scanning
+            // it at every step of a search costs more than the search.
+            'partners: for w in 0..words {
+                let mut m = self.partner_bits[side][x * words + w];
+                while m != 0 {
+                    let partner = w * 64 + m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    if self.mark[other][partner] == epoch {
+                        continue;
                     }
-                    Some(f) => {
-                        let fu = f as usize;
-                        if self.rt[fu].recv0 == MULTI {
-                            continue;
+                    let (sender, receiver) = if side == SEND {
+                        (x as u32, partner as u32)
+                    } else {
+                        (partner as u32, x as u32)
+                    };
+                    // A pending job of the pair (the running one, if any,
+                    // is the job `x` gives up, and is Active).
+                    let Some(j) = self.pending_of_pair(sender, receiver) else {
+                        continue;
+                    };
+                    self.mark[other][partner] = epoch;
+                    match self.busy[other][partner] {
+                        None => {
+                            found = Some((head, j));
+                            break 'partners;
                         }
-                        let y = if side == SEND {
-                            self.jobs[fu].sender as usize
-                        } else {
-                            self.jobs[fu].receivers[0] as usize
-                        };
-                        if self.mark[side][y] == epoch {
-                            continue;
-                        }
-                        self.mark[side][y] = epoch;
-                        queue.push(Entry {
-                            node: y,
-                            parent: head,
-                            take: j as u32,
-                        });
-                        if !self.is_critical(side, y) {
-                            // y can give up its job and stay idle.
-                            found = Some((queue.len() - 1, u32::MAX));
-                            break;
+                        Some(f) => {
+                            let fu = f as usize;
+                            if self.rt[fu].recv0 == MULTI {
+                                continue;
+                            }
+                            let y = if side == SEND {
+                                self.rt[fu].sender as usize
+                            } else {
+                                self.rt[fu].recv0 as usize
+                            };
+                            if self.mark[side][y] == epoch {
+                                continue;
+                            }
+                            self.mark[side][y] = epoch;
+                            queue.push(Entry {
+                                node: y,
+                                parent: head,
+                                take: j,
+                            });
+                            if !self.is_critical(side, y) {
+                                // y can give up its job and stay idle.
+                                found = Some((queue.len() - 1, u32::MAX));
+                                break 'partners;
+                            }
                         }
                     }
                 }

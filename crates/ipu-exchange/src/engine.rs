@@ -90,7 +90,7 @@ pub(crate) fn replay_rows(
         }
     }
     let sends: Vec<Vec<SendWin>> = timelines
-        .iter()
+        .par_iter()
         .map(|tl| {
             tl.windows
                 .iter()

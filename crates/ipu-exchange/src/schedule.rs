@@ -187,9 +187,6 @@ impl Schedule {
             config.relocatable,
             &mut activity,
         );
-        activity
-            .par_iter_mut()
-            .for_each(|a| a.recvs.sort_unstable_by_key(|p| p.start));
         let rows = encode_rows(phase, &activity, fabric, config, label)?;
         Ok(Schedule {
             rows,
@@ -615,6 +612,7 @@ fn plan(
     };
     let mut activity = vec![TileActivity::default(); tiles as usize];
     let jobs: Vec<Job> = (0..phase.transfers.len())
+        .into_par_iter()
         .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles, fabric)))
         .collect();
     let bound = job_bound(&jobs, tiles as usize).max(endpoint);
@@ -622,9 +620,6 @@ fn plan(
     let segments = add_activity(phase, &out, latency, config.relocatable, &mut activity);
     let send_horizon = out.horizon;
     let complete = out.complete;
-    activity
-        .par_iter_mut()
-        .for_each(|a| a.recvs.sort_unstable_by_key(|p| p.start));
     Plan {
         kind: if paired {
             ScheduleKind::Paired
@@ -658,8 +653,47 @@ fn job_bound(jobs: &[Job], nodes: usize) -> u64 {
 /// first piece —, start of the source's send after it — set on its last).
 type QuietMark = (u32, Option<Option<u64>>, Option<Option<u64>>);
 
-/// Turns core segments into per-tile pieces; receive pieces start
-/// `latency` cycles after their send. Returns the number of segments.
+/// Segment indices grouped by tile: `order[offsets[t]..offsets[t + 1]]`
+/// are tile `t`'s, in segment order.
+struct Grouped {
+    offsets: Vec<usize>,
+    order: Vec<u32>,
+}
+
+impl Grouped {
+    /// Groups `items` (tile, payload) by tile with a counting sort, keeping
+    /// their order within a tile.
+    fn new(tiles: usize, items: impl Iterator<Item = (u32, u32)> + Clone) -> Grouped {
+        let mut offsets = vec![0usize; tiles + 1];
+        for (tile, _) in items.clone() {
+            offsets[tile as usize + 1] += 1;
+        }
+        for t in 0..tiles {
+            offsets[t + 1] += offsets[t];
+        }
+        let mut next = offsets.clone();
+        let mut order = vec![0u32; offsets[tiles]];
+        for (tile, payload) in items {
+            let at = &mut next[tile as usize];
+            order[*at] = payload;
+            *at += 1;
+        }
+        Grouped { offsets, order }
+    }
+
+    fn of(&self, tile: usize) -> &[u32] {
+        &self.order[self.offsets[tile]..self.offsets[tile + 1]]
+    }
+}
+
+/// Turns core segments into per-tile pieces sorted by start; receive
+/// pieces start `latency` cycles after their send. Returns the number of
+/// segments.
+///
+/// Segments are grouped by sending and by receiving tile first (counting
+/// sorts), so that each tile's pieces are built in parallel from its own
+/// segments, reading the phase's transfers of that tile together; the
+/// result does not depend on the thread count.
 fn add_activity(
     phase: &Phase,
     out: &CoreOutput,
@@ -675,134 +709,154 @@ fn add_activity(
         |origin: u32, word: u32| ((u128::from(origin) + 1) << 66) + 4 * u128::from(word);
     let scattered =
         |origin: u32, word: u32| ((u128::from(origin) + 1) << 66) + ((u128::from(word) + 1) << 34);
-    // Exact capacities first: growing hundreds of vectors piece by piece
-    // costs more than the pieces.
-    let mut sends_per_tile = vec![0usize; activity.len()];
-    let mut recvs_per_tile = vec![0usize; activity.len()];
-    for seg in &out.segments {
-        let job = &out.jobs[seg.job as usize];
-        let t = &phase.transfers[job.origin as usize];
-        // A gather may need more pieces; this is only a capacity hint.
-        sends_per_tile[t.source.as_u32() as usize] += 1;
-        for &k in &job.dests {
-            recvs_per_tile[t.destinations[k as usize].0.as_u32() as usize] += 1;
-        }
-    }
-    for (a, (&s, &r)) in activity
-        .iter_mut()
-        .zip(sends_per_tile.iter().zip(&recvs_per_tile))
-    {
-        a.sends.reserve_exact(s);
-        a.recvs.reserve_exact(r);
-    }
-    // Send pieces per tile, tagged with their segment, so that after
-    // sorting each receive piece can learn when its source is quiet.
-    let mut tags: Vec<Vec<u32>> = sends_per_tile
-        .iter()
-        .map(|&n| Vec::with_capacity(n))
-        .collect();
-    for (index, seg) in out.segments.iter().enumerate() {
-        let job = &out.jobs[seg.job as usize];
-        let t = &phase.transfers[job.origin as usize];
-        let wide = !job.extra_senders.is_empty();
-        let per = if wide { 2 } else { 1 };
-        let first_word = seg.offset * per;
-        let words = seg.len * per;
-        let src = t.source.as_u32() as usize;
-        // Source runs: contiguous pieces of the segment's words.
-        let mut i = 0;
-        while i < words {
-            let Some(address) = t.source_word_address(first_word + i) else {
-                break;
-            };
-            let mut n = if t.source_addresses.len() == 1 {
-                words - i
-            } else {
-                per
-            };
-            // A gather's runs depend on its addresses; relocatable rows
-            // send it word by word.
-            while !(relocatable && t.source_addresses.len() > 1)
-                && i + n < words
-                && t.source_word_address(first_word + i + n) == Some(address + 4 * n)
-            {
-                n += per;
-            }
-            activity[src].sends.push(SendPiece {
-                start: seg.start + u64::from(i / per),
-                items: n / per,
-                wide,
-                byte_address: address,
-                vaddr: if !relocatable {
-                    u128::from(address)
-                } else if t.source_addresses.len() > 1 {
-                    scattered(job.origin, first_word + i)
-                } else {
-                    structural(job.origin, first_word + i)
-                },
-            });
-            tags[src].push(index as u32);
-            i += n;
-        }
-    }
-    // Per segment: the end of the source's previous send and the start of
-    // its next one. Tiles sort in parallel; the results are scattered in
-    // tile order, so nothing depends on scheduling.
-    let quiet: Vec<Vec<QuietMark>> = activity
-        .par_iter_mut()
-        .zip(tags.par_iter_mut())
-        .map(|(a, tag)| {
-            let mut order: Vec<(SendPiece, u32)> = a.sends.drain(..).zip(tag.drain(..)).collect();
-            order.sort_unstable_by_key(|(p, _)| p.start);
-            let mut marks = Vec::new();
-            for (k, &(p, seg)) in order.iter().enumerate() {
-                let first = k == 0 || order[k - 1].1 != seg;
-                let last = order.get(k + 1).is_none_or(|n| n.1 != seg);
-                let before = first.then(|| {
-                    k.checked_sub(1)
-                        .map(|q| order[q].0.start + u64::from(order[q].0.items))
-                });
-                let after = last.then(|| order.get(k + 1).map(|n| n.0.start));
-                if first || last {
-                    marks.push((seg, before, after));
+    let tiles = activity.len();
+    let segments = &out.segments;
+    let by_source = Grouped::new(
+        tiles,
+        segments
+            .iter()
+            .enumerate()
+            .map(|(i, seg)| (out.jobs[seg.job as usize].sender, i as u32)),
+    );
+    // Per tile: its send pieces sorted by start, and per segment of the
+    // tile the end of the tile's send before it and the start of the one
+    // after it.
+    let sends: Vec<(Vec<SendPiece>, Vec<QuietMark>)> = (0..tiles)
+        .into_par_iter()
+        .map(|tile| {
+            let mut pieces: Vec<(SendPiece, u32)> = Vec::with_capacity(by_source.of(tile).len());
+            for &index in by_source.of(tile) {
+                let seg = &segments[index as usize];
+                let job = &out.jobs[seg.job as usize];
+                let t = &phase.transfers[job.origin as usize];
+                let wide = !job.extra_senders.is_empty();
+                let per = if wide { 2 } else { 1 };
+                let first_word = seg.offset * per;
+                let words = seg.len * per;
+                // Source runs: contiguous pieces of the segment's words.
+                let mut i = 0;
+                while i < words {
+                    let Some(address) = t.source_word_address(first_word + i) else {
+                        break;
+                    };
+                    let mut n = if t.source_addresses.len() == 1 {
+                        words - i
+                    } else {
+                        per
+                    };
+                    // A gather's runs depend on its addresses; relocatable
+                    // rows send it word by word.
+                    while !(relocatable && t.source_addresses.len() > 1)
+                        && i + n < words
+                        && t.source_word_address(first_word + i + n) == Some(address + 4 * n)
+                    {
+                        n += per;
+                    }
+                    let piece = SendPiece {
+                        start: seg.start + u64::from(i / per),
+                        items: n / per,
+                        wide,
+                        byte_address: address,
+                        vaddr: if !relocatable {
+                            u128::from(address)
+                        } else if t.source_addresses.len() > 1 {
+                            scattered(job.origin, first_word + i)
+                        } else {
+                            structural(job.origin, first_word + i)
+                        },
+                    };
+                    pieces.push((piece, index));
+                    i += n;
                 }
-                a.sends.push(p);
             }
-            marks
+            pieces.sort_by_key(|(p, _)| p.start);
+            let mut marks = Vec::with_capacity(by_source.of(tile).len());
+            for (k, &(_, seg)) in pieces.iter().enumerate() {
+                let first = k == 0 || pieces[k - 1].1 != seg;
+                let last = pieces.get(k + 1).is_none_or(|n| n.1 != seg);
+                if first {
+                    let before = k
+                        .checked_sub(1)
+                        .map(|q| pieces[q].0.start + u64::from(pieces[q].0.items));
+                    marks.push((seg, Some(before), None));
+                }
+                if last {
+                    let after = pieces.get(k + 1).map(|n| n.0.start);
+                    marks.push((seg, None, Some(after)));
+                }
+            }
+            (pieces.into_iter().map(|(p, _)| p).collect(), marks)
         })
         .collect();
-    let mut before = vec![None; out.segments.len()];
-    let mut after = vec![None; out.segments.len()];
-    for (seg, b, a) in quiet.into_iter().flatten() {
-        if let Some(b) = b {
-            before[seg as usize] = b;
-        }
-        if let Some(a) = a {
-            after[seg as usize] = a;
-        }
-    }
-    for (index, seg) in out.segments.iter().enumerate() {
-        let job = &out.jobs[seg.job as usize];
-        let t = &phase.transfers[job.origin as usize];
-        let wide = !job.extra_senders.is_empty();
-        let first_word = seg.offset * if wide { 2 } else { 1 };
-        for &k in &job.dests {
-            let (d, address) = t.destinations[k as usize];
-            activity[d.as_u32() as usize].recvs.push(RecvPiece {
-                start: seg.start + latency,
-                items: seg.len,
-                wide,
-                source: t.source.as_u32(),
-                byte_address: address + 4 * first_word,
-                vaddr: if relocatable {
-                    structural(job.origin, first_word)
-                } else {
-                    u128::from(address + 4 * first_word)
-                },
-                source_quiet_from: before[index],
-                source_next_send: after[index],
-            });
+    // Per segment: the end of its source's previous send and the start of
+    // its next one.
+    let mut before = vec![None; segments.len()];
+    let mut after = vec![None; segments.len()];
+    for (_, marks) in &sends {
+        for &(seg, b, a) in marks {
+            if let Some(b) = b {
+                before[seg as usize] = b;
+            }
+            if let Some(a) = a {
+                after[seg as usize] = a;
+            }
         }
     }
-    out.segments.len()
+    // Receive pieces, grouped by receiving tile: (segment, destination
+    // index within the job) packed as segment-major pairs.
+    let dest_pairs: Vec<(u32, u32)> = segments
+        .iter()
+        .enumerate()
+        .flat_map(|(i, seg)| {
+            let job = &out.jobs[seg.job as usize];
+            job.dests.iter().map(move |&k| (i as u32, k))
+        })
+        .collect();
+    let by_dest = Grouped::new(
+        tiles,
+        dest_pairs.iter().enumerate().map(|(p, &(i, k))| {
+            let job = &out.jobs[segments[i as usize].job as usize];
+            let t = &phase.transfers[job.origin as usize];
+            (t.destinations[k as usize].0.as_u32(), p as u32)
+        }),
+    );
+    let recvs: Vec<Vec<RecvPiece>> = (0..tiles)
+        .into_par_iter()
+        .map(|tile| {
+            let mut pieces: Vec<RecvPiece> = by_dest
+                .of(tile)
+                .iter()
+                .map(|&p| {
+                    let (index, k) = dest_pairs[p as usize];
+                    let seg = &segments[index as usize];
+                    let job = &out.jobs[seg.job as usize];
+                    let t = &phase.transfers[job.origin as usize];
+                    let wide = !job.extra_senders.is_empty();
+                    let first_word = seg.offset * if wide { 2 } else { 1 };
+                    let (_, address) = t.destinations[k as usize];
+                    RecvPiece {
+                        start: seg.start + latency,
+                        items: seg.len,
+                        wide,
+                        source: t.source.as_u32(),
+                        byte_address: address + 4 * first_word,
+                        vaddr: if relocatable {
+                            structural(job.origin, first_word)
+                        } else {
+                            u128::from(address + 4 * first_word)
+                        },
+                        source_quiet_from: before[index as usize],
+                        source_next_send: after[index as usize],
+                    }
+                })
+                .collect();
+            pieces.sort_by_key(|p| p.start);
+            pieces
+        })
+        .collect();
+    for ((a, (s, _)), r) in activity.iter_mut().zip(sends).zip(recvs) {
+        a.sends = s;
+        a.recvs = r;
+    }
+    segments.len()
 }
