@@ -188,13 +188,12 @@ struct Core {
     jobs: Vec<Job>,
     /// Per job: its running state, kept together for locality.
     rt: Vec<JobRt>,
-    /// Per side, per node: like `adj`, but only jobs the unicast bit sets
-    /// do not cover (multicast jobs and parts of split ones).
+    /// Per side, per node: the jobs the unicast bit sets do not cover
+    /// (multicast jobs and parts of split ones), as (job id, partner node
+    /// on the other side; for a multicast job seen from the sender,
+    /// `MULTI`). Entries of finished jobs, and of split jobs that no longer
+    /// hold the node, are dropped lazily.
     others: [Vec<Vec<(u32, u32)>>; 2],
-    /// Per side, per node: (job id, partner node on the other side; for a
-    /// multicast job seen from the sender, `MULTI`). Entries of finished
-    /// jobs are dropped lazily.
-    adj: [Vec<Vec<(u32, u32)>>; 2],
     /// Per side, per node: remaining load as of `node_since` (busy) or now
     /// (free).
     load: [Vec<u64>; 2],
@@ -282,7 +281,25 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
         })
         .collect();
     keys.sort_unstable();
-    let mut slots: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<Job>> = jobs
+        .into_iter()
+        .map(|mut j| {
+            // Multicast receivers in order (with their tags), so that a
+            // split part's membership is a binary search.
+            if j.receivers.len() > 1 && j.extra_receivers.is_empty() {
+                let mut pairs: SmallVec<[(u32, u32); 2]> = j
+                    .receivers
+                    .iter()
+                    .copied()
+                    .zip(j.dests.iter().copied())
+                    .collect();
+                pairs.sort_unstable();
+                j.receivers = pairs.iter().map(|p| p.0).collect();
+                j.dests = pairs.iter().map(|p| p.1).collect();
+            }
+            Some(j)
+        })
+        .collect();
     let jobs: Vec<Job> = keys
         .iter()
         .filter_map(|k| slots.get_mut(k.3 as usize).and_then(Option::take))
@@ -321,7 +338,6 @@ impl Core {
                 partner_bits[RECV][r * words + s / 64] |= 1 << (s % 64);
             }
         }
-        let mut adj = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
         let mut load = [vec![0u64; nodes], vec![0u64; nodes]];
         let mut others = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
         for (j, job) in jobs.iter().enumerate() {
@@ -332,7 +348,6 @@ impl Core {
             };
             for (side, v) in job.endpoints() {
                 let entry = (j as u32, if side == SEND { partner } else { job.sender });
-                adj[side][v].push(entry);
                 if partner == MULTI {
                     others[side][v].push(entry);
                 }
@@ -383,7 +398,6 @@ impl Core {
             pair_pending,
             rt,
             jobs,
-            adj,
             others,
             load,
             busy: [vec![None; nodes], vec![None; nodes]],
@@ -593,7 +607,13 @@ impl Core {
                 i = (i + 1) % len;
                 continue;
             }
-            if self.rt[j].state == State::Done {
+            // A split multicast job keeps only the receivers it has not
+            // served; its receivers are sorted, so membership is a search.
+            let stale = side == RECV
+                && self.rt[j].recv0 == MULTI
+                && self.jobs[j].extra_receivers.is_empty()
+                && self.jobs[j].receivers.binary_search(&(v as u32)).is_err();
+            if self.rt[j].state == State::Done || stale {
                 self.others[side][v].swap_remove(i);
                 len -= 1;
                 if len == 0 {
@@ -610,8 +630,17 @@ impl Core {
             }
             let job = &self.jobs[j];
             if job.simple() {
-                // Unicast with a free partner (checked above).
-                let score = self.load[other][partner as usize];
+                // Unicast (a split part, or a multicast job split down to
+                // one receiver, whose entry may not name the partner).
+                let p = if side == SEND {
+                    job.receivers[0]
+                } else {
+                    job.sender
+                } as usize;
+                if self.busy[other][p].is_some() {
+                    continue;
+                }
+                let score = self.load[other][p];
                 if best.is_none_or(|(b, _)| score > b) {
                     best = Some((score, j));
                 }
@@ -705,64 +734,70 @@ impl Core {
     /// (started now) and the rest (pending). The sender's load grows by the
     /// remaining items.
     fn split_and_start(&mut self, j: usize) -> bool {
-        let job = self.jobs[j].clone();
-        let mut now = Job {
-            receivers: SmallVec::new(),
-            extra_senders: SmallVec::new(),
-            extra_receivers: SmallVec::new(),
-            dests: SmallVec::new(),
-            ..job.clone()
-        };
-        let mut later = now.clone();
-        for (k, &r) in job.receivers.iter().enumerate() {
-            let part = if self.busy[RECV][r as usize].is_none() {
-                &mut now
-            } else {
-                &mut later
-            };
-            part.receivers.push(r);
-            part.dests.push(job.dests[k]);
-        }
-        if now.receivers.is_empty() || later.receivers.is_empty() {
+        let job = &self.jobs[j];
+        let free = |r: &u32| self.busy[RECV][*r as usize].is_none();
+        let free_count = job.receivers.iter().filter(|r| free(r)).count();
+        if free_count == 0 || free_count == job.receivers.len() {
             return false;
         }
-        // Retire the original job; its receivers' lists drop it lazily
-        // because it is Done.
-        self.rt[j].state = State::Done;
+        // The free receivers become a new job, started now; the original
+        // job keeps the busy ones. Only the new part is registered, so a
+        // split costs the receivers it serves, not the job's whole fanout;
+        // the entries the served receivers still hold for the original job
+        // are dropped when a scan finds them stale.
+        let mut now = Job {
+            receivers: SmallVec::with_capacity(free_count),
+            extra_senders: SmallVec::new(),
+            extra_receivers: SmallVec::new(),
+            dests: SmallVec::with_capacity(free_count),
+            sender: job.sender,
+            len: job.len,
+            origin: job.origin,
+        };
+        let mut keep = 0;
+        let job = &mut self.jobs[j];
+        for k in 0..job.receivers.len() {
+            let (r, d) = (job.receivers[k], job.dests[k]);
+            if self.busy[RECV][r as usize].is_none() {
+                now.receivers.push(r);
+                now.dests.push(d);
+            } else {
+                job.receivers[keep] = r;
+                job.dests[keep] = d;
+                keep += 1;
+            }
+        }
+        job.receivers.truncate(keep);
+        job.dests.truncate(keep);
+        self.rt[j].blocker = 0;
         let rem = self.rt[j].rem;
         let offset = self.rt[j].offset;
-        self.load[SEND][job.sender as usize] += u64::from(rem);
-        let mut ids = [0u32; 2];
-        for (slot, part) in [now, later].into_iter().enumerate() {
-            let id = self.jobs.len() as u32;
-            ids[slot] = id;
-            let partner = match part.receivers.as_slice() {
-                [r] => *r,
-                _ => MULTI,
-            };
-            self.adj[SEND][part.sender as usize].push((id, partner));
-            self.others[SEND][part.sender as usize].push((id, partner));
-            for &r in &part.receivers {
-                self.adj[RECV][r as usize].push((id, part.sender));
-                self.others[RECV][r as usize].push((id, part.sender));
-            }
-            self.jobs.push(part);
-            self.rt.push(JobRt {
-                since: 0,
-                rem,
-                offset,
-                version: 0,
-                pair: NO_PAIR,
-                sender: job.sender,
-                // Split parts are looked up by scanning, never by pair.
-                recv0: MULTI,
-                blocker: 0,
-                state: State::Pending,
-            });
+        let sender = now.sender;
+        self.load[SEND][sender as usize] += u64::from(rem);
+        let id = self.jobs.len() as u32;
+        let partner = match now.receivers.as_slice() {
+            [r] => *r,
+            _ => MULTI,
+        };
+        self.others[SEND][sender as usize].push((id, partner));
+        for &r in &now.receivers {
+            self.others[RECV][r as usize].push((id, sender));
         }
-        // One job became two pending jobs.
+        self.jobs.push(now);
+        self.rt.push(JobRt {
+            since: 0,
+            rem,
+            offset,
+            version: 0,
+            pair: NO_PAIR,
+            sender,
+            // Split parts are looked up by scanning, never by pair.
+            recv0: MULTI,
+            blocker: 0,
+            state: State::Pending,
+        });
         self.pending_count += 1;
-        self.start(ids[0]);
+        self.start(id);
         true
     }
 
