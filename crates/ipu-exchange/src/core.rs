@@ -607,13 +607,7 @@ impl Core {
                 i = (i + 1) % len;
                 continue;
             }
-            // A split multicast job keeps only the receivers it has not
-            // served; its receivers are sorted, so membership is a search.
-            let stale = side == RECV
-                && self.rt[j].recv0 == MULTI
-                && self.jobs[j].extra_receivers.is_empty()
-                && self.jobs[j].receivers.binary_search(&(v as u32)).is_err();
-            if self.rt[j].state == State::Done || stale {
+            if self.rt[j].state == State::Done {
                 self.others[side][v].swap_remove(i);
                 len -= 1;
                 if len == 0 {
@@ -637,7 +631,8 @@ impl Core {
                 } else {
                     job.sender
                 } as usize;
-                if self.busy[other][p].is_some() {
+                let stale = side == RECV && job.receivers[0] as usize != v;
+                if stale || self.busy[other][p].is_some() {
                     continue;
                 }
                 let score = self.load[other][p];
@@ -676,6 +671,16 @@ impl Core {
                 self.rt[j].blocker = k as u32;
             }
             let all_free = busy_at.is_none();
+            // A split multicast job keeps only the receivers it has not
+            // served, so a receiver's entry may be stale; its receivers are
+            // sorted, and only a job about to become the choice is searched.
+            // Paired jobs are never split, and their receivers are not sorted.
+            let holds = |core: &Core| {
+                let job = &core.jobs[j];
+                side == SEND
+                    || !job.extra_receivers.is_empty()
+                    || job.receivers.binary_search(&(v as u32)).is_ok()
+            };
             if all_free && !ports_busy {
                 let score = if side == SEND {
                     job.receivers
@@ -686,7 +691,7 @@ impl Core {
                 } else {
                     sender_load
                 };
-                if best.is_none_or(|(b, _)| score > b) {
+                if best.is_none_or(|(b, _)| score > b) && holds(self) {
                     best = Some((score, j));
                 }
             } else if splittable && best.is_none() {
@@ -703,7 +708,7 @@ impl Core {
                     Some(sender_load)
                 };
                 if let Some(score) = score {
-                    if best_split.is_none_or(|(b, _)| score > b) {
+                    if best_split.is_none_or(|(b, _)| score > b) && holds(self) {
                         best_split = Some((score, j));
                     }
                 }

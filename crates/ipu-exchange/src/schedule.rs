@@ -802,23 +802,37 @@ fn add_activity(
             }
         }
     }
-    // Receive pieces, grouped by receiving tile: (segment, destination
-    // index within the job) packed as segment-major pairs.
-    let dest_pairs: Vec<(u32, u32)> = segments
-        .iter()
+    // Receive pieces, grouped by receiving tile. One pass over the
+    // segments (in parallel, in order) reads each job and transfer once and
+    // lists (segment, receiving tile, destination byte address); a
+    // broadcast's hundreds of receivers then read only this list.
+    let receptions: Vec<(u32, u32, u32)> = segments
+        .par_iter()
         .enumerate()
-        .flat_map(|(i, seg)| {
+        .flat_map_iter(|(i, seg)| {
             let job = &out.jobs[seg.job as usize];
-            job.dests.iter().map(move |&k| (i as u32, k))
+            let t = &phase.transfers[job.origin as usize];
+            job.dests.iter().map(move |&k| {
+                let (d, address) = t.destinations[k as usize];
+                (i as u32, d.as_u32(), address)
+            })
+        })
+        .collect();
+    // Per segment: what a receive piece needs of it besides its address.
+    let info: Vec<(u32, bool, u32)> = segments
+        .par_iter()
+        .map(|seg| {
+            let job = &out.jobs[seg.job as usize];
+            let wide = !job.extra_senders.is_empty();
+            (job.origin, wide, job.sender)
         })
         .collect();
     let by_dest = Grouped::new(
         tiles,
-        dest_pairs.iter().enumerate().map(|(p, &(i, k))| {
-            let job = &out.jobs[segments[i as usize].job as usize];
-            let t = &phase.transfers[job.origin as usize];
-            (t.destinations[k as usize].0.as_u32(), p as u32)
-        }),
+        receptions
+            .iter()
+            .enumerate()
+            .map(|(p, &(_, d, _))| (d, p as u32)),
     );
     let recvs: Vec<Vec<RecvPiece>> = (0..tiles)
         .into_par_iter()
@@ -827,21 +841,18 @@ fn add_activity(
                 .of(tile)
                 .iter()
                 .map(|&p| {
-                    let (index, k) = dest_pairs[p as usize];
+                    let (index, _, address) = receptions[p as usize];
                     let seg = &segments[index as usize];
-                    let job = &out.jobs[seg.job as usize];
-                    let t = &phase.transfers[job.origin as usize];
-                    let wide = !job.extra_senders.is_empty();
+                    let (origin, wide, source) = info[index as usize];
                     let first_word = seg.offset * if wide { 2 } else { 1 };
-                    let (_, address) = t.destinations[k as usize];
                     RecvPiece {
                         start: seg.start + latency,
                         items: seg.len,
                         wide,
-                        source: t.source.as_u32(),
+                        source,
                         byte_address: address + 4 * first_word,
                         vaddr: if relocatable {
-                            structural(job.origin, first_word)
+                            structural(origin, first_word)
                         } else {
                             u128::from(address + 4 * first_word)
                         },
