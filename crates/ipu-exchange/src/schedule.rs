@@ -615,6 +615,11 @@ fn plan(
         .into_par_iter()
         .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles, fabric)))
         .collect();
+    let jobs = if config.fanout_split {
+        presplit(jobs, tiles as usize, endpoint)
+    } else {
+        jobs
+    };
     let bound = job_bound(&jobs, tiles as usize).max(endpoint);
     let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
     let segments = add_activity(phase, &out, latency, config.relocatable, &mut activity);
@@ -632,6 +637,83 @@ fn plan(
         complete,
         core: std::sync::Arc::new(out),
     }
+}
+
+/// Multicasts up to this fanout may be split before scheduling (see
+/// [`presplit`]). Wider ones are left to the core's fanout splitting: split
+/// up front, their groups hold too much of the sender's spare time, and the
+/// generated wide-multicast and reduce families get longer.
+const PRESPLIT_MAX_FANOUT: usize = 16;
+
+/// Splits narrow multicast jobs into groups of receivers where their sender
+/// has lane time to spare, before the core sees them.
+///
+/// A multicast starts only when its sender and every receiver are free at
+/// once, and is never moved by the alternating paths that keep unicast
+/// work at the bound; sending the same words to smaller groups (down to
+/// single receivers, which are unicast jobs) costs the sender the words
+/// once more per extra group. Each sender spends at most half of its spare
+/// lane time (`bound` minus its load) on this: all its multicast jobs of
+/// fanout up to [`PRESPLIT_MAX_FANOUT`] get the smallest group size (1, 2,
+/// 4, …) whose extra cost fits. Groups are runs of the job's receivers in
+/// order, so the result depends only on the jobs.
+fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64) -> Vec<Job> {
+    let splittable = |j: &Job| {
+        (2..=PRESPLIT_MAX_FANOUT).contains(&j.receivers.len())
+            && j.extra_senders.is_empty()
+            && j.extra_receivers.is_empty()
+    };
+    let mut load = vec![0u64; nodes];
+    // Per sender: (fanout, items) of its splittable multicast jobs.
+    let mut multi: Vec<Vec<(u64, u64)>> = vec![Vec::new(); nodes];
+    for j in &jobs {
+        for &s in std::iter::once(&j.sender).chain(&j.extra_senders) {
+            load[s as usize] += u64::from(j.len);
+        }
+        if splittable(j) {
+            multi[j.sender as usize].push((j.receivers.len() as u64, u64::from(j.len)));
+        }
+    }
+    let group: Vec<u64> = multi
+        .iter()
+        .zip(&load)
+        .map(|(list, &own)| {
+            let budget = bound.saturating_sub(own) / 2;
+            let widest = list.iter().map(|&(f, _)| f).max().unwrap_or(1);
+            let cost = |g: u64| -> u64 {
+                list.iter()
+                    .map(|&(f, w)| (f.div_ceil(g) - 1).saturating_mul(w))
+                    .fold(0u64, u64::saturating_add)
+            };
+            let mut g = 1;
+            while g < widest && cost(g) > budget {
+                g *= 2;
+            }
+            g
+        })
+        .collect();
+    let splits = |j: &Job| splittable(j) && j.receivers.len() as u64 > group[j.sender as usize];
+    if !jobs.iter().any(splits) {
+        return jobs;
+    }
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if !splits(&job) {
+            out.push(job);
+            continue;
+        }
+        let g = group[job.sender as usize] as usize;
+        for (receivers, dests) in job.receivers.chunks(g).zip(job.dests.chunks(g)) {
+            out.push(Job {
+                receivers: receivers.iter().copied().collect(),
+                dests: dests.iter().copied().collect(),
+                extra_senders: SmallVec::new(),
+                extra_receivers: SmallVec::new(),
+                ..job
+            });
+        }
+    }
+    out
 }
 
 /// The largest node load of a job set.
