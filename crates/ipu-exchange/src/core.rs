@@ -38,6 +38,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use rayon::prelude::*;
 use smallvec::SmallVec;
 
 /// A job given to the scheduler.
@@ -270,7 +271,7 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
     // consecutive ids, and jobs of one sender sit together in memory. Keys
     // are sorted rather than the (large) jobs themselves.
     let mut keys: Vec<(u32, u32, u32, u32)> = jobs
-        .iter()
+        .par_iter()
         .enumerate()
         .map(|(i, j)| {
             if j.simple() {
@@ -280,10 +281,13 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
             }
         })
         .collect();
-    keys.sort_unstable();
-    let mut slots: Vec<Option<Job>> = jobs
-        .into_iter()
-        .map(|mut j| {
+    // Keys are distinct (they end in the index), so the parallel sort's
+    // order does not depend on the thread count.
+    keys.par_sort_unstable();
+    let jobs: Vec<Job> = keys
+        .par_iter()
+        .map(|k| {
+            let mut j = jobs[k.3 as usize].clone();
             // Multicast receivers in order (with their tags), so that a
             // split part's membership is a binary search.
             if j.receivers.len() > 1 && j.extra_receivers.is_empty() {
@@ -297,12 +301,8 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
                 j.receivers = pairs.iter().map(|p| p.0).collect();
                 j.dests = pairs.iter().map(|p| p.1).collect();
             }
-            Some(j)
+            j
         })
-        .collect();
-    let jobs: Vec<Job> = keys
-        .iter()
-        .filter_map(|k| slots.get_mut(k.3 as usize).and_then(Option::take))
         .collect();
     let mut core = Core::new(nodes, jobs, config);
     core.solve();

@@ -180,19 +180,33 @@ proptest! {
 
 #[test]
 fn results_do_not_depend_on_threads() {
-    let phases: Vec<Phase> = (0..6)
+    use ipu_exchange::generate::{GenConfig, ReduceConfig, generate_phase, reduce_phase};
+    let mut phases: Vec<Phase> = (0..6)
         .map(|seed| {
-            ipu_exchange::generate::generate_phase(&ipu_exchange::generate::GenConfig {
+            generate_phase(&GenConfig {
                 tile_count: 64,
                 transfers: 300,
                 target_bound: 400,
-                max_fanout: 3,
+                max_fanout: if seed < 4 { 3 } else { 40 },
                 paired_percent: 30,
                 balanced_sources: false,
                 seed,
             })
         })
         .collect();
+    // A reduce phase large enough that the per-tile parallel passes split
+    // their work, with unicast, group multicasts and broadcasts.
+    phases.push(reduce_phase(&ReduceConfig {
+        tile_count: 256,
+        used_tiles: 250,
+        rows: 250,
+        columns: 256,
+        partials: 2,
+        row_block: 25,
+        column_block: 24,
+        broadcast_vectors: 1,
+        seed: 7,
+    }));
     let fabric = fabric();
     let config = ScheduleConfig::default();
     let parallel = schedule_phases(&phases, &fabric, &config).expect("schedules");
