@@ -408,7 +408,6 @@ fn schedule_labeled(
         endpoint + u64::from(fabric.latency_cycles())
     };
     debug_assert_eq!(stronger, stronger_lower_bound(phase, fabric));
-    let multicast = multicast_lower_bound(phase, fabric).max(stronger);
     if large {
         let fanout = phase
             .transfers
@@ -430,9 +429,15 @@ fn schedule_labeled(
         .count();
     let want_paired = config.try_paired && candidates > 0;
     let latency = u64::from(fabric.latency_cycles());
-    // The overlap check runs beside the planning; its verdict decides.
-    let (overlaps, (ordinary, paired)) = rayon::join(
-        || validate_overlaps(phase),
+    // The overlap check and the multicast bound run beside the planning;
+    // the check's verdict decides.
+    let ((overlaps, multicast), (ordinary, paired)) = rayon::join(
+        || {
+            (
+                validate_overlaps(phase),
+                multicast_lower_bound(phase, fabric).max(stronger),
+            )
+        },
         || {
             if want_paired {
                 rayon::join(
