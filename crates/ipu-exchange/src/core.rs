@@ -13,7 +13,8 @@
 //! job finishes (its nodes become free), and when a free node becomes
 //! critical. Repair first tries a job whose other endpoints are free (no
 //! preemption), then an alternating path that moves running unicast jobs
-//! (each move is one preemption, i.e. one extra segment). Free non-critical
+//! (each move is one preemption, i.e. one extra segment), found by walking
+//! the nodes' partner bit sets. Free non-critical
 //! nodes are filled greedily with the job whose partner is most loaded.
 //! Finding that job must not cost a scan of the node's jobs at every event
 //! (a tile may have hundreds): per node a bit set of the partners it still
@@ -24,8 +25,16 @@
 //! Multicast jobs start only when the sender and every receiver are free,
 //! and are never preempted by alternating paths. When a multicast job's
 //! receivers are partly busy and the sender has slack for a second send,
-//! the job is split by fanout: the free receivers are served now, the rest
-//! later (the sender pays the items twice).
+//! the job is split by fanout: the free receivers become a new job started
+//! now, and the job keeps the busy ones (the sender pays the items twice).
+//! Only the new part is registered with its receivers, so a broadcast split
+//! many times costs the receivers each part serves, not its whole fanout
+//! each time; the entries the served receivers still hold for the job are
+//! stale, found by a binary search in its sorted receivers when the job is
+//! about to be chosen, and dropped once the job is done. A multicast job
+//! remembers the receiver that last blocked it, so a look at a wide
+//! multicast that cannot start costs one test while that receiver stays
+//! busy.
 //!
 //! If a critical node cannot be covered (multicast, or a capped path
 //! search), the target grows just enough for it to finish after the next

@@ -1,11 +1,15 @@
 //! The scheduler's entry points: from a phase to checked, encoded rows.
 //!
 //! ```text
-//! Phase ──validate──► jobs ──core (critical-set events)──► segments
+//! Phase ──validate──► jobs ──presplit narrow multicasts──► core
+//!   (critical-set events) ──► segments
 //!   ordinary: every transfer as 32-bit words, tile-level jobs
 //!   paired:   Paired64 transfers as 64-bit items that also hold the
-//!             partner tiles' lanes and ports, the rest as 32-bit words
-//! keep the shorter ──► per-tile send/receive pieces ──► rows (rayon)
+//!             partner tiles' lanes and ports (the fabric names partners),
+//!             the rest as 32-bit words
+//! keep the shorter ──► per-tile send/receive pieces (rayon, per tile)
+//!   ──► rows (rayon)
+//! beside the plans: the overlap check and the multicast bound
 //! ```
 //!
 //! Results never depend on the thread count: parallel loops only map over
