@@ -613,7 +613,7 @@ impl Core {
             let j = j as usize;
             // The partner's state is in a small, hot array: look there first.
             if partner != MULTI && self.busy[other][partner as usize].is_some() {
-                i = (i + 1) % len;
+                i = if i + 1 == len { 0 } else { i + 1 };
                 continue;
             }
             if self.rt[j].state == State::Done {
@@ -627,7 +627,7 @@ impl Core {
                 }
                 continue;
             }
-            i = (i + 1) % len;
+            i = if i + 1 == len { 0 } else { i + 1 };
             if self.rt[j].state != State::Pending {
                 continue;
             }
