@@ -117,6 +117,57 @@ proptest! {
         prop_assert!(endpoint_lower_bound(&phase, &fabric) <= s.horizon());
     }
 
+    /// Few tiles and wide multicasts, scheduled with and without fanout
+    /// splitting: `schedule_and_check` asserts `multicast bound <= horizon`
+    /// (here the receive ports usually bind, so the multicast bound rarely
+    /// rises; the covered-sender property below makes it rise).
+    #[test]
+    fn multicast_bound_holds_on_dense_multicast(
+        tiles in 3u32..8,
+        specs in proptest::collection::vec(
+            (any::<u32>(), proptest::collection::vec(any::<u32>(), 1..8), 1u32..40, Just(false), Just(false)),
+            1..12,
+        ),
+        split in any::<bool>(),
+        latency in 0u32..6,
+    ) {
+        let phase = build_phase(tiles, &specs);
+        let fabric = fabric().with_latency(latency);
+        let config = ScheduleConfig { fanout_split: split, ..ScheduleConfig::default() };
+        let s = schedule_and_check(&phase, &fabric, &config);
+        prop_assert!(s.multicast_lower_bound() <= s.horizon());
+    }
+
+    /// The covered-sender pattern with random sizes and random extra
+    /// transfers: tile 0 sends to tiles 1 and 2, tile 3 multicasts to both
+    /// and sends more to tile 4. The multicast bound rises above the
+    /// stronger one in about a third of the cases, and must stay at or
+    /// below the horizon.
+    #[test]
+    fn multicast_bound_holds_on_covered_senders(
+        a in (1u32..60, 1u32..60),
+        b in (1u32..60, 0u32..60),
+        noise in proptest::collection::vec(
+            (any::<u32>(), proptest::collection::vec(any::<u32>(), 1..4), 1u32..20, Just(false), Just(false)),
+            0..4,
+        ),
+        latency in 0u32..6,
+    ) {
+        let mut specs: Vec<Spec> = vec![
+            (0, vec![0], a.0, false, false),
+            (0, vec![1], a.1, false, false),
+            (3, vec![2, 3], b.0, false, false),
+        ];
+        if b.1 > 0 {
+            specs.push((3, vec![0], b.1, false, false));
+        }
+        specs.extend(noise);
+        let phase = build_phase(5, &specs);
+        let fabric = fabric().with_latency(latency);
+        let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+        prop_assert!(s.multicast_lower_bound() <= s.horizon());
+    }
+
     #[test]
     fn unicast_word32_phases_reach_the_bound(phase in unicast_phase()) {
         // With no slack and an unlimited path search, the critical-set
