@@ -22,7 +22,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ipu_exchange::{EncodedRows, ExchangeMemory, Fabric, MemoryError, replay};
-use ipu_kernels::{AmpProgram, KernelArgs, emulate, programs_from_object};
+use ipu_kernels::{
+    EmulateOptions, KernelArgs, PreparedProgram, emulate_prepared, programs_from_object,
+};
 use ipu_layout::{EntityId, Precision, TileId};
 use ipu_package::graph::{Graph, ValueSet};
 use ipu_package::package::Package;
@@ -142,7 +144,7 @@ struct Shared<'p> {
     placed: Vec<Vec<(u32, u32)>>,
     /// Per kernel: programs by entry `[small init, small acc, large init,
     /// large acc]`, decoded once from the objects.
-    programs: Vec<[Option<AmpProgram>; 4]>,
+    programs: Vec<[Option<PreparedProgram>; 4]>,
     fabric: Fabric,
 }
 
@@ -196,10 +198,15 @@ impl<'p> Tiles<'p> {
         for k in &p.compiled {
             let parsed = programs_from_object(&k.object)
                 .map_err(|e| SimError::Package(format!("kernel {}: {e}", k.name)))?;
-            let by_symbol: HashMap<String, AmpProgram> = parsed.into_iter().collect();
-            let mut entry: [Option<AmpProgram>; 4] = Default::default();
+            let mut by_symbol: HashMap<String, _> = parsed.into_iter().collect();
+            let mut entry: [Option<PreparedProgram>; 4] = Default::default();
             for (i, symbol) in k.entries.iter().enumerate() {
-                entry[i] = by_symbol.get(symbol).cloned();
+                entry[i] = match by_symbol.remove(symbol) {
+                    Some(program) => Some(PreparedProgram::new(program).map_err(|e| {
+                        SimError::Package(format!("kernel {} entry {symbol}: {e}", k.name))
+                    })?),
+                    None => None,
+                };
             }
             programs.push(entry);
         }
@@ -795,7 +802,14 @@ impl CodeletMemory for TileView<'_, '_> {
             right: shared.operand(self.subst, tile, right, k * c * eb(right))?,
             output: shared.operand(self.subst, tile, output, r * c * eb(output))?,
         };
-        emulate(program, self.image, SRAM_START, &args).map_err(|e| SimError::Kernel {
+        emulate_prepared(
+            program,
+            self.image,
+            SRAM_START,
+            &args,
+            &EmulateOptions::default(),
+        )
+        .map_err(|e| SimError::Kernel {
             tile,
             kernel: name(),
             reason: e.to_string(),
