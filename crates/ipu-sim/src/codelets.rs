@@ -65,6 +65,12 @@ pub trait CodeletMemory {
     fn extent(&self, tile: TileId, at: Operand, bytes: u64) -> Result<(), SimError>;
     /// Writes `data` into `tile`'s shard of the operand's buffer.
     fn write(&mut self, tile: TileId, at: Operand, data: &[u8]) -> Result<(), SimError>;
+    /// For an FP8 `output` precision, the code of every F16 value (indexed
+    /// by its bits), if the memory keeps such a table: a cache of
+    /// `output.encode_into(F16 value)`, which makes FP8 casts a lookup.
+    fn f16_to_fp8(&self, _output: Precision) -> Option<&[u8]> {
+        None
+    }
     /// Runs a GEMM kernel call.
     #[allow(clippy::too_many_arguments)]
     fn gemm(
@@ -447,6 +453,24 @@ pub fn run_codelet(
             elements,
         } => {
             check_values(m, args, output, u64::from(elements))?;
+            let (from, to) = (
+                m.precision(tile, input.buffer)?,
+                m.precision(tile, output.buffer)?,
+            );
+            if from == Precision::F16
+                && let Some(table) = m.f16_to_fp8(to).filter(|t| t.len() == 1 << 16)
+            {
+                let bytes = m.read(
+                    tile,
+                    input,
+                    args.mul("element count", u64::from(elements), 2)?,
+                )?;
+                let codes: Vec<u8> = bytes
+                    .chunks_exact(2)
+                    .map(|h| table[usize::from(u16::from_le_bytes([h[0], h[1]]))])
+                    .collect();
+                return m.write(tile, output, &codes);
+            }
             let x = read_values(m, args, input, u64::from(elements))?;
             write_values(m, args, output, &x)
         }

@@ -343,6 +343,18 @@ impl<'p> Tiles<'p> {
             programs.push(entry);
         }
         let fabric = Fabric::ipu21().map_err(SimError::Fabric)?;
+        // The FP8 precisions casts write (the ids were validated).
+        let mut casts = BTreeSet::new();
+        cast_outputs(&p.steps, &mut casts);
+        let fp8_tables = casts
+            .into_iter()
+            .filter_map(|b| p.buffers.get(b.index()))
+            .map(|b| b.ty.precision())
+            .filter(|p| p.is_fp8())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|p| (p, memory::fp8_table(p)))
+            .collect();
         Ok(Self {
             shared: Shared {
                 package,
@@ -350,6 +362,7 @@ impl<'p> Tiles<'p> {
                 placed,
                 programs,
                 fabric,
+                fp8_tables,
             },
             graph,
             images: vec![vec![0xff; SRAM_BYTES as usize]; tiles as usize],
@@ -754,6 +767,35 @@ impl<'p> Tiles<'p> {
                 self.bytes(tile, address, bytes).map(<[u8]>::to_vec)
             },
         )
+    }
+}
+
+/// The buffers cast codelets write in `steps`, with every buffer a repeat
+/// substitutes for them.
+fn cast_outputs(steps: &[Step], out: &mut BTreeSet<BufferId>) {
+    for s in steps {
+        match s {
+            Step::Compute { calls, .. } => {
+                for (_, c) in calls {
+                    if let Codelet::Convert { output, .. } = c {
+                        out.insert(output.buffer);
+                    }
+                }
+            }
+            Step::Repeat {
+                body,
+                iteration_buffers,
+                ..
+            } => {
+                cast_outputs(body, out);
+                for (b, list) in iteration_buffers {
+                    if out.contains(b) {
+                        out.extend(list.iter().copied());
+                    }
+                }
+            }
+            Step::Exchange { .. } => {}
+        }
     }
 }
 

@@ -103,8 +103,45 @@ impl Block {
         if rows == 0 || k == 0 || c == 0 || group == 0 {
             return;
         }
+        let left = left.get(..rows * k).unwrap_or(left);
+        let partials_len = partials.len().min(rows * c);
+        let partials = &mut partials[..partials_len];
+        // Full eight-wide steps of exact sums run two rows at a time: the
+        // rows share every coefficient load and their sums are independent.
+        let paired = if self.exact && group == 8 && k % 8 == 0 {
+            let pairs = left
+                .chunks_exact(2 * k)
+                .zip(partials.chunks_exact_mut(2 * c));
+            let mut done = 0;
+            for (i, (lrows, prows)) in pairs.enumerate() {
+                let (la, lb) = lrows.split_at(k);
+                let (pa, pb) = prows.split_at_mut(c);
+                let (ra, rb) = (2 * i, 2 * i + 1);
+                let steps = la
+                    .chunks_exact(8)
+                    .zip(lb.chunks_exact(8))
+                    .zip(coefficients.chunks(8 * c));
+                for (g, ((a, b), w)) in steps.enumerate() {
+                    let g = g as u64;
+                    if let (Ok(a), Ok(b)) = (<&[u8; 8]>::try_from(a), <&[u8; 8]>::try_from(b)) {
+                        codes_step_pair(
+                            products,
+                            [&mut *pa, &mut *pb],
+                            [a, b],
+                            w,
+                            |x, j| update(x, ra, j, g),
+                            |x, j| update(x, rb, j, g),
+                        );
+                    }
+                }
+                done += 2;
+            }
+            done
+        } else {
+            0
+        };
         let rows_iter = left.chunks_exact(k).zip(partials.chunks_exact_mut(c));
-        for (r, (lrow, prow)) in rows_iter.take(rows).enumerate() {
+        for (r, (lrow, prow)) in rows_iter.enumerate().skip(paired) {
             let steps = lrow.chunks(group).zip(coefficients.chunks(group * c));
             for (g, (a, w)) in steps.enumerate() {
                 let g = g as u64;
@@ -209,6 +246,30 @@ fn codes_step<const G: usize, const EXACT: bool>(
             }
         }
         *p = update(sum, j);
+    }
+}
+
+/// [`codes_step`] for two rows of exact sums (`EXACT` and eight wide),
+/// sharing the coefficient codes.
+#[inline(always)]
+fn codes_step_pair(
+    products: &ProductTable,
+    [pa, pb]: [&mut [f64]; 2],
+    [a, b]: [&[u8; 8]; 2],
+    w: &[u8],
+    update_a: impl Fn(f64, usize) -> f64,
+    update_b: impl Fn(f64, usize) -> f64,
+) {
+    let rows_a: [&[f64; 256]; 8] = std::array::from_fn(|t| products.row(a[t]));
+    let rows_b: [&[f64; 256]; 8] = std::array::from_fn(|t| products.row(b[t]));
+    let columns = w
+        .chunks_exact(8)
+        .filter_map(|w| <&[u8; 8]>::try_from(w).ok());
+    for (j, ((x, y), w)) in pa.iter_mut().zip(pb.iter_mut()).zip(columns).enumerate() {
+        let u: [f64; 8] = std::array::from_fn(|t| rows_a[t][usize::from(w[t])]);
+        let v: [f64; 8] = std::array::from_fn(|t| rows_b[t][usize::from(w[t])]);
+        *x = update_a(*x + tree(&u), j);
+        *y = update_b(*y + tree(&v), j);
     }
 }
 

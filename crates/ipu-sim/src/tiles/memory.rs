@@ -25,6 +25,20 @@ pub(super) struct Shared<'p> {
     /// large acc]`, decoded and prepared once from the objects.
     pub(super) programs: Vec<[Option<PreparedProgram>; 4]>,
     pub(super) fabric: Fabric,
+    /// Per FP8 precision a cast writes: the code of every F16 value.
+    pub(super) fp8_tables: HashMap<Precision, Vec<u8>>,
+}
+
+/// The code of every F16 value in `output`, by the F16's bits: exactly
+/// what `output.encode_into` writes for it.
+pub(super) fn fp8_table(output: Precision) -> Vec<u8> {
+    (0..=u16::MAX)
+        .map(|bits| {
+            let mut code = [0u8];
+            output.encode_into(Precision::F16.decode_from(&bits.to_le_bytes()), &mut code);
+            code[0]
+        })
+        .collect()
 }
 
 /// The names of the four entries, in [`Shared::programs`] order.
@@ -251,6 +265,10 @@ impl CodeletMemory for TileView<'_, '_> {
 
     fn extent(&self, tile: TileId, at: Operand, bytes: u64) -> Result<(), SimError> {
         self.locate(tile, at, bytes).map(|_| ())
+    }
+
+    fn f16_to_fp8(&self, output: Precision) -> Option<&[u8]> {
+        self.shared.fp8_tables.get(&output).map(Vec::as_slice)
     }
 
     fn write(&mut self, tile: TileId, at: Operand, data: &[u8]) -> Result<(), SimError> {
