@@ -106,6 +106,19 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         checked.stats.ops_checked,
         secs(checked.reference)
     );
+    // CPU time does not grow with other processes' load: on an idle
+    // two-core machine the wall time approaches half of it.
+    if let Some(cpu) = checked.stats.cpu {
+        let check = checked.stats.op_check_cpu.unwrap_or_default();
+        println!(
+            "tile_model_cpu_s={} op_check_cpu_s={} (all threads; load average at the end {})",
+            secs(cpu.saturating_sub(check)),
+            secs(check),
+            std::fs::read_to_string("/proc/loadavg")
+                .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+                .unwrap_or_else(|_| "unknown".to_owned())
+        );
+    }
     let graph = ipu_package::graph::parse_fixture(&stored).map_err(|e| format!("fixture: {e}"))?;
     match per_layer(&graph, &checked.stats) {
         Some(layer) => {

@@ -129,20 +129,46 @@ impl<'p> Logical<'p> {
 
     fn redistribute(&mut self, c: &Redistribute) -> Result<(), SimError> {
         let (src, dst) = (self.resolve(c.source), self.resolve(c.destination));
-        let (sb, db) = (&self.program.buffers[src], &self.program.buffers[dst]);
+        let (sb, db) = (self.buffer(src)?, self.buffer(dst)?);
         let r = redistribute_view(&sb.ty, &c.view, &db.ty, &RedistributeConfig::default())
             .map_err(|source| SimError::Layout {
                 what: format!("{} -> {}", sb.name, db.name),
                 source,
             })?;
+        let (source_name, destination_name) = (sb.name.clone(), db.name.clone());
         for f in r.fragments() {
             let (so, doff, n) = (
                 f.source_offset as usize,
                 f.destination_offset as usize,
                 f.bytes as usize,
             );
-            let data = self.shards[src][f.source.index()][so..so + n].to_vec();
-            self.shards[dst][f.destination.index()][doff..doff + n].copy_from_slice(&data);
+            let outside =
+                |tile: TileId, buffer: &str, offset: usize, limit: usize| SimError::OutOfRange {
+                    tile,
+                    buffer: buffer.to_owned(),
+                    offset: offset as u64,
+                    bytes: n as u64,
+                    limit: limit as u64,
+                };
+            let source = self
+                .shards
+                .get(src)
+                .and_then(|s| s.get(f.source.index()))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            let data = source
+                .get(so..so.saturating_add(n))
+                .ok_or_else(|| outside(f.source, &source_name, so, source.len()))?
+                .to_vec();
+            let destination = self
+                .shards
+                .get_mut(dst)
+                .and_then(|s| s.get_mut(f.destination.index()));
+            let limit = destination.as_ref().map_or(0, |d| d.len());
+            destination
+                .and_then(|d| d.get_mut(doff..doff.saturating_add(n)))
+                .ok_or_else(|| outside(f.destination, &destination_name, doff, limit))?
+                .copy_from_slice(&data);
         }
         Ok(())
     }

@@ -184,6 +184,12 @@ pub struct RunStats {
     pub op_check: Duration,
     /// Ops the per-op check compared.
     pub ops_checked: u64,
+    /// CPU time the whole process spent during the run, all threads (from
+    /// `/proc/self/stat`; `None` where that cannot be read). Unlike the
+    /// wall times it does not grow when other processes load the machine.
+    pub cpu: Option<Duration>,
+    /// The part of [`RunStats::cpu`] spent in the per-op check.
+    pub op_check_cpu: Option<Duration>,
     /// Reading the outputs back.
     pub outputs: Duration,
     /// Wall time of each iteration of the program's outermost repeats:
@@ -222,6 +228,7 @@ pub fn run_package_with(
     config: &RunConfig,
 ) -> Result<(ValueSet, RunStats), SimError> {
     let start = Instant::now();
+    let cpu_start = process_cpu();
     check_fixture(package, graph)?;
     validate::validate(package, &config.limits)?;
     let mut m = Tiles::new(package, graph)?;
@@ -252,7 +259,24 @@ pub fn run_package_with(
     let start = Instant::now();
     let out = m.outputs(graph)?;
     m.stats.outputs = start.elapsed();
+    m.stats.cpu = cpu_start
+        .zip(process_cpu())
+        .map(|(a, b)| b.saturating_sub(a));
     Ok((out, m.stats))
+}
+
+/// CPU time (user and system, all threads) this process has used, from
+/// `/proc/self/stat` in clock ticks of 1/100 s (Linux reports USER_HZ = 100
+/// there whatever the kernel's own tick).
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces; the fields follow its `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after
+    // the name.
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let total = ticks(11)?.checked_add(ticks(12)?)?;
+    Some(Duration::from_millis(total.saturating_mul(10)))
 }
 
 /// Where a run is: the next phase and the exchange words so far (patched
@@ -569,6 +593,7 @@ impl<'p> Tiles<'p> {
         step: &str,
     ) -> Result<(), SimError> {
         let start = Instant::now();
+        let cpu_start = process_cpu();
         let buffers: BTreeSet<BufferId> = written.map(|b| self.shared.resolve(subst, b)).collect();
         let mut result = Ok(());
         for b in buffers {
@@ -587,6 +612,12 @@ impl<'p> Tiles<'p> {
             }
         }
         self.stats.op_check += start.elapsed();
+        if let Some(spent) = cpu_start
+            .zip(process_cpu())
+            .map(|(a, b)| b.saturating_sub(a))
+        {
+            *self.stats.op_check_cpu.get_or_insert(Duration::ZERO) += spent;
+        }
         result
     }
 
