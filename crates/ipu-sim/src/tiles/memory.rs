@@ -144,14 +144,18 @@ impl Shared<'_> {
 
 /// The images as the exchange replay sees them: words at placed addresses.
 ///
-/// A replay moves runs of consecutive words, so the placed range that held
-/// the last word usually holds the next: it is remembered and tried before
-/// the binary search (the check itself is the same).
+/// A replay moves runs of consecutive words, reading from one tile and
+/// writing to another, so the placed range that held the last word read
+/// usually holds the next one read, and likewise for writes: each is
+/// remembered and tried before the binary search (the check itself is the
+/// same).
 pub(super) struct Words<'a, 'p> {
     shared: &'a Shared<'p>,
     images: &'a mut [Vec<u8>],
-    /// The last placed range hit: `(tile, start, end)`.
-    last: Cell<(u32, u32, u32)>,
+    /// The last placed range read from: `(tile, start, end)`.
+    last_read: Cell<(u32, u32, u32)>,
+    /// The last placed range written to.
+    last_write: Cell<(u32, u32, u32)>,
 }
 
 impl<'a, 'p> Words<'a, 'p> {
@@ -159,22 +163,29 @@ impl<'a, 'p> Words<'a, 'p> {
         Words {
             shared,
             images,
-            last: Cell::new((u32::MAX, 0, 0)),
+            last_read: Cell::new((u32::MAX, 0, 0)),
+            last_write: Cell::new((u32::MAX, 0, 0)),
         }
     }
 
     /// The image range of the word at `byte_address` on `tile`, if a
-    /// placed range holds it.
-    fn word(&self, tile: TileId, byte_address: u32) -> Result<std::ops::Range<usize>, MemoryError> {
+    /// placed range holds it; `last` is the range remembered for this kind
+    /// of access.
+    fn word(
+        &self,
+        tile: TileId,
+        byte_address: u32,
+        last: &Cell<(u32, u32, u32)>,
+    ) -> Result<std::ops::Range<usize>, MemoryError> {
         let error = MemoryError { tile, byte_address };
         let end = byte_address.checked_add(4).ok_or(error)?;
-        let (t, start, stop) = self.last.get();
+        let (t, start, stop) = last.get();
         if !(t == tile.as_u32() && start <= byte_address && end <= stop) {
             let list = self.shared.placed.get(tile.index()).ok_or(error)?;
             let i = list.partition_point(|r| r.0 <= byte_address);
             match i.checked_sub(1).and_then(|i| list.get(i)) {
                 Some(&(start, stop)) if end <= stop => {
-                    self.last.set((tile.as_u32(), start, stop));
+                    last.set((tile.as_u32(), start, stop));
                 }
                 _ => return Err(error),
             }
@@ -186,7 +197,7 @@ impl<'a, 'p> Words<'a, 'p> {
 
 impl ExchangeMemory for Words<'_, '_> {
     fn read_word(&self, tile: TileId, byte_address: u32) -> Result<u32, MemoryError> {
-        let range = self.word(tile, byte_address)?;
+        let range = self.word(tile, byte_address, &self.last_read)?;
         let word = self
             .images
             .get(tile.index())
@@ -202,7 +213,7 @@ impl ExchangeMemory for Words<'_, '_> {
         byte_address: u32,
         word: u32,
     ) -> Result<(), MemoryError> {
-        let range = self.word(tile, byte_address)?;
+        let range = self.word(tile, byte_address, &self.last_write)?;
         self.images
             .get_mut(tile.index())
             .and_then(|image| image.get_mut(range))
