@@ -167,22 +167,35 @@ struct Tables {
 }
 
 impl Tables {
-    fn new(h: &ProgramHeader, with_products: bool) -> Self {
+    /// The decoders of `h` and, when `products` holds (or may add) one,
+    /// the product table of its precisions.
+    fn new(h: &ProgramHeader, products: Option<&mut ProductTables>) -> Self {
         let left = Decoder::new(h.left);
         let right = Decoder::new(h.right);
         let output = Decoder::new(h.output);
-        let products = match (with_products, &left.codes, &right.codes) {
-            (true, Some(l), Some(r)) => {
-                let widen = h.arithmetic.widens_weights();
-                let single = h.arithmetic.single_partials();
-                Some(Arc::new(ProductTable::new(l, r, |a, w| {
-                    let w = if widen { round_f16(w) } else { w };
-                    if single {
-                        round_f32(a * w)
-                    } else {
-                        round_f16(a * w)
+        let products = match (products, &left.codes, &right.codes) {
+            (Some(cache), Some(l), Some(r)) => {
+                let key = (h.left, h.right, h.arithmetic);
+                match cache.tables.get(&key) {
+                    Some(t) => Some(Arc::clone(t)),
+                    None if cache.tables.len() < ProductTables::LIMIT => {
+                        let widen = h.arithmetic.widens_weights();
+                        let single = h.arithmetic.single_partials();
+                        let table = Arc::new(ProductTable::new(l, r, |a, w| {
+                            let w = if widen { round_f16(w) } else { w };
+                            if single {
+                                round_f32(a * w)
+                            } else {
+                                round_f16(a * w)
+                            }
+                        }));
+                        cache.tables.insert(key, Arc::clone(&table));
+                        Some(table)
                     }
-                })))
+                    // Past the limit a program runs on decoded values:
+                    // the same bytes, more slowly.
+                    None => None,
+                }
             }
             _ => None,
         };
@@ -192,6 +205,36 @@ impl Tables {
             output,
             products,
         }
+    }
+}
+
+/// Product tables shared by the [`PreparedProgram`]s of one run, one per
+/// combination of row and weight precision and arithmetic, at most
+/// [`ProductTables::LIMIT`] of them (512 KiB each): programs past the limit
+/// run without a table, so a package with many precisions cannot make the
+/// tables grow without bound.
+#[derive(Clone, Debug, Default)]
+pub struct ProductTables {
+    tables: std::collections::HashMap<(Precision, Precision, Arithmetic), Arc<ProductTable>>,
+}
+
+impl ProductTables {
+    /// The most tables kept (32 MiB).
+    pub const LIMIT: usize = 64;
+
+    /// No tables yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Tables built so far.
+    pub fn len(&self) -> usize {
+        self.tables.len()
+    }
+
+    /// Whether none was built.
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
     }
 }
 
@@ -209,8 +252,18 @@ pub struct PreparedProgram {
 impl PreparedProgram {
     /// Checks `program`'s header and builds its tables.
     pub fn new(program: AmpProgram) -> Result<Self, EmulateError> {
+        Self::with_tables(program, &mut ProductTables::new())
+    }
+
+    /// [`PreparedProgram::new`], taking its product table from `tables`
+    /// (or adding it there), so that programs of the same precisions share
+    /// one.
+    pub fn with_tables(
+        program: AmpProgram,
+        tables: &mut ProductTables,
+    ) -> Result<Self, EmulateError> {
         check_header(&program.header)?;
-        let tables = Tables::new(&program.header, true);
+        let tables = Tables::new(&program.header, Some(tables));
         Ok(Self { program, tables })
     }
 
@@ -246,7 +299,7 @@ pub fn emulate_with(
     options: &EmulateOptions,
 ) -> Result<EmulationStats, EmulateError> {
     check_header(&program.header)?;
-    let tables = Tables::new(&program.header, false);
+    let tables = Tables::new(&program.header, None);
     run(program, &tables, memory, memory_base, args, options)
 }
 

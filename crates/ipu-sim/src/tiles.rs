@@ -36,7 +36,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use ipu_exchange::{EncodedRows, Fabric, replay};
-use ipu_kernels::{PreparedProgram, programs_from_object};
+use ipu_kernels::{PreparedProgram, ProductTables, programs_from_object};
 use ipu_layout::{EntityId, TileId};
 use ipu_package::graph::{Graph, Repeat, ValueSet};
 use ipu_package::package::Package;
@@ -344,6 +344,9 @@ impl<'p> Tiles<'p> {
             *list = union;
         }
         let mut programs = Vec::new();
+        // One product table per precision combination, shared by every
+        // kernel entry and bounded in number.
+        let mut tables = ProductTables::new();
         for k in &p.compiled {
             let parsed =
                 programs_from_object(&k.object).map_err(|source| SimError::KernelObject {
@@ -354,13 +357,14 @@ impl<'p> Tiles<'p> {
             let mut entry: [Option<PreparedProgram>; 4] = Default::default();
             for (slot, symbol) in entry.iter_mut().zip(&k.entries) {
                 if let Some(program) = by_symbol.remove(symbol) {
-                    let prepared = PreparedProgram::new(program).map_err(|source| {
-                        SimError::KernelProgram {
-                            kernel: k.name.clone(),
-                            symbol: symbol.clone(),
-                            source,
-                        }
-                    })?;
+                    let prepared =
+                        PreparedProgram::with_tables(program, &mut tables).map_err(|source| {
+                            SimError::KernelProgram {
+                                kernel: k.name.clone(),
+                                symbol: symbol.clone(),
+                                source,
+                            }
+                        })?;
                     *slot = Some(prepared);
                 }
             }

@@ -875,4 +875,59 @@ mod tests {
             check_case(&case).unwrap();
         }
     }
+
+    /// Programs of the same precisions share one product table, and no
+    /// more than the limit are built; programs past it still run, with the
+    /// same bytes.
+    #[test]
+    fn product_tables_are_shared_and_bounded() {
+        use crate::emulate::ProductTables;
+        let model = AmpModel::ipu21();
+        let mut tables = ProductTables::new();
+        let mut last = None;
+        for scale in -40i8..40 {
+            let f8 = |s| Precision::F8 {
+                format: Fp8Format::F143,
+                scale: s,
+            };
+            let shape = GemmShape {
+                rows: 2,
+                inner: 32,
+                columns: 16,
+                left: f8(scale),
+                right: f8(-3),
+                output: Precision::F16,
+                left_order: ElementOrder::Amp(AmpOperand::Left),
+                output_order: ElementOrder::RowMajor,
+                right_class: MemoryClass::Ipu21Interleaved,
+            };
+            let v = Variant::new(&shape, 32, 16, 2, 2, &model).unwrap();
+            let program = build_program(&v, 2, Mode::Initialise).unwrap();
+            PreparedProgram::with_tables(program.clone(), &mut tables).unwrap();
+            PreparedProgram::with_tables(program.clone(), &mut tables).unwrap();
+            last = Some(program);
+        }
+        assert_eq!(tables.len(), ProductTables::LIMIT);
+        let program = last.unwrap();
+        let past = PreparedProgram::with_tables(program.clone(), &mut tables).unwrap();
+        let [lb, rb, ob] = program.header.operand_bytes();
+        let size =
+            (lb + u64::from(program.header.left_tail_bytes)).div_ceil(32) * 32 + 64 + rb + ob;
+        let mut rng = Bytes(7);
+        let mut image = vec![0u8; size as usize + 64];
+        fill(&mut image, program.header.left, true, &mut rng);
+        let right_at = (lb + u64::from(program.header.left_tail_bytes)).div_ceil(32) * 32;
+        let output_at = (right_at + rb).div_ceil(32) * 32;
+        let args = KernelArgs {
+            left: BASE,
+            right: BASE + right_at as u32,
+            output: BASE + output_at as u32,
+        };
+        let options = EmulateOptions::default();
+        let mut a = image.clone();
+        let mut b = image;
+        emulate_prepared(&past, &mut a, BASE, &args, &options).unwrap();
+        emulate_reference(&program, &mut b, BASE, &args, &options).unwrap();
+        assert!(a == b);
+    }
 }
