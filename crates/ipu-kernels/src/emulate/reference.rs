@@ -5,10 +5,8 @@
 
 use ipu_layout::{ElementOrder, Precision};
 
-use super::{
-    EmulateOptions, EmulationStats, KernelArgs, Rounding, check_header, check_row_runs, round_f16,
-    round_f32, stochastic_f16, stochastic_f32, stored, unit_random,
-};
+use super::rounding::{round_f16, round_f32, stochastic_f16, stochastic_f32, stored, unit_random};
+use super::{EmulateOptions, EmulationStats, KernelArgs, Rounding, check_header, check_row_runs};
 use crate::WorkerId;
 use crate::error::{EmulateError, Operand};
 use crate::program::{AmpOp, AmpProgram, ProgramHeader, Run};

@@ -7,10 +7,13 @@
 //! nested repeats of count 2 or one repeat of count 2^32 − 1 cost a walk of
 //! the program's size and are refused before the first step runs.
 
+use std::collections::HashMap;
+
 use ipu_exchange::{EncodedRows, Instr};
 use ipu_layout::{EntityId, TileId};
+use ipu_package::graph::Graph;
 use ipu_package::package::Package;
-use ipu_package::program::{BufferId, Codelet, Step};
+use ipu_package::program::{BufferId, BufferRole, Codelet, Step};
 
 use super::Limits;
 use crate::SimError;
@@ -245,4 +248,57 @@ pub(crate) fn send_words(rows: &EncodedRows) -> u64 {
         }
     }
     total
+}
+
+/// Checks that `graph` is the graph `package` was built from, as far as the
+/// host sees it: every input, weight and output of the graph has a buffer
+/// of the same name and element count, and every input and weight buffer
+/// has a tensor. Only sizes are compared, so it is cheap and allocates
+/// nothing per element: call it before generating values for `graph`. A
+/// package whose stored fixture lost the parameter overrides it was built
+/// with (say 27 layers against a 1-layer package), or was edited, would
+/// otherwise run (or generate values for sizes it never holds) and fail
+/// with no hint why.
+pub fn check_fixture(package: &Package, graph: &Graph) -> Result<(), SimError> {
+    let buffers = &package.program.buffers;
+    let by_name: HashMap<&str, usize> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (b.name.as_str(), i))
+        .collect();
+    for (_, t) in graph.tensors().iter() {
+        if t.kind().is_computed() && t.kind() != ipu_package::TensorKind::Output {
+            continue;
+        }
+        let Some(b) = by_name.get(t.name()).and_then(|&i| buffers.get(i)) else {
+            return Err(SimError::FixtureMissingBuffer {
+                tensor: t.name().to_owned(),
+                kind: t.kind().as_str(),
+            });
+        };
+        let count =
+            b.ty.shape()
+                .element_count()
+                .map_err(|source| SimError::Layout {
+                    what: b.name.clone(),
+                    source,
+                })?;
+        if count != t.element_count() {
+            return Err(SimError::FixtureSize {
+                tensor: t.name().to_owned(),
+                fixture: t.element_count(),
+                package: count,
+            });
+        }
+    }
+    for b in buffers {
+        if matches!(b.role, BufferRole::Input | BufferRole::Weight)
+            && graph.tensor_by_name(&b.name).is_none()
+        {
+            return Err(SimError::FixtureMissingTensor {
+                buffer: b.name.clone(),
+            });
+        }
+    }
+    Ok(())
 }
