@@ -13,6 +13,7 @@
 //! so that multicast quality is measured on realistic shapes.
 
 use ipu_layout::TileId;
+use ipu_layout::rng::SplitMix64;
 use smallvec::SmallVec;
 
 use crate::model::{Phase, Transfer, Width};
@@ -36,29 +37,6 @@ pub struct GenConfig {
     pub seed: u64,
 }
 
-/// A small, fast deterministic generator (SplitMix64).
-#[derive(Clone, Debug)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> SplitMix {
-        SplitMix(seed)
-    }
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// A number in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_u64() % n }
-    }
-}
-
 /// First byte of the region sources are laid out in.
 const SOURCE_BASE: u32 = 0x4c000;
 /// First byte of the region destinations are laid out in.
@@ -70,7 +48,7 @@ const LIMIT: u32 = 0xe7bb0;
 /// so the result is always valid.
 pub fn generate_phase(config: &GenConfig) -> Phase {
     let n = config.tile_count.max(2);
-    let mut rng = SplitMix::new(config.seed ^ 0x5eed);
+    let mut rng = SplitMix64::new(config.seed ^ 0x5eed);
     let transfers = config.transfers.max(1);
     // Mean words per transfer so that an average tile carries about the
     // target; the busiest ends a little above it.
@@ -329,7 +307,7 @@ pub fn reduce_phase(config: &ReduceConfig) -> Phase {
     let column_block = (config.column_block.max(2) + 1) & !1;
     let row_blocks = rows.div_ceil(row_block);
     let column_blocks = columns.div_ceil(column_block);
-    let mut rng = SplitMix::new(config.seed ^ 0x7ed0);
+    let mut rng = SplitMix64::new(config.seed ^ 0x7ed0);
     let mut send_cursor = vec![SOURCE_BASE; n as usize];
     let mut recv_cursor = vec![DEST_BASE; n as usize];
     let mut out = Vec::new();
