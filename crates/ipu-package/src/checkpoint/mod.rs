@@ -21,23 +21,32 @@
 //! evaluator rounds supplied tensors itself, and FP8 scales are for a
 //! calibration step to choose from these values.
 
+pub mod calibrate;
 mod config;
 mod error;
 mod image;
 pub mod names;
+mod packaged;
 mod policy;
 mod processor;
+pub mod report;
 mod resample;
 mod siglip;
 mod store;
+pub mod synthetic;
 mod weights;
 
 use std::path::Path;
 
+pub use calibrate::{
+    Calibration, CalibrationError, CalibrationInputs, CalibrationOptions, Evaluator, F16Groups,
+    calibrate,
+};
 pub use config::{ConfigError, MAX_IMAGE_SIDE, VisionConfig, VisionParams};
 pub use error::{ImageError, ImportError};
 pub use image::{over_white, read_rgb8};
-pub use policy::{PolicyError, PrecisionPolicy};
+pub use packaged::{PackagedError, PackagedModel};
+pub use policy::{PolicyError, PrecisionPolicy, role};
 pub use processor::{Processor, ProcessorError, patchify};
 pub use resample::{Filter, Rgb8};
 pub use siglip::{BuildError, GraphOptions, build_graph};
@@ -106,6 +115,35 @@ impl Checkpoint {
         self.patches
     }
 
+    /// The weights for `graph`, another SigLIP graph of the same config
+    /// (another batch or policy), matched by tensor name; f32 as stored.
+    pub fn weights_for(&self, graph: &Graph) -> Result<ValueSet, ImportError> {
+        let mut set = ValueSet::new();
+        for id in graph.weights() {
+            let name = graph.tensor(id).name();
+            let values = self
+                .graph
+                .tensor_by_name(name)
+                .and_then(|own| self.weights.get(own))
+                .ok_or_else(|| ImportError::Internal {
+                    what: format!(
+                        "graph `{}` has weight `{name}`, which the checkpoint's graph lacks",
+                        graph.name()
+                    ),
+                })?;
+            if values.len() as u64 != graph.tensor(id).element_count() {
+                return Err(ImportError::Internal {
+                    what: format!(
+                        "weight `{name}` has another shape in graph `{}`",
+                        graph.name()
+                    ),
+                });
+            }
+            set.insert(id, values.to_vec());
+        }
+        Ok(set)
+    }
+
     /// The graph, the weights and the processor, by value.
     pub fn into_parts(self) -> (VisionConfig, Graph, ValueSet, Processor) {
         (self.config, self.graph, self.weights, self.processor)
@@ -113,22 +151,40 @@ impl Checkpoint {
 
     /// The `patches` input for `images`, one per batch row in order.
     pub fn input_values<P: AsRef<Path>>(&self, images: &[P]) -> Result<ValueSet, ImageError> {
-        let batch = self.graph.tensor(self.patches).extents()[0];
-        if images.len() as u64 != batch {
-            return Err(ImageError::Count {
-                batch,
-                found: images.len(),
-            });
-        }
-        let mut patches = Vec::new();
-        for path in images {
-            let pixels = self.processor.pixel_values(path.as_ref())?;
-            patchify(&self.config, &pixels, &mut patches)?;
-        }
-        let mut set = ValueSet::new();
-        set.insert(self.patches, patches);
-        Ok(set)
+        images_to_patches(
+            &self.config,
+            &self.processor,
+            &self.graph,
+            self.patches,
+            images,
+        )
     }
+}
+
+/// The `patches` input (`patches`, of `graph`) for `images`, one per batch
+/// row in order, preprocessed by `processor`.
+pub(crate) fn images_to_patches<P: AsRef<Path>>(
+    config: &VisionConfig,
+    processor: &Processor,
+    graph: &Graph,
+    patches: TensorId,
+    images: &[P],
+) -> Result<ValueSet, ImageError> {
+    let batch = graph.tensor(patches).extents()[0];
+    if images.len() as u64 != batch {
+        return Err(ImageError::Count {
+            batch,
+            found: images.len(),
+        });
+    }
+    let mut values = Vec::new();
+    for path in images {
+        let pixels = processor.pixel_values(path.as_ref())?;
+        patchify(config, &pixels, &mut values)?;
+    }
+    let mut set = ValueSet::new();
+    set.insert(patches, values);
+    Ok(set)
 }
 
 /// Reads the config, weights and processor of the checkpoint in `dir`
