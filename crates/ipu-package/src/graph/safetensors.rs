@@ -209,6 +209,31 @@ pub fn write_values(
         .map_err(|source| SafetensorsError::Write { source })
 }
 
+/// Writes named F32 tensors (such as a run's outputs, whatever their
+/// graph precision): `(name, shape, values)`, each `values` holding the
+/// shape's element count.
+pub fn write_f32(tensors: &[(&str, &[u64], &[f32])]) -> Result<Vec<u8>, SafetensorsError> {
+    let mut metadata = HashMap::new();
+    metadata.insert("format".to_owned(), "ipu-backend".to_owned());
+    let encoded: Vec<(&str, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(name, shape, values)| {
+            let shape = shape.iter().map(|&e| e as usize).collect();
+            (*name, shape, encode(Precision::F32, values))
+        })
+        .collect();
+    let views = encoded
+        .iter()
+        .map(|(name, shape, bytes)| {
+            TensorView::new(Dtype::F32, shape.clone(), bytes)
+                .map(|view| (*name, view))
+                .map_err(|source| SafetensorsError::Write { source })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    safetensors::serialize(views, Some(metadata))
+        .map_err(|source| SafetensorsError::Write { source })
+}
+
 /// Reads the values of every graph tensor the file names (other entries
 /// are ignored), rounded to the graph tensor's precision.
 pub fn read_values(graph: &Graph, bytes: &[u8]) -> Result<ValueSet, SafetensorsError> {
