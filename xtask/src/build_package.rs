@@ -248,8 +248,9 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
             Ok(p) => break (model, graph, p),
             Err(e @ BuildError::DoesNotFit { .. }) if kept_f16(&calibration) => {
                 tracing::warn!(error = %e, "does not fit with F16 groups; calibrating again without them");
-                options.f16_groups =
-                    F16Groups::Refused(format!("with them the package did not fit on {tiles} tiles ({e})"));
+                options.f16_groups = F16Groups::Refused(format!(
+                    "with them the package did not fit on {tiles} tiles ({e})"
+                ));
                 calibration = run_calibration(&checkpoint, &options)?;
             }
             Err(e) => {
@@ -266,8 +267,7 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
         .weights_for(&graph)
         .map_err(|e| format!("the checkpoint's weights: {e}"))?;
     let mut package: Package = package;
-    package.weights =
-        Some(PackageWeights::encode(&graph, &weights).map_err(|e| e.to_string())?);
+    package.weights = Some(PackageWeights::encode(&graph, &weights).map_err(|e| e.to_string())?);
     package.siglip = Some(model.files());
     package
         .write(&args.out)
@@ -295,7 +295,10 @@ fn run_calibration(
 /// the saturation warnings; `false` if `strict` and a tensor saturates
 /// beyond the threshold.
 fn report_calibration(report: &PrecisionReport, strict: bool) -> bool {
-    eprintln!("calibration inputs: {}", report.calibration.inputs.join(" "));
+    eprintln!(
+        "calibration inputs: {}",
+        report.calibration.inputs.join(" ")
+    );
     eprintln!(
         "{:<18} {:<10} {:<5} {:>5} {:>10} {:>10} {:>10}",
         "tensor", "kind", "prec", "scale", "max_abs", "saturated", "error"
@@ -312,7 +315,8 @@ fn report_calibration(report: &PrecisionReport, strict: bool) -> bool {
             t.scale.map_or_else(|| "-".to_owned(), |s| s.to_string()),
             t.max_abs,
             t.saturated,
-            t.error.map_or_else(|| "-".to_owned(), |e| format!("{e:.2e}"))
+            t.error
+                .map_or_else(|| "-".to_owned(), |e| format!("{e:.2e}"))
         );
     }
     for g in &report.groups {

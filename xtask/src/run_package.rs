@@ -25,10 +25,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use ipu_package::TensorKind;
 use ipu_package::checkpoint::PackagedModel;
 use ipu_package::graph::{Graph, ValueSet, parse_fixture, safetensors, values};
 use ipu_package::package::Package;
-use ipu_package::TensorKind;
 use ipu_sim::reference::compare::{Tolerance, compare};
 use ipu_sim::tiles::{CODELET_KINDS, RunStats};
 

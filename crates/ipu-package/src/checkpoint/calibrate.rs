@@ -273,6 +273,19 @@ impl Stats {
     }
 }
 
+/// `x` if finite, else the largest finite value of its sign (NaN counts
+/// as positive): JSON has no infinities, and a report figure that
+/// overflowed must still read back as the worst value.
+fn finite(x: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else if x < 0.0 {
+        f64::MIN
+    } else {
+        f64::MAX
+    }
+}
+
 /// `sqrt(err2 / ref2)`, finite: an all-zero reference has error 0 when
 /// nothing differs and 1 otherwise.
 fn relative(err2: f64, ref2: f64) -> f64 {
@@ -355,7 +368,8 @@ impl OutputStats {
 
     fn cosine(&self) -> f64 {
         let norm = (self.ref2 * self.ours2).sqrt();
-        if norm > 0.0 { self.dot / norm } else { 0.0 }
+        let c = self.dot / norm;
+        if norm > 0.0 && c.is_finite() { c } else { 0.0 }
     }
 }
 
@@ -652,7 +666,7 @@ pub fn calibrate(
                 group: (*group).to_owned(),
                 roles: roles.clone(),
                 extra_bytes,
-                error_fp8: baseline_error,
+                error_fp8: finite(baseline_error),
                 error_f16: None,
                 decision: "FP8".to_owned(),
                 reason: format!("F16 not considered: {why}"),
@@ -697,8 +711,8 @@ pub fn calibrate(
             group: (*group).to_owned(),
             roles: roles.clone(),
             extra_bytes,
-            error_fp8: baseline_error,
-            error_f16: Some(error),
+            error_fp8: finite(baseline_error),
+            error_f16: Some(finite(error)),
             decision: decision.to_owned(),
             reason,
         });
@@ -722,10 +736,15 @@ pub fn calibrate(
                     .add(x, q, limit(t.precision()));
             }
         }
+        // F16 activations, outputs and inputs: values beyond F16's range.
         for (id, t) in final_graph.tensors().iter() {
-            if t.kind().is_computed()
-                && t.precision() == Precision::F16
-                && let Some(x) = out.get(id)
+            let x = match t.kind() {
+                TensorKind::Input => supplied.get(id),
+                TensorKind::Weight => None,
+                _ => out.get(id),
+            };
+            if t.precision() == Precision::F16
+                && let Some(x) = x
             {
                 measured
                     .entry(role(t.name()))
@@ -758,16 +777,20 @@ pub fn calibrate(
         } else {
             ""
         };
-        let record = |kind: &str, stats: Stats, error, fp8_error, reason: String| TensorRecord {
+        let record = |kind: &str,
+                      stats: Stats,
+                      error: Option<f64>,
+                      fp8_error: Option<f64>,
+                      reason: String| TensorRecord {
             tensor: r.clone(),
             kind: kind.to_owned(),
             precision: name.to_owned(),
             scale,
             elements: stats.elements,
-            max_abs: stats.max_abs,
+            max_abs: finite(stats.max_abs),
             saturated: stats.saturation(),
-            error,
-            fp8_error,
+            error: error.map(finite),
+            fp8_error: fp8_error.map(finite),
             reason,
         };
         let view_of = final_graph
