@@ -399,3 +399,26 @@ fn calibration_on_user_images_names_them_and_refuses_a_bad_one() {
     options.inputs = CalibrationInputs::Images(Vec::new());
     assert!(calibrate(&checkpoint, &options, &Reference).is_err());
 }
+
+#[test]
+fn the_so400m_config_is_the_default_workloads_shape() {
+    // fixtures/checkpoints/siglip-so400m-patch14-384/config.json is the
+    // public config of google/siglip-so400m-patch14-384 (weights are never
+    // committed; the fit check draws them at run time).
+    let text =
+        std::fs::read_to_string(checkpoint_dir("siglip-so400m-patch14-384/config.json")).unwrap();
+    let config = ipu_package::checkpoint::VisionConfig::from_json(&text).unwrap();
+    let expected =
+        ipu_package::checkpoint::VisionConfig::new(&ipu_package::checkpoint::VisionParams {
+            hidden_size: 1152,
+            intermediate_size: 4304,
+            num_attention_heads: 16,
+            num_hidden_layers: 27,
+            image_size: 384,
+            patch_size: 14,
+            ..ipu_package::checkpoint::VisionParams::default()
+        })
+        .unwrap();
+    assert_eq!(config, expected);
+    assert_eq!(config.tokens(), 729);
+}
