@@ -44,7 +44,7 @@ use ipu_package::checkpoint::calibrate::EvaluateError;
 use ipu_package::checkpoint::report::PrecisionReport;
 use ipu_package::checkpoint::{
     Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, Evaluator, F16Groups,
-    ImportConfig, PackagedModel, PrecisionPolicy, calibrate, import_checkpoint,
+    ImportConfig, PackagedModel, PrecisionPolicy, calibrate, import_checkpoint, random_checkpoint,
 };
 use ipu_package::graph::{ValueSet, parse_fixture};
 use ipu_package::package::{Package, PackageWeights};
@@ -72,6 +72,11 @@ struct Args {
     /// (default: four built-in synthetic images).
     #[arg(long, value_name = "IMAGE", num_args = 1.., requires = "checkpoint")]
     calibrate: Vec<PathBuf>,
+    /// With `--checkpoint`: draw the weights at random with realistic
+    /// spread from this seed instead of reading them (the directory needs
+    /// only config.json); for checking that a configuration fits.
+    #[arg(long, value_name = "SEED", requires = "checkpoint")]
+    random_weights: Option<u64>,
     /// Refuse to write a checkpoint package in which any tensor saturates
     /// beyond the threshold on the calibration inputs.
     #[arg(long, requires = "checkpoint")]
@@ -209,14 +214,16 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
     let template = parse_fixture(SIGLIP)
         .map_err(|e| format!("the embedded fixture: {e}"))
         .and_then(|g| PrecisionPolicy::from_graph(&g).map_err(|e| e.to_string()))?;
-    let checkpoint = match import_checkpoint(
-        dir,
-        &ImportConfig {
-            batch,
-            policy: template.clone(),
-            name: None,
-        },
-    ) {
+    let import = ImportConfig {
+        batch,
+        policy: template.clone(),
+        name: None,
+    };
+    let imported = match args.random_weights {
+        Some(seed) => random_checkpoint(dir, &import, seed),
+        None => import_checkpoint(dir, &import),
+    };
+    let checkpoint = match imported {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");

@@ -232,6 +232,53 @@ pub fn import_checkpoint(dir: &Path, options: &ImportConfig) -> Result<Checkpoin
     })
 }
 
+/// A checkpoint of the config (and processor) in `dir` with weights of
+/// realistic spread drawn from `seed` ([`synthetic::random_weights`])
+/// instead of read: for checking that a configuration whose weights are
+/// not at hand builds and fits. `dir` needs only `config.json`.
+pub fn random_checkpoint(
+    dir: &Path,
+    options: &ImportConfig,
+    seed: u64,
+) -> Result<Checkpoint, ImportError> {
+    let config = read_config(dir)?;
+    let processor = read_processor(dir, &config)?;
+    let name = options.name.clone().unwrap_or_else(|| {
+        let stem = dir
+            .file_name()
+            .map_or_else(|| "siglip".into(), |n| n.to_string_lossy());
+        format!("{stem}-b{}", options.batch)
+    });
+    let graph = build_graph(
+        &config,
+        &GraphOptions {
+            name,
+            batch: options.batch,
+            policy: options.policy.clone(),
+        },
+    )
+    .map_err(|source| ImportError::Build { source })?;
+    let weights = synthetic::random_weights(&config, &graph, seed);
+    let patches = graph
+        .tensor_by_name(PATCHES)
+        .ok_or_else(|| ImportError::Internal {
+            what: "the graph has no `patches` input".to_owned(),
+        })?;
+    tracing::info!(
+        dir = %dir.display(),
+        seed,
+        parameters = graph.parameter_count(),
+        "drew random SigLIP weights of realistic spread"
+    );
+    Ok(Checkpoint {
+        config,
+        graph,
+        weights,
+        processor,
+        patches,
+    })
+}
+
 /// Reads `config.json` of the checkpoint in `dir`.
 pub fn read_config(dir: &Path) -> Result<VisionConfig, ImportError> {
     let path = dir.join(CONFIG_FILE);

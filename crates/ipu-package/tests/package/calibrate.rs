@@ -422,3 +422,33 @@ fn the_so400m_config_is_the_default_workloads_shape() {
     assert_eq!(config, expected);
     assert_eq!(config.tokens(), 729);
 }
+
+#[test]
+fn random_weights_have_the_documented_spread_and_calibrate() {
+    let dir = checkpoint_dir("siglip-vision-head");
+    let import = ImportConfig {
+        batch: 1,
+        policy: template(),
+        name: None,
+    };
+    let a = ipu_package::checkpoint::random_checkpoint(&dir, &import, 5).unwrap();
+    let b = ipu_package::checkpoint::random_checkpoint(&dir, &import, 5).unwrap();
+    let graph = a.graph();
+    let get = |c: &Checkpoint, name: &str| {
+        c.weights()
+            .get(graph.tensor_by_name(name).unwrap())
+            .unwrap()
+            .to_vec()
+    };
+    // Deterministic, and as the doc comment says.
+    assert_eq!(get(&a, "enc1.fc1.w"), get(&b, "enc1.fc1.w"));
+    let std =
+        |v: &[f32]| (v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+    let fc1 = get(&a, "enc0.fc1.w");
+    assert!((std(&fc1) - 1.0 / 8.0).abs() < 0.01, "{}", std(&fc1));
+    let embed_b = get(&a, "embed.b");
+    assert_eq!((embed_b[3], embed_b[17]), (4.0, 4.0));
+    assert!(embed_b[0].abs() < 0.2);
+    let calibration = calibrated(&a);
+    assert!(calibration.report().saturating().is_empty());
+}
