@@ -248,3 +248,42 @@ fn strict_refuses_a_checkpoint_that_saturates_and_a_plain_build_warns() {
         "{precision}"
     );
 }
+
+#[test]
+fn an_inputs_file_holds_inputs_only_and_all_of_them() {
+    // A fixture package runs on seeded weights; an inputs file that also
+    // carries a weight is refused rather than mixed with seeded ones, and
+    // one without the input is refused by name.
+    use ipu_package::graph::safetensors::write_values;
+    use ipu_package::graph::{parse_fixture, values};
+
+    let sandbox = Sandbox::new();
+    let package = sandbox.good_package("tiny-2l-h64.json", "16", "tiny");
+    let text = std::fs::read_to_string(fixture("tiny-2l-h64.json")).unwrap();
+    let graph = parse_fixture(&text).unwrap();
+    let all = values::generate(&graph, 3);
+    let input = graph.inputs()[0];
+    let weight = graph.weights()[0];
+    let write = |name: &str, tensors: &[ipu_package::TensorId]| {
+        let path = sandbox.out(name);
+        std::fs::write(&path, write_values(&graph, &all, tensors).unwrap()).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let package = package.to_string_lossy().into_owned();
+    let good = write("inputs.safetensors", &[input]);
+    sandbox
+        .xtask(&["run-package", &package, "--inputs", &good])
+        .succeeded();
+    let mixed = write("mixed.safetensors", &[input, weight]);
+    sandbox
+        .xtask(&["run-package", &package, "--inputs", &mixed])
+        .failed_with(&format!("holds weight `{}`", graph.tensor(weight).name()));
+    let none = write("none.safetensors", &[weight]);
+    sandbox
+        .xtask(&["run-package", &package, "--inputs", &none])
+        .failed_with("holds weight");
+    let empty = write("empty.safetensors", &[]);
+    sandbox
+        .xtask(&["run-package", &package, "--inputs", &empty])
+        .failed_with("has no input `patches`");
+}
