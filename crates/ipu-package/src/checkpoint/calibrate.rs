@@ -49,6 +49,10 @@ use std::path::{Path, PathBuf};
 
 use ipu_layout::Precision;
 
+mod measure;
+
+use measure::{F16_MAX, OutputStats, Stats, finite, fp8_scale, limit, quantised, relative};
+
 use crate::checkpoint::error::{ImageError, ImportError};
 use crate::checkpoint::policy::{PrecisionPolicy, role};
 use crate::checkpoint::processor::patchify;
@@ -59,7 +63,6 @@ use crate::checkpoint::report::{
 use crate::checkpoint::siglip::{BuildError, GraphOptions, build_graph};
 use crate::checkpoint::synthetic::synthetic_image;
 use crate::checkpoint::{Checkpoint, PATCHES};
-use crate::graph::values::Quantizer;
 use crate::graph::{Graph, Op, SoftmaxPrecision, TensorKind, ValueSet};
 
 /// The default fraction of saturated values above which a tensor is
@@ -70,9 +73,6 @@ pub const ACTIVATION_HEADROOM: f64 = 2.0;
 /// The least relative drop of the largest output error that keeps a group
 /// in F16: 1 %.
 pub const F16_MIN_GAIN: f64 = 0.01;
-
-/// The largest finite F16 value.
-const F16_MAX: f32 = 65504.0;
 
 /// A boxed evaluation error, keeping the evaluator's typed cause.
 pub type EvaluateError = Box<dyn std::error::Error + Send + Sync>;
@@ -219,122 +219,6 @@ impl Calibration {
     }
 }
 
-/// Quantisation statistics of one role.
-#[derive(Clone, Copy, Debug, Default)]
-struct Stats {
-    elements: u64,
-    saturated: u64,
-    err2: f64,
-    ref2: f64,
-    max_abs: f64,
-}
-
-impl Stats {
-    /// Adds `x` against its quantised `q`, counting `|x| > limit` as
-    /// saturated.
-    fn add(&mut self, x: &[f32], q: &[f32], limit: f64) {
-        for (&a, &b) in x.iter().zip(q) {
-            let a = f64::from(a);
-            let d = f64::from(b) - a;
-            self.err2 += d * d;
-            self.ref2 += a * a;
-            self.max_abs = self.max_abs.max(a.abs());
-            if a.abs() > limit || !a.is_finite() {
-                self.saturated += 1;
-            }
-        }
-        self.elements += x.len() as u64;
-    }
-
-    /// Adds values without a quantised counterpart (overflow only).
-    fn add_overflow(&mut self, x: &[f32], limit: f64) {
-        for &a in x {
-            let a = f64::from(a);
-            if a.is_finite() {
-                self.max_abs = self.max_abs.max(a.abs());
-            }
-            if a.abs() >= limit || !a.is_finite() {
-                self.saturated += 1;
-            }
-        }
-        self.elements += x.len() as u64;
-    }
-
-    fn saturation(&self) -> f64 {
-        if self.elements == 0 {
-            0.0
-        } else {
-            self.saturated as f64 / self.elements as f64
-        }
-    }
-
-    fn error(&self) -> f64 {
-        relative(self.err2, self.ref2)
-    }
-}
-
-/// `x` if finite, else the largest finite value of its sign (NaN counts
-/// as positive): JSON has no infinities, and a report figure that
-/// overflowed must still read back as the worst value.
-fn finite(x: f64) -> f64 {
-    if x.is_finite() {
-        x
-    } else if x < 0.0 {
-        f64::MIN
-    } else {
-        f64::MAX
-    }
-}
-
-/// `sqrt(err2 / ref2)`, finite: an all-zero reference has error 0 when
-/// nothing differs and 1 otherwise.
-fn relative(err2: f64, ref2: f64) -> f64 {
-    if ref2 > 0.0 && err2.is_finite() {
-        (err2 / ref2).sqrt()
-    } else if err2 == 0.0 {
-        0.0
-    } else {
-        1.0
-    }
-}
-
-/// The largest finite value of `precision` (F32's for F32).
-fn limit(precision: Precision) -> f64 {
-    match precision {
-        Precision::F32 => f64::from(f32::MAX),
-        Precision::F16 => f64::from(F16_MAX),
-        Precision::F8 { format, scale } => {
-            f64::from(format.max_value()) * 2f64.powi(i32::from(scale))
-        }
-    }
-}
-
-/// The smallest scale `s` with `max_abs ≤ max · 2^s` for FP8 format of
-/// `template` (clamped to the scales an `i8` holds; 0 for an all-zero
-/// tensor, which any scale holds exactly).
-fn fp8_scale(template: Precision, max_abs: f64) -> Precision {
-    let Precision::F8 { format, .. } = template else {
-        return template;
-    };
-    let max = f64::from(format.max_value());
-    let scale = if max_abs > 0.0 && max_abs.is_finite() {
-        let mut s = (max_abs / max).log2().floor() as i32 - 1;
-        while max * 2f64.powi(s) < max_abs {
-            s += 1;
-        }
-        s.clamp(i32::from(i8::MIN), i32::from(i8::MAX)) as i8
-    } else {
-        0
-    };
-    Precision::F8 { format, scale }
-}
-
-/// Values rounded to `precision`.
-fn quantised(precision: Precision, x: &[f32]) -> Vec<f32> {
-    let q = Quantizer::new(precision);
-    x.iter().map(|&v| q.round(v)).collect()
-}
-
 /// The F16 candidate group of a weight, by how the graph uses it.
 fn group_of(graph: &Graph, name: &str) -> Option<&'static str> {
     let id = graph.tensor_by_name(name)?;
@@ -344,33 +228,6 @@ fn group_of(graph: &Graph, name: &str) -> Option<&'static str> {
         Op::Add { left, right, .. } if *left == id || *right == id => Some("position"),
         _ => None,
     })
-}
-
-/// Per output: accumulated error against the F32 graph.
-#[derive(Clone, Debug, Default)]
-struct OutputStats {
-    err2: f64,
-    ref2: f64,
-    ours2: f64,
-    dot: f64,
-}
-
-impl OutputStats {
-    fn add(&mut self, reference: &[f32], ours: &[f32]) {
-        for (&r, &d) in reference.iter().zip(ours) {
-            let (r, d) = (f64::from(r), f64::from(d));
-            self.err2 += (d - r) * (d - r);
-            self.ref2 += r * r;
-            self.ours2 += d * d;
-            self.dot += d * r;
-        }
-    }
-
-    fn cosine(&self) -> f64 {
-        let norm = (self.ref2 * self.ours2).sqrt();
-        let c = self.dot / norm;
-        if norm > 0.0 && c.is_finite() { c } else { 0.0 }
-    }
 }
 
 /// One calibration input: its label and `patches` at batch 1.
