@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::support::{Sandbox, fixture};
+use crate::support::{Sandbox, differences, fixture, snapshot};
 
 /// The F32 tensors of a safetensors file: name → (shape, values).
 fn read_f32(path: &Path) -> BTreeMap<String, (Vec<u64>, Vec<f32>)> {
@@ -286,4 +286,42 @@ fn an_inputs_file_holds_inputs_only_and_all_of_them() {
     sandbox
         .xtask(&["run-package", &package, "--inputs", &empty])
         .failed_with("has no input `patches`");
+}
+
+#[test]
+fn checkpoint_packages_are_byte_identical_whatever_the_thread_count() {
+    let sandbox = Sandbox::new();
+    let dir = fixture("checkpoints/siglip-vision-head")
+        .to_string_lossy()
+        .into_owned();
+    let cache = sandbox.cache().to_string_lossy().into_owned();
+    let mut built = Vec::new();
+    for jobs in ["1", "2"] {
+        let out = sandbox.out(&format!("jobs{jobs}"));
+        let out_text = out.to_string_lossy().into_owned();
+        sandbox
+            .xtask(&[
+                "build-package",
+                "--checkpoint",
+                &dir,
+                "--batch",
+                "2",
+                "--tiles",
+                "16",
+                "--out",
+                &out_text,
+                "--kernel-cache",
+                &cache,
+                "--jobs",
+                jobs,
+            ])
+            .succeeded();
+        built.push(snapshot(&out));
+    }
+    assert!(built[0].contains_key("weights.safetensors"));
+    assert!(
+        built[0] == built[1],
+        "{:?}",
+        differences("--jobs 1", &built[0], "--jobs 2", &built[1])
+    );
 }

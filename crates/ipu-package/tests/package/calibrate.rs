@@ -321,6 +321,11 @@ fn package_weights_refuse_what_does_not_match_the_graph() {
 
     let good = PackageWeights::encode(graph, weights).unwrap();
     assert_eq!(good.values(graph).unwrap().len(), all.len());
+    // Byte-identical every time: the header's metadata (one scale per FP8
+    // weight) is written in sorted order, not a hash map's.
+    for _ in 0..4 {
+        assert_eq!(PackageWeights::encode(graph, weights).unwrap(), good);
+    }
 
     // One weight left out.
     let bytes = write_values(graph, weights, &all[1..]).unwrap();
