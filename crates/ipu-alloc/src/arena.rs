@@ -42,6 +42,10 @@ pub(crate) struct Arena {
     pub items: Vec<Item>,
     /// Number of time sections.
     pub sections: u32,
+    /// The time at which each section starts, and one past the last
+    /// (`sections + 1` values, ascending): lifetimes in the caller's units,
+    /// which the exact search's branching orders weigh by.
+    pub times: Vec<u64>,
     /// Sorted, disjoint address windows; an item lies inside one of its set.
     pub window_sets: Vec<Vec<(u64, u64)>>,
     /// Regions `(start, end, element_bytes)` that define memory elements for

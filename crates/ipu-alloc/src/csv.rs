@@ -311,6 +311,7 @@ impl CsvProblem {
         Arena {
             items,
             sections: points.len().saturating_sub(1) as u32,
+            times: points,
             window_sets: vec![vec![(0, capacity)]],
             elements: Vec::new(),
             base: 0,
