@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use crate::arena::{Arena, Item, Neighbours};
-use crate::exact::{ExactBudget, ExactOutcome, solve_exact_deep, solve_exact_parallel};
+use crate::exact::{
+    ExactBudget, ExactOutcome, SearchStats, solve_exact_deep, solve_exact_parallel,
+};
 use crate::greedy::{GreedyStrategy, greedy, peak_of};
 use rayon::prelude::*;
 
@@ -144,6 +146,8 @@ pub struct SolveOutcome {
     pub nodes: u64,
     /// Whether the exact search was needed.
     pub used_exact: bool,
+    /// How the exact search's nodes ended (all zero if it did not run).
+    pub search: SearchStats,
 }
 
 /// One error found by [`CsvProblem::check`].
@@ -357,6 +361,7 @@ impl CsvProblem {
             lower_bound,
             nodes,
             used_exact,
+            search: SearchStats::default(),
         };
         if let Some((peak, offsets)) = best.filter(|(p, _)| *p <= capacity) {
             if self.check(capacity, &offsets).is_ok() {
@@ -385,7 +390,8 @@ impl CsvProblem {
         } else {
             solve_exact_deep(&bounded, budget)
         };
-        match report.outcome {
+        let stats = report.stats;
+        let mut out = match report.outcome {
             ExactOutcome::Found(offsets) if self.check(capacity, &offsets).is_ok() => {
                 let peak = peak_of(&bounded, &offsets);
                 outcome(SolveResult::Fits, Some(offsets), peak, report.nodes, true)
@@ -400,7 +406,9 @@ impl CsvProblem {
                 report.nodes,
                 true,
             ),
-        }
+        };
+        out.search = stats;
+        out
     }
 
     /// Checks a solution independently of the solver: one offset per

@@ -58,9 +58,27 @@ pub fn zero_slack(
     capacity: u64,
     horizon: u64,
 ) -> (CsvProblem, Vec<u64>) {
+    zero_slack_grid(seed, buffers, capacity, horizon, 1)
+}
+
+/// [`zero_slack`] with every cut on a grid of `grain` units in both time
+/// and address (the full rectangle is rounded down to the grid). With a
+/// grain of 1 KiB on a 1 MiB × 1 Mi-step rectangle this is the shape of the
+/// MiniMalloc benchmark instances: sizes and times are multiples of 1024,
+/// so many buffers share sizes and boundaries.
+pub fn zero_slack_grid(
+    seed: u64,
+    buffers: usize,
+    capacity: u64,
+    horizon: u64,
+    grain: u64,
+) -> (CsvProblem, Vec<u64>) {
     let mut rng = SplitMix64::new(seed);
+    let grain = grain.max(1);
+    // Work in grid units; scale back at the end.
+    let (width, height) = ((horizon / grain).max(1), (capacity / grain).max(1));
     // Rectangles (t0, t1, a0, a1).
-    let mut rects: Vec<(u64, u64, u64, u64)> = vec![(0, horizon.max(1), 0, capacity.max(1))];
+    let mut rects: Vec<(u64, u64, u64, u64)> = vec![(0, width, 0, height)];
     let mut stuck = 0;
     while rects.len() < buffers && stuck < 1000 {
         // Pick a rectangle with probability growing with its area, so cuts
@@ -102,20 +120,58 @@ pub fn zero_slack(
         let j = rng.range(0, i as u64) as usize;
         rects.swap(i, j);
     }
-    let offsets = rects.iter().map(|r| r.2).collect();
+    let offsets = rects.iter().map(|r| r.2 * grain).collect();
     let buffers = rects
         .iter()
         .enumerate()
         .map(|(i, &(t0, t1, a0, a1))| CsvBuffer {
             id: i.to_string(),
-            lower: t0,
-            upper: t1,
-            size: a1 - a0,
+            lower: t0 * grain,
+            upper: t1 * grain,
+            size: (a1 - a0) * grain,
             alignment: 1,
             offset: None,
         })
         .collect();
     (CsvProblem { buffers }, offsets)
+}
+
+/// One instance of a benchmark suite, with the capacity it is solved at.
+#[derive(Clone, Debug)]
+pub struct SuiteInstance {
+    /// A short name for tables.
+    pub name: String,
+    /// The problem.
+    pub problem: CsvProblem,
+    /// The capacity to solve at (the lower bound for zero-slack instances).
+    pub capacity: u64,
+}
+
+/// The zero-slack benchmark suite: twelve instances of 150 to 500 buffers
+/// cut from a 1 MiB × 1 Mi-step rectangle, eight on the 1 KiB grid of the
+/// MiniMalloc benchmarks and four with byte-exact cuts. Every one has a
+/// placement at its capacity (the cut), which is also its lower bound.
+pub fn zero_slack_suite() -> Vec<SuiteInstance> {
+    let grid = [150usize, 200, 250, 300, 350, 400, 450, 500];
+    let exact = [180usize, 270, 360, 480];
+    let mut out = Vec::new();
+    for (k, &n) in grid.iter().enumerate() {
+        let (problem, _) = zero_slack_grid(1000 + k as u64, n, 1 << 20, 1 << 20, 1024);
+        out.push(SuiteInstance {
+            name: format!("grid-n{n}"),
+            problem,
+            capacity: 1 << 20,
+        });
+    }
+    for (k, &n) in exact.iter().enumerate() {
+        let (problem, _) = zero_slack_grid(2000 + k as u64, n, 1 << 20, 1 << 20, 1);
+        out.push(SuiteInstance {
+            name: format!("byte-n{n}"),
+            problem,
+            capacity: 1 << 20,
+        });
+    }
+    out
 }
 
 /// A trace-like instance of `buffers` buffers: mostly short lifetimes, a few

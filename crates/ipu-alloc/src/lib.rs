@@ -43,6 +43,7 @@ pub use csv::{
     CsvBuffer, CsvCheckError, CsvError, CsvProblem, SolveConfig, SolveOutcome, SolveResult,
 };
 pub use error::{FitFailure, LiveRange, Occupant, PlaceError, Verdict};
+pub use exact::SearchStats;
 pub use greedy::{Fit, GreedyOrder, GreedyStrategy};
 pub use map::{MapError, MemoryElement, MemoryMap, Region};
 pub use place::{

@@ -45,19 +45,62 @@ pub(crate) enum ExactOutcome {
     Unknown,
 }
 
-/// The outcome and the number of nodes visited.
+/// The outcome, the number of nodes visited and why nodes failed.
 #[derive(Debug)]
 pub(crate) struct ExactReport {
     pub outcome: ExactOutcome,
     pub nodes: u64,
+    pub stats: SearchStats,
 }
 
 impl ExactReport {
-    fn unknown(nodes: u64) -> ExactReport {
+    fn unknown(nodes: u64, stats: SearchStats) -> ExactReport {
         ExactReport {
             outcome: ExactOutcome::Unknown,
             nodes,
+            stats,
         }
+    }
+}
+
+/// How the nodes of an exact search ended, by rule: where the bounds bite
+/// and where the search spends its effort.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SearchStats {
+    /// Runs of the portfolio started.
+    pub runs: u64,
+    /// The deepest node (placed items) of any run.
+    pub max_depth: u64,
+    /// Nodes failed by the section bound.
+    pub section: u64,
+    /// Nodes failed because their state failed before.
+    pub memo: u64,
+    /// Nodes where some item had no address left at all.
+    pub no_position: u64,
+    /// Nodes where an item fits wholly below the previous address.
+    pub dominance: u64,
+    /// Nodes failed by the valley tiling test.
+    pub valley: u64,
+    /// Nodes failed by the release-time bound.
+    pub release: u64,
+    /// Nodes failed by the well test.
+    pub wells: u64,
+    /// Nodes left with no child after every rule passed.
+    pub no_children: u64,
+}
+
+impl SearchStats {
+    fn add(&mut self, o: &SearchStats) {
+        self.runs += o.runs;
+        self.max_depth = self.max_depth.max(o.max_depth);
+        self.section += o.section;
+        self.memo += o.memo;
+        self.no_position += o.no_position;
+        self.dominance += o.dominance;
+        self.valley += o.valley;
+        self.release += o.release;
+        self.wells += o.wells;
+        self.no_children += o.no_children;
     }
 }
 
@@ -95,18 +138,27 @@ const STRATEGIES: [Strategy; 6] = [
 /// Nodes of the first round of the portfolio.
 const FIRST_ROUND: u64 = 1024;
 
+/// The variants a portfolio searches: the problem and its time-reversed
+/// copy.
+fn variants(arena: &Arena) -> [Arena; 2] {
+    [arena.clone(), flip_time(arena)]
+}
+
 /// Runs the exact search on `arena` within `budget`.
 pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
-    let variants = [arena.clone(), flip_time(arena)];
+    let variants = variants(arena);
     let Some(prepared) = variants
         .iter()
         .map(Prepared::new)
         .collect::<Option<Vec<_>>>()
     else {
-        return ExactReport::unknown(0);
+        return ExactReport::unknown(0, SearchStats::default());
     };
-    let runs: Vec<(usize, Strategy)> = STRATEGIES.iter().flat_map(|&s| [(0, s), (1, s)]).collect();
-    portfolio(&variants, &prepared, &runs, &budget)
+    let runs: Vec<(usize, Strategy)> = STRATEGIES
+        .iter()
+        .flat_map(|&s| (0..variants.len()).map(move |v| (v, s)))
+        .collect();
+    portfolio(arena, &variants, &prepared, &runs, &budget)
 }
 
 /// Stack for threads that run the search: its recursion is as deep as the
@@ -121,8 +173,10 @@ pub(crate) fn solve_exact_deep(arena: &Arena, budget: ExactBudget) -> ExactRepor
             .stack_size(SEARCH_STACK_BYTES)
             .spawn_scoped(scope, || solve_exact(arena, budget));
         match worker {
-            Ok(handle) => handle.join().unwrap_or(ExactReport::unknown(0)),
-            Err(_) => ExactReport::unknown(0),
+            Ok(handle) => handle
+                .join()
+                .unwrap_or(ExactReport::unknown(0, SearchStats::default())),
+            Err(_) => ExactReport::unknown(0, SearchStats::default()),
         }
     })
 }
@@ -141,17 +195,26 @@ pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactR
         deadline: budget.deadline,
         stop: Some(stop.clone()),
     };
-    let variants = [arena.clone(), flip_time(arena)];
+    let variants = variants(arena);
     let Some(prepared) = variants
         .iter()
         .map(Prepared::new)
         .collect::<Option<Vec<_>>>()
     else {
-        return ExactReport::unknown(0);
+        return ExactReport::unknown(0, SearchStats::default());
     };
     let run = |which: usize| {
-        let runs: Vec<(usize, Strategy)> = STRATEGIES.iter().map(|&s| (which, s)).collect();
-        let report = portfolio(&variants, &prepared, &runs, &half);
+        // Thread 0 takes the even variants, thread 1 the odd ones (the
+        // time-reversed copies).
+        let runs: Vec<(usize, Strategy)> = STRATEGIES
+            .iter()
+            .flat_map(|&s| {
+                (0..variants.len())
+                    .filter(move |v| v % 2 == which)
+                    .map(move |v| (v, s))
+            })
+            .collect();
+        let report = portfolio(arena, &variants, &prepared, &runs, &half);
         if !matches!(report.outcome, ExactOutcome::Unknown) {
             stop.store(true, Ordering::Relaxed);
         }
@@ -167,21 +230,30 @@ pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactR
         let first = spawn(0);
         let second = spawn(1);
         let join = |h: std::io::Result<std::thread::ScopedJoinHandle<'_, ExactReport>>| match h {
-            Ok(h) => h.join().unwrap_or(ExactReport::unknown(0)),
-            Err(_) => ExactReport::unknown(0),
+            Ok(h) => h
+                .join()
+                .unwrap_or(ExactReport::unknown(0, SearchStats::default())),
+            Err(_) => ExactReport::unknown(0, SearchStats::default()),
         };
         (join(first), join(second))
     });
     let nodes = a.nodes + b.nodes;
+    let mut stats = a.stats;
+    stats.add(&b.stats);
     let outcome = match (a.outcome, b.outcome) {
         (ExactOutcome::Unknown, other) | (other, _) => other,
     };
-    ExactReport { outcome, nodes }
+    ExactReport {
+        outcome,
+        nodes,
+        stats,
+    }
 }
 
 /// Runs `runs` (variant index, strategy) round-robin with a node budget
 /// that doubles every round.
 fn portfolio(
+    original: &Arena,
     variants: &[Arena],
     prepared: &[Prepared],
     runs: &[(usize, Strategy)],
@@ -192,6 +264,7 @@ fn portfolio(
         .map(|&(v, s)| prepared[v].ranks(s.order, 0))
         .collect();
     let mut total = 0u64;
+    let mut stats = SearchStats::default();
     let mut round_index = 0u64;
     let mut round = FIRST_ROUND.max(2 * prepared[0].ids.len() as u64);
     loop {
@@ -202,7 +275,7 @@ fn portfolio(
                 .as_ref()
                 .is_some_and(|s| s.load(Ordering::Relaxed));
             if left == 0 || stopped || budget.deadline.is_some_and(|d| Instant::now() >= d) {
-                return ExactReport::unknown(total);
+                return ExactReport::unknown(total, stats);
             }
             let run_budget = ExactBudget {
                 max_nodes: round.min(left),
@@ -213,10 +286,13 @@ fn portfolio(
             let mut search = Search::new(&variants[v], p, &ranks[r], strategy.style, &run_budget);
             let step = search.run();
             total += search.nodes;
+            stats.add(&search.stats);
+            stats.runs += 1;
             match step {
                 Step::Found => {
-                    let mut offsets = vec![UNPLACED; variants[v].items.len()];
-                    for (it, o) in variants[v].items.iter().zip(offsets.iter_mut()) {
+                    let arena = &variants[v];
+                    let mut offsets = vec![UNPLACED; arena.items.len()];
+                    for (it, o) in arena.items.iter().zip(offsets.iter_mut()) {
                         if let Some(f) = it.fixed {
                             *o = f;
                         }
@@ -224,7 +300,7 @@ fn portfolio(
                     for (k, &id) in p.ids.iter().enumerate() {
                         offsets[id as usize] = search.offsets[k];
                     }
-                    let outcome = if place_trivial(&variants[v], &p.trivial, &mut offsets) {
+                    let outcome = if place_trivial(original, &p.trivial, &mut offsets) {
                         ExactOutcome::Found(offsets)
                     } else {
                         ExactOutcome::Unknown
@@ -232,18 +308,20 @@ fn portfolio(
                     return ExactReport {
                         outcome,
                         nodes: total,
+                        stats,
                     };
                 }
                 Step::Fail if !p.any_partners => {
                     return ExactReport {
                         outcome: ExactOutcome::Infeasible,
                         nodes: total,
+                        stats,
                     };
                 }
                 Step::Fail if runs.iter().all(|&(w, _)| prepared[w].any_partners) => {
                     // The order is not complete with partners: an exhausted
                     // run proves nothing, and neither will the others.
-                    return ExactReport::unknown(total);
+                    return ExactReport::unknown(total, stats);
                 }
                 Step::Fail | Step::Stop => {}
             }

@@ -40,8 +40,8 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
-use super::ExactBudget;
 use super::prepare::{NO_TWIN, Prepared};
+use super::{ExactBudget, SearchStats};
 use crate::arena::{Arena, align_up, for_each_gap, merge_intervals};
 use crate::greedy::UNPLACED;
 
@@ -113,6 +113,7 @@ pub(super) struct Search<'a> {
     style: RunStyle,
     budget: &'a ExactBudget,
     pub nodes: u64,
+    pub stats: SearchStats,
     /// Address per free item, `UNPLACED` until placed.
     pub offsets: Vec<u64>,
     /// Highest top of placed items overlapping the item in time.
@@ -140,6 +141,10 @@ pub(super) struct Search<'a> {
     open: Vec<u32>,
     orders: Vec<Vec<u128>>,
     tops: Vec<u64>,
+    /// Valley tiling passes: sections reachable from the run's start, and
+    /// from which the run's end is reachable.
+    fwd: Vec<bool>,
+    bwd: Vec<bool>,
     scratch: Vec<(u64, u64)>,
     tight: Vec<u32>,
     count: Vec<u32>,
@@ -180,6 +185,7 @@ impl<'a> Search<'a> {
             style,
             budget,
             nodes: 0,
+            stats: SearchStats::default(),
             offsets: vec![UNPLACED; m],
             floor: vec![p.base; m],
             pos: vec![0; m],
@@ -200,6 +206,8 @@ impl<'a> Search<'a> {
             open: Vec::new(),
             orders: Vec::new(),
             tops: vec![0; sections],
+            fwd: vec![false; sections + 1],
+            bwd: vec![false; sections + 1],
             scratch: Vec::new(),
             tight: Vec::new(),
             count: vec![0; sections],
@@ -384,6 +392,7 @@ impl<'a> Search<'a> {
             let h = self.sky[s].max(self.last);
             let free = self.free_above(s, h);
             if need > free {
+                self.stats.section += 1;
                 return Step::Fail;
             }
             if h < level {
@@ -397,9 +406,11 @@ impl<'a> Search<'a> {
         let key = self.memo.then(|| self.state_key(lo, hi));
         if let Some(k) = key {
             if self.failed.contains(&k) {
+                self.stats.memo += 1;
                 return Step::Fail;
             }
         }
+        self.stats.max_depth = self.stats.max_depth.max(self.history.len() as u64);
         let result = self.expand(depth, lo, hi, level);
         if result == Step::Fail {
             if let Some(k) = key {
@@ -497,10 +508,28 @@ impl<'a> Search<'a> {
             );
             order.sort();
         }
-        ok = ok
-            && height > self.last
-            && self.release_ok(lo, hi, &order)
-            && (!self.style.wells || self.wells_ok(lo, hi, &open));
+        // The rules in order of cost; each failure is counted by rule.
+        let stats = &mut self.stats;
+        let pruned = if !ok {
+            Some(&mut stats.no_position)
+        } else if height <= self.last {
+            Some(&mut stats.dominance)
+        } else {
+            None
+        };
+        if let Some(c) = pruned {
+            *c += 1;
+            ok = false;
+        } else if !self.valleys_ok(lo, hi) {
+            self.stats.valley += 1;
+            ok = false;
+        } else if !self.release_ok(lo, hi, &order) {
+            self.stats.release += 1;
+            ok = false;
+        } else if self.style.wells && !self.wells_ok(lo, hi, &open) {
+            self.stats.wells += 1;
+            ok = false;
+        }
         let mut children = self.pool.pop().unwrap_or_default();
         children.clear();
         let forced = self.style.forced && !self.tight.is_empty();
@@ -535,6 +564,9 @@ impl<'a> Search<'a> {
         self.open = open;
         self.orders[depth] = order;
         let mut result = Step::Fail;
+        if ok && children.is_empty() {
+            self.stats.no_children += 1;
+        }
         if ok {
             for &(at, _, k) in children.iter() {
                 self.apply(k as usize, at);
@@ -572,7 +604,7 @@ impl<'a> Search<'a> {
             }
             for &key in order {
                 let (_, ku) = unpack(key);
-                if self.pos[ku] != level {
+                if self.pos[ku] != level || !self.viable(ku) {
                     continue;
                 }
                 for s in self.p.start[ku]..self.p.end[ku] {
@@ -597,7 +629,7 @@ impl<'a> Search<'a> {
                 break;
             }
             let (a, b) = (self.p.start[ku] as usize, self.p.end[ku] as usize);
-            if self.pos[ku] != level || s0 < a || s0 >= b {
+            if self.pos[ku] != level || s0 < a || s0 >= b || !self.viable(ku) {
                 continue;
             }
             let twin = self.p.twin_prev[ku];
@@ -606,6 +638,94 @@ impl<'a> Search<'a> {
             }
         }
         !children.is_empty()
+    }
+
+    /// The valley test. Take a maximal run `[a, b)` of open sections at one
+    /// level `h` whose neighbours are higher or finished (a valley; every
+    /// run at the lowest level is one). No item still to place can cover a
+    /// byte of the run below `h`, so in each of its sections the byte at `h`
+    /// is either the bottom of an item placed at `h` or left empty, which
+    /// needs slack. Items at `h` lie wholly inside the valley and cannot
+    /// overlap in time: their lifetimes, with the slack sections, must tile
+    /// `[a, b)`. A forward and a backward pass over the run decide whether
+    /// a tiling exists and which items belong to one ([`Self::viable`]).
+    fn valleys_ok(&mut self, lo: usize, hi: usize) -> bool {
+        let level_at = |this: &Self, x: usize| {
+            if this.rem[x] == 0 {
+                u64::MAX
+            } else {
+                this.sky[x].max(this.last)
+            }
+        };
+        let mut s = lo;
+        while s < hi {
+            let h = level_at(self, s);
+            if h == u64::MAX {
+                s += 1;
+                continue;
+            }
+            let a = s;
+            while s < hi && level_at(self, s) == h {
+                s += 1;
+            }
+            let b = s;
+            let walled =
+                (a == lo || level_at(self, a - 1) > h) && (b == hi || level_at(self, b) > h);
+            if !walled {
+                continue;
+            }
+            if !self.tile_run(a, b, h) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The two passes of the valley test over the run `[a, b)` at `h`.
+    fn tile_run(&mut self, a: usize, b: usize, h: u64) -> bool {
+        self.fwd[a..=b].fill(false);
+        self.bwd[a..=b].fill(false);
+        self.fwd[a] = true;
+        for x in a..b {
+            if !self.fwd[x] {
+                continue;
+            }
+            if self.free_above(x, h) > self.rem[x] {
+                self.fwd[x + 1] = true;
+            }
+            for &k in &self.p.by_start[x] {
+                let ku = k as usize;
+                let e = self.p.end[ku] as usize;
+                if e <= b && self.offsets[ku] == UNPLACED && self.pos[ku] == h {
+                    self.fwd[e] = true;
+                }
+            }
+        }
+        if !self.fwd[b] {
+            return false;
+        }
+        self.bwd[b] = true;
+        for x in (a..b).rev() {
+            let mut r = self.bwd[x + 1] && self.free_above(x, h) > self.rem[x];
+            if !r {
+                for &k in &self.p.by_start[x] {
+                    let ku = k as usize;
+                    let e = self.p.end[ku] as usize;
+                    if e <= b && self.bwd[e] && self.offsets[ku] == UNPLACED && self.pos[ku] == h {
+                        r = true;
+                        break;
+                    }
+                }
+            }
+            self.bwd[x] = r;
+        }
+        true
+    }
+
+    /// Whether item `k`, placed at the lowest level, is part of some tiling
+    /// of its run (valid after [`Self::valleys_ok`] for items at that level).
+    fn viable(&self, k: usize) -> bool {
+        self.fwd[self.p.start[k] as usize] && self.bwd[self.p.end[k] as usize]
     }
 
     /// The release-time bound over every section of the part: items are
