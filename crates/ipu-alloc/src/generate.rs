@@ -1,10 +1,14 @@
 //! Instance generators for tests, benchmarks and the `alloc` xtask.
 //!
-//! - [`zero_slack`]: a capacity × time rectangle cut into buffers by random
-//!   guillotine cuts. The cut itself is a placement whose peak equals the
-//!   peak-live lower bound, so the optimum is known and equals the bound.
-//! - [`trace_like`]: a long trace of mostly short-lived buffers with a few
-//!   long-lived ones, sized log-uniformly, like recorded training traces.
+//! - [`zero_slack`] and [`zero_slack_grid`]: a capacity × time rectangle
+//!   cut into buffers by random guillotine cuts (on a grid, like the
+//!   MiniMalloc benchmarks). The cut itself is a placement whose peak equals
+//!   the peak-live lower bound, so the optimum is known and equals the
+//!   bound. [`zero_slack_suite`] is the benchmark suite.
+//! - [`ml_trace`]: a training-step trace of a deep network: weights live
+//!   throughout, activations kept for the backward pass, short-lived
+//!   temporaries from bytes to hundreds of MiB, 64-bit sizes.
+//!   [`ml_trace_suite`] is the large-trace benchmark suite.
 //! - [`siglip_like`]: a whole-chip tile problem at SigLIP scale (1472 tiles,
 //!   about 340 requests per tile) around IPU21-style reservations.
 //!
@@ -174,31 +178,121 @@ pub fn zero_slack_suite() -> Vec<SuiteInstance> {
     out
 }
 
-/// A trace-like instance of `buffers` buffers: mostly short lifetimes, a few
-/// long ones, log-uniform sizes between 64 B and 4 MiB.
-pub fn trace_like(seed: u64, buffers: usize) -> CsvProblem {
-    let mut rng = SplitMix64::new(seed);
-    let mut out = Vec::with_capacity(buffers);
-    let mut t = 0u64;
-    for i in 0..buffers {
-        t += rng.range(0, 2);
-        let life = match rng.range(0, 99) {
-            0..=79 => rng.range(1, 8),
-            80..=97 => rng.range(8, 200),
-            _ => rng.range(200, 4000),
-        };
-        let size = 64u64 << rng.range(0, 16);
-        let size = size + (rng.range(0, 7) * size / 8);
+/// A trace shaped like one training step of a deep network, with about
+/// `buffers` buffers and 64-bit sizes.
+///
+/// Layers run forward, then backward in reverse, then an optimizer pass.
+/// Each layer has weights live for the whole trace, an activation that
+/// most layers keep for their backward step (so kept activations nest like
+/// a stack and the peak sits at the turn from forward to backward), and
+/// short-lived temporaries of every size from a few bytes up. The backward
+/// step makes an activation gradient that lives two steps and a weight
+/// gradient that lives until the optimizer consumes it. Layer sizes follow
+/// a random walk between 1 KiB and 512 MiB, as stages of a network widen
+/// and narrow.
+pub fn ml_trace(seed: u64, buffers: usize) -> CsvProblem {
+    let mut rng = SplitMix64::new(seed ^ 0x006d_6c74_7261_6365);
+    let layers = (buffers / 11).max(1);
+    // log2 of each layer's scale: a bounded random walk.
+    let mut scale_log = 18i64;
+    let scales: Vec<u64> = (0..layers)
+        .map(|_| {
+            scale_log = (scale_log + rng.range(0, 4) as i64 - 2).clamp(10, 29);
+            1u64 << scale_log
+        })
+        .collect();
+    // A size around `scale`: a factor between 1/4 and 2, rounded up to 64.
+    let around = |rng: &mut SplitMix64, scale: u64| -> u64 {
+        let v = scale / 4 + rng.range(0, scale.saturating_mul(7) / 4);
+        v.div_ceil(64).max(1) * 64
+    };
+    // A temporary: log-uniform from 4 bytes up to `scale`.
+    let temporary = |rng: &mut SplitMix64, scale: u64| -> u64 {
+        let top = 63 - scale.leading_zeros() as u64;
+        let bits = rng.range(2, top.max(2));
+        (1u64 << bits) + rng.range(0, (1u64 << bits) - 1)
+    };
+    let forward_end = layers as u64 * 2;
+    let backward_end = forward_end + layers as u64 * 2;
+    let end = backward_end + layers as u64 / 4 + 2;
+    let mut out: Vec<CsvBuffer> = Vec::with_capacity(buffers + layers);
+    fn push(out: &mut Vec<CsvBuffer>, lower: u64, upper: u64, size: u64) {
         out.push(CsvBuffer {
-            id: i.to_string(),
-            lower: t,
-            upper: t + life,
+            id: out.len().to_string(),
+            lower,
+            upper,
             size,
             alignment: 1,
             offset: None,
         });
     }
+    let mut weights: Vec<u64> = Vec::with_capacity(layers * 2);
+    let mut kept: Vec<Option<(u64, u64)>> = vec![None; layers];
+    // Forward.
+    for (l, &scale) in scales.iter().enumerate() {
+        let t = l as u64 * 2;
+        for _ in 0..rng.range(1, 2) {
+            let w = around(&mut rng, scale / 2);
+            weights.push(w);
+            push(&mut out, 0, end, w);
+        }
+        let act = around(&mut rng, scale);
+        if rng.range(0, 9) < 7 {
+            kept[l] = Some((t, act));
+        } else {
+            push(&mut out, t, t + rng.range(2, 6), act);
+        }
+        for _ in 0..rng.range(1, 4) {
+            let lower = t + rng.range(0, 1);
+            let size = temporary(&mut rng, scale);
+            push(&mut out, lower, lower + rng.range(1, 3), size);
+        }
+    }
+    // Backward, in reverse: kept activations are freed here.
+    for (k, l) in (0..layers).rev().enumerate() {
+        let t = forward_end + k as u64 * 2;
+        let scale = scales[l];
+        if let Some((lower, act)) = kept[l] {
+            push(&mut out, lower, t + 1, act);
+        }
+        let grad = around(&mut rng, scale);
+        push(&mut out, t, t + 2, grad);
+        let opt = backward_end + rng.range(0, end - backward_end - 1);
+        let wgrad = around(&mut rng, scale / 2);
+        push(&mut out, t + 1, opt.max(t + 2), wgrad);
+        for _ in 0..rng.range(1, 4) {
+            let lower = t + rng.range(0, 1);
+            let size = temporary(&mut rng, scale);
+            push(&mut out, lower, lower + rng.range(1, 3), size);
+        }
+    }
+    // Optimizer: a short-lived temporary per weight, a few at a time.
+    for (k, &w) in weights.iter().enumerate() {
+        if out.len() >= buffers {
+            break;
+        }
+        let t = backward_end + (k as u64 * 4) / weights.len().max(1) as u64;
+        push(&mut out, t, t + 1, w / 2 + 64);
+    }
     CsvProblem { buffers: out }
+}
+
+/// The large-trace benchmark suite: ML-shaped traces of 10k to 60k
+/// buffers (see [`ml_trace`]), to be placed near their lower bound.
+pub fn ml_trace_suite() -> Vec<SuiteInstance> {
+    [10_000usize, 20_000, 40_000, 60_000]
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let problem = ml_trace(k as u64 + 1, n);
+            let capacity = problem.lower_bound();
+            SuiteInstance {
+                name: format!("ml-n{n}"),
+                problem,
+                capacity,
+            }
+        })
+        .collect()
 }
 
 /// A SigLIP-scale whole-chip problem: `tiles` tiles with about

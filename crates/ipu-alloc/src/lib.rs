@@ -36,12 +36,12 @@ mod map;
 mod place;
 mod problem;
 mod profile;
+mod skyline;
+mod solve;
 
 pub use bound::{ClassBound, Shortfall, TileBound, lower_bound};
 pub use check::{PlacementCheckError, check_placement};
-pub use csv::{
-    CsvBuffer, CsvCheckError, CsvError, CsvProblem, SolveConfig, SolveOutcome, SolveResult,
-};
+pub use csv::{CsvBuffer, CsvCheckError, CsvError, CsvProblem};
 pub use error::{FitFailure, LiveRange, Occupant, PlaceError, Verdict};
 pub use exact::SearchStats;
 pub use greedy::{Fit, GreedyOrder, GreedyStrategy};
@@ -53,3 +53,4 @@ pub use problem::{
     Problem, ProblemError, Request, RequestId, Reservation, TileProblem, validate, validate_tile,
 };
 pub use profile::{MemoryProfile, PROFILE_SCHEMA, ProfileRun, TileProfile};
+pub use solve::{Infeasibility, SolveConfig, SolveMethod, SolveOutcome, SolveResult};

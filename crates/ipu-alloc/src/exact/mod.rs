@@ -141,7 +141,7 @@ const FIRST_ROUND: u64 = 1024;
 /// The variants a portfolio searches: the problem and its time-reversed
 /// copy.
 fn variants(arena: &Arena) -> [Arena; 2] {
-    [arena.clone(), flip_time(arena)]
+    [arena.clone(), arena.reversed()]
 }
 
 /// Runs the exact search on `arena` within `budget`.
@@ -334,22 +334,6 @@ fn portfolio(
             ranks[r] = prepared[v].ranks(s.order, round_index << 16 | r as u64);
         }
     }
-}
-
-/// The same problem with time reversed.
-fn flip_time(arena: &Arena) -> Arena {
-    let mut out = arena.clone();
-    let s = arena.sections;
-    let last = arena.times.last().copied().unwrap_or(0);
-    out.times = arena.times.iter().rev().map(|&t| last - t).collect();
-    for it in &mut out.items {
-        if it.live() {
-            let (a, b) = (s - it.end, s - it.start);
-            it.start = a;
-            it.end = b;
-        }
-    }
-    out
 }
 
 /// Places items that conflict with nothing in time (never live or empty):
