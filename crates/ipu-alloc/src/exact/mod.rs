@@ -119,6 +119,7 @@ const fn strategy(order: Preorder, forced: bool, fewest: bool, wells: bool) -> S
             fewest,
             wells,
             forced,
+            flush: true,
         },
     }
 }

@@ -63,6 +63,8 @@ pub(super) struct RunStyle {
     pub wells: bool,
     /// Branch on forced points (sections at the lowest level without slack).
     pub forced: bool,
+    /// At forced points, try first the items whose top meets a neighbour.
+    pub flush: bool,
 }
 
 /// Failed states remembered at most (16 bytes each, plus table overhead).
@@ -636,6 +638,17 @@ impl<'a> Search<'a> {
             if twin == NO_TWIN || self.offsets[twin as usize] != UNPLACED {
                 children.push((level, rank, k));
             }
+        }
+        if self.style.flush {
+            // Items whose top meets a neighbour's level first: they leave
+            // the skyline flat, as the pieces of a cut do.
+            let top_meets = |this: &Self, k: usize| {
+                let top = level.saturating_add(this.p.size[k]);
+                let (a, b) = (this.p.start[k] as usize, this.p.end[k] as usize);
+                let at = |x: usize| this.rem[x] > 0 && this.sky[x].max(this.last) == top;
+                a.checked_sub(1).is_some_and(at) || (b < this.p.sections && at(b))
+            };
+            children.sort_by_key(|c| (!top_meets(self, c.2 as usize), c.1));
         }
         !children.is_empty()
     }
