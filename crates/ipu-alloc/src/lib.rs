@@ -17,10 +17,11 @@
 //! Placement ──check_placement (independent)──► Ok | every defect
 //! ```
 //!
-//! The same greedy passes and exact search solve single-arena
-//! MiniMalloc-style CSV problems ([`CsvProblem`]), the standard research
-//! benchmark for this problem; [`generate`] builds zero-slack, trace-like
-//! and SigLIP-scale instances.
+//! The same greedy passes and exact search, with a skyline heuristic for
+//! large traces and proofs for degenerate inputs, solve single-arena
+//! MiniMalloc-style CSV problems ([`CsvProblem::solve`]), the standard
+//! research benchmark for this problem; [`generate`] builds zero-slack,
+//! ML-trace-shaped and SigLIP-scale instances.
 
 #![forbid(unsafe_code)]
 
