@@ -27,14 +27,15 @@
 //!   items that start there.
 //! - *Independent parts.* Where no unplaced item crosses a section boundary,
 //!   the sides are solved one after the other; a failure on one is final.
-//! - *Failure memo.* States (unplaced set, skyline, `L`, tie key) that
-//!   failed are remembered.
+//! - *Failure memo.* States (unplaced set, skyline, `L`, tie rank) that
+//!   failed are remembered; a state with the same skyline and unplaced set
+//!   and a higher `L` (or a stricter tie rank) fails too.
 //!
 //! With separation partners the order is not complete (an item may need to
 //! sit higher to leave an element free for a partner placed later), so an
 //! exhausted search then proves nothing; the caller reports `Unknown`.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -77,6 +78,18 @@ fn mix128(mut x: u128) -> u128 {
     x ^= x >> 61;
     x = x.wrapping_mul(0xd6e8_feb8_6659_fd93_2545_f491_4f6c_dd1d);
     x ^ (x >> 64)
+}
+
+/// Whether state `a` (`L`, tie rank) allows strictly more than `b`: a lower
+/// `L`, or the same `L` with a looser tie rank (none is loosest).
+fn looser(a: (u64, Option<u32>), b: (u64, Option<u32>)) -> bool {
+    a.0 < b.0
+        || (a.0 == b.0
+            && match (a.1, b.1) {
+                (None, Some(_)) => true,
+                (Some(x), Some(y)) => x < y,
+                _ => false,
+            })
 }
 
 /// A child: `(address, rank, item)`, tried in ascending order.
@@ -136,7 +149,9 @@ pub(super) struct Search<'a> {
     history: Vec<Undo>,
     item_hash: Vec<u128>,
     remaining_hash: u128,
-    failed: HashSet<u128>,
+    /// Failed states: skyline and unplaced set, with the loosest `L` and
+    /// tie rank that failed.
+    failed: HashMap<u128, (u64, Option<u32>)>,
     memo: bool,
     // Scratch.
     pool: Vec<Vec<Child>>,
@@ -202,7 +217,7 @@ impl<'a> Search<'a> {
             history: Vec::new(),
             item_hash,
             remaining_hash,
-            failed: HashSet::new(),
+            failed: HashMap::new(),
             memo: !p.any_partners,
             pool: Vec::new(),
             open: Vec::new(),
@@ -407,7 +422,11 @@ impl<'a> Search<'a> {
         }
         let key = self.memo.then(|| self.state_key(lo, hi));
         if let Some(k) = key {
-            if self.failed.contains(&k) {
+            if self
+                .failed
+                .get(&k)
+                .is_some_and(|&(l, r)| self.at_least_as_tight(l, r))
+            {
                 self.stats.memo += 1;
                 return Step::Fail;
             }
@@ -419,10 +438,26 @@ impl<'a> Search<'a> {
                 if self.failed.len() >= MEMO_LIMIT {
                     self.failed.clear();
                 }
-                self.failed.insert(k);
+                // Keep the loosest failure: it covers every tighter state.
+                let entry = (self.last, self.last_rank);
+                match self.failed.get(&k) {
+                    Some(&(l, r)) if !looser(entry, (l, r)) => {}
+                    _ => {
+                        self.failed.insert(k, entry);
+                    }
+                }
             }
         }
         result
+    }
+
+    /// Whether the current state allows no more than a failed state with
+    /// the same skyline and unplaced items whose `L` was `l` and tie rank
+    /// `r`: every completion of a state with a higher `L` (or the same `L`
+    /// and a stricter tie rank) is a completion of the looser one, so the
+    /// looser one's failure covers it.
+    fn at_least_as_tight(&self, l: u64, r: Option<u32>) -> bool {
+        !looser((self.last, self.last_rank), (l, r)) || (self.last, self.last_rank) == (l, r)
     }
 
     /// Computes positions, runs the bounds and tries the children.
@@ -642,13 +677,7 @@ impl<'a> Search<'a> {
         if self.style.flush {
             // Items whose top meets a neighbour's level first: they leave
             // the skyline flat, as the pieces of a cut do.
-            let top_meets = |this: &Self, k: usize| {
-                let top = level.saturating_add(this.p.size[k]);
-                let (a, b) = (this.p.start[k] as usize, this.p.end[k] as usize);
-                let at = |x: usize| this.rem[x] > 0 && this.sky[x].max(this.last) == top;
-                a.checked_sub(1).is_some_and(at) || (b < this.p.sections && at(b))
-            };
-            children.sort_by_key(|c| (!top_meets(self, c.2 as usize), c.1));
+            children.sort_by_key(|c| (!self.top_meets(level, c.2 as usize), c.1));
         }
         !children.is_empty()
     }
@@ -739,6 +768,15 @@ impl<'a> Search<'a> {
     /// of its run (valid after [`Self::valleys_ok`] for items at that level).
     fn viable(&self, k: usize) -> bool {
         self.fwd[self.p.start[k] as usize] && self.bwd[self.p.end[k] as usize]
+    }
+
+    /// Whether item `k` placed at `at` has its top at the level of a
+    /// section next to its lifetime.
+    fn top_meets(&self, at: u64, k: usize) -> bool {
+        let top = at.saturating_add(self.p.size[k]);
+        let (a, b) = (self.p.start[k] as usize, self.p.end[k] as usize);
+        let meets = |x: usize| self.rem[x] > 0 && self.sky[x].max(self.last) == top;
+        a.checked_sub(1).is_some_and(meets) || (b < self.p.sections && meets(b))
     }
 
     /// The release-time bound over every section of the part: items are
@@ -852,10 +890,6 @@ impl<'a> Search<'a> {
             if self.rem[s] != 0 {
                 h = mix128(h ^ u128::from(self.sky[s]) ^ ((s as u128) << 64));
             }
-        }
-        h = mix128(h ^ u128::from(self.last) ^ (1 << 100));
-        if let Some(r) = self.last_rank {
-            h = mix128(h ^ u128::from(r) ^ (1 << 120));
         }
         h
     }
