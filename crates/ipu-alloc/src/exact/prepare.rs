@@ -27,6 +27,8 @@ pub(super) enum Preorder {
     TotalAreaLength,
     /// Largest section total, length, then area.
     TotalLengthArea,
+    /// Size, then the latest end.
+    SizeEnd,
 }
 
 /// Static data of one arena orientation.
@@ -288,6 +290,7 @@ impl Prepared {
                 Preorder::LengthAreaTotal => (l, a, t),
                 Preorder::TotalAreaLength => (t, a, l),
                 Preorder::TotalLengthArea => (t, l, a),
+                Preorder::SizeEnd => (u128::from(self.size[k]), u128::from(self.end[k]), 0),
             }
         };
         let mut order_list: Vec<usize> = (0..m).collect();
