@@ -140,6 +140,7 @@ pub struct FitFailure {
 
 /// Why [`place`](crate::place) failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PlaceError {
     /// The problem is malformed.
     #[error(transparent)]
