@@ -4,7 +4,9 @@
 //!   cut into buffers by random guillotine cuts (on a grid, like the
 //!   MiniMalloc benchmarks). The cut itself is a placement whose peak equals
 //!   the peak-live lower bound, so the optimum is known and equals the
-//!   bound. [`zero_slack_suite`] is the benchmark suite.
+//!   bound. [`zero_slack_suite`] is the benchmark suite;
+//!   [`near_zero_slack_grid`] and [`near_zero_slack_suite`] remove a tenth
+//!   of the buffers, leaving slack in some sections.
 //! - [`ml_trace`]: a training-step trace of a deep network: weights live
 //!   throughout, activations kept for the backward pass, short-lived
 //!   temporaries from bytes to hundreds of MiB, 64-bit sizes.
@@ -140,6 +142,36 @@ pub fn zero_slack_grid(
     (CsvProblem { buffers }, offsets)
 }
 
+/// A near-zero-slack instance: [`zero_slack_grid`] with about one buffer
+/// in `drop_one_in` removed (and the others renumbered), and the offsets of
+/// the cut for the rest. The capacity stays feasible (the cut still fits);
+/// most sections keep no slack, those that lost a buffer keep some, as in
+/// the MiniMalloc benchmark instances. With slack the search cannot rely
+/// on forced points everywhere, which makes these the harder class.
+pub fn near_zero_slack_grid(
+    seed: u64,
+    buffers: usize,
+    capacity: u64,
+    horizon: u64,
+    grain: u64,
+    drop_one_in: u64,
+) -> (CsvProblem, Vec<u64>) {
+    let (full, cut) = zero_slack_grid(seed, buffers, capacity, horizon, grain);
+    let mut rng = SplitMix64::new(seed ^ 0xd20b);
+    let mut kept = Vec::with_capacity(full.buffers.len());
+    let mut offsets = Vec::with_capacity(full.buffers.len());
+    for (b, o) in full.buffers.into_iter().zip(cut) {
+        if drop_one_in == 0 || rng.range(1, drop_one_in) != 1 {
+            kept.push(CsvBuffer {
+                id: kept.len().to_string(),
+                ..b
+            });
+            offsets.push(o);
+        }
+    }
+    (CsvProblem { buffers: kept }, offsets)
+}
+
 /// One instance of a benchmark suite, with the capacity it is solved at.
 #[derive(Clone, Debug)]
 pub struct SuiteInstance {
@@ -176,6 +208,24 @@ pub fn zero_slack_suite() -> Vec<SuiteInstance> {
         });
     }
     out
+}
+
+/// The near-zero-slack benchmark suite: six instances of 200 to 500 cut
+/// buffers on the 1 KiB grid with one buffer in ten removed, solved at
+/// capacity 1 MiB (feasible by construction).
+pub fn near_zero_slack_suite() -> Vec<SuiteInstance> {
+    [200usize, 260, 320, 380, 440, 500]
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let (problem, _) = near_zero_slack_grid(3000 + k as u64, n, 1 << 20, 1 << 20, 1024, 10);
+            SuiteInstance {
+                name: format!("near-n{n}"),
+                problem,
+                capacity: 1 << 20,
+            }
+        })
+        .collect()
 }
 
 /// A trace shaped like one training step of a deep network, with about

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use ipu_alloc::generate::{SplitMix64, ml_trace, zero_slack_grid};
+use ipu_alloc::generate::{SplitMix64, ml_trace, near_zero_slack_grid, zero_slack_grid};
 use ipu_alloc::{CsvBuffer, CsvProblem, Infeasibility, SolveConfig, SolveMethod, SolveResult};
 use proptest::prelude::*;
 
@@ -221,6 +221,28 @@ fn gridded_zero_slack_instances_are_solved_at_the_bound() {
         assert_eq!(out.result, SolveResult::Fits, "seed {seed}");
         p.check(lb, out.offsets.as_ref().unwrap()).unwrap();
         assert_eq!(out.peak, lb);
+    }
+}
+
+#[test]
+fn near_zero_slack_instances_keep_their_cut_and_are_solved() {
+    for seed in 0..3 {
+        let (p, cut) = near_zero_slack_grid(seed, 60, 1 << 16, 1 << 12, 64, 10);
+        p.check(1 << 16, &cut).unwrap();
+        let lb = p.lower_bound();
+        assert!(lb <= 1 << 16);
+        let out = p.solve(
+            1 << 16,
+            &SolveConfig {
+                max_nodes: 5_000_000,
+                timeout: None,
+                parallel_search: false,
+                ..SolveConfig::default()
+            },
+        );
+        assert_eq!(out.result, SolveResult::Fits, "seed {seed}");
+        p.check(1 << 16, out.offsets.as_ref().unwrap()).unwrap();
+        assert!(lb <= out.peak && out.peak <= 1 << 16);
     }
 }
 
