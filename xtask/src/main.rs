@@ -68,7 +68,7 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "alloc",
-        summary: "FILE.csv --capacity BYTES [--timeout S] | bench [--quick]: placement tools",
+        summary: "FILE.csv --capacity BYTES [--timeout S] [--output F] | bench [--quick]: placement tools",
         run: alloc::alloc,
     },
     Task {
