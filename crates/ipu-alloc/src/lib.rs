@@ -37,6 +37,7 @@ mod map;
 mod place;
 mod problem;
 mod profile;
+mod sections;
 mod skyline;
 mod solve;
 mod stage;
