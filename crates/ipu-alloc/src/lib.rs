@@ -21,7 +21,7 @@
 //! large traces and proofs for degenerate inputs, solve single-arena
 //! MiniMalloc-style CSV problems ([`CsvProblem::solve`]), the standard
 //! research benchmark for this problem. The `generate` module, behind the
-//! `generate` feature, builds zero-slack, ML-trace-shaped and SigLIP-scale
+//! `testing` feature, builds zero-slack, ML-trace-shaped and SigLIP-scale
 //! instances for tests and benchmarks.
 
 #![forbid(unsafe_code)]
@@ -32,7 +32,7 @@ mod check;
 mod csv;
 mod error;
 mod exact;
-#[cfg(feature = "generate")]
+#[cfg(feature = "testing")]
 pub mod generate;
 mod greedy;
 mod map;

@@ -50,7 +50,7 @@ mod core;
 mod encode;
 mod engine;
 mod fabric;
-#[cfg(feature = "generate")]
+#[cfg(feature = "testing")]
 pub mod generate;
 pub mod isa;
 mod model;

@@ -31,7 +31,7 @@ mod model;
 mod object;
 mod problem;
 mod program;
-#[cfg(feature = "generate")]
+#[cfg(feature = "testing")]
 pub mod siglip;
 mod store;
 mod variant;
