@@ -162,6 +162,9 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         s.kernels,
         s.transient_budget
     );
+    if let Some(profile) = &package.profile {
+        eprintln!("{}", profile.summary_line());
+    }
     let phases: Vec<String> = s
         .phase_ms
         .iter()

@@ -16,6 +16,7 @@ mod exchange;
 mod kernels;
 mod logging;
 mod params;
+mod profile;
 mod run_package;
 
 /// A task: its name, a one-line summary, and what runs it.
@@ -45,6 +46,11 @@ const TASKS: &[Task] = &[
         name: "inspect-package",
         summary: "print a package's manifest summary and validate it: DIR",
         run: run_package::inspect,
+    },
+    Task {
+        name: "profile",
+        summary: "the cycle estimate of a package: per layer, whole model, images/s, roofline: DIR [--steps]",
+        run: profile::run,
     },
     Task {
         name: "test",
