@@ -12,6 +12,7 @@
 
 mod bad_inputs;
 mod determinism;
+mod devices;
 mod inspect;
 mod report;
 mod run;

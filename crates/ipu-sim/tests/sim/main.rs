@@ -17,8 +17,11 @@ use ipu_package::graph::{Graph, GraphBuilder, Op, TensorId, TensorKind};
 /// A graph of one op over supplied inputs, and the ids involved.
 #[derive(Debug)]
 pub struct OneOp {
+    /// The graph.
     pub graph: Graph,
+    /// Its supplied tensors, in the order given.
     pub inputs: Vec<TensorId>,
+    /// The op's output.
     pub output: TensorId,
 }
 
