@@ -30,7 +30,7 @@ struct Task {
 const TASKS: &[Task] = &[
     Task {
         name: "build-package",
-        summary: "build a model fixture into a package (default: SigLIP so400m b2, 1472 tiles) [--param NAME=VALUE]",
+        summary: "build a model fixture into a package (default: SigLIP so400m b2 on every tile of the IPU21) [--param NAME=VALUE]",
         run: build_package::run,
     },
     Task {
@@ -40,7 +40,7 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "bench-sim",
-        summary: "time the tile model and the reference on SigLIP b2 at 1472 tiles: [--layers N] [--keep DIR]",
+        summary: "time the tile model and the reference on SigLIP b2 on the IPU21: [--layers N] [--keep DIR]",
         run: bench_sim::run,
     },
     Task {

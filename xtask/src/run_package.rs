@@ -6,8 +6,11 @@
 //! weights (generated from a seed, or inputs read from a safetensors-style
 //! FILE), and prints per output the largest absolute and relative errors,
 //! the normalised RMS error and pass/fail under the reference's graph
-//! tolerance for the output's precision. Exit status 0 only if every output
-//! passes. A `profile` line on stderr says where the tile model's time
+//! tolerance for the output's precision. Every op is also checked against
+//! the reference on the device's own inputs as the tile model runs (the
+//! first op out of its tight tolerance stops the run, naming the op, its
+//! tensor and the worst element). Exit status 0 only if every op and
+//! output passes. A `profile` line on stderr says where the tile model's time
 //! went (step kinds, and per codelet kind the time summed over threads). `inspect-package` prints the manifest summary and validates the
 //! package (every file at its recorded size, every buffer placed inside tile
 //! memory, phases and rows agree).
@@ -57,9 +60,11 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     }
     eprintln!("{}", profile(&checked.stats));
     println!(
-        "result={} tile_model_ms={} reference_ms={}",
+        "result={} tile_model_ms={} op_check_ms={} ops_checked={} reference_ms={}",
         if checked.pass { "pass" } else { "fail" },
         checked.tile_model.as_millis(),
+        checked.stats.op_check.as_millis(),
+        checked.stats.ops_checked,
         checked.reference.as_millis()
     );
     Ok(if checked.pass {
@@ -85,7 +90,7 @@ pub struct Checked {
     pub lines: Vec<String>,
     /// Whether every output passed.
     pub pass: bool,
-    /// Wall time of the tile model.
+    /// Wall time of the tile model, without the per-op check.
     pub tile_model: Duration,
     /// Wall time of the reference evaluation.
     pub reference: Duration,
@@ -102,6 +107,10 @@ pub fn check(dir: &Path, package: &Package, seed: u64, inputs: &Inputs) -> Resul
         .as_deref()
         .ok_or("the package does not carry its fixture; rebuild it with build-package")?;
     let graph = parse_fixture(fixture).map_err(|e| format!("the package's fixture: {e}"))?;
+    // Sizes first: an edited fixture must not make us generate values for
+    // tensors the package never holds.
+    ipu_sim::tiles::check_fixture(package, &graph)
+        .map_err(|e| format!("running {}: {e}", dir.display()))?;
     let mut values = values::generate_weights(&graph, seed);
     match inputs {
         Inputs::Seed => values.extend(values::generate_inputs(&graph, seed)),
@@ -115,8 +124,10 @@ pub fn check(dir: &Path, package: &Package, seed: u64, inputs: &Inputs) -> Resul
     }
     let start = Instant::now();
     let (device, stats) = ipu_sim::tiles::run_package_with_stats(package, &graph, &values)
-        .map_err(|e| format!("running {}: {e}", dir.display()))?;
-    let tile_model = start.elapsed();
+        .map_err(|e| format!("running {}: {}", dir.display(), error_chain(&e)))?;
+    // The per-op check runs inside the tile model's run; its time is
+    // reported on its own.
+    let tile_model = start.elapsed().saturating_sub(stats.op_check);
     let start = Instant::now();
     let reference = ipu_sim::evaluate(&graph, &values).map_err(|e| format!("reference: {e}"))?;
     let reference_time = start.elapsed();
@@ -151,20 +162,34 @@ pub fn check(dir: &Path, package: &Package, seed: u64, inputs: &Inputs) -> Resul
     })
 }
 
+/// An error and its causes, joined into one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        line.push_str(": ");
+        line.push_str(&c.to_string());
+        cause = c.source();
+    }
+    line
+}
+
 /// One line saying where the tile model's time went: wall times of the
 /// step kinds, and per codelet kind the calls and the time summed over
 /// worker threads.
 pub fn profile(s: &RunStats) -> String {
     let ms = |d: Duration| d.as_millis();
     let mut line = format!(
-        "profile setup_ms={} load_ms={} compute_ms={} exchange_ms={} exchange_steps={} exchange_words={} outputs_ms={}",
+        "profile setup_ms={} load_ms={} compute_ms={} exchange_ms={} exchange_steps={} exchange_words={} outputs_ms={} op_check_ms={} ops_checked={}",
         ms(s.setup),
         ms(s.load),
         ms(s.compute),
         ms(s.exchange),
         s.exchange_steps,
         s.exchange_words,
-        ms(s.outputs)
+        ms(s.outputs),
+        ms(s.op_check),
+        s.ops_checked
     );
     for (name, k) in CODELET_KINDS.iter().zip(&s.codelets) {
         if k.calls > 0 {
