@@ -42,7 +42,11 @@ pub struct GenConfig {
 /// loader limit.
 fn ipu21() -> (u32, u32, u32) {
     let t = ipu_target::Target::ipu21();
-    (t.tile_count(), t.memory().sram_start, t.memory().loader_limit)
+    (
+        t.tile_count(),
+        t.memory().sram_start,
+        t.memory().loader_limit,
+    )
 }
 
 /// Destinations are laid out from this many bytes above the SRAM base,

@@ -48,7 +48,7 @@ use ipu_target::{Target, VectorSpec};
 use serde::{Deserialize, Serialize};
 
 use super::ProfileError;
-use crate::package::Package;
+use crate::package::{Package, PackageKernel};
 use crate::program::{Codelet, GemmEntry, KernelId, Program};
 
 /// What one call of a codelet other than the GEMM does, counted in the
@@ -354,6 +354,35 @@ pub fn codelet_work(
     })
 }
 
+/// The variant a kernel of a package was compiled from: rebuilt from its
+/// `kernel.json` with `model` (the AMP model of the package's target), and
+/// required to have the key recorded there.
+pub fn kernel_variant(kernel: &PackageKernel, model: &AmpModel) -> Result<Variant, ProfileError> {
+    let meta: KernelMetadata =
+        serde_json::from_str(&kernel.metadata).map_err(|e| ProfileError::KernelMetadata {
+            kernel: kernel.name.clone(),
+            reason: e.to_string(),
+        })?;
+    let variant = Variant::new(
+        &meta.shape,
+        meta.k,
+        meta.c,
+        meta.r_small,
+        meta.r_large,
+        model,
+    )
+    .map_err(|source| ProfileError::Variant {
+        kernel: kernel.name.clone(),
+        source,
+    })?;
+    if variant.key() != meta.variant_key {
+        return Err(ProfileError::VariantKey {
+            kernel: kernel.name.clone(),
+        });
+    }
+    Ok(variant)
+}
+
 /// The cost of each entry of each GEMM kernel of a package, from the
 /// kernel cost model on the variant its metadata describes.
 #[derive(Clone, Debug)]
@@ -398,28 +427,7 @@ impl KernelCosts {
         }
         let mut kernels = Vec::with_capacity(package.kernels.len());
         for k in &package.kernels {
-            let meta: KernelMetadata =
-                serde_json::from_str(&k.metadata).map_err(|e| ProfileError::KernelMetadata {
-                    kernel: k.name.clone(),
-                    reason: e.to_string(),
-                })?;
-            let variant = Variant::new(
-                &meta.shape,
-                meta.k,
-                meta.c,
-                meta.r_small,
-                meta.r_large,
-                &model,
-            )
-            .map_err(|source| ProfileError::Variant {
-                kernel: k.name.clone(),
-                source,
-            })?;
-            if variant.key() != meta.variant_key {
-                return Err(ProfileError::VariantKey {
-                    kernel: k.name.clone(),
-                });
-            }
+            let variant = kernel_variant(k, &model)?;
             let estimates = std::array::from_fn(|i| {
                 let (size, mode) = entry_of(i);
                 estimate_cycles(&variant, variant.rows(size), mode)

@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cost::{
     CODELET_KINDS, KernelCheck, KernelCosts, VectorModel, Work, check_kernels, codelet_work,
+    kernel_variant,
 };
 pub use work::{MacCounts, ModelWork, RepeatWork};
 
