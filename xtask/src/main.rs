@@ -30,12 +30,12 @@ struct Task {
 const TASKS: &[Task] = &[
     Task {
         name: "build-package",
-        summary: "build a model fixture into a package (default: SigLIP so400m b2 on every tile of the IPU21) [--param NAME=VALUE]",
+        summary: "build a model fixture or a SigLIP --checkpoint DIR into a package (default: SigLIP so400m b2 on every tile of the IPU21)",
         run: build_package::run,
     },
     Task {
         name: "run-package",
-        summary: "run a package on the tile model against the reference: DIR [--inputs seed|FILE] [--seed N]",
+        summary: "run a package on the tile model: DIR [--image FILE]... [--inputs seed|FILE] [--seed N] [--out FILE.safetensors] [--reference]",
         run: run_package::run,
     },
     Task {
@@ -80,7 +80,7 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "alloc",
-        summary: "FILE.csv --capacity BYTES [--timeout S] | bench [--quick]: placement tools",
+        summary: "FILE.csv --capacity BYTES [--timeout S] [--output F] | bench [--quick]: placement tools",
         run: alloc::alloc,
     },
     Task {

@@ -11,6 +11,7 @@
 //! default SigLIP workload.
 
 mod bad_inputs;
+mod checkpoint;
 mod determinism;
 mod devices;
 mod inspect;

@@ -239,6 +239,8 @@ pub fn build_package(
         memory_profile,
         profile: None,
         fixture: None,
+        weights: None,
+        siglip: None,
     };
     package.profile = Some(
         crate::profile::estimate(&package, &crate::profile::ProfileConfig::for_graph(graph))

@@ -61,6 +61,8 @@ fn sample(tag: &str) -> Package {
         memory_profile: format!("{{\"tag\":\"{tag}\"}}"),
         profile: None,
         fixture: None,
+        weights: None,
+        siglip: None,
     }
 }
 
