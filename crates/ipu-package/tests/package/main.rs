@@ -8,6 +8,7 @@ mod bad_fixtures;
 mod calibrate;
 mod checkpoint;
 mod checkpoint_images;
+mod choose;
 mod fixtures;
 mod graph;
 mod lower;
