@@ -146,20 +146,30 @@ impl<'a> GemmScorer<'a> {
         let p = self.problem;
         let steps = &self.cost.steps;
         let sync = steps.sync_cycles;
-        let (pm, pn, pk) = (u64::from(grid.pm), u64::from(grid.pn), u64::from(grid.pk));
+        // Sizes come from the graph: arithmetic saturates, and a grid with
+        // an empty split counts as one part.
+        let part = |n: u32| u64::from(n.max(1));
+        let (pm, pn, pk) = (part(grid.pm), part(grid.pn), part(grid.pk));
         let per_token = p.rows_per_token();
         let tokens = p.tokens();
-        let large = per_token * tokens.div_ceil(pm);
-        let small = per_token * (tokens / pm).max(1);
+        let large = per_token.saturating_mul(tokens.div_ceil(pm));
+        let small = per_token.saturating_mul((tokens / pm).max(1));
         let inner = largest_block(p.inner, pk, p.micro_inner());
         let columns = largest_block(p.columns, pn, p.column_block());
-        let left = large * inner * p.left.element_bytes();
+        let left = large
+            .saturating_mul(inner)
+            .saturating_mul(p.left.element_bytes());
         let right = if pm > 1 {
-            inner * columns * p.right.element_bytes()
+            inner
+                .saturating_mul(columns)
+                .saturating_mul(p.right.element_bytes())
         } else {
             0
         };
-        let operands = self.cost.exchange_cycles(left + right) + sync;
+        let operands = self
+            .cost
+            .exchange_cycles(left.saturating_add(right))
+            .saturating_add(sync);
         let kernel = self
             .kernel_cycles(small.min(large), large, inner, columns)
             .unwrap_or(quick.compute_cycles);
@@ -168,10 +178,14 @@ impl<'a> GemmScorer<'a> {
             steps.vector.cycles(&Work::Add { elements, lanes })
         };
         if pk == 1 {
-            let bias = if self.bias { add(large * columns) } else { 0 };
+            let bias = if self.bias {
+                add(large.saturating_mul(columns))
+            } else {
+                0
+            };
             return GemmOpCycles {
                 operands,
-                gemm: kernel + bias + sync,
+                gemm: kernel.saturating_add(bias).saturating_add(sync),
                 reduce_exchange: 0,
                 reduce: 0,
             };
@@ -180,16 +194,22 @@ impl<'a> GemmScorer<'a> {
         // element layout): its largest shard receives `pk` partials of
         // itself, and each GEMM tile sends its block of partial sums.
         let eb = p.output.element_bytes();
-        let even = (per_token * tokens * p.columns).div_ceil(u64::from(self.tiles));
+        let even = per_token
+            .saturating_mul(tokens)
+            .saturating_mul(p.columns)
+            .div_ceil(u64::from(self.tiles));
         let mut extents = p.outer.clone();
         extents.push(p.columns);
         let share = element_layout(&extents, p.output, self.tiles)
-            .map(|t| t.max_shard_bytes() / eb)
+            .map(|t| t.max_shard_bytes() / eb.max(1))
             .unwrap_or(even)
             .max(even);
-        let received = share * pk * eb;
-        let sent = large * columns * eb;
-        let reduce_exchange = self.cost.exchange_cycles(received.max(sent)) + sync;
+        let received = share.saturating_mul(pk).saturating_mul(eb);
+        let sent = large.saturating_mul(columns).saturating_mul(eb);
+        let reduce_exchange = self
+            .cost
+            .exchange_cycles(received.max(sent))
+            .saturating_add(sync);
         let lanes = steps.vector.lanes(p.output);
         let sum = steps.vector.cycles(&Work::Reduce {
             partials: pk,
@@ -199,9 +219,9 @@ impl<'a> GemmScorer<'a> {
         let bias = if self.bias { add(share) } else { 0 };
         GemmOpCycles {
             operands,
-            gemm: kernel + sync,
+            gemm: kernel.saturating_add(sync),
             reduce_exchange,
-            reduce: sum + bias + sync,
+            reduce: sum.saturating_add(bias).saturating_add(sync),
         }
     }
 }

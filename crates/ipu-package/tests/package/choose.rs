@@ -7,7 +7,8 @@ use ipu_layout::{Fp8Format, Precision};
 use ipu_package::build::{BuildConfig, Stages, build_package};
 use ipu_package::graph::{Op, parse_fixture};
 use ipu_package::plan::{
-    CostModel, GemmOpCycles, GemmProblem, GemmScorer, choose_gemm_grid, gemm_candidates,
+    CostModel, GemmEstimate, GemmGrid, GemmOpCycles, GemmProblem, GemmScorer, choose_gemm_grid,
+    gemm_candidates,
 };
 use ipu_package::profile::StepKind;
 use ipu_target::Target;
@@ -184,6 +185,35 @@ fn predicted_compute_steps_are_what_the_estimate_charges() {
         assert!(
             checked >= 4 && split > 0 && split < checked,
             "{fixture} on {tiles} tiles: the GEMMs of a layer are compared, split-K ({split}) and not ({checked})"
+        );
+    }
+}
+
+#[test]
+fn extreme_sizes_and_empty_splits_score_without_overflow() {
+    let problem = GemmProblem {
+        outer: vec![3, 1 << 40],
+        inner: 1 << 40,
+        columns: 1 << 40,
+        left: Precision::F16,
+        right: Precision::F16,
+        output: Precision::F32,
+    };
+    let cost = CostModel::ipu21();
+    let quick = GemmEstimate {
+        compute_cycles: 1,
+        exchange_cycles: 0,
+        transient_bytes: 0,
+        resident_bytes: 0,
+    };
+    let mut scorer = GemmScorer::new(&problem, 1472, true, &cost);
+    for (pm, pn, pk) in [(0, 0, 0), (1, 1, 1), (7, 3, 2), (u32::MAX, 1, u32::MAX)] {
+        let c = scorer.score(GemmGrid { pm, pn, pk }, &quick);
+        assert!(c.total() >= c.operands.max(c.gemm), "{pm}×{pn}×{pk}: {c:?}");
+        assert_eq!(
+            c.reduce > 0,
+            pk > 1,
+            "{pm}×{pn}×{pk}: a reduce only with pk > 1"
         );
     }
 }
