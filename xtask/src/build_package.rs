@@ -388,6 +388,9 @@ fn summarise(package: &Package, out: &Path, model: &str, start: Instant) {
         s.kernels,
         s.transient_budget
     );
+    if let Some(profile) = &package.profile {
+        eprintln!("{}", profile.summary_line());
+    }
     let phases: Vec<String> = s
         .phase_ms
         .iter()

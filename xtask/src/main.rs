@@ -16,6 +16,8 @@ mod exchange;
 mod kernels;
 mod logging;
 mod params;
+mod profile;
+mod report;
 mod run_package;
 
 /// A task: its name, a one-line summary, and what runs it.
@@ -45,6 +47,16 @@ const TASKS: &[Task] = &[
         name: "inspect-package",
         summary: "print a package's manifest summary and validate it: DIR",
         run: run_package::inspect,
+    },
+    Task {
+        name: "profile",
+        summary: "the cycle estimate of a package: per layer, whole model, images/s, roofline: DIR [--steps]",
+        run: profile::run,
+    },
+    Task {
+        name: "report",
+        summary: "write a self-contained HTML report of a package's time and memory: DIR --out FILE.html [--tile N]",
+        run: report::run,
     },
     Task {
         name: "test",

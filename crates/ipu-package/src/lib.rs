@@ -61,6 +61,7 @@ pub mod lower;
 pub mod package;
 pub mod phases;
 pub mod plan;
+pub mod profile;
 pub mod program;
 pub mod storage;
 

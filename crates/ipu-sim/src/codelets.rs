@@ -16,6 +16,7 @@
 //! limit, counted with [`codelet_work`] before the run.
 
 use ipu_layout::{Precision, TileId};
+use ipu_package::profile::{VectorModel, Work};
 use ipu_package::program::{BufferId, Codelet, GemmEntry, GemmKernel, KernelId, Operand};
 
 use crate::SimError;
@@ -385,11 +386,39 @@ pub fn run_codelet(
     tile: TileId,
     codelet: &Codelet,
 ) -> Result<(), SimError> {
+    run_codelet_counted(m, tile, codelet, None).map(|_| ())
+}
+
+/// Runs one codelet on `tile` and, with a vector model, says what it did
+/// in the units the device's cost model counts
+/// (`ipu_package::profile::Work`): the elements it wrote, the partials and
+/// rows it read, the query and key rows it ran, the bytes it zeroed —
+/// counted from the values it actually touched, not from its arguments.
+/// A GEMM's work is the AMP program the memory runs, so it has none here.
+pub fn run_codelet_counted(
+    m: &mut impl CodeletMemory,
+    tile: TileId,
+    codelet: &Codelet,
+    model: Option<&VectorModel>,
+) -> Result<Option<Work>, SimError> {
     let args = Args {
         tile,
         codelet: codelet_name(codelet),
     };
     let args = &args;
+    // Lanes per vector for the precisions a codelet touches, when counting.
+    let lanes = |m: &mut _, buffers: &[BufferId]| -> Result<u32, SimError> {
+        let Some(model) = model else {
+            return Ok(1);
+        };
+        let m: &mut _ = m;
+        let mut precisions = Vec::with_capacity(buffers.len());
+        for &b in buffers {
+            precisions.push(CodeletMemory::precision(m, tile, b)?);
+        }
+        Ok(model.lanes_of(&precisions))
+    };
+    let counted = |work: Work| model.map(|_| work);
     match *codelet {
         Codelet::Gemm {
             kernel,
@@ -398,7 +427,9 @@ pub fn run_codelet(
             left,
             right,
             output,
-        } => m.gemm(tile, kernel, entry, rows, left, right, output),
+        } => m
+            .gemm(tile, kernel, entry, rows, left, right, output)
+            .map(|()| None),
         Codelet::Add {
             a,
             b,
@@ -419,7 +450,12 @@ pub fn run_codelet(
             } else {
                 xa.iter().zip(&xb).map(|(&x, &y)| x + y).collect()
             };
-            write_values(m, args, out, &sum)
+            write_values(m, args, out, &sum)?;
+            let lanes = lanes(m, &[a.buffer, b.buffer, out.buffer])?;
+            Ok(counted(Work::Add {
+                elements: sum.len() as u64,
+                lanes,
+            }))
         }
         Codelet::LayerNorm {
             input,
@@ -435,7 +471,14 @@ pub fn run_codelet(
             let x = read_values(m, args, input, n)?;
             let g = read_values(m, args, scale, u64::from(cols))?;
             let b = read_values(m, args, bias, u64::from(cols))?;
-            write_values(m, args, output, &layer_norm(&x, &g, &b, cols as usize, eps))
+            let y = layer_norm(&x, &g, &b, cols as usize, eps);
+            write_values(m, args, output, &y)?;
+            let lanes = lanes(m, &[input.buffer, output.buffer])?;
+            Ok(counted(Work::LayerNorm {
+                rows: x.chunks((cols as usize).max(1)).count() as u64,
+                columns: u64::from(cols),
+                lanes,
+            }))
         }
         Codelet::Gelu {
             input,
@@ -445,7 +488,12 @@ pub fn run_codelet(
             check_values(m, args, output, u64::from(elements))?;
             let x = read_values(m, args, input, u64::from(elements))?;
             let y: Vec<f32> = x.into_iter().map(gelu).collect();
-            write_values(m, args, output, &y)
+            write_values(m, args, output, &y)?;
+            let lanes = lanes(m, &[input.buffer, output.buffer])?;
+            Ok(counted(Work::Gelu {
+                elements: y.len() as u64,
+                lanes,
+            }))
         }
         Codelet::Convert {
             input,
@@ -469,10 +517,20 @@ pub fn run_codelet(
                     .chunks_exact(2)
                     .map(|h| table[usize::from(u16::from_le_bytes([h[0], h[1]]))])
                     .collect();
-                return m.write(tile, output, &codes);
+                m.write(tile, output, &codes)?;
+                let lanes = lanes(m, &[input.buffer, output.buffer])?;
+                return Ok(counted(Work::Convert {
+                    elements: codes.len() as u64,
+                    lanes,
+                }));
             }
             let x = read_values(m, args, input, u64::from(elements))?;
-            write_values(m, args, output, &x)
+            write_values(m, args, output, &x)?;
+            let lanes = lanes(m, &[input.buffer, output.buffer])?;
+            Ok(counted(Work::Convert {
+                elements: x.len() as u64,
+                lanes,
+            }))
         }
         Codelet::ReduceSum {
             input,
@@ -487,12 +545,20 @@ pub fn run_codelet(
             let x = read_values(m, args, input, n)?;
             let n = elements as usize;
             let mut sum = vec![0.0f32; n];
+            let mut partials = 0u64;
             for part in x.chunks(n.max(1)) {
+                partials += 1;
                 for (s, v) in sum.iter_mut().zip(part) {
                     *s += v;
                 }
             }
-            write_values(m, args, output, &sum)
+            write_values(m, args, output, &sum)?;
+            let lanes = lanes(m, &[input.buffer, output.buffer])?;
+            Ok(counted(Work::Reduce {
+                partials,
+                elements: sum.len() as u64,
+                lanes,
+            }))
         }
         Codelet::AttentionBlock {
             q,
@@ -557,7 +623,20 @@ pub fn run_codelet(
             }
             write_rows(m, args, out, &o, d as u64, u64::from(out_stride))?;
             write_values(m, args, max, &maxima)?;
-            write_values(m, args, sum, &sums)
+            write_values(m, args, sum, &sums)?;
+            let score_lanes = model.map_or(1, |model| {
+                model.lanes(if softmax_f16 {
+                    Precision::F16
+                } else {
+                    Precision::F32
+                })
+            });
+            Ok(counted(Work::AttentionBlock {
+                q_rows: maxima.len() as u64,
+                kv_rows: s.len() as u64,
+                head_dim: d as u64,
+                score_lanes,
+            }))
         }
         Codelet::AttentionCombine {
             out,
@@ -575,7 +654,11 @@ pub fn run_codelet(
             let (nb, rq, d) = (u64::from(blocks), u64::from(q_rows), u64::from(head_dim));
             check_rows(m, args, output, rq, d, u64::from(output_row_stride))?;
             if rq == 0 {
-                return Ok(());
+                return Ok(counted(Work::AttentionCombine {
+                    blocks: nb,
+                    q_rows: 0,
+                    head_dim: d,
+                }));
             }
             // Blocks must not overlap either, so that the block count cannot
             // multiply one small read into a large allocation.
@@ -623,11 +706,20 @@ pub fn run_codelet(
                     *x /= total;
                 }
             }
-            write_rows(m, args, output, &y, d as u64, u64::from(output_row_stride))
+            write_rows(m, args, output, &y, d as u64, u64::from(output_row_stride))?;
+            Ok(counted(Work::AttentionCombine {
+                blocks: os.len() as u64,
+                q_rows: (y.len() / d.max(1)) as u64,
+                head_dim: d as u64,
+            }))
         }
         Codelet::Zero { target, bytes } => {
             m.extent(tile, target, u64::from(bytes))?;
-            m.write(tile, target, &vec![0u8; bytes as usize])
+            let zeros = vec![0u8; bytes as usize];
+            m.write(tile, target, &zeros)?;
+            Ok(counted(Work::Zero {
+                bytes: zeros.len() as u64,
+            }))
         }
     }
 }

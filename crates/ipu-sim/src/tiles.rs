@@ -27,7 +27,9 @@
 //! tile's calls in program order: the bytes are those of a sequential run
 //! whatever the thread count, and when several tiles fail the error of the
 //! lowest tile is reported. [`run_package_with`] also says where the time
-//! went.
+//! went, and counts the run's device cycles from what it executed
+//! ([`CycleCount`]), an account independent of the package's cycle
+//! estimate that the tests hold it to.
 
 mod config;
 mod memory;
@@ -37,18 +39,21 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use ipu_exchange::{EncodedRows, Fabric, replay};
-use ipu_kernels::{PreparedProgram, ProductTables, programs_from_object};
+use ipu_kernels::{AmpModel, PreparedProgram, ProductTables, program_cycles, programs_from_object};
 use ipu_layout::{EntityId, TileId};
 use ipu_package::graph::{Graph, Repeat, ValueSet};
 use ipu_package::package::Package;
+use ipu_package::profile::{VectorModel, Work, kernel_variant};
 use ipu_package::program::{BufferId, BufferRole, Codelet, Step};
 use rayon::prelude::*;
 
 use crate::SimError;
-use crate::codelets::{Access, codelet_operands, run_codelet};
+use crate::codelets::{Access, codelet_operands, run_codelet_counted};
 use crate::oracle::Oracle;
 use config::codelet_kind;
-pub use config::{CODELET_KINDS, Fault, KindStats, Limits, RunConfig, RunStats};
+pub use config::{
+    CODELET_KINDS, CycleCount, Fault, KindStats, Limits, RunConfig, RunStats, StepCycles,
+};
 use memory::{Shared, TileView, Words};
 pub use validate::check_fixture;
 
@@ -144,6 +149,17 @@ struct Tiles<'p> {
     graph: &'p Graph,
     images: Vec<Vec<u8>>,
     stats: RunStats,
+    costs: Costs,
+}
+
+/// What the cycle count converts executed work with.
+struct Costs {
+    vector: VectorModel,
+    /// Per kernel and entry: the cycles of the AMP program run for it, by
+    /// its ops (`None` when the kernel's variant cannot be rebuilt or the
+    /// entry has no program).
+    gemm: Vec<[Option<u64>; 4]>,
+    sync: u64,
 }
 
 impl<'p> Tiles<'p> {
@@ -199,6 +215,8 @@ impl<'p> Tiles<'p> {
             *list = union;
         }
         let mut programs = Vec::new();
+        let amp_model = AmpModel::new(&package.target);
+        let mut gemm_cycles = Vec::with_capacity(package.kernels.len());
         // One product table per precision combination, shared by every
         // kernel entry and bounded in number.
         let mut tables = ProductTables::new();
@@ -208,6 +226,17 @@ impl<'p> Tiles<'p> {
                     kernel: k.name.clone(),
                     source,
                 })?;
+            // The cycles of each program, by its ops, for the cycle count.
+            let variant = kernel_variant(k, &amp_model).ok();
+            let mut cycles: [Option<u64>; 4] = [None; 4];
+            for (slot, symbol) in cycles.iter_mut().zip(&k.entries) {
+                if let (Some(v), Some((_, program))) =
+                    (&variant, parsed.iter().find(|(s, _)| s == symbol))
+                {
+                    *slot = Some(program_cycles(v, program).cycles);
+                }
+            }
+            gemm_cycles.push(cycles);
             let mut by_symbol: HashMap<String, _> = parsed.into_iter().collect();
             let mut entry: [Option<PreparedProgram>; 4] = Default::default();
             for (slot, symbol) in entry.iter_mut().zip(&k.entries) {
@@ -251,6 +280,11 @@ impl<'p> Tiles<'p> {
             graph,
             images: vec![vec![0xff; (sram_end - sram_start) as usize]; tiles as usize],
             stats: RunStats::default(),
+            costs: Costs {
+                vector: VectorModel::new(&package.target),
+                gemm: gemm_cycles,
+                sync: package.target.sync().sync_cycles,
+            },
         })
     }
 
@@ -375,7 +409,7 @@ impl<'p> Tiles<'p> {
             match step {
                 Step::Compute { name, calls } => {
                     let start = Instant::now();
-                    self.compute(calls, subst)?;
+                    self.compute(name, calls, subst)?;
                     let took = start.elapsed();
                     self.stats.compute += took;
                     self.stats.steps.push((name.clone(), took));
@@ -485,6 +519,7 @@ impl<'p> Tiles<'p> {
     /// program order on its own image.
     fn compute(
         &mut self,
+        name: &str,
         calls: &[(TileId, Codelet)],
         subst: &HashMap<BufferId, BufferId>,
     ) -> Result<(), SimError> {
@@ -513,15 +548,20 @@ impl<'p> Tiles<'p> {
             next[tile.index()] += 1;
         }
         let shared = &self.shared;
-        let results: Vec<Result<[KindStats; 9], SimError>> = self
+        let costs = &self.costs;
+        // Per tile: its calls' statistics, its device cycles and the GEMM
+        // calls it could not cost.
+        type TileResult = ([KindStats; 9], u64, u64);
+        let results: Vec<Result<TileResult, SimError>> = self
             .images
             .par_iter_mut()
             .enumerate()
             .map(|(t, image)| {
                 let mut kinds = [KindStats::default(); 9];
+                let (mut cycles, mut uncounted) = (0u64, 0u64);
                 let list = &order[offsets[t]..offsets[t + 1]];
                 if list.is_empty() {
-                    return Ok(kinds);
+                    return Ok((kinds, cycles, uncounted));
                 }
                 let tile = TileId::from_u32(t as u32);
                 let mut view = TileView {
@@ -533,20 +573,50 @@ impl<'p> Tiles<'p> {
                 for &i in list {
                     let codelet = &calls[i].1;
                     let start = Instant::now();
-                    run_codelet(&mut view, tile, codelet)?;
+                    let work = run_codelet_counted(&mut view, tile, codelet, Some(&costs.vector))?;
+                    let call = match (work, codelet) {
+                        (Some(work), _) => Some(costs.vector.cycles(&work)),
+                        (None, Codelet::Gemm { kernel, entry, .. }) => {
+                            costs.gemm.get(kernel.index()).and_then(|e| {
+                                e[usize::from(entry.large) * 2 + usize::from(entry.accumulate)]
+                            })
+                        }
+                        (None, _) => None,
+                    };
+                    match call {
+                        Some(c) => cycles = cycles.saturating_add(c),
+                        None => uncounted += 1,
+                    }
                     let k = &mut kinds[codelet_kind(codelet)];
                     k.calls += 1;
                     k.busy += start.elapsed();
                 }
-                Ok(kinds)
+                Ok((kinds, cycles, uncounted))
             })
             .collect();
-        for r in results {
-            for (total, k) in self.stats.codelets.iter_mut().zip(r?) {
+        let mut busiest: (Option<TileId>, u64) = (None, 0);
+        for (t, r) in results.into_iter().enumerate() {
+            let (kinds, cycles, uncounted) = r?;
+            for (total, k) in self.stats.codelets.iter_mut().zip(kinds) {
                 total.calls += k.calls;
                 total.busy += k.busy;
             }
+            self.stats.cycles.uncounted_gemm_calls += uncounted;
+            if cycles > busiest.1 {
+                busiest = (Some(TileId::from_u32(t as u32)), cycles);
+            }
         }
+        let sync = self.costs.sync;
+        self.stats.cycles.push(
+            StepCycles {
+                name: name.to_owned(),
+                exchange: false,
+                cycles: busiest.1.saturating_add(sync),
+                busiest_tile: busiest.0,
+            },
+            busiest.1,
+            sync,
+        );
         Ok(())
     }
 
@@ -607,9 +677,31 @@ impl<'p> Tiles<'p> {
                 source,
             })?;
         self.stats.exchange_words += stats.words_written;
+        // The busiest tile's on-tile copies follow the replayed rows.
+        let mut copied: std::collections::BTreeMap<TileId, u64> = Default::default();
         for (tile, at, data) in copies {
             self.store(tile, at, &data)?;
+            let b = copied.entry(tile).or_insert(0);
+            *b = b.saturating_add(data.len() as u64);
         }
+        let mut busiest: (Option<TileId>, u64) = (None, 0);
+        for (&tile, &bytes) in &copied {
+            let c = self.costs.vector.cycles(&Work::Copy { bytes });
+            if c > busiest.1 {
+                busiest = (Some(tile), c);
+            }
+        }
+        let (work, sync) = (stats.cycles.saturating_add(busiest.1), self.costs.sync);
+        self.stats.cycles.push(
+            StepCycles {
+                name: name.to_owned(),
+                exchange: true,
+                cycles: work.saturating_add(sync),
+                busiest_tile: busiest.0,
+            },
+            work,
+            sync,
+        );
         Ok(())
     }
 

@@ -5,7 +5,9 @@
 //! memory map from it (`ipu_alloc::MemoryMap::new`), the exchange scheduler
 //! its fabric (`ipu_exchange::Fabric::new`), the kernel planner its AMP
 //! model (`ipu_kernels::AmpModel::new`), the package builder its tile count,
-//! support-memory figures and cost model, and the tile model its SRAM. No
+//! support-memory figures and cost model, the cycle estimate
+//! (`ipu_package::profile`) its vector-unit and sync figures, and the tile
+//! model its SRAM. No
 //! other file of the workspace writes a device fact.
 //!
 //! The built-in IPU21 description (`devices/ipu21.toml`, the C600 card) is
@@ -23,7 +25,8 @@ mod validate;
 use std::sync::OnceLock;
 
 pub use spec::{
-    AmpSpec, ClassSpec, ExchangeSpec, MemorySpec, RegionSpec, RuntimeSpec, TargetSpec, TimingSpec,
+    AmpSpec, ClassSpec, ExchangeSpec, MemorySpec, RegionSpec, RuntimeSpec, SyncSpec, TargetSpec,
+    TimingSpec, VectorSpec,
 };
 pub use validate::TargetError;
 
@@ -128,6 +131,16 @@ impl Target {
     /// Cycle figures for steps and vector work.
     pub fn timing(&self) -> &TimingSpec {
         &self.spec.timing
+    }
+
+    /// The vector unit and the non-GEMM codelets' cost figures.
+    pub fn vector(&self) -> &VectorSpec {
+        &self.spec.vector
+    }
+
+    /// The sync that ends every step.
+    pub fn sync(&self) -> &SyncSpec {
+        &self.spec.sync
     }
 
     /// Usable bytes of one tile: SRAM below the loader limit.

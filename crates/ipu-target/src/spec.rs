@@ -29,6 +29,10 @@ pub struct TargetSpec {
     pub runtime: RuntimeSpec,
     /// Cycle figures for steps and vector work.
     pub timing: TimingSpec,
+    /// The vector unit and the non-GEMM codelets' cost figures.
+    pub vector: VectorSpec,
+    /// The sync that ends every step.
+    pub sync: SyncSpec,
 }
 
 /// Tile memory: the SRAM, its regions and what each memory class may use.
@@ -163,4 +167,52 @@ pub struct TimingSpec {
     pub compute_step_cycles: u64,
     /// Cycles per element of row-wise vector work across the workers.
     pub vector_cycles_per_element: f64,
+}
+
+/// The vector unit and the cost figures of every codelet but the GEMM.
+///
+/// A codelet call takes `call_cycles + worker_contexts × (instructions of
+/// its busiest worker)` tile cycles; figures are in worker instructions
+/// unless the name says otherwise. A vector is `datapath_bytes` of
+/// elements.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VectorSpec {
+    /// Bytes of one vector operation's operands (64-bit datapath: 4 F16,
+    /// 2 F32 or 8 FP8 lanes).
+    pub datapath_bytes: u32,
+    /// Tile cycles of a call outside the workers.
+    pub call_cycles: u32,
+    /// Worker prologue and exit.
+    pub worker_setup_instructions: u32,
+    /// An element-wise add, per vector.
+    pub add_instructions_per_vector: u32,
+    /// GELU (tanh approximation), per vector.
+    pub gelu_instructions_per_vector: u32,
+    /// A precision conversion, per vector.
+    pub convert_instructions_per_vector: u32,
+    /// A sum of partials, per partial and vector.
+    pub reduce_instructions_per_vector: u32,
+    /// Layer normalisation, per vector of a row.
+    pub layer_norm_instructions_per_vector: u32,
+    /// Layer normalisation, per row.
+    pub layer_norm_row_instructions: u32,
+    /// Exponentials, per vector.
+    pub exp_instructions_per_vector: u32,
+    /// Multiply-accumulates of one dot-product instruction (F16 inputs).
+    pub dot_macs_per_instruction: u32,
+    /// Multiply-adds of one axpy instruction (F32).
+    pub axpy_macs_per_instruction: u32,
+    /// Attention, per query row and block.
+    pub attention_row_instructions: u32,
+    /// Bytes one copy or clear instruction moves.
+    pub copy_bytes_per_instruction: u32,
+}
+
+/// The sync of all tiles that ends every compute step and exchange phase.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncSpec {
+    /// Tile cycles of one sync.
+    pub sync_cycles: u64,
 }

@@ -100,6 +100,33 @@ pub(crate) fn validate(spec: &TargetSpec) -> Result<(), TargetError> {
     ] {
         positive(value.into(), key)?;
     }
+    let vector = &spec.vector;
+    for (value, key) in [
+        (vector.datapath_bytes, "vector.datapath_bytes"),
+        (
+            vector.dot_macs_per_instruction,
+            "vector.dot_macs_per_instruction",
+        ),
+        (
+            vector.axpy_macs_per_instruction,
+            "vector.axpy_macs_per_instruction",
+        ),
+        (
+            vector.copy_bytes_per_instruction,
+            "vector.copy_bytes_per_instruction",
+        ),
+    ] {
+        positive(value.into(), key)?;
+    }
+    if vector.datapath_bytes % 4 != 0 {
+        return Err(invalid(
+            "vector.datapath_bytes",
+            format!(
+                "is {}; give a multiple of 4 so that a vector holds whole F32 elements",
+                vector.datapath_bytes
+            ),
+        ));
+    }
     let v = spec.timing.vector_cycles_per_element;
     if !(v.is_finite() && v >= 0.0) {
         return Err(invalid(

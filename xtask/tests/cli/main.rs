@@ -4,7 +4,8 @@
 //! fixture or argument gets a clear error and a non-zero status, never a
 //! panic and never a partial package; builds do not depend on the thread
 //! count; `inspect-package` tells a good package from a damaged one; and a
-//! small package runs and matches the reference.
+//! small package runs and matches the reference; its cycle estimate prints
+//! and its HTML report renders in a headless browser.
 //!
 //! Only the small fixtures are built (well under a second each), never the
 //! default SigLIP workload.
@@ -14,5 +15,6 @@ mod checkpoint;
 mod determinism;
 mod devices;
 mod inspect;
+mod report;
 mod run;
 mod support;

@@ -82,6 +82,14 @@ pub enum BuildError {
         #[source]
         source: KernelError,
     },
+    /// The cycle estimate of the built package failed: the build made a
+    /// package its own estimate cannot read, a bug.
+    #[error("bug: the cycle estimate of the built package failed: {source}")]
+    Profile {
+        /// The cause.
+        #[source]
+        source: crate::profile::ProfileError,
+    },
     /// An exchange phase could not be built.
     #[error(transparent)]
     Phase(#[from] PhaseBuildError),

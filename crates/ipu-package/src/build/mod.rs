@@ -219,7 +219,7 @@ pub fn build_package(
     })?;
     let summary = summary::summarise(&device, &planned, &times, lower_config.transient_budget);
     let memory_profile = ipu_alloc::MemoryProfile::from_problem(&planned.problem).to_json();
-    Ok(Package {
+    let mut package = Package {
         manifest: Manifest {
             format_version: FORMAT_VERSION,
             name: graph.name().to_owned(),
@@ -237,10 +237,16 @@ pub fn build_package(
         phases: planned.phases,
         kernels: planned.kernels,
         memory_profile,
+        profile: None,
         fixture: None,
         weights: None,
         siglip: None,
-    })
+    };
+    package.profile = Some(
+        crate::profile::estimate(&package, &crate::profile::ProfileConfig::for_graph(graph))
+            .map_err(|source| BuildError::Profile { source })?,
+    );
+    Ok(package)
 }
 
 /// Everything a successful plan produced.

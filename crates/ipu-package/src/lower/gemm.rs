@@ -28,18 +28,14 @@ impl Lowerer<'_> {
                 Precision::F16
             },
         };
-        let candidates = gemm_candidates(&problem, self.config.tiles, &self.config.cost);
-        let chosen = candidates
-            .iter()
-            .find(|(_, e)| e.transient_bytes <= self.config.transient_budget)
-            .or_else(|| candidates.iter().min_by_key(|(_, e)| e.transient_bytes))
-            .map(|(grid, _)| *grid)
-            .unwrap_or(GemmGrid {
-                pm: 1,
-                pn: 1,
-                pk: 1,
-            });
-        tracing::debug!(op = %op, output = tout.name(), grid = ?chosen, candidates = candidates.len(), "planned GEMM grid");
+        let (chosen, steps) = choose_gemm_grid(
+            &problem,
+            self.config.tiles,
+            self.config.transient_budget,
+            bias.is_some(),
+            &self.config.cost,
+        );
+        tracing::debug!(op = %op, output = tout.name(), grid = ?chosen, estimated_cycles = steps.total(), "planned GEMM grid");
         let mut layouts = self.layout(format!("GEMM {op}"), gemm_layouts(&problem, chosen))?;
         if self.config.rotate {
             layouts = self.layout(format!("GEMM {op}"), layouts.rotated(spread(op.as_u32())))?;

@@ -29,7 +29,7 @@ use ipu_layout::{
 use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
     AttentionShape, CostModel, GemmGrid, GemmProblem, attention_grid, attention_layouts,
-    column_parts, column_tiling, element_layout, gemm_candidates, gemm_layouts, replicated,
+    choose_gemm_grid, column_parts, column_tiling, element_layout, gemm_layouts, replicated,
     row_layout, spread, tensor_type, vector_home,
 };
 use crate::program::{

@@ -285,6 +285,8 @@ pub struct Package {
     pub kernels: Vec<PackageKernel>,
     /// The memory profile JSON (`memory-profile.json`).
     pub memory_profile: String,
+    /// The cycle estimate (`profile.json`), when the build made one.
+    pub profile: Option<crate::profile::Profile>,
     /// The fixture the package was built from (`fixture.json`), so that a
     /// run can be checked against the reference evaluation of the same
     /// graph.

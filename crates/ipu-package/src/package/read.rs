@@ -165,6 +165,15 @@ impl Package {
             k.metadata = text(&format!("{KERNELS}/{}.json", k.name))?;
         }
         let memory_profile = text("memory-profile.json")?;
+        let profile = if content.contains_key("profile.json") {
+            let text = text("profile.json")?;
+            Some(
+                crate::profile::Profile::from_json(&text)
+                    .map_err(|e| format("profile.json", e.to_string()))?,
+            )
+        } else {
+            None
+        };
         let fixture = if content.contains_key("fixture.json") {
             Some(text("fixture.json")?)
         } else {
@@ -208,6 +217,7 @@ impl Package {
             phases,
             kernels,
             memory_profile,
+            profile,
             fixture,
             weights,
             siglip,

@@ -269,6 +269,10 @@ fn files(package: &Package) -> Result<Vec<(String, Vec<u8>)>, PackageIoError> {
             package.memory_profile.clone().into_bytes(),
         ),
     ];
+    if let Some(profile) = &package.profile {
+        let text = profile.to_json().map(String::into_bytes);
+        out.push(("profile.json".to_owned(), json("profile.json", text)?));
+    }
     if let Some(fixture) = &package.fixture {
         out.push(("fixture.json".to_owned(), fixture.clone().into_bytes()));
     }

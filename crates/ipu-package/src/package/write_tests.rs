@@ -59,6 +59,7 @@ fn sample(tag: &str) -> Package {
             metadata: "{}".into(),
         }],
         memory_profile: format!("{{\"tag\":\"{tag}\"}}"),
+        profile: None,
         fixture: None,
         weights: None,
         siglip: None,

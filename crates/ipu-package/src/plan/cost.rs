@@ -28,6 +28,9 @@ pub struct CostModel {
     /// across the six workers, counting about four F16 lanes per worker
     /// cycle; an estimate.
     pub vector_cycles_per_element: f64,
+    /// The package estimate's step costs (kernel cost model, vector model,
+    /// sync), by which a GEMM's grid is chosen (`choose.rs`).
+    pub steps: super::StepCosts,
 }
 
 impl CostModel {
@@ -45,6 +48,7 @@ impl CostModel {
             exchange_phase_cycles: timing.exchange_phase_cycles,
             compute_step_cycles: timing.compute_step_cycles,
             vector_cycles_per_element: timing.vector_cycles_per_element,
+            steps: super::StepCosts::new(target),
         }
     }
 

@@ -70,12 +70,12 @@ impl GemmProblem {
     }
 
     /// The extent rows are split along (1 for a rank-1 left operand).
-    fn tokens(&self) -> u64 {
+    pub(crate) fn tokens(&self) -> u64 {
         self.outer.last().copied().unwrap_or(1)
     }
 
     /// Rows per token-row: the product of the outer axes before the last.
-    fn rows_per_token(&self) -> u64 {
+    pub(crate) fn rows_per_token(&self) -> u64 {
         let n = self.outer.len().saturating_sub(1);
         self.outer[..n].iter().product()
     }
@@ -122,7 +122,7 @@ impl GemmEstimate {
 }
 
 /// Per-tile largest block of `extent` split into `parts` in blocks of `block`.
-fn largest_block(extent: u64, parts: u64, block: u64) -> u64 {
+pub(crate) fn largest_block(extent: u64, parts: u64, block: u64) -> u64 {
     extent.div_ceil(block).div_ceil(parts) * block
 }
 

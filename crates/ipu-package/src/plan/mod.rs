@@ -8,10 +8,12 @@
 //! the candidate with the smallest footprint is kept, and the caller trades
 //! cycles for memory by lowering budgets where placement failed.
 
+mod choose;
 mod cost;
 mod gemm;
 mod layouts;
 
+pub use choose::{GemmOpCycles, GemmScorer, StepCosts, choose_gemm_grid};
 pub use cost::CostModel;
 pub use gemm::{GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates, gemm_layouts};
 pub use layouts::{

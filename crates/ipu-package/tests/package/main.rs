@@ -1,17 +1,20 @@
 //! Integration tests of ipu-package: the fixtures and their parameter
 //! counts, fixture errors with JSON paths, graph validation, deterministic
 //! values, the safetensors loader, SigLIP checkpoint import and image
-//! preprocessing, layout planning, and the package files on disk.
+//! preprocessing, layout planning, the package files on disk, and the cycle
+//! estimate.
 
 mod bad_fixtures;
 mod calibrate;
 mod checkpoint;
 mod checkpoint_images;
+mod choose;
 mod fixtures;
 mod graph;
 mod lower;
 mod package_files;
 mod plan;
+mod profile;
 mod safetensors;
 mod values;
 

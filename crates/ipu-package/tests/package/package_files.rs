@@ -111,6 +111,7 @@ pub fn sample() -> Package {
             kernel("k1", b"\x7fELF\x01\x01\x01object one!"),
         ],
         memory_profile: "{\"schema\":\"ipu-alloc/memory-profile/v1\",\"tiles\":[]}".into(),
+        profile: None,
         fixture: Some("{\"name\":\"sample\"}\n".into()),
         weights: None,
         siglip: None,

@@ -1,5 +1,5 @@
 //! The tile model's options (per-op check, work limits, injected faults)
-//! and the statistics of a run.
+//! and the statistics of a run, with its cycle count.
 
 use std::time::Duration;
 
@@ -149,4 +149,59 @@ pub struct RunStats {
     /// Wall time of every compute and exchange step run, by the step's
     /// name, in run order (a repeat's steps once per iteration).
     pub steps: Vec<(String, Duration)>,
+    /// The device cycles of the run, counted from what the model executed.
+    pub cycles: CycleCount,
+}
+
+/// One step run, as the tile model counts its device cycles.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepCycles {
+    /// The step's name.
+    pub name: String,
+    /// Whether it is an exchange step.
+    pub exchange: bool,
+    /// Its cycles: the busiest tile's work and the sync.
+    pub cycles: u64,
+    /// The tile with the most work (lowest such tile): codelet cycles in a
+    /// compute step, on-tile copy cycles in an exchange step.
+    pub busiest_tile: Option<TileId>,
+}
+
+/// The device cycles of a run as the tile model counts them, from what it
+/// executes and independently of `ipu_package::profile`'s estimate, which
+/// reads the package: a GEMM call costs what the AMP program it emulated
+/// costs by its ops (`ipu_kernels::program_cycles`), every other codelet
+/// the vector model's cycles of the elements, rows and partials it actually
+/// read and wrote (`ipu_package::profile::Work`), an exchange step the
+/// cycles its replayed rows ran for plus the on-tile copies it did, and
+/// every step the target's sync. A step takes its busiest tile's cycles.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CycleCount {
+    /// Cycles of the run.
+    pub total: u64,
+    /// Of which compute steps' work.
+    pub compute: u64,
+    /// Of which exchange steps' work.
+    pub exchange: u64,
+    /// Of which syncs.
+    pub sync: u64,
+    /// GEMM calls whose kernel's variant could not be rebuilt from its
+    /// metadata, counted as no cycles (0 in a package a build wrote).
+    pub uncounted_gemm_calls: u64,
+    /// Every step run, in run order.
+    pub steps: Vec<StepCycles>,
+}
+
+impl CycleCount {
+    /// Adds one step run.
+    pub(super) fn push(&mut self, step: StepCycles, work: u64, sync: u64) {
+        self.total = self.total.saturating_add(step.cycles);
+        self.sync = self.sync.saturating_add(sync);
+        if step.exchange {
+            self.exchange = self.exchange.saturating_add(work);
+        } else {
+            self.compute = self.compute.saturating_add(work);
+        }
+        self.steps.push(step);
+    }
 }

@@ -1,9 +1,10 @@
 //! Integration tests of ipu-sim: the reference evaluator (hand-checkable
 //! ops, the small fixtures end to end, determinism, errors, the tolerance
-//! rules with their calibration, SigLIP checkpoints against transformers), the logical and tile models, the per-op
-//! check, and the damaged packages the tile model must refuse.
+//! rules with their calibration, SigLIP checkpoints against transformers), the logical and tile models, the tile model's cycle count against the
+//! package's estimate, the per-op check, and the damaged packages the tile model must refuse.
 
 mod checkpoint;
+mod cycles;
 mod fixtures;
 mod logical;
 mod ops;

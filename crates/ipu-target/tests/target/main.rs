@@ -77,6 +77,16 @@ fn bad_values_name_their_key() {
             "timing.vector_cycles_per_element",
         ),
         (
+            "datapath_bytes = 8 ",
+            "datapath_bytes = 6 ",
+            "vector.datapath_bytes",
+        ),
+        (
+            "dot_macs_per_instruction = 4 ",
+            "dot_macs_per_instruction = 0 ",
+            "vector.dot_macs_per_instruction",
+        ),
+        (
             "start = 0x80000, end = 0xe8000, element_bytes",
             "start = 0x70000, end = 0xe8000, element_bytes",
             "memory.regions.region1",
@@ -103,6 +113,8 @@ fn unknown_missing_and_mistyped_keys_are_format_errors() {
         edited("clock_hz", "clock_hertz"),
         edited("latency_cycles = 12", "latency_cycles = \"12\""),
         IPU21_TOML.replace("[timing]", "[timing_unused]"),
+        IPU21_TOML.replace("[sync]", "[sync_unused]"),
+        edited("sync_cycles = 100", "sync_cycles = -1"),
         "[[".to_owned(),
     ] {
         let e = Target::from_toml(&text).expect_err("refused");

@@ -1,0 +1,539 @@
+//! The cycles of one codelet call on one tile.
+//!
+//! Every codelet but the GEMM is costed by the vector model of the device
+//! description's `[vector]` section, in the shape of the AMP kernels' cost
+//! model (`ipu_kernels::estimate_cycles`): a call takes
+//!
+//! ```text
+//! call_cycles + worker_contexts × (instructions of the busiest worker)
+//! ```
+//!
+//! tile cycles, because a worker issues one instruction every
+//! `worker_contexts` cycles and the six workers run side by side. A worker's
+//! instructions are `worker_setup_instructions` plus its share of the work:
+//!
+//! | work | unit split over the workers | instructions per unit |
+//! |---|---|---|
+//! | add, GELU, convert | vectors of the elements | `add`/`gelu`/`convert_instructions_per_vector` |
+//! | sum of `p` partials | vectors of one partial | `p × reduce_instructions_per_vector` |
+//! | layer norm | rows | `layer_norm_row_instructions + vectors of a row × layer_norm_instructions_per_vector` |
+//! | attention block | query rows | `attention_row_instructions + kv × ⌈d / dot_macs⌉ + vectors of kv scores × exp + kv × ⌈d / axpy_macs⌉` |
+//! | attention combine | query rows | `attention_row_instructions + blocks × (exp + ⌈d / axpy_macs⌉) + ⌈d / axpy_macs⌉` |
+//! | zero, on-tile copy | `copy_bytes_per_instruction` bytes | 1 |
+//!
+//! A vector is `datapath_bytes` of the wider of the elements read and
+//! written (4 F16, 2 F32 or 8 FP8 lanes); units are dealt out evenly, so
+//! the busiest worker has `⌈units / worker_contexts⌉`. The softmax's
+//! exponentials are charged per vector of scores whatever their precision,
+//! which is PopLibs' F16 figure and flatters F32 scores (PopLibs charges 6
+//! instructions per F32 pair).
+//!
+//! The cost is a function of a [`Work`] value only, so that the estimate
+//! (which reads a codelet's arguments, [`codelet_work`]) and the tile
+//! model's accounting (which counts what each codelet it runs actually
+//! touched) convert their counts the same way and differ only in the counts.
+//!
+//! GEMM calls are costed by `ipu_kernels::estimate_cycles` on the variant
+//! described by the kernel's own metadata ([`KernelCosts`]), and
+//! [`check_kernels`] holds every AMP program in the package's objects to the
+//! same cost model: `ipu_kernels::program_cycles` of the program must equal
+//! the closed form and the cycles recorded in `kernel.json`.
+
+use ipu_kernels::{
+    AmpModel, CycleEstimate, KernelMetadata, Mode, RowSize, Variant, estimate_cycles,
+    program_cycles, programs_from_object,
+};
+use ipu_layout::Precision;
+use ipu_target::{Target, VectorSpec};
+use serde::{Deserialize, Serialize};
+
+use super::ProfileError;
+use crate::package::{Package, PackageKernel};
+use crate::program::{Codelet, GemmEntry, KernelId, Program};
+
+/// What one call of a codelet other than the GEMM does, counted in the
+/// units its cost depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Work {
+    /// Element-wise additions.
+    Add {
+        /// Elements written.
+        elements: u64,
+        /// Elements per vector.
+        lanes: u32,
+    },
+    /// GELU of each element.
+    Gelu {
+        /// Elements written.
+        elements: u64,
+        /// Elements per vector.
+        lanes: u32,
+    },
+    /// Conversions between precisions.
+    Convert {
+        /// Elements written.
+        elements: u64,
+        /// Elements per vector (of the wider precision).
+        lanes: u32,
+    },
+    /// Sums of partials.
+    Reduce {
+        /// Partials summed into each element.
+        partials: u64,
+        /// Elements written.
+        elements: u64,
+        /// Elements per vector.
+        lanes: u32,
+    },
+    /// Layer normalisation of rows.
+    LayerNorm {
+        /// Rows.
+        rows: u64,
+        /// Elements per row.
+        columns: u64,
+        /// Elements per vector.
+        lanes: u32,
+    },
+    /// One attention block.
+    AttentionBlock {
+        /// Query rows.
+        q_rows: u64,
+        /// Key and value rows.
+        kv_rows: u64,
+        /// Columns per head.
+        head_dim: u64,
+        /// Scores per vector (F16 or F32 softmax).
+        score_lanes: u32,
+    },
+    /// Combining attention blocks.
+    AttentionCombine {
+        /// Blocks combined.
+        blocks: u64,
+        /// Query rows.
+        q_rows: u64,
+        /// Columns per head.
+        head_dim: u64,
+    },
+    /// Zeroing bytes.
+    Zero {
+        /// Bytes written.
+        bytes: u64,
+    },
+    /// On-tile copies of an exchange step.
+    Copy {
+        /// Bytes copied.
+        bytes: u64,
+    },
+}
+
+impl Work {
+    /// The codelet kind the work belongs to, as [`CODELET_KINDS`] names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Work::Add { .. } => "add",
+            Work::Gelu { .. } => "gelu",
+            Work::Convert { .. } => "convert",
+            Work::Reduce { .. } => "reduce_sum",
+            Work::LayerNorm { .. } => "layer_norm",
+            Work::AttentionBlock { .. } => "attention_block",
+            Work::AttentionCombine { .. } => "attention_combine",
+            Work::Zero { .. } => "zero",
+            Work::Copy { .. } => "copy",
+        }
+    }
+}
+
+/// The kinds of work a tile does, in the order profiles list them: the
+/// codelets (GEMM first) and the on-tile copies of exchange steps.
+pub const CODELET_KINDS: [&str; 10] = [
+    "gemm",
+    "add",
+    "layer_norm",
+    "gelu",
+    "convert",
+    "reduce_sum",
+    "attention_block",
+    "attention_combine",
+    "zero",
+    "copy",
+];
+
+/// The position of `kind` in [`CODELET_KINDS`].
+pub(crate) fn kind_index(kind: &str) -> usize {
+    CODELET_KINDS
+        .iter()
+        .position(|k| *k == kind)
+        .unwrap_or(CODELET_KINDS.len() - 1)
+}
+
+/// The vector model of a target: cycles of a [`Work`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VectorModel {
+    workers: u64,
+    spec: VectorSpec,
+}
+
+impl VectorModel {
+    /// The model of `target` (its worker count and `[vector]` section).
+    pub fn new(target: &Target) -> VectorModel {
+        VectorModel {
+            workers: u64::from(target.worker_contexts().max(1)),
+            spec: target.vector().clone(),
+        }
+    }
+
+    /// Elements of `precision` per vector (at least 1).
+    pub fn lanes(&self, precision: Precision) -> u32 {
+        let lanes = u64::from(self.spec.datapath_bytes) / precision.element_bytes().max(1);
+        u32::try_from(lanes.max(1)).unwrap_or(u32::MAX)
+    }
+
+    /// Elements per vector when all of `precisions` are read or written:
+    /// those of the widest.
+    pub fn lanes_of(&self, precisions: &[Precision]) -> u32 {
+        precisions.iter().map(|&p| self.lanes(p)).min().unwrap_or(1)
+    }
+
+    /// Tile cycles of one call doing `work`.
+    pub fn cycles(&self, work: &Work) -> u64 {
+        let s = &self.spec;
+        let w = self.workers;
+        let per = |units: u64| units.div_ceil(w);
+        let vectors = |elements: u64, lanes: u32| elements.div_ceil(u64::from(lanes.max(1)));
+        let dot = u64::from(s.dot_macs_per_instruction.max(1));
+        let axpy = u64::from(s.axpy_macs_per_instruction.max(1));
+        let exp = u64::from(s.exp_instructions_per_vector);
+        let row = u64::from(s.attention_row_instructions);
+        let busiest = match *work {
+            Work::Add { elements, lanes } => per(vectors(elements, lanes))
+                .saturating_mul(u64::from(s.add_instructions_per_vector)),
+            Work::Gelu { elements, lanes } => per(vectors(elements, lanes))
+                .saturating_mul(u64::from(s.gelu_instructions_per_vector)),
+            Work::Convert { elements, lanes } => per(vectors(elements, lanes))
+                .saturating_mul(u64::from(s.convert_instructions_per_vector)),
+            Work::Reduce {
+                partials,
+                elements,
+                lanes,
+            } => per(vectors(elements, lanes))
+                .saturating_mul(partials)
+                .saturating_mul(u64::from(s.reduce_instructions_per_vector)),
+            Work::LayerNorm {
+                rows,
+                columns,
+                lanes,
+            } => per(rows).saturating_mul(
+                u64::from(s.layer_norm_row_instructions).saturating_add(
+                    vectors(columns, lanes)
+                        .saturating_mul(u64::from(s.layer_norm_instructions_per_vector)),
+                ),
+            ),
+            Work::AttentionBlock {
+                q_rows,
+                kv_rows,
+                head_dim,
+                score_lanes,
+            } => {
+                let scores = kv_rows.saturating_mul(head_dim.div_ceil(dot));
+                let softmax = vectors(kv_rows, score_lanes).saturating_mul(exp);
+                let values = kv_rows.saturating_mul(head_dim.div_ceil(axpy));
+                per(q_rows).saturating_mul(
+                    row.saturating_add(scores)
+                        .saturating_add(softmax)
+                        .saturating_add(values),
+                )
+            }
+            Work::AttentionCombine {
+                blocks,
+                q_rows,
+                head_dim,
+            } => {
+                let scale = head_dim.div_ceil(axpy);
+                per(q_rows).saturating_mul(
+                    row.saturating_add(blocks.saturating_mul(exp.saturating_add(scale)))
+                        .saturating_add(scale),
+                )
+            }
+            Work::Zero { bytes } | Work::Copy { bytes } => {
+                per(bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1))))
+            }
+        };
+        u64::from(s.call_cycles).saturating_add(
+            w.saturating_mul(u64::from(s.worker_setup_instructions).saturating_add(busiest)),
+        )
+    }
+}
+
+/// The work of a codelet other than the GEMM, read from its arguments
+/// (`None` for a GEMM). `precision` gives a buffer's element precision.
+pub fn codelet_work(
+    model: &VectorModel,
+    codelet: &Codelet,
+    precision: impl Fn(crate::program::BufferId) -> Precision,
+) -> Option<Work> {
+    let p = |o: &crate::program::Operand| precision(o.buffer);
+    Some(match codelet {
+        Codelet::Gemm { .. } => return None,
+        Codelet::Add {
+            a,
+            b,
+            out,
+            rows,
+            cols,
+            ..
+        } => Work::Add {
+            elements: u64::from(*rows) * u64::from(*cols),
+            lanes: model.lanes_of(&[p(a), p(b), p(out)]),
+        },
+        Codelet::LayerNorm {
+            input,
+            output,
+            rows,
+            cols,
+            ..
+        } => Work::LayerNorm {
+            rows: u64::from(*rows),
+            columns: u64::from(*cols),
+            lanes: model.lanes_of(&[p(input), p(output)]),
+        },
+        Codelet::Gelu {
+            input,
+            output,
+            elements,
+        } => Work::Gelu {
+            elements: u64::from(*elements),
+            lanes: model.lanes_of(&[p(input), p(output)]),
+        },
+        Codelet::Convert {
+            input,
+            output,
+            elements,
+        } => Work::Convert {
+            elements: u64::from(*elements),
+            lanes: model.lanes_of(&[p(input), p(output)]),
+        },
+        Codelet::ReduceSum {
+            input,
+            output,
+            count,
+            elements,
+        } => Work::Reduce {
+            partials: u64::from(*count),
+            elements: u64::from(*elements),
+            lanes: model.lanes_of(&[p(input), p(output)]),
+        },
+        Codelet::AttentionBlock {
+            q_rows,
+            kv_rows,
+            head_dim,
+            softmax_f16,
+            ..
+        } => Work::AttentionBlock {
+            q_rows: u64::from(*q_rows),
+            kv_rows: u64::from(*kv_rows),
+            head_dim: u64::from(*head_dim),
+            score_lanes: model.lanes(if *softmax_f16 {
+                Precision::F16
+            } else {
+                Precision::F32
+            }),
+        },
+        Codelet::AttentionCombine {
+            blocks,
+            q_rows,
+            head_dim,
+            ..
+        } => Work::AttentionCombine {
+            blocks: u64::from(*blocks),
+            q_rows: u64::from(*q_rows),
+            head_dim: u64::from(*head_dim),
+        },
+        Codelet::Zero { bytes, .. } => Work::Zero {
+            bytes: u64::from(*bytes),
+        },
+    })
+}
+
+/// The variant a kernel of a package was compiled from: rebuilt from its
+/// `kernel.json` with `model` (the AMP model of the package's target), and
+/// required to have the key recorded there.
+pub fn kernel_variant(kernel: &PackageKernel, model: &AmpModel) -> Result<Variant, ProfileError> {
+    let meta: KernelMetadata =
+        serde_json::from_str(&kernel.metadata).map_err(|e| ProfileError::KernelMetadata {
+            kernel: kernel.name.clone(),
+            reason: e.to_string(),
+        })?;
+    let variant = Variant::new(
+        &meta.shape,
+        meta.k,
+        meta.c,
+        meta.r_small,
+        meta.r_large,
+        model,
+    )
+    .map_err(|source| ProfileError::Variant {
+        kernel: kernel.name.clone(),
+        source,
+    })?;
+    if variant.key() != meta.variant_key {
+        return Err(ProfileError::VariantKey {
+            kernel: kernel.name.clone(),
+        });
+    }
+    Ok(variant)
+}
+
+/// The cost of each entry of each GEMM kernel of a package, from the
+/// kernel cost model on the variant its metadata describes.
+#[derive(Clone, Debug)]
+pub struct KernelCosts {
+    /// Per kernel (in program order): the variant and its four entries'
+    /// estimates, `[small initialise, small accumulate, large initialise,
+    /// large accumulate]`.
+    kernels: Vec<(Variant, [CycleEstimate; 4])>,
+}
+
+/// The index of an entry in a kernel's four entries.
+pub(crate) fn entry_index(entry: GemmEntry) -> usize {
+    usize::from(entry.large) * 2 + usize::from(entry.accumulate)
+}
+
+fn entry_of(index: usize) -> (RowSize, Mode) {
+    let size = if index >= 2 {
+        RowSize::Large
+    } else {
+        RowSize::Small
+    };
+    let mode = if index % 2 == 1 {
+        Mode::Accumulate
+    } else {
+        Mode::Initialise
+    };
+    (size, mode)
+}
+
+impl KernelCosts {
+    /// The costs of `package`'s kernels: each kernel's variant is rebuilt
+    /// from its `kernel.json` with the AMP model of the package's target,
+    /// and must have the key recorded there.
+    pub fn new(package: &Package) -> Result<KernelCosts, ProfileError> {
+        let model = AmpModel::new(&package.target);
+        let program: &Program = &package.program;
+        if package.kernels.len() != program.kernels.len() {
+            return Err(ProfileError::KernelCount {
+                objects: package.kernels.len(),
+                specs: program.kernels.len(),
+            });
+        }
+        let mut kernels = Vec::with_capacity(package.kernels.len());
+        for k in &package.kernels {
+            let variant = kernel_variant(k, &model)?;
+            let estimates = std::array::from_fn(|i| {
+                let (size, mode) = entry_of(i);
+                estimate_cycles(&variant, variant.rows(size), mode)
+            });
+            kernels.push((variant, estimates));
+        }
+        Ok(KernelCosts { kernels })
+    }
+
+    /// The variant of `kernel`.
+    pub fn variant(&self, kernel: KernelId) -> Option<&Variant> {
+        self.kernels.get(kernel.as_u32() as usize).map(|(v, _)| v)
+    }
+
+    /// The estimate of one call of `kernel` through `entry` on `rows` rows.
+    pub fn call(
+        &self,
+        kernel: KernelId,
+        entry: GemmEntry,
+        rows: u32,
+    ) -> Result<CycleEstimate, ProfileError> {
+        let (variant, estimates) =
+            self.kernels
+                .get(kernel.as_u32() as usize)
+                .ok_or(ProfileError::MissingKernel {
+                    kernel,
+                    kernels: self.kernels.len(),
+                })?;
+        let (size, _) = entry_of(entry_index(entry));
+        let expected = variant.rows(size);
+        if rows != expected {
+            return Err(ProfileError::GemmRows {
+                kernel,
+                rows,
+                expected,
+            });
+        }
+        Ok(estimates[entry_index(entry)])
+    }
+
+    /// Every kernel's variant and entry estimates, in program order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Variant, &[CycleEstimate; 4])> + '_ {
+        self.kernels.iter().map(|(v, e)| (v, e))
+    }
+}
+
+/// How the AMP programs of a package compare with the kernel cost model.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelCheck {
+    /// Entry programs compared.
+    pub entries: usize,
+    /// Entries whose program cycles, closed-form estimate and recorded
+    /// metadata cycles are all equal.
+    pub agreeing: usize,
+    /// Every disagreement: `(kernel, entry symbol, program cycles, closed
+    /// form, metadata)`.
+    pub disagreements: Vec<(String, String, u64, u64, u64)>,
+}
+
+/// Holds every AMP program in the package's kernel objects to the kernel
+/// cost model: for each entry, the cycles counted from the program's ops
+/// (`ipu_kernels::program_cycles`), the closed form
+/// (`ipu_kernels::estimate_cycles`, which the profile uses) and the cycles
+/// recorded in `kernel.json` must be equal.
+pub fn check_kernels(package: &Package, costs: &KernelCosts) -> Result<KernelCheck, ProfileError> {
+    let mut check = KernelCheck::default();
+    for (k, (variant, estimates)) in package.kernels.iter().zip(&costs.kernels) {
+        let meta: KernelMetadata =
+            serde_json::from_str(&k.metadata).map_err(|e| ProfileError::KernelMetadata {
+                kernel: k.name.clone(),
+                reason: e.to_string(),
+            })?;
+        let programs =
+            programs_from_object(&k.object).map_err(|source| ProfileError::KernelObject {
+                kernel: k.name.clone(),
+                source,
+            })?;
+        for (i, symbol) in k.entries.iter().enumerate() {
+            let program = programs
+                .iter()
+                .find(|(s, _)| s == symbol)
+                .map(|(_, p)| p)
+                .ok_or_else(|| ProfileError::MissingEntry {
+                    kernel: k.name.clone(),
+                    symbol: symbol.clone(),
+                })?;
+            let counted = program_cycles(variant, program).cycles;
+            let closed = estimates[i].cycles;
+            let recorded = meta
+                .entries
+                .iter()
+                .find(|e| &e.symbol == symbol)
+                .map_or(u64::MAX, |e| e.cycles);
+            check.entries += 1;
+            if counted == closed && closed == recorded {
+                check.agreeing += 1;
+            } else {
+                check.disagreements.push((
+                    k.name.clone(),
+                    symbol.clone(),
+                    counted,
+                    closed,
+                    recorded,
+                ));
+            }
+        }
+    }
+    Ok(check)
+}
