@@ -92,7 +92,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             if let Some(dir) = write {
                 let file = format!("{dir}/{}.json", title.split(' ').next().unwrap_or("phases"));
                 let only: Vec<Phase> = phases.iter().map(|(_, p)| p.clone()).collect();
-                let snapshot = Snapshot::from_phases(1472, &only);
+                let snapshot = Snapshot::from_phases(fabric.tile_count(), &only);
                 std::fs::write(&file, snapshot.to_json())
                     .map_err(|e| format!("cannot write {file}: {e}"))?;
                 println!("  wrote {file}");

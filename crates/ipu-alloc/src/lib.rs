@@ -17,10 +17,12 @@
 //! Placement ──check_placement (independent)──► Ok | every defect
 //! ```
 //!
-//! The same greedy passes and exact search solve single-arena
-//! MiniMalloc-style CSV problems ([`CsvProblem`]), the standard research
-//! benchmark for this problem; [`generate`] builds zero-slack, trace-like
-//! and SigLIP-scale instances.
+//! The same greedy passes and exact search, with a skyline heuristic for
+//! large traces and proofs for degenerate inputs, solve single-arena
+//! MiniMalloc-style CSV problems ([`CsvProblem::solve`]), the standard
+//! research benchmark for this problem. The `generate` module, behind the
+//! `generate` feature, builds zero-slack, ML-trace-shaped and SigLIP-scale
+//! instances for tests and benchmarks.
 
 #![forbid(unsafe_code)]
 
@@ -30,20 +32,23 @@ mod check;
 mod csv;
 mod error;
 mod exact;
+#[cfg(feature = "generate")]
 pub mod generate;
 mod greedy;
 mod map;
 mod place;
 mod problem;
 mod profile;
+mod sections;
+mod skyline;
+mod solve;
 mod stage;
 
 pub use bound::{ClassBound, Shortfall, TileBound, lower_bound};
 pub use check::{PlacementCheckError, check_placement};
-pub use csv::{
-    CsvBuffer, CsvCheckError, CsvError, CsvProblem, SolveConfig, SolveOutcome, SolveResult,
-};
+pub use csv::{CsvBuffer, CsvCheckError, CsvError, CsvProblem};
 pub use error::{FitFailure, LiveRange, Occupant, PlaceError, Verdict};
+pub use exact::SearchStats;
 pub use greedy::{Fit, GreedyOrder, GreedyStrategy};
 pub use map::{MemoryElement, MemoryMap, Region};
 pub use place::{
@@ -53,4 +58,5 @@ pub use problem::{
     Problem, ProblemError, Request, RequestId, Reservation, TileProblem, validate, validate_tile,
 };
 pub use profile::{MemoryProfile, PROFILE_SCHEMA, ProfileRun, TileProfile};
+pub use solve::{Infeasibility, SolveConfig, SolveMethod, SolveOutcome, SolveResult};
 pub use stage::{BuiltinPlacer, Placer};

@@ -13,6 +13,7 @@
 //! so that multicast quality is measured on realistic shapes.
 
 use ipu_layout::TileId;
+use ipu_layout::rng::SplitMix64;
 use smallvec::SmallVec;
 
 use crate::model::{Phase, Transfer, Width};
@@ -36,47 +37,38 @@ pub struct GenConfig {
     pub seed: u64,
 }
 
-/// A small, fast deterministic generator (SplitMix64).
-#[derive(Clone, Debug)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> SplitMix {
-        SplitMix(seed)
-    }
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// A number in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_u64() % n }
-    }
+/// The IPU21 target the generated phases are shaped for (the seed log's
+/// device): its tile count, and addresses from its SRAM base up to its
+/// loader limit.
+fn ipu21() -> (u32, u32, u32) {
+    let t = ipu_target::Target::ipu21();
+    (
+        t.tile_count(),
+        t.memory().sram_start,
+        t.memory().loader_limit,
+    )
 }
 
-/// First byte of the region sources are laid out in.
-const SOURCE_BASE: u32 = 0x4c000;
-/// First byte of the region destinations are laid out in.
-const DEST_BASE: u32 = 0x90000;
-/// End of usable memory (the loader limit).
-const LIMIT: u32 = 0xe7bb0;
+/// Destinations are laid out from this many bytes above the SRAM base,
+/// sources below it: a generator's layout choice, not a device fact.
+const DEST_OFFSET: u32 = 0x44000;
+
+/// Where destinations start.
+fn dest_base() -> u32 {
+    ipu21().1 + DEST_OFFSET
+}
 
 /// Generates one phase. Transfers whose memory would not fit are shortened,
 /// so the result is always valid.
 pub fn generate_phase(config: &GenConfig) -> Phase {
     let n = config.tile_count.max(2);
-    let mut rng = SplitMix::new(config.seed ^ 0x5eed);
+    let mut rng = SplitMix64::new(config.seed ^ 0x5eed);
     let transfers = config.transfers.max(1);
     // Mean words per transfer so that an average tile carries about the
     // target; the busiest ends a little above it.
     let mean = (u64::from(config.target_bound) * u64::from(n) / u64::from(transfers)).max(1);
-    let mut send_cursor = vec![SOURCE_BASE; n as usize];
-    let mut recv_cursor = vec![DEST_BASE; n as usize];
+    let mut send_cursor = vec![ipu21().1; n as usize];
+    let mut recv_cursor = vec![dest_base(); n as usize];
     let mut out = Vec::with_capacity(transfers as usize);
     for i in 0..transfers {
         let source = if config.balanced_sources {
@@ -107,10 +99,10 @@ pub fn generate_phase(config: &GenConfig) -> Phase {
         }
         let align = if paired { 8 } else { 4 };
         let src = send_cursor[source as usize].next_multiple_of(align);
-        let mut room = DEST_BASE.saturating_sub(src) / 4;
+        let mut room = dest_base().saturating_sub(src) / 4;
         for &d in &dests {
             let at = recv_cursor[d as usize].next_multiple_of(align);
-            room = room.min(LIMIT.saturating_sub(at) / 4);
+            room = room.min(ipu21().2.saturating_sub(at) / 4);
         }
         let words = words.min(room) & if paired { !1 } else { !0 };
         if words == 0 {
@@ -172,7 +164,7 @@ pub fn seed_families() -> Vec<(String, GenConfig)> {
             (
                 format!("seed-{transfers}x{bound}"),
                 GenConfig {
-                    tile_count: 1472,
+                    tile_count: ipu21().0,
                     transfers,
                     target_bound: bound,
                     max_fanout: 1,
@@ -192,7 +184,7 @@ pub fn other_families() -> Vec<(String, GenConfig)> {
         (
             name.to_owned(),
             GenConfig {
-                tile_count: 1472,
+                tile_count: ipu21().0,
                 transfers,
                 target_bound: bound,
                 max_fanout: fanout,
@@ -218,7 +210,7 @@ pub fn multicast_families() -> Vec<(String, GenConfig)> {
         (
             format!("multicast-{fanout}-{transfers}"),
             GenConfig {
-                tile_count: 1472,
+                tile_count: ipu21().0,
                 transfers,
                 target_bound: bound,
                 max_fanout: fanout,
@@ -274,7 +266,7 @@ impl ReduceConfig {
     /// block per tile), and one broadcast vector: about 194 000 transfers.
     pub fn siglip_mlp(seed: u64) -> ReduceConfig {
         ReduceConfig {
-            tile_count: 1472,
+            tile_count: ipu21().0,
             used_tiles: 1458,
             rows: 1458,
             columns: 4304,
@@ -291,7 +283,7 @@ impl ReduceConfig {
     /// vectors): about 170 000 transfers.
     pub fn siglip_attention(seed: u64) -> ReduceConfig {
         ReduceConfig {
-            tile_count: 1472,
+            tile_count: ipu21().0,
             used_tiles: 1458,
             rows: 1458,
             columns: 1152,
@@ -329,17 +321,17 @@ pub fn reduce_phase(config: &ReduceConfig) -> Phase {
     let column_block = (config.column_block.max(2) + 1) & !1;
     let row_blocks = rows.div_ceil(row_block);
     let column_blocks = columns.div_ceil(column_block);
-    let mut rng = SplitMix::new(config.seed ^ 0x7ed0);
-    let mut send_cursor = vec![SOURCE_BASE; n as usize];
-    let mut recv_cursor = vec![DEST_BASE; n as usize];
+    let mut rng = SplitMix64::new(config.seed ^ 0x7ed0);
+    let mut send_cursor = vec![ipu21().1; n as usize];
+    let mut recv_cursor = vec![dest_base(); n as usize];
     let mut out = Vec::new();
     // A transfer from `source` of `words` words to `dests`, if it fits.
     let mut push = |source: u32, dests: &[u32], words: u32, out: &mut Vec<Transfer>| {
         let src = send_cursor[source as usize];
-        let fits = src + 4 * words <= DEST_BASE
+        let fits = src + 4 * words <= dest_base()
             && dests
                 .iter()
-                .all(|&d| recv_cursor[d as usize] + 4 * words <= LIMIT);
+                .all(|&d| recv_cursor[d as usize] + 4 * words <= ipu21().2);
         if words == 0 || dests.is_empty() || !fits {
             return;
         }

@@ -10,6 +10,7 @@
 //! default SigLIP workload.
 
 mod bad_inputs;
+mod checkpoint;
 mod determinism;
 mod devices;
 mod inspect;

@@ -110,6 +110,22 @@ fn config() -> impl Strategy<Value = ScheduleConfig> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
+    /// Another partner rule (`t ^ 1`, `t ^ 4`, `t ^ 8`): paired sends
+    /// borrow the lane the fabric names, and the checker agrees.
+    #[test]
+    fn any_phase_schedules_and_checks_with_another_partner_rule(
+        phase in phase(4),
+        config in config(),
+        partner in prop::sample::select(vec![1u32, 4, 8]),
+    ) {
+        let text = ipu_target::IPU21_TOML
+            .replace("partner_xor = 2", &format!("partner_xor = {partner}"));
+        let target = ipu_target::Target::from_toml(&text).expect("a valid description");
+        let fabric = Fabric::new(&target).expect("a supported fabric");
+        prop_assert_eq!(fabric.partner(TileId::from_u32(6)), TileId::from_u32(6 ^ partner));
+        schedule_and_check(&phase, &fabric, &config);
+    }
+
     #[test]
     fn any_phase_schedules_and_checks(phase in phase(4), config in config(), latency in 0u32..20) {
         let fabric = fabric().with_latency(latency);
