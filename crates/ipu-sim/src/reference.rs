@@ -48,7 +48,7 @@ mod kernels;
 use std::borrow::Cow;
 
 use ipu_layout::EntityId;
-use ipu_package::graph::values::{Quantizer, ValueSet};
+use ipu_package::graph::values::ValueSet;
 use ipu_package::graph::{Graph, Op, OpId, TensorId};
 
 pub use compare::{Comparison, Tolerance, compare};
@@ -271,12 +271,12 @@ fn supplied<'a>(
             found: v.len(),
         });
     }
-    let q = Quantizer::new(tensor.precision());
-    let exact = v.iter().all(|&x| q.round(x).to_bits() == x.to_bits());
+    let q = tensor.precision().codec();
+    let exact = v.iter().all(|&x| q.quantize(x).to_bits() == x.to_bits());
     Ok(if exact {
         Cow::Borrowed(v)
     } else {
-        Cow::Owned(v.iter().map(|&x| q.round(x)).collect())
+        Cow::Owned(v.iter().map(|&x| q.quantize(x)).collect())
     })
 }
 
@@ -369,7 +369,7 @@ fn compute<'v>(
             kernels::broadcast(get(*input)?, shape(*input), out_tensor.extents())
         }
     };
-    let q = Quantizer::new(out_tensor.precision());
-    out.iter_mut().for_each(|x| *x = q.round(*x));
+    let q = out_tensor.precision().codec();
+    out.iter_mut().for_each(|x| *x = q.quantize(*x));
     Ok(out)
 }

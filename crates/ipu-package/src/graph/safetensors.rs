@@ -22,7 +22,7 @@ use ipu_layout::{Fp8Format, Precision};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
-use crate::graph::values::{Quantizer, ValueSet, encode};
+use crate::graph::values::{ValueSet, encode};
 use crate::graph::{Graph, TensorId, TensorKind};
 
 /// The header key of a tensor's FP8 scale.
@@ -342,10 +342,10 @@ pub fn read_values(graph: &Graph, bytes: &[u8]) -> Result<ValueSet, SafetensorsE
                 ),
             });
         };
-        let quantizer = Quantizer::new(tensor.precision());
+        let codec = tensor.precision().codec();
         let mut values = stored_type.decode(raw);
         for v in &mut values {
-            *v = quantizer.round(*v);
+            *v = codec.quantize(*v);
         }
         set.insert(id, values);
     }

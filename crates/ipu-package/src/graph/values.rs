@@ -14,13 +14,14 @@
 //! layer-norm gains `1 ± 0.05`, inputs lie in `[-1, 1]`. The distribution is
 //! an Irwin–Hall sum of four uniforms (bell-shaped, bounded at ±3.47σ), so a
 //! fixture whose FP8 scale leaves room for 3.5σ never saturates. Every value
-//! is already rounded to the tensor's precision.
+//! is already rounded to the tensor's precision (by the one codec,
+//! `ipu_layout::numeric`).
 
 use std::collections::BTreeMap;
 
-use ipu_layout::numeric::{f16_bits, f16_value};
+use ipu_layout::Precision;
+use ipu_layout::numeric::Codec;
 use ipu_layout::rng::SplitMix64;
-use ipu_layout::{Fp8Format, Precision};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
@@ -198,7 +199,7 @@ pub fn values_for(
 ) -> Vec<f32> {
     let mut out = vec![0.0f32; count];
     let key = name_key(seed, name);
-    let quantizer = Quantizer::new(precision);
+    let codec = Codec::new(precision);
     let (mean, spread) = role.moments();
     out.par_chunks_mut(BLOCK)
         .enumerate()
@@ -212,7 +213,7 @@ pub fn values_for(
                 } else {
                     irwin_hall4(bits)
                 };
-                *value = quantizer.round((mean + spread * z) as f32);
+                *value = codec.quantize((mean + spread * z) as f32);
             }
         });
     out
@@ -239,180 +240,16 @@ fn name_key(seed: u64, name: &str) -> u64 {
     u64::from_le_bytes(bytes)
 }
 
-/// Rounds values to a precision, giving exactly `Precision::quantize`'s
-/// results (a test checks this), but with arithmetic on powers of two
-/// instead of a search over codes, because whole models hold hundreds of
-/// millions of weights.
-#[derive(Clone, Copy, Debug)]
-pub struct Quantizer {
-    precision: Precision,
-    /// FP8: the largest finite value after scaling.
-    max: f32,
-    /// FP8: mantissa bits.
-    mantissa_bits: i32,
-    /// FP8: the smallest normal exponent after scaling.
-    min_exponent: i32,
-    /// FP8: magnitudes from here up are normal in both FP8 and f32, so
-    /// they round by cutting f32 significand bits.
-    fast_from: f32,
-    /// FP8: subnormal steps per unit, `2^(mantissa_bits − min_exponent)`
-    /// (kept here so the encoder's hot loop calls no `powi`).
-    steps_per_unit: f64,
-}
-
-impl Quantizer {
-    /// A quantizer for `precision`.
-    pub fn new(precision: Precision) -> Self {
-        let (max, mantissa_bits, min_exponent) = match precision {
-            Precision::F8 { format, scale } => {
-                let (bias, m) = match format {
-                    Fp8Format::F143 => (8, 3),
-                    Fp8Format::F152 => (16, 2),
-                };
-                let s = i32::from(scale);
-                (format.max_value() * pow2(s), m, 1 - bias + s)
-            }
-            _ => (f32::MAX, 0, 0),
-        };
-        let fast_from = pow2(min_exponent).max(f32::MIN_POSITIVE);
-        Self {
-            precision,
-            max,
-            mantissa_bits,
-            min_exponent,
-            fast_from: if fast_from > 0.0 {
-                fast_from
-            } else {
-                f32::MIN_POSITIVE
-            },
-            steps_per_unit: 2f64.powi(mantissa_bits - min_exponent),
-        }
-    }
-
-    /// `value` rounded to the precision.
-    pub fn round(&self, value: f32) -> f32 {
-        match self.precision {
-            Precision::F32 => value,
-            Precision::F16 => f16_value(f16_bits(value)),
-            Precision::F8 { .. } => {
-                if value.is_nan() {
-                    return f32::NAN;
-                }
-                let magnitude = value.abs();
-                if magnitude >= self.max {
-                    return self.max.copysign(value);
-                }
-                if magnitude == 0.0 {
-                    return 0.0;
-                }
-                let rounded = if magnitude >= self.fast_from {
-                    // Normal in FP8 and in f32: round the f32 significand
-                    // to the FP8 mantissa width, ties to even. A carry out
-                    // of the significand correctly bumps the exponent.
-                    let shift = 23 - self.mantissa_bits as u32;
-                    let bits = magnitude.to_bits();
-                    let lsb = (bits >> shift) & 1;
-                    let half = (1u32 << (shift - 1)) - 1 + lsb;
-                    f32::from_bits((bits + half) & !((1u32 << shift) - 1))
-                } else {
-                    self.round_slow(magnitude)
-                };
-                let rounded = rounded.min(self.max);
-                if rounded == 0.0 {
-                    0.0
-                } else {
-                    rounded.copysign(value)
-                }
-            }
-        }
-    }
-
-    /// Rounds a positive magnitude below the FP8 normal range (or below
-    /// the f32 normal range) with an explicit quantum.
-    fn round_slow(&self, magnitude: f32) -> f32 {
-        // The exponent of the value's binade, floored at the subnormal
-        // range, fixes the quantum.
-        let exponent = exponent_of(magnitude).max(self.min_exponent);
-        let quantum_exp = exponent - self.mantissa_bits;
-        let steps = (f64::from(magnitude) * 2f64.powi(-quantum_exp)).round_ties_even();
-        (steps * 2f64.powi(quantum_exp)) as f32
-    }
-}
-
-impl Quantizer {
-    /// The FP8 code of `value` (rounded first), as `Precision::encode_into`
-    /// writes it; 0 for the F32 and F16 precisions, which have no code.
-    pub fn fp8_code(&self, value: f32) -> u8 {
-        if !self.precision.is_fp8() {
-            return 0;
-        }
-        let rounded = self.round(value);
-        if rounded.is_nan() {
-            return ipu_layout::numeric::FP8_NAN;
-        }
-        let magnitude = rounded.abs();
-        if magnitude == 0.0 {
-            return 0;
-        }
-        let m = self.mantissa_bits;
-        let code = if magnitude >= self.fast_from && exponent_of(magnitude) >= self.min_exponent {
-            // Normal: the exponent field counts binades from the smallest
-            // normal one (field 1), the mantissa is the f32 significand's
-            // top bits.
-            let field = exponent_of(magnitude) - self.min_exponent + 1;
-            let mantissa = (magnitude.to_bits() >> (23 - m)) & ((1 << m) - 1);
-            ((field as u32) << m) | mantissa
-        } else {
-            // Subnormal: a multiple of the smallest step.
-            (f64::from(magnitude) * self.steps_per_unit) as u32
-        };
-        let code = code.min(0x7f) as u8;
-        // The sign bit without a branch on it: signs of weights are random.
-        let sign = ((rounded.to_bits() >> 31) as u8) << 7;
-        if code == 0 { 0 } else { code | sign }
-    }
-}
-
 /// The little-endian bytes of `values` in `precision`, exactly as
-/// `Precision::encode_into` writes them element by element (a test checks
-/// this), but fast enough for a whole model's weights: FP8 codes are
-/// assembled from the bits of the value rounded by [`Quantizer`].
+/// `Precision::encode_into` writes them element by element: the codec's
+/// slice encoder ([`Codec::encode_slice`]) over blocks in parallel.
 /// Deterministic whatever the thread count.
 pub fn encode(precision: Precision, values: &[f32]) -> Vec<u8> {
     let width = precision.element_bytes() as usize;
     let mut out = vec![0u8; values.len() * width];
-    let quantizer = Quantizer::new(precision);
+    let codec = Codec::new(precision);
     out.par_chunks_mut(BLOCK * width)
         .zip(values.par_chunks(BLOCK))
-        .for_each(|(bytes, chunk)| {
-            if precision.is_fp8() {
-                for (byte, &value) in bytes.iter_mut().zip(chunk) {
-                    *byte = quantizer.fp8_code(value);
-                }
-            } else {
-                for (element, &value) in bytes.chunks_exact_mut(width).zip(chunk) {
-                    precision.encode_into(value, element);
-                }
-            }
-        });
+        .for_each(|(bytes, chunk)| codec.encode_slice(chunk, bytes));
     out
-}
-
-/// `2^e` as f32 for any exponent a scaled FP8 value can need, computed in
-/// f64 so that intermediate subnormal steps stay exact.
-fn pow2(e: i32) -> f32 {
-    2f64.powi(e) as f32
-}
-
-/// `floor(log2(x))` for a positive finite f32.
-fn exponent_of(x: f32) -> i32 {
-    let bits = x.to_bits();
-    let biased = ((bits >> 23) & 0xff) as i32;
-    if biased == 0 {
-        // f32 subnormal: count the leading zeros of the fraction.
-        let fraction = bits & 0x7f_ffff;
-        -127 - (fraction.leading_zeros() as i32 - 9)
-    } else {
-        biased - 127
-    }
 }

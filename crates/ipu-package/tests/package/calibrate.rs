@@ -290,12 +290,12 @@ fn calibrated_package_runs(name: &str) {
     }
     let mut run_values = read.weights.as_ref().unwrap().values(&rebuilt).unwrap();
     for id in graph.weights() {
-        let q = ipu_package::graph::values::Quantizer::new(graph.tensor(id).precision());
+        let q = graph.tensor(id).precision().codec();
         let expected: Vec<f32> = values
             .get(id)
             .unwrap()
             .iter()
-            .map(|&v| q.round(v))
+            .map(|&v| q.quantize(v))
             .collect();
         assert_eq!(run_values.get(id).unwrap(), expected.as_slice());
     }

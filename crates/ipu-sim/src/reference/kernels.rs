@@ -8,7 +8,6 @@
 //! count.
 
 use ipu_layout::Precision;
-use ipu_package::graph::values::Quantizer;
 use rayon::prelude::*;
 
 /// Output rows computed per parallel task: small tensors stay on one
@@ -77,7 +76,7 @@ pub fn gemm(
                 }
                 GemmAccumulation::F16Partials { block } => {
                     let block = (block as usize).max(1);
-                    let f16 = Quantizer::new(Precision::F16);
+                    let f16 = Precision::F16.codec();
                     let mut block_sum = vec![0.0f32; n];
                     for (r, row) in chunk.chunks_mut(n).enumerate() {
                         let a_row = &left[(first_row + r) * k..(first_row + r + 1) * k];
@@ -91,7 +90,7 @@ pub fn gemm(
                                 }
                             }
                             for (acc, &s) in row.iter_mut().zip(&block_sum) {
-                                *acc = f16.round(*acc + s);
+                                *acc = f16.quantize(*acc + s);
                             }
                         }
                     }
@@ -226,7 +225,7 @@ pub fn attention(
 ) -> Vec<f32> {
     let head_dim = hidden / heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let round = Quantizer::new(softmax);
+    let round = softmax.codec();
     // Keys transposed per (batch, head) to [head_dim, tokens_kv], so the
     // scores of one query row accumulate over the head's columns with the
     // key tokens as the vectorised inner loop; each score is still one
@@ -263,16 +262,16 @@ pub fn attention(
                     }
                 }
                 for pj in p.iter_mut() {
-                    *pj = round.round(*pj * scale);
+                    *pj = round.quantize(*pj * scale);
                 }
                 let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0.0f32;
                 for pj in p.iter_mut() {
-                    *pj = round.round((*pj - max).exp());
+                    *pj = round.quantize((*pj - max).exp());
                     sum += *pj;
                 }
                 for pj in p.iter_mut() {
-                    *pj = round.round(*pj / sum);
+                    *pj = round.quantize(*pj / sum);
                 }
                 let o = &mut out_row[cols.clone()];
                 o.iter_mut().for_each(|x| *x = 0.0);

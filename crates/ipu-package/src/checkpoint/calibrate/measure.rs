@@ -5,8 +5,6 @@
 
 use ipu_layout::Precision;
 
-use crate::graph::values::Quantizer;
-
 /// The largest finite F16 value.
 pub(super) const F16_MAX: f32 = 65504.0;
 
@@ -122,8 +120,8 @@ pub(super) fn fp8_scale(template: Precision, max_abs: f64) -> Precision {
 
 /// Values rounded to `precision`.
 pub(super) fn quantised(precision: Precision, x: &[f32]) -> Vec<f32> {
-    let q = Quantizer::new(precision);
-    x.iter().map(|&v| q.round(v)).collect()
+    let q = precision.codec();
+    x.iter().map(|&v| q.quantize(v)).collect()
 }
 
 /// Per output: accumulated error against the F32 graph.
