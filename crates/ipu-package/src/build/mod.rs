@@ -44,7 +44,7 @@ mod support;
 use std::time::Instant;
 
 use ipu_alloc::{BuiltinPlacer, MemoryMap, PlaceConfig, PlaceError, Placer};
-use ipu_exchange::{BuiltinScheduler, ExchangeScheduler, Fabric, Schedule, ScheduleConfig};
+use ipu_exchange::{BuiltinScheduler, ExchangeScheduler, Fabric, ScheduleConfig};
 use ipu_kernels::{HostToolchain, KernelCache, KernelStore, MemoryStore, Toolchain};
 use ipu_target::Target;
 use tracing::{info, info_span, warn};
@@ -309,15 +309,24 @@ fn plan_once(
     let kernels = phase("compile_kernels", times, |_| {
         kernels::compile_kernels(&variants, stages)
     })?;
-    // Fragments are computed once per plan, for the estimate and for every
-    // scheduling round.
-    let mut fragments = FragmentCache::default();
+    // Every exchange step's shape (fragments, multicast grouping) is
+    // computed once per plan, for the estimate and for every scheduling
+    // round.
+    let shapes = phase("shape_exchange", times, |_| {
+        let mut fragments = FragmentCache::default();
+        exchange::shape_steps(&program, device.tiles, &mut fragments)
+    })?;
+    info!(
+        phases = shapes.len(),
+        transfers = shapes
+            .iter()
+            .map(|s| s.first().transfer_count())
+            .sum::<usize>(),
+        "shaped exchange phases"
+    );
     let sizes = phase("size_tile_code", times, |_| {
         Ok::<_, BuildError>(support::TileCode::size(
-            &program,
-            &variants,
-            device,
-            &mut fragments,
+            &program, &variants, device, &shapes,
         ))
     })?;
     let mut reserved = sizes.reservations();
@@ -334,31 +343,32 @@ fn plan_once(
     }
     // Reservation, then verification of the real rows against it.
     let mut rounds = 0;
-    // Schedules of the previous round: placing again moves data but not
-    // the transfers, so their timing is re-encoded, not scheduled again.
-    let mut previous: Option<Vec<Schedule>> = None;
+    // The previous round: placing again moves data but not the transfers,
+    // so a step keeps its rows when none of its data moved, and has its
+    // timing re-encoded, not scheduled again, when some did.
+    let mut previous: Option<Vec<exchange::Scheduled>> = None;
     loop {
         let (problem, placement) = phase("place_storage", times, |_| {
             place::place_storage(&program, &storage, &reserved, device, stages, config.verify)
         })?;
         let addresses = place::buffer_addresses(&program, &storage, &placement);
-        let (phases, schedules) = phase("schedule_exchange", times, |_| {
+        let scheduled = phase("schedule_exchange", times, |_| {
             exchange::schedule_phases(
                 &program,
+                &shapes,
                 &addresses,
                 device,
                 stages.scheduler.as_ref(),
                 config.verify,
-                &mut fragments,
-                previous.as_deref(),
+                previous.take(),
             )
         })?;
-        previous = Some(schedules);
-        let support = sizes.measure(&phases, &reserved);
+        let support = sizes.measure(scheduled.iter().map(|s| &s.phase), &reserved);
         let outgrown: Vec<usize> = (0..device.tiles as usize)
             .filter(|&t| support[t].used() > reserved[t])
             .collect();
         if outgrown.is_empty() {
+            let phases = scheduled.into_iter().map(|s| s.phase).collect();
             return Ok(Planned {
                 program,
                 storage,
@@ -383,6 +393,7 @@ fn plan_once(
             reserved[t] = sizes.grown_reservation(support[t].used());
         }
         *measured = Some(reserved.clone());
+        previous = Some(scheduled);
         rounds += 1;
     }
 }

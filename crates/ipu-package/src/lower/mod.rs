@@ -29,8 +29,8 @@ use ipu_layout::{
 use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
     AttentionShape, CostModel, GemmGrid, GemmProblem, attention_grid, attention_layouts,
-    column_parts, column_tiling, element_layout, gemm_candidates, gemm_layouts, replicated,
-    row_layout, spread, tensor_type, vector_home,
+    column_parts, column_tiling, element_layout, gemm_candidates, gemm_layouts, reduce_layout,
+    replicated, row_layout, row_split, spread, tensor_type, vector_home,
 };
 use crate::program::{
     Buffer, BufferId, BufferRole, Codelet, GemmEntry, GemmKernel, KernelId, Operand, Program,
@@ -380,15 +380,19 @@ impl Lowerer<'_> {
             None => {
                 let t = self.graph.tensor(tensor);
                 if t.kind() == TensorKind::Weight {
-                    let ty = match t.extents() {
-                        // Vectors' first blocks spread over the tiles.
-                        &[extent] => vector_home(
-                            extent,
+                    // Vectors, and weights whose rows would all rest on one
+                    // tile (a probe token), rest in blocks spread over the
+                    // tiles from a tile of their own.
+                    let (tokens, batch) = row_split(t.extents(), self.config.tiles);
+                    let ty = if t.extents().len() <= 1 || tokens * batch == 1 {
+                        vector_home(
+                            t.extents(),
                             t.precision(),
                             self.config.tiles,
                             spread(tensor.as_u32()) as u32,
-                        ),
-                        extents => row_layout(extents, t.precision(), self.config.tiles),
+                        )
+                    } else {
+                        row_layout(t.extents(), t.precision(), self.config.tiles)
                     };
                     let ty = self.layout(format!("weight {}", t.name()), ty)?;
                     Ok((

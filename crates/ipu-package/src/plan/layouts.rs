@@ -117,31 +117,38 @@ pub fn row_layout(
 /// any vector.
 const VECTOR_HOME_BLOCK_BYTES: u64 = 256;
 
-/// Where a weight vector rests: blocks of [`VECTOR_HOME_BLOCK_BYTES`] on
-/// consecutive tiles from `first_tile` on (wrapping). The tiling spans all
-/// `tiles`, the tiles past the vector's blocks holding empty shards, so that
-/// the blocks can start anywhere: vectors starting at different tiles keep
-/// their blocks off the tiles every other tensor's partition 0 uses.
+/// Where a weight vector rests: blocks of [`VECTOR_HOME_BLOCK_BYTES`] of
+/// its last axis on consecutive tiles from `first_tile` on (wrapping). The
+/// tiling spans all `tiles`, the tiles past the vector's blocks holding
+/// empty shards, so that the blocks can start anywhere: vectors starting at
+/// different tiles keep their blocks off the tiles every other tensor's
+/// partition 0 uses. Other axes stay whole in every block, so a small
+/// weight of any rank (a `[1, 1, N]` probe token) rests the same way.
 pub fn vector_home(
-    extent: u64,
+    extents: &[u64],
     precision: Precision,
     tiles: u32,
     first_tile: u32,
 ) -> Result<TensorType, LayoutError> {
     let tiles = tiles.max(1);
+    let extent = extents.last().copied().unwrap_or(1);
     let block = (VECTOR_HOME_BLOCK_BYTES / precision.element_bytes()).max(vector_block(precision));
     let parts = extent.div_ceil(block).clamp(1, u64::from(tiles));
     let block = extent
         .div_ceil(parts)
         .next_multiple_of(vector_block(precision));
-    let tiling = TensorTiling::new(
-        tiles,
-        1,
-        vec![split(Axis::FromEnd(1), u64::from(tiles), block, 1)],
-    )?
-    .with_rotation(first_tile % tiles)?;
+    let axes = if extents.is_empty() {
+        vec![]
+    } else {
+        vec![split(Axis::FromEnd(1), u64::from(tiles), block, 1)]
+    };
+    let tiling = if axes.is_empty() {
+        TensorTiling::new(1, 1, axes)?
+    } else {
+        TensorTiling::new(tiles, 1, axes)?.with_rotation(first_tile % tiles)?
+    };
     tensor_type(
-        &[extent],
+        extents,
         precision,
         ElementOrder::RowMajor,
         MemoryClass::Ipu21Standard,
