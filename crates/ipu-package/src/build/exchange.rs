@@ -1,4 +1,5 @@
-//! The exchange stage's adapter: every exchange step becomes a phase at the
+//! The exchange stage's adapter: every exchange step is shaped once per plan
+//! (its transfers in buffer terms, [`PhaseShape`]), becomes a phase at the
 //! placed addresses, the build's scheduler schedules and encodes it, and
 //! `check_schedule` — which reads only the decoded rows — judges the rows.
 //!

@@ -2,9 +2,10 @@
 //! program and the exchange rows, reserved in whole memory elements at the
 //! start of the target's code region.
 //!
-//! Before placement the rows are estimated from transfer counts; after
-//! scheduling they are measured, and a tile whose support outgrew its
-//! reservation is placed again with a larger one.
+//! Before placement the rows are estimated from what every step's shape
+//! makes the tile send and receive (a generous figure, and a likely one for
+//! when memory is short); after scheduling they are measured, and a tile
+//! whose support outgrew its reservation is placed again with a larger one.
 
 use ipu_layout::{EntityId, TileId};
 use ipu_target::RuntimeSpec;
@@ -27,8 +28,22 @@ pub(super) struct TileCode {
     kernel_code: Vec<u32>,
     /// Per tile: control-program bytes.
     control: Vec<u32>,
-    /// Per tile: the estimate of its exchange-row bytes.
+    /// Per tile: the generous estimate of its exchange-row and patch
+    /// bytes.
     estimated_rows: Vec<u64>,
+    /// Per tile: the likely figure, without the margin.
+    likely_rows: Vec<u64>,
+}
+
+/// Which estimate of the rows to reserve by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Estimate {
+    /// Above the measured rows on nearly every tile: one placement round.
+    Generous,
+    /// What the rows are likely to need, for when memory is short: every
+    /// element it saves is data space, and the tiles whose rows outgrow it
+    /// are placed again.
+    Likely,
 }
 
 impl TileCode {
@@ -47,15 +62,20 @@ impl TileCode {
         let control = control_bytes(program, tiles, &runtime);
         let kernel_code = kernel_code(program, variants, tiles);
         let mut rows = vec![0u64; tiles as usize];
+        let mut likely = vec![0u64; tiles as usize];
         let mut traffic = vec![TileTraffic::default(); tiles as usize];
         for step in shapes {
             traffic.iter_mut().for_each(|t| *t = TileTraffic::default());
             step.first().add_traffic(&mut traffic);
-            for (r, t) in rows.iter_mut().zip(&traffic) {
-                *r += estimated_row_bytes(t);
+            for ((r, l), t) in rows.iter_mut().zip(&mut likely).zip(&traffic) {
+                let (mut generous, mut like) = estimated_row_bytes(t);
                 if step.patched() {
-                    *r += estimated_patch_bytes(t);
+                    let (g, k) = estimated_patch_bytes(t);
+                    generous += g;
+                    like += k;
                 }
+                *r += generous;
+                *l += like;
             }
         }
         TileCode {
@@ -65,18 +85,23 @@ impl TileCode {
             kernel_code,
             control,
             estimated_rows: rows,
+            likely_rows: likely,
         }
     }
 
     /// The reservation of every tile before placement: the estimate, in
     /// whole memory elements.
-    pub(super) fn reservations(&self) -> Vec<u32> {
+    pub(super) fn reservations(&self, estimate: Estimate) -> Vec<u32> {
+        let rows = match estimate {
+            Estimate::Generous => &self.estimated_rows,
+            Estimate::Likely => &self.likely_rows,
+        };
         (0..self.control.len())
             .map(|t| {
                 let total = u64::from(self.runtime.runtime_bytes)
                     + u64::from(self.kernel_code[t])
                     + u64::from(self.control[t])
-                    + self.estimated_rows[t];
+                    + rows[t];
                 round_up(u32::try_from(total).unwrap_or(u32::MAX), self.element_bytes)
             })
             .collect()
@@ -127,32 +152,34 @@ impl TileCode {
     }
 }
 
-/// The estimated row bytes of one tile in one phase.
+/// The estimated row bytes of one tile in one phase: `(generous, likely)`.
 ///
 /// The rows depend on the schedule, which needs the placement, so this is
 /// an estimate from what the tile sends and receives, calibrated on SigLIP
-/// builds (b2 and b4 at 1472 tiles, where it is above the measured rows on
-/// all but a few tiles, by about 10 % on average): a receive costs about
-/// two and a half instruction words (receive pointer and source, and a
-/// disconnect when its source keeps sending to others), a send one word per
-/// transfer and per 64 words (split transfers need more), and a phase a
-/// closing word. Tiles whose rows outgrow it are placed again (see the
-/// build's module header); a sixteenth is added so that this stays rare.
-fn estimated_row_bytes(t: &TileTraffic) -> u64 {
+/// builds (b2 at 1472 tiles, where the likely figure is above the measured
+/// rows on all but about 1 % of the tiles, by 3 KB on average): a receive
+/// costs about two and a half instruction words (receive pointer and
+/// source, and a disconnect when its source keeps sending to others), a
+/// send one word per transfer and per 64 words (split transfers need
+/// more), and a phase two closing words. The generous figure adds a
+/// sixteenth, so that a second placement round is rare.
+fn estimated_row_bytes(t: &TileTraffic) -> (u64, u64) {
     if t.sends == 0 && t.receives == 0 {
-        return 0;
+        return (0, 0);
     }
     let bytes = 8 + 4 * u64::from(t.sends) + 10 * u64::from(t.receives) + 4 * t.send_chunks;
-    bytes + bytes / 16
+    (bytes + bytes / 16, bytes)
 }
 
-/// The estimated patch bytes of one tile in a phase patched per iteration:
-/// a patch (8 bytes) for about every fourth address-holding word.
-fn estimated_patch_bytes(t: &TileTraffic) -> u64 {
+/// The estimated patch bytes of one tile in a phase patched per
+/// iteration, `(generous, likely)`: a patch (8 bytes) for about every
+/// fourth (generous) or eighth (likely) address-holding word.
+fn estimated_patch_bytes(t: &TileTraffic) -> (u64, u64) {
     if t.sends == 0 && t.receives == 0 {
-        return 0;
+        return (0, 0);
     }
-    8 + 2 * (u64::from(t.sends) + u64::from(t.receives))
+    let words = u64::from(t.sends) + u64::from(t.receives);
+    (8 + 2 * words, 8 + words)
 }
 
 fn round_up(value: u32, multiple: u32) -> u32 {

@@ -29,9 +29,10 @@ impl Lowerer<'_> {
             },
         };
         let candidates = gemm_candidates(&problem, self.config.tiles, &self.config.cost);
+        let budget = self.config.budget_for(&format!("gemm {}", tout.name()));
         let chosen = candidates
             .iter()
-            .find(|(_, e)| e.transient_bytes <= self.config.transient_budget)
+            .find(|(_, e)| e.transient_bytes <= budget)
             .or_else(|| candidates.iter().min_by_key(|(_, e)| e.transient_bytes))
             .map(|(grid, _)| *grid)
             .unwrap_or(GemmGrid {

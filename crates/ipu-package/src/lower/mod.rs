@@ -54,6 +54,22 @@ pub struct LowerConfig {
     /// Merge consecutive compute steps into one (fewer syncs, coarser
     /// lifetimes).
     pub merge_compute: bool,
+    /// Budgets below `transient_budget` for single operations, by the name
+    /// of the compute step the operation runs (`gemm enc0.fc2`, `attention
+    /// enc0.attn`): what a build lowers where placement failed, so that the
+    /// rest of the plan keeps its cycles.
+    pub op_budgets: std::collections::BTreeMap<String, u64>,
+}
+
+impl LowerConfig {
+    /// The transient budget of the operation whose compute step is `step`.
+    pub fn budget_for(&self, step: &str) -> u64 {
+        self.op_budgets
+            .get(step)
+            .copied()
+            .unwrap_or(self.transient_budget)
+            .min(self.transient_budget)
+    }
 }
 
 impl Default for LowerConfig {
@@ -64,6 +80,7 @@ impl Default for LowerConfig {
             transient_budget: 160 * 1024,
             rotate: true,
             merge_compute: false,
+            op_budgets: std::collections::BTreeMap::new(),
         }
     }
 }

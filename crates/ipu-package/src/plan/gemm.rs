@@ -9,10 +9,10 @@
 //!
 //! The reduction keeps the grid: the `pk` tiles that computed block
 //! `(m, n)` each sum `1/pk` of its rows ([`reduce_layout`]), so a tile
-//! gathers one run per batch row group from each of the other `pk - 1`
-//! tiles — about `tiles · pk` fragments — and its own part stays put. The
+//! gathers one run per batch row group from each inner block — about
+//! `tiles · pk` fragments instead of `rows · pn · pk`. The
 //! `k`-inner tile numbering is what makes row part `k` of block `m` land on
-//! the tile that computed partial `k` of it.
+//! the tile that computed partial `k` of it where the parts nest.
 //!
 //! Inner blocks are multiples of the AMP micro inner dimension (16 for F16,
 //! 32 for FP8) and column blocks multiples of 16, so every shard is a whole
@@ -392,14 +392,16 @@ fn resident_tiling(problem: &GemmProblem, grid: GemmGrid) -> Result<TensorTiling
 }
 
 /// Where the `pk` partial sums of a GEMM on `grid` are reduced: the result
-/// `[.., tokens, N]` with the grid's column blocks (`pn` parts, tile stride
-/// 1) and the token axis cut into `pm · pk` parts (tile stride `pn`), so
-/// that row part `k` of row block `m` lies on the tile that computed
-/// partial `k` of it (tile `n + pn·(k + pk·m)`, see [`gemm_layouts`]) when
-/// the parts nest, and on a neighbour's rows when a ragged split shifts
-/// them. Each tile then gathers whole rows of its column block — one
-/// fragment per batch row group from each other inner block — instead of
-/// every tile gathering whole rows from all `pn · pk` tiles of the row.
+/// `[.., tokens, N]` with the grid's column blocks (`pn` parts at tile
+/// stride one) and the token axis cut into `pm · pk` parts (at tile stride
+/// `pn`), so that row part `k` of row block `m` lies on the tile that
+/// computed partial `k` of it (tile `n + pn·(k + pk·m)`, see
+/// [`gemm_layouts`]) where the parts nest (`pm · pk` divides the tokens).
+/// Ragged splits shift the parts against the row blocks, so a part may
+/// gather from the tiles of two row blocks. Either way each tile gathers
+/// whole rows of its column block — one fragment per batch row group from
+/// each inner block — instead of every tile gathering whole rows from all
+/// `pn · pk` tiles of the row.
 ///
 /// The result is in `precision` (the output tensor's; the gathered
 /// partials take the same tiling in the GEMM's output precision).
