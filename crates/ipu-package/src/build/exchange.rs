@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::{BuildError, Device};
 use crate::package::{BufferAddresses, PackagePhase, PhaseInfo, RowPatch};
-use crate::phases::{FragmentCache, PhaseShape};
+use crate::phases::{FragmentCache, PhaseBuild, PhaseShape};
 use crate::program::{BufferId, Program, Redistribute, Step};
 
 /// One exchange step to schedule.
@@ -127,7 +127,7 @@ pub(super) fn shape_steps(
 pub(super) struct Scheduled {
     pub phase: PackagePhase,
     pub schedule: Schedule,
-    built: (ipu_exchange::Phase, Option<ipu_exchange::Phase>),
+    built: (PhaseBuild, Option<PhaseBuild>),
 }
 
 /// Schedules and encodes every exchange step at the placed addresses,
@@ -167,8 +167,10 @@ pub(super) fn schedule_phases(
                 // Nothing this step moves was moved: its rows stand, and
                 // they were checked when they were made.
                 Some(p)
-                    if p.built.0 == b0.phase
-                        && p.built.1.as_ref() == b1.as_ref().map(|b| &b.phase) =>
+                    if same(&p.built.0, &b0)
+                        && p.built.1.as_ref().map_or(b1.is_none(), |p1| {
+                            b1.as_ref().is_some_and(|b1| same(p1, b1))
+                        }) =>
                 {
                     return Ok(p);
                 }
@@ -201,7 +203,7 @@ pub(super) fn schedule_phases(
             if verify && let Err(errors) = check_schedule(&b0.phase, fabric, s0.rows()) {
                 return Err(rejected(false, errors));
             }
-            let mut local = b0.local;
+            let mut local = b0.local.clone();
             let patches = match &b1 {
                 Some(b1) => {
                     // The next iteration moves the same transfers: the same
@@ -254,10 +256,16 @@ pub(super) fn schedule_phases(
                     rows: s0.rows().clone(),
                 },
                 schedule: s0,
-                built: (b0.phase, b1.map(|b| b.phase)),
+                built: (b0, b1),
             })
         })
         .collect()
+}
+
+/// Whether two builds of a step move the same words between and within
+/// tiles at the same addresses.
+fn same(a: &PhaseBuild, b: &PhaseBuild) -> bool {
+    a.phase == b.phase && a.local == b.local
 }
 
 /// The words that differ between iteration 0's and iteration 1's rows, or
