@@ -243,6 +243,15 @@ pub(super) fn schedule_phases(
                 }
                 None => Vec::new(),
             };
+            tracing::debug!(
+                phase = i,
+                name = %name,
+                transfers = b0.phase.transfers.len(),
+                local_copies = local.len(),
+                horizon = s0.horizon(),
+                endpoint_lower_bound = s0.endpoint_lower_bound(),
+                "scheduled exchange step"
+            );
             Ok(Scheduled {
                 phase: PackagePhase {
                     info: PhaseInfo {
