@@ -10,7 +10,9 @@
 //! default SigLIP workload.
 
 mod bad_inputs;
+mod checkpoint;
 mod determinism;
+mod devices;
 mod inspect;
 mod run;
 mod support;

@@ -60,6 +60,8 @@ fn sample(tag: &str) -> Package {
         }],
         memory_profile: format!("{{\"tag\":\"{tag}\"}}"),
         fixture: None,
+        weights: None,
+        siglip: None,
     }
 }
 

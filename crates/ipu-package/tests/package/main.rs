@@ -4,6 +4,7 @@
 //! preprocessing, layout planning, and the package files on disk.
 
 mod bad_fixtures;
+mod calibrate;
 mod checkpoint;
 mod checkpoint_images;
 mod fixtures;

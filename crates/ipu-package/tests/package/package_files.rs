@@ -112,6 +112,8 @@ pub fn sample() -> Package {
         ],
         memory_profile: "{\"schema\":\"ipu-alloc/memory-profile/v1\",\"tiles\":[]}".into(),
         fixture: Some("{\"name\":\"sample\"}\n".into()),
+        weights: None,
+        siglip: None,
     }
 }
 
