@@ -56,7 +56,7 @@ use ipu_alloc::{BuiltinPlacer, MemoryMap, PlaceConfig, PlaceError, Placer};
 use ipu_exchange::{BuiltinScheduler, ExchangeScheduler, Fabric, ScheduleConfig};
 use ipu_kernels::{HostToolchain, KernelCache, KernelStore, MemoryStore, Toolchain};
 use ipu_target::Target;
-use tracing::{info, info_span, warn};
+use tracing::{debug, info, info_span, warn};
 
 pub use error::{BuildError, Culprit, Culprits};
 
@@ -496,6 +496,12 @@ fn plan_once(
             )
         })?;
         let support = sizes.measure(scheduled.iter().map(|s| &s.phase), &reserved);
+        let (below, margin) = sizes.likely_against(&support);
+        debug!(
+            likely_below_measured_tiles = below,
+            mean_likely_margin_bytes = margin,
+            "measured exchange rows against their likely estimate"
+        );
         let outgrown: Vec<usize> = (0..device.tiles as usize)
             .filter(|&t| support[t].used() > reserved[t])
             .collect();
