@@ -9,6 +9,7 @@
 use ipu_layout::{MemoryClass, TileId};
 use serde::{Deserialize, Serialize};
 
+use crate::sections::Sections;
 use crate::{MemoryMap, TileProblem};
 
 /// Live bytes exceeding usable bytes at one step: proof of infeasibility.
@@ -114,27 +115,11 @@ fn union_bytes(sorted: &[(u32, u32)]) -> u64 {
 
 /// The lower bound of one tile.
 pub fn lower_bound(tile: &TileProblem, map: &MemoryMap) -> TileBound {
-    // Step breakpoints: every start and every end + 1 (in u64 so that a
-    // lifetime ending at u32::MAX cannot overflow).
-    let mut points: Vec<u64> = Vec::with_capacity(2 * tile.requests.len() + 2);
-    for r in &tile.requests {
-        points.push(u64::from(r.first_step));
-        points.push(u64::from(r.last_step) + 1);
-    }
-    for r in &tile.reservations {
-        if let Some((a, b)) = r.steps {
-            points.push(u64::from(a));
-            points.push(u64::from(b) + 1);
-        }
-    }
-    points.sort_unstable();
-    points.dedup();
-    let segments = points.len().saturating_sub(1);
-    let seg = |t: u64| points.partition_point(|&p| p < t);
+    let sections = Sections::of(tile);
+    let segments = sections.count();
     let mut delta = vec![[0i64; 2]; segments + 1];
     for r in &tile.requests {
-        let a = seg(u64::from(r.first_step));
-        let b = seg(u64::from(r.last_step) + 1);
+        let (a, b) = sections.span(r.first_step, r.last_step);
         delta[a][r.class.index()] += i64::from(r.bytes);
         delta[b][r.class.index()] -= i64::from(r.bytes);
     }
@@ -168,15 +153,13 @@ pub fn lower_bound(tile: &TileProblem, map: &MemoryMap) -> TileBound {
     };
     let mut live = [0i64; 2];
     let mut holes: Vec<(u32, u32)> = Vec::new();
-    for k in 0..segments {
-        live[0] += delta[k][0];
-        live[1] += delta[k][1];
-        let step = u32::try_from(points[k]).unwrap_or(u32::MAX);
+    for (k, d) in delta.iter().take(segments).enumerate() {
+        live[0] += d[0];
+        live[1] += d[1];
+        let step = sections.first_step(k);
         holes.clear();
         for r in &tile.reservations {
-            let on = r
-                .steps
-                .is_none_or(|(a, b)| u64::from(a) <= points[k] && points[k] <= u64::from(b));
+            let on = r.steps.is_none_or(|(a, b)| a <= step && step <= b);
             if on {
                 holes.push((r.start, r.end));
             }

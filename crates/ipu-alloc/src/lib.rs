@@ -20,8 +20,9 @@
 //! The same greedy passes and exact search, with a skyline heuristic for
 //! large traces and proofs for degenerate inputs, solve single-arena
 //! MiniMalloc-style CSV problems ([`CsvProblem::solve`]), the standard
-//! research benchmark for this problem; [`generate`] builds zero-slack,
-//! ML-trace-shaped and SigLIP-scale instances.
+//! research benchmark for this problem. The `generate` module, behind the
+//! `generate` feature, builds zero-slack, ML-trace-shaped and SigLIP-scale
+//! instances for tests and benchmarks.
 
 #![forbid(unsafe_code)]
 
@@ -31,12 +32,14 @@ mod check;
 mod csv;
 mod error;
 mod exact;
+#[cfg(feature = "generate")]
 pub mod generate;
 mod greedy;
 mod map;
 mod place;
 mod problem;
 mod profile;
+mod sections;
 mod skyline;
 mod solve;
 mod stage;

@@ -20,6 +20,7 @@ use crate::bound::{TileBound, lower_bound};
 use crate::error::{FitFailure, LiveRange, Occupant, Verdict};
 use crate::exact::{ExactBudget, ExactOutcome, solve_exact};
 use crate::greedy::{GreedyFailure, GreedyStrategy, UNPLACED, greedy, peak_of};
+use crate::sections::Sections;
 use crate::{MemoryMap, PlaceError, Problem, RequestId, TileProblem, check_placement, validate};
 
 /// Budgets and switches for [`place`].
@@ -185,21 +186,14 @@ impl Placement {
 /// A tile as an arena: items `0..requests` are the requests in order, then
 /// the reservations.
 pub(crate) fn tile_arena(tile: &TileProblem, map: &MemoryMap) -> Arena {
-    let mut points: Vec<u64> = Vec::with_capacity(2 * tile.requests.len() + 2);
-    for r in &tile.requests {
-        points.push(u64::from(r.first_step));
-        points.push(u64::from(r.last_step) + 1);
-    }
-    for r in &tile.reservations {
-        if let Some((a, b)) = r.steps {
-            points.push(u64::from(a));
-            points.push(u64::from(b) + 1);
-        }
-    }
-    points.sort_unstable();
-    points.dedup();
-    let sections = points.len().saturating_sub(1) as u32;
-    let section = |t: u64| points.partition_point(|&p| p < t) as u32;
+    let steps = Sections::of(tile);
+    // Section indices fit in u32: there are at most two per request or
+    // reservation, and a tile's lists are bounded by validation.
+    let sections = steps.count() as u32;
+    let span = |a: u32, b: u32| {
+        let (s, e) = steps.span(a, b);
+        (s as u32, e as u32)
+    };
     let mut ids: Vec<(RequestId, u32)> = tile
         .requests
         .iter()
@@ -215,14 +209,17 @@ pub(crate) fn tile_arena(tile: &TileProblem, map: &MemoryMap) -> Arena {
     let mut items: Vec<Item> = tile
         .requests
         .iter()
-        .map(|r| Item {
-            start: section(u64::from(r.first_step)),
-            end: section(u64::from(r.last_step) + 1),
-            size: u64::from(r.bytes),
-            align: u64::from(r.alignment.max(1)),
-            windows: r.class.index() as u32,
-            fixed: None,
-            partners: SmallVec::new(),
+        .map(|r| {
+            let (start, end) = span(r.first_step, r.last_step);
+            Item {
+                start,
+                end,
+                size: u64::from(r.bytes),
+                align: u64::from(r.alignment.max(1)),
+                windows: r.class.index() as u32,
+                fixed: None,
+                partners: SmallVec::new(),
+            }
         })
         .collect();
     for (k, r) in tile.requests.iter().enumerate() {
@@ -241,7 +238,7 @@ pub(crate) fn tile_arena(tile: &TileProblem, map: &MemoryMap) -> Arena {
     }
     for r in &tile.reservations {
         let (start, end) = match r.steps {
-            Some((a, b)) => (section(u64::from(a)), section(u64::from(b) + 1)),
+            Some((a, b)) => span(a, b),
             None => (0, sections),
         };
         items.push(Item {
@@ -277,7 +274,7 @@ pub(crate) fn tile_arena(tile: &TileProblem, map: &MemoryMap) -> Arena {
     Arena {
         items,
         sections,
-        times: points,
+        times: steps.into_points(),
         window_sets,
         elements,
         base: u64::from(map.sram_start()),
@@ -530,25 +527,11 @@ fn explain(
     }
     let (largest, worst_s, gaps, live) = worst.unwrap_or((0, 0, Vec::new(), Vec::new()));
     // The step of the worst section: the first step of the request inside it.
-    let step = {
-        let mut points: Vec<u64> = Vec::new();
-        for q in &tile.requests {
-            points.push(u64::from(q.first_step));
-            points.push(u64::from(q.last_step) + 1);
-        }
-        for q in &tile.reservations {
-            if let Some((a, b)) = q.steps {
-                points.push(u64::from(a));
-                points.push(u64::from(b) + 1);
-            }
-        }
-        points.sort_unstable();
-        points.dedup();
-        points
-            .get(worst_s as usize)
-            .map_or(r.first_step, |&p| u32::try_from(p).unwrap_or(u32::MAX))
-            .max(r.first_step)
-    };
+    let step = arena
+        .times
+        .get(worst_s as usize)
+        .map_or(r.first_step, |&p| u32::try_from(p).unwrap_or(u32::MAX))
+        .max(r.first_step);
     let verdict = if let Some((class, short)) = bound.worst_shortfall() {
         Verdict::BoundExceeded {
             class,

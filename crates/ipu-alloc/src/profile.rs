@@ -33,6 +33,7 @@
 use ipu_layout::{MemoryClass, TileId};
 use serde::{Deserialize, Serialize};
 
+use crate::sections::Sections;
 use crate::{Problem, TileProblem};
 
 /// The schema identifier written into every profile.
@@ -129,51 +130,40 @@ impl MemoryProfile {
 }
 
 fn tile_profile(tile: &TileProblem) -> TileProfile {
-    let mut points: Vec<u64> = Vec::new();
-    for r in &tile.requests {
-        points.push(u64::from(r.first_step));
-        points.push(u64::from(r.last_step) + 1);
-    }
-    for r in &tile.reservations {
-        if let Some((a, b)) = r.steps {
-            points.push(u64::from(a));
-            points.push(u64::from(b) + 1);
-        }
-    }
-    points.sort_unstable();
-    points.dedup();
-    let seg = |t: u64| points.partition_point(|&p| p < t);
-    let n = points.len().saturating_sub(1);
+    let sections = Sections::of(tile);
+    let n = sections.count();
     let mut delta = vec![[0i128; 3]; n + 1];
     for r in &tile.requests {
         let c = match r.class {
             MemoryClass::Ipu21Standard => 0,
             MemoryClass::Ipu21Interleaved => 1,
         };
-        delta[seg(u64::from(r.first_step))][c] += i128::from(r.bytes);
-        delta[seg(u64::from(r.last_step) + 1)][c] -= i128::from(r.bytes);
+        let (a, b) = sections.span(r.first_step, r.last_step);
+        delta[a][c] += i128::from(r.bytes);
+        delta[b][c] -= i128::from(r.bytes);
     }
     let mut always = 0u64;
     for r in &tile.reservations {
         let bytes = i128::from(r.end.saturating_sub(r.start));
         match r.steps {
             Some((a, b)) => {
-                delta[seg(u64::from(a))][2] += bytes;
-                delta[seg(u64::from(b) + 1)][2] -= bytes;
+                let (a, b) = sections.span(a, b);
+                delta[a][2] += bytes;
+                delta[b][2] -= bytes;
             }
             None => always += u64::from(r.end.saturating_sub(r.start)),
         }
     }
     let mut runs: Vec<ProfileRun> = Vec::with_capacity(n);
     let mut live = [0i128; 3];
-    for k in 0..n {
-        for c in 0..3 {
-            live[c] += delta[k][c];
+    for (k, d) in delta.iter().take(n).enumerate() {
+        for (l, x) in live.iter_mut().zip(d) {
+            *l += x;
         }
         let clamp = |x: i128| u64::try_from(x.max(0)).unwrap_or(u64::MAX);
         let run = ProfileRun {
-            first_step: u32::try_from(points[k]).unwrap_or(u32::MAX),
-            last_step: u32::try_from(points[k + 1] - 1).unwrap_or(u32::MAX),
+            first_step: sections.first_step(k),
+            last_step: sections.last_step(k),
             standard: clamp(live[0]),
             interleaved: clamp(live[1]),
             reserved: clamp(live[2]).saturating_add(always),

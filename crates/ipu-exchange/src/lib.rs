@@ -50,6 +50,7 @@ mod core;
 mod encode;
 mod engine;
 mod fabric;
+#[cfg(feature = "generate")]
 pub mod generate;
 pub mod isa;
 mod model;

@@ -31,6 +31,7 @@ mod model;
 mod object;
 mod problem;
 mod program;
+#[cfg(feature = "generate")]
 pub mod siglip;
 mod store;
 mod variant;

@@ -528,7 +528,10 @@ mod tests {
     use crate::program::{AmpOp, AmpProgram, Run};
     use crate::{AmpModel, GemmShape, Mode, Variant, build_program};
 
-    const BASE: u32 = 0x4c000;
+    /// Where the test operands start: the built-in target's SRAM base.
+    fn base() -> u32 {
+        crate::image_base()
+    }
 
     fn precisions(combo: usize, format: Fp8Format, ls: i8, rs: i8) -> [Precision; 3] {
         let f8 = |scale| Precision::F8 { format, scale };
@@ -812,9 +815,9 @@ mod tests {
             &mut rng,
         );
         let args = KernelArgs {
-            left: BASE,
-            right: BASE + right_at as u32,
-            output: BASE + output_at as u32,
+            left: base(),
+            right: base() + right_at as u32,
+            output: base() + output_at as u32,
         };
         let options = EmulateOptions {
             rounding: case
@@ -822,16 +825,16 @@ mod tests {
                 .map_or(Rounding::NearestEven, |seed| Rounding::Stochastic { seed }),
         };
         let mut plain = image.clone();
-        let expected = emulate_reference(&program, &mut plain, BASE, &args, &options);
+        let expected = emulate_reference(&program, &mut plain, base(), &args, &options);
         let mut fast = image.clone();
-        let got = emulate_with(&program, &mut fast, BASE, &args, &options);
+        let got = emulate_with(&program, &mut fast, base(), &args, &options);
         prop_assert_eq!(&got, &expected);
         prop_assert!(fast == plain, "the fast emulator wrote other bytes");
         let prepared = PreparedProgram::new(program.clone());
         match prepared {
             Ok(prepared) => {
                 let mut tabled = image.clone();
-                let got = emulate_prepared(&prepared, &mut tabled, BASE, &args, &options);
+                let got = emulate_prepared(&prepared, &mut tabled, base(), &args, &options);
                 prop_assert_eq!(&got, &expected);
                 prop_assert!(tabled == plain, "the prepared program wrote other bytes");
             }
@@ -917,15 +920,15 @@ mod tests {
         let right_at = (lb + u64::from(program.header.left_tail_bytes)).div_ceil(32) * 32;
         let output_at = (right_at + rb).div_ceil(32) * 32;
         let args = KernelArgs {
-            left: BASE,
-            right: BASE + right_at as u32,
-            output: BASE + output_at as u32,
+            left: base(),
+            right: base() + right_at as u32,
+            output: base() + output_at as u32,
         };
         let options = EmulateOptions::default();
         let mut a = image.clone();
         let mut b = image;
-        emulate_prepared(&past, &mut a, BASE, &args, &options).unwrap();
-        emulate_reference(&program, &mut b, BASE, &args, &options).unwrap();
+        emulate_prepared(&past, &mut a, base(), &args, &options).unwrap();
+        emulate_reference(&program, &mut b, base(), &args, &options).unwrap();
         assert!(a == b);
     }
 }

@@ -24,6 +24,13 @@ const ITEMS_PER_LAYER: u64 = 46;
 /// of `3 · side²` f32 values (192 MiB at this side).
 pub const MAX_IMAGE_SIDE: u64 = 4096;
 
+/// The multiple a patch vector is padded to. Patches are cast to FP8 (one
+/// byte an element) and tiled by rows, and every row of a tensor must be
+/// whole 32-bit words to be exchanged and stored; an odd patch size (7 gives
+/// `3·49 = 147` elements) would break that, so the vector is padded with
+/// zeros, which the patch embedding's padded zero weight rows ignore.
+pub const PATCH_ALIGN: u64 = 4;
+
 /// A SigLIP vision tower's shape, validated: every extent positive, heads
 /// dividing the hidden size, at least one whole patch per image side, and
 /// a graph small enough to build.
@@ -335,6 +342,14 @@ impl VisionConfig {
     /// Elements of one patch vector: `channels · patch_size²`.
     pub fn patch_dim(&self) -> u64 {
         self.channels * self.patch_size * self.patch_size
+    }
+
+    /// Elements of one patch vector as the graph holds it: [`patch_dim`]
+    /// rounded up to a multiple of [`PATCH_ALIGN`], the padding zeros.
+    ///
+    /// [`patch_dim`]: VisionConfig::patch_dim
+    pub fn patch_width(&self) -> u64 {
+        self.patch_dim().next_multiple_of(PATCH_ALIGN)
     }
 
     /// The LayerNorm epsilon.

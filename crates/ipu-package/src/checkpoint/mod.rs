@@ -187,6 +187,31 @@ pub(crate) fn images_to_patches<P: AsRef<Path>>(
     Ok(set)
 }
 
+/// The `patches` input (`patches`, of `graph`) for the built-in synthetic
+/// images `first..first + batch` ([`synthetic::synthetic_image`]),
+/// preprocessed by `processor` like a user's image.
+pub(crate) fn synthetic_patches(
+    config: &VisionConfig,
+    processor: &Processor,
+    graph: &Graph,
+    patches: TensorId,
+    first: usize,
+) -> Result<ValueSet, ImageError> {
+    let batch = graph.tensor(patches).extents()[0];
+    let side = usize::try_from(config.image_size()).unwrap_or(usize::MAX);
+    let mut values = Vec::new();
+    for row in 0..batch {
+        let k = first.saturating_add(usize::try_from(row).unwrap_or(usize::MAX));
+        let label = format!("synthetic-{k}");
+        let image = synthetic::synthetic_image(k, side);
+        let pixels = processor.pixel_values_of(&image, Path::new(&label))?;
+        patchify(config, &pixels, &mut values)?;
+    }
+    let mut set = ValueSet::new();
+    set.insert(patches, values);
+    Ok(set)
+}
+
 /// Reads the config, weights and processor of the checkpoint in `dir`
 /// and builds its graph (see the module header).
 pub fn import_checkpoint(dir: &Path, options: &ImportConfig) -> Result<Checkpoint, ImportError> {

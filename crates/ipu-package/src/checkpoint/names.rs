@@ -28,6 +28,12 @@ pub enum Layout {
     /// The `[rows, row length]` matrix transposed to `[row length, rows]`
     /// (`[out, in]` to `[in, out]`).
     Transposed,
+    /// [`Layout::Transposed`], then zero rows appended up to `rows` rows:
+    /// the patch embedding, whose input vector the graph pads.
+    TransposedPadded {
+        /// Rows of the graph weight.
+        rows: u64,
+    },
 }
 
 /// Rows of a stored tensor.
@@ -132,11 +138,13 @@ pub fn weight_sources(config: &VisionConfig) -> Vec<WeightSource> {
         layout: Layout::Transposed,
     };
     let mut out = vec![
-        transposed(
-            "embed.w".into(),
-            "embeddings.patch_embedding.weight".into(),
-            h,
-        ),
+        WeightSource {
+            weight: "embed.w".into(),
+            pieces: vec![whole("embeddings.patch_embedding.weight".into(), h)],
+            layout: Layout::TransposedPadded {
+                rows: config.patch_width(),
+            },
+        },
         copy(
             "embed.b".into(),
             "embeddings.patch_embedding.bias".into(),

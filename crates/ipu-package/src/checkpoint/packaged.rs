@@ -29,7 +29,7 @@ use crate::checkpoint::policy::PrecisionPolicy;
 use crate::checkpoint::processor::{Processor, ProcessorError};
 use crate::checkpoint::report::{PrecisionReport, ReportError};
 use crate::checkpoint::siglip::{BuildError, GraphOptions, build_graph};
-use crate::checkpoint::{Calibration, Checkpoint, PATCHES, images_to_patches};
+use crate::checkpoint::{Calibration, Checkpoint, PATCHES, images_to_patches, synthetic_patches};
 use crate::graph::{Graph, ValueSet};
 use crate::package::SiglipFiles;
 
@@ -200,6 +200,24 @@ impl PackagedModel {
                 what: format!("graph `{}` has no `{PATCHES}` input", graph.name()),
             })?;
         images_to_patches(&self.config, &self.processor, graph, patches, images)
+    }
+
+    /// The `patches` input of `graph` for the built-in synthetic images
+    /// `first..first + batch` (the calibration images when `first` is 0),
+    /// for a run that is given no images: they drive the model as
+    /// photographs do, so the run checks the device in the activation
+    /// ranges its FP8 scales were chosen for.
+    pub fn synthetic_input_values(
+        &self,
+        graph: &Graph,
+        first: usize,
+    ) -> Result<ValueSet, ImageError> {
+        let patches = graph
+            .tensor_by_name(PATCHES)
+            .ok_or_else(|| ImageError::Internal {
+                what: format!("graph `{}` has no `{PATCHES}` input", graph.name()),
+            })?;
+        synthetic_patches(&self.config, &self.processor, graph, patches, first)
     }
 
     /// The graph's name.

@@ -333,8 +333,9 @@ impl Processor {
 }
 
 /// Cuts one image's `pixel_values` (`[3, S, S]`, `S` the model's image
-/// side) into its patch vectors, `[tokens, 3·p²]`, in the documented order
-/// (module header), appending them to `out`. Pixels past the last whole
+/// side) into its patch vectors, `[tokens, patch_width]`, in the documented
+/// order (module header), each followed by the zeros that pad it to
+/// [`VisionConfig::patch_width`], appending them to `out`. Pixels past the last whole
 /// patch are not read, as the convolution's "valid" padding does not.
 pub fn patchify(
     config: &VisionConfig,
@@ -353,7 +354,9 @@ pub fn patchify(
             ),
         });
     }
-    out.reserve(grid * grid * channels * p * p);
+    let width = config.patch_width() as usize;
+    let pad = width - channels * p * p;
+    out.reserve(grid * grid * width);
     for gy in 0..grid {
         for gx in 0..grid {
             for c in 0..channels {
@@ -362,6 +365,7 @@ pub fn patchify(
                     out.extend_from_slice(&pixel_values[row..row + p]);
                 }
             }
+            out.extend(std::iter::repeat_n(0.0, pad));
         }
     }
     Ok(())

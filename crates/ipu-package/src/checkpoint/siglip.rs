@@ -6,7 +6,9 @@
 //! that the so400m config with the fixture's own policy builds exactly the
 //! fixture's graph (a test checks it, and the same for
 //! `fixtures/tiny-2l-h64.json`). Per image, with `T` tokens of patch
-//! vectors of `P = 3·p²` elements, hidden size `H`, MLP width `M`:
+//! vectors of `P = 3·p²` elements (rounded up to a multiple of
+//! [`PATCH_ALIGN`](crate::checkpoint::config::PATCH_ALIGN) with zeros),
+//! hidden size `H`, MLP width `M`:
 //!
 //! ```text
 //! patches [B,T,P] ─(cast)─ gemm embed.w [P,H] + embed.b ─ add pos [T,H] ─► x0
@@ -216,7 +218,7 @@ impl Builder<'_> {
     }
 
     fn embed(&mut self, config: &VisionConfig) -> Result<TensorId, BuildError> {
-        let (p, h) = (config.patch_dim(), self.hidden);
+        let (p, h) = (config.patch_width(), self.hidden);
         let patches = self.tensor("patches", self.rows(p), TensorKind::Input)?;
         let patches8 = self.cast("embed.patches8", self.rows(p))?;
         let w = self.weight("embed.w", vec![p, h])?;

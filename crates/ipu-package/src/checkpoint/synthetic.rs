@@ -18,17 +18,16 @@
 
 use std::f64::consts::PI;
 
+use ipu_layout::rng::SplitMix64;
+
 use crate::checkpoint::resample::Rgb8;
 
 /// How many synthetic images calibration uses by default.
 pub const SYNTHETIC_IMAGES: usize = 4;
 
-/// A 64-bit mix of the inputs (SplitMix64's finaliser).
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// A 64-bit hash of `z`: the first output of [`SplitMix64`] seeded with it.
+fn mix(z: u64) -> u64 {
+    SplitMix64::new(z).next_u64()
 }
 
 /// Synthetic image `k` of side `side` (see the module header).

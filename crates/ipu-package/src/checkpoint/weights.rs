@@ -145,6 +145,19 @@ pub(crate) fn read_weights(
         let values = match source.layout {
             Layout::AsIs => data,
             Layout::Transposed => transpose(&data, rows as usize, row_len as usize),
+            Layout::TransposedPadded { rows: padded } => {
+                let mut t = transpose(&data, rows as usize, row_len as usize);
+                // The graph's element count is checked below, so a padded
+                // size that disagrees with it is an error, not a huge
+                // allocation: resize only when it is the expected size.
+                let want = padded
+                    .checked_mul(rows)
+                    .and_then(|n| usize::try_from(n).ok());
+                if let Some(n) = want.filter(|&n| n as u64 == graph.tensor(id).element_count()) {
+                    t.resize(n, 0.0);
+                }
+                t
+            }
         };
         if values.len() as u64 != graph.tensor(id).element_count() {
             return Err(ImportError::Internal {

@@ -114,14 +114,19 @@ impl Tolerance {
 
     /// A whole graph's output in `precision`, computed on the device with
     /// F16 partial sums and the graph's FP8 casts: element-wise 2^-3
-    /// relative plus half the tensor's RMS, and 2^-2 normalised RMS error.
+    /// relative plus the tensor's RMS, and 2^-2 normalised RMS error.
     ///
     /// This is loose on purpose. An FP8 cast turns a one-ulp F16
     /// difference into a 1/8 step whenever a value sits near a rounding
     /// boundary, and those steps spread through every later GEMM: on the
     /// small fixtures, F16 partial sums alone give normalised RMS errors
     /// up to 6.5e-2 and element errors up to 0.21 at RMS ≈ 1 (the
-    /// `tolerance` tests print them). It still fails layouts that scramble
+    /// `tolerance` tests print them). Packages built from the golden
+    /// checkpoints, whose FP8 scales are calibrated tight, go further: over
+    /// 16 seeded runs of each, normalised RMS errors up to 4.7e-2 but single
+    /// elements up to 0.66 at RMS ≈ 1 (one element in 2048 beyond half
+    /// the RMS), with every op inside its tight per-op tolerance — so the
+    /// element bound is one RMS. It still fails layouts that scramble
     /// data: unrelated values of the same scale have a normalised RMS error
     /// near √2 (a test checks that another seed's outputs fail); the
     /// tight oracle is the per-op comparison with [`Tolerance::op`] and
@@ -132,7 +137,7 @@ impl Tolerance {
         Tolerance {
             abs: base.abs,
             rel: 2f32.powi(-3).max(base.rel),
-            abs_rms: 2f32.powi(-1).max(base.abs_rms),
+            abs_rms: 1f32.max(base.abs_rms),
             rms: 2f32.powi(-2).max(base.rms),
         }
     }
@@ -149,6 +154,9 @@ pub struct Comparison {
     pub max_rel: f32,
     /// `‖d − r‖₂ / ‖r‖₂` (absolute RMS error when `‖r‖₂ = 0`).
     pub rms_error: f32,
+    /// The reference tensor's RMS, `‖r‖₂ / √n` (finite elements), the
+    /// scale the `abs_rms` term of the tolerance multiplies.
+    pub reference_rms: f32,
     /// The element with the largest excess over its bound, if any failed.
     pub worst: Option<usize>,
     /// Elements outside their bound (including NaN mismatches).
@@ -167,6 +175,7 @@ pub fn compare(reference: &[f32], device: &[f32], tolerance: Tolerance) -> Compa
             max_abs: f32::INFINITY,
             max_rel: f32::INFINITY,
             rms_error: f32::INFINITY,
+            reference_rms: 0.0,
             worst: None,
             violations: reference.len().max(device.len()),
             length_mismatch: Some((reference.len(), device.len())),
@@ -237,6 +246,7 @@ pub fn compare(reference: &[f32], device: &[f32], tolerance: Tolerance) -> Compa
         max_abs,
         max_rel,
         rms_error,
+        reference_rms: rms_ref as f32,
         worst,
         violations,
         length_mismatch: None,
