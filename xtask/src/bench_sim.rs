@@ -30,7 +30,6 @@ use crate::params::resolve;
 use crate::run_package::{Inputs, check, profile};
 
 /// The tile count of the benchmark: the whole IPU21.
-const TILES: u32 = 1472;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -88,7 +87,8 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     eprintln!("{}", profile(&checked.stats));
 
     println!(
-        "bench-sim model=SigLIP-so400m-b2 tiles={TILES} layers={} seed={}",
+        "bench-sim model=SigLIP-so400m-b2 tiles={} layers={} seed={}",
+        tiles(),
         args.layers, args.seed
     );
     for line in &checked.lines {
@@ -189,14 +189,14 @@ fn fixture_layers(text: &str) -> Result<u32, String> {
         .ok_or_else(|| "the SigLIP fixture has no integer params.layers".to_owned())
 }
 
-/// Whether `dir` holds a package for `TILES` tiles built from exactly the
+/// Whether `dir` holds a package for every tile of the built-in target built from exactly the
 /// fixture text `stored`.
 fn reusable(dir: &Path, stored: &str) -> bool {
     if !dir.join("manifest.json").is_file() {
         return false;
     }
     match Package::read(dir) {
-        Ok(p) => p.fixture.as_deref() == Some(stored) && p.manifest.tile_count == TILES,
+        Ok(p) => p.fixture.as_deref() == Some(stored) && p.manifest.tile_count == tiles(),
         Err(_) => false,
     }
 }
@@ -205,7 +205,7 @@ fn reusable(dir: &Path, stored: &str) -> bool {
 fn build(out: &Path, layers: u64, cache: Option<&Path>) -> Result<ExitCode, String> {
     let mut argv = vec![
         "--tiles".to_owned(),
-        TILES.to_string(),
+        tiles().to_string(),
         "--param".to_owned(),
         format!("layers={layers}"),
         "--out".to_owned(),
@@ -342,4 +342,9 @@ mod tests {
         assert_eq!((by_repeat.count, by_repeat.each), (2, ms(30)));
         assert!(per_layer(&graph, &RunStats::default()).is_none());
     }
+}
+
+/// The tile count of the built-in target, which the benchmark builds for.
+fn tiles() -> u32 {
+    ipu_target::Target::ipu21().tile_count()
 }

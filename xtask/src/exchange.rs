@@ -12,7 +12,9 @@
 //! every schedule (its time is reported apart); `--write DIR` stores the generated
 //! families as snapshots; `--only TEXT` keeps the families whose name
 //! contains TEXT. `--slack-ppm N` sets the target horizon slack and
-//! `--no-fanout-split` keeps multicast transfers whole.
+//! `--no-fanout-split` keeps multicast transfers whole;
+//! `--presplit-max-fanout N` splits multicasts only up to fanout N before
+//! scheduling (the package builder's choice is 2, with `--no-core-split`).
 
 use std::process::ExitCode;
 
@@ -34,9 +36,15 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             .and_then(|v| v.parse::<u32>().ok())
     };
     let defaults = ScheduleConfig::default();
+    let whole = args.iter().any(|a| a == "--no-fanout-split");
     let config = ScheduleConfig {
         verify: false,
-        fanout_split: !args.iter().any(|a| a == "--no-fanout-split"),
+        fanout_split: !whole && !args.iter().any(|a| a == "--no-core-split"),
+        presplit_max_fanout: if whole {
+            0
+        } else {
+            value("--presplit-max-fanout").unwrap_or(defaults.presplit_max_fanout)
+        },
         target_slack_ppm: value("--slack-ppm").unwrap_or(defaults.target_slack_ppm),
         ..defaults
     };

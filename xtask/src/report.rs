@@ -26,7 +26,7 @@ use ipu_alloc::MemoryProfile;
 use ipu_layout::{EntityId, MemoryClass};
 use ipu_package::package::Package;
 use ipu_package::profile::{Profile, StepKind};
-use ipu_package::storage::{StoragePlan, plan_storage};
+use ipu_package::{StoragePlan, plan_storage};
 use serde_json::{Value, json};
 
 const PAGE: &str = include_str!("report/page.html");

@@ -36,8 +36,13 @@ pub struct ScheduleConfig {
     pub target_slack_ppm: u32,
     /// Largest number of nodes one alternating-path search visits.
     pub path_search_limit: usize,
-    /// Whether multicast transfers may be split by fanout.
+    /// Whether the core may split a multicast transfer by fanout while it
+    /// schedules (the receivers free now get their own part).
     pub fanout_split: bool,
+    /// Multicasts up to this fanout may be split into receiver groups
+    /// before scheduling where their sender has lane time to spare (see
+    /// `presplit`); below 2 nothing is. Independent of `fanout_split`.
+    pub presplit_max_fanout: u32,
     /// How many of a free node's pending multicast transfers the greedy
     /// fill looks at per event (unicast ones are found through bit sets;
     /// nodes that must work look at all). Smaller is faster; the
@@ -68,6 +73,7 @@ impl Default for ScheduleConfig {
             target_slack_ppm: 2000,
             path_search_limit: 512,
             fanout_split: true,
+            presplit_max_fanout: PRESPLIT_MAX_FANOUT,
             fill_budget: 16,
             try_paired: true,
             large_phase_transfers: 1000,
@@ -624,11 +630,12 @@ fn plan(
         .into_par_iter()
         .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles, fabric)))
         .collect();
-    let jobs = if config.fanout_split {
-        presplit(jobs, tiles as usize, endpoint)
-    } else {
-        jobs
-    };
+    let jobs = presplit(
+        jobs,
+        tiles as usize,
+        endpoint,
+        config.presplit_max_fanout as usize,
+    );
     let bound = job_bound(&jobs, tiles as usize).max(endpoint);
     let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
     let segments = add_activity(phase, &out, latency, config.relocatable, &mut activity);
@@ -648,11 +655,12 @@ fn plan(
     }
 }
 
-/// Multicasts up to this fanout may be split before scheduling (see
-/// [`presplit`]). Wider ones are left to the core's fanout splitting: split
-/// up front, their groups hold too much of the sender's spare time, and the
-/// generated wide-multicast and reduce families get longer.
-const PRESPLIT_MAX_FANOUT: usize = 16;
+/// The default [`ScheduleConfig::presplit_max_fanout`]: multicasts up to
+/// this fanout may be split before scheduling (see [`presplit`]). Wider
+/// ones are left to the core's fanout splitting: split up front, their
+/// groups hold too much of the sender's spare time, and the generated
+/// wide-multicast and reduce families get longer.
+const PRESPLIT_MAX_FANOUT: u32 = 16;
 
 /// The share of a sender's spare lane time [`presplit`] may spend, in
 /// percent. Measured on the generated multicast families: 80 and 85 give
@@ -670,13 +678,16 @@ const PRESPLIT_BUDGET_PERCENT: u64 = 80;
 /// single receivers, which are unicast jobs) costs the sender the words
 /// once more per extra group. Each sender spends at most
 /// [`PRESPLIT_BUDGET_PERCENT`] of its spare lane time (`bound` minus its
-/// load) on this: all its multicast jobs of
-/// fanout up to [`PRESPLIT_MAX_FANOUT`] get the smallest group size (1, 2,
-/// 4, …) whose extra cost fits. Groups are runs of the job's receivers in
-/// order, so the result depends only on the jobs.
-fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64) -> Vec<Job> {
+/// load) on this: all its multicast jobs of fanout up to `max_fanout` get
+/// the smallest group size (1, 2, 4, …) whose extra cost fits. Groups are
+/// runs of the job's receivers in order, so the result depends only on the
+/// jobs.
+fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> Vec<Job> {
+    if max_fanout < 2 {
+        return jobs;
+    }
     let splittable = |j: &Job| {
-        (2..=PRESPLIT_MAX_FANOUT).contains(&j.receivers.len())
+        (2..=max_fanout).contains(&j.receivers.len())
             && j.extra_senders.is_empty()
             && j.extra_receivers.is_empty()
     };

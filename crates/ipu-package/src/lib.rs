@@ -59,12 +59,14 @@ pub mod checkpoint;
 pub mod graph;
 pub mod lower;
 pub mod package;
-pub mod phases;
+mod phases;
 pub mod plan;
 pub mod profile;
 pub mod program;
-pub mod storage;
+mod storage;
 
 pub use build::{BuildConfig, BuildError, Stages, build_package};
 pub use graph::{Graph, GraphError, Op, OpId, Tensor, TensorId, TensorKind};
 pub use package::{Package, PackageIoError};
+pub use phases::{LocalCopy, PhaseBuildError};
+pub use storage::{StorageError, StoragePlan, TileStorage, plan_storage};

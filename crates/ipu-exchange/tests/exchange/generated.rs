@@ -45,6 +45,31 @@ fn multicast_and_paired_phases_check() {
 }
 
 #[test]
+fn multicasts_stay_whole_unless_split_is_asked_for() {
+    // Only multicasts (fanout 2 to 8), which the alternating paths never
+    // preempt: with both kinds of splitting off every transfer is one
+    // segment; presplitting up to fanout 8 sends some of them in groups.
+    let fabric = fabric();
+    let mut phase = generate_phase(&small(300, 400, 8, 0, 7));
+    phase.transfers.retain(|t| t.destinations.len() > 1);
+    assert!(phase.transfers.len() > 100, "{}", phase.transfers.len());
+    let whole = ScheduleConfig {
+        fanout_split: false,
+        presplit_max_fanout: 0,
+        ..ScheduleConfig::default()
+    };
+    let s = schedule_and_check(&phase, &fabric, &whole);
+    assert_eq!(s.segments(), phase.transfers.len());
+    let split = ScheduleConfig {
+        fanout_split: false,
+        presplit_max_fanout: 8,
+        ..ScheduleConfig::default()
+    };
+    let s = schedule_and_check(&phase, &fabric, &split);
+    assert!(s.segments() > phase.transfers.len(), "{}", s.segments());
+}
+
+#[test]
 fn replay_moves_the_right_words() {
     let fabric = fabric();
     for seed in 0..4 {

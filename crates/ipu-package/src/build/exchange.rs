@@ -1,4 +1,5 @@
-//! The exchange stage's adapter: every exchange step becomes a phase at the
+//! The exchange stage's adapter: every exchange step is shaped once per plan
+//! (its transfers in buffer terms, [`PhaseShape`]), becomes a phase at the
 //! placed addresses, the build's scheduler schedules and encodes it, and
 //! `check_schedule` — which reads only the decoded rows — judges the rows.
 //!
@@ -15,7 +16,7 @@ use rayon::prelude::*;
 
 use super::{BuildError, Device};
 use crate::package::{BufferAddresses, PackagePhase, PhaseInfo, RowPatch};
-use crate::phases::{FragmentCache, PhaseBuild, build_phase};
+use crate::phases::{FragmentCache, PhaseBuild, PhaseShape};
 use crate::program::{BufferId, Program, Redistribute, Step};
 
 /// One exchange step to schedule.
@@ -60,60 +61,121 @@ fn collect<'a>(
     }
 }
 
-/// Schedules and encodes every exchange step, with patches for repeat
-/// bodies whose phases read per-iteration buffers. With `previous`
-/// schedules of the same program (placed elsewhere), their timing is
-/// re-encoded with the new addresses instead of scheduling again.
+/// An exchange step in buffer terms: iteration 0's shape and, for a step
+/// of a repeat body that reads or writes per-iteration buffers, iteration
+/// 1's.
+pub(super) struct StepShape {
+    name: String,
+    first: PhaseShape,
+    next: Option<PhaseShape>,
+}
+
+impl StepShape {
+    /// Iteration 0's shape.
+    pub(super) fn first(&self) -> &PhaseShape {
+        &self.first
+    }
+
+    /// Whether the step's rows are patched per iteration.
+    pub(super) fn patched(&self) -> bool {
+        self.next.is_some()
+    }
+}
+
+/// The shape of every exchange step in program order (each repeat body
+/// once): fragments and multicast grouping, computed once per plan.
+pub(super) fn shape_steps(
+    program: &Program,
+    tiles: u32,
+    cache: &mut FragmentCache,
+) -> Result<Vec<StepShape>, BuildError> {
+    let mut jobs = Vec::new();
+    collect(&program.steps, None, &mut jobs);
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in &jobs {
+        let identity = |b: BufferId| b;
+        let first = PhaseShape::build(program, job.copies, tiles, cache, &identity)?;
+        let next = match &job.next {
+            Some(subst) if first.touches(&|b| subst.contains_key(&b)) => {
+                let resolve = |b: BufferId| subst.get(&b).copied().unwrap_or(b);
+                // Per-iteration buffers share their type, so the next
+                // iteration is the same shape on other buffers; a
+                // substitution that changed a type is shaped anew.
+                let same_types = subst
+                    .iter()
+                    .all(|(&a, &b)| program.buffers[a].ty == program.buffers[b].ty);
+                Some(if same_types {
+                    first.map_buffers(&resolve)
+                } else {
+                    PhaseShape::build(program, job.copies, tiles, cache, &resolve)?
+                })
+            }
+            _ => None,
+        };
+        out.push(StepShape {
+            name: job.name.clone(),
+            first,
+            next,
+        });
+    }
+    Ok(out)
+}
+
+/// A scheduling round's result for one step: what goes in the package,
+/// the schedule, and the phases it was scheduled for (to recognise a step
+/// that a later round moved nothing of).
+pub(super) struct Scheduled {
+    pub phase: PackagePhase,
+    pub schedule: Schedule,
+    built: (PhaseBuild, Option<PhaseBuild>),
+}
+
+/// Schedules and encodes every exchange step at the placed addresses,
+/// with patches for repeat bodies whose phases read per-iteration buffers.
+/// With `previous` — an earlier round of the same plan, placed elsewhere —
+/// a step whose transfers did not move keeps its rows, and one that moved
+/// has its timing re-encoded with the new addresses instead of being
+/// scheduled again.
 pub(super) fn schedule_phases(
     program: &Program,
+    shapes: &[StepShape],
     addresses: &BufferAddresses,
     device: &Device<'_>,
     scheduler: &dyn ExchangeScheduler,
     verify: bool,
-    cache: &mut FragmentCache,
-    previous: Option<&[Schedule]>,
-) -> Result<(Vec<PackagePhase>, Vec<Schedule>), BuildError> {
-    let mut jobs = Vec::new();
-    collect(&program.steps, None, &mut jobs);
+    previous: Option<Vec<Scheduled>>,
+) -> Result<Vec<Scheduled>, BuildError> {
     let address = |b: BufferId, t: TileId| addresses.get(b, t);
-    // Phases are built in order (fragments are memoised), then scheduled
-    // in parallel.
-    let mut builds: Vec<(String, PhaseBuild, Option<PhaseBuild>)> = Vec::with_capacity(jobs.len());
-    for job in &jobs {
-        let identity = |b: BufferId| b;
-        let b0 = build_phase(
-            program,
-            job.copies,
-            device.tiles,
-            cache,
-            &identity,
-            &address,
-        )?;
-        let b1 = match &job.next {
-            Some(subst)
-                if job.copies.iter().any(|c| {
-                    subst.contains_key(&c.source) || subst.contains_key(&c.destination)
-                }) =>
-            {
-                let resolve = |b: BufferId| subst.get(&b).copied().unwrap_or(b);
-                Some(build_phase(
-                    program,
-                    job.copies,
-                    device.tiles,
-                    cache,
-                    &resolve,
-                    &address,
-                )?)
-            }
-            _ => None,
-        };
-        builds.push((job.name.clone(), b0, b1));
-    }
     let fabric = &device.fabric;
-    builds
-        .into_par_iter()
+    let mut previous: Vec<Option<Scheduled>> = match previous {
+        Some(p) => p.into_iter().map(Some).collect(),
+        None => Vec::new(),
+    };
+    previous.resize_with(shapes.len(), || None);
+    shapes
+        .par_iter()
+        .zip(previous.into_par_iter())
         .enumerate()
-        .map(|(i, (name, b0, b1))| {
+        .map(|(i, (shape, prev))| {
+            let name = shape.name.clone();
+            let b0 = shape.first.at(program, &address)?;
+            let b1 = match &shape.next {
+                Some(next) => Some(next.at(program, &address)?),
+                None => None,
+            };
+            let prev = match prev {
+                // Nothing this step moves was moved: its rows stand, and
+                // they were checked when they were made.
+                Some(p)
+                    if same(&p.built.0, &b0)
+                        && p.built.1.as_ref().map_or(b1.is_none(), |p1| {
+                            b1.as_ref().is_some_and(|b1| same(p1, b1))
+                        }) =>
+                {
+                    return Ok(p);
+                }
+                other => other,
+            };
             let scheduler_error = |source| BuildError::Schedule {
                 phase: i,
                 name: name.clone(),
@@ -133,16 +195,16 @@ pub(super) fn schedule_phases(
                 label: i as u32,
                 relocatable: b1.is_some(),
             };
-            let s0 = match previous.and_then(|p| p.get(i)) {
-                Some(p) => scheduler.readdress(p, &b0.phase, fabric, request),
+            let s0 = match &prev {
+                Some(p) => scheduler.readdress(&p.schedule, &b0.phase, fabric, request),
                 None => scheduler.schedule(&b0.phase, fabric, request),
             }
             .map_err(scheduler_error)?;
             if verify && let Err(errors) = check_schedule(&b0.phase, fabric, s0.rows()) {
                 return Err(rejected(false, errors));
             }
-            let mut local = b0.local;
-            let patches = match b1 {
+            let mut local = b0.local.clone();
+            let patches = match &b1 {
                 Some(b1) => {
                     // The next iteration moves the same transfers: the same
                     // timing with its addresses.
@@ -181,8 +243,17 @@ pub(super) fn schedule_phases(
                 }
                 None => Vec::new(),
             };
-            Ok((
-                PackagePhase {
+            tracing::debug!(
+                phase = i,
+                name = %name,
+                transfers = b0.phase.transfers.len(),
+                local_copies = local.len(),
+                horizon = s0.horizon(),
+                endpoint_lower_bound = s0.endpoint_lower_bound(),
+                "scheduled exchange step"
+            );
+            Ok(Scheduled {
+                phase: PackagePhase {
                     info: PhaseInfo {
                         name,
                         local,
@@ -193,11 +264,17 @@ pub(super) fn schedule_phases(
                     },
                     rows: s0.rows().clone(),
                 },
-                s0,
-            ))
+                schedule: s0,
+                built: (b0, b1),
+            })
         })
-        .collect::<Result<Vec<_>, BuildError>>()
-        .map(|v| v.into_iter().unzip())
+        .collect()
+}
+
+/// Whether two builds of a step move the same words between and within
+/// tiles at the same addresses.
+fn same(a: &PhaseBuild, b: &PhaseBuild) -> bool {
+    a.phase == b.phase && a.local == b.local
 }
 
 /// The words that differ between iteration 0's and iteration 1's rows, or

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use ipu_alloc::{Placement, Problem, Reservation, TileProblem};
+use ipu_alloc::{Placement, Problem, Reservation, TileProblem, Verdict};
 use ipu_layout::{EntityId, TileId};
 use tracing::debug;
 
@@ -49,7 +49,14 @@ pub(super) fn place_storage(
     let placer = stages.placer.as_ref();
     let placement = placer.place(&problem).map_err(|e| {
         BuildError::from_placer(placer.name(), e, |f| {
-            culprits(program, storage, f.tile.index(), f.step, reserved)
+            // Where the bound proves the tile infeasible, that step is what
+            // must shrink; the step where the request found no gap may only
+            // be where the excess first showed.
+            let step = match f.verdict {
+                Verdict::BoundExceeded { step, .. } => step,
+                _ => f.step,
+            };
+            culprits(program, storage, f.tile.index(), step, reserved)
         })
     })?;
     if verify && let Err(errors) = ipu_alloc::check_placement(&problem, &placement) {

@@ -29,7 +29,8 @@ impl Lowerer<'_> {
             &shape,
             eb,
             self.config.tiles,
-            self.config.transient_budget,
+            self.config
+                .budget_for(&format!("attention {}", tout.name())),
             &self.config.cost,
         );
         tracing::debug!(op = %op, output = tout.name(), grid = ?grid, "planned attention grid");

@@ -27,11 +27,13 @@ impl Lowerer<'_> {
             } else {
                 Precision::F16
             },
+            amp_columns: self.config.cost.amp_columns,
         };
+        let budget = self.config.budget_for(&format!("gemm {}", tout.name()));
         let (chosen, steps) = choose_gemm_grid(
             &problem,
             self.config.tiles,
-            self.config.transient_budget,
+            budget,
             bias.is_some(),
             &self.config.cost,
         );
@@ -94,10 +96,24 @@ impl Lowerer<'_> {
         self.flush(&name);
         let calls = kernels(partial);
         self.compute(name.clone(), calls);
-        let out_ty = self.layout(
+        // Reduce in the grid's own blocks where the rows allow it (few,
+        // large fragments), else on an element layout. The reduction is
+        // rotated like the GEMM so that it lands on the partials' tiles.
+        let in_grid = self.layout(
             format!("output of {op}"),
-            element_layout(tout.extents(), tout.precision(), self.config.tiles),
+            reduce_layout(&problem, chosen, tout.precision()),
         )?;
+        let out_ty = match in_grid {
+            Some(ty) if self.config.rotate => self.layout(
+                format!("output of {op}"),
+                crate::plan::rotated(&ty, spread(op.as_u32())),
+            )?,
+            Some(ty) => ty,
+            None => self.layout(
+                format!("output of {op}"),
+                element_layout(tout.extents(), tout.precision(), self.config.tiles),
+            )?,
+        };
         let mut pr_shape = vec![u64::from(chosen.pk)];
         pr_shape.extend_from_slice(tout.extents());
         let pr_ty = self.layout(

@@ -29,8 +29,8 @@ use ipu_layout::{
 use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
     AttentionShape, CostModel, GemmGrid, GemmProblem, attention_grid, attention_layouts,
-    choose_gemm_grid, column_parts, column_tiling, element_layout, gemm_layouts, replicated,
-    row_layout, spread, tensor_type, vector_home,
+    choose_gemm_grid, column_parts, column_tiling, element_layout, gemm_layouts, reduce_layout,
+    replicated, row_layout, row_split, spread, tensor_type, vector_home,
 };
 use crate::program::{
     Buffer, BufferId, BufferRole, Codelet, GemmEntry, GemmKernel, KernelId, Operand, Program,
@@ -54,6 +54,22 @@ pub struct LowerConfig {
     /// Merge consecutive compute steps into one (fewer syncs, coarser
     /// lifetimes).
     pub merge_compute: bool,
+    /// Budgets below `transient_budget` for single operations, by the name
+    /// of the compute step the operation runs (`gemm enc0.fc2`, `attention
+    /// enc0.attn`): what a build lowers where placement failed, so that the
+    /// rest of the plan keeps its cycles.
+    pub op_budgets: std::collections::BTreeMap<String, u64>,
+}
+
+impl LowerConfig {
+    /// The transient budget of the operation whose compute step is `step`.
+    pub fn budget_for(&self, step: &str) -> u64 {
+        self.op_budgets
+            .get(step)
+            .copied()
+            .unwrap_or(self.transient_budget)
+            .min(self.transient_budget)
+    }
 }
 
 impl Default for LowerConfig {
@@ -64,6 +80,7 @@ impl Default for LowerConfig {
             transient_budget: 160 * 1024,
             rotate: true,
             merge_compute: false,
+            op_budgets: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -380,15 +397,19 @@ impl Lowerer<'_> {
             None => {
                 let t = self.graph.tensor(tensor);
                 if t.kind() == TensorKind::Weight {
-                    let ty = match t.extents() {
-                        // Vectors' first blocks spread over the tiles.
-                        &[extent] => vector_home(
-                            extent,
+                    // Vectors, and weights whose rows would all rest on one
+                    // tile (a probe token), rest in blocks spread over the
+                    // tiles from a tile of their own.
+                    let (tokens, batch) = row_split(t.extents(), self.config.tiles);
+                    let ty = if t.extents().len() <= 1 || tokens * batch == 1 {
+                        vector_home(
+                            t.extents(),
                             t.precision(),
                             self.config.tiles,
                             spread(tensor.as_u32()) as u32,
-                        ),
-                        extents => row_layout(extents, t.precision(), self.config.tiles),
+                        )
+                    } else {
+                        row_layout(t.extents(), t.precision(), self.config.tiles)
                     };
                     let ty = self.layout(format!("weight {}", t.name()), ty)?;
                     Ok((

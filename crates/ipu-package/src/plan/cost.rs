@@ -28,6 +28,9 @@ pub struct CostModel {
     /// across the six workers, counting about four F16 lanes per worker
     /// cycle; an estimate.
     pub vector_cycles_per_element: f64,
+    /// Output columns per AMP instruction (`amp.column_multiple`): a GEMM's
+    /// columns are split in whole blocks of them.
+    pub amp_columns: u64,
     /// The package estimate's step costs (kernel cost model, vector model,
     /// sync), by which a GEMM's grid is chosen (`choose.rs`).
     pub steps: super::StepCosts,
@@ -48,6 +51,7 @@ impl CostModel {
             exchange_phase_cycles: timing.exchange_phase_cycles,
             compute_step_cycles: timing.compute_step_cycles,
             vector_cycles_per_element: timing.vector_cycles_per_element,
+            amp_columns: u64::from(amp.column_multiple),
             steps: super::StepCosts::new(target),
         }
     }

@@ -1,11 +1,18 @@
 //! GEMM distribution: grids of row, column and inner blocks over tiles.
 //!
 //! A GEMM `left [.., tokens, K] × right [K, N] → [.., tokens, N]` is spread
-//! over a grid of `pm × pn × pk` tiles: tile `n + pn·(m + pm·k)` computes
+//! over a grid of `pm × pn × pk` tiles: tile `n + pn·(k + pk·m)` computes
 //! rows block `m`, output columns block `n` and inner block `k`. So the
 //! left operand is tiled over (tokens, K) and replicated `pn` times, the
 //! weights over (K, N) and replicated `pm` times, and with `pk > 1` the
 //! result is a partial tensor `[pk, .., tokens, N]` that a reduction sums.
+//!
+//! The reduction keeps the grid: the `pk` tiles that computed block
+//! `(m, n)` each sum `1/pk` of its rows ([`reduce_layout`]), so a tile
+//! gathers one run per batch row group from each inner block — about
+//! `tiles · pk` fragments instead of `rows · pn · pk`. The
+//! `k`-inner tile numbering is what makes row part `k` of block `m` land on
+//! the tile that computed partial `k` of it where the parts nest.
 //!
 //! Inner blocks are multiples of the AMP micro inner dimension (16 for F16,
 //! 32 for FP8) and column blocks multiples of 16, so every shard is a whole
@@ -17,9 +24,6 @@ use ipu_layout::{
 };
 
 use crate::plan::CostModel;
-
-/// Output columns per AMP block.
-const AMP_COLUMNS: u64 = 16;
 
 /// One GEMM as the planner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +41,9 @@ pub struct GemmProblem {
     pub right: Precision,
     /// Precision of the (partial) result the AMP writes.
     pub output: Precision,
+    /// Output columns per AMP instruction: the target's
+    /// `amp.column_multiple` ([`CostModel::amp_columns`]).
+    pub amp_columns: u64,
 }
 
 impl GemmProblem {
@@ -44,7 +51,7 @@ impl GemmProblem {
     /// whole weight panels (32 columns for FP8 weights), so that a weight
     /// block moves as whole panels rather than row by row.
     pub fn column_block(&self) -> u64 {
-        AMP_COLUMNS.max(self.right.amp_panel_columns())
+        self.amp_columns.max(self.right.amp_panel_columns()).max(1)
     }
 
     /// The order the left operand is stored in on the GEMM's tiles:
@@ -262,7 +269,7 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
     let GemmGrid { pm, pn, pk } = grid;
     let tiles = u32::try_from(grid.tiles()).map_err(|_| LayoutError::Overflow { what: "grid" })?;
     let micro = problem.micro_inner();
-    let (s_n, s_m, s_k) = (1u64, u64::from(pn), u64::from(pn) * u64::from(pm));
+    let (s_n, s_k, s_m) = (1u64, u64::from(pn), u64::from(pn) * u64::from(pk));
     let has_rows = !problem.outer.is_empty();
     if !has_rows && pm != 1 {
         return Err(LayoutError::TileCountMismatch {
@@ -382,4 +389,49 @@ fn resident_tiling(problem: &GemmProblem, grid: GemmGrid) -> Result<TensorTiling
             axis(Axis::FromStart(1), np as u32, problem.column_block(), 1),
         ],
     )
+}
+
+/// Where the `pk` partial sums of a GEMM on `grid` are reduced: the result
+/// `[.., tokens, N]` with the grid's column blocks (`pn` parts at tile
+/// stride one) and the token axis cut into `pm · pk` parts (at tile stride
+/// `pn`), so that row part `k` of row block `m` lies on the tile that
+/// computed partial `k` of it (tile `n + pn·(k + pk·m)`, see
+/// [`gemm_layouts`]) where the parts nest (`pm · pk` divides the tokens).
+/// Ragged splits shift the parts against the row blocks, so a part may
+/// gather from the tiles of two row blocks. Either way each tile gathers
+/// whole rows of its column block — one fragment per batch row group from
+/// each inner block — instead of every tile gathering whole rows from all
+/// `pn · pk` tiles of the row.
+///
+/// The result is in `precision` (the output tensor's; the gathered
+/// partials take the same tiling in the GEMM's output precision).
+///
+/// `None` when the token axis has fewer than `pm · pk` rows (the parts
+/// would be empty) or there is no reduction; callers then reduce on an
+/// element layout.
+pub fn reduce_layout(
+    problem: &GemmProblem,
+    grid: GemmGrid,
+    precision: Precision,
+) -> Result<Option<TensorType>, LayoutError> {
+    let GemmGrid { pm, pn, pk } = grid;
+    let parts = u64::from(pm) * u64::from(pk);
+    if pk <= 1 || problem.outer.is_empty() || problem.tokens() < parts {
+        return Ok(None);
+    }
+    let tiles = u32::try_from(grid.tiles()).map_err(|_| LayoutError::Overflow { what: "grid" })?;
+    let mut shape = problem.outer.clone();
+    shape.push(problem.columns);
+    let axes = vec![
+        axis(Axis::FromEnd(1), pn, problem.column_block(), 1),
+        axis(Axis::FromEnd(2), parts as u32, 1, u64::from(pn)),
+    ];
+    tensor(
+        shape,
+        precision,
+        ElementOrder::RowMajor,
+        MemoryClass::Ipu21Standard,
+        TensorTiling::new(tiles, 1, axes)?,
+    )
+    .map(Some)
 }

@@ -117,31 +117,38 @@ pub fn row_layout(
 /// any vector.
 const VECTOR_HOME_BLOCK_BYTES: u64 = 256;
 
-/// Where a weight vector rests: blocks of `VECTOR_HOME_BLOCK_BYTES` (256) on
-/// consecutive tiles from `first_tile` on (wrapping). The tiling spans all
-/// `tiles`, the tiles past the vector's blocks holding empty shards, so that
-/// the blocks can start anywhere: vectors starting at different tiles keep
-/// their blocks off the tiles every other tensor's partition 0 uses.
+/// Where a weight vector rests: blocks of `VECTOR_HOME_BLOCK_BYTES` (256) of
+/// its last axis on consecutive tiles from `first_tile` on (wrapping). The
+/// tiling spans all `tiles`, the tiles past the vector's blocks holding
+/// empty shards, so that the blocks can start anywhere: vectors starting at
+/// different tiles keep their blocks off the tiles every other tensor's
+/// partition 0 uses. Other axes stay whole in every block, so a small
+/// weight of any rank (a `[1, 1, N]` probe token) rests the same way.
 pub fn vector_home(
-    extent: u64,
+    extents: &[u64],
     precision: Precision,
     tiles: u32,
     first_tile: u32,
 ) -> Result<TensorType, LayoutError> {
     let tiles = tiles.max(1);
+    let extent = extents.last().copied().unwrap_or(1);
     let block = (VECTOR_HOME_BLOCK_BYTES / precision.element_bytes()).max(vector_block(precision));
     let parts = extent.div_ceil(block).clamp(1, u64::from(tiles));
     let block = extent
         .div_ceil(parts)
         .next_multiple_of(vector_block(precision));
-    let tiling = TensorTiling::new(
-        tiles,
-        1,
-        vec![split(Axis::FromEnd(1), u64::from(tiles), block, 1)],
-    )?
-    .with_rotation(first_tile % tiles)?;
+    let axes = if extents.is_empty() {
+        vec![]
+    } else {
+        vec![split(Axis::FromEnd(1), u64::from(tiles), block, 1)]
+    };
+    let tiling = if axes.is_empty() {
+        TensorTiling::new(1, 1, axes)?
+    } else {
+        TensorTiling::new(tiles, 1, axes)?.with_rotation(first_tile % tiles)?
+    };
     tensor_type(
-        &[extent],
+        extents,
         precision,
         ElementOrder::RowMajor,
         MemoryClass::Ipu21Standard,
@@ -280,15 +287,17 @@ impl AttentionGrid {
         u64::from(self.pb) * u64::from(self.ph) * u64::from(self.gq) * u64::from(self.s)
     }
 
-    /// Per-tile bytes of the largest tile: queries, keys, values, scratch,
-    /// partial output and statistics (F16 operands, F32 partials).
+    /// Per-tile bytes of the largest tile: queries, keys, values, partial
+    /// output and statistics (F16 operands, F32 partials), and the block's
+    /// scratch row of scores (F32, one key row's worth: the block computes
+    /// one query row's scores at a time).
     pub fn bytes_per_tile(&self, a: &AttentionShape, element_bytes: u64) -> u64 {
         let pairs = a.batch.div_ceil(u64::from(self.pb)) * a.heads.div_ceil(u64::from(self.ph));
         let rq = a.tq.div_ceil(u64::from(self.gq));
         let rk = a.tk.div_ceil(u64::from(self.s));
         let d = a.head_dim();
         pairs * (rq * d * element_bytes + 2 * rk * d * element_bytes + rq * d * 4 + 2 * rq * 4)
-            + rq * rk * 4
+            + rk * 4
     }
 
     /// Estimated cycles: the two matrix products on the AMP at F16 rate,
@@ -380,7 +389,8 @@ pub struct AttentionLayouts {
     pub out_part: TensorType,
     /// `[s, B, heads, Tq]` F32 row maxima (and sums) of the blocks.
     pub stat_part: TensorType,
-    /// `[tiles, Tq/gq · Tk/s]` F32 scratch, one row per tile.
+    /// `[tiles, Tk/s]` F32 scratch, one row of scores per tile (the block
+    /// codelet's workspace: it scores one query row at a time).
     pub workspace: TensorType,
     /// The partial outputs where they are combined (the same as
     /// `out_part` when `s == 1`).
@@ -465,10 +475,9 @@ pub fn attention_layouts(
         ];
         TensorTiling::new(tiles, 1, axes)?
     })?;
-    let rq = a.tq.div_ceil(gq);
     let rk = a.tk.div_ceil(s);
     let workspace = tensor_type(
-        &[u64::from(tiles), rq * rk],
+        &[u64::from(tiles), rk],
         Precision::F32,
         rm,
         std,

@@ -15,7 +15,9 @@ mod layouts;
 
 pub use choose::{GemmOpCycles, GemmScorer, StepCosts, choose_gemm_grid};
 pub use cost::CostModel;
-pub use gemm::{GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates, gemm_layouts};
+pub use gemm::{
+    GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates, gemm_layouts, reduce_layout,
+};
 pub use layouts::{
     AttentionGrid, AttentionLayouts, AttentionShape, attention_grid, attention_layouts,
     column_parts, column_tiling, element_layout, replicated, rotated, row_layout, row_split,

@@ -31,6 +31,7 @@ fn siglip_gemms() -> Vec<(&'static str, GemmProblem)> {
         left: fp8(),
         right: fp8(),
         output: Precision::F16,
+        amp_columns: CostModel::ipu21().amp_columns,
     };
     vec![
         ("qkv", problem(1152, 3456)),
@@ -93,6 +94,7 @@ fn a_problem_without_candidates_gets_one_tile_and_no_cost() {
         left: Precision::F16,
         right: Precision::F16,
         output: Precision::F16,
+        amp_columns: CostModel::ipu21().amp_columns,
     };
     let (grid, cycles) = choose_gemm_grid(&problem, 16, 1 << 20, false, &CostModel::ipu21());
     assert_eq!((grid.pm, grid.pn, grid.pk), (1, 1, 1));
@@ -145,6 +147,7 @@ fn predicted_compute_steps_are_what_the_estimate_charges() {
                 } else {
                     Precision::F16
                 },
+                amp_columns: CostModel::ipu21().amp_columns,
             };
             let (grid, predicted) =
                 choose_gemm_grid(&problem, tiles, budget, bias.is_some(), &cost);
@@ -198,6 +201,7 @@ fn extreme_sizes_and_empty_splits_score_without_overflow() {
         left: Precision::F16,
         right: Precision::F16,
         output: Precision::F32,
+        amp_columns: CostModel::ipu21().amp_columns,
     };
     let cost = CostModel::ipu21();
     let quick = GemmEstimate {

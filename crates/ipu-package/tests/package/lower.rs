@@ -57,6 +57,25 @@ fn check_operands(program: &Program, steps: &[Step]) -> usize {
         match step {
             Step::Compute { calls: list, name } => {
                 for (tile, c) in list {
+                    // The block scores one query row at a time: its
+                    // scratch is one row of key scores, and no more.
+                    if let Codelet::AttentionBlock {
+                        workspace, kv_rows, ..
+                    } = *c
+                    {
+                        let b = &program.buffers[workspace.buffer];
+                        let shard = b.ty.shard(*tile).unwrap_or_else(|e| panic!("{name}: {e}"));
+                        assert!(
+                            shard.bytes >= 4 * u64::from(kv_rows),
+                            "{name}: scratch of {} bytes on {tile} for {kv_rows} key rows",
+                            shard.bytes
+                        );
+                        assert!(
+                            b.ty.max_shard_bytes() <= 4 * u64::from(kv_rows) + 64,
+                            "{name}: scratch of {} bytes for {kv_rows} key rows",
+                            b.ty.max_shard_bytes()
+                        );
+                    }
                     for op in operands(c) {
                         let b = &program.buffers[op.buffer];
                         let shard = b.ty.shard(*tile).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -129,7 +148,7 @@ fn siglip_lowers_with_one_body_for_27_layers() {
 #[test]
 fn siglip_storage_peaks_fit_a_tile() {
     use ipu_layout::MemoryClass;
-    use ipu_package::storage::plan_storage;
+    use ipu_package::plan_storage;
     const USABLE: u64 = 0xe7bb0 - 0x4c000;
     const REGION1: u64 = 0xe7bb0 - 0x80000;
     const SUPPORT: u64 = 96 * 1024;

@@ -17,7 +17,7 @@ use ipu_package::package::{
     BufferAddresses, BuildSummary, FORMAT_VERSION, Manifest, Package, PackageIoError,
     PackageKernel, PackagePhase, PackagePlacement, PhaseInfo, RowPatch, TileSupport,
 };
-use ipu_package::phases::LocalCopy;
+use ipu_package::LocalCopy;
 use ipu_package::program::Program;
 use sha2::{Digest, Sha256};
 

@@ -1,8 +1,12 @@
 //! GEMM grids: every candidate the planner offers for the SigLIP GEMMs
 //! builds valid layouts whose shards match the estimate.
 
-use ipu_layout::{Fp8Format, Precision, TileId};
-use ipu_package::plan::{CostModel, GemmProblem, gemm_candidates, gemm_layouts};
+use ipu_layout::{
+    ElementOrder, Fp8Format, MemoryClass, Precision, RedistributeConfig, TileId, redistribute,
+};
+use ipu_package::plan::{
+    CostModel, GemmProblem, gemm_candidates, gemm_layouts, reduce_layout, tensor_type,
+};
 
 fn fp8() -> Precision {
     Precision::F8 {
@@ -19,6 +23,7 @@ fn siglip_gemms() -> Vec<(&'static str, GemmProblem)> {
         left: fp8(),
         right: fp8(),
         output: Precision::F16,
+        amp_columns: CostModel::ipu21().amp_columns,
     };
     vec![
         ("patch", problem(588, 1152)),
@@ -59,6 +64,55 @@ fn candidates_build_layouts_matching_their_estimates() {
             // Tile 0 holds block (0, 0, 0) of every operand.
             let shard = layouts.left.shard(TileId::from_u32(0)).unwrap();
             assert_eq!(shard.axes.last().unwrap().start, 0);
+        }
+    }
+}
+
+/// Split-K partial sums are reduced in the grid's own blocks: every tile
+/// gathers its rows of its column block from the other inner blocks, in a
+/// few runs per tile instead of one per row, column block and inner
+/// block.
+#[test]
+fn reductions_gather_few_runs_per_tile() {
+    let cost = CostModel::ipu21();
+    for (name, problem) in siglip_gemms() {
+        let candidates = gemm_candidates(&problem, 1472, &cost);
+        for (grid, _) in candidates.iter().filter(|(g, _)| g.pk > 1).take(4) {
+            let layouts = gemm_layouts(&problem, *grid).unwrap();
+            let Some(reduced) = reduce_layout(&problem, *grid, Precision::F16).unwrap() else {
+                continue;
+            };
+            let mut extents = vec![u64::from(grid.pk)];
+            extents.extend_from_slice(reduced.shape().extents());
+            let gathered = tensor_type(
+                &extents,
+                problem.output,
+                ElementOrder::RowMajor,
+                MemoryClass::Ipu21Standard,
+                reduced.tiling().clone(),
+            )
+            .unwrap();
+            let fragments =
+                redistribute(&layouts.output, &gathered, &RedistributeConfig::default())
+                    .unwrap()
+                    .into_fragments();
+            let (pk, batch) = (u64::from(grid.pk), problem.outer[0]);
+            // Each tile reads from each inner block one run per batch row
+            // group, and from at most one more where a ragged row split
+            // moved its part onto the next row block.
+            let bound = grid.tiles() * pk * batch * 2;
+            assert!(
+                fragments.len() as u64 <= bound,
+                "{name} {grid:?}: {} fragments, bound {bound}",
+                fragments.len()
+            );
+            let rows = problem.outer.iter().product::<u64>();
+            let old = rows * u64::from(grid.pn) * pk;
+            assert!(
+                fragments.len() as u64 * 2 < old,
+                "{name} {grid:?}: {} fragments against {old} on an element layout",
+                fragments.len()
+            );
         }
     }
 }
