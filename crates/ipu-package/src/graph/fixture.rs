@@ -235,17 +235,35 @@ pub fn parse_fixture(text: &str) -> Result<Graph, FixtureError> {
 
 /// Parses and validates a fixture with parameter overrides.
 pub fn parse_fixture_with(text: &str, options: &ParseOptions) -> Result<Graph, FixtureError> {
+    parse_fixture_bounded(text, options, MAX_GRAPH_ITEMS)
+}
+
+/// [`parse_fixture_with`] refusing a fixture that expands to more than
+/// `max_items` tensors and ops (at most [`MAX_GRAPH_ITEMS`]) before it is
+/// expanded: a package reader bounds the fixture a package carries this
+/// way.
+pub fn parse_fixture_bounded(
+    text: &str,
+    options: &ParseOptions,
+    max_items: u64,
+) -> Result<Graph, FixtureError> {
     let value: Value = serde_json::from_str(text).map_err(|e| FixtureError::Json {
         line: e.line(),
         column: e.column(),
         message: e.to_string(),
     })?;
-    Parser::default().parse(&value, options)
+    let parser = Parser {
+        max_items: max_items.min(MAX_GRAPH_ITEMS),
+        ..Parser::default()
+    };
+    parser.parse(&value, options)
 }
 
 /// Where each tensor and op came from, for error paths.
 #[derive(Default)]
 struct Parser {
+    /// The most tensors plus ops the graph may have.
+    max_items: u64,
     tensors: IdVec<TensorId, Tensor>,
     tensor_paths: Vec<(String, Option<u32>)>,
     names: std::collections::HashMap<String, TensorId>,
@@ -353,15 +371,16 @@ impl Parser {
         let total = iterations
             .checked_mul(items)
             .and_then(|n| n.checked_add((self.tensors.len() + self.ops.len()) as u64));
-        if total.is_none_or(|n| n > MAX_GRAPH_ITEMS) {
+        if total.is_none_or(|n| n > self.max_items) {
             let path = obj
                 .optional("repeat")
                 .map_or_else(|| layer.path.clone(), |r| r.path);
             return Err(FixtureError::Value {
                 path,
                 message: format!(
-                    "the graph would have more than {MAX_GRAPH_ITEMS} tensors and ops; \
-                     lower the repeat count"
+                    "the graph would have more than {} tensors and ops; \
+                     lower the repeat count",
+                    self.max_items
                 ),
             });
         }

@@ -16,7 +16,7 @@ pub mod values;
 
 pub use fixture::{
     FIXTURE_SCHEMA_VERSION, FixtureError, IterationNote, MAX_GRAPH_ITEMS, ParseOptions,
-    parse_fixture, parse_fixture_with,
+    parse_fixture, parse_fixture_bounded, parse_fixture_with,
 };
 pub use ir::{
     Carry, Graph, GraphBuilder, Op, OpId, Repeat, SoftmaxPrecision, Tensor, TensorId, TensorKind,

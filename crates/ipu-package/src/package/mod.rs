@@ -9,9 +9,12 @@
 //!
 //! The modules: this one is the model; [`rows`] is the `exchange.bin`
 //! codec; `write` writes a package directory atomically; `read` verifies
-//! every file against the manifest's digests and parses it.
+//! every file against the manifest's digests and parses it; `validate`
+//! checks what the files say against each other, the target and the
+//! [`Limits`].
 
 mod error;
+mod limits;
 mod manifest;
 mod read;
 pub mod rows;
@@ -26,8 +29,11 @@ use ipu_target::Target;
 use serde::{Deserialize, Serialize};
 
 pub use error::PackageIoError;
+pub use limits::Limits;
 pub use manifest::PackageFile;
-pub use validate::ValidationError;
+pub use validate::{
+    Access, FixtureMismatch, MAX_ERRORS, SpanError, ValidationError, codelet_accesses,
+};
 
 use crate::phases::LocalCopy;
 use crate::program::{BufferId, Program};
