@@ -23,6 +23,10 @@ pub enum BuildError {
         /// Tiles the target has.
         available: u32,
     },
+    /// The graph is valid but breaks a rule of the build
+    /// ([`check_buildable`](crate::graph::check_buildable)).
+    #[error("the graph cannot be built into a package: {0}")]
+    Unbuildable(#[source] crate::graph::GraphError),
     /// The exchange model does not support the target's fabric.
     #[error("the target's exchange fabric: {source}")]
     Fabric {

@@ -204,6 +204,7 @@ pub fn build_package(
             available: target.tile_count(),
         });
     }
+    crate::graph::check_buildable(graph).map_err(BuildError::Unbuildable)?;
     let device = Device {
         target,
         map: MemoryMap::new(target),

@@ -259,11 +259,31 @@ pub fn parse_fixture_bounded(
     parser.parse(&value, options)
 }
 
+/// [`parse_fixture_with`] also checking what a package build needs
+/// ([`check_buildable`](crate::graph::check_buildable)), with the JSON
+/// path of the offending field: `build-package` parses this way, so a
+/// fixture or parameter the build cannot take is refused before any work.
+pub fn parse_fixture_for_build(text: &str, options: &ParseOptions) -> Result<Graph, FixtureError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| FixtureError::Json {
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })?;
+    let parser = Parser {
+        max_items: MAX_GRAPH_ITEMS,
+        for_build: true,
+        ..Parser::default()
+    };
+    parser.parse(&value, options)
+}
+
 /// Where each tensor and op came from, for error paths.
 #[derive(Default)]
 struct Parser {
     /// The most tensors plus ops the graph may have.
     max_items: u64,
+    /// Whether to check what a build needs too.
+    for_build: bool,
     tensors: IdVec<TensorId, Tensor>,
     tensor_paths: Vec<(String, Option<u32>)>,
     names: std::collections::HashMap<String, TensorId>,
@@ -336,10 +356,16 @@ impl Parser {
             ops,
             op_paths,
             repeats,
+            for_build,
             ..
         } = self;
-        Graph::new(name, tensors, ops, repeats)
-            .map_err(|source| locate(source, &tensor_paths, &op_paths))
+        let graph = Graph::new(name, tensors, ops, repeats)
+            .map_err(|source| locate(source, &tensor_paths, &op_paths))?;
+        if for_build {
+            crate::graph::check_buildable(&graph)
+                .map_err(|source| locate(source, &tensor_paths, &op_paths))?;
+        }
+        Ok(graph)
     }
 
     fn layer(&mut self, layer: &Child<'_>, params: &Params) -> Result<(), FixtureError> {
@@ -797,7 +823,12 @@ fn locate(
     let (path, iteration) = match source.location() {
         ErrorLocation::Tensor(t) => match tensor_paths.get(t.as_u32() as usize) {
             Some((p, it)) => {
-                let field = if matches!(source, GraphError::Overflow { .. }) {
+                let field = if matches!(
+                    source,
+                    GraphError::Overflow { .. }
+                        | GraphError::ZeroExtent { .. }
+                        | GraphError::PartialWords { .. }
+                ) {
                     ".shape"
                 } else {
                     ".name"
