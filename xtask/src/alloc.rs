@@ -63,11 +63,14 @@ pub fn alloc(args: &[String]) -> Result<ExitCode, String> {
         problem.buffers.len(),
         elapsed
     );
-    Ok(if out.result == SolveResult::Fits {
-        ExitCode::SUCCESS
+    if out.result == SolveResult::Fits {
+        Ok(ExitCode::SUCCESS)
     } else {
-        ExitCode::FAILURE
-    })
+        Err(format!(
+            "the problem was not placed within capacity {capacity}: result={}",
+            out.result
+        ))
+    }
 }
 
 fn alloc_bench(args: &[String]) -> Result<ExitCode, String> {

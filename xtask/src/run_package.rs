@@ -8,28 +8,57 @@
 //! the normalised RMS error and pass/fail under the reference's graph
 //! tolerance for the output's precision. Exit status 0 only if every output
 //! passes. A `profile` line on stderr says where the tile model's time
-//! went (step kinds, and per codelet kind the time summed over threads). `inspect-package` prints the manifest summary and validates the
-//! package (every file at its recorded size, every buffer placed inside tile
-//! memory, phases and rows agree).
+//! went (step kinds, and per codelet kind the time summed over threads). A
+//! failed run ends with an `error:` line naming the failing outputs.
+//! `inspect-package` recovers, reads and validates the package exactly as
+//! `run-package` does (`Package::read`, which checks every file against
+//! the manifest and then `Package::validate`), prints the manifest summary
+//! and `valid=true`, or one `problem:` line per validation problem, an
+//! `error:` line and `valid=false` with exit status 1.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ipu_package::graph::{parse_fixture, safetensors, values};
-use ipu_package::package::Package;
+use ipu_package::package::{Package, PackageIoError};
 use ipu_sim::reference::compare::{Tolerance, compare};
 use ipu_sim::tiles::{CODELET_KINDS, RunStats};
 
-fn read_package(args: &[String]) -> Result<(PathBuf, Package), String> {
+/// The package directory, the first argument.
+fn package_dir(args: &[String]) -> Result<PathBuf, String> {
     let dir = args
         .first()
         .filter(|a| !a.starts_with("--"))
         .ok_or("give the package directory")?;
-    let dir = PathBuf::from(dir);
+    Ok(PathBuf::from(dir))
+}
+
+/// Recovers and reads the package at `dir`, as both commands do.
+fn read_dir(dir: &Path) -> Result<Package, ReadFailure> {
     // A write that was killed may have left the earlier package aside.
-    Package::recover(&dir).map_err(|e| format!("recovering {}: {e}", dir.display()))?;
-    let package = Package::read(&dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    Package::recover(dir).map_err(ReadFailure::Recover)?;
+    Package::read(dir).map_err(ReadFailure::Read)
+}
+
+/// Why a package could not be read.
+enum ReadFailure {
+    Recover(PackageIoError),
+    Read(PackageIoError),
+}
+
+impl ReadFailure {
+    fn message(&self, dir: &Path) -> String {
+        match self {
+            ReadFailure::Recover(e) => format!("recovering {}: {e}", dir.display()),
+            ReadFailure::Read(e) => format!("reading {}: {e}", dir.display()),
+        }
+    }
+}
+
+fn read_package(args: &[String]) -> Result<(PathBuf, Package), String> {
+    let dir = package_dir(args)?;
+    let package = read_dir(&dir).map_err(|f| f.message(&dir))?;
     Ok((dir, package))
 }
 
@@ -62,11 +91,27 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         checked.tile_model.as_millis(),
         checked.reference.as_millis()
     );
-    Ok(if checked.pass {
-        ExitCode::SUCCESS
+    if checked.pass {
+        Ok(ExitCode::SUCCESS)
     } else {
-        ExitCode::FAILURE
-    })
+        Err(failure_reason(&checked.lines))
+    }
+}
+
+/// Why a run failed, from its output lines: the outputs that failed.
+fn failure_reason(lines: &[String]) -> String {
+    let failed: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.ends_with("result=fail") || l.ends_with(" missing"))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|w| w.strip_prefix("output="))
+        .collect();
+    format!(
+        "{} of {} output(s) outside the graph tolerance or missing: {}",
+        failed.len(),
+        lines.len(),
+        failed.join(", ")
+    )
 }
 
 /// Where the inputs of a run come from (weights always come from the seed).
@@ -175,12 +220,18 @@ pub fn profile(s: &RunStats) -> String {
 }
 
 pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
-    // The same reading and validation as run-package: a package it refuses
-    // is never called valid here.
-    let (dir, package) = match read_package(args) {
-        Ok(read) => read,
-        Err(e) => {
-            eprintln!("error: {e}");
+    // The same recovery, reading and validation as run-package: a package
+    // it refuses is never called valid here.
+    let dir = package_dir(args)?;
+    let package = match read_dir(&dir) {
+        Ok(package) => package,
+        Err(failure) => {
+            if let ReadFailure::Read(PackageIoError::Invalid { errors, .. }) = &failure {
+                for e in errors {
+                    println!("problem: {e}");
+                }
+            }
+            eprintln!("error: {}", failure.message(&dir));
             println!("valid=false");
             return Ok(ExitCode::FAILURE);
         }
@@ -209,6 +260,16 @@ pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
     );
     for f in &package.manifest.files {
         println!("file {} {} bytes", f.name, f.bytes);
+    }
+    if package.fixture.is_none() {
+        // Valid as a package, but run-package would refuse it.
+        println!("problem: the package carries no fixture.json, which run-package needs");
+        eprintln!(
+            "error: {} has no fixture; rebuild it with build-package",
+            dir.display()
+        );
+        println!("valid=false");
+        return Ok(ExitCode::FAILURE);
     }
     println!("valid=true");
     Ok(ExitCode::SUCCESS)

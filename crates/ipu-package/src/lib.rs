@@ -23,6 +23,7 @@
 pub mod build;
 pub mod checkpoint;
 pub mod graph;
+pub mod hostile;
 pub mod lower;
 pub mod package;
 pub mod phases;

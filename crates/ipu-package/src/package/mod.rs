@@ -11,9 +11,10 @@
 //! codec; `write` writes a package directory atomically; `read` verifies
 //! every file against the manifest's digests and parses it; `validate`
 //! checks what the files say against each other, the target and the
-//! [`Limits`].
+//! [`Limits`]; `forge` re-signs edited files ([`resign`]), as anyone can.
 
 mod error;
+mod forge;
 mod limits;
 mod manifest;
 mod read;
@@ -29,6 +30,7 @@ use ipu_target::Target;
 use serde::{Deserialize, Serialize};
 
 pub use error::PackageIoError;
+pub use forge::resign;
 pub use limits::Limits;
 pub use manifest::PackageFile;
 pub use validate::{

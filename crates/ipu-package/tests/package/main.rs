@@ -1,13 +1,15 @@
 //! Integration tests of ipu-package: the fixtures and their parameter
 //! counts, fixture errors with JSON paths, graph validation, deterministic
 //! values, the safetensors loader, SigLIP checkpoint import and image
-//! preprocessing, layout planning, and the package files on disk.
+//! preprocessing, layout planning, the package files on disk, and hostile
+//! packages and fixtures.
 
 mod bad_fixtures;
 mod checkpoint;
 mod checkpoint_images;
 mod fixtures;
 mod graph;
+mod hostile;
 mod lower;
 mod package_files;
 mod plan;

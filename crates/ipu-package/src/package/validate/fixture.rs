@@ -72,8 +72,8 @@ pub enum FixtureMismatch {
         /// The buffer's role.
         role: BufferRole,
     },
-    /// A buffer the host writes has no tensor.
-    #[error("the package reads {buffer} from the host but the fixture has no such tensor")]
+    /// A buffer the host writes or reads has no tensor.
+    #[error("the package exchanges {buffer} with the host but the fixture has no such tensor")]
     MissingTensor {
         /// The buffer.
         buffer: String,
@@ -104,7 +104,8 @@ impl Package {
     /// Checks that `graph` is the graph the package was built from as far
     /// as the host sees it: every input, weight and output has a buffer of
     /// the same name, shape, precision and role, every buffer the host
-    /// writes has a tensor, and the graph's tensors hold no more elements
+    /// writes or reads is a tensor of its role's kind, and the graph's
+    /// tensors hold no more elements
     /// together than the default [`Limits`] allow. It compares sizes only,
     /// so call it before generating values for `graph`.
     pub fn check_fixture(&self, graph: &Graph) -> Result<(), FixtureMismatch> {
@@ -173,13 +174,29 @@ impl Package {
                 });
             }
         }
+        // Every buffer the host writes or reads is a tensor of that kind:
+        // the host supplies values for inputs and weights only.
         for b in buffers {
-            if matches!(b.role, BufferRole::Input | BufferRole::Weight)
-                && graph.tensor_by_name(&b.name).is_none()
-            {
-                return Err(FixtureMismatch::MissingTensor {
-                    buffer: b.name.clone(),
-                });
+            let kind = match b.role {
+                BufferRole::Input => TensorKind::Input,
+                BufferRole::Weight => TensorKind::Weight,
+                BufferRole::Output => TensorKind::Output,
+                BufferRole::Activation | BufferRole::Temporary => continue,
+            };
+            match graph.tensor_by_name(&b.name).map(|t| graph.tensor(t)) {
+                None => {
+                    return Err(FixtureMismatch::MissingTensor {
+                        buffer: b.name.clone(),
+                    });
+                }
+                Some(t) if t.kind() != kind => {
+                    return Err(FixtureMismatch::Role {
+                        tensor: t.name().to_owned(),
+                        kind: t.kind().as_str(),
+                        role: b.role,
+                    });
+                }
+                Some(_) => {}
             }
         }
         Ok(())
