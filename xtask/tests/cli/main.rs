@@ -3,14 +3,16 @@
 //! cache. They hold the product's promises at the command line: a bad
 //! fixture or argument gets a clear error and a non-zero status, never a
 //! panic and never a partial package; builds do not depend on the thread
-//! count; `inspect-package` tells a good package from a damaged one; and a
-//! small package runs and matches the reference.
+//! count; `inspect-package` tells a good package from a damaged one; a
+//! small package runs and matches the reference; and hostile packages,
+//! killed writes, damaged caches and failing checks end in clean errors.
 //!
 //! Only the small fixtures are built (well under a second each), never the
 //! default SigLIP workload.
 
 mod bad_inputs;
 mod determinism;
+mod hostile;
 mod inspect;
 mod run;
 mod support;
