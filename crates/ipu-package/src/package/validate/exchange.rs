@@ -135,7 +135,8 @@ pub(super) fn check(
             let rows = patched.as_ref().unwrap_or(&phase.rows);
             let mut memory = DryMemory {
                 placed,
-                last: Cell::new(None),
+                read: Cell::new(None),
+                written: Cell::new(None),
             };
             replay(rows, fabric, &mut memory)
                 .err()
@@ -207,20 +208,25 @@ fn send_words(rows: &EncodedRows) -> u64 {
         .fold(0u64, |a, &b| a.saturating_add(b))
 }
 
+/// The last placed range a word was found in: `(tile, start, end)`.
+type LastRange = Cell<Option<(TileId, u32, u32)>>;
+
 /// Tile memory that holds no data: every word read or written must lie in
 /// one placed range of its tile.
 struct DryMemory<'a> {
     placed: &'a Placed,
-    /// The last range hit, `(tile, start, end)`: a replay moves runs of
-    /// consecutive words, so it usually holds the next word too.
-    last: Cell<Option<(TileId, u32, u32)>>,
+    /// The range of the last word read, and of the last word written: a
+    /// replay reads a run of consecutive words on one tile and writes them
+    /// on another, so each usually holds the next word too.
+    read: LastRange,
+    written: LastRange,
 }
 
 impl DryMemory<'_> {
-    fn check(&self, tile: TileId, byte_address: u32) -> Result<(), MemoryError> {
+    fn check(&self, last: &LastRange, tile: TileId, byte_address: u32) -> Result<(), MemoryError> {
         let error = MemoryError { tile, byte_address };
         let end = byte_address.checked_add(4).ok_or(error)?;
-        if let Some((t, start, stop)) = self.last.get()
+        if let Some((t, start, stop)) = last.get()
             && t == tile
             && start <= byte_address
             && end <= stop
@@ -228,14 +234,14 @@ impl DryMemory<'_> {
             return Ok(());
         }
         let (start, stop) = self.placed.range_of_word(tile, byte_address).ok_or(error)?;
-        self.last.set(Some((tile, start, stop)));
+        last.set(Some((tile, start, stop)));
         Ok(())
     }
 }
 
 impl ExchangeMemory for DryMemory<'_> {
     fn read_word(&self, tile: TileId, byte_address: u32) -> Result<u32, MemoryError> {
-        self.check(tile, byte_address).map(|()| 0)
+        self.check(&self.read, tile, byte_address).map(|()| 0)
     }
 
     fn write_word(
@@ -244,6 +250,6 @@ impl ExchangeMemory for DryMemory<'_> {
         byte_address: u32,
         _word: u32,
     ) -> Result<(), MemoryError> {
-        self.check(tile, byte_address)
+        self.check(&self.written, tile, byte_address)
     }
 }
