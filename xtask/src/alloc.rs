@@ -1,154 +1,267 @@
 //! `cargo xtask alloc`: the placement tools.
 //!
-//! `alloc FILE.csv --capacity BYTES [--timeout SECONDS]` solves one
-//! MiniMalloc-style CSV problem and prints exactly one line,
+//! `alloc FILE.csv --capacity BYTES [--timeout SECONDS] [--output FILE]`
+//! solves one MiniMalloc-style CSV problem and prints one line,
 //! `result=fits|infeasible|unknown peak=... capacity=... lower_bound=...
-//! buffers=... elapsed_ms=...`; the exit status is 0 only for `fits`.
+//! ratio=... buffers=... method=... nodes=... elapsed_ms=...`, where `peak`
+//! is that of the best placement found when the tool stopped (also when it
+//! exceeds the capacity) and `ratio` is peak / lower bound. Unless the
+//! result is `fits` an `error:` line says why (the proof of infeasibility,
+//! or what the search reached), and the exit status is 1; it is 0 for
+//! `fits`. `--output` writes the best placement
+//! as a CSV solution file.
 //!
-//! `alloc bench [--quick]` prints the figures the allocator is judged by:
-//! success rate and times on generated zero-slack instances, the gap to the
-//! bound on large trace-like instances, and the time to place a SigLIP-scale
-//! whole-chip problem. Build with `--release` for meaningful times.
+//! `alloc bench [--quick] [--timeout SECONDS] [--write DIR]` prints the
+//! figures the allocator is judged by: per instance of the zero-slack and
+//! near-zero-slack suites (solved, time, nodes and where the search's nodes
+//! failed), per
+//! ML-shaped trace (bound, achieved, ratio, time), and the time to place a
+//! SigLIP-scale whole-chip problem. `--write DIR` also writes the suites'
+//! instances as CSV files, so other solvers can run on them. Build with
+//! `--release` for meaningful times; wall times on a shared machine
+//! overstate the work, so CPU times are printed too.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ipu_alloc::generate::{siglip_like, trace_like, zero_slack};
-use ipu_alloc::{CsvProblem, PlaceConfig, SolveConfig, SolveResult, place};
+use clap::Parser;
+use ipu_alloc::generate::{
+    SuiteInstance, ml_trace_suite, near_zero_slack_suite, siglip_like, zero_slack_suite,
+};
+use ipu_alloc::{
+    CsvProblem, PlaceConfig, SolveConfig, SolveMethod, SolveOutcome, SolveResult, place,
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cargo xtask alloc",
+    about = "Place a MiniMalloc-style CSV problem within a capacity"
+)]
+struct SolveArgs {
+    /// The problem: rows `id,lower,upper,size[,alignment][,offset]`.
+    file: PathBuf,
+    /// Bytes available.
+    #[arg(long)]
+    capacity: u64,
+    /// Seconds before the search stops and reports its best placement.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Write the best placement found as a CSV solution file.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cargo xtask alloc bench",
+    about = "Print the allocator's figures"
+)]
+struct BenchArgs {
+    /// Fewer instances and a shorter limit (for CI).
+    #[arg(long)]
+    quick: bool,
+    /// Seconds allowed per zero-slack instance.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Also write the suites' instances as CSV files into DIR.
+    #[arg(long, value_name = "DIR")]
+    write: Option<PathBuf>,
+}
 
 pub fn alloc(args: &[String]) -> Result<ExitCode, String> {
     if args.first().is_some_and(|a| a == "bench") {
-        return alloc_bench(&args[1..]);
+        let args: BenchArgs = match crate::parse_args("alloc bench", &args[1..]) {
+            Ok(a) => a,
+            Err(code) => return Ok(code),
+        };
+        return bench(&args);
     }
-    let mut file = None;
-    let mut capacity: Option<u64> = None;
-    let mut timeout = 10.0f64;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--capacity" => {
-                let v = it.next().ok_or("--capacity needs a value in bytes")?;
-                capacity = Some(v.parse().map_err(|_| format!("bad --capacity `{v}`"))?);
-            }
-            "--timeout" => {
-                let v = it.next().ok_or("--timeout needs a value in seconds")?;
-                timeout = v.parse().map_err(|_| format!("bad --timeout `{v}`"))?;
-            }
-            other if file.is_none() && !other.starts_with("--") => file = Some(other.to_owned()),
-            other => return Err(format!("unexpected argument `{other}`")),
-        }
-    }
-    let usage = "usage: cargo xtask alloc FILE.csv --capacity BYTES [--timeout SECONDS]";
-    let file = file.ok_or(usage)?;
-    let capacity = capacity.ok_or(usage)?;
-    if !(timeout.is_finite() && timeout >= 0.0) {
-        return Err(format!("bad --timeout `{timeout}`"));
-    }
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {file}: {e}"))?;
+    let args: SolveArgs = match crate::parse_args("alloc", args) {
+        Ok(a) => a,
+        Err(code) => return Ok(code),
+    };
+    let timeout = seconds(args.timeout)?;
+    let file = args.file.display();
+    let text =
+        std::fs::read_to_string(&args.file).map_err(|e| format!("cannot read {file}: {e}"))?;
     let started = Instant::now();
     let problem = CsvProblem::parse(&text).map_err(|e| format!("{file}: {e}"))?;
     let config = SolveConfig {
         max_nodes: u64::MAX,
-        timeout: Some(Duration::from_secs_f64(timeout)),
+        timeout: Some(timeout),
         ..SolveConfig::default()
     };
-    let out = problem.solve(capacity, &config);
-    let elapsed = started.elapsed().as_millis();
+    let out = problem.solve(args.capacity, &config);
+    let elapsed = started.elapsed();
     println!(
-        "result={} peak={} capacity={} lower_bound={} buffers={} elapsed_ms={}",
-        out.result,
-        out.peak,
-        capacity,
-        out.lower_bound,
+        "{} buffers={} nodes={} elapsed_ms={}",
+        summary(&out, args.capacity),
         problem.buffers.len(),
-        elapsed
+        out.nodes,
+        elapsed.as_millis()
     );
+    if let (Some(path), Some(offsets)) = (&args.output, &out.offsets) {
+        std::fs::write(path, problem.to_csv(Some(offsets)))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     if out.result == SolveResult::Fits {
-        Ok(ExitCode::SUCCESS)
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The reason goes out as the task's `error:` line.
+    Err(format!(
+        "result={} within capacity {}: {}",
+        out.result,
+        args.capacity,
+        reason(&out, args.capacity, timeout)
+    ))
+}
+
+/// `result=... peak=... capacity=... lower_bound=... ratio=... method=...`.
+fn summary(out: &SolveOutcome, capacity: u64) -> String {
+    let peak = if out.offsets.is_some() {
+        out.peak.to_string()
     } else {
-        Err(format!(
-            "the problem was not placed within capacity {capacity}: result={}",
-            out.result
-        ))
+        "none".to_owned()
+    };
+    format!(
+        "result={} peak={peak} capacity={capacity} lower_bound={} ratio={} method={}",
+        out.result,
+        out.lower_bound,
+        ratio(out),
+        method(out.method)
+    )
+}
+
+fn ratio(out: &SolveOutcome) -> String {
+    match (&out.offsets, out.lower_bound) {
+        (Some(_), 0) => "1.0000".to_owned(),
+        (Some(_), lb) => format!("{:.4}", out.peak as f64 / lb as f64),
+        (None, _) => "none".to_owned(),
     }
 }
 
-fn alloc_bench(args: &[String]) -> Result<ExitCode, String> {
-    let quick = args.iter().any(|a| a == "--quick");
-    let seeds: u64 = if quick { 3 } else { 20 };
-    println!(
-        "# zero-slack instances (capacity 1 MiB x 1000 steps, guillotine cuts), 10 s limit each"
-    );
-    for n in [150usize, 300, 450] {
-        let mut solved = 0;
-        let mut times = Vec::new();
-        let mut greedy_gap = 0.0f64;
-        let mut worst = Duration::ZERO;
-        let cpu = cpu_time();
-        for seed in 0..seeds {
-            let (p, _) = zero_slack(seed, n, 1 << 20, 1000);
-            let lb = p.lower_bound();
-            // The greedy passes alone (unbounded capacity): how far they miss.
-            let greedy_only = SolveConfig {
-                max_nodes: 0,
-                timeout: None,
-                ..SolveConfig::default()
-            };
-            let g = p.solve(u64::MAX >> 1, &greedy_only);
-            greedy_gap += g.peak as f64 / lb as f64 - 1.0;
-            let t = Instant::now();
-            let out = p.solve(lb, &SolveConfig::default());
-            let el = t.elapsed();
-            worst = worst.max(el);
-            if out.result == SolveResult::Fits {
-                solved += 1;
-                times.push(el);
-            }
-        }
-        times.sort();
-        let median = times.get(times.len() / 2).copied().unwrap_or_default();
-        let max = times.last().copied().unwrap_or_default();
-        let mean = if times.is_empty() {
-            Duration::ZERO
-        } else {
-            times.iter().sum::<Duration>() / times.len() as u32
-        };
-        println!(
-            "zero_slack n={n} solved={solved}/{seeds} median_ms={:.1} mean_ms={:.1} max_solved_ms={:.1} max_any_ms={:.1} cpu_ms_total={} greedy_gap_mean={:.1}%",
-            ms(median),
-            ms(mean),
-            ms(max),
-            ms(worst),
-            cpu_ms_since(cpu),
-            100.0 * greedy_gap / seeds as f64
-        );
+fn method(m: Option<SolveMethod>) -> String {
+    match m {
+        None => "none".to_owned(),
+        Some(SolveMethod::Trivial) => "trivial".to_owned(),
+        Some(SolveMethod::Skyline) => "skyline".to_owned(),
+        Some(SolveMethod::Greedy(g)) => format!("greedy-{:?}-{:?}", g.order, g.fit),
+        Some(SolveMethod::Exact) => "exact".to_owned(),
+        Some(other) => format!("{other:?}"),
     }
-    println!("# trace-like instances: greedy passes only, peak / lower bound");
-    for n in [10_000usize, 100_000] {
-        let p = trace_like(1, n);
-        let lb = p.lower_bound();
+}
+
+/// Why a solve did not fit: the proof, or what the search reached.
+fn reason(out: &SolveOutcome, capacity: u64, timeout: Duration) -> String {
+    if let Some(proof) = &out.infeasibility {
+        return format!("proved infeasible: {proof}");
+    }
+    let best = match &out.offsets {
+        Some(_) => format!(
+            "the best placement found peaks at {} bytes, {} bytes above the capacity and {} x the lower bound {}",
+            out.peak,
+            out.peak.saturating_sub(capacity),
+            ratio(out),
+            out.lower_bound
+        ),
+        None => "no placement was made".to_owned(),
+    };
+    if out.used_exact {
+        format!(
+            "no placement within the capacity found before the {:.1} s timeout ({} search nodes); {best}",
+            timeout.as_secs_f64(),
+            out.nodes
+        )
+    } else {
+        format!("no placement within the capacity found and no search was run; {best}")
+    }
+}
+
+fn seconds(s: f64) -> Result<Duration, String> {
+    if s.is_finite() && s >= 0.0 {
+        Ok(Duration::from_secs_f64(s))
+    } else {
+        Err(format!("bad timeout `{s}`: give a number of seconds"))
+    }
+}
+
+fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
+    let timeout = seconds(if args.quick {
+        args.timeout.min(2.0)
+    } else {
+        args.timeout
+    })?;
+    if let Some(dir) = &args.write {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        for inst in zero_slack_suite()
+            .into_iter()
+            .chain(near_zero_slack_suite())
+            .chain(ml_trace_suite())
+        {
+            let path = dir.join(format!("{}.csv", inst.name));
+            std::fs::write(&path, inst.problem.to_csv(None))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+        println!("# wrote the suites to {}", dir.display());
+    }
+    let mut suite = zero_slack_suite();
+    let mut near = near_zero_slack_suite();
+    if args.quick {
+        suite.truncate(4);
+        near.truncate(2);
+    }
+    println!(
+        "# zero-slack suite (1 MiB x 1 Mi-step rectangle, guillotine cuts; capacity = bound), {} s limit each, {} threads",
+        timeout.as_secs_f64(),
+        rayon::current_num_threads()
+    );
+    exact_suite("zero_slack", &suite, timeout);
+    println!(
+        "# near-zero-slack suite (the same cuts on the 1 KiB grid, one buffer in ten removed; capacity 1 MiB), {} s limit each",
+        timeout.as_secs_f64()
+    );
+    exact_suite("near_zero_slack", &near, timeout);
+    println!("# ML-shaped traces: best heuristic placement vs the peak-live lower bound");
+    println!(
+        "{:<10} {:>7} {:>16} {:>16} {:>8} {:>9} {:>7}  method",
+        "instance", "buffers", "bound", "achieved", "ratio", "wall_ms", "cpu_ms"
+    );
+    let mut traces = ml_trace_suite();
+    if args.quick {
+        traces.truncate(2);
+    }
+    for inst in &traces {
+        let config = SolveConfig {
+            max_nodes: 0,
+            timeout: None,
+            ..SolveConfig::default()
+        };
         let cpu = cpu_time();
         let t = Instant::now();
-        let out = p.solve(
-            u64::MAX >> 1,
-            &SolveConfig {
-                max_nodes: 0,
-                timeout: None,
-                ..SolveConfig::default()
-            },
-        );
+        let out = inst.problem.solve(u64::MAX, &config);
         let el = t.elapsed();
+        if let Some(offsets) = &out.offsets {
+            inst.problem
+                .check(out.peak, offsets)
+                .map_err(|e| format!("{}: the placement fails its check: {e:?}", inst.name))?;
+        }
         println!(
-            "trace n={n} peak={} lower_bound={} ratio={:.4} elapsed_ms={:.1} cpu_ms={}",
+            "{:<10} {:>7} {:>16} {:>16} {:>8} {:>9.1} {:>7}  {}",
+            inst.name,
+            inst.problem.buffers.len(),
+            out.lower_bound,
             out.peak,
-            lb,
-            out.peak as f64 / lb as f64,
+            ratio(&out),
             ms(el),
-            cpu_ms_since(cpu)
+            cpu_ms_since(cpu),
+            method(out.method)
         );
     }
-    println!("# SigLIP-scale whole chip: 1472 tiles x 340 requests, 250 steps");
-    let problem = siglip_like(1, 1472, 340, 250);
+    let tiles = ipu_target::Target::ipu21().tile_count();
+    println!("# SigLIP-scale whole chip: {tiles} tiles x 340 requests, 250 steps");
+    let problem = siglip_like(1, tiles, 340, 250);
     let requests: usize = problem.tiles.iter().map(|t| t.requests.len()).sum();
     for verify in [false, true] {
         let config = PlaceConfig {
@@ -173,6 +286,53 @@ fn alloc_bench(args: &[String]) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Solves every instance at its capacity and prints a row each and a
+/// total: solved, wall time, nodes, and where the search's nodes failed.
+fn exact_suite(label: &str, suite: &[SuiteInstance], timeout: Duration) {
+    println!(
+        "{:<14} {:>7} {:>10} {:>10} {:>11} {:>5} {:>6}  nodes failed by: valley release memo no-child dominance section",
+        "instance", "buffers", "result", "wall_ms", "nodes", "runs", "depth"
+    );
+    let (mut solved, mut total, cpu) = (0, Duration::ZERO, cpu_time());
+    for inst in suite {
+        let config = SolveConfig {
+            max_nodes: u64::MAX,
+            timeout: Some(timeout),
+            ..SolveConfig::default()
+        };
+        let t = Instant::now();
+        let out = inst.problem.solve(inst.capacity, &config);
+        let el = t.elapsed();
+        total += el;
+        if out.result == SolveResult::Fits {
+            solved += 1;
+        }
+        let s = out.search;
+        println!(
+            "{:<14} {:>7} {:>10} {:>10.1} {:>11} {:>5} {:>6}  {} {} {} {} {} {}",
+            inst.name,
+            inst.problem.buffers.len(),
+            out.result,
+            ms(el),
+            out.nodes,
+            s.runs,
+            s.max_depth,
+            s.valley,
+            s.release,
+            s.memo,
+            s.no_children,
+            s.dominance,
+            s.section
+        );
+    }
+    println!(
+        "{label} solved={solved}/{} total_wall_ms={:.1} cpu_ms={}",
+        suite.len(),
+        ms(total),
+        cpu_ms_since(cpu)
+    );
 }
 
 /// CPU time (user + system) of this process so far, from

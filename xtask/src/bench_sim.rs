@@ -9,8 +9,11 @@
 //! reference, as `run-package` does, and prints per output the errors and
 //! verdict, the wall times of the build, the tile model and the reference,
 //! the tile model's time per encoder layer (the iterations of the
-//! program's layer repeat), and the whole model's time extrapolated from
-//! it. Not part of the test suite: a run takes minutes.
+//! program's layer repeat), and the whole model's time: measured when
+//! `--layers` is the fixture's full 27, otherwise extrapolated from the
+//! time per layer and labelled so. The tile model's times exclude the
+//! per-op check, which runs on by default and is reported as
+//! `op_check_s`. Not part of the test suite: a run takes minutes.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -97,16 +100,30 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         None => println!("build_s=reused package={}", out.display()),
     }
     println!(
-        "tile_model_s={} reference_s={}",
+        "tile_model_s={} op_check_s={} ops_checked={} reference_s={}",
         secs(checked.tile_model),
+        secs(checked.stats.op_check),
+        checked.stats.ops_checked,
         secs(checked.reference)
     );
+    // CPU time does not grow with other processes' load: on an idle
+    // two-core machine the wall time approaches half of it.
+    if let Some(cpu) = checked.stats.cpu {
+        let check = checked.stats.op_check_cpu.unwrap_or_default();
+        println!(
+            "tile_model_cpu_s={} op_check_cpu_s={} (all threads; load average at the end {})",
+            secs(cpu.saturating_sub(check)),
+            secs(check),
+            std::fs::read_to_string("/proc/loadavg")
+                .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+                .unwrap_or_else(|_| "unknown".to_owned())
+        );
+    }
     let graph = ipu_package::graph::parse_fixture(&stored).map_err(|e| format!("fixture: {e}"))?;
     match per_layer(&graph, &checked.stats) {
         Some(layer) => {
             let layers_time = layer.each * layer.count;
             let rest = checked.tile_model.saturating_sub(layers_time);
-            let whole = rest + layer.each * full_layers;
             println!(
                 "tile_model_per_layer_s={} ({}; outside the layers {} s)",
                 secs(layer.each),
@@ -114,10 +131,14 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
                 secs(rest)
             );
             println!(
-                "EXTRAPOLATED whole model ({full_layers} layers), tile model: {} s = {} s outside the layers + {full_layers} x {} s per layer (not measured)",
-                secs(whole),
-                secs(rest),
-                secs(layer.each)
+                "{}",
+                whole_model_line(
+                    args.layers,
+                    full_layers,
+                    checked.tile_model,
+                    rest,
+                    layer.each
+                )
             );
         }
         None => println!(
@@ -129,6 +150,31 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         Ok(ExitCode::SUCCESS)
     } else {
         Err("an output is outside the graph tolerance (see the output lines)".to_owned())
+    }
+}
+
+/// The whole model's tile-model time: measured when the run had every
+/// layer, otherwise extrapolated from the time per layer (and labelled so).
+fn whole_model_line(
+    layers: u64,
+    full_layers: u32,
+    measured: Duration,
+    rest: Duration,
+    each: Duration,
+) -> String {
+    let secs = |d: Duration| format!("{:.1}", d.as_secs_f64());
+    if layers == u64::from(full_layers) {
+        format!(
+            "MEASURED whole model ({full_layers} layers), tile model: {} s (per-op check excluded)",
+            secs(measured)
+        )
+    } else {
+        format!(
+            "EXTRAPOLATED whole model ({full_layers} layers), tile model: {} s = {} s outside the layers + {full_layers} x {} s per layer (not measured)",
+            secs(rest + each * full_layers),
+            secs(rest),
+            secs(each)
+        )
     }
 }
 
@@ -242,6 +288,21 @@ fn per_layer(graph: &Graph, stats: &RunStats) -> Option<LayerTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_run_is_measured_and_a_partial_one_extrapolated() {
+        let s = Duration::from_secs;
+        let full = whole_model_line(27, 27, s(100), s(10), s(3));
+        assert!(
+            full.starts_with("MEASURED") && full.contains("100.0 s"),
+            "{full}"
+        );
+        let partial = whole_model_line(2, 27, s(16), s(10), s(3));
+        assert!(
+            partial.starts_with("EXTRAPOLATED") && partial.contains("91.0 s"),
+            "{partial}"
+        );
+    }
 
     #[test]
     fn the_fixture_has_27_layers() {

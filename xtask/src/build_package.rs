@@ -14,6 +14,20 @@
 //! fixture parameter (`--batch B` is short for `--param batch=B`); the
 //! package stores the fixture with the overridden values, so `run-package`
 //! checks it against the same graph.
+//!
+//! `--checkpoint DIR` builds a Hugging Face SigLIP checkpoint instead of a
+//! fixture (`docs/SIGLIP.md`): the graph comes from its `config.json`
+//! with the default fixture's precision layout, every FP8 scale is chosen
+//! from data (`ipu_package::checkpoint::calibrate`: weights from their
+//! values, activations from a reference run on the `--calibrate` images or
+//! the built-in synthetic ones), and the package carries the quantised
+//! weights (`weights.safetensors`), the model and preprocessing
+//! (`siglip.json`) and every precision decision (`precision.json`). The
+//! per-tensor table (precision, scale, saturated fraction, quantisation
+//! error) goes to stderr; a tensor saturating beyond the threshold is a
+//! warning, and with `--strict` an error (exit status 1, nothing
+//! written). If the build does not fit with F16 groups kept, calibration
+//! runs again without them and the package records why.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,6 +37,18 @@ use clap::Parser;
 use ipu_kernels::KernelCache;
 use ipu_package::build::{BuildConfig, Stages, build_package};
 use ipu_target::Target;
+
+use ipu_package::Graph;
+use ipu_package::build::BuildError;
+use ipu_package::checkpoint::calibrate::EvaluateError;
+use ipu_package::checkpoint::report::PrecisionReport;
+use ipu_package::checkpoint::{
+    Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, Evaluator, F16Groups,
+    ImportConfig, PackagedModel, PrecisionPolicy, calibrate, import_checkpoint, random_checkpoint,
+};
+use ipu_package::graph::{ValueSet, parse_fixture};
+use ipu_package::package::{Package, PackageWeights};
+use ipu_sim::reference::{Keep, ReferenceConfig};
 
 use crate::params::{merge, parse_param, resolve};
 
@@ -36,8 +62,25 @@ pub(crate) const SIGLIP: &str = include_str!("../../fixtures/siglip-so400m-b2.js
 )]
 struct Args {
     /// The fixture (default: the embedded SigLIP so400m b2).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "checkpoint")]
     fixture: Option<PathBuf>,
+    /// A Hugging Face SigLIP checkpoint directory to build instead of a
+    /// fixture (batch 1 unless `--batch`).
+    #[arg(long, value_name = "DIR", conflicts_with = "params")]
+    checkpoint: Option<PathBuf>,
+    /// Calibration images for a checkpoint's FP8 activation scales
+    /// (default: four built-in synthetic images).
+    #[arg(long, value_name = "IMAGE", num_args = 1.., requires = "checkpoint")]
+    calibrate: Vec<PathBuf>,
+    /// With `--checkpoint`: draw the weights at random with realistic
+    /// spread from this seed instead of reading them (the directory needs
+    /// only config.json); for checking that a configuration fits.
+    #[arg(long, value_name = "SEED", requires = "checkpoint")]
+    random_weights: Option<u64>,
+    /// Refuse to write a checkpoint package in which any tensor saturates
+    /// beyond the threshold on the calibration inputs.
+    #[arg(long, requires = "checkpoint")]
+    strict: bool,
     /// The device description (default: the built-in IPU21 of the C600).
     #[arg(long, value_name = "FILE")]
     device: Option<PathBuf>,
@@ -89,6 +132,9 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             .build_global()
             .map_err(|e| format!("cannot start {jobs} worker threads: {e}"))?;
     }
+    if let Some(dir) = &args.checkpoint {
+        return build_checkpoint(&args, dir, target);
+    }
     let text = match &args.fixture {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
@@ -108,12 +154,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         Err(e) => return Err(e.to_string()),
     };
-    let cache = match &args.kernel_cache {
-        Some(root) => KernelCache::open(root.clone()),
-        None => KernelCache::from_env(),
-    }
-    .map_err(|e| format!("the kernel cache: {e}"))?;
-    let stages = Stages::builtin(Box::new(cache));
+    let stages = Stages::builtin(Box::new(kernel_cache(&args)?));
     let tiles = args.tiles.unwrap_or(target.tile_count());
     let config = BuildConfig {
         target,
@@ -140,13 +181,198 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     package
         .write(&args.out)
         .map_err(|e| format!("writing the package: {e}"))?;
+    summarise(&package, &args.out, graph.name(), start);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The reference evaluator, for calibration.
+struct Reference;
+
+impl Evaluator for Reference {
+    fn evaluate(
+        &self,
+        graph: &Graph,
+        values: &ValueSet,
+        keep_all: bool,
+    ) -> Result<ValueSet, EvaluateError> {
+        let config = ReferenceConfig {
+            keep: if keep_all { Keep::All } else { Keep::Outputs },
+            ..ReferenceConfig::default()
+        };
+        Ok(ipu_sim::evaluate_with(graph, values, &config)?)
+    }
+}
+
+/// `build-package --checkpoint DIR`: calibrate, build, write (module
+/// header).
+fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode, String> {
+    let start = Instant::now();
+    let batch = args.batch.unwrap_or(1);
+    // The default fixture's layout of precisions: FP8 weights and casts
+    // before every GEMM, F16 activations and softmax; calibration chooses
+    // the scales.
+    let template = parse_fixture(SIGLIP)
+        .map_err(|e| format!("the embedded fixture: {e}"))
+        .and_then(|g| PrecisionPolicy::from_graph(&g).map_err(|e| e.to_string()))?;
+    let import = ImportConfig {
+        batch,
+        policy: template.clone(),
+        name: None,
+    };
+    let imported = match args.random_weights {
+        Some(seed) => random_checkpoint(dir, &import, seed),
+        None => import_checkpoint(dir, &import),
+    };
+    let checkpoint = match imported {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let name = checkpoint.graph().name().to_owned();
+    let mut options = CalibrationOptions::new(template);
+    if !args.calibrate.is_empty() {
+        options.inputs = CalibrationInputs::Images(args.calibrate.clone());
+    }
+    let mut calibration = run_calibration(&checkpoint, &options)?;
+    if !report_calibration(calibration.report(), args.strict) {
+        return Ok(ExitCode::FAILURE);
+    }
+    let tiles = args.tiles.unwrap_or(target.tile_count());
+    let stages = Stages::builtin(Box::new(kernel_cache(args)?));
+    let config = BuildConfig {
+        target,
+        tiles: Some(tiles),
+        ..BuildConfig::default()
+    };
+    let kept_f16 = |c: &Calibration| c.report().groups.iter().any(|g| g.decision == "F16");
+    let (model, graph, package) = loop {
+        let model = PackagedModel::new(&checkpoint, &name, batch, &calibration)
+            .map_err(|e| e.to_string())?;
+        let graph = model.graph().map_err(|e| e.to_string())?;
+        match build_package(&graph, &config, &stages) {
+            Ok(p) => break (model, graph, p),
+            Err(e @ BuildError::DoesNotFit { .. }) if kept_f16(&calibration) => {
+                tracing::warn!(error = %e, "does not fit with F16 groups; calibrating again without them");
+                options.f16_groups = F16Groups::Refused(format!(
+                    "with them the package did not fit on {tiles} tiles ({e})"
+                ));
+                calibration = run_calibration(&checkpoint, &options)?;
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                eprintln!(
+                    "result=does-not-fit-or-failed model={name} tiles={tiles} elapsed_ms={}",
+                    start.elapsed().as_millis()
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    };
+    let weights = checkpoint
+        .weights_for(&graph)
+        .map_err(|e| format!("the checkpoint's weights: {e}"))?;
+    let mut package: Package = package;
+    package.weights = Some(PackageWeights::encode(&graph, &weights).map_err(|e| e.to_string())?);
+    package.siglip = Some(model.files());
+    package
+        .write(&args.out)
+        .map_err(|e| format!("writing the package: {e}"))?;
+    summarise(&package, &args.out, graph.name(), start);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_calibration(
+    checkpoint: &Checkpoint,
+    options: &CalibrationOptions,
+) -> Result<Calibration, String> {
+    let start = Instant::now();
+    let calibration =
+        calibrate(checkpoint, options, &Reference).map_err(|e| format!("calibration: {e}"))?;
+    tracing::info!(
+        inputs = calibration.report().calibration.inputs.len(),
+        elapsed_ms = start.elapsed().as_millis() as u64,
+        "calibrated FP8 scales"
+    );
+    Ok(calibration)
+}
+
+/// Prints the per-tensor table and the F16 group decisions to stderr and
+/// the saturation warnings; `false` if `strict` and a tensor saturates
+/// beyond the threshold.
+fn report_calibration(report: &PrecisionReport, strict: bool) -> bool {
+    eprintln!(
+        "calibration inputs: {}",
+        report.calibration.inputs.join(" ")
+    );
+    eprintln!(
+        "{:<18} {:<10} {:<5} {:>5} {:>10} {:>10} {:>10}",
+        "tensor", "kind", "prec", "scale", "max_abs", "saturated", "error"
+    );
+    for t in &report.tensors {
+        if t.kind == "view" {
+            continue;
+        }
+        eprintln!(
+            "{:<18} {:<10} {:<5} {:>5} {:>10.4} {:>10.2e} {:>10}",
+            t.tensor,
+            t.kind,
+            t.precision,
+            t.scale.map_or_else(|| "-".to_owned(), |s| s.to_string()),
+            t.max_abs,
+            t.saturated,
+            t.error
+                .map_or_else(|| "-".to_owned(), |e| format!("{e:.2e}"))
+        );
+    }
+    for g in &report.groups {
+        eprintln!("f16 group {}: {} ({})", g.group, g.decision, g.reason);
+    }
+    for o in &report.outputs {
+        eprintln!(
+            "calibration output {}: relative_rms={:.4} cosine={:.6} vs the F32 graph",
+            o.output, o.relative_rms, o.cosine
+        );
+    }
+    let saturating = report.saturating();
+    for t in &saturating {
+        tracing::warn!(
+            tensor = %t.tensor,
+            saturated = t.saturated,
+            threshold = report.calibration.saturation_threshold,
+            "tensor saturates beyond the threshold on the calibration inputs"
+        );
+    }
+    if strict && !saturating.is_empty() {
+        eprintln!(
+            "error: --strict: {} tensor(s) saturate beyond {} on the calibration inputs (first: {}); nothing written",
+            saturating.len(),
+            report.calibration.saturation_threshold,
+            saturating[0].tensor
+        );
+        return false;
+    }
+    true
+}
+
+fn kernel_cache(args: &Args) -> Result<KernelCache, String> {
+    match &args.kernel_cache {
+        Some(root) => KernelCache::open(root.clone()),
+        None => KernelCache::from_env(),
+    }
+    .map_err(|e| format!("the kernel cache: {e}"))
+}
+
+/// The summary lines of a written package.
+fn summarise(package: &Package, out: &Path, model: &str, start: Instant) {
     let s = &package.manifest.summary;
     let ratio = s.exchange_horizon as f64 / s.exchange_endpoint_bound.max(1) as f64;
-    eprintln!("package written to {}", args.out.display());
+    eprintln!("package written to {}", out.display());
     eprintln!(
         // A package exists only when every shard was placed and checked.
         "result=fits model={} tiles={} requests={} peak_bytes={} min_headroom_bytes={} (tile {}) max_support_bytes={}",
-        graph.name(),
+        model,
         s.tile_count,
         s.requests,
         s.peak_bytes,
@@ -172,7 +398,6 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         phases.join(" "),
         start.elapsed().as_millis()
     );
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Checks `--tiles` against the device before any work, naming the flag

@@ -7,8 +7,9 @@
 //! prints transfers, bounds, horizon, gap, row bytes and time per phase and
 //! in total. `cargo xtask exchange --families` does the same for the
 //! generated phase families shaped like the seed log (unicast), then the
-//! multicast and paired families. `--check` also runs the checker on every
-//! schedule (its time is not counted); `--write DIR` stores the generated
+//! multicast and paired families, the multicast families with fanouts up to
+//! 400 and the split-K reduce families. `--check` also runs the checker on
+//! every schedule (its time is reported apart); `--write DIR` stores the generated
 //! families as snapshots; `--only TEXT` keeps the families whose name
 //! contains TEXT. `--slack-ppm N` sets the target horizon slack and
 //! `--no-fanout-split` keeps multicast transfers whole. The exit status is
@@ -17,7 +18,10 @@
 
 use std::process::ExitCode;
 
-use ipu_exchange::generate::{generate_phase, other_families, seed_families};
+use ipu_exchange::generate::{
+    generate_phase, multicast_families, other_families, reduce_families, reduce_phase,
+    seed_families,
+};
 use ipu_exchange::report::{PhaseFigures, format_figures, phase_figures};
 use ipu_exchange::{Fabric, Phase, ScheduleConfig, Snapshot};
 
@@ -29,8 +33,8 @@ fn failures(figures: &[PhaseFigures]) -> Result<(), String> {
         .iter()
         .filter_map(|f| match &f.outcome {
             Err(e) => Some(format!("phase {}: {e}", f.phase)),
-            Ok(o) => match o.check_errors {
-                Some(n) if n > 0 => Some(format!("phase {}: {n} checker error(s)", f.phase)),
+            Ok(o) => match o.check {
+                Some((n, _)) if n > 0 => Some(format!("phase {}: {n} checker error(s)", f.phase)),
                 _ => None,
             },
         })
@@ -72,16 +76,41 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1));
     if args.iter().any(|a| a == "--families") {
+        // Only the families kept by --only are generated.
+        let keep = |name: &String| only.is_none_or(|o| name.contains(o.as_str()));
+        let named = |families: Vec<(String, ipu_exchange::generate::GenConfig)>| {
+            families
+                .into_iter()
+                .map(|(name, c)| {
+                    let phase = keep(&name).then(|| generate_phase(&c));
+                    (name, phase)
+                })
+                .collect::<Vec<_>>()
+        };
+        let reduce = reduce_families()
+            .into_iter()
+            .map(|(name, c)| {
+                let phase = keep(&name).then(|| reduce_phase(&c));
+                (name, phase)
+            })
+            .collect::<Vec<_>>();
         for (title, families) in [
-            ("seed-shaped unicast families", seed_families()),
-            ("multicast and paired families", other_families()),
+            ("seed-shaped unicast families", named(seed_families())),
+            ("multicast and paired families", named(other_families())),
+            (
+                "wide-multicast families (fanout up to 400)",
+                named(multicast_families()),
+            ),
+            ("reduce families (split-K partial-sum gathers)", reduce),
         ] {
             let phases: Vec<(u32, Phase)> = families
                 .iter()
                 .enumerate()
-                .filter(|(_, (name, _))| only.is_none_or(|o| name.contains(o.as_str())))
-                .map(|(i, (_, c))| (i as u32, generate_phase(c)))
+                .filter_map(|(i, (_, p))| p.clone().map(|p| (i as u32, p)))
                 .collect();
+            if phases.is_empty() {
+                continue;
+            }
             println!("{title}:");
             for (i, (name, _)) in families.iter().enumerate() {
                 println!("  phase {i}: {name}");
@@ -89,7 +118,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             if let Some(dir) = write {
                 let file = format!("{dir}/{}.json", title.split(' ').next().unwrap_or("phases"));
                 let only: Vec<Phase> = phases.iter().map(|(_, p)| p.clone()).collect();
-                let snapshot = Snapshot::from_phases(1472, &only);
+                let snapshot = Snapshot::from_phases(fabric.tile_count(), &only);
                 std::fs::write(&file, snapshot.to_json())
                     .map_err(|e| format!("cannot write {file}: {e}"))?;
                 println!("  wrote {file}");

@@ -9,8 +9,8 @@
 //!   flipped bytes, the target), re-signs it (sizes and SHA-256 digests
 //!   recomputed), runs `inspect-package` on it, and runs the hidden task
 //!   `hostile-case package DIR`, which recovers and reads it exactly as
-//!   `run-package` does and, when it reads, runs it on the tile model and
-//!   the reference as `run-package` does. To keep each case short, a
+//!   `run-package` does and, when it reads, runs it on the tile model
+//!   (with its per-op check against the reference) as `run-package` does. To keep each case short, a
 //!   package whose work is more than [`work_limits`] allow (a few hundred
 //!   times the base's) is not run; it is counted as "over the campaign
 //!   bound", apart from the clean errors.
@@ -20,8 +20,8 @@
 //! - Snapshots: `fixtures/exchange/*.json` edited and given to `exchange
 //!   --check`.
 //!
-//! Outcomes: `ok` (success, or a run whose outputs were compared, pass or
-//! fail), `clean` (refused with an `error:` line and a non-zero status),
+//! Outcomes: `ok` (success, or a run that the per-op check stopped
+//! because an edit made a well-formed program compute something else), `clean` (refused with an `error:` line and a non-zero status),
 //! `over-bound`, `inconsistent` (`inspect-package` called a package valid
 //! that the run path refused, or the reverse), `panic`, `timeout` (killed
 //! at the time limit) and `abort` (a signal: memory exhausted under the
@@ -40,7 +40,7 @@ use ipu_package::hostile::{
 };
 use ipu_package::package::{Limits, Package};
 
-use crate::run_package::{Inputs, check};
+use crate::run_package::{Inputs, prepare};
 
 /// The outcome of one case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -534,13 +534,28 @@ pub fn case(args: &[String]) -> Result<ExitCode, String> {
         eprintln!("over the campaign's bound: {first}");
         return Ok(ExitCode::from(CASE_OVER_BOUND));
     }
-    match check(&dir, &package, 7, &Inputs::Seed) {
-        Ok(checked) => {
-            eprintln!("ran: {}", if checked.pass { "pass" } else { "fail" });
+    // The run path of run-package: the graph checked against the package,
+    // values, then the tile model with its per-op check.
+    let (graph, values) = match prepare(&package, 7, &Inputs::Seed) {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            eprintln!("error: read and validated, then the run refused it: {e}");
+            return Ok(ExitCode::from(CASE_INCONSISTENT));
+        }
+    };
+    match ipu_sim::tiles::run_package(&package, &graph, &values) {
+        Ok(_) => {
+            eprintln!("ran");
+            Ok(ExitCode::SUCCESS)
+        }
+        // A well-formed program that computes something else: the per-op
+        // check's verdict on the result, as run-package reports it.
+        Err(ipu_sim::SimError::OpMismatch(m)) => {
+            eprintln!("ran: the per-op check stopped it: {m}");
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("error: read and validated, then the run refused it: {e}");
+            eprintln!("error: read and validated, then the tile model refused it: {e}");
             Ok(ExitCode::from(CASE_INCONSISTENT))
         }
     }

@@ -30,17 +30,17 @@ struct Task {
 const TASKS: &[Task] = &[
     Task {
         name: "build-package",
-        summary: "build a model fixture into a package (default: SigLIP so400m b2, 1472 tiles) [--param NAME=VALUE]",
+        summary: "build a model fixture or a SigLIP --checkpoint DIR into a package (default: SigLIP so400m b2 on every tile of the IPU21)",
         run: build_package::run,
     },
     Task {
         name: "run-package",
-        summary: "run a package on the tile model against the reference: DIR [--inputs seed|FILE] [--seed N]",
+        summary: "run a package on the tile model: DIR [--image FILE]... [--inputs seed|FILE] [--seed N] [--out FILE.safetensors] [--reference]",
         run: run_package::run,
     },
     Task {
         name: "bench-sim",
-        summary: "time the tile model and the reference on SigLIP b2 at 1472 tiles: [--layers N] [--keep DIR]",
+        summary: "time the tile model and the reference on SigLIP b2 on the IPU21: [--layers N] [--keep DIR]",
         run: bench_sim::run,
     },
     Task {
@@ -70,7 +70,7 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "alloc",
-        summary: "FILE.csv --capacity BYTES [--timeout S] | bench [--quick]: placement tools",
+        summary: "FILE.csv --capacity BYTES [--timeout S] [--output F] | bench [--quick]: placement tools",
         run: alloc::alloc,
     },
     Task {

@@ -1,26 +1,44 @@
-//! `cargo xtask run-package DIR [--inputs seed|FILE] [--seed N]` and
+//! `cargo xtask run-package DIR [--image FILE]... [--inputs seed|FILE]
+//! [--seed N] [--out OUT.safetensors] [--reference]` and
 //! `cargo xtask inspect-package DIR`.
 //!
-//! `run-package` runs a package on the tile model and the reference
-//! evaluation of the fixture it was built from, on the same inputs and
-//! weights (generated from a seed, or inputs read from a safetensors-style
-//! FILE), and prints per output the largest absolute and relative errors,
-//! the normalised RMS error and pass/fail under the reference's graph
-//! tolerance for the output's precision. Exit status 0 only if every output
-//! passes. A `profile` line on stderr says where the tile model's time
-//! went (step kinds, and per codelet kind the time summed over threads). A
-//! failed run ends with an `error:` line naming the failing outputs.
+//! `run-package` runs a package on the tile model. Weights come from the
+//! package's `weights.safetensors` when it carries one (every package
+//! built from a checkpoint does, and a weight missing there is an error,
+//! never a generated stand-in); a fixture package without weights runs on
+//! weights generated from the seed. Inputs are generated from the seed,
+//! read from a safetensors FILE (`--inputs`, only the graph's inputs, all
+//! of them), or made from images (`--image`, one per batch row, for a
+//! package built from a checkpoint, preprocessed as its `siglip.json`
+//! says). `--out` writes every graph output as an F32 tensor to a
+//! safetensors file. The reference evaluation of the package's graph runs
+//! with `--reference`, and by default when neither `--image` nor `--out`
+//! is given; then every output's largest absolute and relative errors,
+//! normalised RMS error and pass/fail under the reference's graph
+//! tolerance for the output's precision are printed. Every op is also
+//! checked against the reference on the device's own inputs as the tile
+//! model runs (the first op out of its tight tolerance stops the run,
+//! naming the op, its tensor and the worst element). The exit status is 0
+//! only if every op and every compared output passes; a failed comparison
+//! ends with an `error:` line naming the failing outputs. A `profile` line
+//! on stderr says where the tile model's time went (step kinds, and per
+//! codelet kind the time summed over threads).
+//!
 //! `inspect-package` recovers, reads and validates the package exactly as
 //! `run-package` does (`Package::read`, which checks every file against
-//! the manifest and then `Package::validate`), prints the manifest summary
-//! and `valid=true`, or one `problem:` line per validation problem, an
-//! `error:` line and `valid=false` with exit status 1.
+//! the manifest and then `Package::validate`, and then the graph a run
+//! would build from the package's fixture or checkpoint description and
+//! its weights), prints the manifest summary and `valid=true`, or one
+//! `problem:` line per validation problem, an `error:` line and
+//! `valid=false` with exit status 1.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ipu_package::graph::{parse_fixture, safetensors, values};
+use ipu_package::TensorKind;
+use ipu_package::checkpoint::PackagedModel;
+use ipu_package::graph::{Graph, ValueSet, parse_fixture, safetensors, values};
 use ipu_package::package::{Package, PackageIoError};
 use ipu_sim::reference::compare::{Tolerance, compare};
 use ipu_sim::tiles::{CODELET_KINDS, RunStats};
@@ -62,39 +80,106 @@ fn read_package(args: &[String]) -> Result<(PathBuf, Package), String> {
     Ok((dir, package))
 }
 
-fn option<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(String::as_str)
+/// What `run-package` was asked for.
+struct RunArgs {
+    seed: u64,
+    inputs: Inputs,
+    out: Option<PathBuf>,
+    reference: bool,
+}
+
+/// Parses the options after the package directory.
+fn run_args(args: &[String]) -> Result<RunArgs, String> {
+    let mut seed = 7;
+    let (mut file, mut images, mut out, mut reference) = (None, Vec::new(), None, false);
+    let mut rest = args.iter().skip(1);
+    while let Some(flag) = rest.next() {
+        let mut value = || {
+            rest.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--seed" => seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--inputs" => file = Some(value()?),
+            "--image" => images.push(PathBuf::from(value()?)),
+            "--out" => out = Some(PathBuf::from(value()?)),
+            "--reference" => reference = true,
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}`; run-package takes DIR [--image FILE]... \
+                     [--inputs seed|FILE] [--seed N] [--out FILE.safetensors] [--reference]"
+                ));
+            }
+        }
+    }
+    let inputs = match (file, images.is_empty()) {
+        (Some(_), false) => return Err("give --image or --inputs, not both".to_owned()),
+        (None, false) => Inputs::Images(images),
+        (Some(f), true) if f != "seed" => Inputs::File(PathBuf::from(f)),
+        _ => Inputs::Seed,
+    };
+    if let Some(out) = &out
+        && out.is_dir()
+    {
+        return Err(format!(
+            "--out {}: is a directory; give the safetensors file to write",
+            out.display()
+        ));
+    }
+    // Images in, embeddings out: the reference runs when asked. A plain
+    // run (seeded or file inputs, nothing written) is a check against it.
+    let reference = reference || (out.is_none() && !matches!(inputs, Inputs::Images(_)));
+    Ok(RunArgs {
+        seed,
+        inputs,
+        out,
+        reference,
+    })
 }
 
 pub fn run(args: &[String]) -> Result<ExitCode, String> {
     let (dir, package) = read_package(args)?;
-    let seed: u64 = option(args, "--seed")
-        .map(str::parse)
-        .transpose()
-        .map_err(|e| format!("--seed: {e}"))?
-        .unwrap_or(7);
-    let inputs = match option(args, "--inputs").unwrap_or("seed") {
-        "seed" => Inputs::Seed,
-        file => Inputs::File(PathBuf::from(file)),
-    };
-    let checked = check(&dir, &package, seed, &inputs)?;
-    for line in &checked.lines {
+    let run = run_args(args)?;
+    let (graph, values) = prepare(&package, run.seed, &run.inputs)?;
+    let start = Instant::now();
+    let (device, stats) = ipu_sim::tiles::run_package_with_stats(&package, &graph, &values)
+        .map_err(|e| format!("running {}: {}", dir.display(), error_chain(&e)))?;
+    // The per-op check runs inside the tile model's run; its time is
+    // reported on its own.
+    let tile_model = start.elapsed().saturating_sub(stats.op_check);
+    eprintln!("{}", profile(&stats));
+    if let Some(out) = &run.out {
+        write_outputs(out, &graph, &device)?;
+    }
+    if !run.reference {
+        println!(
+            "result=ran tile_model_ms={} op_check_ms={} ops_checked={}",
+            tile_model.as_millis(),
+            stats.op_check.as_millis(),
+            stats.ops_checked
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let start = Instant::now();
+    let reference = ipu_sim::evaluate(&graph, &values).map_err(|e| format!("reference: {e}"))?;
+    let reference_time = start.elapsed();
+    let (lines, pass) = comparison(&graph, &reference, &device);
+    for line in &lines {
         println!("{line}");
     }
-    eprintln!("{}", profile(&checked.stats));
     println!(
-        "result={} tile_model_ms={} reference_ms={}",
-        if checked.pass { "pass" } else { "fail" },
-        checked.tile_model.as_millis(),
-        checked.reference.as_millis()
+        "result={} tile_model_ms={} op_check_ms={} ops_checked={} reference_ms={}",
+        if pass { "pass" } else { "fail" },
+        tile_model.as_millis(),
+        stats.op_check.as_millis(),
+        stats.ops_checked,
+        reference_time.as_millis()
     );
-    if checked.pass {
+    if pass {
         Ok(ExitCode::SUCCESS)
     } else {
-        Err(failure_reason(&checked.lines))
+        Err(failure_reason(&lines))
     }
 }
 
@@ -114,13 +199,44 @@ fn failure_reason(lines: &[String]) -> String {
     )
 }
 
-/// Where the inputs of a run come from (weights always come from the seed).
+/// Writes every graph output as an F32 tensor to `out` (through a
+/// temporary file beside it, so `out` is whole or untouched).
+fn write_outputs(out: &Path, graph: &Graph, device: &ValueSet) -> Result<(), String> {
+    let mut tensors = Vec::new();
+    for id in graph.outputs() {
+        let t = graph.tensor(id);
+        let values = device
+            .get(id)
+            .ok_or_else(|| format!("the tile model produced no `{}`", t.name()))?;
+        tensors.push((t.name(), t.extents(), values));
+    }
+    let bytes = safetensors::write_f32(&tensors).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut tmp = out.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, &bytes)
+        .and_then(|()| std::fs::rename(&tmp, out))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("writing {}: {e}", out.display())
+        })?;
+    for (name, extents, _) in &tensors {
+        println!("wrote output={name} shape={extents:?} dtype=F32");
+    }
+    eprintln!("outputs written to {}", out.display());
+    Ok(())
+}
+
+/// Where the inputs of a run come from.
 #[derive(Debug)]
 pub enum Inputs {
     /// Generated from the seed.
     Seed,
     /// Read from a safetensors-style file.
     File(PathBuf),
+    /// Images, one per batch row, preprocessed as a checkpoint package's
+    /// `siglip.json` says.
+    Images(Vec<PathBuf>),
 }
 
 /// A package run on the tile model and compared with the reference.
@@ -130,7 +246,7 @@ pub struct Checked {
     pub lines: Vec<String>,
     /// Whether every output passed.
     pub pass: bool,
-    /// Wall time of the tile model.
+    /// Wall time of the tile model, without the per-op check.
     pub tile_model: Duration,
     /// Wall time of the reference evaluation.
     pub reference: Duration,
@@ -138,33 +254,131 @@ pub struct Checked {
     pub stats: RunStats,
 }
 
-/// Runs `package` (read from `dir`) on the tile model and the reference
-/// evaluation of its stored fixture, on the same inputs and weights, and
-/// compares every output under the graph tolerance of its precision.
-pub fn check(dir: &Path, package: &Package, seed: u64, inputs: &Inputs) -> Result<Checked, String> {
-    let fixture = package
-        .fixture
-        .as_deref()
-        .ok_or("the package does not carry its fixture; rebuild it with build-package")?;
-    let graph = parse_fixture(fixture).map_err(|e| format!("the package's fixture: {e}"))?;
-    let mut values = values::generate_weights(&graph, seed);
+/// The package's graph and the values of a run: every weight from the
+/// package's `weights.safetensors` when it has one (a package built from a
+/// checkpoint always does; a weight missing there is an error), else
+/// generated from `seed` (fixture packages); inputs as `inputs` says.
+pub fn prepare(package: &Package, seed: u64, inputs: &Inputs) -> Result<(Graph, ValueSet), String> {
+    let (graph, model) = graph_of(package)?;
+    let mut values = match &package.weights {
+        Some(weights) => weights.values(&graph).map_err(|e| e.to_string())?,
+        None if model.is_some() => {
+            return Err(
+                "the package was built from a checkpoint but carries no weights.safetensors; rebuild it"
+                    .to_owned(),
+            );
+        }
+        None => values::generate_weights(&graph, seed),
+    };
     match inputs {
         Inputs::Seed => values.extend(values::generate_inputs(&graph, seed)),
         Inputs::File(file) => {
             let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let read = safetensors::read_values(&graph, &bytes)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
+            for (id, v) in read.iter() {
+                let t = graph.tensor(id);
+                if t.kind() != TensorKind::Input {
+                    return Err(format!(
+                        "{}: holds {} `{}`; an inputs file holds only the graph's inputs ({})",
+                        file.display(),
+                        t.kind().as_str(),
+                        t.name(),
+                        input_names(&graph)
+                    ));
+                }
+                values.insert(id, v.to_vec());
+            }
+            for id in graph.inputs() {
+                if !values.contains(id) {
+                    return Err(format!(
+                        "{}: has no input `{}`; give every input ({})",
+                        file.display(),
+                        graph.tensor(id).name(),
+                        input_names(&graph)
+                    ));
+                }
+            }
+        }
+        Inputs::Images(images) => {
+            let model = model.ok_or(
+                "--image needs a package built from a checkpoint (build-package --checkpoint); \
+                 this one was built from a fixture, give --inputs FILE",
+            )?;
             values.extend(
-                safetensors::read_values(&graph, &bytes)
-                    .map_err(|e| format!("{}: {e}", file.display()))?,
+                model
+                    .input_values(&graph, images)
+                    .map_err(|e| e.to_string())?,
             );
         }
     }
+    Ok((graph, values))
+}
+
+/// The graph a run of `package` uses, from its checkpoint description or
+/// its fixture, checked against the package's buffers before any value is
+/// generated for it; with the checkpoint model when the package has one.
+/// `inspect-package` calls it too, so that it never calls valid a package
+/// whose graph a run refuses.
+pub fn graph_of(package: &Package) -> Result<(Graph, Option<PackagedModel>), String> {
+    let (graph, model) = match (&package.siglip, &package.fixture) {
+        (Some(files), _) => {
+            let model = PackagedModel::from_files(files).map_err(|e| e.to_string())?;
+            (model.graph().map_err(|e| e.to_string())?, Some(model))
+        }
+        (None, Some(fixture)) => (
+            parse_fixture(fixture).map_err(|e| format!("the package's fixture: {e}"))?,
+            None,
+        ),
+        (None, None) => {
+            return Err(
+                "the package carries neither its fixture nor a SigLIP model; rebuild it with build-package"
+                    .to_owned(),
+            );
+        }
+    };
+    // Sizes first: an edited fixture must not make us generate values for
+    // tensors the package never holds.
+    ipu_sim::tiles::check_fixture(package, &graph).map_err(|e| error_chain(&e))?;
+    Ok((graph, model))
+}
+
+fn input_names(graph: &Graph) -> String {
+    graph
+        .inputs()
+        .iter()
+        .map(|&id| format!("`{}`", graph.tensor(id).name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs `package` (read from `dir`) on the tile model and the reference
+/// evaluation of its graph, on the same inputs and weights, and
+/// compares every output under the graph tolerance of its precision.
+pub fn check(dir: &Path, package: &Package, seed: u64, inputs: &Inputs) -> Result<Checked, String> {
+    let (graph, values) = prepare(package, seed, inputs)?;
     let start = Instant::now();
     let (device, stats) = ipu_sim::tiles::run_package_with_stats(package, &graph, &values)
-        .map_err(|e| format!("running {}: {e}", dir.display()))?;
-    let tile_model = start.elapsed();
+        .map_err(|e| format!("running {}: {}", dir.display(), error_chain(&e)))?;
+    // The per-op check runs inside the tile model's run; its time is
+    // reported on its own.
+    let tile_model = start.elapsed().saturating_sub(stats.op_check);
     let start = Instant::now();
     let reference = ipu_sim::evaluate(&graph, &values).map_err(|e| format!("reference: {e}"))?;
     let reference_time = start.elapsed();
+    let (lines, pass) = comparison(&graph, &reference, &device);
+    Ok(Checked {
+        lines,
+        pass,
+        tile_model,
+        reference: reference_time,
+        stats,
+    })
+}
+
+/// One line per output comparing the tile model with the reference under
+/// the graph tolerance of its precision, and whether all pass.
+fn comparison(graph: &Graph, reference: &ValueSet, device: &ValueSet) -> (Vec<String>, bool) {
     let mut pass = true;
     let mut lines = Vec::new();
     for output in graph.outputs() {
@@ -187,13 +401,19 @@ pub fn check(dir: &Path, package: &Package, seed: u64, inputs: &Inputs) -> Resul
             if c.pass { "pass" } else { "fail" }
         ));
     }
-    Ok(Checked {
-        lines,
-        pass,
-        tile_model,
-        reference: reference_time,
-        stats,
-    })
+    (lines, pass)
+}
+
+/// An error and its causes, joined into one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        line.push_str(": ");
+        line.push_str(&c.to_string());
+        cause = c.source();
+    }
+    line
 }
 
 /// One line saying where the tile model's time went: wall times of the
@@ -202,14 +422,16 @@ pub fn check(dir: &Path, package: &Package, seed: u64, inputs: &Inputs) -> Resul
 pub fn profile(s: &RunStats) -> String {
     let ms = |d: Duration| d.as_millis();
     let mut line = format!(
-        "profile setup_ms={} load_ms={} compute_ms={} exchange_ms={} exchange_steps={} exchange_words={} outputs_ms={}",
+        "profile setup_ms={} load_ms={} compute_ms={} exchange_ms={} exchange_steps={} exchange_words={} outputs_ms={} op_check_ms={} ops_checked={}",
         ms(s.setup),
         ms(s.load),
         ms(s.compute),
         ms(s.exchange),
         s.exchange_steps,
         s.exchange_words,
-        ms(s.outputs)
+        ms(s.outputs),
+        ms(s.op_check),
+        s.ops_checked
     );
     for (name, k) in CODELET_KINDS.iter().zip(&s.codelets) {
         if k.calls > 0 {
@@ -220,8 +442,8 @@ pub fn profile(s: &RunStats) -> String {
 }
 
 pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
-    // The same recovery, reading and validation as run-package: a package
-    // it refuses is never called valid here.
+    // The same recovery, reading and validation as run-package, and the
+    // same graph: a package it refuses is never called valid here.
     let dir = package_dir(args)?;
     let package = match read_dir(&dir) {
         Ok(package) => package,
@@ -261,13 +483,10 @@ pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
     for f in &package.manifest.files {
         println!("file {} {} bytes", f.name, f.bytes);
     }
-    if package.fixture.is_none() {
-        // Valid as a package, but run-package would refuse it.
-        println!("problem: the package carries no fixture.json, which run-package needs");
-        eprintln!(
-            "error: {} has no fixture; rebuild it with build-package",
-            dir.display()
-        );
+    if let Err(e) = graph_of(&package) {
+        // Valid files, but a run would refuse the graph they describe.
+        println!("problem: {e}");
+        eprintln!("error: {}: {e}", dir.display());
         println!("valid=false");
         return Ok(ExitCode::FAILURE);
     }

@@ -42,6 +42,10 @@ pub(crate) struct Arena {
     pub items: Vec<Item>,
     /// Number of time sections.
     pub sections: u32,
+    /// The time at which each section starts, and one past the last
+    /// (`sections + 1` values, ascending): lifetimes in the caller's units,
+    /// which the exact search's branching orders weigh by.
+    pub times: Vec<u64>,
     /// Sorted, disjoint address windows; an item lies inside one of its set.
     pub window_sets: Vec<Vec<(u64, u64)>>,
     /// Regions `(start, end, element_bytes)` that define memory elements for
@@ -76,27 +80,6 @@ impl Arena {
         let k = (addr - rs) / eb.max(1);
         let s = rs + k * eb.max(1);
         Some((s, s.saturating_add(eb).min(re)))
-    }
-
-    /// Peak over sections of the bytes of every live item: no placement
-    /// can use fewer bytes at once.
-    pub fn peak_live(&self) -> (u64, u32) {
-        let mut delta = vec![0i128; self.sections as usize + 1];
-        for it in &self.items {
-            if it.live() {
-                delta[it.start as usize] += i128::from(it.size);
-                delta[it.end as usize] -= i128::from(it.size);
-            }
-        }
-        let (mut run, mut best, mut at) = (0i128, 0i128, 0u32);
-        for (s, d) in delta.iter().enumerate().take(self.sections as usize) {
-            run += d;
-            if run > best {
-                best = run;
-                at = s as u32;
-            }
-        }
-        (u64::try_from(best).unwrap_or(u64::MAX), at)
     }
 }
 

@@ -21,6 +21,7 @@ use crate::{MemoryMap, Placement, Problem, Request, RequestId};
 
 /// One defect of a placement.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PlacementCheckError {
     /// The placement has a different number of tiles than the problem.
     #[error("the placement has {got} tiles but the problem has {expected}")]

@@ -1,25 +1,22 @@
-//! MiniMalloc-style CSV problems: import, export, solve and check.
+//! MiniMalloc-style CSV problems: import, export, lower bound and check.
 //!
 //! A row is `id,lower,upper,size[,alignment][,offset]`: a buffer live over
 //! the half-open interval `[lower, upper)` of `size` bytes, optionally with an
 //! alignment and a fixed `offset`. A header row naming the columns is
-//! optional; with a header the columns may come in any order. Sizes and
-//! capacities are 64-bit because research traces exceed 4 GiB.
+//! optional; with a header the columns may come in any order and may use
+//! MiniMalloc's names (`buffer,start,end,size`). Sizes and capacities are
+//! 64-bit because research traces exceed 4 GiB. Ids must be unique.
 //!
 //! This single-arena form is the standard research benchmark for the
-//! problem; [`CsvProblem::solve`] runs the same greedy passes and exact
-//! search as tile placement, and [`CsvProblem::check`] is an independent
-//! checker of a solution.
+//! problem; `solve.rs` places it, and [`CsvProblem::check`] is an
+//! independent checker of a solution.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, HashMap};
+use std::num::ParseIntError;
 
 use smallvec::SmallVec;
 
-use crate::arena::{Arena, Item, Neighbours};
-use crate::exact::{ExactBudget, ExactOutcome, solve_exact_deep, solve_exact_parallel};
-use crate::greedy::{GreedyStrategy, greedy, peak_of};
-use rayon::prelude::*;
+use crate::arena::{Arena, Item};
 
 /// One buffer of a CSV problem.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,107 +44,82 @@ pub struct CsvProblem {
 
 /// Why a CSV file was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CsvError {
-    /// A row has the wrong number of fields or a field is not a number.
-    #[error("line {line}: {message}; rows are `id,lower,upper,size[,alignment][,offset]`")]
-    Syntax {
-        /// 1-based line number.
-        line: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// A buffer ends before it starts or has a bad alignment.
+    /// A row has fewer than four fields.
     #[error(
-        "line {line}: buffer `{id}` is invalid ({message}); give lower <= upper and a power-of-two alignment"
+        "line {line}: {fields} field(s), at least 4 needed; rows are `id,lower,upper,size[,alignment][,offset]`"
     )]
-    BadBuffer {
+    FieldCount {
         /// 1-based line number.
         line: usize,
-        /// The buffer id.
-        id: String,
-        /// What is wrong.
-        message: String,
+        /// Fields found.
+        fields: usize,
     },
-}
-
-/// The verdict of [`CsvProblem::solve`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SolveResult {
-    /// A placement within the capacity was found (and checked).
-    Fits,
-    /// No placement within the capacity exists (proved).
-    Infeasible,
-    /// Neither was established within the budget.
-    Unknown,
-}
-
-impl std::fmt::Display for SolveResult {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SolveResult::Fits => "fits",
-            SolveResult::Infeasible => "infeasible",
-            SolveResult::Unknown => "unknown",
-        })
-    }
-}
-
-/// Budgets for [`CsvProblem::solve`].
-#[derive(Clone, Debug)]
-pub struct SolveConfig {
-    /// Greedy passes to try first.
-    pub strategies: Vec<GreedyStrategy>,
-    /// Problems with more buffers than this use `large_strategies` instead:
-    /// each pass costs time proportional to the overlaps, and on large
-    /// traces the size-ordered passes are the ones that reach the bound.
-    pub large_problem_buffers: usize,
-    /// The passes for large problems.
-    pub large_strategies: Vec<GreedyStrategy>,
-    /// Exact-search node budget.
-    pub max_nodes: u64,
-    /// Wall-clock budget for the exact search.
-    pub timeout: Option<Duration>,
-    /// Run the exact search on two threads (the problem and its
-    /// time-reversed copy); the first conclusive answer wins, so the
-    /// placement found may differ between runs. Off: deterministic.
-    pub parallel_search: bool,
-}
-
-impl Default for SolveConfig {
-    fn default() -> Self {
-        SolveConfig {
-            strategies: GreedyStrategy::DEFAULT_SET.to_vec(),
-            large_problem_buffers: 20_000,
-            large_strategies: vec![
-                GreedyStrategy::DEFAULT_SET[3],
-                GreedyStrategy::DEFAULT_SET[0],
-            ],
-            max_nodes: 50_000_000,
-            timeout: Some(Duration::from_secs(10)),
-            parallel_search: true,
-        }
-    }
-}
-
-/// What [`CsvProblem::solve`] found.
-#[derive(Clone, Debug)]
-pub struct SolveOutcome {
-    /// The verdict.
-    pub result: SolveResult,
-    /// The offsets of a placement within capacity, when `result` is `Fits`.
-    pub offsets: Option<Vec<u64>>,
-    /// The peak of the placement returned, or of the best greedy placement
-    /// (which exceeds the capacity) otherwise.
-    pub peak: u64,
-    /// The peak-live lower bound.
-    pub lower_bound: u64,
-    /// Exact-search nodes visited (0 if greedy sufficed).
-    pub nodes: u64,
-    /// Whether the exact search was needed.
-    pub used_exact: bool,
+    /// A header names no column for a required field.
+    #[error(
+        "line {line}: the header has no `{column}` column; name the columns id,lower,upper,size"
+    )]
+    Header {
+        /// 1-based line number.
+        line: usize,
+        /// The missing column.
+        column: &'static str,
+    },
+    /// A field is not a non-negative integer.
+    #[error("line {line}: {column} `{text}` is not a non-negative 64-bit integer")]
+    Number {
+        /// 1-based line number.
+        line: usize,
+        /// The column.
+        column: &'static str,
+        /// The text found.
+        text: String,
+        /// The parse error.
+        #[source]
+        source: ParseIntError,
+    },
+    /// A buffer ends before it starts.
+    #[error(
+        "line {line}: buffer `{id}` ends ({upper}) before it starts ({lower}); give lower <= upper"
+    )]
+    Reversed {
+        /// 1-based line number.
+        line: usize,
+        /// The buffer.
+        id: String,
+        /// Its start.
+        lower: u64,
+        /// Its end.
+        upper: u64,
+    },
+    /// An alignment is not a power of two.
+    #[error("line {line}: buffer `{id}` has alignment {alignment}, which is not a power of two")]
+    Alignment {
+        /// 1-based line number.
+        line: usize,
+        /// The buffer.
+        id: String,
+        /// The alignment given.
+        alignment: u64,
+    },
+    /// Two rows have the same id.
+    #[error(
+        "line {line}: buffer id `{id}` was already used on line {first_line}; give every buffer its own id"
+    )]
+    DuplicateId {
+        /// 1-based line number of the second use.
+        line: usize,
+        /// The id.
+        id: String,
+        /// 1-based line number of the first use.
+        first_line: usize,
+    },
 }
 
 /// One error found by [`CsvProblem::check`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CsvCheckError {
     /// The solution has the wrong number of offsets.
     #[error("the solution has {got} offsets for {want} buffers")]
@@ -177,10 +149,30 @@ pub enum CsvCheckError {
     },
 }
 
-fn parse_u64(field: &str, line: usize, what: &str) -> Result<u64, CsvError> {
-    field.trim().parse().map_err(|_| CsvError::Syntax {
+/// The peak of live bytes over time: its value (which may exceed 64 bits
+/// when many large buffers are live at once) and the first time it occurs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LivePeak {
+    pub bytes: u128,
+    pub time: u64,
+}
+
+/// Column names a header may use, per field.
+const NAMES: [(&str, &[&str]); 6] = [
+    ("id", &["id", "buffer", "name"]),
+    ("lower", &["lower", "start", "begin"]),
+    ("upper", &["upper", "end"]),
+    ("size", &["size", "bytes"]),
+    ("alignment", &["alignment", "align"]),
+    ("offset", &["offset"]),
+];
+
+fn parse_u64(field: &str, line: usize, column: &'static str) -> Result<u64, CsvError> {
+    field.trim().parse().map_err(|source| CsvError::Number {
         line,
-        message: format!("{what} `{}` is not a non-negative integer", field.trim()),
+        column,
+        text: field.trim().to_owned(),
+        source,
     })
 }
 
@@ -190,6 +182,7 @@ impl CsvProblem {
         let mut columns: [Option<usize>; 6] =
             [Some(0), Some(1), Some(2), Some(3), Some(4), Some(5)];
         let mut buffers = Vec::new();
+        let mut seen: HashMap<String, usize> = HashMap::new();
         for (k, raw) in text.lines().enumerate() {
             let line = k + 1;
             let row = raw.trim();
@@ -197,31 +190,39 @@ impl CsvProblem {
                 continue;
             }
             let fields: Vec<&str> = row.split(',').map(str::trim).collect();
-            if buffers.is_empty() && fields.iter().any(|f| f.eq_ignore_ascii_case("lower")) {
-                let find = |name: &str| fields.iter().position(|f| f.eq_ignore_ascii_case(name));
-                columns = [
-                    find("id").or(find("buffer")),
-                    find("lower").or(find("start")),
-                    find("upper").or(find("end")),
-                    find("size"),
-                    find("alignment").or(find("align")),
-                    find("offset"),
-                ];
-                if columns[1..4].iter().any(Option::is_none) {
-                    return Err(CsvError::Syntax {
-                        line,
-                        message: "the header lacks lower, upper or size".into(),
-                    });
+            let named = |f: &&str| {
+                NAMES
+                    .iter()
+                    .any(|(_, names)| names.iter().any(|n| f.eq_ignore_ascii_case(n)))
+            };
+            let is_header = buffers.is_empty()
+                && fields.iter().any(named)
+                && fields
+                    .iter()
+                    .all(|f| f.parse::<u64>().is_err() || f.is_empty());
+            if is_header {
+                for (c, (_, names)) in NAMES.iter().enumerate() {
+                    columns[c] = fields
+                        .iter()
+                        .position(|f| names.iter().any(|n| f.eq_ignore_ascii_case(n)));
+                }
+                for c in 1..4 {
+                    if columns[c].is_none() {
+                        return Err(CsvError::Header {
+                            line,
+                            column: NAMES[c].0,
+                        });
+                    }
                 }
                 continue;
             }
-            let get = |c: usize| columns[c].and_then(|i| fields.get(i)).copied();
             if fields.len() < 4 {
-                return Err(CsvError::Syntax {
+                return Err(CsvError::FieldCount {
                     line,
-                    message: format!("{} fields, at least 4 needed", fields.len()),
+                    fields: fields.len(),
                 });
             }
+            let get = |c: usize| columns[c].and_then(|i| fields.get(i)).copied();
             let id = get(0).map_or_else(|| buffers.len().to_string(), str::to_owned);
             let lower = parse_u64(get(1).unwrap_or(""), line, "lower")?;
             let upper = parse_u64(get(2).unwrap_or(""), line, "upper")?;
@@ -234,17 +235,29 @@ impl CsvProblem {
                 Some(f) if !f.is_empty() => Some(parse_u64(f, line, "offset")?),
                 _ => None,
             };
-            let bad = |message: &str| CsvError::BadBuffer {
-                line,
-                id: id.clone(),
-                message: message.into(),
-            };
             if upper < lower {
-                return Err(bad("upper < lower"));
+                return Err(CsvError::Reversed {
+                    line,
+                    id,
+                    lower,
+                    upper,
+                });
             }
             if !alignment.is_power_of_two() {
-                return Err(bad("alignment is not a power of two"));
+                return Err(CsvError::Alignment {
+                    line,
+                    id,
+                    alignment,
+                });
             }
+            if let Some(&first_line) = seen.get(&id) {
+                return Err(CsvError::DuplicateId {
+                    line,
+                    id,
+                    first_line,
+                });
+            }
+            seen.insert(id.clone(), line);
             buffers.push(CsvBuffer {
                 id,
                 lower,
@@ -272,10 +285,40 @@ impl CsvProblem {
         out
     }
 
+    /// The peak over time of the bytes live at once, and the first time it
+    /// is reached (0 when nothing is ever live).
+    pub(crate) fn live_peak(&self) -> LivePeak {
+        let mut events: Vec<(u64, i128)> = Vec::with_capacity(2 * self.buffers.len());
+        for b in &self.buffers {
+            if b.upper > b.lower && b.size > 0 {
+                events.push((b.lower, i128::from(b.size)));
+                events.push((b.upper, -i128::from(b.size)));
+            }
+        }
+        events.sort_unstable();
+        let (mut run, mut best) = (0i128, LivePeak { bytes: 0, time: 0 });
+        let mut k = 0;
+        while k < events.len() {
+            let t = events[k].0;
+            while k < events.len() && events[k].0 == t {
+                run += events[k].1;
+                k += 1;
+            }
+            let live = u128::try_from(run).unwrap_or(0);
+            if live > best.bytes {
+                best = LivePeak {
+                    bytes: live,
+                    time: t,
+                };
+            }
+        }
+        best
+    }
+
     /// The peak over time of the bytes live at once (and of any fixed
-    /// buffer's end): no placement has a lower peak.
+    /// buffer's end): no placement has a lower peak. Saturates at
+    /// `u64::MAX`.
     pub fn lower_bound(&self) -> u64 {
-        let arena = self.arena(u64::MAX >> 1);
         let fixed_end = self
             .buffers
             .iter()
@@ -283,13 +326,19 @@ impl CsvProblem {
             .filter_map(|b| b.offset.map(|o| o.saturating_add(b.size)))
             .max()
             .unwrap_or(0);
-        arena.peak_live().0.max(fixed_end)
+        u64::try_from(self.live_peak().bytes)
+            .unwrap_or(u64::MAX)
+            .max(fixed_end)
     }
 
+    /// The problem as an arena whose single window is `[0, capacity)`.
+    /// Buffers with an empty lifetime make no section boundary: they
+    /// constrain nothing in time.
     pub(crate) fn arena(&self, capacity: u64) -> Arena {
         let mut points: Vec<u64> = self
             .buffers
             .iter()
+            .filter(|b| b.upper > b.lower)
             .flat_map(|b| [b.lower, b.upper])
             .collect();
         points.sort_unstable();
@@ -298,107 +347,31 @@ impl CsvProblem {
         let items = self
             .buffers
             .iter()
-            .map(|b| Item {
-                start: section(b.lower),
-                end: section(b.upper),
-                size: b.size,
-                align: b.alignment.max(1),
-                windows: 0,
-                fixed: b.offset,
-                partners: SmallVec::new(),
+            .map(|b| {
+                let (start, end) = if b.upper > b.lower {
+                    (section(b.lower), section(b.upper))
+                } else {
+                    (0, 0)
+                };
+                Item {
+                    start,
+                    end,
+                    size: b.size,
+                    align: b.alignment.max(1),
+                    windows: 0,
+                    fixed: b.offset,
+                    partners: SmallVec::new(),
+                }
             })
             .collect();
         Arena {
             items,
             sections: points.len().saturating_sub(1) as u32,
+            times: points,
             window_sets: vec![vec![(0, capacity)]],
             elements: Vec::new(),
             base: 0,
             limit: capacity,
-        }
-    }
-
-    /// Places the buffers within `capacity`: greedy passes first, then the
-    /// exact search, which finds a placement or proves there is none within
-    /// its budget. Every placement returned has passed [`CsvProblem::check`].
-    pub fn solve(&self, capacity: u64, config: &SolveConfig) -> SolveOutcome {
-        let started = Instant::now();
-        let lower_bound = self.lower_bound();
-        let open = self.arena(u64::MAX >> 1);
-        let index = Neighbours::new(&open.items);
-        // The passes are independent: run them in parallel and keep the
-        // lowest peak, the earliest pass on ties, so the result does not
-        // depend on the thread count.
-        let strategies = if self.buffers.len() > config.large_problem_buffers {
-            &config.large_strategies
-        } else {
-            &config.strategies
-        };
-        let runs: Vec<Option<(u64, Vec<u64>)>> = strategies
-            .par_iter()
-            .map(|&strategy| {
-                greedy(&open, &index, strategy)
-                    .ok()
-                    .map(|offsets| (peak_of(&open, &offsets), offsets))
-            })
-            .collect();
-        let mut best: Option<(u64, Vec<u64>)> = None;
-        for (peak, offsets) in runs.into_iter().flatten() {
-            if best.as_ref().is_none_or(|(p, _)| peak < *p) {
-                best = Some((peak, offsets));
-            }
-        }
-        let greedy_peak = best.as_ref().map_or(u64::MAX, |b| b.0);
-        let outcome = |result, offsets, peak, nodes, used_exact| SolveOutcome {
-            result,
-            offsets,
-            peak,
-            lower_bound,
-            nodes,
-            used_exact,
-        };
-        if let Some((peak, offsets)) = best.filter(|(p, _)| *p <= capacity) {
-            if self.check(capacity, &offsets).is_ok() {
-                return outcome(SolveResult::Fits, Some(offsets), peak, 0, false);
-            }
-        }
-        if lower_bound > capacity {
-            return outcome(SolveResult::Infeasible, None, greedy_peak, 0, false);
-        }
-        let bounded = self.arena(capacity);
-        for &strategy in strategies {
-            if let Ok(offsets) = greedy(&bounded, &index, strategy) {
-                if self.check(capacity, &offsets).is_ok() {
-                    let peak = peak_of(&bounded, &offsets);
-                    return outcome(SolveResult::Fits, Some(offsets), peak, 0, false);
-                }
-            }
-        }
-        let budget = ExactBudget {
-            max_nodes: config.max_nodes,
-            deadline: config.timeout.map(|t| started + t),
-            stop: None,
-        };
-        let report = if config.parallel_search && rayon::current_num_threads() > 1 {
-            solve_exact_parallel(&bounded, budget)
-        } else {
-            solve_exact_deep(&bounded, budget)
-        };
-        match report.outcome {
-            ExactOutcome::Found(offsets) if self.check(capacity, &offsets).is_ok() => {
-                let peak = peak_of(&bounded, &offsets);
-                outcome(SolveResult::Fits, Some(offsets), peak, report.nodes, true)
-            }
-            ExactOutcome::Found(_) | ExactOutcome::Unknown => {
-                outcome(SolveResult::Unknown, None, greedy_peak, report.nodes, true)
-            }
-            ExactOutcome::Infeasible => outcome(
-                SolveResult::Infeasible,
-                None,
-                greedy_peak,
-                report.nodes,
-                true,
-            ),
         }
     }
 
@@ -444,11 +417,10 @@ impl CsvProblem {
                 continue;
             }
             let end = offsets[i].saturating_add(self.buffers[i].size);
-            for (&(o, j), &e) in active.range(..key).rev() {
+            for (&(_, j), &e) in active.range(..key).rev() {
                 if e <= offsets[i] {
                     break;
                 }
-                let _ = o;
                 errors.push(CsvCheckError::Overlap {
                     a: self.buffers[j].id.clone(),
                     b: self.buffers[i].id.clone(),

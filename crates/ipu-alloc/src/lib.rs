@@ -17,10 +17,11 @@
 //! Placement ──check_placement (independent)──► Ok | every defect
 //! ```
 //!
-//! The same greedy passes and exact search solve single-arena
-//! MiniMalloc-style CSV problems ([`CsvProblem`]), the standard research
-//! benchmark for this problem; [`generate`] builds zero-slack, trace-like
-//! and SigLIP-scale instances.
+//! The same greedy passes and exact search, with a skyline heuristic for
+//! large traces and proofs for degenerate inputs, solve single-arena
+//! MiniMalloc-style CSV problems ([`CsvProblem::solve`]), the standard
+//! research benchmark for this problem; [`generate`] builds zero-slack,
+//! ML-trace-shaped and SigLIP-scale instances.
 
 #![forbid(unsafe_code)]
 
@@ -36,14 +37,15 @@ mod map;
 mod place;
 mod problem;
 mod profile;
+mod skyline;
+mod solve;
 mod stage;
 
 pub use bound::{ClassBound, Shortfall, TileBound, lower_bound};
 pub use check::{PlacementCheckError, check_placement};
-pub use csv::{
-    CsvBuffer, CsvCheckError, CsvError, CsvProblem, SolveConfig, SolveOutcome, SolveResult,
-};
+pub use csv::{CsvBuffer, CsvCheckError, CsvError, CsvProblem};
 pub use error::{FitFailure, LiveRange, Occupant, PlaceError, Verdict};
+pub use exact::SearchStats;
 pub use greedy::{Fit, GreedyOrder, GreedyStrategy};
 pub use map::{MemoryElement, MemoryMap, Region};
 pub use place::{
@@ -53,4 +55,5 @@ pub use problem::{
     Problem, ProblemError, Request, RequestId, Reservation, TileProblem, validate, validate_tile,
 };
 pub use profile::{MemoryProfile, PROFILE_SCHEMA, ProfileRun, TileProfile};
+pub use solve::{Infeasibility, SolveConfig, SolveMethod, SolveOutcome, SolveResult};
 pub use stage::{BuiltinPlacer, Placer};

@@ -277,6 +277,7 @@ pub(crate) fn tile_arena(tile: &TileProblem, map: &MemoryMap) -> Arena {
     Arena {
         items,
         sections,
+        times: points,
         window_sets,
         elements,
         base: u64::from(map.sram_start()),

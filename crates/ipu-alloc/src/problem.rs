@@ -71,6 +71,7 @@ pub struct Problem {
 
 /// Why a problem is malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProblemError {
     /// Two requests of a tile share an id.
     #[error("{tile} has two requests with id {request}; give every request of a tile its own id")]

@@ -1,24 +1,46 @@
 //! Criterion benchmarks: scheduling and encoding generated phases shaped
-//! like the seed log's (1472 tiles, 10^3 to 6·10^5 transfers), and the
-//! checker on the largest one. Quality figures (horizon against the bounds)
-//! are printed by `cargo xtask exchange --families`.
+//! like the seed log's (1472 tiles, 10^3 to 6·10^5 transfers), the
+//! multicast families with fanouts up to 400 and the split-K reduce phases
+//! of the SigLIP builds, and the checker on the largest unicast and reduce
+//! phases (its time against the scheduler's). Quality figures (horizon
+//! against the bounds) are printed by `cargo xtask exchange --families`.
+
+// criterion_group! generates undocumented public items.
+#![allow(missing_docs)]
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use ipu_exchange::generate::{GenConfig, generate_phase, other_families, seed_families};
-use ipu_exchange::{Fabric, ScheduleConfig, check_schedule, schedule};
+use ipu_exchange::generate::{
+    GenConfig, generate_phase, multicast_families, other_families, reduce_families, reduce_phase,
+    seed_families,
+};
+use ipu_exchange::{Fabric, Phase, ScheduleConfig, check_schedule, schedule};
 
-fn family(name_part: &str) -> GenConfig {
-    seed_families()
+fn family(name_part: &str) -> Phase {
+    let generated = seed_families()
         .into_iter()
         .chain(other_families())
+        .chain(multicast_families())
         .find(|(name, _)| name.contains(name_part))
-        .map(|(_, c)| c)
-        .expect("the family exists")
+        .map(|(_, c): (String, GenConfig)| generate_phase(&c));
+    generated.unwrap_or_else(|| {
+        reduce_families()
+            .into_iter()
+            .find(|(name, _)| name.contains(name_part))
+            .map(|(_, c)| reduce_phase(&c))
+            .expect("the family exists")
+    })
+}
+
+fn config() -> ScheduleConfig {
+    ScheduleConfig {
+        verify: false,
+        ..ScheduleConfig::default()
+    }
 }
 
 fn bench_schedule(c: &mut Criterion) {
     let fabric = Fabric::ipu21().expect("device description");
-    let config = ScheduleConfig::default();
+    let config = config();
     let mut group = c.benchmark_group("schedule_and_encode");
     group.sample_size(10);
     for name in [
@@ -27,9 +49,11 @@ fn bench_schedule(c: &mut Criterion) {
         "seed-104868x1152",
         "seed-586368x13248",
         "multicast-8-33534",
+        "multicast-400-4000",
+        "reduce-mlp",
         "paired-100-17496",
     ] {
-        let phase = generate_phase(&family(name));
+        let phase = family(name);
         group.bench_function(name, |b| {
             b.iter_batched(
                 || (),
@@ -43,13 +67,15 @@ fn bench_schedule(c: &mut Criterion) {
 
 fn bench_check(c: &mut Criterion) {
     let fabric = Fabric::ipu21().expect("device description");
-    let phase = generate_phase(&family("seed-586368x13248"));
-    let s = schedule(&phase, &fabric, &ScheduleConfig::default()).expect("schedules");
     let mut group = c.benchmark_group("check");
     group.sample_size(10);
-    group.bench_function("seed-586368x13248", |b| {
-        b.iter(|| check_schedule(&phase, &fabric, s.rows()).is_ok())
-    });
+    for name in ["seed-586368x13248", "reduce-mlp"] {
+        let phase = family(name);
+        let s = schedule(&phase, &fabric, &config()).expect("schedules");
+        group.bench_function(name, |b| {
+            b.iter(|| check_schedule(&phase, &fabric, s.rows()).is_ok())
+        });
+    }
     group.finish();
 }
 

@@ -21,6 +21,7 @@
 //! (instructions run one after another), so replay cannot produce two.
 
 use ipu_layout::TileId;
+use rayon::prelude::*;
 
 use crate::encode::EncodedRows;
 use crate::engine::{Run, replay_rows};
@@ -30,10 +31,11 @@ use crate::model::{Phase, PhaseError, Width, validate_phase};
 
 /// One thing wrong with a set of rows.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExchangeCheckError {
     /// The phase itself is invalid.
     #[error("the phase is invalid: {0}")]
-    Phase(PhaseError),
+    Phase(#[source] PhaseError),
     /// Rows exist for a different number of tiles.
     #[error("there are rows for {rows} tiles but the phase has {tiles}; encode one row per tile")]
     TileCount {
@@ -48,6 +50,7 @@ pub enum ExchangeCheckError {
         /// The tile.
         tile: TileId,
         /// The decoder's complaint.
+        #[source]
         error: DecodeError,
     },
     /// A paired item needs a partner tile that does not exist.
@@ -181,15 +184,19 @@ pub enum ExchangeCheckError {
 }
 
 /// A destination range of the phase on one tile.
+#[derive(Clone, Copy)]
 struct Expect {
     start: u32,
     words: u32,
-    transfer: usize,
-    /// Word intervals `[first, end)` written so far.
-    got: Vec<(u32, u32)>,
+    transfer: u32,
 }
 
 /// Checks `rows` against `phase` (see the module docs for the rules).
+///
+/// The work is proportional to the phase and the rows: one pass over the
+/// transfers to list each tile's destination ranges, then per receiving
+/// tile (in parallel, results in tile order) a binary search per received
+/// run and one sort of the word intervals it wrote.
 pub fn check_schedule(
     phase: &Phase,
     fabric: &Fabric,
@@ -208,60 +215,59 @@ pub fn check_schedule(
     let (replayed, structural) = replay_rows(rows, fabric, phase.tile_count);
     errors.extend(structural);
     let n = phase.tile_count as usize;
-    let mut expect: Vec<Vec<Expect>> = (0..n).map(|_| Vec::new()).collect();
+    // Destination ranges per tile, in one flat array ordered by tile.
+    let mut offsets = vec![0usize; n + 1];
+    for t in &phase.transfers {
+        for &(d, _) in &t.destinations {
+            offsets[d.as_u32() as usize + 1] += 1;
+        }
+    }
+    for d in 0..n {
+        offsets[d + 1] += offsets[d];
+    }
+    let mut next = offsets.clone();
+    let mut ranges = vec![
+        Expect {
+            start: 0,
+            words: 0,
+            transfer: 0,
+        };
+        offsets[n]
+    ];
     for (index, t) in phase.transfers.iter().enumerate() {
         for &(d, address) in &t.destinations {
-            expect[d.as_u32() as usize].push(Expect {
+            let at = &mut next[d.as_u32() as usize];
+            ranges[*at] = Expect {
                 start: address,
                 words: t.words,
-                transfer: index,
-                got: Vec::new(),
-            });
+                transfer: index as u32,
+            };
+            *at += 1;
         }
     }
-    for list in &mut expect {
-        list.sort_unstable_by_key(|e| e.start);
+    let mut lists: Vec<&mut [Expect]> = Vec::with_capacity(n);
+    let mut rest = ranges.as_mut_slice();
+    for d in 0..n {
+        let (list, tail) = rest.split_at_mut(offsets[d + 1] - offsets[d]);
+        lists.push(list);
+        rest = tail;
     }
-    for (d, runs) in replayed.runs.iter().enumerate() {
-        let Some(list) = expect.get_mut(d) else {
-            continue;
-        };
-        for run in runs {
-            check_run(phase, run, list, &mut errors);
-        }
+    let empty: Vec<Run> = Vec::new();
+    let per_tile: Vec<(Vec<ExchangeCheckError>, Vec<ExchangeCheckError>)> = lists
+        .into_par_iter()
+        .enumerate()
+        .map(|(d, list)| {
+            list.sort_unstable_by_key(|e| e.start);
+            let runs = replayed.runs.get(d).unwrap_or(&empty);
+            check_tile(phase, TileId::from_u32(d as u32), runs, list)
+        })
+        .collect();
+    let mut coverage = Vec::new();
+    for (run_errors, tile_coverage) in per_tile {
+        errors.extend(run_errors);
+        coverage.extend(tile_coverage);
     }
-    for (d, list) in expect.iter_mut().enumerate() {
-        let tile = TileId::from_u32(d as u32);
-        for e in list.iter_mut() {
-            e.got.sort_unstable();
-            let mut next = 0u32;
-            for &(a, b) in &e.got {
-                if a < next {
-                    errors.push(ExchangeCheckError::DoubleWrite {
-                        transfer: e.transfer,
-                        tile,
-                        word: a,
-                    });
-                } else if a > next {
-                    errors.push(ExchangeCheckError::Missing {
-                        transfer: e.transfer,
-                        tile,
-                        first: next,
-                        end: a,
-                    });
-                }
-                next = next.max(b);
-            }
-            if next < e.words {
-                errors.push(ExchangeCheckError::Missing {
-                    transfer: e.transfer,
-                    tile,
-                    first: next,
-                    end: e.words,
-                });
-            }
-        }
-    }
+    errors.extend(coverage);
     if errors.is_empty() {
         Ok(())
     } else {
@@ -269,9 +275,66 @@ pub fn check_schedule(
     }
 }
 
+/// Checks the runs one tile received against its destination ranges
+/// (sorted by start): the errors of the runs themselves, then the words
+/// written twice or never.
+fn check_tile(
+    phase: &Phase,
+    tile: TileId,
+    runs: &[Run],
+    list: &[Expect],
+) -> (Vec<ExchangeCheckError>, Vec<ExchangeCheckError>) {
+    let mut errors = Vec::new();
+    // (range index, first word, end word) written.
+    let mut got: Vec<(u32, u32, u32)> = Vec::with_capacity(runs.len());
+    for run in runs {
+        check_run(phase, run, list, &mut got, &mut errors);
+    }
+    got.sort_unstable();
+    let mut coverage = Vec::new();
+    let mut g = 0;
+    for (i, e) in list.iter().enumerate() {
+        let transfer = e.transfer as usize;
+        let mut next = 0u32;
+        while let Some(&(_, a, b)) = got.get(g).filter(|x| x.0 as usize == i) {
+            if a < next {
+                coverage.push(ExchangeCheckError::DoubleWrite {
+                    transfer,
+                    tile,
+                    word: a,
+                });
+            } else if a > next {
+                coverage.push(ExchangeCheckError::Missing {
+                    transfer,
+                    tile,
+                    first: next,
+                    end: a,
+                });
+            }
+            next = next.max(b);
+            g += 1;
+        }
+        if next < e.words {
+            coverage.push(ExchangeCheckError::Missing {
+                transfer,
+                tile,
+                first: next,
+                end: e.words,
+            });
+        }
+    }
+    (errors, coverage)
+}
+
 /// Checks one received run; a run may span several destination ranges
 /// that happen to be contiguous on both tiles.
-fn check_run(phase: &Phase, run: &Run, list: &mut [Expect], errors: &mut Vec<ExchangeCheckError>) {
+fn check_run(
+    phase: &Phase,
+    run: &Run,
+    list: &[Expect],
+    got: &mut Vec<(u32, u32, u32)>,
+    errors: &mut Vec<ExchangeCheckError>,
+) {
     let tile = TileId::from_u32(run.dest);
     let total = run.words();
     let mut done = 0u64;
@@ -286,11 +349,12 @@ fn check_run(phase: &Phase, run: &Run, list: &mut [Expect], errors: &mut Vec<Exc
             cycle: run.arrival,
         };
         let i = list.partition_point(|e| u64::from(e.start) <= dst);
-        let Some(e) = i.checked_sub(1).and_then(|k| list.get_mut(k)) else {
+        let Some((index, e)) = i.checked_sub(1).and_then(|k| list.get(k).map(|e| (k, e))) else {
             errors.push(stray);
             return;
         };
-        let t = &phase.transfers[e.transfer];
+        let transfer = e.transfer as usize;
+        let t = &phase.transfers[transfer];
         let first = (dst - u64::from(e.start)) / 4;
         if t.source.as_u32() != run.source || first >= u64::from(e.words) {
             errors.push(stray);
@@ -299,30 +363,37 @@ fn check_run(phase: &Phase, run: &Run, list: &mut [Expect], errors: &mut Vec<Exc
         let words = (total - done).min(u64::from(e.words) - first) as u32;
         let first = first as u32;
         if run.wide && t.width == Width::Word32 {
-            errors.push(ExchangeCheckError::WideWord32 {
-                transfer: e.transfer,
-                tile,
-            });
+            errors.push(ExchangeCheckError::WideWord32 { transfer, tile });
         }
-        for k in 0..words {
-            let expected = t.source_word_address(first + k).unwrap_or(u32::MAX);
-            let got = (src + 4 * u64::from(k)) as u32;
-            if expected != got {
-                errors.push(ExchangeCheckError::WrongSourceAddress {
-                    transfer: e.transfer,
-                    tile,
-                    word: first + k,
-                    expected,
-                    got,
-                });
-                break;
-            }
+        if let [start] = t.source_addresses.as_slice() {
             // A contiguous source only needs its first word compared.
-            if t.source_addresses.len() == 1 {
-                break;
+            let expected = start.checked_add(4 * first).unwrap_or(u32::MAX);
+            if u64::from(expected) != src {
+                errors.push(ExchangeCheckError::WrongSourceAddress {
+                    transfer,
+                    tile,
+                    word: first,
+                    expected,
+                    got: src as u32,
+                });
+            }
+        } else {
+            for k in 0..words {
+                let expected = t.source_word_address(first + k).unwrap_or(u32::MAX);
+                let got = (src + 4 * u64::from(k)) as u32;
+                if expected != got {
+                    errors.push(ExchangeCheckError::WrongSourceAddress {
+                        transfer,
+                        tile,
+                        word: first + k,
+                        expected,
+                        got,
+                    });
+                    break;
+                }
             }
         }
-        e.got.push((first, first + words));
+        got.push((index as u32, first, first + words));
         done += u64::from(words);
     }
 }

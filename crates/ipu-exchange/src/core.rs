@@ -13,7 +13,8 @@
 //! job finishes (its nodes become free), and when a free node becomes
 //! critical. Repair first tries a job whose other endpoints are free (no
 //! preemption), then an alternating path that moves running unicast jobs
-//! (each move is one preemption, i.e. one extra segment). Free non-critical
+//! (each move is one preemption, i.e. one extra segment), found by walking
+//! the nodes' partner bit sets. Free non-critical
 //! nodes are filled greedily with the job whose partner is most loaded.
 //! Finding that job must not cost a scan of the node's jobs at every event
 //! (a tile may have hundreds): per node a bit set of the partners it still
@@ -24,8 +25,16 @@
 //! Multicast jobs start only when the sender and every receiver are free,
 //! and are never preempted by alternating paths. When a multicast job's
 //! receivers are partly busy and the sender has slack for a second send,
-//! the job is split by fanout: the free receivers are served now, the rest
-//! later (the sender pays the items twice).
+//! the job is split by fanout: the free receivers become a new job started
+//! now, and the job keeps the busy ones (the sender pays the items twice).
+//! Only the new part is registered with its receivers, so a broadcast split
+//! many times costs the receivers each part serves, not its whole fanout
+//! each time; the entries the served receivers still hold for the job are
+//! stale, found by a binary search in its sorted receivers when the job is
+//! about to be chosen, and dropped once the job is done. A multicast job
+//! remembers the receiver that last blocked it, so a look at a wide
+//! multicast that cannot start costs one test while that receiver stays
+//! busy.
 //!
 //! If a critical node cannot be covered (multicast, or a capped path
 //! search), the target grows just enough for it to finish after the next
@@ -38,6 +47,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use rayon::prelude::*;
 use smallvec::SmallVec;
 
 /// A job given to the scheduler.
@@ -135,6 +145,9 @@ struct JobRt {
     sender: u32,
     /// The receiver of a unicast job, else `MULTI`.
     recv0: u32,
+    /// For a multicast job: the index (in its receivers) of the receiver
+    /// last found busy.
+    blocker: u32,
     state: State,
 }
 
@@ -185,13 +198,12 @@ struct Core {
     jobs: Vec<Job>,
     /// Per job: its running state, kept together for locality.
     rt: Vec<JobRt>,
-    /// Per side, per node: like `adj`, but only jobs the unicast bit sets
-    /// do not cover (multicast jobs and parts of split ones).
+    /// Per side, per node: the jobs the unicast bit sets do not cover
+    /// (multicast jobs and parts of split ones), as (job id, partner node
+    /// on the other side; for a multicast job seen from the sender,
+    /// `MULTI`). Entries of finished jobs, and of split jobs that no longer
+    /// hold the node, are dropped lazily.
     others: [Vec<Vec<(u32, u32)>>; 2],
-    /// Per side, per node: (job id, partner node on the other side; for a
-    /// multicast job seen from the sender, `MULTI`). Entries of finished
-    /// jobs are dropped lazily.
-    adj: [Vec<Vec<(u32, u32)>>; 2],
     /// Per side, per node: remaining load as of `node_since` (busy) or now
     /// (free).
     load: [Vec<u64>; 2],
@@ -268,7 +280,7 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
     // consecutive ids, and jobs of one sender sit together in memory. Keys
     // are sorted rather than the (large) jobs themselves.
     let mut keys: Vec<(u32, u32, u32, u32)> = jobs
-        .iter()
+        .par_iter()
         .enumerate()
         .map(|(i, j)| {
             if j.simple() {
@@ -278,11 +290,28 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
             }
         })
         .collect();
-    keys.sort_unstable();
-    let mut slots: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
+    // Keys are distinct (they end in the index), so the parallel sort's
+    // order does not depend on the thread count.
+    keys.par_sort_unstable();
     let jobs: Vec<Job> = keys
-        .iter()
-        .filter_map(|k| slots.get_mut(k.3 as usize).and_then(Option::take))
+        .par_iter()
+        .map(|k| {
+            let mut j = jobs[k.3 as usize].clone();
+            // Multicast receivers in order (with their tags), so that a
+            // split part's membership is a binary search.
+            if j.receivers.len() > 1 && j.extra_receivers.is_empty() {
+                let mut pairs: SmallVec<[(u32, u32); 2]> = j
+                    .receivers
+                    .iter()
+                    .copied()
+                    .zip(j.dests.iter().copied())
+                    .collect();
+                pairs.sort_unstable();
+                j.receivers = pairs.iter().map(|p| p.0).collect();
+                j.dests = pairs.iter().map(|p| p.1).collect();
+            }
+            j
+        })
         .collect();
     let mut core = Core::new(nodes, jobs, config);
     core.solve();
@@ -318,7 +347,6 @@ impl Core {
                 partner_bits[RECV][r * words + s / 64] |= 1 << (s % 64);
             }
         }
-        let mut adj = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
         let mut load = [vec![0u64; nodes], vec![0u64; nodes]];
         let mut others = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
         for (j, job) in jobs.iter().enumerate() {
@@ -329,7 +357,6 @@ impl Core {
             };
             for (side, v) in job.endpoints() {
                 let entry = (j as u32, if side == SEND { partner } else { job.sender });
-                adj[side][v].push(entry);
                 if partner == MULTI {
                     others[side][v].push(entry);
                 }
@@ -346,6 +373,7 @@ impl Core {
                 pair: NO_PAIR,
                 sender: j.sender,
                 recv0: if j.simple() { j.receivers[0] } else { MULTI },
+                blocker: 0,
                 state: State::Pending,
             })
             .collect::<Vec<_>>();
@@ -379,7 +407,6 @@ impl Core {
             pair_pending,
             rt,
             jobs,
-            adj,
             others,
             load,
             busy: [vec![None; nodes], vec![None; nodes]],
@@ -541,32 +568,31 @@ impl Core {
         } else {
             (p as u32, v as u32)
         };
-        let nodes = self.busy[SEND].len();
-        let Some(first) = self.pair_index.get(nodes, sender, receiver) else {
-            return false;
-        };
-        // Both nodes are free, so none of the pair's jobs runs: the first
-        // not done is pending.
-        let pid = self.rt[first as usize].pair;
-        let mut found = None;
-        let mut j = first as usize;
-        while let Some(rt) = self.rt.get(j) {
-            if rt.pair != pid {
-                break;
-            }
-            if rt.state == State::Pending {
-                found = Some(j as u32);
-                break;
-            }
-            j += 1;
-        }
-        match found {
+        match self.pending_of_pair(sender, receiver) {
             Some(j) => {
                 self.start(j);
                 true
             }
             None => false,
         }
+    }
+
+    /// The first pending job of a unicast pair, if any.
+    fn pending_of_pair(&self, sender: u32, receiver: u32) -> Option<u32> {
+        let nodes = self.busy[SEND].len();
+        let first = self.pair_index.get(nodes, sender, receiver)?;
+        let pid = self.rt[first as usize].pair;
+        let mut j = first as usize;
+        while let Some(rt) = self.rt.get(j) {
+            if rt.pair != pid {
+                return None;
+            }
+            if rt.state == State::Pending {
+                return Some(j as u32);
+            }
+            j += 1;
+        }
+        None
     }
 
     /// Looks at up to `budget` of `v`'s jobs for one whose other endpoints
@@ -587,7 +613,7 @@ impl Core {
             let j = j as usize;
             // The partner's state is in a small, hot array: look there first.
             if partner != MULTI && self.busy[other][partner as usize].is_some() {
-                i = (i + 1) % len;
+                i = if i + 1 == len { 0 } else { i + 1 };
                 continue;
             }
             if self.rt[j].state == State::Done {
@@ -601,14 +627,24 @@ impl Core {
                 }
                 continue;
             }
-            i = (i + 1) % len;
+            i = if i + 1 == len { 0 } else { i + 1 };
             if self.rt[j].state != State::Pending {
                 continue;
             }
             let job = &self.jobs[j];
             if job.simple() {
-                // Unicast with a free partner (checked above).
-                let score = self.load[other][partner as usize];
+                // Unicast (a split part, or a multicast job split down to
+                // one receiver, whose entry may not name the partner).
+                let p = if side == SEND {
+                    job.receivers[0]
+                } else {
+                    job.sender
+                } as usize;
+                let stale = side == RECV && job.receivers[0] as usize != v;
+                if stale || self.busy[other][p].is_some() {
+                    continue;
+                }
+                let score = self.load[other][p];
                 if best.is_none_or(|(b, _)| score > b) {
                     best = Some((score, j));
                 }
@@ -618,35 +654,72 @@ impl Core {
             let lanes_busy = std::iter::once(&job.sender)
                 .chain(&job.extra_senders)
                 .any(|&s| self.busy[SEND][s as usize].is_some());
+            if lanes_busy {
+                continue;
+            }
             let ports_busy = job
                 .extra_receivers
                 .iter()
                 .any(|&r| self.busy[RECV][r as usize].is_some());
-            if lanes_busy {
+            let splittable = split
+                && job.extra_senders.is_empty()
+                && job.extra_receivers.is_empty()
+                && self.target.saturating_sub(self.t + sender_load) >= u64::from(self.rt[j].rem);
+            // A wide multicast is rejected by the receiver that last
+            // blocked it while that one stays busy, so a look costs one
+            // test instead of a pass over hundreds of receivers.
+            let receivers = job.receivers.len();
+            let blocker = self.rt[j].blocker as usize % receivers;
+            if self.busy[RECV][job.receivers[blocker] as usize].is_some() && !splittable {
                 continue;
             }
-            let splittable = job.extra_senders.is_empty() && job.extra_receivers.is_empty();
-            let mut max_recv = 0;
-            let mut all_free = true;
-            let mut any_free = false;
-            for &r in &job.receivers {
-                let r = r as usize;
-                if self.busy[RECV][r].is_none() {
-                    any_free = true;
-                    max_recv = max_recv.max(self.load[RECV][r]);
-                } else {
-                    all_free = false;
-                }
+            let busy_at = (blocker..receivers)
+                .chain(0..blocker)
+                .find(|&k| self.busy[RECV][job.receivers[k] as usize].is_some());
+            if let Some(k) = busy_at {
+                self.rt[j].blocker = k as u32;
             }
-            let score = if side == SEND { max_recv } else { sender_load };
+            let all_free = busy_at.is_none();
+            // A split multicast job keeps only the receivers it has not
+            // served, so a receiver's entry may be stale; its receivers are
+            // sorted, and only a job about to become the choice is searched.
+            // Paired jobs are never split, and their receivers are not sorted.
+            let holds = |core: &Core| {
+                let job = &core.jobs[j];
+                side == SEND
+                    || !job.extra_receivers.is_empty()
+                    || job.receivers.binary_search(&(v as u32)).is_ok()
+            };
             if all_free && !ports_busy {
-                if best.is_none_or(|(b, _)| score > b) {
+                let score = if side == SEND {
+                    job.receivers
+                        .iter()
+                        .map(|&r| self.load[RECV][r as usize])
+                        .max()
+                        .unwrap_or(0)
+                } else {
+                    sender_load
+                };
+                if best.is_none_or(|(b, _)| score > b) && holds(self) {
                     best = Some((score, j));
                 }
-            } else if split && splittable && any_free {
-                let slack = self.target.saturating_sub(self.t + sender_load);
-                if slack >= u64::from(self.rt[j].rem) && best_split.is_none_or(|(b, _)| score > b) {
-                    best_split = Some((score, j));
+            } else if splittable && best.is_none() {
+                // Seen from a free receiver, that receiver is free; seen
+                // from the sender, the part started now is the receivers
+                // free now. Either way the score is the other side's load
+                // (for the sender, the free receiver first found).
+                let score = if side == SEND {
+                    job.receivers
+                        .iter()
+                        .find(|&&r| self.busy[RECV][r as usize].is_none())
+                        .map(|&r| self.load[RECV][r as usize])
+                } else {
+                    Some(sender_load)
+                };
+                if let Some(score) = score {
+                    if best_split.is_none_or(|(b, _)| score > b) && holds(self) {
+                        best_split = Some((score, j));
+                    }
                 }
             }
         }
@@ -675,63 +748,70 @@ impl Core {
     /// (started now) and the rest (pending). The sender's load grows by the
     /// remaining items.
     fn split_and_start(&mut self, j: usize) -> bool {
-        let job = self.jobs[j].clone();
-        let mut now = Job {
-            receivers: SmallVec::new(),
-            extra_senders: SmallVec::new(),
-            extra_receivers: SmallVec::new(),
-            dests: SmallVec::new(),
-            ..job.clone()
-        };
-        let mut later = now.clone();
-        for (k, &r) in job.receivers.iter().enumerate() {
-            let part = if self.busy[RECV][r as usize].is_none() {
-                &mut now
-            } else {
-                &mut later
-            };
-            part.receivers.push(r);
-            part.dests.push(job.dests[k]);
-        }
-        if now.receivers.is_empty() || later.receivers.is_empty() {
+        let job = &self.jobs[j];
+        let free = |r: &u32| self.busy[RECV][*r as usize].is_none();
+        let free_count = job.receivers.iter().filter(|r| free(r)).count();
+        if free_count == 0 || free_count == job.receivers.len() {
             return false;
         }
-        // Retire the original job; its receivers' lists drop it lazily
-        // because it is Done.
-        self.rt[j].state = State::Done;
+        // The free receivers become a new job, started now; the original
+        // job keeps the busy ones. Only the new part is registered, so a
+        // split costs the receivers it serves, not the job's whole fanout;
+        // the entries the served receivers still hold for the original job
+        // are dropped when a scan finds them stale.
+        let mut now = Job {
+            receivers: SmallVec::with_capacity(free_count),
+            extra_senders: SmallVec::new(),
+            extra_receivers: SmallVec::new(),
+            dests: SmallVec::with_capacity(free_count),
+            sender: job.sender,
+            len: job.len,
+            origin: job.origin,
+        };
+        let mut keep = 0;
+        let job = &mut self.jobs[j];
+        for k in 0..job.receivers.len() {
+            let (r, d) = (job.receivers[k], job.dests[k]);
+            if self.busy[RECV][r as usize].is_none() {
+                now.receivers.push(r);
+                now.dests.push(d);
+            } else {
+                job.receivers[keep] = r;
+                job.dests[keep] = d;
+                keep += 1;
+            }
+        }
+        job.receivers.truncate(keep);
+        job.dests.truncate(keep);
+        self.rt[j].blocker = 0;
         let rem = self.rt[j].rem;
         let offset = self.rt[j].offset;
-        self.load[SEND][job.sender as usize] += u64::from(rem);
-        let mut ids = [0u32; 2];
-        for (slot, part) in [now, later].into_iter().enumerate() {
-            let id = self.jobs.len() as u32;
-            ids[slot] = id;
-            let partner = match part.receivers.as_slice() {
-                [r] => *r,
-                _ => MULTI,
-            };
-            self.adj[SEND][part.sender as usize].push((id, partner));
-            self.others[SEND][part.sender as usize].push((id, partner));
-            for &r in &part.receivers {
-                self.adj[RECV][r as usize].push((id, part.sender));
-                self.others[RECV][r as usize].push((id, part.sender));
-            }
-            self.jobs.push(part);
-            self.rt.push(JobRt {
-                since: 0,
-                rem,
-                offset,
-                version: 0,
-                pair: NO_PAIR,
-                sender: job.sender,
-                // Split parts are looked up by scanning, never by pair.
-                recv0: MULTI,
-                state: State::Pending,
-            });
+        let sender = now.sender;
+        self.load[SEND][sender as usize] += u64::from(rem);
+        let id = self.jobs.len() as u32;
+        let partner = match now.receivers.as_slice() {
+            [r] => *r,
+            _ => MULTI,
+        };
+        self.others[SEND][sender as usize].push((id, partner));
+        for &r in &now.receivers {
+            self.others[RECV][r as usize].push((id, sender));
         }
-        // One job became two pending jobs.
+        self.jobs.push(now);
+        self.rt.push(JobRt {
+            since: 0,
+            rem,
+            offset,
+            version: 0,
+            pair: NO_PAIR,
+            sender,
+            // Split parts are looked up by scanning, never by pair.
+            recv0: MULTI,
+            blocker: 0,
+            state: State::Pending,
+        });
         self.pending_count += 1;
-        self.start(ids[0]);
+        self.start(id);
         true
     }
 
@@ -770,52 +850,58 @@ impl Core {
                 break;
             }
             let x = queue[head].node;
-            let given_up = if head == 0 { None } else { self.busy[side][x] };
-            for idx in 0..self.adj[side][x].len() {
-                let j = self.adj[side][x][idx].0 as usize;
-                if self.rt[j].state != State::Pending || self.rt[j].recv0 == MULTI {
-                    continue;
-                }
-                if Some(j as u32) == given_up {
-                    continue;
-                }
-                let partner = if side == SEND {
-                    self.jobs[j].receivers[0] as usize
-                } else {
-                    self.jobs[j].sender as usize
-                };
-                if self.mark[other][partner] == epoch {
-                    continue;
-                }
-                self.mark[other][partner] = epoch;
-                match self.busy[other][partner] {
-                    None => {
-                        found = Some((head, j as u32));
-                        break;
+            let words = self.words;
+            // Partners with unicast work left, from the bit set: a node's
+            // job list also holds multicast and finished jobs, and scanning
+            // it at every step of a search costs more than the search.
+            'partners: for w in 0..words {
+                let mut m = self.partner_bits[side][x * words + w];
+                while m != 0 {
+                    let partner = w * 64 + m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    if self.mark[other][partner] == epoch {
+                        continue;
                     }
-                    Some(f) => {
-                        let fu = f as usize;
-                        if self.rt[fu].recv0 == MULTI {
-                            continue;
+                    let (sender, receiver) = if side == SEND {
+                        (x as u32, partner as u32)
+                    } else {
+                        (partner as u32, x as u32)
+                    };
+                    // A pending job of the pair (the running one, if any,
+                    // is the job `x` gives up, and is Active).
+                    let Some(j) = self.pending_of_pair(sender, receiver) else {
+                        continue;
+                    };
+                    self.mark[other][partner] = epoch;
+                    match self.busy[other][partner] {
+                        None => {
+                            found = Some((head, j));
+                            break 'partners;
                         }
-                        let y = if side == SEND {
-                            self.jobs[fu].sender as usize
-                        } else {
-                            self.jobs[fu].receivers[0] as usize
-                        };
-                        if self.mark[side][y] == epoch {
-                            continue;
-                        }
-                        self.mark[side][y] = epoch;
-                        queue.push(Entry {
-                            node: y,
-                            parent: head,
-                            take: j as u32,
-                        });
-                        if !self.is_critical(side, y) {
-                            // y can give up its job and stay idle.
-                            found = Some((queue.len() - 1, u32::MAX));
-                            break;
+                        Some(f) => {
+                            let fu = f as usize;
+                            if self.rt[fu].recv0 == MULTI {
+                                continue;
+                            }
+                            let y = if side == SEND {
+                                self.rt[fu].sender as usize
+                            } else {
+                                self.rt[fu].recv0 as usize
+                            };
+                            if self.mark[side][y] == epoch {
+                                continue;
+                            }
+                            self.mark[side][y] = epoch;
+                            queue.push(Entry {
+                                node: y,
+                                parent: head,
+                                take: j,
+                            });
+                            if !self.is_critical(side, y) {
+                                // y can give up its job and stay idle.
+                                found = Some((queue.len() - 1, u32::MAX));
+                                break 'partners;
+                            }
                         }
                     }
                 }

@@ -90,7 +90,7 @@ pub(crate) fn replay_rows(
         }
     }
     let sends: Vec<Vec<SendWin>> = timelines
-        .iter()
+        .par_iter()
         .map(|tl| {
             tl.windows
                 .iter()
@@ -108,8 +108,8 @@ pub(crate) fn replay_rows(
     // Paired sends borrow the partner's lane.
     for (t, list) in sends.iter().enumerate() {
         for w in list.iter().filter(|w| w.wide) {
-            let partner = t ^ 2;
             let tile = TileId::from_u32(t as u32);
+            let partner = fabric.partner(tile).as_u32() as usize;
             match sends.get(partner) {
                 None => errors.push(ExchangeCheckError::PartnerMissing {
                     tile,
@@ -141,8 +141,8 @@ pub(crate) fn replay_rows(
     // Paired items occupy the partner's receive port.
     for (d, list) in runs.iter().enumerate() {
         for r in list.iter().filter(|r| r.wide) {
-            let partner = d ^ 2;
             let tile = TileId::from_u32(d as u32);
+            let partner = fabric.partner(tile).as_u32() as usize;
             match runs.get(partner) {
                 None => errors.push(ExchangeCheckError::PartnerMissing {
                     tile,

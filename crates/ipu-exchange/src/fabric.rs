@@ -78,13 +78,6 @@ impl Fabric {
             0,
             "the scheduler models switches that take effect at their issue cycle (0)",
         )?;
-        if x.partner_xor != 2 {
-            return Err(FabricError::Unsupported {
-                key: "exchange.partner_xor",
-                value: i64::from(x.partner_xor),
-                why: "the pairing model is tile ^ 2",
-            });
-        }
         let elements = target
             .memory()
             .regions

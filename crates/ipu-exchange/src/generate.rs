@@ -6,8 +6,14 @@
 //! destinations and lengths, so the scheduler meets both "few huge
 //! transfers" and "many small ones". Addresses are laid out per tile so that
 //! every generated phase is valid.
+//!
+//! [`multicast_families`] adds fanouts up to 400, and [`reduce_phase`]
+//! builds the phases a split-K GEMM's partial-sum gather makes in the
+//! SigLIP builds (about 200 000 transfers, fanouts from 1 to every tile),
+//! so that multicast quality is measured on realistic shapes.
 
 use ipu_layout::TileId;
+use ipu_layout::rng::SplitMix64;
 use smallvec::SmallVec;
 
 use crate::model::{Phase, Transfer, Width};
@@ -31,47 +37,38 @@ pub struct GenConfig {
     pub seed: u64,
 }
 
-/// A small, fast deterministic generator (SplitMix64).
-#[derive(Clone, Debug)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> SplitMix {
-        SplitMix(seed)
-    }
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// A number in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_u64() % n }
-    }
+/// The IPU21 target the generated phases are shaped for (the seed log's
+/// device): its tile count, and addresses from its SRAM base up to its
+/// loader limit.
+fn ipu21() -> (u32, u32, u32) {
+    let t = ipu_target::Target::ipu21();
+    (
+        t.tile_count(),
+        t.memory().sram_start,
+        t.memory().loader_limit,
+    )
 }
 
-/// First byte of the region sources are laid out in.
-const SOURCE_BASE: u32 = 0x4c000;
-/// First byte of the region destinations are laid out in.
-const DEST_BASE: u32 = 0x90000;
-/// End of usable memory (the loader limit).
-const LIMIT: u32 = 0xe7bb0;
+/// Destinations are laid out from this many bytes above the SRAM base,
+/// sources below it: a generator's layout choice, not a device fact.
+const DEST_OFFSET: u32 = 0x44000;
+
+/// Where destinations start.
+fn dest_base() -> u32 {
+    ipu21().1 + DEST_OFFSET
+}
 
 /// Generates one phase. Transfers whose memory would not fit are shortened,
 /// so the result is always valid.
 pub fn generate_phase(config: &GenConfig) -> Phase {
     let n = config.tile_count.max(2);
-    let mut rng = SplitMix::new(config.seed ^ 0x5eed);
+    let mut rng = SplitMix64::new(config.seed ^ 0x5eed);
     let transfers = config.transfers.max(1);
     // Mean words per transfer so that an average tile carries about the
     // target; the busiest ends a little above it.
     let mean = (u64::from(config.target_bound) * u64::from(n) / u64::from(transfers)).max(1);
-    let mut send_cursor = vec![SOURCE_BASE; n as usize];
-    let mut recv_cursor = vec![DEST_BASE; n as usize];
+    let mut send_cursor = vec![ipu21().1; n as usize];
+    let mut recv_cursor = vec![dest_base(); n as usize];
     let mut out = Vec::with_capacity(transfers as usize);
     for i in 0..transfers {
         let source = if config.balanced_sources {
@@ -87,7 +84,10 @@ pub fn generate_phase(config: &GenConfig) -> Phase {
         let fanout = 1 + rng.below(u64::from(config.max_fanout.max(1))) as u32;
         let mut dests: SmallVec<[u32; 2]> = SmallVec::new();
         let mut tries = 0;
-        while dests.len() < fanout.min(n - 1) as usize && tries < 64 {
+        // Collisions are rare below a few dozen destinations; large fanouts
+        // need more draws to find distinct tiles.
+        let max_tries = 64 + 4 * fanout;
+        while dests.len() < fanout.min(n - 1) as usize && tries < max_tries {
             tries += 1;
             let d = rng.below(u64::from(n)) as u32;
             if d != source && !dests.contains(&d) {
@@ -99,10 +99,10 @@ pub fn generate_phase(config: &GenConfig) -> Phase {
         }
         let align = if paired { 8 } else { 4 };
         let src = send_cursor[source as usize].next_multiple_of(align);
-        let mut room = DEST_BASE.saturating_sub(src) / 4;
+        let mut room = dest_base().saturating_sub(src) / 4;
         for &d in &dests {
             let at = recv_cursor[d as usize].next_multiple_of(align);
-            room = room.min(LIMIT.saturating_sub(at) / 4);
+            room = room.min(ipu21().2.saturating_sub(at) / 4);
         }
         let words = words.min(room) & if paired { !1 } else { !0 };
         if words == 0 {
@@ -164,7 +164,7 @@ pub fn seed_families() -> Vec<(String, GenConfig)> {
             (
                 format!("seed-{transfers}x{bound}"),
                 GenConfig {
-                    tile_count: 1472,
+                    tile_count: ipu21().0,
                     transfers,
                     target_bound: bound,
                     max_fanout: 1,
@@ -184,7 +184,7 @@ pub fn other_families() -> Vec<(String, GenConfig)> {
         (
             name.to_owned(),
             GenConfig {
-                tile_count: 1472,
+                tile_count: ipu21().0,
                 transfers,
                 target_bound: bound,
                 max_fanout: fanout,
@@ -200,4 +200,217 @@ pub fn other_families() -> Vec<(String, GenConfig)> {
         base("paired-50-7290", 7290, 15872, 1, 50, 0x2003),
         base("paired-100-17496", 17496, 7104, 1, 100, 0x2004),
     ]
+}
+
+/// Multicast families on 1472 tiles with fanouts up to 400 (uniform
+/// between 1 and the maximum), and one mostly-unicast family with a few
+/// wide multicasts, as the reduce phases have.
+pub fn multicast_families() -> Vec<(String, GenConfig)> {
+    let base = |transfers, bound, fanout, seed| {
+        (
+            format!("multicast-{fanout}-{transfers}"),
+            GenConfig {
+                tile_count: ipu21().0,
+                transfers,
+                target_bound: bound,
+                max_fanout: fanout,
+                paired_percent: 0,
+                balanced_sources: seed % 2 == 0,
+                seed,
+            },
+        )
+    };
+    vec![
+        base(40_000, 600, 16, 0x3001),
+        base(12_000, 100, 100, 0x3002),
+        base(4_000, 40, 400, 0x3003),
+        base(2_000, 200, 400, 0x3004),
+    ]
+}
+
+/// A split-K GEMM's partial-sum gather, shaped like the SigLIP reduce
+/// phases: the output (`rows × columns` F16) is computed as `partials`
+/// partial sums, each spread over tiles in blocks of `row_block` rows and
+/// `column_block` columns; every block row goes to the tile that owns the
+/// output row (rows spread evenly over `used_tiles`). Beside the gather,
+/// every column block's slice of a weight vector is multicast to the tiles
+/// that computed that column block, and `broadcast_vectors` vectors of
+/// `columns` F16 are broadcast to every used tile, each tile sending its
+/// slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReduceConfig {
+    /// Tiles of the device.
+    pub tile_count: u32,
+    /// Tiles that hold output rows and partial blocks (at most
+    /// `tile_count`).
+    pub used_tiles: u32,
+    /// Output rows.
+    pub rows: u32,
+    /// Output columns (F16 elements).
+    pub columns: u32,
+    /// Partial sums to gather (the K split).
+    pub partials: u32,
+    /// Rows of a partial block.
+    pub row_block: u32,
+    /// Columns of a partial block (even: whole words).
+    pub column_block: u32,
+    /// Vectors of `columns` F16 broadcast to every used tile.
+    pub broadcast_vectors: u32,
+    /// Random seed (spreads partial blocks over tiles).
+    pub seed: u64,
+}
+
+impl ReduceConfig {
+    /// A SigLIP so400m batch-2 MLP reduce on 1472 tiles: 1458 tokens, 4304
+    /// columns, four partial sums in blocks of 137 rows × 134 columns (one
+    /// block per tile), and one broadcast vector: about 194 000 transfers.
+    pub fn siglip_mlp(seed: u64) -> ReduceConfig {
+        ReduceConfig {
+            tile_count: ipu21().0,
+            used_tiles: 1458,
+            rows: 1458,
+            columns: 4304,
+            partials: 4,
+            row_block: 137,
+            column_block: 134,
+            broadcast_vectors: 1,
+            seed,
+        }
+    }
+
+    /// A SigLIP so400m batch-2 attention-output reduce (1152 columns, four
+    /// partial sums in blocks of 122 rows × 40 columns, two broadcast
+    /// vectors): about 170 000 transfers.
+    pub fn siglip_attention(seed: u64) -> ReduceConfig {
+        ReduceConfig {
+            tile_count: ipu21().0,
+            used_tiles: 1458,
+            rows: 1458,
+            columns: 1152,
+            partials: 4,
+            row_block: 122,
+            column_block: 40,
+            broadcast_vectors: 2,
+            seed,
+        }
+    }
+}
+
+/// The reduce families measured by the benchmarks and
+/// `cargo xtask exchange --families`.
+pub fn reduce_families() -> Vec<(String, ReduceConfig)> {
+    vec![
+        ("reduce-mlp".to_owned(), ReduceConfig::siglip_mlp(0x4001)),
+        (
+            "reduce-attention".to_owned(),
+            ReduceConfig::siglip_attention(0x4002),
+        ),
+    ]
+}
+
+/// Generates a reduce phase (see [`ReduceConfig`]). Pieces whose source
+/// tile is their destination (on-tile copies in a real build) and pieces
+/// that would not fit in memory are left out, so the result is always
+/// valid.
+pub fn reduce_phase(config: &ReduceConfig) -> Phase {
+    let n = config.tile_count.max(2);
+    let used = config.used_tiles.clamp(2, n);
+    let rows = config.rows.max(1);
+    let columns = config.columns.max(2);
+    let row_block = config.row_block.clamp(1, rows);
+    let column_block = (config.column_block.max(2) + 1) & !1;
+    let row_blocks = rows.div_ceil(row_block);
+    let column_blocks = columns.div_ceil(column_block);
+    let mut rng = SplitMix64::new(config.seed ^ 0x7ed0);
+    let mut send_cursor = vec![ipu21().1; n as usize];
+    let mut recv_cursor = vec![dest_base(); n as usize];
+    let mut out = Vec::new();
+    // A transfer from `source` of `words` words to `dests`, if it fits.
+    let mut push = |source: u32, dests: &[u32], words: u32, out: &mut Vec<Transfer>| {
+        let src = send_cursor[source as usize];
+        let fits = src + 4 * words <= dest_base()
+            && dests
+                .iter()
+                .all(|&d| recv_cursor[d as usize] + 4 * words <= ipu21().2);
+        if words == 0 || dests.is_empty() || !fits {
+            return;
+        }
+        send_cursor[source as usize] = src + 4 * words;
+        let destinations = dests
+            .iter()
+            .map(|&d| {
+                let at = recv_cursor[d as usize];
+                recv_cursor[d as usize] = at + 4 * words;
+                (TileId::from_u32(d), at)
+            })
+            .collect();
+        out.push(Transfer {
+            source: TileId::from_u32(source),
+            source_addresses: smallvec::smallvec![src],
+            destinations,
+            words,
+            width: Width::Word32,
+        });
+    };
+    let owner = |row: u32| (u64::from(row) * u64::from(used) / u64::from(rows)) as u32;
+    // Partial blocks go to tiles in a random order, as a placer spreading
+    // the split-K GEMM would put them.
+    let blocks = partials_blocks(config.partials.max(1), row_blocks, column_blocks);
+    let mut tiles: Vec<u32> = (0..used).collect();
+    for i in (1..tiles.len()).rev() {
+        tiles.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let block_tile = |b: usize| tiles[b % tiles.len()];
+    // Weight-vector slices to the tiles of each column block.
+    for c in 0..column_blocks {
+        let mut dests: Vec<u32> = (0..blocks.len())
+            .filter(|&b| blocks[b].2 == c)
+            .map(block_tile)
+            .collect();
+        dests.sort_unstable();
+        dests.dedup();
+        let source = (c * 7 + 3) % used;
+        dests.retain(|&d| d != source);
+        let cols = column_block.min(columns - c * column_block);
+        push(source, &dests, cols.div_ceil(2), &mut out);
+    }
+    // The gather: each block row to its owner.
+    for (b, &(_, rb, c)) in blocks.iter().enumerate() {
+        let tile = block_tile(b);
+        let cols = column_block.min(columns - c * column_block);
+        for row in rb * row_block..(rb * row_block + row_block).min(rows) {
+            let to = owner(row);
+            if to != tile {
+                push(tile, &[to], cols.div_ceil(2), &mut out);
+            }
+        }
+    }
+    // Broadcast vectors: every used tile sends its slice to all others.
+    let vector_words = columns.div_ceil(2);
+    let all: Vec<u32> = (0..used).collect();
+    for _ in 0..config.broadcast_vectors {
+        for t in 0..used {
+            let from = u64::from(t) * u64::from(vector_words) / u64::from(used);
+            let to = u64::from(t + 1) * u64::from(vector_words) / u64::from(used);
+            let dests: Vec<u32> = all.iter().copied().filter(|&d| d != t).collect();
+            push(t, &dests, (to - from) as u32, &mut out);
+        }
+    }
+    Phase {
+        tile_count: n,
+        transfers: out,
+    }
+}
+
+/// Every partial block as (partial, row block, column block).
+fn partials_blocks(partials: u32, row_blocks: u32, column_blocks: u32) -> Vec<(u32, u32, u32)> {
+    let mut out = Vec::new();
+    for k in 0..partials {
+        for r in 0..row_blocks {
+            for c in 0..column_blocks {
+                out.push((k, r, c));
+            }
+        }
+    }
+    out
 }

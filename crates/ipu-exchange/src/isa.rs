@@ -127,6 +127,7 @@ pub enum Instr {
 
 /// Why an instruction cannot be encoded (a bug in the caller).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EncodeError {
     /// A field does not fit its encoding.
     #[error(
@@ -142,6 +143,7 @@ pub enum EncodeError {
 
 /// Why a row does not decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The word is not a supervisor exchange instruction of this model.
     #[error(

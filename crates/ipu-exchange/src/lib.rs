@@ -12,9 +12,15 @@
 //! decodes and replays the rows of all tiles and compares the result with
 //! the phase; [`replay`] moves real data through an [`ExchangeMemory`].
 //!
+//! Three lower bounds judge a schedule: [`endpoint_lower_bound`] (the
+//! busiest lane or port), [`stronger_lower_bound`] (plus the latency) and
+//! [`multicast_lower_bound`] (plus what multicast forces on senders whose
+//! receivers all hear another tile's multicast).
+//!
 //! The instruction semantics chosen where the recovered encodings leave
 //! details open are documented in [`isa`]; [`Fabric`] holds the timing
-//! (a constant latency, read from `device/ipu21.toml`).
+//! (a constant latency) and the partner rule of paired sends, read from
+//! `device/ipu21.toml`.
 //!
 //! ```
 //! use ipu_exchange::*;
@@ -32,6 +38,7 @@
 //! let fabric = Fabric::ipu21().unwrap();
 //! let s = schedule(&phase, &fabric, &ScheduleConfig::default()).unwrap();
 //! assert!(s.horizon() >= stronger_lower_bound(&phase, &fabric));
+//! assert!(s.horizon() >= s.multicast_lower_bound());
 //! check_schedule(&phase, &fabric, s.rows()).unwrap();
 //! ```
 
@@ -53,7 +60,7 @@ mod snapshot;
 mod stage;
 mod timeline;
 
-pub use bounds::{endpoint_lower_bound, stronger_lower_bound};
+pub use bounds::{endpoint_lower_bound, multicast_lower_bound, stronger_lower_bound};
 pub use check::{ExchangeCheckError, check_schedule};
 pub use encode::EncodedRows;
 pub use fabric::{Fabric, FabricError};
@@ -61,7 +68,8 @@ pub use isa::{DecodeError, EncodeError, Instr};
 pub use model::{Phase, PhaseError, Transfer, Width, validate_phase};
 pub use replay::{ExchangeMemory, MemoryError, ReplayError, ReplayStats, replay};
 pub use schedule::{
-    Schedule, ScheduleConfig, ScheduleError, ScheduleKind, schedule, schedule_phases,
+    ReaddressMismatch, Schedule, ScheduleConfig, ScheduleError, ScheduleKind, schedule,
+    schedule_phases,
 };
 pub use snapshot::{SCHEMA_VERSION, Snapshot, SnapshotError, SnapshotPhase, SnapshotTransfer};
 pub use stage::{BuiltinScheduler, ExchangeScheduler, ScheduleRequest};

@@ -6,6 +6,7 @@
 //! one function and its errors name the transfer and tile involved.
 
 use ipu_layout::TileId;
+use rayon::prelude::*;
 use smallvec::SmallVec;
 
 /// How a transfer may travel over the fabric.
@@ -14,8 +15,9 @@ pub enum Width {
     /// One 32-bit word per cycle on the sender's own transmit lane.
     Word32,
     /// Permission to send 64-bit items: two words per cycle, borrowing the
-    /// transmit lane of the partner tile `source ^ 2` and the receive port of
-    /// each destination's partner `destination ^ 2`. The scheduler may still
+    /// transmit lane of the source's partner tile and the receive port of
+    /// each destination's partner (the fabric names partners:
+    /// [`Fabric::partner`](crate::Fabric::partner)). The scheduler may still
     /// send such a transfer as 32-bit words when that gives a shorter phase.
     /// Needs an even word count, one contiguous 8-byte aligned source run and
     /// 8-byte aligned destinations.
@@ -76,6 +78,7 @@ pub const MAX_TILES: u32 = 1 << 13;
 
 /// Why a phase cannot be scheduled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PhaseError {
     /// The tile count is zero or larger than XPIC values can name.
     #[error("the phase has tile_count {tile_count}; it must be between 1 and 8192")]
@@ -181,81 +184,114 @@ pub(crate) fn validate_structure(phase: &Phase) -> Result<(), PhaseError> {
             tile_count: phase.tile_count,
         });
     }
-    for (index, transfer) in phase.transfers.iter().enumerate() {
-        let in_range = |tile: TileId| {
-            if tile.as_u32() < phase.tile_count {
-                Ok(())
-            } else {
-                Err(PhaseError::TileOutOfRange {
-                    transfer: index,
-                    tile,
-                    tile_count: phase.tile_count,
-                })
-            }
-        };
-        in_range(transfer.source)?;
-        if transfer.words == 0 || transfer.destinations.is_empty() {
-            return Err(PhaseError::Empty { transfer: index });
-        }
-        let bytes = u64::from(transfer.words) * 4;
-        let bad = |tile: TileId, address: u64| PhaseError::BadAddress {
-            transfer: index,
-            tile,
-            address,
-        };
-        match transfer.source_addresses.len() {
-            1 => {
-                let start = u64::from(transfer.source_addresses[0]);
-                if start % 4 != 0 || start + bytes > ADDRESS_LIMIT {
-                    return Err(bad(transfer.source, start));
-                }
-            }
-            n if n == transfer.words as usize => {
-                for &address in &transfer.source_addresses {
-                    let address = u64::from(address);
-                    if address % 4 != 0 || address + 4 > ADDRESS_LIMIT {
-                        return Err(bad(transfer.source, address));
-                    }
-                }
-            }
-            given => {
-                return Err(PhaseError::SourceAddressCount {
-                    transfer: index,
-                    given,
-                    words: transfer.words,
-                });
-            }
-        }
-        let mut seen: SmallVec<[u32; 4]> = SmallVec::new();
-        seen.push(transfer.source.as_u32());
-        for &(tile, address) in &transfer.destinations {
-            in_range(tile)?;
-            if seen.contains(&tile.as_u32()) {
-                return Err(PhaseError::DuplicateTile {
-                    transfer: index,
-                    tile,
-                });
-            }
-            seen.push(tile.as_u32());
-            let start = u64::from(address);
-            if start % 4 != 0 || start + bytes > ADDRESS_LIMIT {
-                return Err(bad(tile, start));
-            }
-        }
-        if transfer.width == Width::Paired64 {
-            let paired = |reason| PhaseError::BadPaired {
+    // Transfers are checked in parallel; the error reported is the one of
+    // the first offending transfer, whatever the thread count.
+    match phase
+        .transfers
+        .par_iter()
+        .enumerate()
+        .find_map_first(|(index, transfer)| validate_transfer(phase, index, transfer).err())
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The rules of one transfer (see [`validate_structure`]).
+fn validate_transfer(phase: &Phase, index: usize, transfer: &Transfer) -> Result<(), PhaseError> {
+    let in_range = |tile: TileId| {
+        if tile.as_u32() < phase.tile_count {
+            Ok(())
+        } else {
+            Err(PhaseError::TileOutOfRange {
                 transfer: index,
-                reason,
-            };
-            if transfer.words % 2 != 0 {
-                return Err(paired("its word count is odd"));
+                tile,
+                tile_count: phase.tile_count,
+            })
+        }
+    };
+    in_range(transfer.source)?;
+    if transfer.words == 0 || transfer.destinations.is_empty() {
+        return Err(PhaseError::Empty { transfer: index });
+    }
+    let bytes = u64::from(transfer.words) * 4;
+    let bad = |tile: TileId, address: u64| PhaseError::BadAddress {
+        transfer: index,
+        tile,
+        address,
+    };
+    match transfer.source_addresses.len() {
+        1 => {
+            let start = u64::from(transfer.source_addresses[0]);
+            if start % 4 != 0 || start + bytes > ADDRESS_LIMIT {
+                return Err(bad(transfer.source, start));
             }
-            if transfer.source_addresses.len() != 1 || transfer.source_addresses[0] % 8 != 0 {
-                return Err(paired("its source is not one 8-byte aligned run"));
+        }
+        n if n == transfer.words as usize => {
+            for &address in &transfer.source_addresses {
+                let address = u64::from(address);
+                if address % 4 != 0 || address + 4 > ADDRESS_LIMIT {
+                    return Err(bad(transfer.source, address));
+                }
             }
-            if transfer.destinations.iter().any(|&(_, a)| a % 8 != 0) {
-                return Err(paired("a destination is not 8-byte aligned"));
-            }
+        }
+        given => {
+            return Err(PhaseError::SourceAddressCount {
+                transfer: index,
+                given,
+                words: transfer.words,
+            });
+        }
+    }
+    // Tiles seen so far: a short list for narrow transfers, a bit set over
+    // the tiles for wide ones (a broadcast's fanout squared would dominate
+    // the whole validation).
+    let wide_fanout = transfer.destinations.len() > 16;
+    let mut seen: SmallVec<[u32; 4]> = SmallVec::new();
+    let mut seen_bits: Vec<u64> = if wide_fanout {
+        vec![0; (phase.tile_count as usize).div_ceil(64)]
+    } else {
+        Vec::new()
+    };
+    let mut mark = |tile: u32| {
+        if wide_fanout {
+            let (word, bit) = (tile as usize / 64, 1u64 << (tile % 64));
+            let fresh = seen_bits[word] & bit == 0;
+            seen_bits[word] |= bit;
+            fresh
+        } else {
+            let fresh = !seen.contains(&tile);
+            seen.push(tile);
+            fresh
+        }
+    };
+    mark(transfer.source.as_u32());
+    for &(tile, address) in &transfer.destinations {
+        in_range(tile)?;
+        if !mark(tile.as_u32()) {
+            return Err(PhaseError::DuplicateTile {
+                transfer: index,
+                tile,
+            });
+        }
+        let start = u64::from(address);
+        if start % 4 != 0 || start + bytes > ADDRESS_LIMIT {
+            return Err(bad(tile, start));
+        }
+    }
+    if transfer.width == Width::Paired64 {
+        let paired = |reason| PhaseError::BadPaired {
+            transfer: index,
+            reason,
+        };
+        if transfer.words % 2 != 0 {
+            return Err(paired("its word count is odd"));
+        }
+        if transfer.source_addresses.len() != 1 || transfer.source_addresses[0] % 8 != 0 {
+            return Err(paired("its source is not one 8-byte aligned run"));
+        }
+        if transfer.destinations.iter().any(|&(_, a)| a % 8 != 0) {
+            return Err(paired("a destination is not 8-byte aligned"));
         }
     }
     Ok(())

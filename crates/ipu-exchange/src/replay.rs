@@ -49,10 +49,11 @@ pub struct ReplayStats {
 
 /// Why a replay stopped.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// The rows break a structural rule (the first one found is reported).
     #[error("the rows cannot be replayed: {0}")]
-    Rows(ExchangeCheckError),
+    Rows(#[source] ExchangeCheckError),
     /// A read or write fell outside the memory.
     #[error("replay touched missing memory: {0}")]
     Memory(#[from] MemoryError),

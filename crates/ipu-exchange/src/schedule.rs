@@ -1,11 +1,15 @@
 //! The scheduler's entry points: from a phase to checked, encoded rows.
 //!
 //! ```text
-//! Phase ──validate──► jobs ──core (critical-set events)──► segments
+//! Phase ──validate──► jobs ──presplit narrow multicasts──► core
+//!   (critical-set events) ──► segments
 //!   ordinary: every transfer as 32-bit words, tile-level jobs
 //!   paired:   Paired64 transfers as 64-bit items that also hold the
-//!             partner tiles' lanes and ports, the rest as 32-bit words
-//! keep the shorter ──► per-tile send/receive pieces ──► rows (rayon)
+//!             partner tiles' lanes and ports (the fabric names partners),
+//!             the rest as 32-bit words
+//! keep the shorter ──► per-tile send/receive pieces (rayon, per tile)
+//!   ──► rows (rayon)
+//! beside the plans: the overlap check and the multicast bound
 //! ```
 //!
 //! Results never depend on the thread count: parallel loops only map over
@@ -15,7 +19,7 @@ use ipu_layout::TileId;
 use rayon::prelude::*;
 use smallvec::SmallVec;
 
-use crate::bounds::{endpoint_lower_bound, stronger_lower_bound};
+use crate::bounds::{endpoint_lower_bound, multicast_lower_bound, stronger_lower_bound};
 use crate::core::{self, CoreConfig, CoreOutput, Job};
 use crate::encode::{EncodedRows, RecvPiece, SendPiece, TileActivity, encode_tile};
 use crate::fabric::Fabric;
@@ -101,6 +105,7 @@ pub struct Schedule {
     horizon: u64,
     endpoint_lower_bound: u64,
     stronger_lower_bound: u64,
+    multicast_lower_bound: u64,
     kind: ScheduleKind,
     ordinary_horizon: u64,
     paired_horizon: Option<u64>,
@@ -136,11 +141,10 @@ impl Schedule {
             return Err(ScheduleError::Readdress {
                 phase: label,
                 transfer: None,
-                reason: format!(
-                    "it has {} tiles, the schedule {}",
-                    phase.tile_count,
-                    self.rows.tile_count()
-                ),
+                reason: ReaddressMismatch::TileCount {
+                    phase_tiles: phase.tile_count,
+                    schedule_tiles: self.rows.tile_count(),
+                },
             });
         }
         let origins = self.core.jobs.iter().map(|j| j.origin).max();
@@ -148,7 +152,9 @@ impl Schedule {
             return Err(ScheduleError::Readdress {
                 phase: label,
                 transfer: None,
-                reason: format!("it has fewer transfers ({})", phase.transfers.len()),
+                reason: ReaddressMismatch::FewerTransfers {
+                    transfers: phase.transfers.len(),
+                },
             });
         }
         // Every job must describe its transfer exactly as when scheduled.
@@ -165,14 +171,14 @@ impl Schedule {
                 return Err(ScheduleError::Readdress {
                     phase: label,
                     transfer: Some(job.origin),
-                    reason: "its source, destination tiles or words differ".into(),
+                    reason: ReaddressMismatch::Transfer,
                 });
             }
             if wide && (t.width != Width::Paired64 || t.source_addresses.len() != 1) {
                 return Err(ScheduleError::Readdress {
                     phase: label,
                     transfer: Some(job.origin),
-                    reason: "it was scheduled as 64-bit items but is no longer paired".into(),
+                    reason: ReaddressMismatch::NoLongerPaired,
                 });
             }
         }
@@ -185,9 +191,6 @@ impl Schedule {
             config.relocatable,
             &mut activity,
         );
-        activity
-            .par_iter_mut()
-            .for_each(|a| a.recvs.sort_unstable_by_key(|p| p.start));
         let rows = encode_rows(phase, &activity, fabric, config, label)?;
         Ok(Schedule {
             rows,
@@ -207,6 +210,10 @@ impl Schedule {
     /// [`stronger_lower_bound`] of the phase.
     pub fn stronger_lower_bound(&self) -> u64 {
         self.stronger_lower_bound
+    }
+    /// [`multicast_lower_bound`] of the phase (at least the stronger bound).
+    pub fn multicast_lower_bound(&self) -> u64 {
+        self.multicast_lower_bound
     }
     /// The kind kept.
     pub fn kind(&self) -> ScheduleKind {
@@ -235,8 +242,37 @@ impl Schedule {
     }
 }
 
+/// How a phase given to [`Schedule::readdress`] differs from the scheduled
+/// one beyond its addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReaddressMismatch {
+    /// The tile counts differ.
+    #[error("it has {phase_tiles} tiles, the schedule {schedule_tiles}")]
+    TileCount {
+        /// Tiles of the phase given.
+        phase_tiles: u32,
+        /// Tiles of the scheduled phase.
+        schedule_tiles: u32,
+    },
+    /// The phase has fewer transfers than the schedule moves.
+    #[error("it has fewer transfers ({transfers}) than the scheduled phase")]
+    FewerTransfers {
+        /// Transfers of the phase given.
+        transfers: usize,
+    },
+    /// A transfer's source, destination tiles or word count differ.
+    #[error("its source, destination tiles or words differ")]
+    Transfer,
+    /// A transfer sent as 64-bit items is no longer a contiguous Paired64
+    /// transfer.
+    #[error("it was scheduled as 64-bit items but is no longer paired")]
+    NoLongerPaired,
+}
+
 /// Why a phase could not be scheduled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScheduleError {
     /// The phase breaks a modelling rule.
     #[error("phase {phase}: {source}")]
@@ -299,7 +335,8 @@ pub enum ScheduleError {
         /// The first transfer that differs, if one does.
         transfer: Option<u32>,
         /// How it differs.
-        reason: String,
+        #[source]
+        reason: ReaddressMismatch,
     },
     /// A horizon does not fit the instruction set (more than 2^40 cycles).
     #[error("phase {phase} needs {horizon} cycles, more than rows can express; split the phase")]
@@ -368,7 +405,7 @@ fn schedule_labeled(
         });
     }
     let large = phase.transfers.len() >= config.large_phase_transfers;
-    let endpoint = endpoint_lower_bound(phase);
+    let endpoint = endpoint_lower_bound(phase, fabric);
     let stronger = if phase.transfers.is_empty() {
         0
     } else {
@@ -396,17 +433,23 @@ fn schedule_labeled(
         .count();
     let want_paired = config.try_paired && candidates > 0;
     let latency = u64::from(fabric.latency_cycles());
-    // The overlap check runs beside the planning; its verdict decides.
-    let (overlaps, (ordinary, paired)) = rayon::join(
-        || validate_overlaps(phase),
+    // The overlap check and the multicast bound run beside the planning;
+    // the check's verdict decides.
+    let ((overlaps, multicast), (ordinary, paired)) = rayon::join(
+        || {
+            (
+                validate_overlaps(phase),
+                multicast_lower_bound(phase, fabric).max(stronger),
+            )
+        },
         || {
             if want_paired {
                 rayon::join(
-                    || plan(phase, config, endpoint, latency, false),
-                    || Some(plan(phase, config, endpoint, latency, true)),
+                    || plan(phase, fabric, config, endpoint, false),
+                    || Some(plan(phase, fabric, config, endpoint, true)),
                 )
             } else {
-                (plan(phase, config, endpoint, latency, false), None)
+                (plan(phase, fabric, config, endpoint, false), None)
             }
         },
     );
@@ -472,6 +515,7 @@ fn schedule_labeled(
         horizon,
         endpoint_lower_bound: endpoint,
         stronger_lower_bound: stronger,
+        multicast_lower_bound: multicast,
         kind: kept.kind,
         ordinary_horizon,
         paired_horizon,
@@ -515,26 +559,35 @@ fn encode_rows(
 
 /// Whether a transfer can go as 64-bit items in a phase of `tiles` tiles:
 /// Paired64, every partner exists, and no two destinations share a pair.
-fn goes_wide(t: &crate::model::Transfer, tiles: u32) -> bool {
-    if t.width != Width::Paired64 || t.source.as_u32() ^ 2 >= tiles {
+fn goes_wide(t: &crate::model::Transfer, tiles: u32, fabric: &Fabric) -> bool {
+    if t.width != Width::Paired64 || fabric.partner(t.source).as_u32() >= tiles {
         return false;
     }
     let mut pairs: SmallVec<[u32; 4]> = SmallVec::new();
     for &(d, _) in &t.destinations {
-        if d.as_u32() ^ 2 >= tiles {
+        let partner = fabric.partner(d).as_u32();
+        if partner >= tiles {
             return false;
         }
-        // d and d ^ 2 share a pair: both must not be destinations.
-        let p = d.as_u32() & !2;
-        if pairs.contains(&p) {
+        // A tile and its partner form one pair: both must not be
+        // destinations, as the wide item occupies both receive ports.
+        let pair = d.as_u32().min(partner);
+        if pairs.contains(&pair) {
             return false;
         }
-        pairs.push(p);
+        pairs.push(pair);
     }
     true
 }
 
-fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, paired: bool) -> Plan {
+fn plan(
+    phase: &Phase,
+    fabric: &Fabric,
+    config: &ScheduleConfig,
+    endpoint: u64,
+    paired: bool,
+) -> Plan {
+    let latency = u64::from(fabric.latency_cycles());
     let tiles = phase.tile_count;
     let slack = |bound: u64| bound + bound * u64::from(config.target_slack_ppm) / 1_000_000;
     let core_config = |target| CoreConfig {
@@ -547,7 +600,7 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
     // partner's receive port.
     let make_job = |index: usize, wide: bool| {
         let t = &phase.transfers[index];
-        let partner = |tile: TileId| tile.as_u32() ^ 2;
+        let partner = |tile: TileId| fabric.partner(tile).as_u32();
         Job {
             sender: t.source.as_u32(),
             receivers: t.destinations.iter().map(|&(d, _)| d.as_u32()).collect(),
@@ -568,16 +621,19 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
     };
     let mut activity = vec![TileActivity::default(); tiles as usize];
     let jobs: Vec<Job> = (0..phase.transfers.len())
-        .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles)))
+        .into_par_iter()
+        .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles, fabric)))
         .collect();
+    let jobs = if config.fanout_split {
+        presplit(jobs, tiles as usize, endpoint)
+    } else {
+        jobs
+    };
     let bound = job_bound(&jobs, tiles as usize).max(endpoint);
     let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
     let segments = add_activity(phase, &out, latency, config.relocatable, &mut activity);
     let send_horizon = out.horizon;
     let complete = out.complete;
-    activity
-        .par_iter_mut()
-        .for_each(|a| a.recvs.sort_unstable_by_key(|p| p.start));
     Plan {
         kind: if paired {
             ScheduleKind::Paired
@@ -590,6 +646,91 @@ fn plan(phase: &Phase, config: &ScheduleConfig, endpoint: u64, latency: u64, pai
         complete,
         core: std::sync::Arc::new(out),
     }
+}
+
+/// Multicasts up to this fanout may be split before scheduling (see
+/// [`presplit`]). Wider ones are left to the core's fanout splitting: split
+/// up front, their groups hold too much of the sender's spare time, and the
+/// generated wide-multicast and reduce families get longer.
+const PRESPLIT_MAX_FANOUT: usize = 16;
+
+/// The share of a sender's spare lane time [`presplit`] may spend, in
+/// percent. Measured on the generated multicast families: 80 and 85 give
+/// the shortest phases; 50, 70 and 95 leave the fanout-16 family 4–11 %
+/// longer (too little lets only pairs form, too much leaves the senders no
+/// room for the core's own splits).
+const PRESPLIT_BUDGET_PERCENT: u64 = 80;
+
+/// Splits narrow multicast jobs into groups of receivers where their sender
+/// has lane time to spare, before the core sees them.
+///
+/// A multicast starts only when its sender and every receiver are free at
+/// once, and is never moved by the alternating paths that keep unicast
+/// work at the bound; sending the same words to smaller groups (down to
+/// single receivers, which are unicast jobs) costs the sender the words
+/// once more per extra group. Each sender spends at most
+/// [`PRESPLIT_BUDGET_PERCENT`] of its spare lane time (`bound` minus its
+/// load) on this: all its multicast jobs of
+/// fanout up to [`PRESPLIT_MAX_FANOUT`] get the smallest group size (1, 2,
+/// 4, …) whose extra cost fits. Groups are runs of the job's receivers in
+/// order, so the result depends only on the jobs.
+fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64) -> Vec<Job> {
+    let splittable = |j: &Job| {
+        (2..=PRESPLIT_MAX_FANOUT).contains(&j.receivers.len())
+            && j.extra_senders.is_empty()
+            && j.extra_receivers.is_empty()
+    };
+    let mut load = vec![0u64; nodes];
+    // Per sender: (fanout, items) of its splittable multicast jobs.
+    let mut multi: Vec<Vec<(u64, u64)>> = vec![Vec::new(); nodes];
+    for j in &jobs {
+        for &s in std::iter::once(&j.sender).chain(&j.extra_senders) {
+            load[s as usize] += u64::from(j.len);
+        }
+        if splittable(j) {
+            multi[j.sender as usize].push((j.receivers.len() as u64, u64::from(j.len)));
+        }
+    }
+    let group: Vec<u64> = multi
+        .iter()
+        .zip(&load)
+        .map(|(list, &own)| {
+            let budget = bound.saturating_sub(own) * PRESPLIT_BUDGET_PERCENT / 100;
+            let widest = list.iter().map(|&(f, _)| f).max().unwrap_or(1);
+            let cost = |g: u64| -> u64 {
+                list.iter()
+                    .map(|&(f, w)| (f.div_ceil(g) - 1).saturating_mul(w))
+                    .fold(0u64, u64::saturating_add)
+            };
+            let mut g = 1;
+            while g < widest && cost(g) > budget {
+                g *= 2;
+            }
+            g
+        })
+        .collect();
+    let splits = |j: &Job| splittable(j) && j.receivers.len() as u64 > group[j.sender as usize];
+    if !jobs.iter().any(splits) {
+        return jobs;
+    }
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if !splits(&job) {
+            out.push(job);
+            continue;
+        }
+        let g = group[job.sender as usize] as usize;
+        for (receivers, dests) in job.receivers.chunks(g).zip(job.dests.chunks(g)) {
+            out.push(Job {
+                receivers: receivers.iter().copied().collect(),
+                dests: dests.iter().copied().collect(),
+                extra_senders: SmallVec::new(),
+                extra_receivers: SmallVec::new(),
+                ..job
+            });
+        }
+    }
+    out
 }
 
 /// The largest node load of a job set.
@@ -611,8 +752,47 @@ fn job_bound(jobs: &[Job], nodes: usize) -> u64 {
 /// first piece —, start of the source's send after it — set on its last).
 type QuietMark = (u32, Option<Option<u64>>, Option<Option<u64>>);
 
-/// Turns core segments into per-tile pieces; receive pieces start
-/// `latency` cycles after their send. Returns the number of segments.
+/// Segment indices grouped by tile: `order[offsets[t]..offsets[t + 1]]`
+/// are tile `t`'s, in segment order.
+struct Grouped {
+    offsets: Vec<usize>,
+    order: Vec<u32>,
+}
+
+impl Grouped {
+    /// Groups `items` (tile, payload) by tile with a counting sort, keeping
+    /// their order within a tile.
+    fn new(tiles: usize, items: impl Iterator<Item = (u32, u32)> + Clone) -> Grouped {
+        let mut offsets = vec![0usize; tiles + 1];
+        for (tile, _) in items.clone() {
+            offsets[tile as usize + 1] += 1;
+        }
+        for t in 0..tiles {
+            offsets[t + 1] += offsets[t];
+        }
+        let mut next = offsets.clone();
+        let mut order = vec![0u32; offsets[tiles]];
+        for (tile, payload) in items {
+            let at = &mut next[tile as usize];
+            order[*at] = payload;
+            *at += 1;
+        }
+        Grouped { offsets, order }
+    }
+
+    fn of(&self, tile: usize) -> &[u32] {
+        &self.order[self.offsets[tile]..self.offsets[tile + 1]]
+    }
+}
+
+/// Turns core segments into per-tile pieces sorted by start; receive
+/// pieces start `latency` cycles after their send. Returns the number of
+/// segments.
+///
+/// Segments are grouped by sending and by receiving tile first (counting
+/// sorts), so that each tile's pieces are built in parallel from its own
+/// segments, reading the phase's transfers of that tile together; the
+/// result does not depend on the thread count.
 fn add_activity(
     phase: &Phase,
     out: &CoreOutput,
@@ -628,134 +808,165 @@ fn add_activity(
         |origin: u32, word: u32| ((u128::from(origin) + 1) << 66) + 4 * u128::from(word);
     let scattered =
         |origin: u32, word: u32| ((u128::from(origin) + 1) << 66) + ((u128::from(word) + 1) << 34);
-    // Exact capacities first: growing hundreds of vectors piece by piece
-    // costs more than the pieces.
-    let mut sends_per_tile = vec![0usize; activity.len()];
-    let mut recvs_per_tile = vec![0usize; activity.len()];
-    for seg in &out.segments {
-        let job = &out.jobs[seg.job as usize];
-        let t = &phase.transfers[job.origin as usize];
-        // A gather may need more pieces; this is only a capacity hint.
-        sends_per_tile[t.source.as_u32() as usize] += 1;
-        for &k in &job.dests {
-            recvs_per_tile[t.destinations[k as usize].0.as_u32() as usize] += 1;
-        }
-    }
-    for (a, (&s, &r)) in activity
-        .iter_mut()
-        .zip(sends_per_tile.iter().zip(&recvs_per_tile))
-    {
-        a.sends.reserve_exact(s);
-        a.recvs.reserve_exact(r);
-    }
-    // Send pieces per tile, tagged with their segment, so that after
-    // sorting each receive piece can learn when its source is quiet.
-    let mut tags: Vec<Vec<u32>> = sends_per_tile
-        .iter()
-        .map(|&n| Vec::with_capacity(n))
-        .collect();
-    for (index, seg) in out.segments.iter().enumerate() {
-        let job = &out.jobs[seg.job as usize];
-        let t = &phase.transfers[job.origin as usize];
-        let wide = !job.extra_senders.is_empty();
-        let per = if wide { 2 } else { 1 };
-        let first_word = seg.offset * per;
-        let words = seg.len * per;
-        let src = t.source.as_u32() as usize;
-        // Source runs: contiguous pieces of the segment's words.
-        let mut i = 0;
-        while i < words {
-            let Some(address) = t.source_word_address(first_word + i) else {
-                break;
-            };
-            let mut n = if t.source_addresses.len() == 1 {
-                words - i
-            } else {
-                per
-            };
-            // A gather's runs depend on its addresses; relocatable rows
-            // send it word by word.
-            while !(relocatable && t.source_addresses.len() > 1)
-                && i + n < words
-                && t.source_word_address(first_word + i + n) == Some(address + 4 * n)
-            {
-                n += per;
-            }
-            activity[src].sends.push(SendPiece {
-                start: seg.start + u64::from(i / per),
-                items: n / per,
-                wide,
-                byte_address: address,
-                vaddr: if !relocatable {
-                    u128::from(address)
-                } else if t.source_addresses.len() > 1 {
-                    scattered(job.origin, first_word + i)
-                } else {
-                    structural(job.origin, first_word + i)
-                },
-            });
-            tags[src].push(index as u32);
-            i += n;
-        }
-    }
-    // Per segment: the end of the source's previous send and the start of
-    // its next one. Tiles sort in parallel; the results are scattered in
-    // tile order, so nothing depends on scheduling.
-    let quiet: Vec<Vec<QuietMark>> = activity
-        .par_iter_mut()
-        .zip(tags.par_iter_mut())
-        .map(|(a, tag)| {
-            let mut order: Vec<(SendPiece, u32)> = a.sends.drain(..).zip(tag.drain(..)).collect();
-            order.sort_unstable_by_key(|(p, _)| p.start);
-            let mut marks = Vec::new();
-            for (k, &(p, seg)) in order.iter().enumerate() {
-                let first = k == 0 || order[k - 1].1 != seg;
-                let last = order.get(k + 1).is_none_or(|n| n.1 != seg);
-                let before = first.then(|| {
-                    k.checked_sub(1)
-                        .map(|q| order[q].0.start + u64::from(order[q].0.items))
-                });
-                let after = last.then(|| order.get(k + 1).map(|n| n.0.start));
-                if first || last {
-                    marks.push((seg, before, after));
+    let tiles = activity.len();
+    let segments = &out.segments;
+    let by_source = Grouped::new(
+        tiles,
+        segments
+            .iter()
+            .enumerate()
+            .map(|(i, seg)| (out.jobs[seg.job as usize].sender, i as u32)),
+    );
+    // Per tile: its send pieces sorted by start, and per segment of the
+    // tile the end of the tile's send before it and the start of the one
+    // after it.
+    let sends: Vec<(Vec<SendPiece>, Vec<QuietMark>)> = (0..tiles)
+        .into_par_iter()
+        .map(|tile| {
+            let mut pieces: Vec<(SendPiece, u32)> = Vec::with_capacity(by_source.of(tile).len());
+            for &index in by_source.of(tile) {
+                let seg = &segments[index as usize];
+                let job = &out.jobs[seg.job as usize];
+                let t = &phase.transfers[job.origin as usize];
+                let wide = !job.extra_senders.is_empty();
+                let per = if wide { 2 } else { 1 };
+                let first_word = seg.offset * per;
+                let words = seg.len * per;
+                // Source runs: contiguous pieces of the segment's words.
+                let mut i = 0;
+                while i < words {
+                    let Some(address) = t.source_word_address(first_word + i) else {
+                        break;
+                    };
+                    let mut n = if t.source_addresses.len() == 1 {
+                        words - i
+                    } else {
+                        per
+                    };
+                    // A gather's runs depend on its addresses; relocatable
+                    // rows send it word by word.
+                    while !(relocatable && t.source_addresses.len() > 1)
+                        && i + n < words
+                        && t.source_word_address(first_word + i + n) == Some(address + 4 * n)
+                    {
+                        n += per;
+                    }
+                    let piece = SendPiece {
+                        start: seg.start + u64::from(i / per),
+                        items: n / per,
+                        wide,
+                        byte_address: address,
+                        vaddr: if !relocatable {
+                            u128::from(address)
+                        } else if t.source_addresses.len() > 1 {
+                            scattered(job.origin, first_word + i)
+                        } else {
+                            structural(job.origin, first_word + i)
+                        },
+                    };
+                    pieces.push((piece, index));
+                    i += n;
                 }
-                a.sends.push(p);
             }
-            marks
+            pieces.sort_by_key(|(p, _)| p.start);
+            let mut marks = Vec::with_capacity(by_source.of(tile).len());
+            for (k, &(_, seg)) in pieces.iter().enumerate() {
+                let first = k == 0 || pieces[k - 1].1 != seg;
+                let last = pieces.get(k + 1).is_none_or(|n| n.1 != seg);
+                if first {
+                    let before = k
+                        .checked_sub(1)
+                        .map(|q| pieces[q].0.start + u64::from(pieces[q].0.items));
+                    marks.push((seg, Some(before), None));
+                }
+                if last {
+                    let after = pieces.get(k + 1).map(|n| n.0.start);
+                    marks.push((seg, None, Some(after)));
+                }
+            }
+            (pieces.into_iter().map(|(p, _)| p).collect(), marks)
         })
         .collect();
-    let mut before = vec![None; out.segments.len()];
-    let mut after = vec![None; out.segments.len()];
-    for (seg, b, a) in quiet.into_iter().flatten() {
-        if let Some(b) = b {
-            before[seg as usize] = b;
-        }
-        if let Some(a) = a {
-            after[seg as usize] = a;
-        }
-    }
-    for (index, seg) in out.segments.iter().enumerate() {
-        let job = &out.jobs[seg.job as usize];
-        let t = &phase.transfers[job.origin as usize];
-        let wide = !job.extra_senders.is_empty();
-        let first_word = seg.offset * if wide { 2 } else { 1 };
-        for &k in &job.dests {
-            let (d, address) = t.destinations[k as usize];
-            activity[d.as_u32() as usize].recvs.push(RecvPiece {
-                start: seg.start + latency,
-                items: seg.len,
-                wide,
-                source: t.source.as_u32(),
-                byte_address: address + 4 * first_word,
-                vaddr: if relocatable {
-                    structural(job.origin, first_word)
-                } else {
-                    u128::from(address + 4 * first_word)
-                },
-                source_quiet_from: before[index],
-                source_next_send: after[index],
-            });
+    // Per segment: the end of its source's previous send and the start of
+    // its next one.
+    let mut before = vec![None; segments.len()];
+    let mut after = vec![None; segments.len()];
+    for (_, marks) in &sends {
+        for &(seg, b, a) in marks {
+            if let Some(b) = b {
+                before[seg as usize] = b;
+            }
+            if let Some(a) = a {
+                after[seg as usize] = a;
+            }
         }
     }
-    out.segments.len()
+    // Receive pieces, grouped by receiving tile. One pass over the
+    // segments (in parallel, in order) reads each job and transfer once and
+    // lists (segment, receiving tile, destination byte address); a
+    // broadcast's hundreds of receivers then read only this list.
+    let receptions: Vec<(u32, u32, u32)> = segments
+        .par_iter()
+        .enumerate()
+        .flat_map_iter(|(i, seg)| {
+            let job = &out.jobs[seg.job as usize];
+            let t = &phase.transfers[job.origin as usize];
+            job.dests.iter().map(move |&k| {
+                let (d, address) = t.destinations[k as usize];
+                (i as u32, d.as_u32(), address)
+            })
+        })
+        .collect();
+    // Per segment: what a receive piece needs of it besides its address.
+    let info: Vec<(u32, bool, u32)> = segments
+        .par_iter()
+        .map(|seg| {
+            let job = &out.jobs[seg.job as usize];
+            let wide = !job.extra_senders.is_empty();
+            (job.origin, wide, job.sender)
+        })
+        .collect();
+    let by_dest = Grouped::new(
+        tiles,
+        receptions
+            .iter()
+            .enumerate()
+            .map(|(p, &(_, d, _))| (d, p as u32)),
+    );
+    let recvs: Vec<Vec<RecvPiece>> = (0..tiles)
+        .into_par_iter()
+        .map(|tile| {
+            let mut pieces: Vec<RecvPiece> = by_dest
+                .of(tile)
+                .iter()
+                .map(|&p| {
+                    let (index, _, address) = receptions[p as usize];
+                    let seg = &segments[index as usize];
+                    let (origin, wide, source) = info[index as usize];
+                    let first_word = seg.offset * if wide { 2 } else { 1 };
+                    RecvPiece {
+                        start: seg.start + latency,
+                        items: seg.len,
+                        wide,
+                        source,
+                        byte_address: address + 4 * first_word,
+                        vaddr: if relocatable {
+                            structural(origin, first_word)
+                        } else {
+                            u128::from(address + 4 * first_word)
+                        },
+                        source_quiet_from: before[index as usize],
+                        source_next_send: after[index as usize],
+                    }
+                })
+                .collect();
+            pieces.sort_by_key(|p| p.start);
+            pieces
+        })
+        .collect();
+    for ((a, (s, _)), r) in activity.iter_mut().zip(sends).zip(recvs) {
+        a.sends = s;
+        a.recvs = r;
+    }
+    segments.len()
 }

@@ -59,16 +59,18 @@ pub struct SnapshotTransfer {
 
 /// Why a snapshot could not be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SnapshotError {
     /// Not JSON of the snapshot shape.
-    #[error("the snapshot is not valid (line {line}, column {column}): {message}")]
+    #[error("the snapshot is not valid (line {line}, column {column}): {source}")]
     Json {
         /// Line of the error.
         line: usize,
         /// Column of the error.
         column: usize,
-        /// The parser's message.
-        message: String,
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
     },
     /// A schema version this crate does not read.
     #[error("the snapshot has schema_version {found}; this tool reads version {expected}")]
@@ -86,7 +88,7 @@ impl Snapshot {
         let snapshot: Snapshot = serde_json::from_str(text).map_err(|e| SnapshotError::Json {
             line: e.line(),
             column: e.column(),
-            message: e.to_string(),
+            source: e,
         })?;
         if snapshot.schema_version != SCHEMA_VERSION {
             return Err(SnapshotError::Version {

@@ -2,6 +2,9 @@
 //! alone, and a miss in an empty cache including the atomic writes) and warm
 //! (a verified hit in a populated cache).
 
+// criterion_group! generates undocumented public items.
+#![allow(missing_docs)]
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use ipu_kernels::siglip::seed_variants;
 use ipu_kernels::{AmpModel, HostToolchain, KernelCache, Toolchain};

@@ -1,6 +1,9 @@
 //! AMP utilisation of the SigLIP GEMM shards the seed planned (printed once
 //! from the cost model), and the time to estimate, plan and emulate them.
 
+// criterion_group! generates undocumented public items.
+#![allow(missing_docs)]
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use ipu_kernels::siglip::{seed_shape, seed_variants};
 use ipu_kernels::{AmpModel, GemmProblem, Mode, PlanConfig, estimate_cycles, plan_variant};

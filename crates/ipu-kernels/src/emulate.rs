@@ -20,7 +20,9 @@
 //!   the group from inner index 0, so the result does not depend on `k` or
 //!   `c`. Overflow gives ±infinity as IEEE arithmetic does.
 //! - In accumulate mode the partials start from the output's bytes, in
-//!   initialise mode from zero; the final partials are the output.
+//!   initialise mode from zero; the final partials are the output. A NaN
+//!   partial is stored as the canonical quiet NaN (`f32::NAN` encoded in
+//!   the output precision).
 //!
 //! Operand addresses must be multiples of the header's alignment (32 on
 //! IPU21; the AMP's 128-bit loads fault otherwise). With a row-major left
@@ -34,6 +36,29 @@
 //! Workers write disjoint outputs (the program checker proves it for built
 //! programs), so running them in order gives the same bytes as any
 //! interleaving.
+//!
+//! # How it runs fast
+//!
+//! The arithmetic above is a sequence of f64 operations per output
+//! element; the emulator performs exactly that sequence, in that order, for
+//! every element, so its bytes are those of the plain formulation (a test
+//! compares it with the plain, element-by-element emulator on random
+//! programs and memory). What changes is the data movement around it:
+//! operand blocks are copied out of the image once per op, a run at a
+//! time, and decoded once (FP8 through a 256-entry table of
+//! `decode × 2^scale`); the coefficient block is stored group by group
+//! with each column's `group` coefficients together, so that one pass over
+//! the columns does a whole AMP step per element with no bounds checks in
+//! the loop. A [`PreparedProgram`] with FP8 rows and weights also holds
+//! the table of all 65,536 rounded products `round(a × w)`, so the
+//! innermost loop is one table load and one add per product.
+
+mod kernel;
+#[cfg(test)]
+mod reference;
+mod rounding;
+
+use std::sync::Arc;
 
 use ipu_layout::{AmpOperand, ElementOrder, Precision};
 
@@ -41,6 +66,10 @@ use crate::WorkerId;
 use crate::error::{EmulateError, Operand};
 use crate::program::{AmpOp, AmpProgram, ProgramHeader, Run};
 use crate::variant::Arithmetic;
+
+use kernel::{Block, ProductTable};
+pub use rounding::{round_f16, round_f32};
+use rounding::{round_f16_on_grid, stochastic_f16, stochastic_f32, stored, unit_random};
 
 /// Absolute tile byte addresses of a call's operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -96,6 +125,157 @@ pub struct EmulationStats {
     pub ops: u64,
 }
 
+/// Exact values of every code of a one-byte precision, or the precision's
+/// own decoder for wider ones.
+#[derive(Clone, Debug)]
+struct Decoder {
+    precision: Precision,
+    /// `f64::from(precision.decode_from(&[code]))` for every code, when the
+    /// precision is one byte wide.
+    codes: Option<Box<[f64; 256]>>,
+}
+
+impl Decoder {
+    fn new(precision: Precision) -> Self {
+        let codes = (precision.element_bytes() == 1).then(|| {
+            let mut table = Box::new([0.0f64; 256]);
+            for (code, v) in (0u8..=255).zip(table.iter_mut()) {
+                *v = f64::from(precision.decode_from(&[code]));
+            }
+            table
+        });
+        Self { precision, codes }
+    }
+
+    /// The exact values of `bytes`, element by element.
+    fn decode(&self, bytes: &[u8]) -> Vec<f64> {
+        match &self.codes {
+            Some(table) => bytes.iter().map(|&b| table[usize::from(b)]).collect(),
+            None => bytes
+                .chunks_exact(self.precision.element_bytes() as usize)
+                .map(|chunk| f64::from(self.precision.decode_from(chunk)))
+                .collect(),
+        }
+    }
+}
+
+/// The tables a program's runs share: decoders of the three precisions and,
+/// when built, the rounded products of FP8 rows and weights.
+#[derive(Clone, Debug)]
+struct Tables {
+    left: Decoder,
+    right: Decoder,
+    output: Decoder,
+    products: Option<Arc<ProductTable>>,
+}
+
+impl Tables {
+    /// The decoders of `h` and, when `products` holds (or may add) one,
+    /// the product table of its precisions.
+    fn new(h: &ProgramHeader, products: Option<&mut ProductTables>) -> Self {
+        let left = Decoder::new(h.left);
+        let right = Decoder::new(h.right);
+        let output = Decoder::new(h.output);
+        let products = match (products, &left.codes, &right.codes) {
+            (Some(cache), Some(l), Some(r)) => {
+                let key = (h.left, h.right, h.arithmetic);
+                match cache.tables.get(&key) {
+                    Some(t) => Some(Arc::clone(t)),
+                    None if cache.tables.len() < ProductTables::LIMIT => {
+                        let widen = h.arithmetic.widens_weights();
+                        let single = h.arithmetic.single_partials();
+                        let table = Arc::new(ProductTable::new(l, r, |a, w| {
+                            let w = if widen { round_f16(w) } else { w };
+                            if single {
+                                round_f32(a * w)
+                            } else {
+                                round_f16(a * w)
+                            }
+                        }));
+                        cache.tables.insert(key, Arc::clone(&table));
+                        Some(table)
+                    }
+                    // Past the limit a program runs on decoded values:
+                    // the same bytes, more slowly.
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        Self {
+            left,
+            right,
+            output,
+            products,
+        }
+    }
+}
+
+/// Product tables shared by the [`PreparedProgram`]s of one run, one per
+/// combination of row and weight precision and arithmetic, at most
+/// [`ProductTables::LIMIT`] of them (512 KiB each): programs past the limit
+/// run without a table, so a package with many precisions cannot make the
+/// tables grow without bound.
+#[derive(Clone, Debug, Default)]
+pub struct ProductTables {
+    tables: std::collections::HashMap<(Precision, Precision, Arithmetic), Arc<ProductTable>>,
+}
+
+impl ProductTables {
+    /// The most tables kept (32 MiB).
+    pub const LIMIT: usize = 64;
+
+    /// No tables yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Tables built so far.
+    pub fn len(&self) -> usize {
+        self.tables.len()
+    }
+
+    /// Whether none was built.
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+}
+
+/// An AMP program made ready to run many times: its header checked once,
+/// its decode tables built and, when rows and weights are both FP8, the
+/// table of every product rounded to the partial precision (512 KiB),
+/// which makes the innermost loop a table load and an add. Runs through
+/// [`emulate_prepared`] give the same bytes as [`emulate_with`].
+#[derive(Clone, Debug)]
+pub struct PreparedProgram {
+    program: AmpProgram,
+    tables: Tables,
+}
+
+impl PreparedProgram {
+    /// Checks `program`'s header and builds its tables.
+    pub fn new(program: AmpProgram) -> Result<Self, EmulateError> {
+        Self::with_tables(program, &mut ProductTables::new())
+    }
+
+    /// [`PreparedProgram::new`], taking its product table from `tables`
+    /// (or adding it there), so that programs of the same precisions share
+    /// one.
+    pub fn with_tables(
+        program: AmpProgram,
+        tables: &mut ProductTables,
+    ) -> Result<Self, EmulateError> {
+        check_header(&program.header)?;
+        let tables = Tables::new(&program.header, Some(tables));
+        Ok(Self { program, tables })
+    }
+
+    /// The program.
+    pub fn program(&self) -> &AmpProgram {
+        &self.program
+    }
+}
+
 /// Runs `program` on the tile memory image `memory`, whose first byte is at
 /// address `memory_base`, with round to nearest even.
 pub fn emulate(
@@ -121,8 +301,40 @@ pub fn emulate_with(
     args: &KernelArgs,
     options: &EmulateOptions,
 ) -> Result<EmulationStats, EmulateError> {
+    check_header(&program.header)?;
+    let tables = Tables::new(&program.header, None);
+    run(program, &tables, memory, memory_base, args, options)
+}
+
+/// [`emulate_with`] for a prepared program (the same bytes, faster when the
+/// program runs many times).
+pub fn emulate_prepared(
+    prepared: &PreparedProgram,
+    memory: &mut [u8],
+    memory_base: u32,
+    args: &KernelArgs,
+    options: &EmulateOptions,
+) -> Result<EmulationStats, EmulateError> {
+    run(
+        &prepared.program,
+        &prepared.tables,
+        memory,
+        memory_base,
+        args,
+        options,
+    )
+}
+
+/// Runs a program whose header was checked.
+fn run(
+    program: &AmpProgram,
+    tables: &Tables,
+    memory: &mut [u8],
+    memory_base: u32,
+    args: &KernelArgs,
+    options: &EmulateOptions,
+) -> Result<EmulationStats, EmulateError> {
     let h = &program.header;
-    check_header(h)?;
     let start = u64::from(memory_base);
     let end = start + memory.len() as u64;
     let [left_bytes, right_bytes, output_bytes] = h.operand_bytes();
@@ -193,6 +405,7 @@ pub fn emulate_with(
         header: h,
         args,
         options,
+        tables,
         stats: EmulationStats::default(),
         operand_bytes: [left_bytes, right_bytes, output_bytes],
     };
@@ -233,14 +446,22 @@ struct Machine<'a> {
     header: &'a ProgramHeader,
     args: &'a KernelArgs,
     options: &'a EmulateOptions,
+    tables: &'a Tables,
     stats: EmulationStats,
     operand_bytes: [u64; 3],
 }
 
+/// The coefficient state: `inner × columns` weights in the group layout of
+/// [`kernel::group_layout`], as exact values or, with a product table, as
+/// codes.
+enum Coefficients {
+    Values(Vec<f64>),
+    Codes(Vec<u8>),
+}
+
 /// The AMP state of one worker.
 struct State {
-    /// Coefficients, `inner × columns`, row major, as exact values.
-    coefficients: Vec<f64>,
+    coefficients: Coefficients,
     coefficient_dims: Option<(u32, u32)>,
     /// Partials, `rows × columns`, row major.
     partials: Vec<f64>,
@@ -345,34 +566,34 @@ impl Machine<'_> {
         Ok(per_run)
     }
 
-    /// Reads an `count × elements` block through `runs` as exact values.
+    /// Copies a `count × elements` block of `eb`-byte elements through
+    /// `runs` into a row-major byte block.
     #[allow(clippy::too_many_arguments)]
     fn gather(
-        &mut self,
+        &self,
         worker: WorkerId,
         op: usize,
         operand: Operand,
         runs: &[Run],
         count: u32,
         elements: u32,
-        precision: Precision,
-    ) -> Result<Vec<f64>, EmulateError> {
-        let eb = precision.element_bytes();
+        eb: u64,
+    ) -> Result<Vec<u8>, EmulateError> {
         let per_run = Self::run_elements(worker, op, runs, count, elements, eb)?;
         self.check_block(worker, op, count, elements)?;
-        let mut values = vec![0.0f64; count as usize * elements as usize];
+        let eb = eb as usize;
+        let row_bytes = elements as usize * eb;
+        let mut block = vec![0u8; count as usize * row_bytes];
         let mut column = 0usize;
         for (r, &n) in runs.iter().zip(&per_run) {
-            for i in 0..count {
+            let n = n as usize * eb;
+            for (i, row) in (0..count).zip(block.chunks_exact_mut(row_bytes.max(1))) {
                 let range = self.locate(worker, op, operand, r, i)?;
-                let row = &mut values[i as usize * elements as usize..][..elements as usize];
-                for (e, chunk) in self.memory[range].chunks_exact(eb as usize).enumerate() {
-                    row[column + e] = f64::from(precision.decode_from(chunk));
-                }
+                row[column..column + n].copy_from_slice(&self.memory[range]);
             }
-            column += n as usize;
+            column += n;
         }
-        Ok(values)
+        Ok(block)
     }
 
     /// Writes an `count × elements` block through `runs`.
@@ -394,10 +615,13 @@ impl Machine<'_> {
             for i in 0..count {
                 let range = self.locate(worker, op, Operand::Output, r, i)?;
                 let row = &values[i as usize * elements as usize..][..elements as usize];
-                for (e, chunk) in self.memory[range].chunks_exact_mut(eb as usize).enumerate() {
+                for (chunk, &v) in self.memory[range]
+                    .chunks_exact_mut(eb as usize)
+                    .zip(&row[column..])
+                {
                     // Partials are already in the output precision, so this
                     // encoding is exact.
-                    precision.encode_into(row[column + e] as f32, chunk);
+                    precision.encode_into(stored(v), chunk);
                 }
             }
             column += n as usize;
@@ -430,8 +654,10 @@ impl Machine<'_> {
 
     fn run_worker(&mut self, worker: WorkerId, ops: &[AmpOp]) -> Result<(), EmulateError> {
         let h = self.header;
+        let tables = self.tables;
+        let group = h.arithmetic.group() as usize;
         let mut state = State {
-            coefficients: Vec::new(),
+            coefficients: Coefficients::Values(Vec::new()),
             coefficient_dims: None,
             partials: Vec::new(),
             partial_dims: None,
@@ -445,16 +671,29 @@ impl Machine<'_> {
                     columns,
                     runs,
                 } => {
-                    let mut values =
-                        self.gather(worker, i, Operand::Right, runs, *inner, *columns, h.right)?;
-                    if h.arithmetic.widens_weights() {
-                        for v in &mut values {
-                            *v = round_f16(*v);
+                    let bytes = self.gather(
+                        worker,
+                        i,
+                        Operand::Right,
+                        runs,
+                        *inner,
+                        *columns,
+                        h.right.element_bytes(),
+                    )?;
+                    let (k, c) = (*inner as usize, *columns as usize);
+                    state.coefficients = if tables.products.is_some() {
+                        Coefficients::Codes(kernel::group_layout(&bytes, k, c, group))
+                    } else {
+                        let mut values = tables.right.decode(&bytes);
+                        if h.arithmetic.widens_weights() {
+                            for v in &mut values {
+                                *v = round_f16(*v);
+                            }
                         }
-                    }
+                        Coefficients::Values(kernel::group_layout(&values, k, c, group))
+                    };
                     self.stats.coefficient_bytes +=
                         u64::from(*inner) * u64::from(*columns) * h.right.element_bytes();
-                    state.coefficients = values;
                     state.coefficient_dims = Some((*inner, *columns));
                 }
                 AmpOp::ZeroPartials { rows, columns } => {
@@ -468,8 +707,16 @@ impl Machine<'_> {
                     columns,
                     runs,
                 } => {
-                    state.partials =
-                        self.gather(worker, i, Operand::Output, runs, *rows, *columns, h.output)?;
+                    let bytes = self.gather(
+                        worker,
+                        i,
+                        Operand::Output,
+                        runs,
+                        *rows,
+                        *columns,
+                        h.output.element_bytes(),
+                    )?;
+                    state.partials = tables.output.decode(&bytes);
                     self.stats.partial_bytes_read +=
                         u64::from(*rows) * u64::from(*columns) * h.output.element_bytes();
                     state.partial_dims = Some((*rows, *columns));
@@ -503,8 +750,15 @@ impl Machine<'_> {
                     if h.left_order == ElementOrder::RowMajor {
                         check_row_runs(worker, i, runs, h.alignment)?;
                     }
-                    let left =
-                        self.gather(worker, i, Operand::Left, runs, *rows, *inner, h.left)?;
+                    let left = self.gather(
+                        worker,
+                        i,
+                        Operand::Left,
+                        runs,
+                        *rows,
+                        *inner,
+                        h.left.element_bytes(),
+                    )?;
                     self.stats.left_bytes +=
                         u64::from(*rows) * u64::from(*inner) * h.left.element_bytes();
                     self.stream(worker, &mut state, &left, *rows, k, c);
@@ -535,13 +789,13 @@ impl Machine<'_> {
         Ok(())
     }
 
-    /// The AMP pipeline: every row of `left` against every coefficient
-    /// column, in steps of the arithmetic's group.
+    /// The AMP pipeline: every row of `left` (bytes of the left precision)
+    /// against every coefficient column, in steps of the arithmetic's group.
     fn stream(
         &mut self,
         worker: WorkerId,
         state: &mut State,
-        left: &[f64],
+        left: &[u8],
         rows: u32,
         k: u32,
         c: u32,
@@ -550,39 +804,71 @@ impl Machine<'_> {
         let group = h.arithmetic.group() as usize;
         let (rows, k, c) = (rows as usize, k as usize, c as usize);
         let first_step = state.inner_done / group as u64;
-        let shape = Pass {
-            left,
-            coefficients: &state.coefficients,
+        let single = h.arithmetic.single_partials();
+        let block = Block {
             rows,
             k,
             c,
             group,
+            exact: !single,
         };
         let partials = &mut state.partials;
+        let rounding = self.options.rounding;
+        let random = move |r: usize, j: usize, g: u64, seed: u64| {
+            unit_random(seed, worker, r as u64, j as u64, first_step + g)
+        };
         // One monomorphic loop per rounding choice keeps the innermost
         // operation inlined.
-        match (h.arithmetic.single_partials(), self.options.rounding) {
-            (false, Rounding::NearestEven) => {
-                shape.run(partials, round_f16, |x, _, _, _| round_f16(x))
+        match (&state.coefficients, &self.tables.products) {
+            (Coefficients::Codes(codes), Some(products)) => match (single, rounding) {
+                // F16 partials: every step's sum is exact, on the 2^-24 grid.
+                (false, Rounding::NearestEven) => {
+                    block.run_codes(products, partials, left, codes, |x, _, _, _| {
+                        round_f16_on_grid(x)
+                    })
+                }
+                (true, Rounding::NearestEven) => {
+                    block.run_codes(products, partials, left, codes, |x, _, _, _| round_f32(x))
+                }
+                (false, Rounding::Stochastic { seed }) => {
+                    block.run_codes(products, partials, left, codes, |x, r, j, g| {
+                        stochastic_f16(x, random(r, j, g, seed))
+                    })
+                }
+                (true, Rounding::Stochastic { seed }) => {
+                    block.run_codes(products, partials, left, codes, |x, r, j, g| {
+                        stochastic_f32(x, random(r, j, g, seed))
+                    })
+                }
+            },
+            (Coefficients::Values(coefficients), _) => {
+                let left = self.tables.left.decode(left);
+                match (single, rounding) {
+                    (false, Rounding::NearestEven) => {
+                        block.run_values(partials, &left, coefficients, round_f16, |x, _, _, _| {
+                            round_f16_on_grid(x)
+                        })
+                    }
+                    (true, Rounding::NearestEven) => {
+                        block.run_values(partials, &left, coefficients, round_f32, |x, _, _, _| {
+                            round_f32(x)
+                        })
+                    }
+                    (false, Rounding::Stochastic { seed }) => {
+                        block.run_values(partials, &left, coefficients, round_f16, |x, r, j, g| {
+                            stochastic_f16(x, random(r, j, g, seed))
+                        })
+                    }
+                    (true, Rounding::Stochastic { seed }) => {
+                        block.run_values(partials, &left, coefficients, round_f32, |x, r, j, g| {
+                            stochastic_f32(x, random(r, j, g, seed))
+                        })
+                    }
+                }
             }
-            (true, Rounding::NearestEven) => {
-                shape.run(partials, round_f32, |x, _, _, _| round_f32(x))
-            }
-            (false, Rounding::Stochastic { seed }) => {
-                shape.run(partials, round_f16, |x, r, j, g| {
-                    stochastic_f16(
-                        x,
-                        unit_random(seed, worker, r as u64, j as u64, first_step + g),
-                    )
-                })
-            }
-            (true, Rounding::Stochastic { seed }) => {
-                shape.run(partials, round_f32, |x, r, j, g| {
-                    stochastic_f32(
-                        x,
-                        unit_random(seed, worker, r as u64, j as u64, first_step + g),
-                    )
-                })
+            // Codes are only loaded when the product table exists.
+            (Coefficients::Codes(_), None) => {
+                debug_assert!(false, "coefficient codes without a product table");
             }
         }
         state.inner_done += k as u64;
@@ -616,170 +902,4 @@ fn check_row_runs(
         }
     }
     Ok(())
-}
-
-/// One pass of rows through the AMP against a coefficient block.
-struct Pass<'a> {
-    /// `rows × k` left values.
-    left: &'a [f64],
-    /// `k × c` coefficients.
-    coefficients: &'a [f64],
-    rows: usize,
-    k: usize,
-    c: usize,
-    group: usize,
-}
-
-impl Pass<'_> {
-    /// Accumulates into `partials` (`rows × c`): each product rounded by
-    /// `product`, each step's sum rounded by `update(sum, row, column, step)`.
-    fn run(
-        &self,
-        partials: &mut [f64],
-        product: impl Fn(f64) -> f64,
-        update: impl Fn(f64, usize, usize, u64) -> f64,
-    ) {
-        let (k, c) = (self.k, self.c);
-        let mut column = vec![0.0f64; k];
-        for j in 0..c {
-            for (kk, v) in column.iter_mut().enumerate() {
-                *v = self.coefficients[kk * c + j];
-            }
-            for r in 0..self.rows {
-                let row = &self.left[r * k..(r + 1) * k];
-                let mut partial = partials[r * c + j];
-                let chunks = row.chunks(self.group).zip(column.chunks(self.group));
-                for (step, (a_chunk, b_chunk)) in chunks.enumerate() {
-                    let mut sum = partial;
-                    for (&a, &b) in a_chunk.iter().zip(b_chunk) {
-                        // Operands have at most 11 significant bits each, so
-                        // the f64 product is exact before rounding.
-                        sum += product(a * b);
-                    }
-                    partial = update(sum, r, j, step as u64);
-                }
-                partials[r * c + j] = partial;
-            }
-        }
-    }
-}
-
-/// `x` rounded to the nearest F16, ties to even, overflowing to ±infinity.
-///
-/// This is the emulator's innermost operation, so it works on the f64 bits
-/// directly. (It does not use `half::f16::from_f64`, which misrounds some
-/// values whose deciding bits lie in the low word of the f64: it sends
-/// 2^-25 (1 + 2^-52), just above the tie between 0 and 2^-24, to 0.)
-pub fn round_f16(x: f64) -> f64 {
-    /// The smallest normal F16, 2^-14.
-    const MIN_NORMAL: f64 = 6.103_515_625e-5;
-    /// Halfway between the largest F16 (65504) and 65536: ties go to the
-    /// even 65536, which overflows.
-    const OVERFLOW: f64 = 65520.0;
-    let a = x.abs();
-    if a.is_nan() {
-        return x;
-    }
-    if a >= OVERFLOW {
-        return f64::INFINITY.copysign(x);
-    }
-    if a < MIN_NORMAL {
-        // Subnormal F16s are the multiples of 2^-24; scaling by a power of
-        // two is exact.
-        return (x * 16_777_216.0).round_ties_even() / 16_777_216.0;
-    }
-    // A normal F16 keeps 11 of the 53 significant bits: round the other 42
-    // to nearest even (a carry correctly moves into the exponent).
-    let bits = x.to_bits();
-    let lsb = (bits >> 42) & 1;
-    let rounded = (bits + (1u64 << 41) - 1 + lsb) & !((1u64 << 42) - 1);
-    f64::from_bits(rounded)
-}
-
-/// `x` rounded to the nearest F32, ties to even.
-pub fn round_f32(x: f64) -> f64 {
-    f64::from(x as f32)
-}
-
-/// A uniform value in `[0, 1)` from the seed and the update's position
-/// (splitmix64 over a mix of the inputs).
-fn unit_random(seed: u64, worker: WorkerId, row: u64, column: u64, step: u64) -> f64 {
-    let mut z = seed
-        ^ u64::from(worker.as_u32()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ row.wrapping_mul(0xBF58_476D_1CE4_E5B9)
-        ^ column.wrapping_mul(0x94D0_49BB_1331_11EB)
-        ^ step.wrapping_mul(0xD6E8_FEB8_6659_FD93);
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// Rounds `x` to one of its two neighbouring F16 values, up with probability
-/// equal to the distance from the lower one (in units of the gap).
-fn stochastic_f16(x: f64, u: f64) -> f64 {
-    let n = round_f16(x);
-    // `n` is an F16 value (or infinite), so this conversion is exact.
-    let nearest = half::f16::from_f64(n);
-    if n == x || !x.is_finite() || !n.is_finite() {
-        return n;
-    }
-    let (lo, hi) = if n < x {
-        (n, next_f16(nearest, true).to_f64())
-    } else {
-        (next_f16(nearest, false).to_f64(), n)
-    };
-    if !lo.is_finite() || !hi.is_finite() {
-        return n;
-    }
-    let fraction = (x - lo) / (hi - lo);
-    if u < fraction { hi } else { lo }
-}
-
-/// The F16 value next to `v` upwards or downwards.
-fn next_f16(v: half::f16, up: bool) -> half::f16 {
-    let bits = v.to_bits();
-    let negative = bits & 0x8000 != 0;
-    let magnitude = bits & 0x7fff;
-    let next = if magnitude == 0 {
-        if up { 0x0001 } else { 0x8001 }
-    } else if up != negative {
-        bits + 1
-    } else {
-        bits - 1
-    };
-    half::f16::from_bits(next)
-}
-
-/// Stochastic rounding to F32 (as [`stochastic_f16`]).
-fn stochastic_f32(x: f64, u: f64) -> f64 {
-    let nearest = x as f32;
-    let n = f64::from(nearest);
-    if n == x || !x.is_finite() || !n.is_finite() {
-        return n;
-    }
-    let (lo, hi) = if n < x {
-        (n, f64::from(next_f32(nearest, true)))
-    } else {
-        (f64::from(next_f32(nearest, false)), n)
-    };
-    if !lo.is_finite() || !hi.is_finite() {
-        return n;
-    }
-    if u < (x - lo) / (hi - lo) { hi } else { lo }
-}
-
-fn next_f32(v: f32, up: bool) -> f32 {
-    let bits = v.to_bits();
-    let negative = bits & 0x8000_0000 != 0;
-    let magnitude = bits & 0x7fff_ffff;
-    let next = if magnitude == 0 {
-        if up { 1 } else { 0x8000_0001 }
-    } else if up != negative {
-        bits + 1
-    } else {
-        bits - 1
-    };
-    f32::from_bits(next)
 }

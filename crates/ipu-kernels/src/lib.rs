@@ -42,8 +42,8 @@ pub use cost::{
     peak_macs_per_cycle, program_cycles,
 };
 pub use emulate::{
-    EmulateOptions, EmulationStats, KernelArgs, Rounding, emulate, emulate_with, round_f16,
-    round_f32,
+    EmulateOptions, EmulationStats, KernelArgs, PreparedProgram, ProductTables, Rounding, emulate,
+    emulate_prepared, emulate_with, round_f16, round_f32,
 };
 pub use error::{EmulateError, KernelError, Operand};
 pub use model::AmpModel;

@@ -3,6 +3,9 @@
 //! Criterion reports throughput in fragments per second (`elem/s`): each
 //! benchmark's throughput is set to the number of fragments it produces.
 
+// criterion_group! generates undocumented public items.
+#![allow(missing_docs)]
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ipu_layout::*;
 

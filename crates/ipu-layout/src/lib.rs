@@ -25,6 +25,7 @@ mod fragments;
 mod geometry;
 pub mod numeric;
 mod precision;
+pub mod rng;
 mod shape;
 mod tiling;
 

@@ -17,6 +17,40 @@
 //!    ▼
 //! Package (per-tile images, bindings, manifest, memory profile)
 //! ```
+//!
+//! The entry point is [`build_package`]: a graph, a [`BuildConfig`] (the
+//! device as an `ipu_target::Target`, the tile count, planner options) and
+//! the [`Stages`] to run, each behind a small trait so that an embedding
+//! toolchain brings its own placer, exchange scheduler, kernel toolchain or
+//! kernel store; the checkers judge every stage's result. For example, the
+//! tiny fixture on a 64-tile device with kernels kept in memory:
+//!
+//! ```
+//! use ipu_alloc::{BuiltinPlacer, PlaceConfig};
+//! use ipu_kernels::MemoryStore;
+//! use ipu_package::{BuildConfig, Stages, build_package, graph::parse_fixture};
+//! use ipu_target::Target;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+//! # std::env::set_current_dir(&root)?;
+//! // The device: the built-in IPU21 (`Target::ipu21()`) or any description.
+//! let target = Target::from_file("device/ipu21-m64.toml".as_ref())?;
+//! let graph = parse_fixture(&std::fs::read_to_string("fixtures/tiny-2l-h64.json")?)?;
+//! // Any stage may be the embedder's own: here, the placer.
+//! let stages = Stages {
+//!     placer: Box::new(BuiltinPlacer { config: PlaceConfig::default() }),
+//!     ..Stages::builtin(Box::new(MemoryStore::new()))
+//! };
+//! let config = BuildConfig { target, tiles: Some(16), ..BuildConfig::default() };
+//! let package = build_package(&graph, &config, &stages)?;
+//! # let out = tempfile::tempdir()?;
+//! # let dir = out.path().join("tiny-m64");
+//! package.write(&dir)?; // a package directory, as `cargo xtask build-package` writes
+//! assert_eq!(package.manifest.target, "ipu21-m64");
+//! # Ok(())
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
 
@@ -31,4 +65,6 @@ pub mod plan;
 pub mod program;
 pub mod storage;
 
+pub use build::{BuildConfig, BuildError, Stages, build_package};
 pub use graph::{Graph, GraphError, Op, OpId, Tensor, TensorId, TensorKind};
+pub use package::{Package, PackageIoError};

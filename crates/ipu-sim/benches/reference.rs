@@ -4,6 +4,9 @@
 //!
 //! Run with `cargo bench -p ipu-sim --bench reference`.
 
+// criterion_group! generates undocumented public items.
+#![allow(missing_docs)]
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use ipu_package::graph::{ParseOptions, parse_fixture_with, values};
 

@@ -6,9 +6,17 @@
 //! writes its results rounded once to the output buffer's precision. GEMMs
 //! are delegated to the memory, which runs them through its own kernel
 //! path.
+//!
+//! Arguments come from the package, so nothing here trusts them: sizes are
+//! computed with checked arithmetic, every operand's extent is checked
+//! against its placed range before anything is allocated for it (so no
+//! allocation exceeds what tile memory holds), and strided rows must not
+//! overlap (so a row count cannot multiply a small read into a large
+//! allocation). How long a codelet may loop is bounded by the run's work
+//! limit, counted with [`codelet_work`] before the run.
 
 use ipu_layout::{Precision, TileId};
-use ipu_package::program::{BufferId, Codelet, GemmEntry, KernelId, Operand};
+use ipu_package::program::{BufferId, Codelet, GemmEntry, GemmKernel, KernelId, Operand};
 
 use crate::SimError;
 
@@ -48,12 +56,21 @@ fn layer_norm(x: &[f32], g: &[f32], b: &[f32], d: usize, eps: f32) -> Vec<f32> {
 /// Tile memory as codelets see it.
 pub trait CodeletMemory {
     /// The element precision of a buffer.
-    fn precision(&self, buffer: BufferId) -> Precision;
+    fn precision(&self, tile: TileId, buffer: BufferId) -> Result<Precision, SimError>;
     /// `bytes` bytes of `tile`'s shard of the operand's buffer, from its
     /// offset. Reading past the shard (and its access tail) is an error.
     fn read(&self, tile: TileId, at: Operand, bytes: u64) -> Result<Vec<u8>, SimError>;
+    /// Checks that `bytes` bytes at the operand lie in `tile`'s shard,
+    /// without touching them.
+    fn extent(&self, tile: TileId, at: Operand, bytes: u64) -> Result<(), SimError>;
     /// Writes `data` into `tile`'s shard of the operand's buffer.
     fn write(&mut self, tile: TileId, at: Operand, data: &[u8]) -> Result<(), SimError>;
+    /// For an FP8 `output` precision, the code of every F16 value (indexed
+    /// by its bits), if the memory keeps such a table: a cache of
+    /// `output.encode_into(F16 value)`, which makes FP8 casts a lookup.
+    fn f16_to_fp8(&self, _output: Precision) -> Option<&[u8]> {
+        None
+    }
     /// Runs a GEMM kernel call.
     #[allow(clippy::too_many_arguments)]
     fn gemm(
@@ -68,76 +85,285 @@ pub trait CodeletMemory {
     ) -> Result<(), SimError>;
 }
 
+/// Whether a codelet reads or writes an operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+    /// Zeroes padding before a buffer is filled: a write, but no result.
+    Clear,
+}
+
+/// Every operand of `c` with how it is accessed.
+pub(crate) fn codelet_operands(c: &Codelet) -> Vec<(Operand, Access)> {
+    use Access::{Clear, Read, Write};
+    match *c {
+        Codelet::Gemm {
+            left,
+            right,
+            output,
+            entry,
+            ..
+        } => {
+            let mut v = vec![(left, Read), (right, Read), (output, Write)];
+            if entry.accumulate {
+                v.push((output, Read));
+            }
+            v
+        }
+        Codelet::Add { a, b, out, .. } => vec![(a, Read), (b, Read), (out, Write)],
+        Codelet::LayerNorm {
+            input,
+            scale,
+            bias,
+            output,
+            ..
+        } => vec![(input, Read), (scale, Read), (bias, Read), (output, Write)],
+        Codelet::Gelu { input, output, .. }
+        | Codelet::Convert { input, output, .. }
+        | Codelet::ReduceSum { input, output, .. } => vec![(input, Read), (output, Write)],
+        Codelet::AttentionBlock {
+            q,
+            k,
+            v,
+            out,
+            max,
+            sum,
+            workspace,
+            ..
+        } => vec![
+            (q, Read),
+            (k, Read),
+            (v, Read),
+            (workspace, Read),
+            (out, Write),
+            (max, Write),
+            (sum, Write),
+        ],
+        Codelet::AttentionCombine {
+            out,
+            max,
+            sum,
+            output,
+            ..
+        } => vec![(out, Read), (max, Read), (sum, Read), (output, Write)],
+        Codelet::Zero { target, .. } => vec![(target, Clear)],
+    }
+}
+
+/// The codelet's kind, as [`crate::tiles::CODELET_KINDS`] names it.
+pub(crate) fn codelet_name(c: &Codelet) -> &'static str {
+    match c {
+        Codelet::Gemm { .. } => "gemm",
+        Codelet::Add { .. } => "add",
+        Codelet::LayerNorm { .. } => "layer_norm",
+        Codelet::Gelu { .. } => "gelu",
+        Codelet::Convert { .. } => "convert",
+        Codelet::ReduceSum { .. } => "reduce_sum",
+        Codelet::AttentionBlock { .. } => "attention_block",
+        Codelet::AttentionCombine { .. } => "attention_combine",
+        Codelet::Zero { .. } => "zero",
+    }
+}
+
+/// The elements a codelet works on, counting every loop at least once (so
+/// that zero-sized arguments cannot hide a long loop): multiply-accumulates
+/// for a GEMM (`kernel` is its spec), scores times head columns for an
+/// attention block. Saturates at `u64::MAX`.
+pub(crate) fn codelet_work(c: &Codelet, kernel: Option<&GemmKernel>) -> u64 {
+    let product = |xs: &[u32]| {
+        xs.iter()
+            .fold(1u64, |acc, &x| acc.saturating_mul(u64::from(x.max(1))))
+    };
+    match *c {
+        Codelet::Gemm { rows, .. } => match kernel {
+            Some(k) => product(&[rows, k.inner, k.columns]),
+            None => product(&[rows]),
+        },
+        Codelet::Add { rows, cols, .. } | Codelet::LayerNorm { rows, cols, .. } => {
+            product(&[rows, cols])
+        }
+        Codelet::Gelu { elements, .. } | Codelet::Convert { elements, .. } => product(&[elements]),
+        Codelet::ReduceSum {
+            count, elements, ..
+        } => product(&[count, elements]),
+        Codelet::AttentionBlock {
+            q_rows,
+            kv_rows,
+            head_dim,
+            ..
+        } => product(&[q_rows, kv_rows, head_dim]).saturating_mul(2),
+        Codelet::AttentionCombine {
+            blocks,
+            q_rows,
+            head_dim,
+            ..
+        } => product(&[blocks, q_rows, head_dim]),
+        Codelet::Zero { bytes, .. } => product(&[bytes]),
+    }
+}
+
+/// Checked arithmetic on codelet arguments, failing with the codelet and
+/// the argument named.
+struct Args {
+    tile: TileId,
+    codelet: &'static str,
+}
+
+impl Args {
+    fn fail(&self, what: &'static str) -> SimError {
+        SimError::Argument {
+            tile: self.tile,
+            codelet: self.codelet,
+            what,
+        }
+    }
+
+    fn mul(&self, what: &'static str, a: u64, b: u64) -> Result<u64, SimError> {
+        a.checked_mul(b).ok_or_else(|| self.fail(what))
+    }
+
+    fn add(&self, what: &'static str, a: u64, b: u64) -> Result<u64, SimError> {
+        a.checked_add(b).ok_or_else(|| self.fail(what))
+    }
+
+    fn usize(&self, what: &'static str, a: u64) -> Result<usize, SimError> {
+        usize::try_from(a).map_err(|_| self.fail(what))
+    }
+
+    /// The operand `elements` elements of 4 bytes further on.
+    fn shift(&self, at: Operand, elements: u64) -> Result<Operand, SimError> {
+        let offset = self.add(
+            "block offset",
+            u64::from(at.offset),
+            self.mul("block offset", elements, 4)?,
+        )?;
+        let offset = u32::try_from(offset).map_err(|_| self.fail("block offset"))?;
+        Ok(Operand {
+            buffer: at.buffer,
+            offset,
+        })
+    }
+
+    /// Elements spanned by `rows` rows of `cols` elements, `stride` apart,
+    /// which must not overlap.
+    fn span(&self, rows: u64, cols: u64, stride: u64) -> Result<u64, SimError> {
+        if rows > 1 && stride < cols {
+            return Err(self.fail("row stride (rows overlap)"));
+        }
+        if rows == 0 {
+            return Ok(0);
+        }
+        self.add("row span", self.mul("row span", rows - 1, stride)?, cols)
+    }
+}
+
 fn read_values(
     m: &impl CodeletMemory,
-    tile: TileId,
+    args: &Args,
     at: Operand,
     count: u64,
 ) -> Result<Vec<f32>, SimError> {
-    let p = m.precision(at.buffer);
+    let p = m.precision(args.tile, at.buffer)?;
     let eb = p.element_bytes();
-    let bytes = m.read(tile, at, count * eb)?;
+    let bytes = m.read(args.tile, at, args.mul("element count", count, eb)?)?;
     Ok(bytes
         .chunks_exact(eb as usize)
         .map(|c| p.decode_from(c))
         .collect())
 }
 
+/// Checks that `count` elements fit at the operand before anything is
+/// allocated for them.
+fn check_values(
+    m: &impl CodeletMemory,
+    args: &Args,
+    at: Operand,
+    count: u64,
+) -> Result<(), SimError> {
+    let eb = m.precision(args.tile, at.buffer)?.element_bytes();
+    m.extent(args.tile, at, args.mul("element count", count, eb)?)
+}
+
 fn write_values(
     m: &mut impl CodeletMemory,
-    tile: TileId,
+    args: &Args,
     at: Operand,
     values: &[f32],
 ) -> Result<(), SimError> {
-    let p = m.precision(at.buffer);
+    let p = m.precision(args.tile, at.buffer)?;
     let eb = p.element_bytes() as usize;
     let mut bytes = vec![0u8; values.len() * eb];
     for (v, out) in values.iter().zip(bytes.chunks_exact_mut(eb)) {
         p.encode_into(*v, out);
     }
-    m.write(tile, at, &bytes)
+    m.write(args.tile, at, &bytes)
 }
 
 /// Reads `rows` rows of `cols` elements, rows `stride` elements apart.
 fn read_rows(
     m: &impl CodeletMemory,
-    tile: TileId,
+    args: &Args,
     at: Operand,
     rows: u64,
     cols: u64,
     stride: u64,
 ) -> Result<Vec<f32>, SimError> {
+    let span = args.span(rows, cols, stride)?;
     if rows == 0 {
         return Ok(Vec::new());
     }
-    let span = (rows - 1) * stride + cols;
-    let all = read_values(m, tile, at, span)?;
-    let mut out = Vec::with_capacity((rows * cols) as usize);
-    for r in 0..rows {
-        let start = (r * stride) as usize;
-        out.extend_from_slice(&all[start..start + cols as usize]);
+    let all = read_values(m, args, at, span)?;
+    // Rows do not overlap, so `rows × cols ≤ span` elements were read.
+    let (cols, stride) = (
+        args.usize("columns", cols)?,
+        args.usize("row stride", stride)?,
+    );
+    let mut out = Vec::with_capacity(all.len());
+    for r in 0..args.usize("rows", rows)? {
+        let start = r * stride;
+        out.extend_from_slice(all.get(start..start + cols).unwrap_or(&[]));
     }
     Ok(out)
+}
+
+/// Checks the extent of `rows` strided rows before they are computed.
+fn check_rows(
+    m: &impl CodeletMemory,
+    args: &Args,
+    at: Operand,
+    rows: u64,
+    cols: u64,
+    stride: u64,
+) -> Result<(), SimError> {
+    let span = args.span(rows, cols, stride)?;
+    check_values(m, args, at, span)
 }
 
 /// Writes rows into a strided destination, leaving the gaps as they are.
 fn write_rows(
     m: &mut impl CodeletMemory,
-    tile: TileId,
+    args: &Args,
     at: Operand,
     values: &[f32],
     cols: u64,
     stride: u64,
 ) -> Result<(), SimError> {
-    let eb = m.precision(at.buffer).element_bytes();
-    for (r, row) in values.chunks(cols.max(1) as usize).enumerate() {
-        let offset = u64::from(at.offset) + r as u64 * stride * eb;
-        let offset = u32::try_from(offset).map_err(|_| SimError::Argument {
-            what: "row offset".into(),
-        })?;
+    let eb = m.precision(args.tile, at.buffer)?.element_bytes();
+    let row_bytes = args.mul("row offset", stride, eb)?;
+    for (r, row) in values
+        .chunks(args.usize("columns", cols.max(1))?)
+        .enumerate()
+    {
+        let offset = args.add(
+            "row offset",
+            u64::from(at.offset),
+            args.mul("row offset", r as u64, row_bytes)?,
+        )?;
+        let offset = u32::try_from(offset).map_err(|_| args.fail("row offset"))?;
         write_values(
             m,
-            tile,
+            args,
             Operand {
                 buffer: at.buffer,
                 offset,
@@ -148,12 +374,22 @@ fn write_rows(
     Ok(())
 }
 
+/// Row `j` of `d` elements of a row-major block (empty past its end).
+fn row_of(x: &[f32], j: usize, d: usize) -> &[f32] {
+    x.get(j * d..(j + 1) * d).unwrap_or(&[])
+}
+
 /// Runs one codelet on `tile`.
 pub fn run_codelet(
     m: &mut impl CodeletMemory,
     tile: TileId,
     codelet: &Codelet,
 ) -> Result<(), SimError> {
+    let args = Args {
+        tile,
+        codelet: codelet_name(codelet),
+    };
+    let args = &args;
     match *codelet {
         Codelet::Gemm {
             kernel,
@@ -171,16 +407,19 @@ pub fn run_codelet(
             cols,
             broadcast_rows,
         } => {
-            let n = u64::from(rows) * u64::from(cols);
-            let xa = read_values(m, tile, a, n)?;
-            let xb = read_values(m, tile, b, if broadcast_rows { u64::from(cols) } else { n })?;
-            let cols = cols as usize;
-            let sum: Vec<f32> = xa
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| v + if broadcast_rows { xb[i % cols] } else { xb[i] })
-                .collect();
-            write_values(m, tile, out, &sum)
+            let n = args.mul("element count", u64::from(rows), u64::from(cols))?;
+            check_values(m, args, out, n)?;
+            let xa = read_values(m, args, a, n)?;
+            let xb = read_values(m, args, b, if broadcast_rows { u64::from(cols) } else { n })?;
+            let sum: Vec<f32> = if broadcast_rows {
+                let cols = (cols as usize).max(1);
+                xa.chunks(cols)
+                    .flat_map(|row| row.iter().zip(&xb).map(|(&x, &y)| x + y))
+                    .collect()
+            } else {
+                xa.iter().zip(&xb).map(|(&x, &y)| x + y).collect()
+            };
+            write_values(m, args, out, &sum)
         }
         Codelet::LayerNorm {
             input,
@@ -191,27 +430,49 @@ pub fn run_codelet(
             cols,
             eps,
         } => {
-            let x = read_values(m, tile, input, u64::from(rows) * u64::from(cols))?;
-            let g = read_values(m, tile, scale, u64::from(cols))?;
-            let b = read_values(m, tile, bias, u64::from(cols))?;
-            write_values(m, tile, output, &layer_norm(&x, &g, &b, cols as usize, eps))
+            let n = args.mul("element count", u64::from(rows), u64::from(cols))?;
+            check_values(m, args, output, n)?;
+            let x = read_values(m, args, input, n)?;
+            let g = read_values(m, args, scale, u64::from(cols))?;
+            let b = read_values(m, args, bias, u64::from(cols))?;
+            write_values(m, args, output, &layer_norm(&x, &g, &b, cols as usize, eps))
         }
         Codelet::Gelu {
             input,
             output,
             elements,
         } => {
-            let x = read_values(m, tile, input, u64::from(elements))?;
+            check_values(m, args, output, u64::from(elements))?;
+            let x = read_values(m, args, input, u64::from(elements))?;
             let y: Vec<f32> = x.into_iter().map(gelu).collect();
-            write_values(m, tile, output, &y)
+            write_values(m, args, output, &y)
         }
         Codelet::Convert {
             input,
             output,
             elements,
         } => {
-            let x = read_values(m, tile, input, u64::from(elements))?;
-            write_values(m, tile, output, &x)
+            check_values(m, args, output, u64::from(elements))?;
+            let (from, to) = (
+                m.precision(tile, input.buffer)?,
+                m.precision(tile, output.buffer)?,
+            );
+            if from == Precision::F16
+                && let Some(table) = m.f16_to_fp8(to).filter(|t| t.len() == 1 << 16)
+            {
+                let bytes = m.read(
+                    tile,
+                    input,
+                    args.mul("element count", u64::from(elements), 2)?,
+                )?;
+                let codes: Vec<u8> = bytes
+                    .chunks_exact(2)
+                    .map(|h| table[usize::from(u16::from_le_bytes([h[0], h[1]]))])
+                    .collect();
+                return m.write(tile, output, &codes);
+            }
+            let x = read_values(m, args, input, u64::from(elements))?;
+            write_values(m, args, output, &x)
         }
         Codelet::ReduceSum {
             input,
@@ -219,7 +480,11 @@ pub fn run_codelet(
             count,
             elements,
         } => {
-            let x = read_values(m, tile, input, u64::from(count) * u64::from(elements))?;
+            // The sums are allocated before anything is read, so their
+            // extent is checked first.
+            check_values(m, args, output, u64::from(elements))?;
+            let n = args.mul("element count", u64::from(count), u64::from(elements))?;
+            let x = read_values(m, args, input, n)?;
             let n = elements as usize;
             let mut sum = vec![0.0f32; n];
             for part in x.chunks(n.max(1)) {
@@ -227,7 +492,7 @@ pub fn run_codelet(
                     *s += v;
                 }
             }
-            write_values(m, tile, output, &sum)
+            write_values(m, args, output, &sum)
         }
         Codelet::AttentionBlock {
             q,
@@ -247,11 +512,15 @@ pub fn run_codelet(
             softmax_f16,
         } => {
             let (rq, rk, d) = (u64::from(q_rows), u64::from(kv_rows), u64::from(head_dim));
-            let qv = read_rows(m, tile, q, rq, d, u64::from(q_stride))?;
-            let kv_ = read_rows(m, tile, k, rk, d, u64::from(kv_stride))?;
-            let vv = read_rows(m, tile, v, rk, d, u64::from(kv_stride))?;
-            // The scratch row must exist on the tile, as on the device.
-            m.read(tile, workspace, rk * 4)?;
+            // The scratch row must exist on the tile, as on the device, and
+            // every result must fit before it is computed.
+            m.extent(tile, workspace, args.mul("workspace bytes", rk, 4)?)?;
+            check_rows(m, args, out, rq, d, u64::from(out_stride))?;
+            check_values(m, args, max, rq)?;
+            check_values(m, args, sum, rq)?;
+            let qv = read_rows(m, args, q, rq, d, u64::from(q_stride))?;
+            let kv_ = read_rows(m, args, k, rk, d, u64::from(kv_stride))?;
+            let vv = read_rows(m, args, v, rk, d, u64::from(kv_stride))?;
             let round = |x: f32| {
                 if softmax_f16 {
                     Precision::F16.quantize(x)
@@ -265,28 +534,30 @@ pub fn run_codelet(
             let mut sums = Vec::with_capacity(rq as usize);
             let mut s = vec![0.0f32; rk];
             for r in 0..rq as usize {
-                let qr = &qv[r * d..(r + 1) * d];
+                let qr = row_of(&qv, r, d);
                 for (j, sj) in s.iter_mut().enumerate() {
-                    let kr = &kv_[j * d..(j + 1) * d];
-                    let dot = qr.iter().zip(kr).fold(0.0f32, |acc, (&a, &b)| acc + a * b);
+                    let dot = qr
+                        .iter()
+                        .zip(row_of(&kv_, j, d))
+                        .fold(0.0f32, |acc, (&a, &b)| acc + a * b);
                     *sj = round(dot * scale);
                 }
                 let mx = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut l = 0.0f32;
-                let orow = &mut o[r * d..(r + 1) * d];
+                let orow = o.get_mut(r * d..(r + 1) * d).unwrap_or(&mut []);
                 for (j, &sj) in s.iter().enumerate() {
                     let e = round((sj - mx).exp());
                     l += e;
-                    for (x, &vj) in orow.iter_mut().zip(&vv[j * d..(j + 1) * d]) {
+                    for (x, &vj) in orow.iter_mut().zip(row_of(&vv, j, d)) {
                         *x += e * vj;
                     }
                 }
                 maxima.push(mx);
                 sums.push(l);
             }
-            write_rows(m, tile, out, &o, d as u64, u64::from(out_stride))?;
-            write_values(m, tile, max, &maxima)?;
-            write_values(m, tile, sum, &sums)
+            write_rows(m, args, out, &o, d as u64, u64::from(out_stride))?;
+            write_values(m, args, max, &maxima)?;
+            write_values(m, args, sum, &sums)
         }
         Codelet::AttentionCombine {
             out,
@@ -302,51 +573,49 @@ pub fn run_codelet(
             output_row_stride,
         } => {
             let (nb, rq, d) = (u64::from(blocks), u64::from(q_rows), u64::from(head_dim));
+            check_rows(m, args, output, rq, d, u64::from(output_row_stride))?;
+            if rq == 0 {
+                return Ok(());
+            }
+            // Blocks must not overlap either, so that the block count cannot
+            // multiply one small read into a large allocation.
+            let block_span = args.span(rq, d, u64::from(out_row_stride))?;
+            if nb > 1
+                && (u64::from(out_block_stride) < block_span || u64::from(stat_block_stride) < rq)
+            {
+                return Err(args.fail("block stride (blocks overlap)"));
+            }
             let mut os = Vec::new();
             let mut ms = Vec::new();
             let mut ls = Vec::new();
             for b in 0..nb {
-                let shift = |at: Operand, elements: u64| -> Result<Operand, SimError> {
-                    let offset = u64::from(at.offset) + elements * 4;
-                    let offset = u32::try_from(offset).map_err(|_| SimError::Argument {
-                        what: "block offset".into(),
-                    })?;
-                    Ok(Operand {
-                        buffer: at.buffer,
-                        offset,
-                    })
-                };
+                let out_at = args.shift(
+                    out,
+                    args.mul("block offset", b, u64::from(out_block_stride))?,
+                )?;
+                let stat = args.mul("block offset", b, u64::from(stat_block_stride))?;
                 os.push(read_rows(
                     m,
-                    tile,
-                    shift(out, b * u64::from(out_block_stride))?,
+                    args,
+                    out_at,
                     rq,
                     d,
                     u64::from(out_row_stride),
                 )?);
-                ms.push(read_values(
-                    m,
-                    tile,
-                    shift(max, b * u64::from(stat_block_stride))?,
-                    rq,
-                )?);
-                ls.push(read_values(
-                    m,
-                    tile,
-                    shift(sum, b * u64::from(stat_block_stride))?,
-                    rq,
-                )?);
+                ms.push(read_values(m, args, args.shift(max, stat)?, rq)?);
+                ls.push(read_values(m, args, args.shift(sum, stat)?, rq)?);
             }
             let d = d as usize;
             let mut y = vec![0.0f32; rq as usize * d];
             for r in 0..rq as usize {
-                let mx = ms.iter().map(|m| m[r]).fold(f32::NEG_INFINITY, f32::max);
+                let at = |x: &[f32]| x.get(r).copied().unwrap_or(f32::NAN);
+                let mx = ms.iter().map(|m| at(m)).fold(f32::NEG_INFINITY, f32::max);
                 let mut total = 0.0f32;
-                let yr = &mut y[r * d..(r + 1) * d];
-                for b in 0..nb as usize {
-                    let w = (ms[b][r] - mx).exp();
-                    total += w * ls[b][r];
-                    for (x, &o) in yr.iter_mut().zip(&os[b][r * d..(r + 1) * d]) {
+                let yr = y.get_mut(r * d..(r + 1) * d).unwrap_or(&mut []);
+                for ((o, m), l) in os.iter().zip(&ms).zip(&ls) {
+                    let w = (at(m) - mx).exp();
+                    total += w * at(l);
+                    for (x, &o) in yr.iter_mut().zip(o.get(r * d..(r + 1) * d).unwrap_or(&[])) {
                         *x += w * o;
                     }
                 }
@@ -354,8 +623,11 @@ pub fn run_codelet(
                     *x /= total;
                 }
             }
-            write_rows(m, tile, output, &y, d as u64, u64::from(output_row_stride))
+            write_rows(m, args, output, &y, d as u64, u64::from(output_row_stride))
         }
-        Codelet::Zero { target, bytes } => m.write(tile, target, &vec![0u8; bytes as usize]),
+        Codelet::Zero { target, bytes } => {
+            m.extent(tile, target, u64::from(bytes))?;
+            m.write(tile, target, &vec![0u8; bytes as usize])
+        }
     }
 }

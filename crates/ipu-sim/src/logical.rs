@@ -78,6 +78,16 @@ impl<'p> Logical<'p> {
         self.subst.get(&b).copied().unwrap_or(b)
     }
 
+    /// Buffer `b`, or an error naming it when the program has no such
+    /// buffer.
+    fn buffer(&self, b: BufferId) -> Result<&ipu_package::program::Buffer, SimError> {
+        self.program.buffers.get(b).ok_or(SimError::UnknownBuffer {
+            buffer: b,
+            buffers: self.program.buffers.len(),
+            context: "an operand".to_owned(),
+        })
+    }
+
     fn run_steps(
         &mut self,
         steps: &[Step],
@@ -119,20 +129,46 @@ impl<'p> Logical<'p> {
 
     fn redistribute(&mut self, c: &Redistribute) -> Result<(), SimError> {
         let (src, dst) = (self.resolve(c.source), self.resolve(c.destination));
-        let (sb, db) = (&self.program.buffers[src], &self.program.buffers[dst]);
+        let (sb, db) = (self.buffer(src)?, self.buffer(dst)?);
         let r = redistribute_view(&sb.ty, &c.view, &db.ty, &RedistributeConfig::default())
             .map_err(|source| SimError::Layout {
                 what: format!("{} -> {}", sb.name, db.name),
                 source,
             })?;
+        let (source_name, destination_name) = (sb.name.clone(), db.name.clone());
         for f in r.fragments() {
             let (so, doff, n) = (
                 f.source_offset as usize,
                 f.destination_offset as usize,
                 f.bytes as usize,
             );
-            let data = self.shards[src][f.source.index()][so..so + n].to_vec();
-            self.shards[dst][f.destination.index()][doff..doff + n].copy_from_slice(&data);
+            let outside =
+                |tile: TileId, buffer: &str, offset: usize, limit: usize| SimError::OutOfRange {
+                    tile,
+                    buffer: buffer.to_owned(),
+                    offset: offset as u64,
+                    bytes: n as u64,
+                    limit: limit as u64,
+                };
+            let source = self
+                .shards
+                .get(src)
+                .and_then(|s| s.get(f.source.index()))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            let data = source
+                .get(so..so.saturating_add(n))
+                .ok_or_else(|| outside(f.source, &source_name, so, source.len()))?
+                .to_vec();
+            let destination = self
+                .shards
+                .get_mut(dst)
+                .and_then(|s| s.get_mut(f.destination.index()));
+            let limit = destination.as_ref().map_or(0, |d| d.len());
+            destination
+                .and_then(|d| d.get_mut(doff..doff.saturating_add(n)))
+                .ok_or_else(|| outside(f.destination, &destination_name, doff, limit))?
+                .copy_from_slice(&data);
         }
         Ok(())
     }
@@ -144,12 +180,18 @@ impl<'p> Logical<'p> {
         bytes: u64,
     ) -> Result<(BufferId, usize, usize), SimError> {
         let b = self.resolve(at.buffer);
-        let shard = self.shards[b].get(tile.index()).map(Vec::len).unwrap_or(0) as u64;
-        let end = u64::from(at.offset) + bytes;
+        let name = &self.buffer(b)?.name;
+        let shard = self
+            .shards
+            .get(b)
+            .and_then(|s| s.get(tile.index()))
+            .map(Vec::len)
+            .unwrap_or(0) as u64;
+        let end = u64::from(at.offset).saturating_add(bytes);
         if end > shard {
             return Err(SimError::OutOfRange {
                 tile,
-                buffer: self.program.buffers[b].name.clone(),
+                buffer: name.clone(),
                 offset: u64::from(at.offset),
                 bytes,
                 limit: shard,
@@ -168,13 +210,21 @@ impl<'p> Logical<'p> {
 }
 
 impl CodeletMemory for Logical<'_> {
-    fn precision(&self, buffer: BufferId) -> ipu_layout::Precision {
-        self.program.buffers[self.resolve(buffer)].ty.precision()
+    fn precision(
+        &self,
+        _tile: TileId,
+        buffer: BufferId,
+    ) -> Result<ipu_layout::Precision, SimError> {
+        Ok(self.buffer(self.resolve(buffer))?.ty.precision())
     }
 
     fn read(&self, tile: TileId, at: Operand, bytes: u64) -> Result<Vec<u8>, SimError> {
         let (b, start, end) = self.shard(tile, at, bytes)?;
         Ok(self.shards[b][tile.index()][start..end].to_vec())
+    }
+
+    fn extent(&self, tile: TileId, at: Operand, bytes: u64) -> Result<(), SimError> {
+        self.shard(tile, at, bytes).map(|_| ())
     }
 
     fn write(&mut self, tile: TileId, at: Operand, data: &[u8]) -> Result<(), SimError> {
@@ -193,15 +243,22 @@ impl CodeletMemory for Logical<'_> {
         right: Operand,
         output: Operand,
     ) -> Result<(), SimError> {
-        let k = &self.program.kernels[kernel];
+        let k = self
+            .program
+            .kernels
+            .get(kernel)
+            .ok_or(SimError::UnknownKernel {
+                kernel,
+                kernels: self.program.kernels.len(),
+            })?;
         let (r, inner, cols) = (u64::from(rows), u64::from(k.inner), u64::from(k.columns));
-        let left_order = self.program.buffers[self.resolve(left.buffer)].ty.order();
-        let right_order = self.program.buffers[self.resolve(right.buffer)].ty.order();
-        let out_order = self.program.buffers[self.resolve(output.buffer)].ty.order();
+        let left_order = self.buffer(self.resolve(left.buffer))?.ty.order();
+        let right_order = self.buffer(self.resolve(right.buffer))?.ty.order();
+        let out_order = self.buffer(self.resolve(output.buffer))?.ty.order();
         let (lp, rp, op) = (
-            self.precision(left.buffer),
-            self.precision(right.buffer),
-            self.precision(output.buffer),
+            self.precision(tile, left.buffer)?,
+            self.precision(tile, right.buffer)?,
+            self.precision(tile, output.buffer)?,
         );
         let lbytes = self.read(tile, left, r * inner * lp.element_bytes())?;
         let rbytes = self.read(tile, right, inner * cols * rp.element_bytes())?;

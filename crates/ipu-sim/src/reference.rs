@@ -82,6 +82,7 @@ pub struct ReferenceConfig {
 
 /// Why the reference could not evaluate a graph.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReferenceError {
     /// An input or weight has no values.
     #[error("{tensor} `{name}` is a {kind} but has no values; supply it in the value set")]

@@ -10,102 +10,56 @@
 //! and do the on-tile copies. Every access must stay inside the ranges
 //! placed on that tile; anything else is an error, not a silent success.
 //!
+//! Before anything is allocated the package is validated
+//! (`validate.rs`): the graph must be the one the package was built from,
+//! every id a step names must exist, and the run's whole work (step
+//! executions, codelet elements and exchange words across all repeat
+//! iterations) must lie inside [`Limits`], so that no package, however
+//! edited, makes the model panic, run for ever or exhaust memory.
+//!
+//! With [`RunConfig::check_ops`] (the default) every op's device result is
+//! checked against the reference on the device's own inputs as the run
+//! goes ([`crate::oracle`]), and the first op out of tolerance stops the
+//! run with [`SimError::OpMismatch`].
+//!
 //! A codelet touches only the image of the tile it runs on, so the tiles of
 //! one compute step run in parallel, each on its own image, with each
 //! tile's calls in program order: the bytes are those of a sequential run
 //! whatever the thread count, and when several tiles fail the error of the
-//! lowest tile is reported. [`run_package_with_stats`] also says where the
-//! time went.
+//! lowest tile is reported. [`run_package_with`] also says where the time
+//! went.
 
-use std::cell::Cell;
-use std::collections::HashMap;
+mod config;
+mod memory;
+mod validate;
+
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use ipu_exchange::{EncodedRows, ExchangeMemory, Fabric, MemoryError, replay};
-use ipu_kernels::{AmpProgram, KernelArgs, emulate, programs_from_object};
-use ipu_layout::{EntityId, Precision, TileId};
-use ipu_package::graph::{Graph, ValueSet};
+use ipu_exchange::{EncodedRows, Fabric, replay};
+use ipu_kernels::{PreparedProgram, ProductTables, programs_from_object};
+use ipu_layout::{EntityId, TileId};
+use ipu_package::graph::{Graph, Repeat, ValueSet};
 use ipu_package::package::Package;
-use ipu_package::program::{BufferId, BufferRole, Codelet, GemmEntry, KernelId, Operand, Step};
+use ipu_package::program::{BufferId, BufferRole, Codelet, Step};
 use rayon::prelude::*;
 
 use crate::SimError;
-use crate::codelets::{CodeletMemory, run_codelet};
-
-/// The codelet kinds [`RunStats::codelets`] reports, in that order.
-pub const CODELET_KINDS: [&str; 9] = [
-    "gemm",
-    "add",
-    "layer_norm",
-    "gelu",
-    "convert",
-    "reduce_sum",
-    "attention_block",
-    "attention_combine",
-    "zero",
-];
-
-fn codelet_kind(c: &Codelet) -> usize {
-    match c {
-        Codelet::Gemm { .. } => 0,
-        Codelet::Add { .. } => 1,
-        Codelet::LayerNorm { .. } => 2,
-        Codelet::Gelu { .. } => 3,
-        Codelet::Convert { .. } => 4,
-        Codelet::ReduceSum { .. } => 5,
-        Codelet::AttentionBlock { .. } => 6,
-        Codelet::AttentionCombine { .. } => 7,
-        Codelet::Zero { .. } => 8,
-    }
-}
-
-/// Calls and time of one codelet kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KindStats {
-    /// Calls run.
-    pub calls: u64,
-    /// Time spent in them, summed over worker threads (so it can exceed
-    /// the wall time of the compute steps).
-    pub busy: Duration,
-}
-
-/// Where the time of a run went. Timings vary from run to run; the
-/// results do not.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RunStats {
-    /// Setting up the images and decoding the kernel programs.
-    pub setup: Duration,
-    /// Writing inputs and weights into the images.
-    pub load: Duration,
-    /// Wall time of the compute steps.
-    pub compute: Duration,
-    /// Per codelet kind (indexed like [`CODELET_KINDS`]).
-    pub codelets: [KindStats; 9],
-    /// Wall time of the exchange steps (row decoding, replay and on-tile
-    /// copies).
-    pub exchange: Duration,
-    /// Exchange steps run.
-    pub exchange_steps: u64,
-    /// Words the exchange replays wrote.
-    pub exchange_words: u64,
-    /// Reading the outputs back.
-    pub outputs: Duration,
-    /// Wall time of each iteration of the program's outermost repeats:
-    /// `(repeat name, iteration, time)`.
-    pub iterations: Vec<(String, u32, Duration)>,
-    /// Wall time of every compute and exchange step run, by the step's
-    /// name, in run order (a repeat's steps once per iteration).
-    pub steps: Vec<(String, Duration)>,
-}
+use crate::codelets::{Access, codelet_operands, run_codelet};
+use crate::oracle::Oracle;
+use config::codelet_kind;
+pub use config::{CODELET_KINDS, Fault, KindStats, Limits, RunConfig, RunStats};
+use memory::{Shared, TileView, Words};
+pub use validate::check_fixture;
 
 /// Runs `package` (built from `graph`) on `values` (every input and weight)
-/// and returns the values of the graph's outputs.
+/// with the per-op check, and returns the values of the graph's outputs.
 pub fn run_package(
     package: &Package,
     graph: &Graph,
     values: &ValueSet,
 ) -> Result<ValueSet, SimError> {
-    run_package_with_stats(package, graph, values).map(|(out, _)| out)
+    run_package_with(package, graph, values, &RunConfig::default()).map(|(out, _)| out)
 }
 
 /// [`run_package`], also returning where the time went.
@@ -114,68 +68,120 @@ pub fn run_package_with_stats(
     graph: &Graph,
     values: &ValueSet,
 ) -> Result<(ValueSet, RunStats), SimError> {
+    run_package_with(package, graph, values, &RunConfig::default())
+}
+
+/// Runs `package` (built from `graph`) on `values` with options, returning
+/// the outputs and where the time went.
+pub fn run_package_with(
+    package: &Package,
+    graph: &Graph,
+    values: &ValueSet,
+    config: &RunConfig,
+) -> Result<(ValueSet, RunStats), SimError> {
     let start = Instant::now();
-    let mut m = Tiles::new(package)?;
+    let cpu_start = process_cpu();
+    check_fixture(package, graph)?;
+    validate::validate(package, &config.limits)?;
+    let mut m = Tiles::new(package, graph)?;
     m.stats.setup = start.elapsed();
     let start = Instant::now();
     m.load(graph, values)?;
+    for fault in &config.faults {
+        m.inject(fault)?;
+    }
     m.stats.load = start.elapsed();
-    let mut phase = 0usize;
-    m.run_steps(&package.program.steps, &HashMap::new(), 0, &mut phase, 0)?;
+    let mut oracle = config.check_ops.then(|| Oracle::new(graph, values));
+    let mut run = Run {
+        phase: 0,
+        exchange_words: 0,
+        limit: config.limits.max_exchange_words,
+    };
+    m.run_steps(
+        &package.program.steps,
+        &HashMap::new(),
+        None,
+        &mut run,
+        0,
+        &mut oracle,
+    )?;
+    if let Some(o) = &oracle {
+        m.stats.ops_checked = o.checked;
+    }
     let start = Instant::now();
     let out = m.outputs(graph)?;
     m.stats.outputs = start.elapsed();
+    m.stats.cpu = cpu_start
+        .zip(process_cpu())
+        .map(|(a, b)| b.saturating_sub(a));
     Ok((out, m.stats))
 }
 
-/// What every tile's view needs and nobody changes during a run.
-struct Shared<'p> {
-    package: &'p Package,
-    /// Per buffer: tile → (address, shard bytes with the access tail).
-    ranges: Vec<HashMap<u32, (u32, u64)>>,
-    /// Per tile: the union of placed ranges `(start, end)`, sorted.
-    placed: Vec<Vec<(u32, u32)>>,
-    /// Per kernel: programs by entry `[small init, small acc, large init,
-    /// large acc]`, decoded once from the objects.
-    programs: Vec<[Option<AmpProgram>; 4]>,
-    fabric: Fabric,
-    /// The first SRAM address of the package's target: where images start.
-    sram_start: u32,
+/// CPU time (user and system, all threads) this process has used, from
+/// `/proc/self/stat` in clock ticks of 1/100 s (Linux reports USER_HZ = 100
+/// there whatever the kernel's own tick).
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces; the fields follow its `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after
+    // the name.
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let total = ticks(11)?.checked_add(ticks(12)?)?;
+    Some(Duration::from_millis(total.saturating_mul(10)))
+}
+
+/// Where a run is: the next phase and the exchange words so far (patched
+/// rows are counted again as they are built, against the same limit).
+struct Run {
+    phase: usize,
+    exchange_words: u64,
+    limit: u64,
 }
 
 struct Tiles<'p> {
     shared: Shared<'p>,
+    graph: &'p Graph,
     images: Vec<Vec<u8>>,
     stats: RunStats,
 }
 
 impl<'p> Tiles<'p> {
-    fn new(package: &'p Package) -> Result<Self, SimError> {
-        let tiles = package.manifest.tile_count as usize;
+    /// Sets up the images of a validated package.
+    fn new(package: &'p Package, graph: &'p Graph) -> Result<Self, SimError> {
+        let tiles = package.manifest.tile_count;
         let p = &package.program;
         let memory = package.target.memory();
         let (sram_start, sram_end) = (memory.sram_start, memory.sram_end);
-        let mut placed = vec![Vec::new(); tiles];
+        let mut placed = vec![Vec::new(); tiles as usize];
         let mut ranges = Vec::with_capacity(p.buffers.len());
         for (id, b) in p.buffers.iter() {
             let list = package.placement.addresses.of(id);
             let mut map = HashMap::new();
             for &(tile, address) in list {
-                let shard = b.ty.shard_bytes(TileId::from_u32(tile)).map_err(|source| {
-                    SimError::Layout {
-                        what: b.name.clone(),
-                        source,
-                    }
+                let t = TileId::from_u32(tile);
+                let slot = placed.get_mut(tile as usize).ok_or(SimError::UnknownTile {
+                    tile: t,
+                    tiles,
+                    what: format!("the placement of {}", b.name),
                 })?;
-                let limit = shard + u64::from(b.tail_bytes);
-                let end = u64::from(address) + limit;
-                if address < sram_start || end > u64::from(sram_end) || tile as usize >= tiles {
-                    return Err(SimError::Package(format!(
-                        "{} on tile{tile} is placed outside tile memory",
-                        b.name
-                    )));
+                let shard = b.ty.shard_bytes(t).map_err(|source| SimError::Layout {
+                    what: b.name.clone(),
+                    source,
+                })?;
+                let limit = shard.saturating_add(u64::from(b.tail_bytes));
+                let end = u64::from(address).saturating_add(limit);
+                if address < sram_start || end > u64::from(sram_end) {
+                    return Err(SimError::PlacedOutside {
+                        buffer: b.name.clone(),
+                        tile: t,
+                        address,
+                        bytes: limit,
+                        start: sram_start,
+                        end: sram_end,
+                    });
                 }
-                placed[tile as usize].push((address, end as u32));
+                slot.push((address, end as u32));
                 map.insert(tile, (address, limit));
             }
             ranges.push(map);
@@ -193,18 +199,45 @@ impl<'p> Tiles<'p> {
             *list = union;
         }
         let mut programs = Vec::new();
+        // One product table per precision combination, shared by every
+        // kernel entry and bounded in number.
+        let mut tables = ProductTables::new();
         for k in &package.kernels {
-            let parsed = programs_from_object(&k.object)
-                .map_err(|e| SimError::Package(format!("kernel {}: {e}", k.name)))?;
-            let by_symbol: HashMap<String, AmpProgram> = parsed.into_iter().collect();
-            let mut entry: [Option<AmpProgram>; 4] = Default::default();
-            for (i, symbol) in k.entries.iter().enumerate() {
-                entry[i] = by_symbol.get(symbol).cloned();
+            let parsed =
+                programs_from_object(&k.object).map_err(|source| SimError::KernelObject {
+                    kernel: k.name.clone(),
+                    source,
+                })?;
+            let mut by_symbol: HashMap<String, _> = parsed.into_iter().collect();
+            let mut entry: [Option<PreparedProgram>; 4] = Default::default();
+            for (slot, symbol) in entry.iter_mut().zip(&k.entries) {
+                if let Some(program) = by_symbol.remove(symbol) {
+                    let prepared =
+                        PreparedProgram::with_tables(program, &mut tables).map_err(|source| {
+                            SimError::KernelProgram {
+                                kernel: k.name.clone(),
+                                symbol: symbol.clone(),
+                                source,
+                            }
+                        })?;
+                    *slot = Some(prepared);
+                }
             }
             programs.push(entry);
         }
-        let fabric = Fabric::new(&package.target).map_err(|e| SimError::Package(e.to_string()))?;
-        let size = (sram_end - sram_start) as usize;
+        let fabric = Fabric::new(&package.target).map_err(SimError::Fabric)?;
+        // The FP8 precisions casts write (the ids were validated).
+        let mut casts = BTreeSet::new();
+        cast_outputs(&p.steps, &mut casts);
+        let fp8_tables = casts
+            .into_iter()
+            .filter_map(|b| p.buffers.get(b))
+            .map(|b| b.ty.precision())
+            .filter(|p| p.is_fp8())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|p| (p, memory::fp8_table(p)))
+            .collect();
         Ok(Self {
             shared: Shared {
                 package,
@@ -212,9 +245,11 @@ impl<'p> Tiles<'p> {
                 placed,
                 programs,
                 fabric,
+                fp8_tables,
                 sram_start,
             },
-            images: vec![vec![0xff; size]; tiles],
+            graph,
+            images: vec![vec![0xff; (sram_end - sram_start) as usize]; tiles as usize],
             stats: RunStats::default(),
         })
     }
@@ -224,7 +259,6 @@ impl<'p> Tiles<'p> {
     /// buffer order), as it only reads the values and writes its own image.
     fn load(&mut self, graph: &Graph, values: &ValueSet) -> Result<(), SimError> {
         let package = self.shared.package;
-        check_fixture(package, graph)?;
         let tiles = self.images.len();
         let buffers = &package.program.buffers;
         // Per tile: (buffer index, the tensor's values, shard bytes).
@@ -244,11 +278,10 @@ impl<'p> Tiles<'p> {
                     continue;
                 }
                 jobs.get_mut(s.tile.index())
-                    .ok_or_else(|| {
-                        SimError::Package(format!(
-                            "{} has a shard on {} of a {tiles}-tile package",
-                            b.name, s.tile
-                        ))
+                    .ok_or_else(|| SimError::UnknownTile {
+                        tile: s.tile,
+                        tiles: tiles as u32,
+                        what: format!("a shard of {}", b.name),
                     })?
                     .push((id, tensor, s.bytes));
             }
@@ -264,13 +297,12 @@ impl<'p> Tiles<'p> {
                 for &(id, tensor, bytes) in list {
                     let b = &buffers.values()[id];
                     let (address, _) = shared.range(BufferId::from_u32(id as u32), tile)?;
-                    let len = u32::try_from(bytes).map_err(|_| SimError::Unplaced {
+                    let range = shared.placed_range(tile, address, bytes)?;
+                    let shard = image.get_mut(range).ok_or(SimError::Unplaced {
                         tile,
                         address,
                         bytes,
                     })?;
-                    let at = shared.placed_offset(tile, address, len)?;
-                    let shard = &mut image[at..at + bytes as usize];
                     shard.fill(0);
                     b.ty.pack_shard(tile, tensor, shard)
                         .map_err(|source| SimError::Layout {
@@ -284,13 +316,60 @@ impl<'p> Tiles<'p> {
         results.into_iter().collect()
     }
 
+    /// Applies a fault: adds `delta` to every element of a shard.
+    fn inject(&mut self, fault: &Fault) -> Result<(), SimError> {
+        let b = self.shared.buffer(fault.buffer)?;
+        let bytes =
+            b.ty.shard_bytes(fault.tile)
+                .map_err(|source| SimError::Layout {
+                    what: b.name.clone(),
+                    source,
+                })?;
+        let (address, _) = self.shared.range(fault.buffer, fault.tile)?;
+        let range = self.shared.placed_range(fault.tile, address, bytes)?;
+        let count =
+            b.ty.shape()
+                .element_count()
+                .map_err(|source| SimError::Layout {
+                    what: b.name.clone(),
+                    source,
+                })?;
+        let image = self
+            .images
+            .get_mut(fault.tile.index())
+            .ok_or(SimError::Unplaced {
+                tile: fault.tile,
+                address,
+                bytes,
+            })?;
+        let shard = image.get_mut(range).ok_or(SimError::Unplaced {
+            tile: fault.tile,
+            address,
+            bytes,
+        })?;
+        // Unpack into a whole tensor of NaN, shift this shard's elements
+        // and pack them back.
+        let layout = |source| SimError::Layout {
+            what: b.name.clone(),
+            source,
+        };
+        let mut values = vec![f32::NAN; usize::try_from(count).unwrap_or(0)];
+        b.ty.unpack_shard(fault.tile, shard, &mut values)
+            .map_err(layout)?;
+        for v in values.iter_mut().filter(|v| !v.is_nan()) {
+            *v += fault.delta;
+        }
+        b.ty.pack_shard(fault.tile, &values, shard).map_err(layout)
+    }
+
     fn run_steps(
         &mut self,
-        steps: &[Step],
+        steps: &'p [Step],
         subst: &HashMap<BufferId, BufferId>,
-        iteration: u32,
-        phase: &mut usize,
+        context: Option<(&'p Repeat, u32)>,
+        run: &mut Run,
         depth: usize,
+        oracle: &mut Option<Oracle<'p>>,
     ) -> Result<(), SimError> {
         for step in steps {
             match step {
@@ -300,16 +379,29 @@ impl<'p> Tiles<'p> {
                     let took = start.elapsed();
                     self.stats.compute += took;
                     self.stats.steps.push((name.clone(), took));
+                    if let Some(o) = oracle {
+                        let written = calls.iter().flat_map(|(_, c)| {
+                            codelet_operands(c)
+                                .into_iter()
+                                .filter(|(_, a)| *a == Access::Write)
+                                .map(|(o, _)| o.buffer)
+                        });
+                        self.check_results(o, written, subst, context, true, name)?;
+                    }
                 }
-                Step::Exchange { name, .. } => {
+                Step::Exchange { name, copies } => {
                     let start = Instant::now();
-                    self.exchange(*phase, iteration)
-                        .map_err(|e| SimError::Package(format!("exchange {name}: {e}")))?;
+                    let iteration = context.map_or(0, |(_, k)| k);
+                    self.exchange(name, run, iteration)?;
                     let took = start.elapsed();
                     self.stats.exchange += took;
                     self.stats.exchange_steps += 1;
                     self.stats.steps.push((name.clone(), took));
-                    *phase += 1;
+                    run.phase += 1;
+                    if let Some(o) = oracle {
+                        let written = copies.iter().map(|c| c.destination);
+                        self.check_results(o, written, subst, context, false, name)?;
+                    }
                 }
                 Step::Repeat {
                     name,
@@ -317,27 +409,76 @@ impl<'p> Tiles<'p> {
                     body,
                     iteration_buffers,
                 } => {
-                    let start = *phase;
+                    let start = run.phase;
+                    let graph_repeat = self.graph.repeats().iter().find(|r| r.name() == name);
                     for i in 0..*count {
                         let began = Instant::now();
-                        *phase = start;
+                        let checking = self.stats.op_check;
+                        run.phase = start;
                         let mut inner = subst.clone();
                         for (b, list) in iteration_buffers {
                             if let Some(&bi) = list.get(i as usize) {
                                 inner.insert(*b, bi);
                             }
                         }
-                        self.run_steps(body, &inner, i, phase, depth + 1)?;
+                        let context = graph_repeat.map(|r| (r, i)).or(context);
+                        self.run_steps(body, &inner, context, run, depth + 1, oracle)?;
                         if depth == 0 {
-                            self.stats
-                                .iterations
-                                .push((name.clone(), i, began.elapsed()));
+                            let checked = self.stats.op_check.saturating_sub(checking);
+                            self.stats.iterations.push((
+                                name.clone(),
+                                i,
+                                began.elapsed().saturating_sub(checked),
+                            ));
                         }
                     }
+                    // The phases of a body run no times still come before
+                    // the ones after the repeat.
+                    run.phase = start + phases_in(body);
                 }
             }
         }
         Ok(())
+    }
+
+    /// Hands the graph tensors a step wrote to the per-op check.
+    #[allow(clippy::too_many_arguments)]
+    fn check_results(
+        &mut self,
+        oracle: &mut Oracle<'p>,
+        written: impl Iterator<Item = BufferId>,
+        subst: &HashMap<BufferId, BufferId>,
+        context: Option<(&'p Repeat, u32)>,
+        by_compute: bool,
+        step: &str,
+    ) -> Result<(), SimError> {
+        let start = Instant::now();
+        let cpu_start = process_cpu();
+        let buffers: BTreeSet<BufferId> = written.map(|b| self.shared.resolve(subst, b)).collect();
+        let mut result = Ok(());
+        for b in buffers {
+            let buffer = self.shared.buffer(b)?;
+            let Some(tensor) = oracle.holder(buffer, context, by_compute) else {
+                continue;
+            };
+            if !oracle.wants(tensor) {
+                continue;
+            }
+            result = self
+                .buffer_values(b)
+                .and_then(|values| oracle.capture(tensor, values, step));
+            if result.is_err() {
+                break;
+            }
+        }
+        self.stats.op_check += start.elapsed();
+        if let Some(spent) = cpu_start
+            .zip(process_cpu())
+            .map(|(a, b)| b.saturating_sub(a))
+        {
+            *self.stats.op_check_cpu.get_or_insert(Duration::ZERO) += spent;
+        }
+        result
     }
 
     /// Runs one compute step: the tiles in parallel, each tile's calls in
@@ -350,13 +491,16 @@ impl<'p> Tiles<'p> {
         let tiles = self.images.len();
         // Call indices grouped by tile, program order kept (a counting
         // sort): `order[offsets[t]..offsets[t + 1]]` are tile t's calls.
+        // Validation checked every tile, so the indexing below is in range.
         let mut offsets = vec![0usize; tiles + 1];
         for (tile, _) in calls {
-            let slot = offsets.get_mut(tile.index() + 1).ok_or_else(|| {
-                SimError::Package(format!(
-                    "a codelet runs on {tile} of a {tiles}-tile package"
-                ))
-            })?;
+            let slot = offsets
+                .get_mut(tile.index() + 1)
+                .ok_or_else(|| SimError::UnknownTile {
+                    tile: *tile,
+                    tiles: tiles as u32,
+                    what: "a codelet".to_owned(),
+                })?;
             *slot += 1;
         }
         for t in 0..tiles {
@@ -406,13 +550,18 @@ impl<'p> Tiles<'p> {
         Ok(())
     }
 
-    fn exchange(&mut self, phase: usize, iteration: u32) -> Result<(), String> {
+    /// Runs exchange step `name`, phase `run.phase`, in `iteration`.
+    fn exchange(&mut self, name: &str, run: &mut Run, iteration: u32) -> Result<(), SimError> {
         let package = self.shared.package;
-        let phase = package
-            .phases
-            .get(phase)
-            .ok_or("the package has fewer phases than exchange steps")?;
-        let (info, base) = (&phase.info, &phase.rows);
+        let phase = run.phase;
+        let missing = || SimError::MissingPhase {
+            step: name.to_owned(),
+            phase,
+            phases: package.phases.len(),
+            rows: package.phases.len(),
+        };
+        let scheduled = package.phases.get(phase).ok_or_else(missing)?;
+        let (info, base) = (&scheduled.info, &scheduled.rows);
         let patched;
         let rows = if info.patches.is_empty() || iteration == 0 {
             base
@@ -424,61 +573,80 @@ impl<'p> Tiles<'p> {
                 let word = per_tile
                     .get_mut(p.tile.index())
                     .and_then(|r| r.get_mut(p.index as usize))
-                    .ok_or("a patch is outside its row")?;
+                    .ok_or(SimError::PatchOutsideRow {
+                        phase,
+                        tile: p.tile,
+                        index: p.index,
+                    })?;
                 *word = word.wrapping_add(p.delta.wrapping_mul(iteration));
             }
             patched = EncodedRows::from_tile_rows(per_tile);
+            // Patches may change what the rows send: count it again.
+            let words = validate::send_words(&patched).saturating_sub(validate::send_words(base));
+            run.exchange_words = run.exchange_words.saturating_add(words);
+            if run.exchange_words > run.limit {
+                return Err(SimError::WorkLimit {
+                    what: "exchange words beyond the validated count (patched rows)",
+                    needed: run.exchange_words,
+                    limit: run.limit,
+                });
+            }
             &patched
         };
         // Local copies read before the exchange writes anything.
-        let mut copies = Vec::new();
+        let mut copies = Vec::with_capacity(info.local.len());
         for c in info.local.iter().map(|c| c.in_iteration(iteration)) {
-            let data = self
-                .bytes(c.tile, c.source, c.bytes)
-                .map_err(|e| e.to_string())?
-                .to_vec();
+            let data = self.bytes(c.tile, c.source, u64::from(c.bytes))?.to_vec();
             copies.push((c.tile, c.destination, data));
         }
         let mut words = Words::new(&self.shared, &mut self.images);
-        let stats = replay(rows, &self.shared.fabric, &mut words).map_err(|e| e.to_string())?;
+        let stats =
+            replay(rows, &self.shared.fabric, &mut words).map_err(|source| SimError::Replay {
+                step: name.to_owned(),
+                phase,
+                source,
+            })?;
         self.stats.exchange_words += stats.words_written;
         for (tile, at, data) in copies {
-            self.store(tile, at, &data).map_err(|e| e.to_string())?;
+            self.store(tile, at, &data)?;
         }
         Ok(())
     }
 
-    fn bytes(&self, tile: TileId, address: u32, bytes: u32) -> Result<&[u8], SimError> {
-        let at = self.shared.placed_offset(tile, address, bytes)?;
-        let image = self.image(tile, address, bytes)?;
-        Ok(&image[at..at + bytes as usize])
+    fn bytes(&self, tile: TileId, address: u32, bytes: u64) -> Result<&[u8], SimError> {
+        let range = self.shared.placed_range(tile, address, bytes)?;
+        self.images
+            .get(tile.index())
+            .and_then(|image| image.get(range))
+            .ok_or(SimError::Unplaced {
+                tile,
+                address,
+                bytes,
+            })
     }
 
     fn store(&mut self, tile: TileId, address: u32, data: &[u8]) -> Result<(), SimError> {
-        let at = self
-            .shared
-            .placed_offset(tile, address, data.len() as u32)?;
-        let image = self
-            .images
+        let bytes = data.len() as u64;
+        let range = self.shared.placed_range(tile, address, bytes)?;
+        self.images
             .get_mut(tile.index())
+            .and_then(|image| image.get_mut(range))
             .ok_or(SimError::Unplaced {
                 tile,
                 address,
-                bytes: data.len() as u64,
-            })?;
-        image[at..at + data.len()].copy_from_slice(data);
+                bytes,
+            })?
+            .copy_from_slice(data);
         Ok(())
     }
 
-    fn image(&self, tile: TileId, address: u32, bytes: u32) -> Result<&[u8], SimError> {
-        self.images
-            .get(tile.index())
-            .map(Vec::as_slice)
-            .ok_or(SimError::Unplaced {
-                tile,
-                address,
-                bytes: u64::from(bytes),
-            })
+    /// The values of buffer `b`, read shard by shard (replica 0).
+    fn buffer_values(&self, b: BufferId) -> Result<Vec<f32>, SimError> {
+        let buffer = self.shared.buffer(b)?;
+        crate::buffer_values(buffer, |tile, bytes| {
+            let (address, _) = self.shared.range(b, tile)?;
+            self.bytes(tile, address, bytes).map(<[u8]>::to_vec)
+        })
     }
 
     fn outputs(&self, graph: &Graph) -> Result<ValueSet, SimError> {
@@ -487,319 +655,49 @@ impl<'p> Tiles<'p> {
             graph,
             |id, tile, bytes| {
                 let (address, _) = self.shared.range(BufferId::from_u32(id as u32), tile)?;
-                self.bytes(tile, address, bytes as u32).map(<[u8]>::to_vec)
+                self.bytes(tile, address, bytes).map(<[u8]>::to_vec)
             },
         )
     }
 }
 
-/// Checks that `graph` is the graph `package` was built from, as far as the
-/// host sees it: every input, weight and output of the graph has a buffer
-/// of the same name and element count, and every input and weight buffer
-/// has a tensor. A package whose stored fixture lost the parameter
-/// overrides it was built with (say 27 layers against a 1-layer package)
-/// would otherwise run and fail the comparison with no hint why.
-fn check_fixture(package: &Package, graph: &Graph) -> Result<(), SimError> {
-    let buffers = &package.program.buffers;
-    let by_name: HashMap<&str, usize> = buffers
-        .values()
-        .iter()
-        .enumerate()
-        .map(|(i, b)| (b.name.as_str(), i))
-        .collect();
-    let mismatch = |tensor: &str, reason: String| SimError::FixtureMismatch {
-        tensor: tensor.to_owned(),
-        reason,
-    };
-    for (_, t) in graph.tensors().iter() {
-        if t.kind().is_computed() && t.kind() != ipu_package::TensorKind::Output {
-            continue;
-        }
-        let Some(&i) = by_name.get(t.name()) else {
-            return Err(mismatch(
-                t.name(),
-                format!("the package has no buffer for this {}", t.kind().as_str()),
-            ));
-        };
-        let b = &buffers.values()[i];
-        let count =
-            b.ty.shape()
-                .element_count()
-                .map_err(|source| SimError::Layout {
-                    what: b.name.clone(),
-                    source,
-                })?;
-        if count != t.element_count() {
-            return Err(mismatch(
-                t.name(),
-                format!(
-                    "the fixture's tensor has {} elements ({:?}) but the package's buffer has {count}",
-                    t.element_count(),
-                    t.extents()
-                ),
-            ));
-        }
-    }
-    for b in buffers.values() {
-        if matches!(b.role, BufferRole::Input | BufferRole::Weight)
-            && graph.tensor_by_name(&b.name).is_none()
-        {
-            return Err(mismatch(
-                &b.name,
-                "the package reads this buffer from the host but the fixture has no such tensor"
-                    .to_owned(),
-            ));
-        }
-    }
-    Ok(())
-}
-
-impl Shared<'_> {
-    fn resolve(&self, subst: &HashMap<BufferId, BufferId>, b: BufferId) -> BufferId {
-        subst.get(&b).copied().unwrap_or(b)
-    }
-
-    /// The placed range of `b` on `tile`: `(address, bytes with tail)`.
-    fn range(&self, b: BufferId, tile: TileId) -> Result<(u32, u64), SimError> {
-        let missing = || SimError::OutOfRange {
-            tile,
-            buffer: self
-                .package
-                .program
-                .buffers
-                .get(b)
-                .map(|x| x.name.clone())
-                .unwrap_or_else(|| b.to_string()),
-            offset: 0,
-            bytes: 0,
-            limit: 0,
-        };
-        self.ranges
-            .get(b.index())
-            .and_then(|m| m.get(&tile.as_u32()))
-            .copied()
-            .ok_or_else(missing)
-    }
-
-    /// The image offset of `bytes` bytes at `address` on `tile`, if they
-    /// lie inside one placed range.
-    fn placed_offset(&self, tile: TileId, address: u32, bytes: u32) -> Result<usize, SimError> {
-        let unplaced = SimError::Unplaced {
-            tile,
-            address,
-            bytes: u64::from(bytes),
-        };
-        let Some(list) = self.placed.get(tile.index()) else {
-            return Err(unplaced);
-        };
-        let end = u64::from(address) + u64::from(bytes);
-        let i = list.partition_point(|r| r.0 <= address);
-        if i > 0 && u64::from(list[i - 1].1) >= end {
-            Ok((address - self.sram_start) as usize)
-        } else {
-            Err(unplaced)
-        }
-    }
-
-    /// The address of `bytes` bytes at operand `at` on `tile`, checked
-    /// against the (substituted) buffer's placed range.
-    fn operand(
-        &self,
-        subst: &HashMap<BufferId, BufferId>,
-        tile: TileId,
-        at: Operand,
-        bytes: u64,
-    ) -> Result<u32, SimError> {
-        let b = self.resolve(subst, at.buffer);
-        let (address, limit) = self.range(b, tile)?;
-        if u64::from(at.offset) + bytes > limit {
-            return Err(SimError::OutOfRange {
-                tile,
-                buffer: self.package.program.buffers[b].name.clone(),
-                offset: u64::from(at.offset),
-                bytes,
-                limit,
-            });
-        }
-        Ok(address + at.offset)
-    }
-}
-
-/// The images as the exchange replay sees them: words at placed addresses.
-///
-/// A replay moves runs of consecutive words, so the placed range that held
-/// the last word usually holds the next: it is remembered and tried before
-/// the binary search (the check itself is the same).
-struct Words<'a, 'p> {
-    shared: &'a Shared<'p>,
-    images: &'a mut [Vec<u8>],
-    /// The last placed range hit: `(tile, start, end)`.
-    last: Cell<(u32, u32, u32)>,
-}
-
-impl Words<'_, '_> {
-    fn new<'a, 'p>(shared: &'a Shared<'p>, images: &'a mut [Vec<u8>]) -> Words<'a, 'p> {
-        Words {
-            shared,
-            images,
-            last: Cell::new((u32::MAX, 0, 0)),
-        }
-    }
-
-    /// The image range of the word at `byte_address` on `tile`, if a
-    /// placed range holds it.
-    fn word(&self, tile: TileId, byte_address: u32) -> Result<std::ops::Range<usize>, MemoryError> {
-        let error = MemoryError { tile, byte_address };
-        let end = byte_address.checked_add(4).ok_or(error)?;
-        let (t, start, stop) = self.last.get();
-        if !(t == tile.as_u32() && start <= byte_address && end <= stop) {
-            let list = self.shared.placed.get(tile.index()).ok_or(error)?;
-            let i = list.partition_point(|r| r.0 <= byte_address);
-            match i.checked_sub(1).and_then(|i| list.get(i)) {
-                Some(&(start, stop)) if end <= stop => {
-                    self.last.set((tile.as_u32(), start, stop));
+/// The buffers cast codelets write in `steps`, with every buffer a repeat
+/// substitutes for them.
+fn cast_outputs(steps: &[Step], out: &mut BTreeSet<BufferId>) {
+    for s in steps {
+        match s {
+            Step::Compute { calls, .. } => {
+                for (_, c) in calls {
+                    if let Codelet::Convert { output, .. } = c {
+                        out.insert(output.buffer);
+                    }
                 }
-                _ => return Err(error),
             }
-        }
-        let at = (byte_address - self.shared.sram_start) as usize;
-        Ok(at..at + 4)
-    }
-}
-
-impl ExchangeMemory for Words<'_, '_> {
-    fn read_word(&self, tile: TileId, byte_address: u32) -> Result<u32, MemoryError> {
-        let range = self.word(tile, byte_address)?;
-        let word = self
-            .images
-            .get(tile.index())
-            .and_then(|image| image.get(range))
-            .and_then(|b| <[u8; 4]>::try_from(b).ok())
-            .ok_or(MemoryError { tile, byte_address })?;
-        Ok(u32::from_le_bytes(word))
-    }
-
-    fn write_word(
-        &mut self,
-        tile: TileId,
-        byte_address: u32,
-        word: u32,
-    ) -> Result<(), MemoryError> {
-        let range = self.word(tile, byte_address)?;
-        self.images
-            .get_mut(tile.index())
-            .and_then(|image| image.get_mut(range))
-            .ok_or(MemoryError { tile, byte_address })?
-            .copy_from_slice(&word.to_le_bytes());
-        Ok(())
-    }
-}
-
-/// One tile's image as its codelets see it during a compute step.
-struct TileView<'a, 'p> {
-    shared: &'a Shared<'p>,
-    subst: &'a HashMap<BufferId, BufferId>,
-    tile: TileId,
-    image: &'a mut Vec<u8>,
-}
-
-impl TileView<'_, '_> {
-    /// Refuses an access to another tile's memory: the parallel run relies
-    /// on each codelet touching only its own tile.
-    fn own(&self, tile: TileId) -> Result<(), SimError> {
-        if tile == self.tile {
-            Ok(())
-        } else {
-            Err(SimError::Package(format!(
-                "a codelet of {} accessed {tile}",
-                self.tile
-            )))
+            Step::Repeat {
+                body,
+                iteration_buffers,
+                ..
+            } => {
+                cast_outputs(body, out);
+                for (b, list) in iteration_buffers {
+                    if out.contains(b) {
+                        out.extend(list.iter().copied());
+                    }
+                }
+            }
+            Step::Exchange { .. } => {}
         }
     }
 }
 
-impl CodeletMemory for TileView<'_, '_> {
-    fn precision(&self, buffer: BufferId) -> Precision {
-        self.shared.package.program.buffers[self.shared.resolve(self.subst, buffer)]
-            .ty
-            .precision()
-    }
-
-    fn read(&self, tile: TileId, at: Operand, bytes: u64) -> Result<Vec<u8>, SimError> {
-        self.own(tile)?;
-        let address = self.shared.operand(self.subst, tile, at, bytes)?;
-        let len = u32::try_from(bytes).map_err(|_| SimError::Argument {
-            what: "read length".into(),
-        })?;
-        let at = self.shared.placed_offset(tile, address, len)?;
-        Ok(self.image[at..at + len as usize].to_vec())
-    }
-
-    fn write(&mut self, tile: TileId, at: Operand, data: &[u8]) -> Result<(), SimError> {
-        self.own(tile)?;
-        let address = self
-            .shared
-            .operand(self.subst, tile, at, data.len() as u64)?;
-        let at = self
-            .shared
-            .placed_offset(tile, address, data.len() as u32)?;
-        self.image[at..at + data.len()].copy_from_slice(data);
-        Ok(())
-    }
-
-    fn gemm(
-        &mut self,
-        tile: TileId,
-        kernel: KernelId,
-        entry: GemmEntry,
-        rows: u32,
-        left: Operand,
-        right: Operand,
-        output: Operand,
-    ) -> Result<(), SimError> {
-        self.own(tile)?;
-        let shared = self.shared;
-        let index = usize::from(entry.large) * 2 + usize::from(entry.accumulate);
-        let name = || {
-            shared
-                .package
-                .kernels
-                .get(kernel.index())
-                .map(|k| k.name.clone())
-                .unwrap_or_default()
-        };
-        let program = shared
-            .programs
-            .get(kernel.index())
-            .and_then(|e| e[index].as_ref())
-            .ok_or_else(|| SimError::Kernel {
-                tile,
-                kernel: name(),
-                reason: "no program for the entry".into(),
-            })?;
-        // Every operand the kernel touches must lie in its placed range.
-        let spec = shared
-            .package
-            .program
-            .kernels
-            .get(kernel)
-            .ok_or_else(|| SimError::Package(format!("no kernel {kernel}")))?;
-        let (r, k, c) = (
-            u64::from(rows),
-            u64::from(spec.inner),
-            u64::from(spec.columns),
-        );
-        let eb = |o: Operand| self.precision(o.buffer).element_bytes();
-        let args = KernelArgs {
-            left: shared.operand(self.subst, tile, left, r * k * eb(left))?,
-            right: shared.operand(self.subst, tile, right, k * c * eb(right))?,
-            output: shared.operand(self.subst, tile, output, r * c * eb(output))?,
-        };
-        emulate(program, self.image, shared.sram_start, &args).map_err(|e| SimError::Kernel {
-            tile,
-            kernel: name(),
-            reason: e.to_string(),
-        })?;
-        Ok(())
-    }
+/// Exchange steps (phases) in `steps`, a repeat body counted once.
+fn phases_in(steps: &[Step]) -> usize {
+    steps
+        .iter()
+        .map(|s| match s {
+            Step::Exchange { .. } => 1,
+            Step::Repeat { body, .. } => phases_in(body),
+            Step::Compute { .. } => 0,
+        })
+        .sum()
 }

@@ -32,7 +32,7 @@ pub const IPU21_TOML: &str = include_str!("../devices/ipu21.toml");
 
 /// A validated device description.
 ///
-/// Invariant: the spec passed [`validate::validate`]: SRAM, regions and
+/// Invariant: the spec passed validation (`validate.rs`): SRAM, regions and
 /// class ranges are ordered and inside one another, every memory class has
 /// ranges, there is an executable region, and every rate and size a crate
 /// divides by or aligns to is positive (alignments are powers of two).

@@ -11,7 +11,9 @@
 //! default SigLIP workload.
 
 mod bad_inputs;
+mod checkpoint;
 mod determinism;
+mod devices;
 mod hostile;
 mod inspect;
 mod run;

@@ -2,7 +2,17 @@
 //! zero-slack instances.
 
 use ipu_alloc::generate::zero_slack;
-use ipu_alloc::{CsvError, CsvProblem, SolveConfig, SolveResult};
+use ipu_alloc::{CsvError, CsvProblem, Infeasibility, SolveConfig, SolveResult};
+
+/// Node budgets only, one thread: the same answer every run.
+fn deterministic() -> SolveConfig {
+    SolveConfig {
+        max_nodes: 2_000_000,
+        timeout: None,
+        parallel_search: false,
+        ..SolveConfig::default()
+    }
+}
 
 #[test]
 fn csv_round_trips_with_and_without_header() {
@@ -24,11 +34,55 @@ fn csv_round_trips_with_and_without_header() {
 #[test]
 fn bad_csv_is_rejected_with_the_line() {
     let e = CsvProblem::parse("id,lower,upper,size\na,0,x,5\n").unwrap_err();
-    assert!(matches!(e, CsvError::Syntax { line: 2, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            CsvError::Number {
+                line: 2,
+                column: "upper",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // The typed cause is kept.
+    assert!(std::error::Error::source(&e).is_some());
     let e = CsvProblem::parse("a,5,1,5\n").unwrap_err();
-    assert!(matches!(e, CsvError::BadBuffer { line: 1, .. }), "{e}");
+    assert!(matches!(e, CsvError::Reversed { line: 1, .. }), "{e}");
     let e = CsvProblem::parse("a,0,1,5,3\n").unwrap_err();
-    assert!(e.to_string().contains("power-of-two"), "{e}");
+    assert!(e.to_string().contains("power of two"), "{e}");
+    let e = CsvProblem::parse("a,0,1\n").unwrap_err();
+    assert!(
+        matches!(e, CsvError::FieldCount { line: 1, fields: 3 }),
+        "{e}"
+    );
+    let e = CsvProblem::parse("id,lower,size\na,0,1\n").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CsvError::Header {
+                column: "upper",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn duplicated_ids_are_rejected_with_both_lines() {
+    let e = CsvProblem::parse("a,0,4,1\nb,1,2,1\n\na,2,3,1\n").unwrap_err();
+    assert!(
+        matches!(&e, CsvError::DuplicateId { line: 4, first_line: 1, id } if id == "a"),
+        "{e}"
+    );
+}
+
+#[test]
+fn minimalloc_headers_are_understood() {
+    let p = CsvProblem::parse("buffer,start,end,size\nb1,0,3,4\nb2,3,9,4\n").unwrap();
+    assert_eq!(p.buffers.len(), 2);
+    assert_eq!((p.buffers[1].lower, p.buffers[1].upper), (3, 9));
 }
 
 #[test]
@@ -66,7 +120,7 @@ fn zero_slack_instances_are_solved_exactly_at_the_bound() {
         assert_eq!(lb, 1 << 20, "seed {seed}");
         // The cut itself is a placement at the bound.
         p.check(lb, &cut).unwrap();
-        let out = p.solve(lb, &SolveConfig::default());
+        let out = p.solve(lb, &deterministic());
         assert_eq!(out.result, SolveResult::Fits, "seed {seed}");
         let offsets = out.offsets.unwrap();
         p.check(lb, &offsets).unwrap();
@@ -89,6 +143,10 @@ fn infeasibility_below_the_bound_and_by_fragmentation_is_proved() {
     assert_eq!(r.lower_bound(), 3);
     let out = r.solve(3, &SolveConfig::default());
     assert_eq!(out.result, SolveResult::Infeasible, "{out:?}");
+    assert!(
+        matches!(out.infeasibility, Some(Infeasibility::Exhausted { .. })),
+        "{out:?}"
+    );
     assert_eq!(
         r.solve(4, &SolveConfig::default()).result,
         SolveResult::Fits
@@ -110,8 +168,9 @@ fn deep_searches_on_large_instances_do_not_overflow_the_stack() {
         };
         let out = p.solve(lb, &config);
         assert_ne!(out.result, SolveResult::Infeasible);
-        if let Some(offsets) = out.offsets {
-            p.check(lb, &offsets).unwrap();
-        }
+        // The best placement found is reported whether it fits or not.
+        let offsets = out.offsets.unwrap();
+        p.check(out.peak.max(lb), &offsets).unwrap();
+        assert!(lb <= out.peak);
     }
 }

@@ -18,10 +18,20 @@ fn zero_slack_fixtures_have_their_bound_at_the_capacity() {
         assert_eq!(p.buffers.len(), n);
         assert_eq!(p.lower_bound(), 1 << 20);
     }
-    let p = CsvProblem::parse(N150).unwrap();
-    let out = p.solve(1 << 20, &SolveConfig::default());
-    assert_eq!(out.result, SolveResult::Fits);
-    p.check(1 << 20, &out.offsets.unwrap()).unwrap();
+    // All three are solved at the bound by node budget alone.
+    let config = SolveConfig {
+        max_nodes: 2_000_000,
+        timeout: None,
+        parallel_search: false,
+        ..SolveConfig::default()
+    };
+    for text in [N150, N300, N450] {
+        let p = CsvProblem::parse(text).unwrap();
+        let out = p.solve(1 << 20, &config);
+        assert_eq!(out.result, SolveResult::Fits);
+        p.check(1 << 20, &out.offsets.unwrap()).unwrap();
+        assert_eq!(out.peak, p.lower_bound());
+    }
 }
 
 #[test]

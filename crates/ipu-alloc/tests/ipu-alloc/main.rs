@@ -9,4 +9,5 @@ mod fixtures;
 mod map;
 mod props;
 mod seed;
+mod solve;
 mod support;

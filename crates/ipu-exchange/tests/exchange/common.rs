@@ -34,6 +34,18 @@ pub fn schedule_and_check(phase: &Phase, fabric: &Fabric, config: &ScheduleConfi
         s.endpoint_lower_bound()
     );
     assert!(s.endpoint_lower_bound() <= s.stronger_lower_bound());
+    assert!(
+        s.stronger_lower_bound() <= s.multicast_lower_bound()
+            && s.multicast_lower_bound() <= s.horizon(),
+        "multicast bound {} outside [stronger {}, horizon {}]",
+        s.multicast_lower_bound(),
+        s.stronger_lower_bound(),
+        s.horizon()
+    );
+    assert_eq!(
+        s.multicast_lower_bound(),
+        multicast_lower_bound(phase, fabric).max(s.stronger_lower_bound())
+    );
     if let Err(errors) = check_schedule(phase, fabric, s.rows()) {
         panic!(
             "checker rejects the schedule: {:#?}",

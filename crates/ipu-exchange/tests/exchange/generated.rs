@@ -1,6 +1,6 @@
 //! Generated phases of every family, scheduled and checked.
 
-use ipu_exchange::generate::{GenConfig, generate_phase};
+use ipu_exchange::generate::{GenConfig, ReduceConfig, generate_phase, reduce_phase};
 use ipu_exchange::*;
 
 use crate::common::{SparseMemory, fabric, initial_word, schedule_and_check};
@@ -66,4 +66,66 @@ fn replay_moves_the_right_words() {
         assert_eq!(stats.words_written, expected_words);
         assert!(stats.cycles <= s.horizon());
     }
+}
+
+#[test]
+fn wide_multicast_phases_check_and_stay_near_the_bound() {
+    let fabric = fabric();
+    let (mut horizon, mut bound) = (0, 0);
+    for seed in 0..4 {
+        let phase = generate_phase(&small(120, 60, 40, 0, 200 + seed));
+        assert!(phase.transfers.iter().any(|t| t.destinations.len() > 20));
+        let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+        horizon += s.horizon();
+        bound += s.multicast_lower_bound();
+    }
+    eprintln!("horizon {horizon} multicast bound {bound}");
+    assert!(
+        horizon * 100 <= bound * 110,
+        "horizon {horizon} vs bound {bound}"
+    );
+}
+
+/// A small split-K gather on 64 tiles: the generator's shape (unicast
+/// gather, group multicasts, broadcasts to every used tile) schedules and
+/// checks.
+#[test]
+fn reduce_phases_check() {
+    let fabric = fabric();
+    for seed in 0..3 {
+        let config = ReduceConfig {
+            tile_count: 64,
+            used_tiles: 60,
+            rows: 60,
+            columns: 96,
+            partials: 2,
+            row_block: 12,
+            column_block: 16,
+            broadcast_vectors: 1,
+            seed,
+        };
+        let phase = reduce_phase(&config);
+        validate_phase(&phase).expect("generated reduce phases are valid");
+        let fanouts: Vec<usize> = phase
+            .transfers
+            .iter()
+            .map(|t| t.destinations.len())
+            .collect();
+        assert!(fanouts.contains(&1) && fanouts.contains(&59), "{fanouts:?}");
+        schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+    }
+}
+
+/// The full-size generators give the transfer counts of the real build.
+#[test]
+fn siglip_reduce_phases_have_real_sizes() {
+    let phase = reduce_phase(&ReduceConfig::siglip_mlp(1));
+    assert!(
+        (180_000..220_000).contains(&phase.transfers.len()),
+        "{}",
+        phase.transfers.len()
+    );
+    let largest = phase.transfers.iter().map(|t| t.destinations.len()).max();
+    assert_eq!(largest, Some(1457));
+    validate_phase(&phase).expect("valid");
 }

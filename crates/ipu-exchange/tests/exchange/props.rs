@@ -110,11 +110,78 @@ fn config() -> impl Strategy<Value = ScheduleConfig> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
+    /// Another partner rule (`t ^ 1`, `t ^ 4`, `t ^ 8`): paired sends
+    /// borrow the lane the fabric names, and the checker agrees.
+    #[test]
+    fn any_phase_schedules_and_checks_with_another_partner_rule(
+        phase in phase(4),
+        config in config(),
+        partner in prop::sample::select(vec![1u32, 4, 8]),
+    ) {
+        let text = ipu_target::IPU21_TOML
+            .replace("partner_xor = 2", &format!("partner_xor = {partner}"));
+        let target = ipu_target::Target::from_toml(&text).expect("a valid description");
+        let fabric = Fabric::new(&target).expect("a supported fabric");
+        prop_assert_eq!(fabric.partner(TileId::from_u32(6)), TileId::from_u32(6 ^ partner));
+        schedule_and_check(&phase, &fabric, &config);
+    }
+
     #[test]
     fn any_phase_schedules_and_checks(phase in phase(4), config in config(), latency in 0u32..20) {
         let fabric = fabric().with_latency(latency);
         let s = schedule_and_check(&phase, &fabric, &config);
-        prop_assert!(endpoint_lower_bound(&phase) <= s.horizon());
+        prop_assert!(endpoint_lower_bound(&phase, &fabric) <= s.horizon());
+    }
+
+    /// Few tiles and wide multicasts, scheduled with and without fanout
+    /// splitting: `schedule_and_check` asserts `multicast bound <= horizon`
+    /// (here the receive ports usually bind, so the multicast bound rarely
+    /// rises; the covered-sender property below makes it rise).
+    #[test]
+    fn multicast_bound_holds_on_dense_multicast(
+        tiles in 3u32..8,
+        specs in proptest::collection::vec(
+            (any::<u32>(), proptest::collection::vec(any::<u32>(), 1..8), 1u32..40, Just(false), Just(false)),
+            1..12,
+        ),
+        split in any::<bool>(),
+        latency in 0u32..6,
+    ) {
+        let phase = build_phase(tiles, &specs);
+        let fabric = fabric().with_latency(latency);
+        let config = ScheduleConfig { fanout_split: split, ..ScheduleConfig::default() };
+        let s = schedule_and_check(&phase, &fabric, &config);
+        prop_assert!(s.multicast_lower_bound() <= s.horizon());
+    }
+
+    /// The covered-sender pattern with random sizes and random extra
+    /// transfers: tile 0 sends to tiles 1 and 2, tile 3 multicasts to both
+    /// and sends more to tile 4. The multicast bound rises above the
+    /// stronger one in about a third of the cases, and must stay at or
+    /// below the horizon.
+    #[test]
+    fn multicast_bound_holds_on_covered_senders(
+        a in (1u32..60, 1u32..60),
+        b in (1u32..60, 0u32..60),
+        noise in proptest::collection::vec(
+            (any::<u32>(), proptest::collection::vec(any::<u32>(), 1..4), 1u32..20, Just(false), Just(false)),
+            0..4,
+        ),
+        latency in 0u32..6,
+    ) {
+        let mut specs: Vec<Spec> = vec![
+            (0, vec![0], a.0, false, false),
+            (0, vec![1], a.1, false, false),
+            (3, vec![2, 3], b.0, false, false),
+        ];
+        if b.1 > 0 {
+            specs.push((3, vec![0], b.1, false, false));
+        }
+        specs.extend(noise);
+        let phase = build_phase(5, &specs);
+        let fabric = fabric().with_latency(latency);
+        let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+        prop_assert!(s.multicast_lower_bound() <= s.horizon());
     }
 
     #[test]
@@ -180,19 +247,33 @@ proptest! {
 
 #[test]
 fn results_do_not_depend_on_threads() {
-    let phases: Vec<Phase> = (0..6)
+    use ipu_exchange::generate::{GenConfig, ReduceConfig, generate_phase, reduce_phase};
+    let mut phases: Vec<Phase> = (0..6)
         .map(|seed| {
-            ipu_exchange::generate::generate_phase(&ipu_exchange::generate::GenConfig {
+            generate_phase(&GenConfig {
                 tile_count: 64,
                 transfers: 300,
                 target_bound: 400,
-                max_fanout: 3,
+                max_fanout: if seed < 4 { 3 } else { 40 },
                 paired_percent: 30,
                 balanced_sources: false,
                 seed,
             })
         })
         .collect();
+    // A reduce phase large enough that the per-tile parallel passes split
+    // their work, with unicast, group multicasts and broadcasts.
+    phases.push(reduce_phase(&ReduceConfig {
+        tile_count: 256,
+        used_tiles: 250,
+        rows: 250,
+        columns: 256,
+        partials: 2,
+        row_block: 25,
+        column_block: 24,
+        broadcast_vectors: 1,
+        seed: 7,
+    }));
     let fabric = fabric();
     let config = ScheduleConfig::default();
     let parallel = schedule_phases(&phases, &fabric, &config).expect("schedules");
@@ -305,4 +386,28 @@ fn readdress_rejects_another_phase() {
         .readdress(&build_phase(4, &other), &fabric, &config)
         .unwrap_err();
     assert!(e.to_string().contains("cannot reuse the schedule"), "{e}");
+}
+
+/// A sender whose every receiver also hears another tile's multicast must
+/// wait while that multicast is sent whole, or the multicast's sender pays
+/// for copies: tile 0 sends 100 words to each of tiles 1 and 2, tile 3
+/// multicasts 100 words to both and 100 more to tile 4. Every lane and port
+/// needs 200 cycles, but the multicast bound is 250 (plus latency), and the
+/// scheduler's horizon respects it.
+#[test]
+fn multicast_bound_counts_covered_senders() {
+    let specs: Vec<Spec> = vec![
+        (0, vec![0], 100, false, false),
+        (0, vec![1], 100, false, false),
+        (3, vec![2, 3], 100, false, false),
+        (3, vec![0], 100, false, false),
+    ];
+    let phase = build_phase(5, &specs);
+    let fabric = fabric();
+    assert_eq!(phase.transfers[2].destinations.len(), 2);
+    assert_eq!(endpoint_lower_bound(&phase, &fabric), 200);
+    let latency = u64::from(fabric.latency_cycles());
+    assert_eq!(multicast_lower_bound(&phase, &fabric), 250 + latency);
+    let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+    assert_eq!(s.multicast_lower_bound(), 250 + latency);
 }

@@ -240,6 +240,8 @@ pub fn build_package(
         kernels: planned.kernels,
         memory_profile,
         fixture: None,
+        weights: None,
+        siglip: None,
     })
 }
 

@@ -266,6 +266,25 @@ impl VisionConfig {
         Self::new(&params)
     }
 
+    /// The config as a transformers `SiglipVisionConfig` JSON object,
+    /// every field written; [`VisionConfig::from_json`] reads it back to
+    /// an equal config.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "model_type": "siglip_vision_model",
+            "hidden_size": self.hidden,
+            "intermediate_size": self.intermediate,
+            "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads,
+            "num_channels": self.channels,
+            "image_size": self.image_size,
+            "patch_size": self.patch_size,
+            "hidden_act": "gelu_pytorch_tanh",
+            "layer_norm_eps": f64::from(self.layer_norm_eps),
+            "vision_use_head": self.use_head,
+        })
+    }
+
     /// Width of the residual stream.
     pub fn hidden(&self) -> u64 {
         self.hidden

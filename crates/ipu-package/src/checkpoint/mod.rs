@@ -21,23 +21,32 @@
 //! evaluator rounds supplied tensors itself, and FP8 scales are for a
 //! calibration step to choose from these values.
 
+pub mod calibrate;
 mod config;
 mod error;
 mod image;
 pub mod names;
+mod packaged;
 mod policy;
 mod processor;
+pub mod report;
 mod resample;
 mod siglip;
 mod store;
+pub mod synthetic;
 mod weights;
 
 use std::path::Path;
 
+pub use calibrate::{
+    Calibration, CalibrationError, CalibrationInputs, CalibrationOptions, Evaluator, F16Groups,
+    calibrate,
+};
 pub use config::{ConfigError, MAX_IMAGE_SIDE, VisionConfig, VisionParams};
 pub use error::{ImageError, ImportError};
 pub use image::{over_white, read_rgb8};
-pub use policy::{PolicyError, PrecisionPolicy};
+pub use packaged::{PackagedError, PackagedModel};
+pub use policy::{PolicyError, PrecisionPolicy, role};
 pub use processor::{Processor, ProcessorError, patchify};
 pub use resample::{Filter, Rgb8};
 pub use siglip::{BuildError, GraphOptions, build_graph};
@@ -106,6 +115,35 @@ impl Checkpoint {
         self.patches
     }
 
+    /// The weights for `graph`, another SigLIP graph of the same config
+    /// (another batch or policy), matched by tensor name; f32 as stored.
+    pub fn weights_for(&self, graph: &Graph) -> Result<ValueSet, ImportError> {
+        let mut set = ValueSet::new();
+        for id in graph.weights() {
+            let name = graph.tensor(id).name();
+            let values = self
+                .graph
+                .tensor_by_name(name)
+                .and_then(|own| self.weights.get(own))
+                .ok_or_else(|| ImportError::Internal {
+                    what: format!(
+                        "graph `{}` has weight `{name}`, which the checkpoint's graph lacks",
+                        graph.name()
+                    ),
+                })?;
+            if values.len() as u64 != graph.tensor(id).element_count() {
+                return Err(ImportError::Internal {
+                    what: format!(
+                        "weight `{name}` has another shape in graph `{}`",
+                        graph.name()
+                    ),
+                });
+            }
+            set.insert(id, values.to_vec());
+        }
+        Ok(set)
+    }
+
     /// The graph, the weights and the processor, by value.
     pub fn into_parts(self) -> (VisionConfig, Graph, ValueSet, Processor) {
         (self.config, self.graph, self.weights, self.processor)
@@ -113,22 +151,40 @@ impl Checkpoint {
 
     /// The `patches` input for `images`, one per batch row in order.
     pub fn input_values<P: AsRef<Path>>(&self, images: &[P]) -> Result<ValueSet, ImageError> {
-        let batch = self.graph.tensor(self.patches).extents()[0];
-        if images.len() as u64 != batch {
-            return Err(ImageError::Count {
-                batch,
-                found: images.len(),
-            });
-        }
-        let mut patches = Vec::new();
-        for path in images {
-            let pixels = self.processor.pixel_values(path.as_ref())?;
-            patchify(&self.config, &pixels, &mut patches)?;
-        }
-        let mut set = ValueSet::new();
-        set.insert(self.patches, patches);
-        Ok(set)
+        images_to_patches(
+            &self.config,
+            &self.processor,
+            &self.graph,
+            self.patches,
+            images,
+        )
     }
+}
+
+/// The `patches` input (`patches`, of `graph`) for `images`, one per batch
+/// row in order, preprocessed by `processor`.
+pub(crate) fn images_to_patches<P: AsRef<Path>>(
+    config: &VisionConfig,
+    processor: &Processor,
+    graph: &Graph,
+    patches: TensorId,
+    images: &[P],
+) -> Result<ValueSet, ImageError> {
+    let batch = graph.tensor(patches).extents()[0];
+    if images.len() as u64 != batch {
+        return Err(ImageError::Count {
+            batch,
+            found: images.len(),
+        });
+    }
+    let mut values = Vec::new();
+    for path in images {
+        let pixels = processor.pixel_values(path.as_ref())?;
+        patchify(config, &pixels, &mut values)?;
+    }
+    let mut set = ValueSet::new();
+    set.insert(patches, values);
+    Ok(set)
 }
 
 /// Reads the config, weights and processor of the checkpoint in `dir`
@@ -166,6 +222,53 @@ pub fn import_checkpoint(dir: &Path, options: &ImportConfig) -> Result<Checkpoin
         batch = options.batch,
         weights = weights.len(),
         "imported SigLIP checkpoint"
+    );
+    Ok(Checkpoint {
+        config,
+        graph,
+        weights,
+        processor,
+        patches,
+    })
+}
+
+/// A checkpoint of the config (and processor) in `dir` with weights of
+/// realistic spread drawn from `seed` ([`synthetic::random_weights`])
+/// instead of read: for checking that a configuration whose weights are
+/// not at hand builds and fits. `dir` needs only `config.json`.
+pub fn random_checkpoint(
+    dir: &Path,
+    options: &ImportConfig,
+    seed: u64,
+) -> Result<Checkpoint, ImportError> {
+    let config = read_config(dir)?;
+    let processor = read_processor(dir, &config)?;
+    let name = options.name.clone().unwrap_or_else(|| {
+        let stem = dir
+            .file_name()
+            .map_or_else(|| "siglip".into(), |n| n.to_string_lossy());
+        format!("{stem}-b{}", options.batch)
+    });
+    let graph = build_graph(
+        &config,
+        &GraphOptions {
+            name,
+            batch: options.batch,
+            policy: options.policy.clone(),
+        },
+    )
+    .map_err(|source| ImportError::Build { source })?;
+    let weights = synthetic::random_weights(&config, &graph, seed);
+    let patches = graph
+        .tensor_by_name(PATCHES)
+        .ok_or_else(|| ImportError::Internal {
+            what: "the graph has no `patches` input".to_owned(),
+        })?;
+    tracing::info!(
+        dir = %dir.display(),
+        seed,
+        parameters = graph.parameter_count(),
+        "drew random SigLIP weights of realistic spread"
     );
     Ok(Checkpoint {
         config,

@@ -121,6 +121,21 @@ impl PrecisionPolicy {
         })
     }
 
+    /// The policy of a precision table by role (as a package's
+    /// `precision.json` lists it): a tensor takes its role's precision
+    /// (its name, for tensors outside the encoder). A cast tensor exists
+    /// only where its role is listed.
+    pub fn from_roles(roles: BTreeMap<String, Precision>, softmax: SoftmaxPrecision) -> Self {
+        Self {
+            table: Some(Table {
+                by_name: BTreeMap::new(),
+                by_role: roles.into_iter().map(|(r, p)| (r, Some(p))).collect(),
+            }),
+            overrides: BTreeMap::new(),
+            softmax,
+        }
+    }
+
     /// The same policy with `tensor` in `precision`: a graph tensor name
     /// (`head.fc1.w`) or a role (`enc{i}.fc1.w`, every encoder layer's).
     pub fn with_precision(mut self, tensor: impl Into<String>, precision: Precision) -> Self {
@@ -175,7 +190,7 @@ fn is_cast(name: &str) -> bool {
 
 /// The name with its layer index replaced by `{i}`: `enc12.fc1.w` →
 /// `enc{i}.fc1.w`, `x3` → `x{i}`; other names are their own role.
-pub(crate) fn role(name: &str) -> String {
+pub fn role(name: &str) -> String {
     let digits_then = |rest: &str| {
         let end = rest
             .find(|c: char| !c.is_ascii_digit())

@@ -263,6 +263,25 @@ impl Processor {
         })
     }
 
+    /// The processor as a `preprocessor_config.json` object, every field
+    /// written; [`Processor::from_json`] reads it back, for the same
+    /// model, to an equal processor.
+    pub fn to_json(&self) -> serde_json::Value {
+        let (mean, std) = self.normalize.unwrap_or(([0.0; 3], [1.0; 3]));
+        serde_json::json!({
+            "image_processor_type": "SiglipImageProcessor",
+            "do_convert_rgb": true,
+            "do_resize": self.resize.is_some(),
+            "size": {"height": self.side, "width": self.side},
+            "resample": self.resize.map_or(Filter::Bicubic, |f| f).pillow_code(),
+            "do_rescale": self.rescale.is_some(),
+            "rescale_factor": self.rescale.unwrap_or(1.0),
+            "do_normalize": self.normalize.is_some(),
+            "image_mean": mean.map(f64::from),
+            "image_std": std.map(f64::from),
+        })
+    }
+
     /// The resize filter, if the processor resizes.
     pub fn filter(&self) -> Option<Filter> {
         self.resize

@@ -54,6 +54,17 @@ impl Filter {
         }
     }
 
+    /// Pillow's code of the filter, as `preprocessor_config.json` writes it.
+    pub fn pillow_code(self) -> u64 {
+        match self {
+            Filter::Lanczos => 1,
+            Filter::Bilinear => 2,
+            Filter::Bicubic => 3,
+            Filter::Box => 4,
+            Filter::Hamming => 5,
+        }
+    }
+
     /// Half the filter's width at scale 1.
     fn support(self) -> f64 {
         match self {
@@ -194,6 +205,17 @@ impl Rgb8 {
             height,
             pixels,
         })
+    }
+
+    /// An image from interleaved RGB bytes that are known to number
+    /// `width · height · 3` (as every caller inside the crate builds them).
+    pub(crate) fn from_parts(width: usize, height: usize, pixels: Vec<u8>) -> Self {
+        debug_assert_eq!(pixels.len(), width * height * 3);
+        Self {
+            width,
+            height,
+            pixels,
+        }
     }
 
     /// Width in pixels.

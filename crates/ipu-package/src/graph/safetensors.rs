@@ -206,6 +206,76 @@ pub fn write_values(
         })
         .collect::<Result<Vec<_>, _>>()?;
     safetensors::serialize(views, Some(metadata))
+        .map(canonical_header)
+        .map_err(|source| SafetensorsError::Write { source })
+}
+
+/// The file with its JSON header's keys in sorted order. The
+/// `safetensors` crate writes `__metadata__` from a `HashMap`, whose order
+/// changes from run to run; files this crate writes (a package's weights
+/// among them) must be byte-identical for the same values. The header is
+/// re-serialised with the same content, so its length and the data
+/// offsets are unchanged; a header that does not parse back is left as
+/// it was (the crate wrote it, so that does not happen).
+fn canonical_header(mut bytes: Vec<u8>) -> Vec<u8> {
+    let Some(len) = bytes
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+        .and_then(|n| usize::try_from(n).ok())
+    else {
+        return bytes;
+    };
+    let Some(header) = bytes.get(8..8usize.saturating_add(len)) else {
+        return bytes;
+    };
+    let parsed: Result<std::collections::BTreeMap<String, serde_json::Value>, _> =
+        serde_json::from_slice(header.trim_ascii_end());
+    let Ok(mut parsed) = parsed else {
+        return bytes;
+    };
+    if let Some(meta) = parsed.get_mut("__metadata__") {
+        let sorted: Option<std::collections::BTreeMap<String, String>> =
+            serde_json::from_value(meta.clone()).ok();
+        if let Some(sorted) = sorted.and_then(|m| serde_json::to_value(m).ok()) {
+            *meta = sorted;
+        }
+    }
+    match serde_json::to_vec(&parsed) {
+        Ok(text) if text.len() <= len => {
+            bytes[8..8 + text.len()].copy_from_slice(&text);
+            for b in &mut bytes[8 + text.len()..8 + len] {
+                *b = b' ';
+            }
+            bytes
+        }
+        _ => bytes,
+    }
+}
+
+/// Writes named F32 tensors (such as a run's outputs, whatever their
+/// graph precision): `(name, shape, values)`, each `values` holding the
+/// shape's element count.
+pub fn write_f32(tensors: &[(&str, &[u64], &[f32])]) -> Result<Vec<u8>, SafetensorsError> {
+    let mut metadata = HashMap::new();
+    metadata.insert("format".to_owned(), "ipu-backend".to_owned());
+    let encoded: Vec<(&str, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(name, shape, values)| {
+            let shape = shape.iter().map(|&e| e as usize).collect();
+            (*name, shape, encode(Precision::F32, values))
+        })
+        .collect();
+    let views = encoded
+        .iter()
+        .map(|(name, shape, bytes)| {
+            TensorView::new(Dtype::F32, shape.clone(), bytes)
+                .map(|view| (*name, view))
+                .map_err(|source| SafetensorsError::Write { source })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    safetensors::serialize(views, Some(metadata))
+        .map(canonical_header)
         .map_err(|source| SafetensorsError::Write { source })
 }
 

@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 
 use ipu_layout::numeric::{f16_bits, f16_value};
+use ipu_layout::rng::SplitMix64;
 use ipu_layout::{Fp8Format, Precision};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -204,7 +205,7 @@ pub fn values_for(
         .for_each(|(block, chunk)| {
             let mut rng = SplitMix64::new(key ^ (block as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             for value in chunk.iter_mut() {
-                let bits = rng.next();
+                let bits = rng.next_u64();
                 let z = if role == ValueRole::Input {
                     // Uniform in [-1, 1).
                     (bits >> 11) as f64 / (1u64 << 52) as f64 - 1.0
@@ -236,24 +237,6 @@ fn name_key(seed: u64, name: &str) -> u64 {
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
     u64::from_le_bytes(bytes)
-}
-
-/// SplitMix64 (Steele, Lea and Flood 2014): a small, fast, well-mixed
-/// generator, enough for test data.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 /// Rounds values to a precision, giving exactly `Precision::quantize`'s

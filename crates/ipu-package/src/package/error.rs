@@ -43,6 +43,15 @@ pub enum PackageIoError {
         #[source]
         source: ipu_target::TargetError,
     },
+    /// `weights.safetensors` is not a safetensors file.
+    #[error("{path}: {source}")]
+    Weights {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: super::WeightsError,
+    },
     /// What the files say contradicts itself or the target.
     #[error(
         "{path}: {} problem(s) in what the package says; first: {}",

@@ -8,7 +8,8 @@
 //! `docs/FORMAT.md` documents the files.
 //!
 //! The modules: this one is the model; [`rows`] is the `exchange.bin`
-//! codec; `write` writes a package directory atomically; `read` verifies
+//! codec; [`weights`] is `weights.safetensors`, the weights a package
+//! carries; `write` writes a package directory atomically; `read` verifies
 //! every file against the manifest's digests and parses it; `validate`
 //! checks what the files say against each other, the target and the
 //! [`Limits`]; `forge` re-signs edited files ([`resign`]), as anyone can.
@@ -20,6 +21,7 @@ mod manifest;
 mod read;
 pub mod rows;
 mod validate;
+pub mod weights;
 mod write;
 #[cfg(test)]
 mod write_tests;
@@ -36,6 +38,7 @@ pub use manifest::PackageFile;
 pub use validate::{
     Access, FixtureMismatch, MAX_ERRORS, SpanError, ValidationError, codelet_accesses,
 };
+pub use weights::{PackageWeights, WeightsError};
 
 use crate::phases::LocalCopy;
 use crate::program::{BufferId, Program};
@@ -43,6 +46,11 @@ use crate::program::{BufferId, Program};
 /// The package format version. Version 3 splits the program from its
 /// placement, phases and kernel index, and records the target.
 pub const FORMAT_VERSION: u32 = 3;
+
+/// The model description of a package built from a SigLIP checkpoint.
+pub const SIGLIP_FILE: &str = "siglip.json";
+/// The precision decisions of a package built from a SigLIP checkpoint.
+pub const PRECISION_FILE: &str = "precision.json";
 
 /// A word of an exchange row that differs per repeat iteration: in
 /// iteration `i` it is `word + i · delta` (wrapping), where `word` is the
@@ -254,6 +262,19 @@ pub struct Manifest {
     pub files: Vec<PackageFile>,
 }
 
+/// The files of a package built from a SigLIP checkpoint, which say how
+/// to rebuild its graph and prepare its images (parsed by
+/// [`crate::checkpoint::PackagedModel`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiglipFiles {
+    /// `siglip.json`: the vision config, the batch and the image
+    /// preprocessing.
+    pub model: String,
+    /// `precision.json`: every tensor's precision with the reason for it,
+    /// and the calibration's measurements.
+    pub precision: String,
+}
+
 /// A built package.
 #[derive(Clone, Debug)]
 pub struct Package {
@@ -276,4 +297,10 @@ pub struct Package {
     /// run can be checked against the reference evaluation of the same
     /// graph.
     pub fixture: Option<String>,
+    /// The graph's weights (`weights.safetensors`), when the package
+    /// carries them; a run then takes every weight from here.
+    pub weights: Option<PackageWeights>,
+    /// The checkpoint description (`siglip.json`, `precision.json`) of a
+    /// package built from a SigLIP checkpoint, in place of a fixture.
+    pub siglip: Option<SiglipFiles>,
 }

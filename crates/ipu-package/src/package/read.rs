@@ -15,9 +15,10 @@ use super::manifest::{
     KERNELS, MANIFEST, PackageFile, entry_name_problem, parse_manifest, sha256_hex,
 };
 use super::rows::decode_rows;
+use super::weights::WEIGHTS_FILE;
 use super::{
-    Limits, Manifest, Package, PackageIoError, PackageKernel, PackagePhase, PackagePlacement,
-    PhaseInfo, ValidationError,
+    Limits, Manifest, PRECISION_FILE, Package, PackageIoError, PackageKernel, PackagePhase,
+    PackagePlacement, PackageWeights, PhaseInfo, SIGLIP_FILE, SiglipFiles, ValidationError,
 };
 use crate::program::Program;
 
@@ -263,6 +264,36 @@ impl Package {
         } else {
             None
         };
+        let siglip = match (
+            content.contains_key(SIGLIP_FILE),
+            content.contains_key(PRECISION_FILE),
+        ) {
+            (false, false) => None,
+            (true, true) => Some(SiglipFiles {
+                model: text(SIGLIP_FILE)?,
+                precision: text(PRECISION_FILE)?,
+            }),
+            (model, _) => {
+                let (has, lacks) = if model {
+                    (SIGLIP_FILE, PRECISION_FILE)
+                } else {
+                    (PRECISION_FILE, SIGLIP_FILE)
+                };
+                return Err(format(has, format!("the package has {has} but no {lacks}")));
+            }
+        };
+        let weights = if content.contains_key(WEIGHTS_FILE) {
+            Some(
+                PackageWeights::from_bytes(file(WEIGHTS_FILE)?.to_vec()).map_err(|source| {
+                    PackageIoError::Weights {
+                        path: dir.join(WEIGHTS_FILE),
+                        source,
+                    }
+                })?,
+            )
+        } else {
+            None
+        };
         let package = Package {
             manifest,
             target,
@@ -272,6 +303,8 @@ impl Package {
             kernels,
             memory_profile,
             fixture,
+            weights,
+            siglip,
         };
         let errors = package.validate_with(limits);
         if !errors.is_empty() {

@@ -25,10 +25,13 @@
 //!    memory in every iteration, and every row of every iteration replayed
 //!    against the placed ranges (no data moves) — what a run does, so a
 //!    package that validates does not fail its exchange;
-//! 6. the stored fixture (`fixture.rs`): parsed within the limits and
-//!    checked against the program's host-visible buffers by name, shape and
-//!    precision ([`Package::check_fixture`]), so that a run never
-//!    generates values for tensors the package does not hold.
+//! 6. the graph (`fixture.rs`): the stored fixture parsed within the
+//!    limits, or the checkpoint description's graph, checked against the
+//!    program's host-visible buffers by name, shape and precision
+//!    ([`Package::check_fixture`]), so that a run never generates values
+//!    for tensors the package does not hold; then the header of
+//!    `weights.safetensors` against that graph (a checkpoint package must
+//!    carry one).
 //!
 //! At most [`MAX_ERRORS`] problems are collected; validation stops there.
 
@@ -43,7 +46,8 @@ use ipu_exchange::ReplayError;
 use ipu_kernels::KernelError;
 use ipu_layout::TileId;
 
-use super::{Limits, Package};
+use super::{Limits, Package, WeightsError};
+use crate::checkpoint::PackagedError;
 use crate::graph::FixtureError;
 use crate::program::{BufferId, KernelId};
 
@@ -517,9 +521,35 @@ pub enum ValidationError {
     /// The stored fixture does not parse.
     #[error("fixture.json: {0}")]
     Fixture(#[source] FixtureError),
-    /// The stored fixture is not the graph the program was lowered from.
-    #[error("fixture.json: {0}")]
-    FixtureMismatch(#[source] FixtureMismatch),
+    /// The stored fixture (or checkpoint description) is not the graph
+    /// the program was lowered from.
+    #[error("{file}: {source}")]
+    FixtureMismatch {
+        /// The file the graph was read from: `fixture.json` or
+        /// `siglip.json`.
+        file: &'static str,
+        /// How the graph differs.
+        #[source]
+        source: FixtureMismatch,
+    },
+    /// The checkpoint description (`siglip.json`, `precision.json`) does
+    /// not describe a graph.
+    #[error("{0}")]
+    Siglip(#[source] PackagedError),
+    /// `weights.safetensors` does not hold exactly the graph's weights.
+    #[error("{0}")]
+    Weights(#[source] WeightsError),
+    /// A package built from a checkpoint carries no weights.
+    #[error(
+        "the package was built from a checkpoint but carries no weights.safetensors; build it again"
+    )]
+    CheckpointWithoutWeights,
+    /// A weights file without a fixture or checkpoint description to
+    /// check it against.
+    #[error(
+        "the package carries weights.safetensors but neither fixture.json nor siglip.json to say which graph they belong to"
+    )]
+    WeightsWithoutGraph,
 }
 
 /// The problems found so far, at most [`MAX_ERRORS`].

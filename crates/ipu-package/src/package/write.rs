@@ -29,7 +29,9 @@ use tracing::{info, warn};
 use super::error::io;
 use super::manifest::{KERNELS, MANIFEST, PackageFile, manifest_text};
 use super::rows::encode_rows;
+use super::weights::WEIGHTS_FILE;
 use super::{FORMAT_VERSION, Manifest, Package, PackageIoError};
+use super::{PRECISION_FILE, SIGLIP_FILE};
 
 /// The file operations of a write, so that tests can make each fail or
 /// stop (as a kill would) in turn.
@@ -269,6 +271,16 @@ fn files(package: &Package) -> Result<Vec<(String, Vec<u8>)>, PackageIoError> {
     ];
     if let Some(fixture) = &package.fixture {
         out.push(("fixture.json".to_owned(), fixture.clone().into_bytes()));
+    }
+    if let Some(siglip) = &package.siglip {
+        out.push((SIGLIP_FILE.to_owned(), siglip.model.clone().into_bytes()));
+        out.push((
+            PRECISION_FILE.to_owned(),
+            siglip.precision.clone().into_bytes(),
+        ));
+    }
+    if let Some(weights) = &package.weights {
+        out.push((WEIGHTS_FILE.to_owned(), weights.bytes().to_vec()));
     }
     for k in &package.kernels {
         out.push((format!("{KERNELS}/{}.o", k.name), k.object.clone()));

@@ -61,6 +61,8 @@ fn sample(tag: &str) -> Package {
         kernels: Vec::new(),
         memory_profile: format!("{{\"tag\":\"{tag}\"}}"),
         fixture: None,
+        weights: None,
+        siglip: None,
     }
 }
 

@@ -117,7 +117,7 @@ pub fn row_layout(
 /// any vector.
 const VECTOR_HOME_BLOCK_BYTES: u64 = 256;
 
-/// Where a weight vector rests: blocks of [`VECTOR_HOME_BLOCK_BYTES`] on
+/// Where a weight vector rests: blocks of `VECTOR_HOME_BLOCK_BYTES` (256) on
 /// consecutive tiles from `first_tile` on (wrapping). The tiling spans all
 /// `tiles`, the tiles past the vector's blocks holding empty shards, so that
 /// the blocks can start anywhere: vectors starting at different tiles keep

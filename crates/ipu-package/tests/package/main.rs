@@ -5,6 +5,7 @@
 //! packages and fixtures.
 
 mod bad_fixtures;
+mod calibrate;
 mod checkpoint;
 mod checkpoint_images;
 mod fixtures;

@@ -219,6 +219,8 @@ pub fn sample() -> Package {
         kernels: vec![compiled("k0", &spec(1)), compiled("k1", &spec(2))],
         memory_profile: "{\"schema\":\"ipu-alloc/memory-profile/v1\",\"tiles\":[]}".into(),
         fixture: Some(SAMPLE_FIXTURE.into()),
+        weights: None,
+        siglip: None,
     }
 }
 

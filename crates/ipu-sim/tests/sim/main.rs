@@ -1,12 +1,15 @@
-//! Integration tests of ipu-sim's reference evaluator: hand-checkable ops,
-//! the small fixtures end to end, SigLIP checkpoints against transformers,
-//! determinism, errors, and the tolerance rules with their calibration.
+//! Integration tests of ipu-sim: the reference evaluator (hand-checkable
+//! ops, the small fixtures end to end, determinism, errors, the tolerance
+//! rules with their calibration, SigLIP checkpoints against transformers), the logical and tile models, the per-op
+//! check, and the damaged packages the tile model must refuse.
 
 mod checkpoint;
 mod fixtures;
 mod logical;
 mod ops;
+mod oracle;
 mod props;
+mod robust;
 mod tiles;
 mod tolerance;
 
@@ -17,8 +20,11 @@ use ipu_package::graph::{Graph, GraphBuilder, Op, TensorId, TensorKind};
 /// A graph of one op over supplied inputs, and the ids involved.
 #[derive(Debug)]
 pub struct OneOp {
+    /// The graph.
     pub graph: Graph,
+    /// Its supplied tensors, in the order given.
     pub inputs: Vec<TensorId>,
+    /// The op's output.
     pub output: TensorId,
 }
 

@@ -205,7 +205,11 @@ fn a_graph_other_than_the_packages_is_refused() {
         let values = values::generate(&other, 5);
         let error = run_package(&package, &other, &values).unwrap_err();
         assert!(
-            matches!(error, ipu_sim::SimError::FixtureMismatch { .. }),
+            matches!(
+                error,
+                ipu_sim::SimError::FixtureSize { .. }
+                    | ipu_sim::SimError::FixtureMissingBuffer { .. }
+            ),
             "{name}={value}: {error}"
         );
     }

@@ -1,0 +1,931 @@
+//! The plain emulator this crate had before the fast loops: every element
+//! decoded where it is read, every product computed where it is used, one
+//! output element at a time. Kept for tests only, as the independent
+//! statement of the arithmetic that the fast emulator must match bit for bit.
+
+use ipu_layout::{ElementOrder, Precision};
+
+use super::rounding::{round_f16, round_f32, stochastic_f16, stochastic_f32, stored, unit_random};
+use super::{EmulateOptions, EmulationStats, KernelArgs, Rounding, check_header, check_row_runs};
+use crate::WorkerId;
+use crate::error::{EmulateError, Operand};
+use crate::program::{AmpOp, AmpProgram, ProgramHeader, Run};
+
+/// Runs `program` as the plain emulator did.
+pub(super) fn emulate_reference(
+    program: &AmpProgram,
+    memory: &mut [u8],
+    memory_base: u32,
+    args: &KernelArgs,
+    options: &EmulateOptions,
+) -> Result<EmulationStats, EmulateError> {
+    let h = &program.header;
+    check_header(h)?;
+    let start = u64::from(memory_base);
+    let end = start + memory.len() as u64;
+    let [left_bytes, right_bytes, output_bytes] = h.operand_bytes();
+    // Header sizes saturate at u64::MAX, so the sums below saturate too.
+    let left_end = u64::from(args.left).saturating_add(left_bytes);
+    let tail_end = left_end.saturating_add(u64::from(h.left_tail_bytes));
+    for (operand, address) in [
+        (Operand::Left, args.left),
+        (Operand::Right, args.right),
+        (Operand::Output, args.output),
+    ] {
+        if h.alignment == 0 || address % h.alignment != 0 {
+            return Err(EmulateError::Misaligned {
+                operand,
+                address,
+                alignment: h.alignment,
+            });
+        }
+    }
+    if u64::from(args.left) < start || tail_end > end {
+        return Err(EmulateError::LeftTailOutOfBounds {
+            end: left_end,
+            tail: u64::from(h.left_tail_bytes),
+            memory_end: end,
+        });
+    }
+    // Whole operands must lie in the image; this also bounds every block
+    // the program can ask for by the image size.
+    for (operand, base, bytes) in [
+        (Operand::Left, args.left, left_bytes),
+        (Operand::Right, args.right, right_bytes),
+        (Operand::Output, args.output, output_bytes),
+    ] {
+        let (a, b) = (u64::from(base), u64::from(base).saturating_add(bytes));
+        if a < start || b > end {
+            return Err(EmulateError::OperandOutOfBounds {
+                operand,
+                start: a,
+                end: b,
+                memory_start: start,
+                memory_end: end,
+            });
+        }
+    }
+    let out = (
+        u64::from(args.output),
+        u64::from(args.output) + output_bytes,
+    );
+    for (operand, base, bytes) in [
+        (Operand::Left, args.left, left_bytes),
+        (Operand::Right, args.right, right_bytes),
+    ] {
+        let (a, b) = (u64::from(base), u64::from(base) + bytes);
+        if a < out.1 && out.0 < b && bytes > 0 && output_bytes > 0 {
+            return Err(EmulateError::OperandsOverlap {
+                operand,
+                start: a,
+                end: b,
+                output_start: out.0,
+                output_end: out.1,
+            });
+        }
+    }
+    let mut machine = Machine {
+        memory,
+        start,
+        end,
+        header: h,
+        args,
+        options,
+        stats: EmulationStats::default(),
+        operand_bytes: [left_bytes, right_bytes, output_bytes],
+    };
+    for w in &program.workers {
+        machine.run_worker(w.worker, &w.ops)?;
+    }
+    Ok(machine.stats)
+}
+
+struct Machine<'a> {
+    memory: &'a mut [u8],
+    start: u64,
+    end: u64,
+    header: &'a ProgramHeader,
+    args: &'a KernelArgs,
+    options: &'a EmulateOptions,
+    stats: EmulationStats,
+    operand_bytes: [u64; 3],
+}
+
+/// The AMP state of one worker.
+struct State {
+    /// Coefficients, `inner × columns`, row major, as exact values.
+    coefficients: Vec<f64>,
+    coefficient_dims: Option<(u32, u32)>,
+    /// Partials, `rows × columns`, row major.
+    partials: Vec<f64>,
+    partial_dims: Option<(u32, u32)>,
+    /// Inner elements accumulated into the current partials so far (the
+    /// position of the next AMP step, for stochastic rounding).
+    inner_done: u64,
+}
+
+impl Machine<'_> {
+    fn malformed(worker: WorkerId, op: usize, reason: impl Into<String>) -> EmulateError {
+        EmulateError::Malformed {
+            worker,
+            op,
+            reason: reason.into(),
+        }
+    }
+
+    /// The image range of repetition `i` of `run` of `operand`, checked.
+    fn locate(
+        &self,
+        worker: WorkerId,
+        op: usize,
+        operand: Operand,
+        run: &Run,
+        i: u32,
+    ) -> Result<std::ops::Range<usize>, EmulateError> {
+        let (base, size) = match operand {
+            Operand::Left => (self.args.left, self.operand_bytes[0]),
+            Operand::Right => (self.args.right, self.operand_bytes[1]),
+            Operand::Output => (self.args.output, self.operand_bytes[2]),
+        };
+        let offset = u64::from(run.offset) + u64::from(i) * u64::from(run.stride);
+        let bytes = u64::from(run.bytes);
+        if offset + bytes > size {
+            return Err(EmulateError::OperandOverrun {
+                worker,
+                op,
+                operand,
+                offset,
+                bytes,
+                operand_bytes: size,
+            });
+        }
+        let address = u64::from(base) + offset;
+        if address < self.start || address + bytes > self.end {
+            return Err(EmulateError::OutOfBounds {
+                worker,
+                op,
+                operand,
+                address,
+                bytes,
+                memory_start: self.start,
+                memory_end: self.end,
+            });
+        }
+        let first = (address - self.start) as usize;
+        Ok(first..first + bytes as usize)
+    }
+
+    /// Checks that `runs` cover `count` repetitions of `elements` elements of
+    /// `eb` bytes in total, returning the elements per run.
+    fn run_elements(
+        worker: WorkerId,
+        op: usize,
+        runs: &[Run],
+        count: u32,
+        elements: u32,
+        eb: u64,
+    ) -> Result<Vec<u32>, EmulateError> {
+        let mut per_run = Vec::with_capacity(runs.len());
+        let mut total = 0u64;
+        for (j, r) in runs.iter().enumerate() {
+            if r.count != count {
+                return Err(Self::malformed(
+                    worker,
+                    op,
+                    format!("run {j} repeats {} times, expected {count}", r.count),
+                ));
+            }
+            if r.bytes == 0 || u64::from(r.bytes) % eb != 0 {
+                return Err(Self::malformed(
+                    worker,
+                    op,
+                    format!(
+                        "run {j} is {} bytes, not a positive multiple of {eb}",
+                        r.bytes
+                    ),
+                ));
+            }
+            let n = (u64::from(r.bytes) / eb) as u32;
+            total += u64::from(n);
+            per_run.push(n);
+        }
+        if total != u64::from(elements) {
+            return Err(Self::malformed(
+                worker,
+                op,
+                format!("runs cover {total} elements per repetition, expected {elements}"),
+            ));
+        }
+        Ok(per_run)
+    }
+
+    /// Reads an `count × elements` block through `runs` as exact values.
+    #[allow(clippy::too_many_arguments)]
+    fn gather(
+        &mut self,
+        worker: WorkerId,
+        op: usize,
+        operand: Operand,
+        runs: &[Run],
+        count: u32,
+        elements: u32,
+        precision: Precision,
+    ) -> Result<Vec<f64>, EmulateError> {
+        let eb = precision.element_bytes();
+        let per_run = Self::run_elements(worker, op, runs, count, elements, eb)?;
+        self.check_block(worker, op, count, elements)?;
+        let mut values = vec![0.0f64; count as usize * elements as usize];
+        let mut column = 0usize;
+        for (r, &n) in runs.iter().zip(&per_run) {
+            for i in 0..count {
+                let range = self.locate(worker, op, operand, r, i)?;
+                let row = &mut values[i as usize * elements as usize..][..elements as usize];
+                for (e, chunk) in self.memory[range].chunks_exact(eb as usize).enumerate() {
+                    row[column + e] = f64::from(precision.decode_from(chunk));
+                }
+            }
+            column += n as usize;
+        }
+        Ok(values)
+    }
+
+    /// Writes an `count × elements` block through `runs`.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter(
+        &mut self,
+        worker: WorkerId,
+        op: usize,
+        runs: &[Run],
+        count: u32,
+        elements: u32,
+        precision: Precision,
+        values: &[f64],
+    ) -> Result<(), EmulateError> {
+        let eb = precision.element_bytes();
+        let per_run = Self::run_elements(worker, op, runs, count, elements, eb)?;
+        let mut column = 0usize;
+        for (r, &n) in runs.iter().zip(&per_run) {
+            for i in 0..count {
+                let range = self.locate(worker, op, Operand::Output, r, i)?;
+                let row = &values[i as usize * elements as usize..][..elements as usize];
+                for (e, chunk) in self.memory[range].chunks_exact_mut(eb as usize).enumerate() {
+                    // Partials are already in the output precision, so this
+                    // encoding is exact.
+                    precision.encode_into(stored(row[column + e]), chunk);
+                }
+            }
+            column += n as usize;
+        }
+        Ok(())
+    }
+
+    /// Rejects blocks larger than the largest operand, which bounds every
+    /// allocation by the program's own operand sizes.
+    fn check_block(
+        &self,
+        worker: WorkerId,
+        op: usize,
+        count: u32,
+        elements: u32,
+    ) -> Result<(), EmulateError> {
+        let h = self.header;
+        let limit = (u64::from(h.rows) * u64::from(h.inner))
+            .max(u64::from(h.inner) * u64::from(h.columns))
+            .max(u64::from(h.rows) * u64::from(h.columns));
+        if u64::from(count) * u64::from(elements) > limit {
+            return Err(Self::malformed(
+                worker,
+                op,
+                format!("a {count} x {elements} block is larger than any operand"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn run_worker(&mut self, worker: WorkerId, ops: &[AmpOp]) -> Result<(), EmulateError> {
+        let h = self.header;
+        let mut state = State {
+            coefficients: Vec::new(),
+            coefficient_dims: None,
+            partials: Vec::new(),
+            partial_dims: None,
+            inner_done: 0,
+        };
+        for (i, op) in ops.iter().enumerate() {
+            self.stats.ops += 1;
+            match op {
+                AmpOp::LoadCoefficients {
+                    inner,
+                    columns,
+                    runs,
+                } => {
+                    let mut values =
+                        self.gather(worker, i, Operand::Right, runs, *inner, *columns, h.right)?;
+                    if h.arithmetic.widens_weights() {
+                        for v in &mut values {
+                            *v = round_f16(*v);
+                        }
+                    }
+                    self.stats.coefficient_bytes +=
+                        u64::from(*inner) * u64::from(*columns) * h.right.element_bytes();
+                    state.coefficients = values;
+                    state.coefficient_dims = Some((*inner, *columns));
+                }
+                AmpOp::ZeroPartials { rows, columns } => {
+                    self.check_block(worker, i, *rows, *columns)?;
+                    state.partials = vec![0.0; *rows as usize * *columns as usize];
+                    state.partial_dims = Some((*rows, *columns));
+                    state.inner_done = 0;
+                }
+                AmpOp::LoadPartials {
+                    rows,
+                    columns,
+                    runs,
+                } => {
+                    state.partials =
+                        self.gather(worker, i, Operand::Output, runs, *rows, *columns, h.output)?;
+                    self.stats.partial_bytes_read +=
+                        u64::from(*rows) * u64::from(*columns) * h.output.element_bytes();
+                    state.partial_dims = Some((*rows, *columns));
+                    state.inner_done = 0;
+                }
+                AmpOp::StreamRows { rows, inner, runs } => {
+                    let Some((k, c)) = state.coefficient_dims else {
+                        return Err(Self::malformed(
+                            worker,
+                            i,
+                            "rows streamed before any coefficient load",
+                        ));
+                    };
+                    let Some((pr, pc)) = state.partial_dims else {
+                        return Err(Self::malformed(
+                            worker,
+                            i,
+                            "rows streamed before the partials start",
+                        ));
+                    };
+                    if *inner != k || *rows != pr || c != pc {
+                        return Err(Self::malformed(
+                            worker,
+                            i,
+                            format!(
+                                "stream of {rows} rows x {inner} inner does not match coefficients \
+                                 {k} x {c} and partials {pr} x {pc}"
+                            ),
+                        ));
+                    }
+                    if h.left_order == ElementOrder::RowMajor {
+                        check_row_runs(worker, i, runs, h.alignment)?;
+                    }
+                    let left =
+                        self.gather(worker, i, Operand::Left, runs, *rows, *inner, h.left)?;
+                    self.stats.left_bytes +=
+                        u64::from(*rows) * u64::from(*inner) * h.left.element_bytes();
+                    self.stream(worker, &mut state, &left, *rows, k, c);
+                }
+                AmpOp::StorePartials {
+                    rows,
+                    columns,
+                    runs,
+                } => {
+                    if state.partial_dims != Some((*rows, *columns)) {
+                        return Err(Self::malformed(
+                            worker,
+                            i,
+                            format!(
+                                "store of {rows} x {columns} partials does not match the partial state {:?}",
+                                state.partial_dims
+                            ),
+                        ));
+                    }
+                    let partials = std::mem::take(&mut state.partials);
+                    self.scatter(worker, i, runs, *rows, *columns, h.output, &partials)?;
+                    self.stats.output_bytes_written +=
+                        u64::from(*rows) * u64::from(*columns) * h.output.element_bytes();
+                    state.partial_dims = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The AMP pipeline: every row of `left` against every coefficient
+    /// column, in steps of the arithmetic's group.
+    fn stream(
+        &mut self,
+        worker: WorkerId,
+        state: &mut State,
+        left: &[f64],
+        rows: u32,
+        k: u32,
+        c: u32,
+    ) {
+        let h = self.header;
+        let group = h.arithmetic.group() as usize;
+        let (rows, k, c) = (rows as usize, k as usize, c as usize);
+        let first_step = state.inner_done / group as u64;
+        let shape = Pass {
+            left,
+            coefficients: &state.coefficients,
+            rows,
+            k,
+            c,
+            group,
+        };
+        let partials = &mut state.partials;
+        // One monomorphic loop per rounding choice keeps the innermost
+        // operation inlined.
+        match (h.arithmetic.single_partials(), self.options.rounding) {
+            (false, Rounding::NearestEven) => {
+                shape.run(partials, round_f16, |x, _, _, _| round_f16(x))
+            }
+            (true, Rounding::NearestEven) => {
+                shape.run(partials, round_f32, |x, _, _, _| round_f32(x))
+            }
+            (false, Rounding::Stochastic { seed }) => {
+                shape.run(partials, round_f16, |x, r, j, g| {
+                    stochastic_f16(
+                        x,
+                        unit_random(seed, worker, r as u64, j as u64, first_step + g),
+                    )
+                })
+            }
+            (true, Rounding::Stochastic { seed }) => {
+                shape.run(partials, round_f32, |x, r, j, g| {
+                    stochastic_f32(
+                        x,
+                        unit_random(seed, worker, r as u64, j as u64, first_step + g),
+                    )
+                })
+            }
+        }
+        state.inner_done += k as u64;
+        let steps = k.div_ceil(group) as u64;
+        self.stats.macs += (rows * k * c) as u64;
+        self.stats.amp_steps += (rows * c) as u64 * steps;
+    }
+}
+
+/// One pass of rows through the AMP against a coefficient block.
+struct Pass<'a> {
+    /// `rows × k` left values.
+    left: &'a [f64],
+    /// `k × c` coefficients.
+    coefficients: &'a [f64],
+    rows: usize,
+    k: usize,
+    c: usize,
+    group: usize,
+}
+
+impl Pass<'_> {
+    /// Accumulates into `partials` (`rows × c`): each product rounded by
+    /// `product`, each step's sum rounded by `update(sum, row, column, step)`.
+    fn run(
+        &self,
+        partials: &mut [f64],
+        product: impl Fn(f64) -> f64,
+        update: impl Fn(f64, usize, usize, u64) -> f64,
+    ) {
+        let (k, c) = (self.k, self.c);
+        let mut column = vec![0.0f64; k];
+        for j in 0..c {
+            for (kk, v) in column.iter_mut().enumerate() {
+                *v = self.coefficients[kk * c + j];
+            }
+            for r in 0..self.rows {
+                let row = &self.left[r * k..(r + 1) * k];
+                let mut partial = partials[r * c + j];
+                let chunks = row.chunks(self.group).zip(column.chunks(self.group));
+                for (step, (a_chunk, b_chunk)) in chunks.enumerate() {
+                    let mut sum = partial;
+                    for (&a, &b) in a_chunk.iter().zip(b_chunk) {
+                        // Operands have at most 11 significant bits each, so
+                        // the f64 product is exact before rounding.
+                        sum += product(a * b);
+                    }
+                    partial = update(sum, r, j, step as u64);
+                }
+                partials[r * c + j] = partial;
+            }
+        }
+    }
+}
+
+/// The fast emulator (with and without the product table) against the plain
+/// one on random programs, memory contents (NaN, infinities and subnormals
+/// included) and damaged programs: the same bytes, statistics and errors,
+/// byte for byte.
+#[cfg(test)]
+mod tests {
+    use ipu_layout::{AmpOperand, ElementOrder, Fp8Format, MemoryClass, Precision};
+    use proptest::prelude::*;
+
+    use super::emulate_reference;
+    use crate::emulate::{
+        EmulateOptions, KernelArgs, PreparedProgram, Rounding, emulate_prepared, emulate_with,
+    };
+    use crate::program::{AmpOp, AmpProgram, Run};
+    use crate::{AmpModel, GemmShape, Mode, Variant, build_program};
+
+    const BASE: u32 = 0x4c000;
+
+    fn precisions(combo: usize, format: Fp8Format, ls: i8, rs: i8) -> [Precision; 3] {
+        let f8 = |scale| Precision::F8 { format, scale };
+        match combo % 5 {
+            0 => [Precision::F16, Precision::F16, Precision::F16],
+            1 => [Precision::F16, Precision::F16, Precision::F32],
+            2 => [f8(ls), f8(rs), Precision::F16],
+            3 => [Precision::F16, f8(rs), Precision::F16],
+            _ => [Precision::F16, f8(rs), Precision::F32],
+        }
+    }
+
+    /// A splitmix64 stream for memory contents.
+    struct Bytes(u64);
+
+    impl Bytes {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+    }
+
+    /// Random bytes for `bytes` bytes of `precision` elements; with
+    /// `finite`, NaN and infinity codes are replaced by finite ones.
+    fn fill(out: &mut [u8], precision: Precision, finite: bool, rng: &mut Bytes) {
+        for b in out.iter_mut() {
+            *b = rng.next() as u8;
+        }
+        if !finite {
+            return;
+        }
+        match precision {
+            Precision::F8 { .. } => out.iter_mut().filter(|b| **b == 0x80).for_each(|b| *b = 0),
+            Precision::F16 => {
+                for e in out.chunks_exact_mut(2) {
+                    if e[1] & 0x7c == 0x7c {
+                        e[1] &= !0x40;
+                    }
+                }
+            }
+            Precision::F32 => {
+                for e in out.chunks_exact_mut(4) {
+                    if e[3] & 0x7f == 0x7f && e[2] & 0x80 != 0 {
+                        e[3] &= !0x40;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A program whose one worker streams a `7`-deep block, so that the
+    /// last AMP step of every row is shorter than the group.
+    fn ragged(program: &AmpProgram) -> AmpProgram {
+        let h = program.header;
+        let (el, er, eo) = (
+            h.left.element_bytes() as u32,
+            h.right.element_bytes() as u32,
+            h.output.element_bytes() as u32,
+        );
+        let rows = h.rows.min(2);
+        let row_stride = h.inner * el;
+        let mut ops = vec![
+            AmpOp::LoadCoefficients {
+                inner: 7,
+                columns: 3,
+                runs: vec![Run {
+                    offset: 0,
+                    bytes: 3 * er,
+                    stride: 16 * er,
+                    count: 7,
+                }],
+            },
+            AmpOp::ZeroPartials { rows, columns: 3 },
+        ];
+        let out_runs = vec![Run {
+            offset: 0,
+            bytes: 3 * eo,
+            stride: h.columns * eo,
+            count: rows,
+        }];
+        if h.mode == Mode::Accumulate {
+            ops[1] = AmpOp::LoadPartials {
+                rows,
+                columns: 3,
+                runs: out_runs.clone(),
+            };
+        }
+        ops.push(AmpOp::StreamRows {
+            rows,
+            inner: 7,
+            runs: vec![Run {
+                offset: 0,
+                bytes: 7 * el,
+                stride: row_stride,
+                count: rows,
+            }],
+        });
+        ops.push(AmpOp::StorePartials {
+            rows,
+            columns: 3,
+            runs: out_runs,
+        });
+        let mut p = program.clone();
+        p.workers.truncate(1);
+        if let Some(w) = p.workers.first_mut() {
+            w.ops = ops;
+        }
+        p
+    }
+
+    /// Moves one run of one op by `delta` bytes (or changes its count),
+    /// which the emulators must treat alike: the same error, or the same
+    /// bytes.
+    fn damage(program: &mut AmpProgram, which: usize, delta: u32, count: bool) {
+        let ops: usize = program.workers.iter().map(|w| w.ops.len()).sum();
+        if ops == 0 {
+            return;
+        }
+        let mut n = which % ops;
+        for w in &mut program.workers {
+            if n < w.ops.len() {
+                let runs = match &mut w.ops[n] {
+                    AmpOp::LoadCoefficients { runs, .. }
+                    | AmpOp::LoadPartials { runs, .. }
+                    | AmpOp::StreamRows { runs, .. }
+                    | AmpOp::StorePartials { runs, .. } => runs,
+                    AmpOp::ZeroPartials { rows, .. } => {
+                        *rows = rows.wrapping_add(1);
+                        return;
+                    }
+                };
+                if let Some(r) = runs.first_mut() {
+                    if count {
+                        r.count = r.count.wrapping_add(1);
+                    } else {
+                        r.offset = r.offset.wrapping_add(delta);
+                    }
+                }
+                return;
+            }
+            n -= w.ops.len();
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    struct Case {
+        combo: usize,
+        format: Fp8Format,
+        scales: (i8, i8),
+        rows: u32,
+        inner_blocks: u32,
+        columns: u32,
+        blocks: (u32, u32),
+        row_major_left: bool,
+        amp_output: bool,
+        accumulate: bool,
+        stochastic: Option<u64>,
+        finite: bool,
+        memory_seed: u64,
+        /// 0: as built; 1: the ragged program; 2..: a damaged program.
+        shape_of_program: u8,
+        damage: (usize, u32),
+    }
+
+    fn cases() -> impl Strategy<Value = Case> {
+        (
+            (
+                0usize..5,
+                prop_oneof![Just(Fp8Format::F143), Just(Fp8Format::F152)],
+                (-14i8..6, -14i8..6),
+                1u32..14,
+                1u32..4,
+                1u32..70,
+                (0u32..4, 0u32..5),
+            ),
+            (
+                any::<bool>(),
+                any::<bool>(),
+                any::<bool>(),
+                prop::option::of(any::<u64>()),
+                any::<bool>(),
+                any::<u64>(),
+                0u8..5,
+                (any::<usize>(), 1u32..80),
+            ),
+        )
+            .prop_map(
+                |(
+                    (combo, format, scales, rows, inner_blocks, columns, blocks),
+                    (
+                        row_major_left,
+                        amp_output,
+                        accumulate,
+                        stochastic,
+                        finite,
+                        memory_seed,
+                        shape_of_program,
+                        damage,
+                    ),
+                )| Case {
+                    combo,
+                    format,
+                    scales,
+                    rows,
+                    inner_blocks,
+                    columns,
+                    blocks,
+                    row_major_left,
+                    amp_output,
+                    accumulate,
+                    stochastic,
+                    finite,
+                    memory_seed,
+                    shape_of_program,
+                    damage,
+                },
+            )
+    }
+
+    fn check_case(case: &Case) -> Result<(), TestCaseError> {
+        let [left, right, output] =
+            precisions(case.combo, case.format, case.scales.0, case.scales.1);
+        let micro = if left.element_bytes() == 1 { 32 } else { 16 };
+        let shape = GemmShape {
+            rows: case.rows,
+            inner: micro * case.inner_blocks,
+            columns: case.columns,
+            left,
+            right,
+            output,
+            left_order: if case.row_major_left {
+                ElementOrder::RowMajor
+            } else {
+                ElementOrder::Amp(AmpOperand::Left)
+            },
+            output_order: if case.amp_output {
+                ElementOrder::Amp(AmpOperand::Output)
+            } else {
+                ElementOrder::RowMajor
+            },
+            right_class: MemoryClass::Ipu21Interleaved,
+        };
+        let model = AmpModel::ipu21();
+        let k = micro * (1 + case.blocks.0 % case.inner_blocks);
+        let c = 16 * (1 + case.blocks.1 % shape.columns.div_ceil(16));
+        let variant = Variant::new(&shape, k, c, shape.rows, shape.rows, &model)
+            .map_err(|e| TestCaseError::fail(format!("variant: {e}")))?;
+        let mode = if case.accumulate {
+            Mode::Accumulate
+        } else {
+            Mode::Initialise
+        };
+        let mut program = build_program(&variant, shape.rows, mode)
+            .map_err(|e| TestCaseError::fail(format!("program: {e}")))?;
+        match case.shape_of_program {
+            0 => {}
+            1 => program = ragged(&program),
+            n => damage(&mut program, case.damage.0, case.damage.1, n == 4),
+        }
+        let [lb, rb, ob] = program.header.operand_bytes();
+        let align = |x: u64| x.div_ceil(32) * 32;
+        let right_at = align(lb + u64::from(program.header.left_tail_bytes));
+        let output_at = align(right_at + rb);
+        let size = align(output_at + ob) as usize;
+        let mut image = vec![0u8; size];
+        let mut rng = Bytes(case.memory_seed);
+        fill(&mut image[..right_at as usize], left, case.finite, &mut rng);
+        fill(
+            &mut image[right_at as usize..output_at as usize],
+            right,
+            case.finite,
+            &mut rng,
+        );
+        fill(
+            &mut image[output_at as usize..],
+            output,
+            case.finite,
+            &mut rng,
+        );
+        let args = KernelArgs {
+            left: BASE,
+            right: BASE + right_at as u32,
+            output: BASE + output_at as u32,
+        };
+        let options = EmulateOptions {
+            rounding: case
+                .stochastic
+                .map_or(Rounding::NearestEven, |seed| Rounding::Stochastic { seed }),
+        };
+        let mut plain = image.clone();
+        let expected = emulate_reference(&program, &mut plain, BASE, &args, &options);
+        let mut fast = image.clone();
+        let got = emulate_with(&program, &mut fast, BASE, &args, &options);
+        prop_assert_eq!(&got, &expected);
+        prop_assert!(fast == plain, "the fast emulator wrote other bytes");
+        let prepared = PreparedProgram::new(program.clone());
+        match prepared {
+            Ok(prepared) => {
+                let mut tabled = image.clone();
+                let got = emulate_prepared(&prepared, &mut tabled, BASE, &args, &options);
+                prop_assert_eq!(&got, &expected);
+                prop_assert!(tabled == plain, "the prepared program wrote other bytes");
+            }
+            Err(e) => prop_assert_eq!(Err(e), expected.map(|_| ())),
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn fast_emulator_matches_the_plain_one(case in cases()) {
+            check_case(&case)?;
+        }
+    }
+
+    /// Finite inputs leave no NaN to excuse: the bytes are identical.
+    #[test]
+    fn finite_inputs_give_identical_bytes() {
+        for combo in 0..5 {
+            let case = Case {
+                combo,
+                format: Fp8Format::F143,
+                scales: (-4, -11),
+                rows: 13,
+                inner_blocks: 3,
+                columns: 50,
+                blocks: (1, 1),
+                row_major_left: combo == 2,
+                amp_output: false,
+                accumulate: true,
+                stochastic: None,
+                finite: true,
+                memory_seed: combo as u64,
+                shape_of_program: 0,
+                damage: (0, 0),
+            };
+            check_case(&case).unwrap();
+        }
+    }
+
+    /// Programs of the same precisions share one product table, and no
+    /// more than the limit are built; programs past it still run, with the
+    /// same bytes.
+    #[test]
+    fn product_tables_are_shared_and_bounded() {
+        use crate::emulate::ProductTables;
+        let model = AmpModel::ipu21();
+        let mut tables = ProductTables::new();
+        let mut last = None;
+        for scale in -40i8..40 {
+            let f8 = |s| Precision::F8 {
+                format: Fp8Format::F143,
+                scale: s,
+            };
+            let shape = GemmShape {
+                rows: 2,
+                inner: 32,
+                columns: 16,
+                left: f8(scale),
+                right: f8(-3),
+                output: Precision::F16,
+                left_order: ElementOrder::Amp(AmpOperand::Left),
+                output_order: ElementOrder::RowMajor,
+                right_class: MemoryClass::Ipu21Interleaved,
+            };
+            let v = Variant::new(&shape, 32, 16, 2, 2, &model).unwrap();
+            let program = build_program(&v, 2, Mode::Initialise).unwrap();
+            PreparedProgram::with_tables(program.clone(), &mut tables).unwrap();
+            PreparedProgram::with_tables(program.clone(), &mut tables).unwrap();
+            last = Some(program);
+        }
+        assert_eq!(tables.len(), ProductTables::LIMIT);
+        let program = last.unwrap();
+        let past = PreparedProgram::with_tables(program.clone(), &mut tables).unwrap();
+        let [lb, rb, ob] = program.header.operand_bytes();
+        let size =
+            (lb + u64::from(program.header.left_tail_bytes)).div_ceil(32) * 32 + 64 + rb + ob;
+        let mut rng = Bytes(7);
+        let mut image = vec![0u8; size as usize + 64];
+        fill(&mut image, program.header.left, true, &mut rng);
+        let right_at = (lb + u64::from(program.header.left_tail_bytes)).div_ceil(32) * 32;
+        let output_at = (right_at + rb).div_ceil(32) * 32;
+        let args = KernelArgs {
+            left: BASE,
+            right: BASE + right_at as u32,
+            output: BASE + output_at as u32,
+        };
+        let options = EmulateOptions::default();
+        let mut a = image.clone();
+        let mut b = image;
+        emulate_prepared(&past, &mut a, BASE, &args, &options).unwrap();
+        emulate_reference(&program, &mut b, BASE, &args, &options).unwrap();
+        assert!(a == b);
+    }
+}

@@ -1,0 +1,152 @@
+//! The tile model's options (per-op check, work limits, injected faults)
+//! and the statistics of a run.
+
+use std::time::Duration;
+
+use ipu_layout::TileId;
+use ipu_package::program::{BufferId, Codelet};
+
+/// The codelet kinds [`RunStats::codelets`] reports, in that order.
+pub const CODELET_KINDS: [&str; 9] = [
+    "gemm",
+    "add",
+    "layer_norm",
+    "gelu",
+    "convert",
+    "reduce_sum",
+    "attention_block",
+    "attention_combine",
+    "zero",
+];
+
+pub(super) fn codelet_kind(c: &Codelet) -> usize {
+    match c {
+        Codelet::Gemm { .. } => 0,
+        Codelet::Add { .. } => 1,
+        Codelet::LayerNorm { .. } => 2,
+        Codelet::Gelu { .. } => 3,
+        Codelet::Convert { .. } => 4,
+        Codelet::ReduceSum { .. } => 5,
+        Codelet::AttentionBlock { .. } => 6,
+        Codelet::AttentionCombine { .. } => 7,
+        Codelet::Zero { .. } => 8,
+    }
+}
+
+/// How much a run may do; a package needing more is refused before it
+/// runs with [`SimError::TooManyTiles`] or [`SimError::WorkLimit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Tiles (each holds a 624 KiB image): 8192 by default, 5 GiB of
+    /// images.
+    pub max_tiles: u32,
+    /// Step executions, a repeat's steps once per iteration and each
+    /// iteration itself: 2^24 by default.
+    pub max_steps: u64,
+    /// Codelet elements across all iterations (GEMM multiply-accumulates;
+    /// elements of element-wise codelets; 2 × query rows × key rows × head
+    /// columns per attention block; every factor counted as at least 1):
+    /// 2^41 by default, about three times SigLIP so400m b2's 27 layers.
+    pub max_compute_elements: u64,
+    /// Exchange words across all iterations (two per item the rows send,
+    /// one per row word, and the on-tile copies' words): 2^38 by default.
+    pub max_exchange_words: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_tiles: 8192,
+            max_steps: 1 << 24,
+            max_compute_elements: 1 << 41,
+            max_exchange_words: 1 << 38,
+        }
+    }
+}
+
+/// A change made to the images after the host has written inputs and
+/// weights: every data element of `buffer`'s shard on `tile` gets `delta`
+/// added (and is re-encoded in the buffer's precision). For showing that
+/// the checks catch a wrong value; a real run has none.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fault {
+    /// The buffer (an input or weight).
+    pub buffer: BufferId,
+    /// The tile whose shard changes.
+    pub tile: TileId,
+    /// What is added to every element.
+    pub delta: f32,
+}
+
+/// Options of [`run_package_with`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunConfig {
+    /// Check every op against the reference evaluated on the device's own
+    /// inputs (on by default).
+    pub check_ops: bool,
+    /// Work limits.
+    pub limits: Limits,
+    /// Faults injected after loading (none by default).
+    pub faults: Vec<Fault>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            check_ops: true,
+            limits: Limits::default(),
+            faults: Vec::new(),
+        }
+    }
+}
+
+/// Calls and time of one codelet kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindStats {
+    /// Calls run.
+    pub calls: u64,
+    /// Time spent in them, summed over worker threads (so it can exceed
+    /// the wall time of the compute steps).
+    pub busy: Duration,
+}
+
+/// Where the time of a run went. Timings vary from run to run; the
+/// results do not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Validating the package, setting up the images and decoding the
+    /// kernel programs.
+    pub setup: Duration,
+    /// Writing inputs and weights into the images.
+    pub load: Duration,
+    /// Wall time of the compute steps.
+    pub compute: Duration,
+    /// Per codelet kind (indexed like [`CODELET_KINDS`]).
+    pub codelets: [KindStats; 9],
+    /// Wall time of the exchange steps (row decoding, replay and on-tile
+    /// copies).
+    pub exchange: Duration,
+    /// Exchange steps run.
+    pub exchange_steps: u64,
+    /// Words the exchange replays wrote.
+    pub exchange_words: u64,
+    /// Wall time of the per-op check (reading results back, evaluating
+    /// and comparing).
+    pub op_check: Duration,
+    /// Ops the per-op check compared.
+    pub ops_checked: u64,
+    /// CPU time the whole process spent during the run, all threads (from
+    /// `/proc/self/stat`; `None` where that cannot be read). Unlike the
+    /// wall times it does not grow when other processes load the machine.
+    pub cpu: Option<Duration>,
+    /// The part of [`RunStats::cpu`] spent in the per-op check.
+    pub op_check_cpu: Option<Duration>,
+    /// Reading the outputs back.
+    pub outputs: Duration,
+    /// Wall time of each iteration of the program's outermost repeats:
+    /// `(repeat name, iteration, time)` (per-op checking excluded).
+    pub iterations: Vec<(String, u32, Duration)>,
+    /// Wall time of every compute and exchange step run, by the step's
+    /// name, in run order (a repeat's steps once per iteration).
+    pub steps: Vec<(String, Duration)>,
+}

@@ -1,0 +1,303 @@
+//! What the tile model checks before it allocates or runs anything: every
+//! id a step names exists, every tile is in range, and the whole run's work
+//! is inside [`Limits`].
+//!
+//! The work is counted without running: the step tree is walked once, each
+//! repeat body with its iteration count multiplied in (saturating), so 40
+//! nested repeats of count 2 or one repeat of count 2^32 − 1 cost a walk of
+//! the program's size and are refused before the first step runs.
+
+use std::collections::HashMap;
+
+use ipu_exchange::{EncodedRows, Instr};
+use ipu_layout::{EntityId, TileId};
+use ipu_package::graph::Graph;
+use ipu_package::package::Package;
+use ipu_package::program::{BufferId, BufferRole, Codelet, Step};
+
+use super::Limits;
+use crate::SimError;
+use crate::codelets::{codelet_operands, codelet_work};
+
+/// The work a run will do, counted before it starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Work {
+    /// Step executions (a repeat's steps once per iteration, and each
+    /// iteration itself).
+    pub steps: u64,
+    /// Codelet elements (GEMM multiply-accumulates, elements of the
+    /// element-wise codelets, attention scores times head columns).
+    pub compute_elements: u64,
+    /// Words the exchange rows send (two per item, an upper bound for
+    /// 64-bit items) plus words of on-tile copies.
+    pub exchange_words: u64,
+}
+
+/// Checks the ids and tiles `package`'s steps name and counts the run's
+/// work against `limits`.
+pub(crate) fn validate(package: &Package, limits: &Limits) -> Result<Work, SimError> {
+    let tiles = package.manifest.tile_count;
+    if tiles > limits.max_tiles {
+        return Err(SimError::TooManyTiles {
+            tiles,
+            limit: limits.max_tiles,
+        });
+    }
+    let p = &package.program;
+    for (phase, rows) in package.phases.iter().map(|p| &p.rows).enumerate() {
+        if rows.tile_count() != tiles {
+            return Err(SimError::RowTiles {
+                phase,
+                rows: rows.tile_count(),
+                tiles,
+            });
+        }
+    }
+    let mut walk = Walk {
+        package,
+        limits,
+        work: Work::default(),
+        phase: 0,
+        phase_words: vec![None; package.phases.len()],
+    };
+    walk.steps(&p.steps, 1)?;
+    Ok(walk.work)
+}
+
+struct Walk<'a> {
+    package: &'a Package,
+    limits: &'a Limits,
+    work: Work,
+    phase: usize,
+    /// Words each phase sends, counted once.
+    phase_words: Vec<Option<u64>>,
+}
+
+impl Walk<'_> {
+    fn buffer(&self, b: BufferId, context: &str) -> Result<(), SimError> {
+        let buffers = self.package.program.buffers.len();
+        if b.index() < buffers {
+            Ok(())
+        } else {
+            Err(SimError::UnknownBuffer {
+                buffer: b,
+                buffers,
+                context: context.to_owned(),
+            })
+        }
+    }
+
+    fn add(&mut self, what: &'static str, amount: u64, times: u64) -> Result<(), SimError> {
+        let (total, limit) = match what {
+            STEPS => (&mut self.work.steps, self.limits.max_steps),
+            COMPUTE => (
+                &mut self.work.compute_elements,
+                self.limits.max_compute_elements,
+            ),
+            _ => (
+                &mut self.work.exchange_words,
+                self.limits.max_exchange_words,
+            ),
+        };
+        *total = total.saturating_add(amount.saturating_mul(times));
+        if *total > limit {
+            return Err(SimError::WorkLimit {
+                what,
+                needed: *total,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    fn steps(&mut self, steps: &[Step], times: u64) -> Result<(), SimError> {
+        let p = &self.package.program;
+        let tiles = self.package.manifest.tile_count;
+        for step in steps {
+            self.add(STEPS, 1, times)?;
+            match step {
+                Step::Compute { name, calls } => {
+                    let kernels = p.kernels.len().min(self.package.kernels.len());
+                    for (tile, c) in calls {
+                        if tile.as_u32() >= tiles {
+                            return Err(SimError::UnknownTile {
+                                tile: *tile,
+                                tiles,
+                                what: format!("a codelet of step `{name}`"),
+                            });
+                        }
+                        for (operand, _) in codelet_operands(c) {
+                            self.buffer(operand.buffer, &format!("step `{name}`"))?;
+                        }
+                        let spec = match c {
+                            Codelet::Gemm { kernel, .. } => {
+                                if kernel.index() >= kernels {
+                                    return Err(SimError::UnknownKernel {
+                                        kernel: *kernel,
+                                        kernels,
+                                    });
+                                }
+                                p.kernels.get(*kernel)
+                            }
+                            _ => None,
+                        };
+                        self.add(COMPUTE, codelet_work(c, spec), times)?;
+                    }
+                }
+                Step::Exchange { name, copies } => {
+                    for c in copies {
+                        self.buffer(c.source, &format!("exchange step `{name}`"))?;
+                        self.buffer(c.destination, &format!("exchange step `{name}`"))?;
+                    }
+                    let phase = self.phase;
+                    let Some((info, rows)) =
+                        self.package.phases.get(phase).map(|p| (&p.info, &p.rows))
+                    else {
+                        return Err(SimError::MissingPhase {
+                            step: name.clone(),
+                            phase,
+                            phases: self.package.phases.len(),
+                            rows: self.package.phases.len(),
+                        });
+                    };
+                    let words = match self.phase_words.get(phase).copied().flatten() {
+                        Some(w) => w,
+                        None => {
+                            let local: u64 = info
+                                .local
+                                .iter()
+                                .map(|c| u64::from(c.bytes).div_ceil(4))
+                                .fold(0, u64::saturating_add);
+                            // All of a phase's copies are read before it
+                            // writes, so their bytes are held at once: no
+                            // more than the images hold.
+                            let memory = self.package.target.memory();
+                            let images = u64::from(tiles)
+                                .saturating_mul(u64::from(memory.sram_end - memory.sram_start));
+                            if local.saturating_mul(4) > images {
+                                return Err(SimError::WorkLimit {
+                                    what: "bytes of on-tile copies in one phase",
+                                    needed: local.saturating_mul(4),
+                                    limit: images,
+                                });
+                            }
+                            let w = send_words(rows).saturating_add(local);
+                            if let Some(slot) = self.phase_words.get_mut(phase) {
+                                *slot = Some(w);
+                            }
+                            w
+                        }
+                    };
+                    self.add(EXCHANGE, words, times)?;
+                    self.phase += 1;
+                }
+                Step::Repeat {
+                    name,
+                    count,
+                    body,
+                    iteration_buffers,
+                } => {
+                    for (b, list) in iteration_buffers {
+                        self.buffer(*b, &format!("repeat `{name}`"))?;
+                        for &bi in list {
+                            self.buffer(bi, &format!("repeat `{name}`"))?;
+                        }
+                    }
+                    let inner = times.saturating_mul(u64::from(*count));
+                    // Each iteration is a step execution of its own, so a
+                    // long repeat of an empty body is bounded too.
+                    self.add(STEPS, 1, inner)?;
+                    let start = self.phase;
+                    self.steps(body, inner)?;
+                    // Every iteration runs the body's phases again; a
+                    // repeat of zero iterations still numbers them.
+                    debug_assert!(self.phase >= start);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+const STEPS: &str = "step executions";
+const COMPUTE: &str = "codelet elements";
+const EXCHANGE: &str = "exchange words";
+
+/// Words the rows send: two per item of every send instruction (an upper
+/// bound: 32-bit items send one), plus one per instruction word, so that a
+/// row of delays counts too. Decoding stops at the first word that does
+/// not decode; the replay reports that row.
+pub(crate) fn send_words(rows: &EncodedRows) -> u64 {
+    let mut total = 0u64;
+    for t in 0..rows.tile_count() {
+        let row = rows.row(TileId::from_u32(t));
+        total = total.saturating_add(row.len() as u64);
+        let mut i = 0;
+        while i < row.len() {
+            let Ok((instr, next)) = Instr::decode_at(row, i) else {
+                break;
+            };
+            if matches!(
+                instr,
+                Instr::Send { .. }
+                    | Instr::SendOff { .. }
+                    | Instr::SendPic { .. }
+                    | Instr::SendPicP { .. }
+            ) {
+                total = total.saturating_add(2 * u64::from(instr.cycles()));
+            }
+            i += next.max(1);
+        }
+    }
+    total
+}
+
+/// Checks that `graph` is the graph `package` was built from, as far as the
+/// host sees it: every input, weight and output of the graph has a buffer
+/// of the same name and element count, and every input and weight buffer
+/// has a tensor. Only sizes are compared, so it is cheap and allocates
+/// nothing per element: call it before generating values for `graph`. A
+/// package whose stored fixture lost the parameter overrides it was built
+/// with (say 27 layers against a 1-layer package), or was edited, would
+/// otherwise run (or generate values for sizes it never holds) and fail
+/// with no hint why.
+pub fn check_fixture(package: &Package, graph: &Graph) -> Result<(), SimError> {
+    let buffers = &package.program.buffers;
+    let by_name: HashMap<&str, BufferId> =
+        buffers.iter().map(|(i, b)| (b.name.as_str(), i)).collect();
+    for (_, t) in graph.tensors().iter() {
+        if t.kind().is_computed() && t.kind() != ipu_package::TensorKind::Output {
+            continue;
+        }
+        let Some(b) = by_name.get(t.name()).and_then(|&i| buffers.get(i)) else {
+            return Err(SimError::FixtureMissingBuffer {
+                tensor: t.name().to_owned(),
+                kind: t.kind().as_str(),
+            });
+        };
+        let count =
+            b.ty.shape()
+                .element_count()
+                .map_err(|source| SimError::Layout {
+                    what: b.name.clone(),
+                    source,
+                })?;
+        if count != t.element_count() {
+            return Err(SimError::FixtureSize {
+                tensor: t.name().to_owned(),
+                fixture: t.element_count(),
+                package: count,
+            });
+        }
+    }
+    for b in buffers.values() {
+        if matches!(b.role, BufferRole::Input | BufferRole::Weight)
+            && graph.tensor_by_name(&b.name).is_none()
+        {
+            return Err(SimError::FixtureMissingTensor {
+                buffer: b.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,327 @@
+//! A SigLIP checkpoint and two PNGs in, embeddings out: the README's own
+//! commands, run as written (with the sandbox's kernel cache), give an
+//! `OUT.safetensors` whose `pooled` embeddings are within cosine 0.995 of
+//! transformers' for both images; and wrong image counts, unreadable
+//! images and files of the wrong kind are clear errors.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::support::{Sandbox, differences, fixture, snapshot};
+
+/// The F32 tensors of a safetensors file: name → (shape, values).
+fn read_f32(path: &Path) -> BTreeMap<String, (Vec<u64>, Vec<f32>)> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    let mut out = BTreeMap::new();
+    for (name, info) in header.as_object().unwrap() {
+        if name == "__metadata__" {
+            continue;
+        }
+        assert_eq!(info["dtype"], "F32", "{name}");
+        let shape = info["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_u64().unwrap())
+            .collect();
+        let offsets = info["data_offsets"].as_array().unwrap();
+        let (a, b) = (
+            offsets[0].as_u64().unwrap() as usize,
+            offsets[1].as_u64().unwrap() as usize,
+        );
+        let values = data[a..b]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        out.insert(name.clone(), (shape, values));
+    }
+    out
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| f64::from(x) * f64::from(y))
+        .sum();
+    let na: f64 = a.iter().map(|&x| f64::from(x).powi(2)).sum();
+    let nb: f64 = b.iter().map(|&x| f64::from(x).powi(2)).sum();
+    dot / (na * nb).sqrt()
+}
+
+/// The README's checkpoint commands (`cargo xtask build-package
+/// --checkpoint ...` and `cargo xtask run-package ... --image ...`), as
+/// argument lists with `fixtures/` and `out/` resolved for the sandbox.
+fn readme_commands(sandbox: &Sandbox) -> Vec<Vec<String>> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README.md");
+    let fixtures = fixture("");
+    let out = sandbox.work();
+    readme
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("cargo xtask "))
+        .filter(|l| l.contains("--checkpoint ") || l.contains("--image "))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|w| {
+                    if let Some(rest) = w.strip_prefix("fixtures/") {
+                        fixtures.join(rest).to_string_lossy().into_owned()
+                    } else if let Some(rest) = w.strip_prefix("out/") {
+                        out.join(rest).to_string_lossy().into_owned()
+                    } else {
+                        w.to_owned()
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_commands_turn_a_checkpoint_and_two_pngs_into_embeddings() {
+    let sandbox = Sandbox::new();
+    let commands = readme_commands(&sandbox);
+    assert_eq!(
+        commands.len(),
+        2,
+        "README checkpoint commands: {commands:?}"
+    );
+    let cache = sandbox.cache().to_string_lossy().into_owned();
+    let mut out_file = None;
+    for command in &commands {
+        let mut args: Vec<&str> = command.iter().map(String::as_str).collect();
+        if args[0] == "build-package" {
+            args.extend(["--kernel-cache", &cache]);
+        } else {
+            let at = args.iter().rposition(|a| *a == "--out").expect("--out");
+            out_file = Some(args[at + 1].to_owned());
+        }
+        sandbox.xtask(&args).succeeded();
+    }
+    let outputs = read_f32(Path::new(&out_file.expect("a run-package command")));
+    let (shape, last_hidden) = &outputs["last_hidden"];
+    assert_eq!(shape, &[2, 16, 64]);
+    assert!(last_hidden.iter().all(|v| v.is_finite()));
+    let (shape, pooled) = &outputs["pooled"];
+    assert_eq!(shape, &[2, 64]);
+
+    // transformers' pooler_output for the same two images.
+    let golden = read_f32(&fixture(
+        "checkpoints/siglip-vision-head/golden.safetensors",
+    ));
+    let (_, expected) = &golden["pooler_output"];
+    for (row, (ours, theirs)) in pooled.chunks(64).zip(expected.chunks(64)).enumerate() {
+        let c = cosine(ours, theirs);
+        assert!(c >= 0.995, "image {row}: cosine {c}");
+    }
+}
+
+#[test]
+fn bad_images_and_files_are_clear_errors() {
+    let sandbox = Sandbox::new();
+    let package = sandbox.out("siglip");
+    let dir = fixture("checkpoints/siglip-vision-head");
+    sandbox
+        .xtask(&[
+            "build-package",
+            "--checkpoint",
+            &dir.to_string_lossy(),
+            "--batch",
+            "2",
+            "--tiles",
+            "16",
+            "--out",
+            &package.to_string_lossy(),
+            "--kernel-cache",
+            &sandbox.cache().to_string_lossy(),
+        ])
+        .succeeded();
+    let package = package.to_string_lossy().into_owned();
+    let png = fixture("checkpoints/images/rgb-40x30.png")
+        .to_string_lossy()
+        .into_owned();
+    let config = dir.join("config.json").to_string_lossy().into_owned();
+    let out = sandbox.out("o.safetensors").to_string_lossy().into_owned();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run-package", &package];
+        args.extend_from_slice(extra);
+        sandbox.xtask(&args)
+    };
+    run(&["--image", &png, "--out", &out]).failed_with("the graph's batch is 2");
+    run(&["--image", &png, "--image", &config, "--out", &out]).failed_with("not an image");
+    run(&["--image", &png, "--image", "missing.png", "--out", &out])
+        .failed_with("cannot read image `missing.png`");
+    run(&["--inputs", &png]).failed_with("not a valid safetensors file");
+    run(&["--image", &png, "--image", &png, "--inputs", &png]).failed_with("not both");
+    assert!(!Path::new(&out).exists(), "nothing is written on an error");
+
+    // A weight removed from the package: never a seeded stand-in.
+    let weights = Path::new(&package).join("weights.safetensors");
+    assert!(weights.is_file());
+    std::fs::write(&weights, b"damaged").unwrap();
+    run(&["--image", &png, "--image", &png, "--out", &out]).failed_with("weights.safetensors");
+
+    // --image needs a package built from a checkpoint.
+    let tiny = sandbox.good_package("tiny-2l-h64.json", "16", "tiny");
+    sandbox
+        .xtask(&[
+            "run-package",
+            &tiny.to_string_lossy(),
+            "--image",
+            &png,
+            "--image",
+            &png,
+        ])
+        .failed_with("--image needs a package built from a checkpoint");
+
+    // --checkpoint with a fixture, or --strict without a checkpoint, are
+    // usage errors before any work.
+    let outcome = sandbox.xtask(&["build-package", "--strict", "--out", &out]);
+    assert_eq!(outcome.status.code(), Some(2), "{}", outcome.describe());
+}
+
+#[test]
+fn strict_refuses_a_checkpoint_that_saturates_and_a_plain_build_warns() {
+    // The golden checkpoint with a processor that divides by 5e-6: pixel
+    // values reach 1e5, beyond F16, so the `patches` input and its FP8 cast
+    // saturate.
+    let sandbox = Sandbox::new();
+    let dir = sandbox.out("loud-checkpoint");
+    std::fs::create_dir(&dir).unwrap();
+    let golden = fixture("checkpoints/siglip-vision-head");
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(golden.join(file), dir.join(file)).unwrap();
+    }
+    std::fs::write(
+        dir.join("preprocessor_config.json"),
+        r#"{"image_mean": 0.5, "image_std": 5e-6}"#,
+    )
+    .unwrap();
+    let out = sandbox.out("loud");
+    let build = |extra: &[&str]| {
+        let (dir, out, cache) = (
+            dir.to_string_lossy().into_owned(),
+            out.to_string_lossy().into_owned(),
+            sandbox.cache().to_string_lossy().into_owned(),
+        );
+        let mut args = vec![
+            "build-package",
+            "--checkpoint",
+            &dir,
+            "--batch",
+            "2",
+            "--tiles",
+            "16",
+            "--out",
+            &out,
+            "--kernel-cache",
+            &cache,
+        ];
+        args.extend_from_slice(extra);
+        sandbox.xtask(&args)
+    };
+    build(&["--strict"]).failed_with("--strict");
+    assert!(!out.exists(), "--strict wrote a package");
+    let plain = build(&[]);
+    plain.succeeded();
+    assert!(
+        plain.stderr.contains("saturates beyond the threshold"),
+        "{}",
+        plain.describe()
+    );
+    // The package records the saturation.
+    let precision = std::fs::read_to_string(out.join("precision.json")).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&precision).unwrap();
+    let threshold = report["calibration"]["saturation_threshold"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["saturated"].as_f64().unwrap() > threshold),
+        "{precision}"
+    );
+}
+
+#[test]
+fn an_inputs_file_holds_inputs_only_and_all_of_them() {
+    // A fixture package runs on seeded weights; an inputs file that also
+    // carries a weight is refused rather than mixed with seeded ones, and
+    // one without the input is refused by name.
+    use ipu_package::graph::safetensors::write_values;
+    use ipu_package::graph::{parse_fixture, values};
+
+    let sandbox = Sandbox::new();
+    let package = sandbox.good_package("tiny-2l-h64.json", "16", "tiny");
+    let text = std::fs::read_to_string(fixture("tiny-2l-h64.json")).unwrap();
+    let graph = parse_fixture(&text).unwrap();
+    let all = values::generate(&graph, 3);
+    let input = graph.inputs()[0];
+    let weight = graph.weights()[0];
+    let write = |name: &str, tensors: &[ipu_package::TensorId]| {
+        let path = sandbox.out(name);
+        std::fs::write(&path, write_values(&graph, &all, tensors).unwrap()).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let package = package.to_string_lossy().into_owned();
+    let good = write("inputs.safetensors", &[input]);
+    sandbox
+        .xtask(&["run-package", &package, "--inputs", &good])
+        .succeeded();
+    let mixed = write("mixed.safetensors", &[input, weight]);
+    sandbox
+        .xtask(&["run-package", &package, "--inputs", &mixed])
+        .failed_with(&format!("holds weight `{}`", graph.tensor(weight).name()));
+    let none = write("none.safetensors", &[weight]);
+    sandbox
+        .xtask(&["run-package", &package, "--inputs", &none])
+        .failed_with("holds weight");
+    let empty = write("empty.safetensors", &[]);
+    sandbox
+        .xtask(&["run-package", &package, "--inputs", &empty])
+        .failed_with("has no input `patches`");
+}
+
+#[test]
+fn checkpoint_packages_are_byte_identical_whatever_the_thread_count() {
+    let sandbox = Sandbox::new();
+    let dir = fixture("checkpoints/siglip-vision-head")
+        .to_string_lossy()
+        .into_owned();
+    let cache = sandbox.cache().to_string_lossy().into_owned();
+    let mut built = Vec::new();
+    for jobs in ["1", "2"] {
+        let out = sandbox.out(&format!("jobs{jobs}"));
+        let out_text = out.to_string_lossy().into_owned();
+        sandbox
+            .xtask(&[
+                "build-package",
+                "--checkpoint",
+                &dir,
+                "--batch",
+                "2",
+                "--tiles",
+                "16",
+                "--out",
+                &out_text,
+                "--kernel-cache",
+                &cache,
+                "--jobs",
+                jobs,
+            ])
+            .succeeded();
+        built.push(snapshot(&out));
+    }
+    assert!(built[0].contains_key("weights.safetensors"));
+    assert!(
+        built[0] == built[1],
+        "{:?}",
+        differences("--jobs 1", &built[0], "--jobs 2", &built[1])
+    );
+}
