@@ -217,12 +217,12 @@ fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
         timeout.as_secs_f64(),
         rayon::current_num_threads()
     );
-    exact_suite("zero_slack", &suite, timeout);
+    exact_suite("zero_slack", &suite, timeout)?;
     println!(
         "# near-zero-slack suite (the same cuts on the 1 KiB grid, one buffer in ten removed; capacity 1 MiB), {} s limit each",
         timeout.as_secs_f64()
     );
-    exact_suite("near_zero_slack", &near, timeout);
+    exact_suite("near_zero_slack", &near, timeout)?;
     println!("# ML-shaped traces: best heuristic placement vs the peak-live lower bound");
     println!(
         "{:<10} {:>7} {:>16} {:>16} {:>8} {:>9} {:>7}  method",
@@ -290,7 +290,9 @@ fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
 
 /// Solves every instance at its capacity and prints a row each and a
 /// total: solved, wall time, nodes, and where the search's nodes failed.
-fn exact_suite(label: &str, suite: &[SuiteInstance], timeout: Duration) {
+/// Solves every instance of `suite` and prints its figures; `Err` if a
+/// placement the solver called fitting fails the independent check.
+fn exact_suite(label: &str, suite: &[SuiteInstance], timeout: Duration) -> Result<(), String> {
     println!(
         "{:<14} {:>7} {:>10} {:>10} {:>11} {:>5} {:>6}  nodes failed by: valley release memo no-child dominance section",
         "instance", "buffers", "result", "wall_ms", "nodes", "runs", "depth"
@@ -307,6 +309,13 @@ fn exact_suite(label: &str, suite: &[SuiteInstance], timeout: Duration) {
         let el = t.elapsed();
         total += el;
         if out.result == SolveResult::Fits {
+            let offsets = out
+                .offsets
+                .as_ref()
+                .ok_or_else(|| format!("{}: fits, but no placement was returned", inst.name))?;
+            inst.problem
+                .check(inst.capacity, offsets)
+                .map_err(|e| format!("{}: the placement fails its check: {e:?}", inst.name))?;
             solved += 1;
         }
         let s = out.search;
@@ -333,6 +342,7 @@ fn exact_suite(label: &str, suite: &[SuiteInstance], timeout: Duration) {
         ms(total),
         cpu_ms_since(cpu)
     );
+    Ok(())
 }
 
 /// CPU time (user + system) of this process so far, from
