@@ -216,10 +216,10 @@ impl Campaign {
         base: &PackageFiles,
         family: PackageAttack,
         seed: u64,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let mut files = base.clone();
         let Some(what) = attack_package(&mut files, family, seed) else {
-            return Ok(());
+            return Ok(false);
         };
         let dir = self.work.join("case");
         let _ = std::fs::remove_dir_all(&dir);
@@ -244,7 +244,7 @@ impl Campaign {
             last_line(&case.stderr)
         );
         self.record(family.name(), outcome, &what, &dir);
-        Ok(())
+        Ok(true)
     }
 
     fn fixture_case(
@@ -253,9 +253,9 @@ impl Campaign {
         text: &str,
         tiles: u32,
         seed: u64,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let Some((edited, what)) = attack_json(text, seed) else {
-            return Ok(());
+            return Ok(false);
         };
         let dir = self.work.join("fixture-case");
         let _ = std::fs::remove_dir_all(&dir);
@@ -289,13 +289,13 @@ impl Campaign {
         }
         let what = format!("{name} seed {seed}: {what}; {detail}");
         self.record("fixture", outcome, &what, &dir);
-        Ok(())
+        Ok(true)
     }
 
-    fn snapshot_case(&mut self, path: &Path, seed: u64) -> Result<(), String> {
+    fn snapshot_case(&mut self, path: &Path, seed: u64) -> Result<bool, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let Some((edited, what)) = attack_json(&text, seed) else {
-            return Ok(());
+            return Ok(false);
         };
         let dir = self.work.join("snapshot-case");
         let _ = std::fs::remove_dir_all(&dir);
@@ -309,7 +309,7 @@ impl Campaign {
             last_line(&ran.stderr)
         );
         self.record("snapshot", ran.outcome(), &what, &dir);
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -408,12 +408,20 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         bases.push(read_package_files(&out).map_err(|e| e.to_string())?);
     }
-    for i in 0..packages {
+    // A seed whose edit does not apply to the file it drew is not a case;
+    // seeds are drawn until the asked number of cases ran (at most four
+    // times as many seeds).
+    let attempts = |n: u64| 0..n.saturating_mul(4);
+    let mut done = 0;
+    for i in attempts(packages) {
+        if done == packages {
+            break;
+        }
         let case_seed = seed.wrapping_mul(1_000_003).wrapping_add(i);
         let family = PackageAttack::ALL[(i % PackageAttack::ALL.len() as u64) as usize];
         // One case in four on the larger base.
         let base = &bases[usize::from(i % 4 == 3)];
-        c.package_case(base, family, case_seed)?;
+        done += u64::from(c.package_case(base, family, case_seed)?);
     }
     let sources = [
         ("micro-1l-h32.json", 8),
@@ -424,14 +432,18 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         .iter()
         .map(|&(n, t)| read(&fixture(n)).map(|text| (n, text, t)))
         .collect::<Result<_, _>>()?;
-    for i in 0..fixtures {
+    let mut done = 0;
+    for i in attempts(fixtures) {
+        if done == fixtures {
+            break;
+        }
         let (name, text, tiles) = &texts[(i % texts.len() as u64) as usize];
-        c.fixture_case(
+        done += u64::from(c.fixture_case(
             name,
             text,
             *tiles,
             seed.wrapping_mul(7_000_003).wrapping_add(i),
-        )?;
+        )?);
     }
     let mut snapshot_files: Vec<PathBuf> = std::fs::read_dir(fixture("exchange"))
         .map_err(|e| e.to_string())?
@@ -439,10 +451,15 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     snapshot_files.sort();
-    for i in 0..snapshots {
+    let mut done = 0;
+    for i in attempts(snapshots) {
+        if done == snapshots {
+            break;
+        }
         if let Some(path) = snapshot_files.get((i % snapshot_files.len().max(1) as u64) as usize) {
             let path = path.clone();
-            c.snapshot_case(&path, seed.wrapping_mul(9_000_011).wrapping_add(i))?;
+            done +=
+                u64::from(c.snapshot_case(&path, seed.wrapping_mul(9_000_011).wrapping_add(i))?);
         }
     }
 
