@@ -6,8 +6,9 @@
 //! ratio=... buffers=... method=... nodes=... elapsed_ms=...`, where `peak`
 //! is that of the best placement found when the tool stopped (also when it
 //! exceeds the capacity) and `ratio` is peak / lower bound. Unless the
-//! result is `fits` a second line `reason: ...` says why, and the exit
-//! status is 1; it is 0 for `fits`. `--output` writes the best placement
+//! result is `fits` an `error:` line says why (the proof of infeasibility,
+//! or what the search reached), and the exit status is 1; it is 0 for
+//! `fits`. `--output` writes the best placement
 //! as a CSV solution file.
 //!
 //! `alloc bench [--quick] [--timeout SECONDS] [--write DIR]` prints the
@@ -107,8 +108,13 @@ pub fn alloc(args: &[String]) -> Result<ExitCode, String> {
     if out.result == SolveResult::Fits {
         return Ok(ExitCode::SUCCESS);
     }
-    println!("reason: {}", reason(&out, args.capacity, timeout));
-    Ok(ExitCode::FAILURE)
+    // The reason goes out as the task's `error:` line.
+    Err(format!(
+        "result={} within capacity {}: {}",
+        out.result,
+        args.capacity,
+        reason(&out, args.capacity, timeout)
+    ))
 }
 
 /// `result=... peak=... capacity=... lower_bound=... ratio=... method=...`.
@@ -211,12 +217,12 @@ fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
         timeout.as_secs_f64(),
         rayon::current_num_threads()
     );
-    exact_suite("zero_slack", &suite, timeout);
+    exact_suite("zero_slack", &suite, timeout)?;
     println!(
         "# near-zero-slack suite (the same cuts on the 1 KiB grid, one buffer in ten removed; capacity 1 MiB), {} s limit each",
         timeout.as_secs_f64()
     );
-    exact_suite("near_zero_slack", &near, timeout);
+    exact_suite("near_zero_slack", &near, timeout)?;
     println!("# ML-shaped traces: best heuristic placement vs the peak-live lower bound");
     println!(
         "{:<10} {:>7} {:>16} {:>16} {:>8} {:>9} {:>7}  method",
@@ -284,7 +290,9 @@ fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
 
 /// Solves every instance at its capacity and prints a row each and a
 /// total: solved, wall time, nodes, and where the search's nodes failed.
-fn exact_suite(label: &str, suite: &[SuiteInstance], timeout: Duration) {
+/// Solves every instance of `suite` and prints its figures; `Err` if a
+/// placement the solver called fitting fails the independent check.
+fn exact_suite(label: &str, suite: &[SuiteInstance], timeout: Duration) -> Result<(), String> {
     println!(
         "{:<14} {:>7} {:>10} {:>10} {:>11} {:>5} {:>6}  nodes failed by: valley release memo no-child dominance section",
         "instance", "buffers", "result", "wall_ms", "nodes", "runs", "depth"
@@ -301,6 +309,13 @@ fn exact_suite(label: &str, suite: &[SuiteInstance], timeout: Duration) {
         let el = t.elapsed();
         total += el;
         if out.result == SolveResult::Fits {
+            let offsets = out
+                .offsets
+                .as_ref()
+                .ok_or_else(|| format!("{}: fits, but no placement was returned", inst.name))?;
+            inst.problem
+                .check(inst.capacity, offsets)
+                .map_err(|e| format!("{}: the placement fails its check: {e:?}", inst.name))?;
             solved += 1;
         }
         let s = out.search;
@@ -327,6 +342,7 @@ fn exact_suite(label: &str, suite: &[SuiteInstance], timeout: Duration) {
         ms(total),
         cpu_ms_since(cpu)
     );
+    Ok(())
 }
 
 /// CPU time (user + system) of this process so far, from

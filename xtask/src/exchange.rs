@@ -15,6 +15,9 @@
 //! `--no-fanout-split` keeps multicast transfers whole;
 //! `--presplit-max-fanout N` splits multicasts only up to fanout N before
 //! scheduling (the package builder's choice is 2, with `--no-core-split`).
+//! The exit status is 1, with an `error:` line, when a phase does not
+//! validate (the scheduler refuses it) or, with `--check`, a schedule fails
+//! the checker.
 
 use std::process::ExitCode;
 
@@ -22,8 +25,32 @@ use ipu_exchange::generate::{
     generate_phase, multicast_families, other_families, reduce_families, reduce_phase,
     seed_families,
 };
-use ipu_exchange::report::{format_figures, phase_figures, snapshot_report};
+use ipu_exchange::report::{PhaseFigures, format_figures, phase_figures};
 use ipu_exchange::{Fabric, Phase, ScheduleConfig, Snapshot};
+
+/// The phases that failed, as `Err` with a reason: a phase the scheduler
+/// refused (its phase did not validate) or whose schedule the checker
+/// refused.
+fn failures(figures: &[PhaseFigures]) -> Result<(), String> {
+    let failed: Vec<String> = figures
+        .iter()
+        .filter_map(|f| match &f.outcome {
+            Err(e) => Some(format!("phase {}: {e}", f.phase)),
+            Ok(o) => match o.check {
+                Some((n, _)) if n > 0 => Some(format!("phase {}: {n} checker error(s)", f.phase)),
+                _ => None,
+            },
+        })
+        .collect();
+    match failed.first() {
+        None => Ok(()),
+        Some(first) => Err(format!(
+            "{} of {} phase(s) failed; first: {first}",
+            failed.len(),
+            figures.len()
+        )),
+    }
+}
 
 pub fn run(args: &[String]) -> Result<ExitCode, String> {
     let fabric = Fabric::ipu21().map_err(|e| e.to_string())?;
@@ -105,10 +132,9 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
                     .map_err(|e| format!("cannot write {file}: {e}"))?;
                 println!("  wrote {file}");
             }
-            print!(
-                "{}",
-                format_figures(&phase_figures(&phases, &fabric, &config, check))
-            );
+            let figures = phase_figures(&phases, &fabric, &config, check);
+            print!("{}", format_figures(&figures));
+            failures(&figures)?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -119,8 +145,11 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         );
     };
     let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
-    let report =
-        snapshot_report(&text, &fabric, &config, check).map_err(|e| format!("{file}: {e}"))?;
-    print!("{report}");
+    let snapshot = Snapshot::from_json(&text).map_err(|e| format!("{file}: {e}"))?;
+    let labels: Vec<u32> = snapshot.phases.iter().map(|p| p.phase).collect();
+    let phases: Vec<(u32, Phase)> = labels.into_iter().zip(snapshot.phases()).collect();
+    let figures = phase_figures(&phases, &fabric, &config, check);
+    print!("{}", format_figures(&figures));
+    failures(&figures)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -9,7 +9,9 @@
 //! the fixture text with the `params` object rewritten, and checks that
 //! this text parses back to the very same graph.
 
-use ipu_package::graph::{FixtureError, Graph, ParseOptions, parse_fixture, parse_fixture_with};
+use ipu_package::graph::{
+    FixtureError, Graph, ParseOptions, parse_fixture, parse_fixture_for_build,
+};
 
 /// Why overrides could not be applied. [`ParamError::is_usage`] tells a
 /// mistake in the command line (exit status 2) from a bad fixture.
@@ -102,19 +104,21 @@ pub fn merge(overrides: &[(String, u64)]) -> Result<Vec<(String, u64)>, ParamErr
     Ok(merged)
 }
 
-/// Parses `text` with `overrides` (already [`merge`]d) and returns the
-/// graph and the fixture text to store with the package: `text` itself
-/// when there are no overrides, otherwise `text` with its `params`
-/// rewritten.
+/// Parses `text` with `overrides` (already [`merge`]d) as a build parses
+/// it (what the build cannot take is refused with the JSON path) and
+/// returns the graph and the fixture text to store with the package:
+/// `text` itself when there are no overrides, otherwise `text` with its
+/// `params` rewritten.
 pub fn resolve(text: &str, overrides: &[(String, u64)]) -> Result<(Graph, String), ParamError> {
     if overrides.is_empty() {
-        let graph = parse_fixture(text).map_err(ParamError::Fixture)?;
+        let graph =
+            parse_fixture_for_build(text, &ParseOptions::default()).map_err(ParamError::Fixture)?;
         return Ok((graph, text.to_owned()));
     }
     let options = ParseOptions {
         overrides: overrides.to_vec(),
     };
-    let graph = match parse_fixture_with(text, &options) {
+    let graph = match parse_fixture_for_build(text, &options) {
         Ok(graph) => graph,
         Err(FixtureError::UnknownOverride { name, known }) => {
             return Err(ParamError::Unknown { name, known });
@@ -135,14 +139,14 @@ pub fn resolve(text: &str, overrides: &[(String, u64)]) -> Result<(Graph, String
 /// are tried first (a bad fixture is not the command line's fault), then
 /// each override alone.
 fn blame(text: &str, overrides: &[(String, u64)], error: FixtureError) -> ParamError {
-    if let Err(own) = parse_fixture(text) {
+    if let Err(own) = parse_fixture_for_build(text, &ParseOptions::default()) {
         return ParamError::Fixture(own);
     }
     for (name, value) in overrides {
         let alone = ParseOptions {
             overrides: vec![(name.clone(), *value)],
         };
-        if let Err(reason) = parse_fixture_with(text, &alone) {
+        if let Err(reason) = parse_fixture_for_build(text, &alone) {
             return ParamError::Rejected {
                 name: name.clone(),
                 value: *value,

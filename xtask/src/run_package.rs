@@ -20,10 +20,18 @@
 //! checked against the reference on the device's own inputs as the tile
 //! model runs (the first op out of its tight tolerance stops the run,
 //! naming the op, its tensor and the worst element). The exit status is 0
-//! only if every op and every compared output passes. A `profile` line on stderr says where the tile model's time
-//! went (step kinds, and per codelet kind the time summed over threads). `inspect-package` prints the manifest summary and validates the
-//! package (every file at its recorded size, every buffer placed inside tile
-//! memory, phases and rows agree).
+//! only if every op and every compared output passes; a failed comparison
+//! ends with an `error:` line naming the failing outputs. A `profile` line
+//! on stderr says where the tile model's time went (step kinds, and per
+//! codelet kind the time summed over threads).
+//!
+//! `inspect-package` recovers, reads and validates the package exactly as
+//! `run-package` does (`Package::read`, which checks every file against
+//! the manifest and then `Package::validate`, and then the graph a run
+//! would build from the package's fixture or checkpoint description and
+//! its weights), prints the manifest summary and `valid=true`, or one
+//! `problem:` line per validation problem, an `error:` line and
+//! `valid=false` with exit status 1.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -32,19 +40,44 @@ use std::time::{Duration, Instant};
 use ipu_package::TensorKind;
 use ipu_package::checkpoint::PackagedModel;
 use ipu_package::graph::{Graph, ValueSet, parse_fixture, safetensors, values};
-use ipu_package::package::Package;
+use ipu_package::package::{Package, PackageIoError};
 use ipu_sim::reference::compare::{Tolerance, compare};
 use ipu_sim::tiles::{CODELET_KINDS, RunStats};
 
-fn read_package(args: &[String]) -> Result<(PathBuf, Package), String> {
+/// The package directory, the first argument.
+fn package_dir(args: &[String]) -> Result<PathBuf, String> {
     let dir = args
         .first()
         .filter(|a| !a.starts_with("--"))
         .ok_or("give the package directory")?;
-    let dir = PathBuf::from(dir);
+    Ok(PathBuf::from(dir))
+}
+
+/// Recovers and reads the package at `dir`, as both commands do.
+fn read_dir(dir: &Path) -> Result<Package, ReadFailure> {
     // A write that was killed may have left the earlier package aside.
-    Package::recover(&dir).map_err(|e| format!("recovering {}: {e}", dir.display()))?;
-    let package = Package::read(&dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    Package::recover(dir).map_err(ReadFailure::Recover)?;
+    Package::read(dir).map_err(ReadFailure::Read)
+}
+
+/// Why a package could not be read.
+enum ReadFailure {
+    Recover(PackageIoError),
+    Read(PackageIoError),
+}
+
+impl ReadFailure {
+    fn message(&self, dir: &Path) -> String {
+        match self {
+            ReadFailure::Recover(e) => format!("recovering {}: {e}", dir.display()),
+            ReadFailure::Read(e) => format!("reading {}: {e}", dir.display()),
+        }
+    }
+}
+
+fn read_package(args: &[String]) -> Result<(PathBuf, Package), String> {
+    let dir = package_dir(args)?;
+    let package = read_dir(&dir).map_err(|f| f.message(&dir))?;
     Ok((dir, package))
 }
 
@@ -144,11 +177,27 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         stats.ops_checked,
         reference_time.as_millis()
     );
-    Ok(if pass {
-        ExitCode::SUCCESS
+    if pass {
+        Ok(ExitCode::SUCCESS)
     } else {
-        ExitCode::FAILURE
-    })
+        Err(failure_reason(&lines))
+    }
+}
+
+/// Why a run failed, from its output lines: the outputs that failed.
+fn failure_reason(lines: &[String]) -> String {
+    let failed: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.contains(" result=fail") || l.ends_with(" missing"))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|w| w.strip_prefix("output="))
+        .collect();
+    format!(
+        "{} of {} output(s) outside the graph tolerance or missing: {}",
+        failed.len(),
+        lines.len(),
+        failed.join(", ")
+    )
 }
 
 /// Writes every graph output as an F32 tensor to `out` (through a
@@ -211,25 +260,7 @@ pub struct Checked {
 /// checkpoint always does; a weight missing there is an error), else
 /// generated from `seed` (fixture packages); inputs as `inputs` says.
 pub fn prepare(package: &Package, seed: u64, inputs: &Inputs) -> Result<(Graph, ValueSet), String> {
-    let (graph, model) = match (&package.siglip, &package.fixture) {
-        (Some(files), _) => {
-            let model = PackagedModel::from_files(files).map_err(|e| e.to_string())?;
-            (model.graph().map_err(|e| e.to_string())?, Some(model))
-        }
-        (None, Some(fixture)) => (
-            parse_fixture(fixture).map_err(|e| format!("the package's fixture: {e}"))?,
-            None,
-        ),
-        (None, None) => {
-            return Err(
-                "the package carries neither its fixture nor a SigLIP model; rebuild it with build-package"
-                    .to_owned(),
-            );
-        }
-    };
-    // Sizes first: an edited fixture must not make us generate values for
-    // tensors the package never holds.
-    ipu_sim::tiles::check_fixture(package, &graph).map_err(|e| error_chain(&e))?;
+    let (graph, model) = graph_of(package)?;
     let mut values = match &package.weights {
         Some(weights) => weights.values(&graph).map_err(|e| e.to_string())?,
         None if model.is_some() => {
@@ -294,6 +325,34 @@ pub fn prepare(package: &Package, seed: u64, inputs: &Inputs) -> Result<(Graph, 
         }
     }
     Ok((graph, values))
+}
+
+/// The graph a run of `package` uses, from its checkpoint description or
+/// its fixture, checked against the package's buffers before any value is
+/// generated for it; with the checkpoint model when the package has one.
+/// `inspect-package` calls it too, so that it never calls valid a package
+/// whose graph a run refuses.
+pub fn graph_of(package: &Package) -> Result<(Graph, Option<PackagedModel>), String> {
+    let (graph, model) = match (&package.siglip, &package.fixture) {
+        (Some(files), _) => {
+            let model = PackagedModel::from_files(files).map_err(|e| e.to_string())?;
+            (model.graph().map_err(|e| e.to_string())?, Some(model))
+        }
+        (None, Some(fixture)) => (
+            parse_fixture(fixture).map_err(|e| format!("the package's fixture: {e}"))?,
+            None,
+        ),
+        (None, None) => {
+            return Err(
+                "the package carries neither its fixture nor a SigLIP model; rebuild it with build-package"
+                    .to_owned(),
+            );
+        }
+    };
+    // Sizes first: an edited fixture must not make us generate values for
+    // tensors the package never holds.
+    ipu_sim::tiles::check_fixture(package, &graph).map_err(|e| error_chain(&e))?;
+    Ok((graph, model))
 }
 
 /// The first synthetic image of a seeded run of a checkpoint package: the
@@ -410,12 +469,18 @@ pub fn profile(s: &RunStats) -> String {
 }
 
 pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
-    // The same reading and validation as run-package: a package it refuses
-    // is never called valid here.
-    let (dir, package) = match read_package(args) {
-        Ok(read) => read,
-        Err(e) => {
-            eprintln!("error: {e}");
+    // The same recovery, reading and validation as run-package, and the
+    // same graph: a package it refuses is never called valid here.
+    let dir = package_dir(args)?;
+    let package = match read_dir(&dir) {
+        Ok(package) => package,
+        Err(failure) => {
+            if let ReadFailure::Read(PackageIoError::Invalid { errors, .. }) = &failure {
+                for e in errors {
+                    println!("problem: {e}");
+                }
+            }
+            eprintln!("error: {}", failure.message(&dir));
             println!("valid=false");
             return Ok(ExitCode::FAILURE);
         }
@@ -444,6 +509,13 @@ pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
     );
     for f in &package.manifest.files {
         println!("file {} {} bytes", f.name, f.bytes);
+    }
+    if let Err(e) = graph_of(&package) {
+        // Valid files, but a run would refuse the graph they describe.
+        println!("problem: {e}");
+        eprintln!("error: {}: {e}", dir.display());
+        println!("valid=false");
+        return Ok(ExitCode::FAILURE);
     }
     println!("valid=true");
     Ok(ExitCode::SUCCESS)

@@ -16,9 +16,18 @@
 //! either rename may win. Files are not synced to disk: an entry a crash
 //! leaves empty or short fails verification like any corrupt entry.
 //!
-//! A corrupt or truncated entry (unparsable metadata, wrong key, object hash
-//! or size mismatch, object that does not parse back) is logged with
-//! `tracing::warn!` and rebuilt. A miss logs `compiling kernel source=...
+//! A damaged entry is logged with `tracing::warn!` and rebuilt: metadata
+//! that does not parse or is for another key or variant, an object whose
+//! size or SHA-256 is not the metadata's, an object that does not parse
+//! back, or whose programs are not exactly the variant's entries (symbols,
+//! which carry the variant key's prefix, and each program's header: rows,
+//! mode, dimensions, blocks, precisions, orders); and a file where the
+//! entry's directory belongs or a directory where one of its files
+//! belongs, which is removed first. So another entry's object and metadata
+//! copied in, even with the digests made to match, is never a hit. A hit
+//! is verified on every lookup at the cost of reading and hashing the
+//! object and decoding its program headers, far less than compiling.
+//! A miss logs `compiling kernel source=...
 //! name=... target=...` and `kernel artifact created object=...
 //! metadata=...` as the seed system did.
 
@@ -33,6 +42,10 @@ use crate::{KernelError, KernelMetadata, Toolchain, Variant, programs_from_objec
 /// The file names inside an entry.
 const OBJECT_FILE: &str = "kernel.o";
 const METADATA_FILE: &str = "kernel.json";
+
+/// The largest `kernel.json` read: metadata is a few kilobytes, and a
+/// damaged entry must not make a lookup read a huge file.
+const MAX_METADATA_BYTES: u64 = 1 << 20;
 
 /// A content-addressed store of compiled kernels.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,7 +173,7 @@ impl KernelCache {
         let dir = self.entry_dir(&key);
         let object_path = dir.join(OBJECT_FILE);
         let metadata_path = dir.join(METADATA_FILE);
-        let outcome = match read_entry(&object_path, &metadata_path, &key) {
+        let outcome = match read_entry(&object_path, &metadata_path, &key, variant) {
             Ok(Some((metadata, object))) => {
                 tracing::debug!(name = ?variant.name(), key = %key, "kernel cache hit");
                 return Ok(CachedKernel {
@@ -187,6 +200,7 @@ impl KernelCache {
             reason: e.to_string(),
         })?;
 
+        clear_wrong_kinds(&dir, &[&object_path, &metadata_path])?;
         std::fs::create_dir_all(&dir).map_err(|source| KernelError::Io {
             action: "creating",
             path: dir.clone(),
@@ -233,21 +247,90 @@ pub(crate) fn compile_entry(
     Ok((metadata, compiled.object))
 }
 
+/// Removes what stands where the entry's directory (`dir`) or its files
+/// (`files`) belong but is of the wrong kind: a file (or a link) for the
+/// directory, a directory (or a link) for a file. Renaming a new file over
+/// a directory fails, and creating a directory where a file is fails, so
+/// such damage would otherwise fail every later build. A node already
+/// gone (another builder repaired it) is not an error.
+fn clear_wrong_kinds(dir: &Path, files: &[&Path]) -> Result<(), KernelError> {
+    let remove = |path: &Path, as_dir: bool| -> Result<(), KernelError> {
+        let result = if as_dir {
+            std::fs::remove_dir_all(path)
+        } else {
+            std::fs::remove_file(path)
+        };
+        match result {
+            Ok(()) => {
+                tracing::warn!(path = %path.display(), "removed a damaged kernel cache node");
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(KernelError::Io {
+                action: "removing",
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    };
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if !m.is_dir() => return remove(dir, false),
+        _ => {}
+    }
+    for file in files {
+        match std::fs::symlink_metadata(file) {
+            Ok(m) if m.is_dir() => remove(file, true)?,
+            Ok(m) if m.file_type().is_symlink() => remove(file, false)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Reads at most `limit` bytes of the regular file at `path`: `Ok(None)` if
+/// it does not exist, `Err` with a reason if it is not a regular file, is
+/// larger, or cannot be read.
+fn read_regular(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
+    use std::io::Read;
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a file", path.display()));
+    }
+    if meta.len() > limit {
+        return Err(format!(
+            "{} has {} bytes, more than the {limit} expected",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(Some(bytes))
+}
+
 /// Reads and verifies an entry: `Ok(None)` if it does not exist, `Err` with
-/// a reason if it exists but is corrupt.
+/// a reason if it exists but is damaged or is not `variant`'s.
 fn read_entry(
     object_path: &Path,
     metadata_path: &Path,
     key: &str,
+    variant: &Variant,
 ) -> Result<Option<(KernelMetadata, Vec<u8>)>, String> {
-    let json = match std::fs::read(metadata_path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            // The object alone (a writer stopped between the two renames)
-            // is an incomplete entry: rebuild it without calling it corrupt.
-            return Ok(None);
-        }
-        Err(e) => return Err(format!("cannot read {}: {e}", metadata_path.display())),
+    // The entry's directory may itself be damaged (a file where it
+    // belongs); reading through it then fails and the entry is rebuilt.
+    let Some(json) = read_regular(metadata_path, MAX_METADATA_BYTES)? else {
+        // The object alone (a writer stopped between the two renames) is
+        // an incomplete entry: rebuild it without calling it corrupt.
+        return Ok(None);
     };
     let metadata: KernelMetadata = serde_json::from_slice(&json)
         .map_err(|e| format!("{} does not parse: {e}", metadata_path.display()))?;
@@ -258,8 +341,18 @@ fn read_entry(
             metadata.input_hash
         ));
     }
-    let object = std::fs::read(object_path)
-        .map_err(|e| format!("cannot read {}: {e}", object_path.display()))?;
+    if metadata.name != variant.name() || metadata.variant_key != variant.key() {
+        return Err(format!(
+            "{} describes variant {} ({}), not {} ({})",
+            metadata_path.display(),
+            metadata.name,
+            metadata.variant_key,
+            variant.name(),
+            variant.key()
+        ));
+    }
+    let object = read_regular(object_path, metadata.object_bytes)?
+        .ok_or_else(|| format!("{} is missing", object_path.display()))?;
     if object.len() as u64 != metadata.object_bytes {
         return Err(format!(
             "{} has {} bytes, the metadata says {}",
@@ -274,9 +367,69 @@ fn read_entry(
             object_path.display()
         ));
     }
-    programs_from_object(&object)
+    let programs = programs_from_object(&object)
         .map_err(|e| format!("{} does not parse: {e}", object_path.display()))?;
+    check_programs(variant, &programs)
+        .map_err(|why| format!("{}: {why}", object_path.display()))?;
+    let entries: Vec<&str> = metadata.entries.iter().map(|e| e.symbol.as_str()).collect();
+    let expected: Vec<String> = variant
+        .entry_points()
+        .into_iter()
+        .map(|e| e.symbol)
+        .collect();
+    if entries != expected {
+        return Err(format!(
+            "{} lists entries {entries:?}, the variant's are {expected:?}",
+            metadata_path.display()
+        ));
+    }
     Ok(Some((metadata, object)))
+}
+
+/// Whether `programs` are exactly `variant`'s entries: one program per
+/// entry symbol, none other, each with the header the entry's program has
+/// (compared field by field, which is cheap; the builder's own checker
+/// ran when the entry was compiled).
+fn check_programs(
+    variant: &Variant,
+    programs: &[(String, crate::AmpProgram)],
+) -> Result<(), String> {
+    let entries = variant.entry_points();
+    if programs.len() != entries.len() {
+        return Err(format!(
+            "{} programs, the variant has {} entries",
+            programs.len(),
+            entries.len()
+        ));
+    }
+    let shape = variant.shape();
+    for e in &entries {
+        let Some((_, p)) = programs.iter().find(|(name, _)| *name == e.symbol) else {
+            return Err(format!("no program for entry {}", e.symbol));
+        };
+        let h = &p.header;
+        let same = h.left == shape.left
+            && h.right == shape.right
+            && h.output == shape.output
+            && h.left_order == shape.left_order
+            && h.output_order == shape.output_order
+            && h.right_class == shape.right_class
+            && h.mode == e.mode
+            && h.arithmetic == variant.arithmetic()
+            && h.rows == e.rows
+            && h.inner == shape.inner
+            && h.columns == shape.columns
+            && h.k == variant.k()
+            && h.c == variant.c()
+            && h.left_tail_bytes == variant.left_tail_bytes();
+        if !same {
+            return Err(format!(
+                "the program of entry {} is not the variant's ({h:?})",
+                e.symbol
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to `path` through a temporary file in `dir` and a rename.

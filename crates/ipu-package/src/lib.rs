@@ -57,6 +57,8 @@
 pub mod build;
 pub mod checkpoint;
 pub mod graph;
+#[cfg(feature = "testing")]
+pub mod hostile;
 pub mod lower;
 pub mod package;
 mod phases;

@@ -136,24 +136,25 @@ fn tensor_larger_than_64_bits_names_the_shape() {
 #[test]
 fn shard_larger_than_a_tile_can_address_is_refused() {
     // Hidden 2^30: every count fits in 64 bits, but one tile's shard of an
-    // activation needs more than 2^32 bytes.
+    // activation would need more than 2^32 bytes. The tensor alone needs
+    // more than the tiles hold, which is refused before any planning.
     rejected(
         &fixture("bad/address-overflow.json"),
         "16",
         &[],
-        "more than a tile can address",
+        "the workload does not fit:",
     );
 }
 
 #[test]
 fn shard_larger_than_a_codelet_argument_is_refused() {
-    // 2^32 tokens: a shard's element count no longer fits a codelet's
-    // 32-bit argument.
+    // 2^32 tokens: a shard's element count would not fit a codelet's
+    // 32-bit argument; the tensor alone needs more than the tiles hold.
     rejected(
         &fixture("bad/codelet-overflow.json"),
         "16",
         &[],
-        "more than a codelet argument holds",
+        "the workload does not fit:",
     );
 }
 

@@ -3,9 +3,10 @@
 //! cache. They hold the product's promises at the command line: a bad
 //! fixture or argument gets a clear error and a non-zero status, never a
 //! panic and never a partial package; builds do not depend on the thread
-//! count; `inspect-package` tells a good package from a damaged one; and a
+//! count; `inspect-package` tells a good package from a damaged one; a
 //! small package runs and matches the reference; its cycle estimate prints
-//! and its HTML report renders in a headless browser.
+//! and its HTML report renders in a headless browser; and hostile packages,
+//! killed writes, damaged caches and failing checks end in clean errors.
 //!
 //! Only the small fixtures are built (well under a second each), never the
 //! default SigLIP workload.
@@ -14,6 +15,7 @@ mod bad_inputs;
 mod checkpoint;
 mod determinism;
 mod devices;
+mod hostile;
 mod inspect;
 mod report;
 mod run;

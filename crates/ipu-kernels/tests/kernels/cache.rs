@@ -1,14 +1,16 @@
 //! The kernel cache: miss then hit, keys that change with every input,
-//! corrupt and truncated entries rebuilt, concurrent builders, the root
-//! chosen from the environment, and the seed's log lines.
+//! corrupt, truncated and misplaced entries rebuilt (files of the wrong
+//! kind, another entry's files, digests made to match), concurrent
+//! builders, the root chosen from the environment, and the seed's log
+//! lines.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use ipu_kernels::{
-    CacheOutcome, CompiledKernel, HostToolchain, KernelCache, KernelError, Toolchain, Variant,
-    cache_key,
+    CacheOutcome, CachedKernel, CompiledKernel, HostToolchain, KernelCache, KernelError,
+    KernelMetadata, Toolchain, Variant, cache_key,
 };
 
 use crate::support::seed_variants;
@@ -141,6 +143,78 @@ fn truncated_metadata_is_rebuilt() {
 fn missing_object_or_metadata_is_rebuilt() {
     corrupt_and_rebuild(|object, _| std::fs::remove_file(object).expect("remove"));
     corrupt_and_rebuild(|_, metadata| std::fs::remove_file(metadata).expect("remove"));
+}
+
+#[test]
+fn an_entry_directory_replaced_by_a_file_is_rebuilt() {
+    // Once failed every later build with "File exists (os error 17)".
+    corrupt_and_rebuild(|object, _| {
+        let entry = object.parent().expect("the entry directory");
+        std::fs::remove_dir_all(entry).expect("remove the entry");
+        std::fs::write(entry, b"not a directory").expect("a file in its place");
+    });
+}
+
+#[test]
+fn a_directory_where_a_file_belongs_is_rebuilt() {
+    corrupt_and_rebuild(|object, _| {
+        std::fs::remove_file(object).expect("remove");
+        std::fs::create_dir_all(object.join("inside")).expect("a directory in its place");
+    });
+    corrupt_and_rebuild(|_, metadata| {
+        std::fs::remove_file(metadata).expect("remove");
+        std::fs::create_dir(metadata).expect("a directory in its place");
+    });
+}
+
+/// Damages the entry of variant 3 with what `copy` does given the files of
+/// variant 0's entry, and checks the entry is rebuilt, never a hit.
+fn another_entry_is_rebuilt(copy: impl Fn(&CachedKernel, &PathBuf, &PathBuf)) {
+    corrupt_and_rebuild(|object, metadata| {
+        let root = object
+            .parent()
+            .and_then(|p| p.parent())
+            .expect("the cache root");
+        let cache = KernelCache::open(root).expect("opens");
+        let other = seed_variants().remove(0);
+        let other = cache
+            .get_or_compile(&other, &HostToolchain)
+            .expect("compiles");
+        copy(&other, object, metadata);
+    });
+}
+
+#[test]
+fn another_entrys_files_copied_in_are_rebuilt() {
+    another_entry_is_rebuilt(|other, object, metadata| {
+        std::fs::copy(&other.object_path, object).expect("copy the object");
+        std::fs::copy(&other.metadata_path, metadata).expect("copy the metadata");
+    });
+}
+
+#[test]
+fn another_entrys_object_with_matching_digests_is_rebuilt() {
+    // Once a hit, so that the package failed at run time with "no program
+    // for the entry": the metadata is this entry's, with the object's size
+    // and SHA-256 made to match the copied object.
+    another_entry_is_rebuilt(|other, object, metadata| {
+        std::fs::copy(&other.object_path, object).expect("copy the object");
+        let mut m: KernelMetadata =
+            serde_json::from_slice(&std::fs::read(metadata).expect("read")).expect("parses");
+        m.object_bytes = other.metadata.object_bytes;
+        m.object_sha256 = other.metadata.object_sha256.clone();
+        std::fs::write(metadata, serde_json::to_vec(&m).expect("serialise")).expect("write");
+    });
+}
+
+#[test]
+fn metadata_claiming_a_huge_object_is_rebuilt() {
+    corrupt_and_rebuild(|_, metadata| {
+        let mut m: KernelMetadata =
+            serde_json::from_slice(&std::fs::read(metadata).expect("read")).expect("parses");
+        m.object_bytes = u64::MAX;
+        std::fs::write(metadata, serde_json::to_vec(&m).expect("serialise")).expect("write");
+    });
 }
 
 #[test]

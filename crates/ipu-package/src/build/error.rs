@@ -23,6 +23,10 @@ pub enum BuildError {
         /// Tiles the target has.
         available: u32,
     },
+    /// The graph is valid but breaks a rule of the build
+    /// ([`check_buildable`](crate::graph::check_buildable)).
+    #[error("the graph cannot be built into a package: {0}")]
+    Unbuildable(#[source] crate::graph::GraphError),
     /// The exchange model does not support the target's fabric.
     #[error("the target's exchange fabric: {source}")]
     Fabric {
@@ -153,6 +157,32 @@ pub enum BuildError {
         phase: usize,
         /// Its step name.
         name: String,
+    },
+    /// The graph needs more bytes than the tiles hold, whatever the plan.
+    #[error(
+        "the workload does not fit: {what} need {bytes} bytes, the {tiles} tiles hold {available}; use more tiles or a smaller workload"
+    )]
+    CapacityExceeded {
+        /// What needs the bytes.
+        what: String,
+        /// The bytes needed.
+        bytes: u128,
+        /// Tiles of the build.
+        tiles: u32,
+        /// Usable bytes of those tiles together.
+        available: u64,
+    },
+    /// A tile's support memory does not fit the code region.
+    #[error(
+        "the workload does not fit: {tile}'s support memory (runtime, kernel code, control program and exchange rows) needs {bytes} bytes, its code region holds {available}; use more tiles or a smaller workload"
+    )]
+    SupportDoesNotFit {
+        /// The tile.
+        tile: TileId,
+        /// Bytes reserved for its support memory.
+        bytes: u64,
+        /// Bytes of the code region.
+        available: u64,
     },
     /// Support memory kept outgrowing its reservation.
     #[error(

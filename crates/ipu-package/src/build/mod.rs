@@ -226,6 +226,8 @@ pub fn build_package(
             available: target.tile_count(),
         });
     }
+    crate::graph::check_buildable(graph).map_err(BuildError::Unbuildable)?;
+    check_capacity(graph, target, tiles)?;
     let device = Device {
         target,
         map: MemoryMap::new(target),
@@ -568,6 +570,46 @@ impl BuildError {
             },
         }
     }
+}
+
+/// Refuses, before any work, a graph that cannot fit whatever the plan:
+/// its weights together, or its largest tensor alone, need more bytes
+/// than the tiles hold. Both are lower bounds of what any placement
+/// holds at once, so nothing that could fit is refused; a graph of
+/// 65536 layers on 16 tiles is refused at once instead of after minutes of
+/// lowering.
+fn check_capacity(graph: &Graph, target: &Target, tiles: u32) -> Result<(), BuildError> {
+    let available = u64::from(target.usable_bytes()) * u64::from(tiles);
+    // Each tensor's bytes fit in 64 bits (a graph invariant); their sum is
+    // taken in 128.
+    let weights: u128 = graph
+        .weights()
+        .iter()
+        .map(|&t| u128::from(graph.tensor(t).bytes()))
+        .sum();
+    let largest = graph
+        .tensors()
+        .iter()
+        .map(|(_, t)| (t.bytes(), t.name()))
+        .max();
+    let too_large = |what: String, bytes: u128| BuildError::CapacityExceeded {
+        what,
+        bytes,
+        tiles,
+        available,
+    };
+    if weights > u128::from(available) {
+        return Err(too_large("its weights together".to_owned(), weights));
+    }
+    if let Some((bytes, name)) = largest
+        && bytes > available
+    {
+        return Err(too_large(
+            format!("tensor `{name}` alone"),
+            u128::from(bytes),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

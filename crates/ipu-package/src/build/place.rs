@@ -25,7 +25,22 @@ pub(super) fn place_storage(
     verify: bool,
 ) -> Result<(Problem, Placement), BuildError> {
     let start = Instant::now();
-    let base = device.target.code_region().start;
+    let region = device.target.code_region();
+    let base = region.start;
+    // A reservation past the code region is a workload that does not fit,
+    // not a malformed placement problem.
+    let available = u64::from(region.end.saturating_sub(base));
+    if let Some((t, &bytes)) = reserved
+        .iter()
+        .enumerate()
+        .find(|&(_, &r)| u64::from(r) > available)
+    {
+        return Err(BuildError::SupportDoesNotFit {
+            tile: TileId::from_u32(t as u32),
+            bytes: u64::from(bytes),
+            available,
+        });
+    }
     let tiles = (0..device.tiles as usize)
         .map(|t| TileProblem {
             tile: TileId::from_u32(t as u32),

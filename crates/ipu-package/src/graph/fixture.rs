@@ -60,8 +60,10 @@ use json::{Child, Node, Params};
 /// The fixture schema version this parser reads.
 pub const FIXTURE_SCHEMA_VERSION: u64 = 1;
 
-/// The most tensors plus ops a fixture may expand to.
-pub const MAX_GRAPH_ITEMS: u64 = 1 << 24;
+/// The most tensors plus ops a fixture may expand to: parsing takes about
+/// five microseconds an item, so a fixture is parsed in seconds at most
+/// (SigLIP so400m has about 1300 items, a thousand layers of it 46000).
+pub const MAX_GRAPH_ITEMS: u64 = 1 << 20;
 
 /// Options of [`parse_fixture_with`].
 #[derive(Clone, Debug, Default)]
@@ -235,17 +237,55 @@ pub fn parse_fixture(text: &str) -> Result<Graph, FixtureError> {
 
 /// Parses and validates a fixture with parameter overrides.
 pub fn parse_fixture_with(text: &str, options: &ParseOptions) -> Result<Graph, FixtureError> {
+    parse_fixture_bounded(text, options, MAX_GRAPH_ITEMS)
+}
+
+/// [`parse_fixture_with`] refusing a fixture that expands to more than
+/// `max_items` tensors and ops (at most [`MAX_GRAPH_ITEMS`]) before it is
+/// expanded: a package reader bounds the fixture a package carries this
+/// way.
+pub fn parse_fixture_bounded(
+    text: &str,
+    options: &ParseOptions,
+    max_items: u64,
+) -> Result<Graph, FixtureError> {
     let value: Value = serde_json::from_str(text).map_err(|e| FixtureError::Json {
         line: e.line(),
         column: e.column(),
         message: e.to_string(),
     })?;
-    Parser::default().parse(&value, options)
+    let parser = Parser {
+        max_items: max_items.min(MAX_GRAPH_ITEMS),
+        ..Parser::default()
+    };
+    parser.parse(&value, options)
+}
+
+/// [`parse_fixture_with`] also checking what a package build needs
+/// ([`check_buildable`](crate::graph::check_buildable)), with the JSON
+/// path of the offending field: `build-package` parses this way, so a
+/// fixture or parameter the build cannot take is refused before any work.
+pub fn parse_fixture_for_build(text: &str, options: &ParseOptions) -> Result<Graph, FixtureError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| FixtureError::Json {
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })?;
+    let parser = Parser {
+        max_items: MAX_GRAPH_ITEMS,
+        for_build: true,
+        ..Parser::default()
+    };
+    parser.parse(&value, options)
 }
 
 /// Where each tensor and op came from, for error paths.
 #[derive(Default)]
 struct Parser {
+    /// The most tensors plus ops the graph may have.
+    max_items: u64,
+    /// Whether to check what a build needs too.
+    for_build: bool,
     tensors: IdVec<TensorId, Tensor>,
     tensor_paths: Vec<(String, Option<u32>)>,
     names: std::collections::HashMap<String, TensorId>,
@@ -318,10 +358,16 @@ impl Parser {
             ops,
             op_paths,
             repeats,
+            for_build,
             ..
         } = self;
-        Graph::new(name, tensors, ops, repeats)
-            .map_err(|source| locate(source, &tensor_paths, &op_paths))
+        let graph = Graph::new(name, tensors, ops, repeats)
+            .map_err(|source| locate(source, &tensor_paths, &op_paths))?;
+        if for_build {
+            crate::graph::check_buildable(&graph)
+                .map_err(|source| locate(source, &tensor_paths, &op_paths))?;
+        }
+        Ok(graph)
     }
 
     fn layer(&mut self, layer: &Child<'_>, params: &Params) -> Result<(), FixtureError> {
@@ -353,15 +399,16 @@ impl Parser {
         let total = iterations
             .checked_mul(items)
             .and_then(|n| n.checked_add((self.tensors.len() + self.ops.len()) as u64));
-        if total.is_none_or(|n| n > MAX_GRAPH_ITEMS) {
+        if total.is_none_or(|n| n > self.max_items) {
             let path = obj
                 .optional("repeat")
                 .map_or_else(|| layer.path.clone(), |r| r.path);
             return Err(FixtureError::Value {
                 path,
                 message: format!(
-                    "the graph would have more than {MAX_GRAPH_ITEMS} tensors and ops; \
-                     lower the repeat count"
+                    "the graph would have more than {} tensors and ops; \
+                     lower the repeat count",
+                    self.max_items
                 ),
             });
         }
@@ -778,7 +825,12 @@ fn locate(
     let (path, iteration) = match source.location() {
         ErrorLocation::Tensor(t) => match tensor_paths.get(t.as_u32() as usize) {
             Some((p, it)) => {
-                let field = if matches!(source, GraphError::Overflow { .. }) {
+                let field = if matches!(
+                    source,
+                    GraphError::Overflow { .. }
+                        | GraphError::ZeroExtent { .. }
+                        | GraphError::PartialWords { .. }
+                ) {
                     ".shape"
                 } else {
                     ".name"

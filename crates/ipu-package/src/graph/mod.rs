@@ -3,20 +3,23 @@
 //!
 //! ```text
 //! fixture JSON ──fixture::parse_fixture──► Graph (validated, repeats kept)
+//!                 (parse_fixture_for_build also checks check_buildable)
 //!                                            │ values::generate (seed, tensor name)
 //!                                            ▼ or safetensors::read_values
 //!                                          ValueSet ──► ipu-sim reference / package weights
 //! ```
 
+mod buildable;
 mod fixture;
 mod ir;
 pub mod safetensors;
 mod validate;
 pub mod values;
 
+pub use buildable::check_buildable;
 pub use fixture::{
     FIXTURE_SCHEMA_VERSION, FixtureError, IterationNote, MAX_GRAPH_ITEMS, ParseOptions,
-    parse_fixture, parse_fixture_with,
+    parse_fixture, parse_fixture_bounded, parse_fixture_for_build, parse_fixture_with,
 };
 pub use ir::{
     Carry, Graph, GraphBuilder, Op, OpId, Repeat, SoftmaxPrecision, Tensor, TensorId, TensorKind,

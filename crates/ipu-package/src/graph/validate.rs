@@ -215,6 +215,95 @@ pub enum GraphError {
     /// The graph has no output.
     #[error("the graph has no output tensor; mark at least one tensor as an output")]
     NoOutputs,
+    /// A tensor has an extent of zero (the build needs every extent).
+    #[error("{tensor} `{name}` has extent 0 on axis {axis}; a package cannot hold an empty tensor")]
+    ZeroExtent {
+        /// The tensor.
+        tensor: TensorId,
+        /// Its name.
+        name: String,
+        /// The axis.
+        axis: usize,
+    },
+    /// A tensor's rows are not whole 32-bit words (the build needs them).
+    #[error(
+        "{tensor} `{name}` has rows of {bytes} bytes (last extent × element bytes); the exchange moves whole 32-bit words, so make the last extent a multiple of 4 bytes"
+    )]
+    PartialWords {
+        /// The tensor.
+        tensor: TensorId,
+        /// Its name.
+        name: String,
+        /// Bytes of one row.
+        bytes: u64,
+    },
+    /// An attention head's columns are not a multiple of 4 (the build needs
+    /// them).
+    #[error(
+        "{op} (attention) has heads of {head_columns} columns; the build needs a multiple of 4 so that each head is whole 32-bit words in every precision"
+    )]
+    HeadWidth {
+        /// The op.
+        op: OpId,
+        /// Columns per head.
+        head_columns: u64,
+    },
+    /// A slice of the last axis does not start on a word (the build needs
+    /// it to).
+    #[error(
+        "{op} (slice) starts {start_bytes} bytes into each row; the exchange moves whole 32-bit words, so start at a multiple of 4 bytes"
+    )]
+    SliceStart {
+        /// The op.
+        op: OpId,
+        /// The start, in bytes into the row.
+        start_bytes: u64,
+    },
+    /// An input or weight no op reads (the build holds only what is read).
+    #[error("{tensor} `{name}` is a{} {tensor_kind} that no op reads; read it or remove it", if matches!(tensor_kind, TensorKind::Input) { "n" } else { "" })]
+    Unread {
+        /// The tensor.
+        tensor: TensorId,
+        /// Its name.
+        name: String,
+        /// Its kind.
+        tensor_kind: TensorKind,
+    },
+    /// An op after a repeat reads a value of one of its iterations other
+    /// than a final carried value or a weight.
+    #[error(
+        "{op} {slot} reads `{name}`, a value of iteration {iteration} of repeat `{repeat}` ({count} iterations); after a repeat only its final carried values ({finals}) and its weights exist: check the repeat count against the names read"
+    )]
+    ReadFromRepeat {
+        /// The op.
+        op: OpId,
+        /// The operand.
+        slot: Slot,
+        /// The tensor's name.
+        name: String,
+        /// The repeat's name.
+        repeat: String,
+        /// The iteration the tensor belongs to.
+        iteration: u32,
+        /// Iterations of the repeat.
+        count: u32,
+        /// The final carried values, quoted and comma-separated.
+        finals: String,
+    },
+    /// An output inside a repeat is not a final carried value.
+    #[error(
+        "{tensor} `{name}` is an output inside repeat `{repeat}` but not one of its final carried values ({finals}); outputs of a repeat must be what its last iteration hands on"
+    )]
+    OutputInRepeat {
+        /// The tensor.
+        tensor: TensorId,
+        /// Its name.
+        name: String,
+        /// The repeat's name.
+        repeat: String,
+        /// The final carried values, quoted and comma-separated.
+        finals: String,
+    },
     /// A repeat is malformed or its iterations differ.
     #[error("repeat `{repeat}` iteration {iteration}: {message}")]
     Repeat {
@@ -236,7 +325,14 @@ impl GraphError {
             GraphError::TooLarge { .. } | GraphError::NoOutputs => ErrorLocation::Graph,
             GraphError::DuplicateName { tensor, .. }
             | GraphError::Overflow { tensor, .. }
-            | GraphError::NeverWritten { tensor, .. } => ErrorLocation::Tensor(*tensor),
+            | GraphError::NeverWritten { tensor, .. }
+            | GraphError::ZeroExtent { tensor, .. }
+            | GraphError::PartialWords { tensor, .. }
+            | GraphError::Unread { tensor, .. }
+            | GraphError::OutputInRepeat { tensor, .. } => ErrorLocation::Tensor(*tensor),
+            GraphError::ReadFromRepeat { op, slot, .. } => ErrorLocation::Operand(*op, *slot),
+            GraphError::HeadWidth { op, .. } => ErrorLocation::Attribute(*op, "heads"),
+            GraphError::SliceStart { op, .. } => ErrorLocation::Attribute(*op, "start"),
             GraphError::DanglingTensor { op, slot, .. }
             | GraphError::ReadBeforeWrite { op, slot, .. }
             | GraphError::Shape { op, slot, .. }

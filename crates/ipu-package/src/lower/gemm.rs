@@ -177,7 +177,8 @@ impl Lowerer<'_> {
         output: &TensorType,
         grid: GemmGrid,
     ) -> Result<BufferId, LowerError> {
-        let block = column_tiling(output).map_or(16, |a| a.block_size);
+        // An untiled last axis is not padded, and neither is its bias.
+        let block = column_tiling(output).map_or(1, |a| a.block_size);
         self.bias_in_blocks(op, bias, output, grid.pn, block)
     }
 
@@ -188,7 +189,7 @@ impl Lowerer<'_> {
         bias: TensorId,
         output: &TensorType,
     ) -> Result<BufferId, LowerError> {
-        let block = column_tiling(output).map_or(16, |a| a.block_size);
+        let block = column_tiling(output).map_or(1, |a| a.block_size);
         self.bias_in_blocks(op, bias, output, column_parts(output), block)
     }
 

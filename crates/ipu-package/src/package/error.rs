@@ -76,6 +76,19 @@ pub enum PackageIoError {
         /// [`super::FORMAT_VERSION`].
         supported: u32,
     },
+    /// A file, or the manifest's list of files, is larger than the reader's
+    /// limits allow.
+    #[error("{path}: {found} {what}, more than the {limit} a package may have")]
+    Limit {
+        /// The file (the manifest for a count of files).
+        path: PathBuf,
+        /// What is counted.
+        what: &'static str,
+        /// What was found.
+        found: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// A file's size is not the one the manifest records.
     #[error("{path}: {found} bytes, the manifest records {expected}")]
     Size {

@@ -10,9 +10,13 @@
 //! The modules: this one is the model; [`rows`] is the `exchange.bin`
 //! codec; [`weights`] is `weights.safetensors`, the weights a package
 //! carries; `write` writes a package directory atomically; `read` verifies
-//! every file against the manifest's digests and parses it.
+//! every file against the manifest's digests and parses it; `validate`
+//! checks what the files say against each other, the target and the
+//! [`Limits`]; `forge` re-signs edited files ([`resign`]), as anyone can.
 
 mod error;
+mod forge;
+mod limits;
 mod manifest;
 mod read;
 pub mod rows;
@@ -28,8 +32,12 @@ use ipu_target::Target;
 use serde::{Deserialize, Serialize};
 
 pub use error::PackageIoError;
+pub use forge::resign;
+pub use limits::Limits;
 pub use manifest::PackageFile;
-pub use validate::ValidationError;
+pub use validate::{
+    Access, FixtureMismatch, MAX_ERRORS, SpanError, ValidationError, codelet_accesses,
+};
 pub use weights::{PackageWeights, WeightsError};
 
 use crate::phases::LocalCopy;

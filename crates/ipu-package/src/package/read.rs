@@ -1,6 +1,10 @@
 //! Reading a package: every file is checked against the manifest (size,
 //! then SHA-256) before anything is parsed, and the directory may hold
-//! nothing the manifest does not list.
+//! nothing the manifest does not list. The manifest's size, the number
+//! and sizes of the files, and the number and width of the program's
+//! buffer types are checked against the [`Limits`] before they are read
+//! or parsed, so that no file can make the reader allocate without bound;
+//! then [`Package::validate_with`] checks the rest.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -13,10 +17,79 @@ use super::manifest::{
 use super::rows::decode_rows;
 use super::weights::WEIGHTS_FILE;
 use super::{
-    Manifest, PRECISION_FILE, Package, PackageIoError, PackageKernel, PackagePhase,
-    PackagePlacement, PackageWeights, PhaseInfo, SIGLIP_FILE, SiglipFiles,
+    Limits, Manifest, PRECISION_FILE, Package, PackageIoError, PackageKernel, PackagePhase,
+    PackagePlacement, PackageWeights, PhaseInfo, SIGLIP_FILE, SiglipFiles, ValidationError,
 };
 use crate::program::Program;
+
+/// What the reader looks at in `program.json` before parsing it: each
+/// buffer's name and the tile count of its type, since parsing a type
+/// resolves a table per tile.
+#[derive(serde::Deserialize)]
+struct ProgramScan {
+    buffers: Vec<BufferScan>,
+}
+
+#[derive(serde::Deserialize)]
+struct BufferScan {
+    name: String,
+    ty: TypeScan,
+}
+
+#[derive(serde::Deserialize)]
+struct TypeScan {
+    format: FormatScan,
+}
+
+#[derive(serde::Deserialize)]
+struct FormatScan {
+    layout: LayoutScan,
+}
+
+#[derive(serde::Deserialize)]
+struct LayoutScan {
+    tiling: TilingScan,
+}
+
+#[derive(serde::Deserialize)]
+struct TilingScan {
+    tile_count: u32,
+}
+
+/// Refuses a program whose buffer types would take more memory to parse
+/// than the limits allow: more buffers than allowed, a type wider than the
+/// package, or more tile shards together than allowed.
+fn scan_program(bytes: &[u8], tiles: u32, limits: &Limits) -> Result<(), Vec<ValidationError>> {
+    // A program that does not scan fails its full parse with a better
+    // message.
+    let Ok(scan) = serde_json::from_slice::<ProgramScan>(bytes) else {
+        return Ok(());
+    };
+    let limit = |what, found: u64, limit: u64| vec![ValidationError::Limit { what, found, limit }];
+    if scan.buffers.len() > limits.max_buffers {
+        return Err(limit(
+            "buffers",
+            scan.buffers.len() as u64,
+            limits.max_buffers as u64,
+        ));
+    }
+    let mut total = 0u64;
+    for b in &scan.buffers {
+        let type_tiles = b.ty.format.layout.tiling.tile_count;
+        if type_tiles > tiles {
+            return Err(vec![ValidationError::BufferTiles {
+                buffer: b.name.clone(),
+                type_tiles,
+                tiles,
+            }]);
+        }
+        total = total.saturating_add(u64::from(type_tiles));
+    }
+    if total > limits.max_buffer_tiles {
+        return Err(limit("buffer shards", total, limits.max_buffer_tiles));
+    }
+    Ok(())
+}
 
 /// Reads the file `entry` names under `dir` and checks its size, then its
 /// digest, against the entry.
@@ -97,15 +170,21 @@ impl Package {
     /// and that the directory holds no file the manifest does not list.
     /// Returns the manifest's entries.
     pub fn verify(dir: &Path) -> Result<Vec<PackageFile>, PackageIoError> {
-        let (manifest, _) = read_files(dir)?;
+        let (manifest, _) = read_files(dir, &Limits::default())?;
         Ok(manifest.files)
     }
 
     /// Reads a package written by [`Package::write`]: every file is
     /// checked against the manifest ([`Package::verify`]), then parsed,
-    /// then validated ([`Package::validate`]).
+    /// then validated ([`Package::validate`]), within the default
+    /// [`Limits`].
     pub fn read(dir: &Path) -> Result<Package, PackageIoError> {
-        let (manifest, content) = read_files(dir)?;
+        Package::read_with(dir, &Limits::default())
+    }
+
+    /// [`Package::read`] within `limits`.
+    pub fn read_with(dir: &Path, limits: &Limits) -> Result<Package, PackageIoError> {
+        let (manifest, content) = read_files(dir, limits)?;
         // Only verified content is parsed; a file the program needs but the
         // manifest does not list is as wrong as a damaged one.
         let file = |rel: &str| -> Result<&[u8], PackageIoError> {
@@ -131,6 +210,21 @@ impl Package {
                 source,
             }
         })?;
+        let invalid = |errors| PackageIoError::Invalid {
+            path: dir.to_owned(),
+            errors,
+        };
+        // The tile count bounds the types' tables; a manifest that names
+        // more tiles than the target or the limits is refused here.
+        let tiles = manifest.tile_count;
+        if tiles > target.tile_count() || tiles > limits.max_tiles {
+            return Err(invalid(vec![ValidationError::TileCount {
+                tiles,
+                target: target.name().to_owned(),
+                available: target.tile_count().min(limits.max_tiles),
+            }]));
+        }
+        scan_program(json("program.json")?, tiles, limits).map_err(invalid)?;
         let program: Program = serde_json::from_slice(json("program.json")?)
             .map_err(|e| format("program.json", e.to_string()))?;
         let placement: PackagePlacement = serde_json::from_slice(json("placement.json")?)
@@ -222,22 +316,86 @@ impl Package {
             weights,
             siglip,
         };
-        let errors = package.validate();
+        let errors = package.validate_with(limits);
         if !errors.is_empty() {
-            return Err(PackageIoError::Invalid {
-                path: dir.to_owned(),
-                errors,
-            });
+            return Err(invalid(errors));
         }
         Ok(package)
     }
 }
 
-/// The verified manifest and the content of every file it lists.
-fn read_files(dir: &Path) -> Result<(Manifest, BTreeMap<String, Vec<u8>>), PackageIoError> {
+/// Reads at most `limit` bytes of the file at `path`.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, PackageIoError> {
+    let file = std::fs::File::open(path).map_err(io(path))?;
+    let size = file.metadata().map_err(io(path))?.len();
+    if size > limit {
+        return Err(PackageIoError::Limit {
+            path: path.to_owned(),
+            what: "bytes",
+            found: size,
+            limit,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    // Never more than the limit, even if the file grows while it is read.
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io(path))?;
+    if bytes.len() as u64 > limit {
+        return Err(PackageIoError::Limit {
+            path: path.to_owned(),
+            what: "bytes",
+            found: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Refuses a manifest listing more files, or larger ones, than the limits
+/// allow, before any of them is read.
+fn check_sizes(dir: &Path, manifest: &Manifest, limits: &Limits) -> Result<(), PackageIoError> {
     let path = dir.join(MANIFEST);
-    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    if manifest.files.len() > limits.max_files {
+        return Err(PackageIoError::Limit {
+            path,
+            what: "files",
+            found: manifest.files.len() as u64,
+            limit: limits.max_files as u64,
+        });
+    }
+    let mut total = 0u64;
+    for f in &manifest.files {
+        if f.bytes > limits.max_file_bytes {
+            return Err(PackageIoError::Limit {
+                path: dir.join(&f.name),
+                what: "bytes",
+                found: f.bytes,
+                limit: limits.max_file_bytes,
+            });
+        }
+        total = total.saturating_add(f.bytes);
+    }
+    if total > limits.max_package_bytes {
+        return Err(PackageIoError::Limit {
+            path,
+            what: "bytes in all files",
+            found: total,
+            limit: limits.max_package_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// The verified manifest and the content of every file it lists.
+fn read_files(
+    dir: &Path,
+    limits: &Limits,
+) -> Result<(Manifest, BTreeMap<String, Vec<u8>>), PackageIoError> {
+    let path = dir.join(MANIFEST);
+    let bytes = read_bounded(&path, limits.max_manifest_bytes)?;
     let manifest = parse_manifest(&path, &bytes)?;
+    check_sizes(dir, &manifest, limits)?;
     let mut content = BTreeMap::new();
     for entry in &manifest.files {
         content.insert(entry.name.clone(), read_verified(dir, entry)?);

@@ -101,6 +101,18 @@ impl PackageWeights {
     /// The value of every weight of `graph`: each must be stored, in
     /// exactly its tensor's precision, and nothing else may be.
     pub fn values(&self, graph: &Graph) -> Result<ValueSet, WeightsError> {
+        self.check(graph)?;
+        read_weights(graph, &self.bytes).map_err(|source| match source {
+            SafetensorsError::Missing { name, tensor } => WeightsError::Missing { name, tensor },
+            source => WeightsError::Safetensors { source },
+        })
+    }
+
+    /// What [`PackageWeights::values`] checks that the file's header alone
+    /// shows: every entry is a weight of `graph` stored in exactly its
+    /// precision and shape, and every weight has an entry. It decodes no
+    /// value, so package validation runs it on every read.
+    pub fn check(&self, graph: &Graph) -> Result<(), WeightsError> {
         let (_, metadata) = SafeTensors::read_metadata(&self.bytes).map_err(|source| {
             WeightsError::Safetensors {
                 source: SafetensorsError::Format { source },
@@ -151,10 +163,28 @@ impl PackageWeights {
                     expected,
                 });
             }
+            let stored: Vec<u64> = info.shape.iter().map(|&e| e as u64).collect();
+            let extents = graph.tensor(id).extents();
+            if stored != extents {
+                return Err(WeightsError::Safetensors {
+                    source: SafetensorsError::Shape {
+                        name,
+                        tensor: id,
+                        stored,
+                        expected: extents.to_vec(),
+                    },
+                });
+            }
         }
-        read_weights(graph, &self.bytes).map_err(|source| match source {
-            SafetensorsError::Missing { name, tensor } => WeightsError::Missing { name, tensor },
-            source => WeightsError::Safetensors { source },
-        })
+        for id in graph.weights() {
+            let name = graph.tensor(id).name();
+            if metadata.info(name).is_none() {
+                return Err(WeightsError::Missing {
+                    name: name.to_owned(),
+                    tensor: id,
+                });
+            }
+        }
+        Ok(())
     }
 }

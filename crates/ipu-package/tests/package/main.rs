@@ -1,8 +1,8 @@
 //! Integration tests of ipu-package: the fixtures and their parameter
 //! counts, fixture errors with JSON paths, graph validation, deterministic
 //! values, the safetensors loader, SigLIP checkpoint import and image
-//! preprocessing, layout planning, the package files on disk, and the cycle
-//! estimate.
+//! preprocessing, layout planning, the package files on disk, the cycle
+//! estimate, and hostile packages and fixtures.
 
 mod bad_fixtures;
 mod calibrate;
@@ -11,6 +11,7 @@ mod checkpoint_images;
 mod choose;
 mod fixtures;
 mod graph;
+mod hostile;
 mod lower;
 mod package_files;
 mod plan;

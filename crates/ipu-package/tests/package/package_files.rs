@@ -1,24 +1,29 @@
 //! Package files on disk: what `Package::write` writes and what
 //! `Package::read` accepts.
 //!
-//! A small package made by hand (two tiles, one phase, two kernels) is
-//! enough: these tests are about the files, not the build. They hold that
+//! A small package made by hand (two tiles, one phase, two kernels), which
+//! validates, is enough: these tests are about the files, not the build. They hold that
 //! the package does not depend on the build's timings or on where it is
 //! written, that every file is checked against the manifest's size and
-//! SHA-256 before anything is parsed (every byte of every file is flipped
-//! in turn), and that each refusal is a typed error naming the file.
+//! SHA-256 before anything is parsed (bytes all over every file are
+//! flipped in turn), and that each refusal is a typed error naming the
+//! file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use ipu_exchange::EncodedRows;
-use ipu_layout::TileId;
+use ipu_kernels::{GemmShape, HostToolchain, Mode, PlanConfig, RowSize, Toolchain, plan_variant};
+use ipu_layout::{
+    ElementOrder, Fp8Format, IdVec, Layout, MemoryClass, Precision, TensorFormat, TensorShape,
+    TensorTiling, TensorType, TileId,
+};
 use ipu_package::package::{
     BufferAddresses, BuildSummary, FORMAT_VERSION, Manifest, Package, PackageIoError,
     PackageKernel, PackagePhase, PackagePlacement, PhaseInfo, RowPatch, TileSupport,
 };
 use ipu_package::LocalCopy;
-use ipu_package::program::Program;
+use ipu_package::program::{Buffer, BufferId, BufferRole, Codelet, GemmKernel, Program, Step};
 use sha2::{Digest, Sha256};
 
 /// A directory under Cargo's temporary directory for the integration
@@ -48,20 +53,119 @@ impl Drop for Scratch {
     }
 }
 
-/// A package made by hand: two tiles, one phase with a patch and an
-/// on-tile copy, two kernels, a fixture and the build's timings.
-pub fn sample() -> Package {
-    let kernel = |name: &str, object: &[u8]| PackageKernel {
-        name: name.to_owned(),
-        entries: [
-            format!("{name}_si"),
-            format!("{name}_sa"),
-            format!("{name}_li"),
-            format!("{name}_la"),
-        ],
-        object: object.to_vec(),
-        metadata: format!("{{\"name\":\"{name}\",\"code_bytes\":{}}}", object.len()),
+/// The fixture of [`sample`]: one input, its GELU as the output.
+const SAMPLE_FIXTURE: &str = r#"{"schema_version": 1, "name": "sample", "layers": [{"name": "l",
+  "tensors": [{"name": "x", "shape": [2, 4], "precision": "F16", "kind": "input"},
+              {"name": "y", "shape": [2, 4], "precision": "F16", "kind": "output"}],
+  "ops": [{"op": "gelu", "inputs": ["x"], "output": "y"}]}]}
+"#;
+
+/// A compiled kernel named `name` for the GEMM `spec`, as the build makes
+/// it.
+fn compiled(name: &str, spec: &GemmKernel) -> PackageKernel {
+    let shape = GemmShape {
+        rows: spec.rows_large,
+        inner: spec.inner,
+        columns: spec.columns,
+        left: spec.left,
+        left_order: spec.left_order,
+        right: spec.right,
+        output: spec.output,
+        output_order: ElementOrder::RowMajor,
+        right_class: spec.right_class,
     };
+    let variant = plan_variant(
+        &shape,
+        spec.rows_small,
+        spec.rows_large,
+        &PlanConfig::default(),
+    )
+    .expect("a variant");
+    let kernel = HostToolchain.compile(&variant).expect("compiles");
+    let mut entries: [String; 4] = Default::default();
+    for e in variant.entry_points() {
+        let index =
+            usize::from(e.size == RowSize::Large) * 2 + usize::from(e.mode == Mode::Accumulate);
+        entries[index] = e.symbol;
+    }
+    PackageKernel {
+        name: name.to_owned(),
+        entries,
+        object: kernel.object,
+        metadata: serde_json::to_string(&kernel.metadata).expect("metadata"),
+    }
+}
+
+/// A package made by hand that validates: two tiles, an input and an
+/// output buffer on tile 0, a GELU between them, a repeat of one exchange
+/// step whose phase has a patch and an on-tile copy, two kernels, a
+/// fixture and the build's timings.
+pub fn sample() -> Package {
+    let target = ipu_target::Target::ipu21().clone();
+    let code = target.code_region().start;
+    let f8 = Precision::F8 {
+        format: Fp8Format::F143,
+        scale: -7,
+    };
+    let spec = |rows: u32| GemmKernel {
+        inner: 32,
+        columns: 32,
+        rows_small: rows,
+        rows_large: rows,
+        left: f8,
+        left_order: ElementOrder::RowMajor,
+        right: f8,
+        output: Precision::F16,
+        right_class: MemoryClass::Ipu21Interleaved,
+    };
+    let buffer = |name: &str, role: BufferRole| Buffer {
+        name: name.to_owned(),
+        ty: TensorType::new(
+            TensorShape::new([2, 4]),
+            TensorFormat {
+                precision: Precision::F16,
+                layout: Layout {
+                    order: ElementOrder::RowMajor,
+                    tiling: TensorTiling::new(1, 1, Vec::new()).expect("a tiling"),
+                    memory_class: MemoryClass::Ipu21Standard,
+                },
+            },
+        )
+        .expect("a type"),
+        role,
+        padding_read: false,
+        tail_bytes: 0,
+        alignment: 8,
+    };
+    let (x, y) = (BufferId::from_u32(0), BufferId::from_u32(1));
+    let mut program = Program::default();
+    program.buffers.push(buffer("x", BufferRole::Input));
+    program.buffers.push(buffer("y", BufferRole::Output));
+    program.kernels.push(spec(1));
+    program.kernels.push(spec(2));
+    program.steps = vec![
+        Step::Compute {
+            name: "gelu y".into(),
+            calls: vec![(
+                TileId::from_u32(0),
+                Codelet::Gelu {
+                    input: x.into(),
+                    output: y.into(),
+                    elements: 8,
+                },
+            )],
+        },
+        Step::Repeat {
+            name: "again".into(),
+            count: 2,
+            body: vec![Step::Exchange {
+                name: "exchange0".into(),
+                copies: Vec::new(),
+            }],
+            iteration_buffers: Vec::new(),
+        },
+    ];
+    let delay = |cycles: u32| 0x40a0_0000 | (cycles - 1);
     Package {
         manifest: Manifest {
             format_version: FORMAT_VERSION,
@@ -78,20 +182,26 @@ pub fn sample() -> Package {
             },
             files: Vec::new(),
         },
-        target: ipu_target::Target::ipu21().clone(),
-        program: Program::default(),
+        program,
         placement: PackagePlacement {
-            addresses: BufferAddresses::default(),
-            support: vec![TileSupport::default(); 2],
+            addresses: BufferAddresses::from_lists(vec![vec![(0, 0x5_0000)], vec![(0, 0x5_0020)]]),
+            support: vec![
+                TileSupport {
+                    start: code,
+                    ..TileSupport::default()
+                };
+                2
+            ],
         },
+        target,
         phases: vec![PackagePhase {
             info: PhaseInfo {
                 name: "exchange0".into(),
                 local: vec![LocalCopy {
-                    tile: TileId::from_u32(1),
-                    source: 0x4c000,
-                    destination: 0x50000,
-                    bytes: 64,
+                    tile: TileId::from_u32(0),
+                    source: 0x5_0000,
+                    destination: 0x5_0020,
+                    bytes: 16,
                     source_stride: 0,
                     destination_stride: 0,
                 }],
@@ -104,15 +214,12 @@ pub fn sample() -> Package {
                 endpoint_lower_bound: 30,
                 stronger_lower_bound: 35,
             },
-            rows: EncodedRows::from_tile_rows(vec![vec![0x1234_5678, 0x9abc_def0, 7], vec![42]]),
+            rows: EncodedRows::from_tile_rows(vec![vec![delay(3), delay(5)], vec![delay(1)]]),
         }],
-        kernels: vec![
-            kernel("k0", b"\x7fELF\x01\x01\x01object zero"),
-            kernel("k1", b"\x7fELF\x01\x01\x01object one!"),
-        ],
+        kernels: vec![compiled("k0", &spec(1)), compiled("k1", &spec(2))],
         memory_profile: "{\"schema\":\"ipu-alloc/memory-profile/v1\",\"tiles\":[]}".into(),
         profile: None,
-        fixture: Some("{\"name\":\"sample\"}\n".into()),
+        fixture: Some(SAMPLE_FIXTURE.into()),
         weights: None,
         siglip: None,
     }
@@ -292,7 +399,14 @@ fn every_flipped_byte_is_refused_naming_the_file() {
     let mut missed = Vec::new();
     for (name, bytes) in &files {
         let path = dir.join(name);
-        for at in 0..bytes.len() {
+        // Every byte of the small files; 256 spread over a larger one
+        // (the first and the last among them), so that the test stays fast
+        // with real kernel objects.
+        let step = bytes.len().div_ceil(256).max(1);
+        let positions = (0..bytes.len())
+            .step_by(step)
+            .chain(bytes.len().checked_sub(1));
+        for at in positions {
             for bit in [0x01u8, 0x80] {
                 let mut damaged = bytes.clone();
                 damaged[at] ^= bit;
@@ -586,6 +700,7 @@ fn an_empty_directory_or_an_earlier_package_is_replaced() {
     let mut other = sample();
     other.fixture = None;
     other.kernels.truncate(1);
+    other.program.kernels = IdVec::from_vec(other.program.kernels.values()[..1].to_vec());
     other.memory_profile = "{\"other\":true}".into();
     other.write(&dir).expect("write over the earlier package");
     let reference = scratch.path().join("reference");
