@@ -89,7 +89,8 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     println!(
         "bench-sim model=SigLIP-so400m-b2 tiles={} layers={} seed={}",
         tiles(),
-        args.layers, args.seed
+        args.layers,
+        args.seed
     );
     for line in &checked.lines {
         println!("{line}");
@@ -285,6 +286,11 @@ fn per_layer(graph: &Graph, stats: &RunStats) -> Option<LayerTime> {
     })
 }
 
+/// The tile count of the built-in target, which the benchmark builds for.
+fn tiles() -> u32 {
+    ipu_target::Target::ipu21().tile_count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,9 +348,4 @@ mod tests {
         assert_eq!((by_repeat.count, by_repeat.each), (2, ms(30)));
         assert!(per_layer(&graph, &RunStats::default()).is_none());
     }
-}
-
-/// The tile count of the built-in target, which the benchmark builds for.
-fn tiles() -> u32 {
-    ipu_target::Target::ipu21().tile_count()
 }

@@ -13,7 +13,7 @@
 //! allocation exceeds what tile memory holds), and strided rows must not
 //! overlap (so a row count cannot multiply a small read into a large
 //! allocation). How long a codelet may loop is bounded by the run's work
-//! limit, counted with [`codelet_work`] before the run.
+//! limit, counted with `codelet_work` before the run.
 
 use ipu_layout::{Precision, TileId};
 use ipu_package::profile::{VectorModel, Work};

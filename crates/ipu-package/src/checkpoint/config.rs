@@ -345,7 +345,7 @@ impl VisionConfig {
     }
 
     /// Elements of one patch vector as the graph holds it: [`patch_dim`]
-    /// rounded up to a multiple of [`PATCH_ALIGN`], the padding zeros.
+    /// rounded up to a multiple of `PATCH_ALIGN` (4), the padding zeros.
     ///
     /// [`patch_dim`]: VisionConfig::patch_dim
     pub fn patch_width(&self) -> u64 {

@@ -18,11 +18,11 @@ use ipu_layout::{
     ElementOrder, Fp8Format, IdVec, Layout, MemoryClass, Precision, TensorFormat, TensorShape,
     TensorTiling, TensorType, TileId,
 };
+use ipu_package::LocalCopy;
 use ipu_package::package::{
     BufferAddresses, BuildSummary, FORMAT_VERSION, Manifest, Package, PackageIoError,
     PackageKernel, PackagePhase, PackagePlacement, PhaseInfo, RowPatch, TileSupport,
 };
-use ipu_package::LocalCopy;
 use ipu_package::program::{Buffer, BufferId, BufferRole, Codelet, GemmKernel, Program, Step};
 use sha2::{Digest, Sha256};
 

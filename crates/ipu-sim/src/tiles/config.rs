@@ -34,7 +34,7 @@ pub(super) fn codelet_kind(c: &Codelet) -> usize {
 }
 
 /// How much a run may do; a package needing more is refused before it
-/// runs with [`SimError::TooManyTiles`] or [`SimError::WorkLimit`].
+/// runs with [`SimError::TooManyTiles`](crate::SimError::TooManyTiles) or [`SimError::WorkLimit`](crate::SimError::WorkLimit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Tiles (each holds a 624 KiB image): 8192 by default, 5 GiB of
@@ -78,7 +78,7 @@ pub struct Fault {
     pub delta: f32,
 }
 
-/// Options of [`run_package_with`].
+/// Options of [`run_package_with`](crate::tiles::run_package_with).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
     /// Check every op against the reference evaluated on the device's own
