@@ -134,7 +134,9 @@ pub struct FitFailure {
     pub live: Vec<LiveRange>,
     /// Why it failed.
     pub verdict: Verdict,
-    /// How many tiles failed in all (this report is for the first).
+    /// How many tiles no greedy pass placed. The exact search runs on them
+    /// in problem order and stops at the first it cannot place, which this
+    /// report is for; so at least one and at most this many tiles fail.
     pub failing_tiles: usize,
 }
 
@@ -149,7 +151,7 @@ pub enum PlaceError {
     /// A tile's requests do not fit.
     #[error(
         "{} cannot place {} ({}, {} bytes, alignment {}, steps {}..={}): the largest free gap \
-         in its ranges at step {} is {} bytes; {} ({} tile(s) failed)",
+         in its ranges at step {} is {} bytes; {} ({} tile(s) left to the exact search)",
         .0.tile, .0.request, .0.class, .0.bytes, .0.alignment, .0.first_step, .0.last_step,
         .0.step, .0.largest_free_gap, .0.verdict, .0.failing_tiles
     )]

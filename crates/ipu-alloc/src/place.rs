@@ -284,34 +284,67 @@ pub(crate) fn tile_arena(tile: &TileProblem, map: &MemoryMap) -> Arena {
 
 /// Places every tile of `problem`.
 ///
-/// Tiles run in parallel; the result is the same whatever the thread count.
-/// Each failing tile is logged at debug level as `tile allocation does not
-/// fit`; the error reports the first failing tile in problem order.
+/// The greedy passes run on every tile in parallel. The exact search then
+/// runs, in parallel batches taken in problem order, on the tiles no
+/// greedy pass placed, and stops after the batch holding the first tile it
+/// cannot place: the error reports that tile, and no later tile could
+/// change which tile it is, so a problem that does not fit fails after one
+/// budget-bound search instead of one per tight tile. The result is the
+/// same whatever the thread count. Each failing tile searched is logged at
+/// debug level as `tile allocation does not fit`.
 pub fn place(problem: &Problem, config: &PlaceConfig) -> Result<Placement, PlaceError> {
     validate(problem)?;
-    let results: Vec<Result<TilePlacement, Box<FitFailure>>> = problem
+    let greedy: Vec<Result<TilePlacement, Box<Pending>>> = problem
         .tiles
         .par_iter()
-        .map(|tile| place_tile(tile, &problem.map, config))
+        .map(|tile| place_greedy(tile, &problem.map, config))
         .collect();
-    let failing = results.iter().filter(|r| r.is_err()).count();
-    let mut first_failure = None;
-    let mut tiles = Vec::with_capacity(results.len());
-    for result in results {
+    let unplaced = greedy.iter().filter(|r| r.is_err()).count();
+    let mut tiles = Vec::with_capacity(greedy.len());
+    let mut waiting: Vec<(usize, Box<Pending>)> = Vec::new();
+    for (i, result) in greedy.into_iter().enumerate() {
         match result {
-            Ok(t) => tiles.push(t),
-            Err(f) => {
-                log_failure(&f);
-                if first_failure.is_none() {
-                    first_failure = Some(f);
+            Ok(t) => tiles.push(Some(t)),
+            Err(p) => {
+                tiles.push(None);
+                waiting.push((i, p));
+            }
+        }
+    }
+    let batch = rayon::current_num_threads().max(1);
+    let mut first_failure: Option<Box<FitFailure>> = None;
+    let mut rest = waiting.into_iter();
+    while first_failure.is_none() {
+        let chunk: Vec<(usize, Box<Pending>)> = rest.by_ref().take(batch).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        let searched: Vec<(usize, Result<TilePlacement, Box<FitFailure>>)> = chunk
+            .into_par_iter()
+            .map(|(i, pending)| {
+                (
+                    i,
+                    place_exact(&problem.tiles[i], &problem.map, config, *pending),
+                )
+            })
+            .collect();
+        for (i, result) in searched {
+            match result {
+                Ok(t) => tiles[i] = Some(t),
+                Err(f) => {
+                    log_failure(&f);
+                    if first_failure.is_none() {
+                        first_failure = Some(f);
+                    }
                 }
             }
         }
     }
     if let Some(mut f) = first_failure {
-        f.failing_tiles = failing;
+        f.failing_tiles = unplaced;
         return Err(PlaceError::DoesNotFit(f));
     }
+    let tiles: Vec<TilePlacement> = tiles.into_iter().flatten().collect();
     let summary = summarize(&tiles, &problem.map);
     let placement = Placement { tiles, summary };
     if config.verify {
@@ -376,6 +409,27 @@ pub fn place_tile(
     map: &MemoryMap,
     config: &PlaceConfig,
 ) -> Result<TilePlacement, Box<FitFailure>> {
+    match place_greedy(tile, map, config) {
+        Ok(placed) => Ok(placed),
+        Err(pending) => place_exact(tile, map, config, *pending),
+    }
+}
+
+/// A tile no greedy pass placed: what the exact search and the failure
+/// report start from.
+struct Pending {
+    bound: TileBound,
+    arena: Arena,
+    failure: GreedyFailure,
+}
+
+/// The greedy passes of [`place_tile`]: the best placement they find, or
+/// what the exact search needs.
+fn place_greedy(
+    tile: &TileProblem,
+    map: &MemoryMap,
+    config: &PlaceConfig,
+) -> Result<TilePlacement, Box<Pending>> {
     let bound = lower_bound(tile, map);
     let arena = tile_arena(tile, map);
     let index = Neighbours::new(&arena.items);
@@ -410,31 +464,40 @@ pub fn place_tile(
             }
         }
     }
-    let finish = |offsets: Vec<u64>, method| {
-        let n = tile.requests.len();
-        let mut entries: Vec<(RequestId, u32)> = tile
-            .requests
-            .iter()
-            .zip(&offsets[..n])
-            .map(|(r, &o)| (r.id, u32::try_from(o).unwrap_or(u32::MAX)))
-            .collect();
-        entries.sort_by_key(|e| e.0);
-        let peak = peak_of(&arena, &offsets).max(u64::from(map.sram_start()));
-        TilePlacement {
-            tile: tile.tile,
-            entries,
-            achieved_peak_bytes: peak - u64::from(map.sram_start()),
-            bound: Some(bound.clone()),
-            method,
-        }
-    };
     if let Some((_, offsets, strategy)) = best {
-        return Ok(finish(offsets, PlaceMethod::Greedy(strategy)));
+        return Ok(finish(
+            tile,
+            map,
+            &arena,
+            &bound,
+            &offsets,
+            PlaceMethod::Greedy(strategy),
+        ));
     }
     let failure = first_failure.unwrap_or(GreedyFailure {
         item: 0,
         offsets: vec![UNPLACED; arena.items.len()],
     });
+    Err(Box::new(Pending {
+        bound,
+        arena,
+        failure,
+    }))
+}
+
+/// The exact search of [`place_tile`] on a tile no greedy pass placed,
+/// within the node budget; the failure report when it finds nothing.
+fn place_exact(
+    tile: &TileProblem,
+    map: &MemoryMap,
+    config: &PlaceConfig,
+    pending: Pending,
+) -> Result<TilePlacement, Box<FitFailure>> {
+    let Pending {
+        bound,
+        arena,
+        failure,
+    } = pending;
     let mut nodes = 0;
     let mut proved = false;
     if !bound.proves_infeasible() && tile.requests.len() <= config.exact_max_requests {
@@ -449,7 +512,14 @@ pub fn place_tile(
         nodes = report.nodes;
         match report.outcome {
             ExactOutcome::Found(offsets) => {
-                return Ok(finish(offsets, PlaceMethod::Exact { nodes }));
+                return Ok(finish(
+                    tile,
+                    map,
+                    &arena,
+                    &bound,
+                    &offsets,
+                    PlaceMethod::Exact { nodes },
+                ));
             }
             ExactOutcome::Infeasible => proved = true,
             ExactOutcome::Unknown => {}
@@ -458,6 +528,33 @@ pub fn place_tile(
     Err(Box::new(explain(
         tile, map, &arena, &bound, failure, proved, nodes,
     )))
+}
+
+/// The tile's placement from the offsets of its arena's items.
+fn finish(
+    tile: &TileProblem,
+    map: &MemoryMap,
+    arena: &Arena,
+    bound: &TileBound,
+    offsets: &[u64],
+    method: PlaceMethod,
+) -> TilePlacement {
+    let n = tile.requests.len();
+    let mut entries: Vec<(RequestId, u32)> = tile
+        .requests
+        .iter()
+        .zip(&offsets[..n])
+        .map(|(r, &o)| (r.id, u32::try_from(o).unwrap_or(u32::MAX)))
+        .collect();
+    entries.sort_by_key(|e| e.0);
+    let peak = peak_of(arena, offsets).max(u64::from(map.sram_start()));
+    TilePlacement {
+        tile: tile.tile,
+        entries,
+        achieved_peak_bytes: peak - u64::from(map.sram_start()),
+        bound: Some(bound.clone()),
+        method,
+    }
 }
 
 /// The section of a failing request's lifetime with the smallest largest

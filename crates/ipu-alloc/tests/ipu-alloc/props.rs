@@ -324,3 +324,42 @@ fn regression_exact_search_with_partners_places_every_part() {
     ));
     check_placement(&problem, &placement).unwrap();
 }
+
+#[test]
+fn a_misfit_reports_the_first_failing_tile_whatever_the_thread_count() {
+    // Three tiles get one more request than their memory holds for its
+    // whole lifetime; the exact search stops at the first tile it cannot
+    // place, so the report must still name the lowest of them.
+    let mut problem = siglip_like(7, 48, 120, 60);
+    let capacity = problem.map.loader_limit() - problem.map.sram_start();
+    for &t in &[40usize, 5, 17] {
+        let tile = &mut problem.tiles[t];
+        let id = u32::try_from(tile.requests.len()).unwrap();
+        tile.requests.push(Request {
+            id: RequestId::from_u32(id),
+            class: MemoryClass::Ipu21Standard,
+            bytes: capacity - 64,
+            alignment: 8,
+            first_step: 0,
+            last_step: 59,
+            separate_from: SmallVec::new(),
+        });
+    }
+    let config = PlaceConfig::default();
+    let run = |threads| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        match pool.install(|| place(&problem, &config)) {
+            Err(PlaceError::DoesNotFit(f)) => (f.tile, f.request, f.failing_tiles),
+            Err(e) => panic!("expected a misfit, got {e}"),
+            Ok(_) => panic!("expected a misfit, got a placement"),
+        }
+    };
+    let one = run(1);
+    assert_eq!(one.0, TileId::from_u32(5));
+    assert!(one.2 >= 3, "{one:?}");
+    assert_eq!(one, run(2));
+    assert_eq!(one, run(4));
+}
