@@ -100,6 +100,34 @@ fn panels_touched(start: u64, len: u64, panel: u64) -> u64 {
     (start + len - 1) / panel - start / panel + 1
 }
 
+/// Σ of [`panels_touched`] over `n` consecutive blocks of width `w`, the
+/// first starting at column `first · w`, in closed form: a block touches
+/// one panel more than the panel boundaries strictly inside it, and the
+/// boundaries inside all of them are those between their ends, less the
+/// ones falling exactly on a block start (multiples of `panel / gcd(w,
+/// panel)` blocks).
+fn block_runs(first: u64, n: u64, w: u64, panel: u64) -> u64 {
+    if n == 0 || w == 0 {
+        return 0;
+    }
+    let panel = u128::from(panel.max(1));
+    let (first, n, w) = (u128::from(first), u128::from(n), u128::from(w));
+    let end = first + n;
+    // Panel boundaries p·panel with first·w < p·panel < end·w ...
+    let inside = (end * w - 1) / panel - (first * w) / panel;
+    // ... of which those at a block start are not inside a block.
+    let step = panel / gcd(w, panel);
+    let at_starts = (end - 1) / step - first / step;
+    u64::try_from(n + inside - at_starts).unwrap_or(u64::MAX)
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// Per-share sums the closed forms share: panel runs of every column block
 /// and inner block, and how many blocks of each width there are.
 struct ShareSums {
@@ -142,16 +170,23 @@ fn share_sums(variant: &Variant, block_start: u32, blocks: u32) -> ShareSums {
         column_widths: [(c, 0), (0, 0)],
         inner_widths: [(k, inner / k), (inner % k, u64::from(inner % k != 0))],
     };
-    for cb in u64::from(block_start)..u64::from(block_start) + u64::from(blocks) {
+    // Every block but the matrix's last is `c` wide; the last may be
+    // narrower. The runs of the full blocks are summed in closed form.
+    let (first, end) = (
+        u64::from(block_start),
+        u64::from(block_start) + u64::from(blocks),
+    );
+    let full_end = end.min(columns / c.max(1));
+    let full = full_end.saturating_sub(first);
+    sums.column_widths[0].1 = full;
+    sums.right_runs = block_runs(first, full, c, s.right.amp_panel_columns());
+    sums.out_runs = block_runs(first, full, c, out_panel);
+    for cb in first.max(full_end)..end {
         let c0 = cb * c;
-        let cw = c.min(columns - c0);
+        let cw = c.min(columns.saturating_sub(c0));
         sums.right_runs += panels_touched(c0, cw, s.right.amp_panel_columns());
         sums.out_runs += panels_touched(c0, cw, out_panel);
-        if cw == c {
-            sums.column_widths[0].1 += 1;
-        } else {
-            sums.column_widths[1] = (cw, 1);
-        }
+        sums.column_widths[1] = (cw, 1);
     }
     for kb in 0..sums.nk {
         let k0 = kb * k;
@@ -325,4 +360,29 @@ pub fn code_bytes(variant: &Variant) -> u32 {
 /// Static instructions of one op (re-exported for listings and tests).
 pub fn op_instructions(op: &AmpOp, model: &AmpModel) -> u64 {
     op_code_instructions(op, model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{block_runs, panels_touched};
+
+    #[test]
+    fn block_runs_equal_the_sum_over_blocks() {
+        for panel in [1u64, 2, 3, 16, 32, 48, 100, u64::MAX] {
+            for w in 1u64..70 {
+                for first in 0u64..9 {
+                    for n in 0u64..12 {
+                        let looped: u64 = (first..first + n)
+                            .map(|b| panels_touched(b * w, w, panel))
+                            .sum();
+                        assert_eq!(
+                            block_runs(first, n, w, panel),
+                            looped,
+                            "panel {panel} width {w} first {first} n {n}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
