@@ -298,49 +298,91 @@ fn validate_transfer(phase: &Phase, index: usize, transfer: &Transfer) -> Result
 }
 
 /// Checks that no write overlaps another write or a read on the same tile.
-/// Assumes [`validate_structure`] passed.
+/// Assumes [`validate_structure`] passed (every tile is below
+/// `tile_count`). The ranges are bucketed by tile and each tile's are
+/// checked on its own, tiles in parallel; the error reported is the first
+/// overlap in (tile, start) order, whatever the thread count.
 pub(crate) fn validate_overlaps(phase: &Phase) -> Result<(), PhaseError> {
-    // (tile, start, end, transfer, is_write) ranges.
-    let mut ranges: Vec<(u32, u64, u64, usize, bool)> = Vec::new();
+    /// (start, end, transfer, is_write) on one tile.
+    type Range = (u64, u64, u32, bool);
+    let tiles = phase.tile_count as usize;
+    // Counting sort by tile: sizes, then offsets, then the ranges.
+    let mut counts = vec![0usize; tiles + 1];
+    for transfer in &phase.transfers {
+        counts[transfer.source.as_u32() as usize + 1] += transfer.source_addresses.len();
+        for &(tile, _) in &transfer.destinations {
+            counts[tile.as_u32() as usize + 1] += 1;
+        }
+    }
+    for t in 0..tiles {
+        counts[t + 1] += counts[t];
+    }
+    let mut next = counts.clone();
+    let mut ranges: Vec<Range> = vec![(0, 0, 0, false); counts[tiles]];
     for (index, transfer) in phase.transfers.iter().enumerate() {
+        // A phase of 2^32 transfers cannot be held in memory; an index that
+        // did not fit would only blur an error report.
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
         let bytes = u64::from(transfer.words) * 4;
-        let source = transfer.source.as_u32();
+        let source = transfer.source.as_u32() as usize;
+        let mut push = |tile: usize, range: Range| {
+            ranges[next[tile]] = range;
+            next[tile] += 1;
+        };
         if let [start] = transfer.source_addresses.as_slice() {
             let start = u64::from(*start);
-            ranges.push((source, start, start + bytes, index, false));
+            push(source, (start, start + bytes, index, false));
         } else {
             for &address in &transfer.source_addresses {
                 let address = u64::from(address);
-                ranges.push((source, address, address + 4, index, false));
+                push(source, (address, address + 4, index, false));
             }
         }
         for &(tile, address) in &transfer.destinations {
             let start = u64::from(address);
-            ranges.push((tile.as_u32(), start, start + bytes, index, true));
+            push(tile.as_u32() as usize, (start, start + bytes, index, true));
         }
     }
-    // Writes must not overlap anything else on the same tile; reads may
-    // overlap reads (the same words may feed several transfers). After
-    // sorting by start, a range overlaps an earlier one exactly when the
-    // furthest-reaching earlier range (of the relevant kind) ends after its
-    // start.
-    ranges.sort_unstable_by_key(|r| (r.0, r.1, r.2, r.3));
-    let mut tile_now = u32::MAX;
-    let mut reach_any: Option<(u64, usize)> = None;
-    let mut reach_write: Option<(u64, usize)> = None;
-    for &(tile, start, end, transfer, write) in &ranges {
-        if tile != tile_now {
-            tile_now = tile;
-            reach_any = None;
-            reach_write = None;
+    // Split the ranges into one slice per tile.
+    let mut per_tile: Vec<(u32, &mut [Range])> = Vec::with_capacity(tiles);
+    let mut rest: &mut [Range] = &mut ranges;
+    for t in 0..tiles {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(counts[t + 1] - counts[t]);
+        if !head.is_empty() {
+            per_tile.push((t as u32, head));
         }
+        rest = tail;
+    }
+    let first = per_tile
+        .par_iter_mut()
+        .filter_map(|(tile, ranges)| tile_overlap(*tile, ranges))
+        .min_by_key(|e| match e {
+            PhaseError::Overlap { tile, .. } => tile.as_u32(),
+            _ => u32::MAX,
+        });
+    match first {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The first overlap among one tile's ranges. Writes must not overlap
+/// anything else on the tile; reads may overlap reads (the same words may
+/// feed several transfers). After sorting by start, a range overlaps an
+/// earlier one exactly when the furthest-reaching earlier range (of the
+/// relevant kind) ends after its start.
+fn tile_overlap(tile: u32, ranges: &mut [(u64, u64, u32, bool)]) -> Option<PhaseError> {
+    ranges.sort_unstable_by_key(|r| (r.0, r.1, r.2));
+    let mut reach_any: Option<(u64, u32)> = None;
+    let mut reach_write: Option<(u64, u32)> = None;
+    for &(start, end, transfer, write) in ranges.iter() {
         let against = if write { reach_any } else { reach_write };
         if let Some((reach, other)) = against {
             if reach > start {
-                return Err(PhaseError::Overlap {
+                return Some(PhaseError::Overlap {
                     tile: TileId::from_u32(tile),
-                    first: other.min(transfer),
-                    second: other.max(transfer),
+                    first: other.min(transfer) as usize,
+                    second: other.max(transfer) as usize,
                     overlap_start: start,
                     overlap_end: end.min(reach),
                 });
@@ -353,5 +395,5 @@ pub(crate) fn validate_overlaps(phase: &Phase) -> Result<(), PhaseError> {
             reach_write = Some((end, transfer));
         }
     }
-    Ok(())
+    None
 }

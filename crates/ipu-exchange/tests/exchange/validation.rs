@@ -148,3 +148,39 @@ fn the_device_description_is_read() {
         })
     ));
 }
+
+#[test]
+fn the_first_overlap_by_tile_is_reported_whatever_the_thread_count() {
+    // 64 tiles each receive from their neighbour; tiles 41 and 9 also get a
+    // second write over the first (listed in that order), so the report
+    // must name tile 9, the lowest, and the two transfers writing it.
+    let mut transfers: Vec<Transfer> = (0..64)
+        .map(|i| transfer(i, (i + 1) % 64, 0x4c000, 0x90000, 8))
+        .collect();
+    transfers.push(transfer(20, 41, 0x50000, 0x90010, 4));
+    transfers.push(transfer(30, 9, 0x50000, 0x9001c, 2));
+    let phase = Phase {
+        tile_count: 64,
+        transfers,
+    };
+    let run = |threads| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| validate_phase(&phase))
+    };
+    let one = run(1);
+    assert_eq!(
+        one,
+        Err(PhaseError::Overlap {
+            tile: t(9),
+            first: 8,
+            second: 65,
+            overlap_start: 0x9001c,
+            overlap_end: 0x90020,
+        })
+    );
+    assert_eq!(one, run(2));
+    assert_eq!(one, run(4));
+}
