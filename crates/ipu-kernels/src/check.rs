@@ -29,6 +29,7 @@ use crate::{Mode, Variant, WorkerId};
 
 /// One problem the checker found.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CheckError {
     /// A header field differs from the variant.
     #[error("program header {field} is {found} but the variant needs {expected}")]

@@ -13,6 +13,7 @@ use crate::WorkerId;
 
 /// Why a variant could not be planned, built, compiled or cached.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KernelError {
     /// A GEMM dimension was zero.
     #[error("GEMM {what} is zero; every GEMM dimension must be at least 1")]
@@ -226,6 +227,7 @@ impl std::fmt::Display for Operand {
 
 /// Why an AMP program could not run on a memory image.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EmulateError {
     /// An access falls outside the memory image.
     #[error(

@@ -42,6 +42,7 @@ pub struct GemmProblem {
 
 /// Why a problem run failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProblemError {
     /// Planning, building or layout failed.
     #[error(transparent)]

@@ -7,6 +7,7 @@ use crate::TileId;
 /// Every variant names the axis, tile or value involved; the message says
 /// what to change.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LayoutError {
     /// A count that must be at least one was zero.
     #[error("{what} is zero; it must be at least 1")]

@@ -63,6 +63,7 @@ pub struct PhaseBuild {
 
 /// Why a phase could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PhaseBuildError {
     /// A redistribution failed.
     #[error("redistributing {source_name} into {destination}: {error}")]

@@ -54,6 +54,7 @@ impl StoragePlan {
 
 /// Why storage could not be planned.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StorageError {
     /// A shard is larger than a 32-bit address space.
     #[error("{buffer} needs {bytes} bytes on {tile}, more than a tile can address")]

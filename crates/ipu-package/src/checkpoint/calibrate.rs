@@ -140,6 +140,7 @@ impl CalibrationOptions {
 
 /// Why calibration failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CalibrationError {
     /// No calibration input was given.
     #[error("calibration needs at least one image")]

@@ -94,6 +94,7 @@ impl Default for VisionParams {
 
 /// Why a model config cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The text is not JSON of the expected form.
     #[error("it is not a SigLIP config: {source}")]

@@ -11,6 +11,7 @@ use crate::checkpoint::siglip::BuildError;
 
 /// Why a checkpoint directory could not be imported.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ImportError {
     /// A file could not be read.
     #[error("cannot read `{path}`: {source}")]
@@ -167,6 +168,7 @@ pub enum ImportError {
 
 /// Why images could not be turned into the graph's `patches` input.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ImageError {
     /// The number of images is not the graph's batch.
     #[error(

@@ -48,6 +48,7 @@ struct ModelFile {
 
 /// Why a package's SigLIP files cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PackagedError {
     /// `siglip.json` is not of the expected form.
     #[error("siglip.json is not a SigLIP model description: {source}")]

@@ -53,6 +53,7 @@ struct Table {
 
 /// Why a template graph cannot serve as a policy.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PolicyError {
     /// The template has no attention op to take the softmax precision from.
     #[error("graph `{graph}` has no attention op, so it cannot give a SigLIP precision policy")]

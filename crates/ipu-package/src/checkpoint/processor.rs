@@ -49,6 +49,7 @@ pub struct Processor {
 
 /// Why a processor config cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProcessorError {
     /// The text is not JSON of the expected form.
     #[error("it is not an image processor config: {source}")]

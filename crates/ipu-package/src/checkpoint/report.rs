@@ -134,6 +134,7 @@ pub struct TensorRecord {
 
 /// Why a `precision.json` cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReportError {
     /// The text is not a precision report.
     #[error("it is not a precision report: {source}")]

@@ -45,6 +45,7 @@ pub struct GraphOptions {
 
 /// Why the graph could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuildError {
     /// The batch is zero.
     #[error("the batch size is 0; it must be at least 1")]

@@ -95,6 +95,7 @@ impl StoredType {
 
 /// Why a file could not be written or read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SafetensorsError {
     /// The bytes are not a well-formed safetensors file (truncated, a bad
     /// header, offsets that do not tile the data).

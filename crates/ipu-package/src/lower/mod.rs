@@ -87,6 +87,7 @@ impl Default for LowerConfig {
 
 /// Why a graph could not be lowered.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LowerError {
     /// The target has no tiles.
     #[error("the target has no tiles; give at least one")]

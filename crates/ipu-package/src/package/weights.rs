@@ -29,6 +29,7 @@ pub struct PackageWeights {
 
 /// Why a package's weights cannot be written or used for a graph.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WeightsError {
     /// The safetensors codec refused the values or the file.
     #[error("{WEIGHTS_FILE}: {source}")]

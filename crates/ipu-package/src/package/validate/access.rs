@@ -21,6 +21,7 @@ use crate::program::{Codelet, GemmKernel, Operand};
 
 /// Why an access has no span.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpanError {
     /// The span does not fit in 64 bits.
     #[error("its span does not fit in 64 bits")]
