@@ -1,0 +1,210 @@
+//! Planning one schedule of a phase: transfers become core jobs (32-bit
+//! words, or 64-bit items that also hold the partner tiles), narrow
+//! multicasts are presplit where the sender has lane time to spare, and the
+//! core's segments become per-tile activity.
+
+use ipu_layout::TileId;
+use rayon::prelude::*;
+use smallvec::SmallVec;
+
+use super::{Plan, ScheduleConfig, ScheduleKind, add_activity};
+use crate::core::{self, CoreConfig, Job};
+use crate::encode::TileActivity;
+use crate::fabric::Fabric;
+use crate::model::{Phase, Width};
+
+/// Whether a transfer can go as 64-bit items in a phase of `tiles` tiles:
+/// Paired64, every partner exists, and no two destinations share a pair.
+fn goes_wide(t: &crate::model::Transfer, tiles: u32, fabric: &Fabric) -> bool {
+    if t.width != Width::Paired64 || fabric.partner(t.source).as_u32() >= tiles {
+        return false;
+    }
+    let mut pairs: SmallVec<[u32; 4]> = SmallVec::new();
+    for &(d, _) in &t.destinations {
+        let partner = fabric.partner(d).as_u32();
+        if partner >= tiles {
+            return false;
+        }
+        // A tile and its partner form one pair: both must not be
+        // destinations, as the wide item occupies both receive ports.
+        let pair = d.as_u32().min(partner);
+        if pairs.contains(&pair) {
+            return false;
+        }
+        pairs.push(pair);
+    }
+    true
+}
+
+pub(super) fn plan(
+    phase: &Phase,
+    fabric: &Fabric,
+    config: &ScheduleConfig,
+    endpoint: u64,
+    paired: bool,
+) -> Plan {
+    let latency = u64::from(fabric.latency_cycles());
+    let tiles = phase.tile_count;
+    let slack = |bound: u64| bound + bound * u64::from(config.target_slack_ppm) / 1_000_000;
+    let core_config = |target| CoreConfig {
+        target,
+        path_search_limit: config.path_search_limit,
+        fanout_split: config.fanout_split,
+        fill_budget: config.fill_budget,
+    };
+    // A 64-bit job also occupies the partner's lane and each destination
+    // partner's receive port.
+    let make_job = |index: usize, wide: bool| {
+        let t = &phase.transfers[index];
+        let partner = |tile: TileId| fabric.partner(tile).as_u32();
+        Job {
+            sender: t.source.as_u32(),
+            receivers: t.destinations.iter().map(|&(d, _)| d.as_u32()).collect(),
+            extra_senders: if wide {
+                smallvec::smallvec![partner(t.source)]
+            } else {
+                SmallVec::new()
+            },
+            extra_receivers: if wide {
+                t.destinations.iter().map(|&(d, _)| partner(d)).collect()
+            } else {
+                SmallVec::new()
+            },
+            len: if wide { t.words / 2 } else { t.words },
+            origin: index as u32,
+            dests: (0..t.destinations.len() as u32).collect(),
+        }
+    };
+    let mut activity = vec![TileActivity::default(); tiles as usize];
+    let jobs: Vec<Job> = (0..phase.transfers.len())
+        .into_par_iter()
+        .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles, fabric)))
+        .collect();
+    let jobs = presplit(
+        jobs,
+        tiles as usize,
+        endpoint,
+        config.presplit_max_fanout as usize,
+    );
+    let bound = job_bound(&jobs, tiles as usize).max(endpoint);
+    let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
+    let segments = add_activity(phase, &out, latency, config.relocatable, &mut activity);
+    let send_horizon = out.horizon;
+    let complete = out.complete;
+    Plan {
+        kind: if paired {
+            ScheduleKind::Paired
+        } else {
+            ScheduleKind::Ordinary
+        },
+        send_horizon,
+        activity,
+        segments,
+        complete,
+        core: std::sync::Arc::new(out),
+    }
+}
+
+/// The default [`ScheduleConfig::presplit_max_fanout`]: multicasts up to
+/// this fanout may be split before scheduling (see [`presplit`]). Wider
+/// ones are left to the core's fanout splitting: split up front, their
+/// groups hold too much of the sender's spare time, and the generated
+/// wide-multicast and reduce families get longer.
+pub(super) const PRESPLIT_MAX_FANOUT: u32 = 16;
+
+/// The share of a sender's spare lane time [`presplit`] may spend, in
+/// percent. Measured on the generated multicast families: 80 and 85 give
+/// the shortest phases; 50, 70 and 95 leave the fanout-16 family 4–11 %
+/// longer (too little lets only pairs form, too much leaves the senders no
+/// room for the core's own splits).
+const PRESPLIT_BUDGET_PERCENT: u64 = 80;
+
+/// Splits narrow multicast jobs into groups of receivers where their sender
+/// has lane time to spare, before the core sees them.
+///
+/// A multicast starts only when its sender and every receiver are free at
+/// once, and is never moved by the alternating paths that keep unicast
+/// work at the bound; sending the same words to smaller groups (down to
+/// single receivers, which are unicast jobs) costs the sender the words
+/// once more per extra group. Each sender spends at most
+/// [`PRESPLIT_BUDGET_PERCENT`] of its spare lane time (`bound` minus its
+/// load) on this: all its multicast jobs of fanout up to `max_fanout` get
+/// the smallest group size (1, 2, 4, …) whose extra cost fits. Groups are
+/// runs of the job's receivers in order, so the result depends only on the
+/// jobs.
+fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> Vec<Job> {
+    if max_fanout < 2 {
+        return jobs;
+    }
+    let splittable = |j: &Job| {
+        (2..=max_fanout).contains(&j.receivers.len())
+            && j.extra_senders.is_empty()
+            && j.extra_receivers.is_empty()
+    };
+    let mut load = vec![0u64; nodes];
+    // Per sender: (fanout, items) of its splittable multicast jobs.
+    let mut multi: Vec<Vec<(u64, u64)>> = vec![Vec::new(); nodes];
+    for j in &jobs {
+        for &s in std::iter::once(&j.sender).chain(&j.extra_senders) {
+            load[s as usize] += u64::from(j.len);
+        }
+        if splittable(j) {
+            multi[j.sender as usize].push((j.receivers.len() as u64, u64::from(j.len)));
+        }
+    }
+    let group: Vec<u64> = multi
+        .iter()
+        .zip(&load)
+        .map(|(list, &own)| {
+            let budget = bound.saturating_sub(own) * PRESPLIT_BUDGET_PERCENT / 100;
+            let widest = list.iter().map(|&(f, _)| f).max().unwrap_or(1);
+            let cost = |g: u64| -> u64 {
+                list.iter()
+                    .map(|&(f, w)| (f.div_ceil(g) - 1).saturating_mul(w))
+                    .fold(0u64, u64::saturating_add)
+            };
+            let mut g = 1;
+            while g < widest && cost(g) > budget {
+                g *= 2;
+            }
+            g
+        })
+        .collect();
+    let splits = |j: &Job| splittable(j) && j.receivers.len() as u64 > group[j.sender as usize];
+    if !jobs.iter().any(splits) {
+        return jobs;
+    }
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if !splits(&job) {
+            out.push(job);
+            continue;
+        }
+        let g = group[job.sender as usize] as usize;
+        for (receivers, dests) in job.receivers.chunks(g).zip(job.dests.chunks(g)) {
+            out.push(Job {
+                receivers: receivers.iter().copied().collect(),
+                dests: dests.iter().copied().collect(),
+                extra_senders: SmallVec::new(),
+                extra_receivers: SmallVec::new(),
+                ..job
+            });
+        }
+    }
+    out
+}
+
+/// The largest node load of a job set.
+fn job_bound(jobs: &[Job], nodes: usize) -> u64 {
+    let mut send = vec![0u64; nodes];
+    let mut recv = vec![0u64; nodes];
+    for j in jobs {
+        for &s in std::iter::once(&j.sender).chain(&j.extra_senders) {
+            send[s as usize] += u64::from(j.len);
+        }
+        for &r in j.receivers.iter().chain(&j.extra_receivers) {
+            recv[r as usize] += u64::from(j.len);
+        }
+    }
+    send.into_iter().chain(recv).max().unwrap_or(0)
+}
