@@ -75,6 +75,7 @@ pub struct ParseOptions {
 /// Why a fixture was rejected. Every variant but [`FixtureError::Json`]
 /// carries the JSON path of the offending field.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FixtureError {
     /// The text is not valid JSON.
     #[error("malformed JSON at line {line}, column {column}: {message}")]

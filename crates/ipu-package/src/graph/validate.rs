@@ -50,6 +50,7 @@ pub enum ErrorLocation {
 
 /// A broken graph rule.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum GraphError {
     /// More tensors or ops than 32-bit ids can name.
     #[error("the graph has {count} {what}, more than 32-bit ids can name; split the model")]
