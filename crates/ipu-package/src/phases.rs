@@ -182,6 +182,15 @@ pub struct TileTraffic {
 }
 
 impl PhaseShape {
+    /// A measure of the work scheduling this phase takes: its transfers
+    /// and their destinations.
+    pub(crate) fn work(&self) -> usize {
+        self.transfers
+            .iter()
+            .map(|t| 1 + t.destinations.len())
+            .sum()
+    }
+
     /// The shape of one exchange step; `resolve` maps a body buffer to the
     /// buffer of the iteration being built.
     pub fn build(

@@ -152,123 +152,163 @@ pub(super) fn schedule_phases(
         None => Vec::new(),
     };
     previous.resize_with(shapes.len(), || None);
-    shapes
-        .par_iter()
-        .zip(previous.into_par_iter())
+    // Largest steps first: the workers take steps in this order, so the
+    // longest ones do not start last and leave one core idle (a step with
+    // a next iteration is scheduled once and readdressed, and checked
+    // twice). Results are put back in step order, and the first error in
+    // step order is the one reported, whatever the thread count.
+    let mut order: Vec<(usize, &StepShape, Option<Scheduled>)> = shapes
+        .iter()
+        .zip(previous)
         .enumerate()
-        .map(|(i, (shape, prev))| {
-            let name = shape.name.clone();
-            let b0 = shape.first.at(program, &address)?;
-            let b1 = match &shape.next {
-                Some(next) => Some(next.at(program, &address)?),
-                None => None,
-            };
-            let prev = match prev {
-                // Nothing this step moves was moved: its rows stand, and
-                // they were checked when they were made.
-                Some(p)
-                    if same(&p.built.0, &b0)
-                        && p.built.1.as_ref().map_or(b1.is_none(), |p1| {
-                            b1.as_ref().is_some_and(|b1| same(p1, b1))
-                        }) =>
-                {
-                    return Ok(p);
+        .map(|(i, (shape, prev))| (i, shape, prev))
+        .collect();
+    order.sort_by_key(|(i, shape, _)| {
+        let weight = shape.first.work() * if shape.next.is_some() { 2 } else { 1 };
+        (std::cmp::Reverse(weight), *i)
+    });
+    let mut done: Vec<(usize, Result<Scheduled, BuildError>)> = order
+        .into_iter()
+        .par_bridge()
+        .map(|(i, shape, prev)| {
+            let result = (|| {
+                let name = shape.name.clone();
+                let b0 = shape.first.at(program, &address)?;
+                let b1 = match &shape.next {
+                    Some(next) => Some(next.at(program, &address)?),
+                    None => None,
+                };
+                let prev = match prev {
+                    // Nothing this step moves was moved: its rows stand, and
+                    // they were checked when they were made.
+                    Some(p)
+                        if same(&p.built.0, &b0)
+                            && p.built.1.as_ref().map_or(b1.is_none(), |p1| {
+                                b1.as_ref().is_some_and(|b1| same(p1, b1))
+                            }) =>
+                    {
+                        return Ok(p);
+                    }
+                    other => other,
+                };
+                let scheduler_error = |source| BuildError::Schedule {
+                    phase: i,
+                    name: name.clone(),
+                    scheduler: scheduler.name().to_owned(),
+                    source,
+                };
+                let rejected = |next_iteration, errors| BuildError::ScheduleRejected {
+                    phase: i,
+                    name: name.clone(),
+                    scheduler: scheduler.name().to_owned(),
+                    next_iteration,
+                    errors,
+                };
+                // A phase patched per iteration needs rows whose instructions
+                // do not depend on its addresses.
+                let request = ScheduleRequest {
+                    label: i as u32,
+                    relocatable: b1.is_some(),
+                };
+                let s0 = match &prev {
+                    Some(p) => scheduler.readdress(&p.schedule, &b0.phase, fabric, request),
+                    None => scheduler.schedule(&b0.phase, fabric, request),
                 }
-                other => other,
-            };
-            let scheduler_error = |source| BuildError::Schedule {
-                phase: i,
-                name: name.clone(),
-                scheduler: scheduler.name().to_owned(),
-                source,
-            };
-            let rejected = |next_iteration, errors| BuildError::ScheduleRejected {
-                phase: i,
-                name: name.clone(),
-                scheduler: scheduler.name().to_owned(),
-                next_iteration,
-                errors,
-            };
-            // A phase patched per iteration needs rows whose instructions
-            // do not depend on its addresses.
-            let request = ScheduleRequest {
-                label: i as u32,
-                relocatable: b1.is_some(),
-            };
-            let s0 = match &prev {
-                Some(p) => scheduler.readdress(&p.schedule, &b0.phase, fabric, request),
-                None => scheduler.schedule(&b0.phase, fabric, request),
-            }
-            .map_err(scheduler_error)?;
-            if verify && let Err(errors) = check_schedule(&b0.phase, fabric, s0.rows()) {
-                return Err(rejected(false, errors));
-            }
-            let mut local = b0.local.clone();
-            let patches = match &b1 {
-                Some(b1) => {
-                    // The next iteration moves the same transfers: the same
-                    // timing with its addresses.
-                    let s1 = scheduler
-                        .readdress(&s0, &b1.phase, fabric, request)
-                        .map_err(scheduler_error)?;
-                    if verify && let Err(errors) = check_schedule(&b1.phase, fabric, s1.rows()) {
-                        return Err(rejected(true, errors));
-                    }
-                    // On-tile copies of per-iteration buffers move by a
-                    // stride per iteration, like the rows' addresses.
-                    let differ = || BuildError::LocalCopiesDiffer {
-                        phase: i,
-                        name: name.clone(),
-                    };
-                    if b1.local.len() != local.len() {
-                        return Err(differ());
-                    }
-                    for (c0, c1) in local.iter_mut().zip(&b1.local) {
-                        if (c0.tile, c0.bytes) != (c1.tile, c1.bytes) {
-                            return Err(differ());
+                .map_err(scheduler_error)?;
+                // The first iteration's rows are checked while the next
+                // iteration's are made and checked: the two are independent,
+                // and on the largest phases they are most of a step's time.
+                // The first iteration's errors are reported first.
+                let (checked0, next) = rayon::join(
+                    || {
+                        if verify {
+                            check_schedule(&b0.phase, fabric, s0.rows())
+                        } else {
+                            Ok(())
                         }
-                        c0.source_stride = c1.source.wrapping_sub(c0.source);
-                        c0.destination_stride = c1.destination.wrapping_sub(c0.destination);
-                    }
-                    row_patches(s0.rows(), s1.rows()).map_err(|(tile, first, next)| {
-                        BuildError::RowsNotRelocatable {
+                    },
+                    || {
+                        b1.as_ref().map(|b1| {
+                            // The next iteration moves the same transfers: the
+                            // same timing with its addresses.
+                            let s1 = scheduler
+                                .readdress(&s0, &b1.phase, fabric, request)
+                                .map_err(scheduler_error)?;
+                            if verify
+                                && let Err(errors) = check_schedule(&b1.phase, fabric, s1.rows())
+                            {
+                                return Err(rejected(true, errors));
+                            }
+                            Ok(s1)
+                        })
+                    },
+                );
+                if let Err(errors) = checked0 {
+                    return Err(rejected(false, errors));
+                }
+                let s1 = next.transpose()?;
+                let mut local = b0.local.clone();
+                let patches = match (&b1, &s1) {
+                    (Some(b1), Some(s1)) => {
+                        // On-tile copies of per-iteration buffers move by a
+                        // stride per iteration, like the rows' addresses.
+                        let differ = || BuildError::LocalCopiesDiffer {
                             phase: i,
                             name: name.clone(),
-                            scheduler: scheduler.name().to_owned(),
-                            tile,
-                            first,
-                            next,
+                        };
+                        if b1.local.len() != local.len() {
+                            return Err(differ());
                         }
-                    })?
-                }
-                None => Vec::new(),
-            };
-            tracing::debug!(
-                phase = i,
-                name = %name,
-                transfers = b0.phase.transfers.len(),
-                local_copies = local.len(),
-                horizon = s0.horizon(),
-                endpoint_lower_bound = s0.endpoint_lower_bound(),
-                "scheduled exchange step"
-            );
-            Ok(Scheduled {
-                phase: PackagePhase {
-                    info: PhaseInfo {
-                        name,
-                        local,
-                        patches,
-                        horizon: s0.horizon(),
-                        endpoint_lower_bound: s0.endpoint_lower_bound(),
-                        stronger_lower_bound: s0.stronger_lower_bound(),
+                        for (c0, c1) in local.iter_mut().zip(&b1.local) {
+                            if (c0.tile, c0.bytes) != (c1.tile, c1.bytes) {
+                                return Err(differ());
+                            }
+                            c0.source_stride = c1.source.wrapping_sub(c0.source);
+                            c0.destination_stride = c1.destination.wrapping_sub(c0.destination);
+                        }
+                        row_patches(s0.rows(), s1.rows()).map_err(|(tile, first, next)| {
+                            BuildError::RowsNotRelocatable {
+                                phase: i,
+                                name: name.clone(),
+                                scheduler: scheduler.name().to_owned(),
+                                tile,
+                                first,
+                                next,
+                            }
+                        })?
+                    }
+                    _ => Vec::new(),
+                };
+                tracing::debug!(
+                    phase = i,
+                    name = %name,
+                    transfers = b0.phase.transfers.len(),
+                    local_copies = local.len(),
+                    horizon = s0.horizon(),
+                    endpoint_lower_bound = s0.endpoint_lower_bound(),
+                    "scheduled exchange step"
+                );
+                Ok(Scheduled {
+                    phase: PackagePhase {
+                        info: PhaseInfo {
+                            name,
+                            local,
+                            patches,
+                            horizon: s0.horizon(),
+                            endpoint_lower_bound: s0.endpoint_lower_bound(),
+                            stronger_lower_bound: s0.stronger_lower_bound(),
+                        },
+                        rows: s0.rows().clone(),
                     },
-                    rows: s0.rows().clone(),
-                },
-                schedule: s0,
-                built: (b0, b1),
-            })
+                    schedule: s0,
+                    built: (b0, b1),
+                })
+            })();
+            (i, result)
         })
-        .collect()
+        .collect();
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, result)| result).collect()
 }
 
 /// Whether two builds of a step move the same words between and within
