@@ -645,6 +645,42 @@ impl EncodedRows {
         self.rows.iter().map(|r| r.len() as u64 * 4).sum()
     }
 
+    /// A bound on the work a replay of these rows does, in words: every
+    /// instruction word of every tile's row, plus two per item of every
+    /// send (32-bit items move one). Decoding a row stops at its first word
+    /// that does not decode (a replay reports that row). Used to refuse, before
+    /// running it, exchange work beyond a limit.
+    pub fn replay_words(&self) -> u64 {
+        let per_row: Vec<u64> = self
+            .rows
+            .iter()
+            .map(|row| {
+                let mut total = row.len() as u64;
+                let mut i = 0;
+                while i < row.len() {
+                    let Ok((instr, next)) = Instr::decode_at(row, i) else {
+                        break;
+                    };
+                    if matches!(
+                        instr,
+                        Instr::Send { .. }
+                            | Instr::SendOff { .. }
+                            | Instr::SendPic { .. }
+                            | Instr::SendPicP { .. }
+                    ) {
+                        total = total.saturating_add(2 * u64::from(instr.cycles()));
+                    }
+                    i += next.max(1);
+                }
+                total
+            })
+            .collect();
+        self.tile_row
+            .iter()
+            .filter_map(|&r| per_row.get(r as usize))
+            .fold(0u64, |a, &b| a.saturating_add(b))
+    }
+
     /// The tile with the longest row and its length in bytes (lowest tile
     /// id on ties).
     pub fn largest_row(&self) -> Option<(TileId, u64)> {

@@ -652,7 +652,7 @@ impl<'p> Tiles<'p> {
             }
             patched = EncodedRows::from_tile_rows(per_tile);
             // Patches may change what the rows send: count it again.
-            let words = validate::send_words(&patched).saturating_sub(validate::send_words(base));
+            let words = patched.replay_words().saturating_sub(base.replay_words());
             run.exchange_words = run.exchange_words.saturating_add(words);
             if run.exchange_words > run.limit {
                 return Err(SimError::WorkLimit {

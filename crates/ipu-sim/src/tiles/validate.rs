@@ -9,8 +9,7 @@
 
 use std::collections::HashMap;
 
-use ipu_exchange::{EncodedRows, Instr};
-use ipu_layout::{EntityId, TileId};
+use ipu_layout::EntityId;
 use ipu_package::graph::Graph;
 use ipu_package::package::Package;
 use ipu_package::program::{BufferId, BufferRole, Codelet, Step};
@@ -181,7 +180,7 @@ impl Walk<'_> {
                                     limit: images,
                                 });
                             }
-                            let w = send_words(rows).saturating_add(local);
+                            let w = rows.replay_words().saturating_add(local);
                             if let Some(slot) = self.phase_words.get_mut(phase) {
                                 *slot = Some(w);
                             }
@@ -222,35 +221,6 @@ impl Walk<'_> {
 const STEPS: &str = "step executions";
 const COMPUTE: &str = "codelet elements";
 const EXCHANGE: &str = "exchange words";
-
-/// Words the rows send: two per item of every send instruction (an upper
-/// bound: 32-bit items send one), plus one per instruction word, so that a
-/// row of delays counts too. Decoding stops at the first word that does
-/// not decode; the replay reports that row.
-pub(crate) fn send_words(rows: &EncodedRows) -> u64 {
-    let mut total = 0u64;
-    for t in 0..rows.tile_count() {
-        let row = rows.row(TileId::from_u32(t));
-        total = total.saturating_add(row.len() as u64);
-        let mut i = 0;
-        while i < row.len() {
-            let Ok((instr, next)) = Instr::decode_at(row, i) else {
-                break;
-            };
-            if matches!(
-                instr,
-                Instr::Send { .. }
-                    | Instr::SendOff { .. }
-                    | Instr::SendPic { .. }
-                    | Instr::SendPicP { .. }
-            ) {
-                total = total.saturating_add(2 * u64::from(instr.cycles()));
-            }
-            i += next.max(1);
-        }
-    }
-    total
-}
 
 /// Checks that `graph` is the graph `package` was built from, as far as the
 /// host sees it: every input, weight and output of the graph has a buffer

@@ -13,7 +13,7 @@
 
 use std::cell::Cell;
 
-use ipu_exchange::{EncodedRows, ExchangeMemory, Fabric, Instr, MemoryError, replay};
+use ipu_exchange::{EncodedRows, ExchangeMemory, Fabric, MemoryError, replay};
 use ipu_layout::{EntityId, TileId};
 use rayon::prelude::*;
 
@@ -81,7 +81,7 @@ pub(super) fn check(
         } else {
             u64::from(u.iterations)
         };
-        let sent = send_words(rows);
+        let sent = rows.replay_words();
         words = words
             .saturating_add(sent.saturating_mul(u.times.max(replays)))
             .saturating_add(copied.saturating_mul(u.times.max(u64::from(u.iterations))));
@@ -172,40 +172,6 @@ fn patched_rows(phase: &PackagePhase, iteration: u32) -> Option<EncodedRows> {
         }
     }
     Some(EncodedRows::from_tile_rows(per_tile))
-}
-
-/// Words a phase's rows move: every instruction word, plus two per item
-/// of every send (an upper bound: 32-bit items move one). Decoding stops at
-/// a word that does not decode; the replay reports that row.
-fn send_words(rows: &EncodedRows) -> u64 {
-    let per_row: Vec<u64> = rows
-        .unique_rows()
-        .iter()
-        .map(|row| {
-            let mut total = row.len() as u64;
-            let mut i = 0;
-            while i < row.len() {
-                let Ok((instr, next)) = Instr::decode_at(row, i) else {
-                    break;
-                };
-                if matches!(
-                    instr,
-                    Instr::Send { .. }
-                        | Instr::SendOff { .. }
-                        | Instr::SendPic { .. }
-                        | Instr::SendPicP { .. }
-                ) {
-                    total = total.saturating_add(2 * u64::from(instr.cycles()));
-                }
-                i += next.max(1);
-            }
-            total
-        })
-        .collect();
-    (0..rows.tile_count())
-        .filter_map(|t| rows.row_id(TileId::from_u32(t)))
-        .filter_map(|r| per_row.get(r as usize))
-        .fold(0u64, |a, &b| a.saturating_add(b))
 }
 
 /// The last placed range a word was found in: `(tile, start, end)`.
