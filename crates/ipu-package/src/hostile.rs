@@ -29,6 +29,7 @@
 
 use std::collections::BTreeMap;
 
+use ipu_layout::rng::SplitMix64;
 use serde_json::Value;
 
 pub use crate::package::resign;
@@ -37,33 +38,26 @@ pub use crate::package::resign;
 /// ...).
 pub type PackageFiles = BTreeMap<String, Vec<u8>>;
 
-/// A small deterministic generator (SplitMix64): a case is a function of
-/// its seed.
+/// The workspace's generator ([`SplitMix64`]) with the picks the edits
+/// use: a case is a function of its seed.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     /// The generator of `seed`.
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(SplitMix64::new(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A number below `n` (0 when `n` is 0).
     pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next_u64() % n as u64) as usize
-        }
+        // `usize` is at most 64 bits wide, so both conversions are exact.
+        self.0.below(n as u64) as usize
     }
 
     /// One of `items`, if there is any.
