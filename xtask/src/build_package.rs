@@ -38,17 +38,14 @@ use ipu_kernels::KernelCache;
 use ipu_package::build::{BuildConfig, Stages, build_package};
 use ipu_target::Target;
 
-use ipu_package::Graph;
 use ipu_package::build::BuildError;
-use ipu_package::checkpoint::calibrate::EvaluateError;
 use ipu_package::checkpoint::report::PrecisionReport;
 use ipu_package::checkpoint::{
-    Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, Evaluator, F16Groups,
-    ImportConfig, PackagedModel, PrecisionPolicy, calibrate, import_checkpoint, random_checkpoint,
+    Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, F16Groups, ImportConfig,
+    PackagedModel, PrecisionPolicy, calibrate, import_checkpoint, random_checkpoint,
 };
-use ipu_package::graph::{ValueSet, parse_fixture};
+use ipu_package::graph::parse_fixture;
 use ipu_package::package::{Package, PackageWeights};
-use ipu_sim::reference::{Keep, ReferenceConfig};
 
 use crate::params::{merge, parse_param, resolve};
 
@@ -185,24 +182,6 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The reference evaluator, for calibration.
-struct Reference;
-
-impl Evaluator for Reference {
-    fn evaluate(
-        &self,
-        graph: &Graph,
-        values: &ValueSet,
-        keep_all: bool,
-    ) -> Result<ValueSet, EvaluateError> {
-        let config = ReferenceConfig {
-            keep: if keep_all { Keep::All } else { Keep::Outputs },
-            ..ReferenceConfig::default()
-        };
-        Ok(ipu_sim::evaluate_with(graph, values, &config)?)
-    }
-}
-
 /// `build-package --checkpoint DIR`: calibrate, build, write (module
 /// header).
 fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode, String> {
@@ -288,8 +267,8 @@ fn run_calibration(
     options: &CalibrationOptions,
 ) -> Result<Calibration, String> {
     let start = Instant::now();
-    let calibration =
-        calibrate(checkpoint, options, &Reference).map_err(|e| format!("calibration: {e}"))?;
+    let calibration = calibrate(checkpoint, options, &ipu_sim::ReferenceEvaluator)
+        .map_err(|e| format!("calibration: {e}"))?;
     tracing::info!(
         inputs = calibration.report().calibration.inputs.len(),
         elapsed_ms = start.elapsed().as_millis() as u64,

@@ -11,37 +11,18 @@ use std::path::{Path, PathBuf};
 
 use ipu_layout::{Fp8Format, Precision};
 use ipu_package::build::{BuildConfig, Stages, build_package};
-use ipu_package::checkpoint::calibrate::EvaluateError;
 use ipu_package::checkpoint::report::PrecisionReport;
 use ipu_package::checkpoint::{
-    Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, Evaluator, ImportConfig,
-    LAST_HIDDEN, POOLED, PackagedModel, PrecisionPolicy, calibrate, import_checkpoint,
+    Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, ImportConfig, LAST_HIDDEN,
+    POOLED, PackagedModel, PrecisionPolicy, calibrate, import_checkpoint,
 };
 use ipu_package::graph::safetensors::write_values;
 use ipu_package::graph::{Graph, ValueSet, parse_fixture};
 use ipu_package::package::{Package, PackageWeights, WeightsError};
-use ipu_sim::reference::{Keep, ReferenceConfig, Tolerance, compare};
+use ipu_sim::reference::{Tolerance, compare};
 
 use crate::checkpoint::checkpoint_dir;
 use crate::fixture_text;
-
-/// The reference evaluator as calibration's evaluator.
-struct Reference;
-
-impl Evaluator for Reference {
-    fn evaluate(
-        &self,
-        graph: &Graph,
-        values: &ValueSet,
-        keep_all: bool,
-    ) -> Result<ValueSet, EvaluateError> {
-        let config = ReferenceConfig {
-            keep: if keep_all { Keep::All } else { Keep::Outputs },
-            ..ReferenceConfig::default()
-        };
-        Ok(ipu_sim::evaluate_with(graph, values, &config)?)
-    }
-}
 
 fn images() -> [PathBuf; 2] {
     let dir = checkpoint_dir("images");
@@ -103,7 +84,12 @@ fn fidelity(theirs: &[f32], ours: &[f32], width: usize) -> (f64, f64, f64) {
 }
 
 fn calibrated(checkpoint: &Checkpoint) -> Calibration {
-    calibrate(checkpoint, &CalibrationOptions::new(template()), &Reference).unwrap()
+    calibrate(
+        checkpoint,
+        &CalibrationOptions::new(template()),
+        &ipu_sim::ReferenceEvaluator,
+    )
+    .unwrap()
 }
 
 /// The graph of `checkpoint` at batch 2 under `calibration`, with the
@@ -399,7 +385,7 @@ fn calibration_on_user_images_names_them_and_refuses_a_bad_one() {
     let checkpoint = import("siglip-vision-head");
     let mut options = CalibrationOptions::new(template());
     options.inputs = CalibrationInputs::Images(images().to_vec());
-    let calibration = calibrate(&checkpoint, &options, &Reference).unwrap();
+    let calibration = calibrate(&checkpoint, &options, &ipu_sim::ReferenceEvaluator).unwrap();
     assert_eq!(
         calibration.report().calibration.inputs,
         ["rgb-40x30.png", "rgba-13x11.png"]
@@ -407,10 +393,10 @@ fn calibration_on_user_images_names_them_and_refuses_a_bad_one() {
     options.inputs = CalibrationInputs::Images(vec![
         checkpoint_dir("siglip-vision-head").join("config.json"),
     ]);
-    let err = calibrate(&checkpoint, &options, &Reference).unwrap_err();
+    let err = calibrate(&checkpoint, &options, &ipu_sim::ReferenceEvaluator).unwrap_err();
     assert!(err.to_string().contains("config.json"), "{err}");
     options.inputs = CalibrationInputs::Images(Vec::new());
-    assert!(calibrate(&checkpoint, &options, &Reference).is_err());
+    assert!(calibrate(&checkpoint, &options, &ipu_sim::ReferenceEvaluator).is_err());
 }
 
 #[test]
