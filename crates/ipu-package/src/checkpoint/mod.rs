@@ -215,46 +215,19 @@ pub(crate) fn synthetic_patches(
 /// Reads the config, weights and processor of the checkpoint in `dir`
 /// and builds its graph (see the module header).
 pub fn import_checkpoint(dir: &Path, options: &ImportConfig) -> Result<Checkpoint, ImportError> {
-    let config = read_config(dir)?;
-    let processor = read_processor(dir, &config)?;
-    let name = options.name.clone().unwrap_or_else(|| {
-        let stem = dir
-            .file_name()
-            .map_or_else(|| "siglip".into(), |n| n.to_string_lossy());
-        format!("{stem}-b{}", options.batch)
-    });
-    let graph = build_graph(
-        &config,
-        &GraphOptions {
-            name,
-            batch: options.batch,
-            policy: options.policy.clone(),
-        },
-    )
-    .map_err(|source| ImportError::Build { source })?;
+    let mut checkpoint = checkpoint_without_weights(dir, options)?;
     let store = TensorStore::open(dir)?;
-    let weights = weights::read_weights(&store, &config, &graph)?;
-    let patches = graph
-        .tensor_by_name(PATCHES)
-        .ok_or_else(|| ImportError::Internal {
-            what: "the graph has no `patches` input".to_owned(),
-        })?;
+    checkpoint.weights = weights::read_weights(&store, &checkpoint.config, &checkpoint.graph)?;
     tracing::info!(
         dir = %dir.display(),
-        layers = config.layers(),
-        hidden = config.hidden(),
-        head = config.use_head(),
+        layers = checkpoint.config.layers(),
+        hidden = checkpoint.config.hidden(),
+        head = checkpoint.config.use_head(),
         batch = options.batch,
-        weights = weights.len(),
+        weights = checkpoint.weights.len(),
         "imported SigLIP checkpoint"
     );
-    Ok(Checkpoint {
-        config,
-        graph,
-        weights,
-        processor,
-        patches,
-    })
+    Ok(checkpoint)
 }
 
 /// A checkpoint of the config (and processor) in `dir` with weights of
@@ -265,6 +238,23 @@ pub fn random_checkpoint(
     dir: &Path,
     options: &ImportConfig,
     seed: u64,
+) -> Result<Checkpoint, ImportError> {
+    let mut checkpoint = checkpoint_without_weights(dir, options)?;
+    checkpoint.weights = synthetic::random_weights(&checkpoint.config, &checkpoint.graph, seed);
+    tracing::info!(
+        dir = %dir.display(),
+        seed,
+        parameters = checkpoint.graph.parameter_count(),
+        "drew random SigLIP weights of realistic spread"
+    );
+    Ok(checkpoint)
+}
+
+/// The config, processor and graph of the checkpoint in `dir`, with no
+/// weights yet.
+fn checkpoint_without_weights(
+    dir: &Path,
+    options: &ImportConfig,
 ) -> Result<Checkpoint, ImportError> {
     let config = read_config(dir)?;
     let processor = read_processor(dir, &config)?;
@@ -283,22 +273,15 @@ pub fn random_checkpoint(
         },
     )
     .map_err(|source| ImportError::Build { source })?;
-    let weights = synthetic::random_weights(&config, &graph, seed);
     let patches = graph
         .tensor_by_name(PATCHES)
         .ok_or_else(|| ImportError::Internal {
             what: "the graph has no `patches` input".to_owned(),
         })?;
-    tracing::info!(
-        dir = %dir.display(),
-        seed,
-        parameters = graph.parameter_count(),
-        "drew random SigLIP weights of realistic spread"
-    );
     Ok(Checkpoint {
         config,
         graph,
-        weights,
+        weights: Default::default(),
         processor,
         patches,
     })
