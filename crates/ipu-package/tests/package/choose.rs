@@ -3,7 +3,7 @@
 //! shard's MACs at the AMP's peak, and the step costs it predicts for a
 //! built package are those its cycle estimate charges.
 
-use ipu_layout::{Fp8Format, Precision};
+use ipu_layout::Precision;
 use ipu_package::build::{BuildConfig, Stages, build_package};
 use ipu_package::graph::{Op, parse_fixture};
 use ipu_package::plan::{
@@ -14,32 +14,7 @@ use ipu_package::profile::StepKind;
 use ipu_target::Target;
 
 use crate::fixture_text;
-
-fn fp8() -> Precision {
-    Precision::F8 {
-        format: Fp8Format::F143,
-        scale: -4,
-    }
-}
-
-/// SigLIP so400m's encoder GEMMs at batch 2.
-fn siglip_gemms() -> Vec<(&'static str, GemmProblem)> {
-    let problem = |inner, columns| GemmProblem {
-        outer: vec![2, 729],
-        inner,
-        columns,
-        left: fp8(),
-        right: fp8(),
-        output: Precision::F16,
-        amp_columns: CostModel::ipu21().amp_columns,
-    };
-    vec![
-        ("qkv", problem(1152, 3456)),
-        ("out", problem(1152, 1152)),
-        ("fc1", problem(1152, 4304)),
-        ("fc2", problem(4304, 1152)),
-    ]
-}
+use crate::plan::siglip_gemms;
 
 #[test]
 fn the_chosen_grid_is_the_cheapest_fitting_candidate_and_above_its_bound() {

@@ -15,7 +15,9 @@ fn fp8() -> Precision {
     }
 }
 
-fn siglip_gemms() -> Vec<(&'static str, GemmProblem)> {
+/// SigLIP so400m's GEMMs at batch 2: the patch embedding and the four of
+/// an encoder layer.
+pub(crate) fn siglip_gemms() -> Vec<(&'static str, GemmProblem)> {
     let problem = |inner, columns| GemmProblem {
         outer: vec![2, 729],
         inner,
