@@ -38,7 +38,8 @@
 //! declares and writes `x{i+1}` chains each iteration's output to the next
 //! one's input, with `x0` coming from an earlier layer. Anywhere, `{p}`
 //! stands for the value of parameter `p` (so a layer after the repeat can
-//! read `x{layers}`). Each layer's
+//! read `x{layers}`, and the model's name can carry its batch,
+//! `model-b{batch}`). Each layer's
 //! tensors are declared before its ops are read, in declaration order, so
 //! every iteration owns a contiguous id range; the resulting
 //! [`Repeat`] keeps the structure for the lowering.

@@ -201,3 +201,23 @@ fn the_patchify_variant_extracts_patches_in_the_graph() {
     assert_eq!(graph.ops().len(), micro.ops().len() + 3);
     assert_eq!(graph.parameter_count(), micro.parameter_count());
 }
+
+#[test]
+fn the_siglip_name_carries_its_batch() {
+    assert_eq!(siglip().name(), "siglip-so400m-patch14-384-b2");
+    let b4 = ParseOptions {
+        overrides: vec![("batch".to_owned(), 4)],
+    };
+    let graph = parse_fixture_with(&fixture_text("siglip-so400m-b2.json"), &b4).unwrap();
+    assert_eq!(graph.name(), "siglip-so400m-patch14-384-b4");
+    // A model name naming an unknown parameter is a template error.
+    let text = fixture_text("tiny-2l-h64.json").replacen(
+        "\"name\": \"tiny-2l-h64\"",
+        "\"name\": \"tiny-{nope}\"",
+        1,
+    );
+    assert!(matches!(
+        parse_fixture(&text),
+        Err(ipu_package::graph::FixtureError::Template { .. })
+    ));
+}
