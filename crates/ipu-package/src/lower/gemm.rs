@@ -15,20 +15,7 @@ impl Lowerer<'_> {
     ) -> Result<(), LowerError> {
         let g = self.graph;
         let (tl, tr, tout) = (g.tensor(left), g.tensor(right), g.tensor(output));
-        let le = tl.extents();
-        let problem = GemmProblem {
-            outer: le[..le.len() - 1].to_vec(),
-            inner: le[le.len() - 1],
-            columns: tr.extents()[1],
-            left: tl.precision(),
-            right: tr.precision(),
-            output: if tout.precision() == Precision::F32 {
-                Precision::F32
-            } else {
-                Precision::F16
-            },
-            amp_columns: self.config.cost.amp_columns,
-        };
+        let problem = GemmProblem::of(tl, tr, tout, &self.config.cost);
         let budget = self.config.budget_for(&format!("gemm {}", tout.name()));
         let (chosen, steps) = choose_gemm_grid(
             &problem,

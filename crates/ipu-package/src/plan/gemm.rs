@@ -23,6 +23,7 @@ use ipu_layout::{
     TensorFormat, TensorShape, TensorTiling, TensorType,
 };
 
+use crate::graph::Tensor;
 use crate::plan::CostModel;
 
 /// One GEMM as the planner sees it.
@@ -47,6 +48,30 @@ pub struct GemmProblem {
 }
 
 impl GemmProblem {
+    /// The GEMM `left × right → output` of a graph: `left`'s axes before
+    /// its last are the outer ones, partial results are F32 only for an F32
+    /// output (F16 otherwise), and the column blocks are `cost`'s AMP's.
+    pub fn of(left: &Tensor, right: &Tensor, output: &Tensor, cost: &CostModel) -> GemmProblem {
+        let le = left.extents();
+        let (outer, inner) = match le.split_last() {
+            Some((&inner, outer)) => (outer.to_vec(), inner),
+            None => (Vec::new(), 0),
+        };
+        GemmProblem {
+            outer,
+            inner,
+            columns: right.extents().get(1).copied().unwrap_or(0),
+            left: left.precision(),
+            right: right.precision(),
+            output: if output.precision() == Precision::F32 {
+                Precision::F32
+            } else {
+                Precision::F16
+            },
+            amp_columns: cost.amp_columns,
+        }
+    }
+
     /// Columns are split in blocks that are whole AMP output blocks and
     /// whole weight panels (32 columns for FP8 weights), so that a weight
     /// block moves as whole panels rather than row by row.

@@ -110,20 +110,7 @@ fn predicted_compute_steps_are_what_the_estimate_charges() {
                 graph.tensor(*right),
                 graph.tensor(*output),
             );
-            let le = tl.extents();
-            let problem = GemmProblem {
-                outer: le[..le.len() - 1].to_vec(),
-                inner: le[le.len() - 1],
-                columns: tr.extents()[1],
-                left: tl.precision(),
-                right: tr.precision(),
-                output: if tout.precision() == Precision::F32 {
-                    Precision::F32
-                } else {
-                    Precision::F16
-                },
-                amp_columns: CostModel::ipu21().amp_columns,
-            };
+            let problem = GemmProblem::of(tl, tr, tout, &cost);
             let (grid, predicted) =
                 choose_gemm_grid(&problem, tiles, budget, bias.is_some(), &cost);
             let step = |kind: &str, step_kind: StepKind| {
