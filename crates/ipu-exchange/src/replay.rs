@@ -1,4 +1,4 @@
-//! Executes encoded rows against real tile memory, word by word.
+//! Executes encoded rows against real tile memory.
 //!
 //! The simulator calls [`replay`] with its per-tile SRAM images, so an
 //! encoding, scheduling or addressing error corrupts data that the
@@ -6,11 +6,20 @@
 //! is read from the sender's memory in its send cycle and written at the
 //! receiver `latency` cycles later; a write in cycle `c` is visible to reads
 //! in cycles after `c`.
+//!
+//! Only words that the phase both reads and writes, or writes more than
+//! once, depend on that timing (a valid phase has none: its writes overlap
+//! neither each other nor what tiles send). Every other word is moved with
+//! its run in one block copy, in any order; the items touching such
+//! "conflict" words are replayed one by one in cycle order. The result is
+//! the cycle-ordered replay of every item, word for word.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::ops::Range;
 
 use ipu_layout::TileId;
+use rayon::prelude::*;
 
 use crate::check::ExchangeCheckError;
 use crate::encode::EncodedRows;
@@ -27,13 +36,56 @@ pub struct MemoryError {
     pub byte_address: u32,
 }
 
+/// The byte address of word `k` of a run at `byte_address`, or an error
+/// naming the run when the word lies beyond the 32-bit address space.
+fn word_address(tile: TileId, byte_address: u32, k: usize) -> Result<u32, MemoryError> {
+    u32::try_from(k)
+        .ok()
+        .and_then(|k| k.checked_mul(4))
+        .and_then(|offset| byte_address.checked_add(offset))
+        .ok_or(MemoryError { tile, byte_address })
+}
+
 /// Word-addressed tile memories.
+///
+/// Only the single-word accesses are required; a memory that holds each
+/// placed range contiguously should also implement the block accesses,
+/// which replay uses for every run it can move whole.
 pub trait ExchangeMemory {
     /// The word at `byte_address` (4-byte aligned) on `tile`.
     fn read_word(&self, tile: TileId, byte_address: u32) -> Result<u32, MemoryError>;
     /// Stores `word` at `byte_address` (4-byte aligned) on `tile`.
     fn write_word(&mut self, tile: TileId, byte_address: u32, word: u32)
     -> Result<(), MemoryError>;
+
+    /// Reads `words.len()` consecutive words from `byte_address` on `tile`.
+    /// An error names the first word the memory does not hold.
+    fn read_words(
+        &self,
+        tile: TileId,
+        byte_address: u32,
+        words: &mut [u32],
+    ) -> Result<(), MemoryError> {
+        for (k, w) in words.iter_mut().enumerate() {
+            *w = self.read_word(tile, word_address(tile, byte_address, k)?)?;
+        }
+        Ok(())
+    }
+
+    /// Stores `words` at consecutive words from `byte_address` on `tile`.
+    /// An error names the first word the memory does not hold; the words
+    /// before it may have been stored.
+    fn write_words(
+        &mut self,
+        tile: TileId,
+        byte_address: u32,
+        words: &[u32],
+    ) -> Result<(), MemoryError> {
+        for (k, &w) in words.iter().enumerate() {
+            self.write_word(tile, word_address(tile, byte_address, k)?, w)?;
+        }
+        Ok(())
+    }
 }
 
 /// What a replay did.
@@ -75,79 +127,186 @@ pub fn replay(
         runs: runs.len() as u64,
         cycles: replayed.end,
     };
+    let conflicts = Conflicts::find(&runs, rows.tile_count());
+    // Items touching a conflict word, as (send cycle, run, item).
+    let mut timed: Vec<(u64, u32, u32)> = Vec::new();
+    let mut buffer: Vec<u32> = Vec::new();
+    let mut spans: Vec<Range<u32>> = Vec::new();
     let latency = u64::from(fabric.latency_cycles());
-    if reads_overlap_writes(&runs) {
-        ordered(&runs, latency, memory, &mut stats)?;
-    } else {
-        // No word read in this phase is written in it, so order is moot.
-        for r in &runs {
-            for k in 0..r.words() as u32 {
-                let w = memory.read_word(TileId::from_u32(r.source), r.src_addr + 4 * k)?;
-                memory.write_word(TileId::from_u32(r.dest), r.dst_addr + 4 * k, w)?;
-                stats.words_written += 1;
+    for (i, r) in runs.iter().enumerate() {
+        conflicts.items_touching(r, &mut spans);
+        let mut next = 0u32;
+        for span in spans
+            .iter()
+            .cloned()
+            .chain(std::iter::once(r.items..r.items))
+        {
+            if span.start > next {
+                copy_items(r, next..span.start, memory, &mut buffer)?;
             }
+            let send = r.arrival.saturating_sub(latency);
+            timed.extend(span.clone().map(|k| (send + u64::from(k), i as u32, k)));
+            next = span.end;
         }
+        stats.words_written += r.words();
+    }
+    if !timed.is_empty() {
+        ordered(&runs, &mut timed, memory)?;
     }
     Ok(stats)
 }
 
-/// Whether any run reads bytes that some run writes on the same tile.
-fn reads_overlap_writes(runs: &[&Run]) -> bool {
-    // (tile, start, end, is_write)
-    let mut ranges: Vec<(u32, u64, u64, bool)> = Vec::with_capacity(runs.len() * 2);
-    for r in runs {
-        let bytes = r.words() * 4;
-        ranges.push((
-            r.source,
-            u64::from(r.src_addr),
-            u64::from(r.src_addr) + bytes,
-            false,
-        ));
-        ranges.push((
-            r.dest,
-            u64::from(r.dst_addr),
-            u64::from(r.dst_addr) + bytes,
-            true,
-        ));
-    }
-    ranges.sort_unstable();
-    let mut tile = u32::MAX;
-    let mut reach_read = 0u64;
-    let mut reach_write = 0u64;
-    for &(t, start, end, write) in &ranges {
-        if t != tile {
-            tile = t;
-            reach_read = 0;
-            reach_write = 0;
-        }
-        if (write && reach_read > start) || (!write && reach_write > start) {
-            return true;
-        }
-        if write {
-            reach_write = reach_write.max(end);
-        } else {
-            reach_read = reach_read.max(end);
-        }
-    }
-    false
+/// The byte width of a run's items.
+fn item_bytes(r: &Run) -> u32 {
+    if r.wide { 8 } else { 4 }
 }
 
-/// Cycle-ordered replay for phases that read words they also write.
-fn ordered(
-    runs: &[&Run],
-    latency: u64,
+/// Moves items `items` of run `r` in one block: read all, then write all.
+fn copy_items(
+    r: &Run,
+    items: Range<u32>,
     memory: &mut impl ExchangeMemory,
-    stats: &mut ReplayStats,
+    buffer: &mut Vec<u32>,
 ) -> Result<(), MemoryError> {
-    // (send cycle, run, item) for every item, in cycle order.
-    let mut reads: Vec<(u64, u32, u32)> = Vec::new();
-    for (i, r) in runs.iter().enumerate() {
-        let send = r.arrival.saturating_sub(latency);
-        for k in 0..r.items {
-            reads.push((send + u64::from(k), i as u32, k));
+    let per = item_bytes(r) / 4;
+    let words = (items.end - items.start) as usize * per as usize;
+    buffer.clear();
+    buffer.resize(words, 0);
+    let (source, dest) = (TileId::from_u32(r.source), TileId::from_u32(r.dest));
+    let first = items.start as usize * per as usize;
+    memory.read_words(source, word_address(source, r.src_addr, first)?, buffer)?;
+    memory.write_words(dest, word_address(dest, r.dst_addr, first)?, buffer)
+}
+
+/// Per tile, the byte ranges whose final contents depend on the order of
+/// the phase's items: words both read and written, and words written more
+/// than once. Sorted and disjoint.
+struct Conflicts {
+    per_tile: Vec<Vec<(u64, u64)>>,
+}
+
+impl Conflicts {
+    fn find(runs: &[&Run], tile_count: u32) -> Self {
+        let n = tile_count as usize;
+        // Reads by source tile and writes by destination tile, as byte
+        // ranges; each tile's lists are then sorted on their own.
+        let mut reads: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n];
+        let mut writes: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n];
+        for r in runs {
+            let bytes = r.words() * 4;
+            let (s, d) = (u64::from(r.src_addr), u64::from(r.dst_addr));
+            if let Some(list) = reads.get_mut(r.source as usize) {
+                list.push((s, s + bytes));
+            }
+            if let Some(list) = writes.get_mut(r.dest as usize) {
+                list.push((d, d + bytes));
+            }
+        }
+        let per_tile = reads
+            .into_par_iter()
+            .zip(writes)
+            .map(|(mut reads, mut writes)| {
+                if writes.is_empty() || (reads.is_empty() && writes.len() < 2) {
+                    return Vec::new();
+                }
+                reads.sort_unstable();
+                writes.sort_unstable();
+                let mut conflicts = written_twice(&writes);
+                conflicts.extend(intersection(&union(&reads), &union(&writes)));
+                conflicts.sort_unstable();
+                union(&conflicts)
+            })
+            .collect();
+        Conflicts { per_tile }
+    }
+
+    /// The items of `r` whose read or written bytes meet a conflict range,
+    /// as sorted disjoint item ranges in `spans`.
+    fn items_touching(&self, r: &Run, spans: &mut Vec<Range<u32>>) {
+        spans.clear();
+        let width = u64::from(item_bytes(r));
+        for (tile, base) in [(r.source, r.src_addr), (r.dest, r.dst_addr)] {
+            let Some(list) = self.per_tile.get(tile as usize) else {
+                continue;
+            };
+            let (start, end) = (
+                u64::from(base),
+                u64::from(base) + u64::from(r.items) * width,
+            );
+            let first = list.partition_point(|&(_, e)| e <= start);
+            for &(s, e) in list[first..].iter().take_while(|&&(s, _)| s < end) {
+                // Items whose bytes [start + k·width, start + (k+1)·width)
+                // meet [s, e).
+                let lo = s.saturating_sub(start) / width;
+                let hi = (e.min(end) - start).div_ceil(width);
+                spans.push(lo as u32..hi as u32);
+            }
+        }
+        spans.sort_unstable_by_key(|s| s.start);
+        // Merge overlapping or adjacent spans.
+        let mut merged: Vec<Range<u32>> = Vec::with_capacity(spans.len());
+        for s in spans.drain(..) {
+            match merged.last_mut() {
+                Some(last) if s.start <= last.end => last.end = last.end.max(s.end),
+                _ => merged.push(s),
+            }
+        }
+        *spans = merged;
+    }
+}
+
+/// The union of sorted ranges, as sorted disjoint ranges.
+fn union(sorted: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &(s, e) in sorted.iter().filter(|(s, e)| s < e) {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
         }
     }
-    reads.sort_unstable();
+    out
+}
+
+/// Bytes covered by two or more of the sorted ranges.
+fn written_twice(sorted: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut reach = 0u64;
+    for &(s, e) in sorted {
+        if s < reach {
+            out.push((s, e.min(reach)));
+        }
+        reach = reach.max(e);
+    }
+    out
+}
+
+/// The intersection of two sets of sorted disjoint ranges.
+fn intersection(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    while let (Some(&(s0, e0)), Some(&(s1, e1))) = (a.get(i), b.get(j)) {
+        let (s, e) = (s0.max(s1), e0.min(e1));
+        if s < e {
+            out.push((s, e));
+        }
+        if e0 <= e1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+/// Cycle-ordered replay of the items in `timed` (send cycle, run, item):
+/// each item's words are read in its send cycle and written `latency`
+/// cycles later, at the run's arrival cycle for the item.
+fn ordered(
+    runs: &[&Run],
+    timed: &mut [(u64, u32, u32)],
+    memory: &mut impl ExchangeMemory,
+) -> Result<(), MemoryError> {
+    timed.sort_unstable();
     // Pending writes: (cycle, tile, byte address, word).
     let mut pending: BinaryHeap<Reverse<(u64, u32, u32, u32)>> = BinaryHeap::new();
     let flush = |until: u64,
@@ -163,25 +322,154 @@ fn ordered(
         }
         Ok(())
     };
-    for &(cycle, i, k) in &reads {
+    for &(cycle, i, k) in timed.iter() {
         {
             let mut write = |t: u32, a: u32, w: u32| memory.write_word(TileId::from_u32(t), a, w);
             flush(cycle, &mut pending, &mut write)?;
         }
         let r = runs[i as usize];
-        let per = if r.wide { 2 } else { 1 };
+        let per = item_bytes(r) / 4;
         for h in 0..per {
-            let offset = 4 * (k * per + h);
-            let w = memory.read_word(TileId::from_u32(r.source), r.src_addr + offset)?;
+            let word = (k * per + h) as usize;
+            let (source, dest) = (TileId::from_u32(r.source), TileId::from_u32(r.dest));
+            let w = memory.read_word(source, word_address(source, r.src_addr, word)?)?;
             pending.push(Reverse((
                 r.arrival + u64::from(k),
                 r.dest,
-                r.dst_addr + offset,
+                word_address(dest, r.dst_addr, word)?,
                 w,
             )));
-            stats.words_written += 1;
         }
     }
     let mut write = |t: u32, a: u32, w: u32| memory.write_word(TileId::from_u32(t), a, w);
     flush(u64::MAX, &mut pending, &mut write)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use smallvec::smallvec;
+
+    use super::*;
+    use crate::model::{Phase, Transfer, Width};
+    use crate::schedule::{ScheduleConfig, schedule};
+
+    /// Every word readable, untouched words derived from tile and address.
+    #[derive(Default, PartialEq, Debug)]
+    struct Memory(HashMap<(u32, u32), u32>);
+
+    impl ExchangeMemory for Memory {
+        fn read_word(&self, tile: TileId, byte_address: u32) -> Result<u32, MemoryError> {
+            let key = (tile.as_u32(), byte_address);
+            Ok(self.0.get(&key).copied().unwrap_or_else(|| {
+                key.0.wrapping_mul(0x9e37_79b9) ^ key.1.wrapping_mul(0x85eb_ca6b)
+            }))
+        }
+        fn write_word(&mut self, tile: TileId, at: u32, word: u32) -> Result<(), MemoryError> {
+            self.0.insert((tile.as_u32(), at), word);
+            Ok(())
+        }
+    }
+
+    /// The specification: every item of every run in send-cycle order.
+    fn every_item_in_cycle_order(rows: &EncodedRows, fabric: &Fabric, memory: &mut Memory) {
+        let (replayed, errors) = replay_rows(rows, fabric, rows.tile_count());
+        assert!(errors.is_empty());
+        let runs: Vec<&Run> = replayed.runs.iter().flatten().collect();
+        let latency = u64::from(fabric.latency_cycles());
+        let mut timed: Vec<(u64, u32, u32)> = Vec::new();
+        for (i, r) in runs.iter().enumerate() {
+            let send = r.arrival.saturating_sub(latency);
+            timed.extend((0..r.items).map(|k| (send + u64::from(k), i as u32, k)));
+        }
+        ordered(&runs, &mut timed, memory).expect("every word exists");
+    }
+
+    /// A phase whose receive ranges lie 0x400 bytes above the receiving
+    /// tile's own send range, so that one flipped address bit often makes a
+    /// tile read words it also writes, or write words twice.
+    fn close_phase() -> Phase {
+        // (source, destinations, words, Paired64)
+        let specs: [(u32, &[u32], u32, bool); 6] = [
+            (0, &[1, 2], 24, false),
+            (1, &[0], 16, false),
+            (2, &[3], 20, true),
+            (3, &[2, 4], 12, false),
+            (4, &[5], 30, false),
+            (5, &[1], 8, true),
+        ];
+        let send_at = |t: u32| 0x4c000 + 0x80 * t;
+        let mut receive_at: Vec<u32> = (0..6).map(|t| send_at(t) + 0x400).collect();
+        let transfers = specs
+            .iter()
+            .map(|&(source, dests, words, wide)| Transfer {
+                source: TileId::from_u32(source),
+                source_addresses: smallvec![send_at(source)],
+                destinations: dests
+                    .iter()
+                    .map(|&d| {
+                        let at = receive_at[d as usize];
+                        receive_at[d as usize] += 4 * words;
+                        (TileId::from_u32(d), at)
+                    })
+                    .collect(),
+                words,
+                width: if wide { Width::Paired64 } else { Width::Word32 },
+            })
+            .collect();
+        Phase {
+            tile_count: 6,
+            transfers,
+        }
+    }
+
+    #[test]
+    fn block_copies_and_ordered_conflicts_match_the_cycle_ordered_replay() {
+        let fabric = Fabric::ipu21().expect("the embedded device parses");
+        let phase = close_phase();
+        let s = schedule(&phase, &fabric, &ScheduleConfig::default()).expect("schedules");
+        let rows: Vec<Vec<u32>> = (0..phase.tile_count)
+            .map(|t| s.rows().row(TileId::from_u32(t)).to_vec())
+            .collect();
+        let (mut replayed, mut with_conflicts) = (0, 0);
+        for t in 0..rows.len() {
+            for w in 0..rows[t].len() {
+                for bit in 2..14 {
+                    let mut bad = rows.clone();
+                    bad[t][w] ^= 1 << bit;
+                    let bad = EncodedRows::from_tile_rows(bad);
+                    let (runs, errors) = replay_rows(&bad, &fabric, bad.tile_count());
+                    if !errors.is_empty() {
+                        continue;
+                    }
+                    let runs: Vec<&Run> = runs.runs.iter().flatten().collect();
+                    let conflicts = Conflicts::find(&runs, bad.tile_count());
+                    if conflicts.per_tile.iter().any(|c| !c.is_empty()) {
+                        with_conflicts += 1;
+                    }
+                    let (mut fast, mut spec) = (Memory::default(), Memory::default());
+                    replay(&bad, &fabric, &mut fast).expect("replays");
+                    every_item_in_cycle_order(&bad, &fabric, &mut spec);
+                    assert_eq!(fast, spec, "tile {t} word {w} bit {bit}");
+                    replayed += 1;
+                }
+            }
+        }
+        assert!(
+            with_conflicts >= 10 && replayed > with_conflicts,
+            "{with_conflicts} of {replayed} replayed corruptions had conflicts"
+        );
+    }
+
+    #[test]
+    fn conflicts_are_the_words_read_and_written_or_written_twice() {
+        let ranges = |v: &[(u64, u64)]| v.to_vec();
+        assert_eq!(union(&[(0, 4), (4, 8), (12, 16)]), ranges(&[(0, 8), (12, 16)]));
+        assert_eq!(written_twice(&[(0, 8), (4, 12), (8, 16)]), ranges(&[(4, 8), (8, 12)]));
+        assert_eq!(
+            intersection(&[(0, 8), (16, 24)], &[(4, 20)]),
+            ranges(&[(4, 8), (16, 20)])
+        );
+    }
 }

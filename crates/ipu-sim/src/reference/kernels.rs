@@ -31,15 +31,19 @@ pub enum GemmAccumulation {
     },
 }
 
-/// Columns of one output block: with [`ROWS_PER_TASK`] rows the running
-/// sums of a block stay in L1 while a row of `right` streams past.
-const COLUMNS_PER_BLOCK: usize = 256;
+/// Columns of one packed panel of `right`, and of one register block.
+const PANEL: usize = 8;
+
+/// Rows of one register block: `BLOCK_ROWS × PANEL` running sums stay in
+/// registers while a panel of `right` streams past.
+const BLOCK_ROWS: usize = 4;
 
 /// `left [rows, k] × right [k, n] (+ bias [n])`.
 ///
 /// Each output element is one f32 running sum over `k = 0, 1, ..` whatever
 /// the blocking, so the result is the naive triple loop's, bit for bit;
-/// the blocking over rows and columns only keeps `right` in cache.
+/// the blocking into register blocks of rows and packed panels of columns
+/// only changes which elements are summed side by side.
 pub fn gemm(
     left: &[f32],
     right: &[f32],
@@ -53,33 +57,23 @@ pub fn gemm(
     if n == 0 {
         return out;
     }
+    let packed = match accumulation {
+        GemmAccumulation::F32 => pack_panels(right, k, n),
+        GemmAccumulation::F16Partials { .. } => Vec::new(),
+    };
     out.par_chunks_mut(n * ROWS_PER_TASK)
         .enumerate()
         .for_each(|(task, chunk)| {
             let first_row = task * ROWS_PER_TASK;
             let task_rows = chunk.len() / n;
+            let task_left = &left[first_row * k..(first_row + task_rows) * k];
             match accumulation {
-                GemmAccumulation::F32 => {
-                    for j0 in (0..n).step_by(COLUMNS_PER_BLOCK) {
-                        let j1 = (j0 + COLUMNS_PER_BLOCK).min(n);
-                        for kk in 0..k {
-                            let b_row = &right[kk * n + j0..kk * n + j1];
-                            for r in 0..task_rows {
-                                let a = left[(first_row + r) * k + kk];
-                                let acc = &mut chunk[r * n + j0..r * n + j1];
-                                for (x, &b) in acc.iter_mut().zip(b_row) {
-                                    *x += a * b;
-                                }
-                            }
-                        }
-                    }
-                }
+                GemmAccumulation::F32 => f32_rows(task_left, right, &packed, chunk, k, n),
                 GemmAccumulation::F16Partials { block } => {
                     let block = (block as usize).max(1);
                     let f16 = Precision::F16.codec();
                     let mut block_sum = vec![0.0f32; n];
-                    for (r, row) in chunk.chunks_mut(n).enumerate() {
-                        let a_row = &left[(first_row + r) * k..(first_row + r + 1) * k];
+                    for (row, a_row) in chunk.chunks_mut(n).zip(task_left.chunks_exact(k)) {
                         for start in (0..k).step_by(block) {
                             block_sum.iter_mut().for_each(|s| *s = 0.0);
                             for kk in start..(start + block).min(k) {
@@ -105,6 +99,77 @@ pub fn gemm(
             }
         });
     out
+}
+
+/// The full `PANEL`-column panels of `right [k, n]`, each stored as `k`
+/// consecutive rows of `PANEL` values, so a register block reads its
+/// panel as one contiguous stream.
+fn pack_panels(right: &[f32], k: usize, n: usize) -> Vec<f32> {
+    let panels = n / PANEL;
+    let mut packed = vec![0.0f32; panels * k * PANEL];
+    for (p, panel) in packed.chunks_exact_mut((k * PANEL).max(1)).enumerate() {
+        for (kk, dst) in panel.chunks_exact_mut(PANEL).enumerate() {
+            let at = kk * n + p * PANEL;
+            dst.copy_from_slice(&right[at..at + PANEL]);
+        }
+    }
+    packed
+}
+
+/// `left [m, k] × right` into `out [m, n]` (`m = out.len() / n`), every
+/// element one f32 running sum over `k` in increasing order: register
+/// blocks over the packed panels, then the columns past the last panel.
+fn f32_rows(left: &[f32], right: &[f32], packed: &[f32], out: &mut [f32], k: usize, n: usize) {
+    let m = out.len() / n;
+    let panels = n / PANEL;
+    let mut r = 0;
+    while r < m {
+        let block = if m - r >= BLOCK_ROWS { BLOCK_ROWS } else { 1 };
+        for p in 0..panels {
+            let panel = &packed[p * k * PANEL..(p + 1) * k * PANEL];
+            if block == BLOCK_ROWS {
+                let rows: [&[f32]; BLOCK_ROWS] =
+                    std::array::from_fn(|i| &left[(r + i) * k..(r + i + 1) * k]);
+                let sums = register_block(rows, panel, k);
+                for (i, s) in sums.iter().enumerate() {
+                    out[(r + i) * n + p * PANEL..][..PANEL].copy_from_slice(s);
+                }
+            } else {
+                let sums = register_block([&left[r * k..(r + 1) * k]], panel, k);
+                out[r * n + p * PANEL..][..PANEL].copy_from_slice(&sums[0]);
+            }
+        }
+        for i in r..r + block {
+            let a_row = &left[i * k..(i + 1) * k];
+            for j in panels * PANEL..n {
+                let mut acc = 0.0f32;
+                for (kk, &a) in a_row.iter().enumerate() {
+                    acc += a * right[kk * n + j];
+                }
+                out[i * n + j] = acc;
+            }
+        }
+        r += block;
+    }
+}
+
+/// `R` rows of `left` (each `k` long) times one packed panel: the
+/// `R × PANEL` running sums, each over `k` in increasing order.
+#[inline(always)]
+fn register_block<const R: usize>(rows: [&[f32]; R], panel: &[f32], k: usize) -> [[f32; PANEL]; R] {
+    let mut acc = [[0.0f32; PANEL]; R];
+    let rows = rows.map(|row| &row[..k]);
+    let panel = &panel[..k * PANEL];
+    for kk in 0..k {
+        let b = &panel[kk * PANEL..kk * PANEL + PANEL];
+        for (acc_row, row) in acc.iter_mut().zip(&rows) {
+            let a = row[kk];
+            for (x, &y) in acc_row.iter_mut().zip(b) {
+                *x += a * y;
+            }
+        }
+    }
+    acc
 }
 
 /// Per-axis strides of a row-major shape.

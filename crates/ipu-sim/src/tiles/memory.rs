@@ -169,17 +169,18 @@ impl<'a, 'p> Words<'a, 'p> {
         }
     }
 
-    /// The image range of the word at `byte_address` on `tile`, if a
-    /// placed range holds it; `last` is the range remembered for this kind
-    /// of access.
-    fn word(
+    /// The image range of `bytes` bytes at `byte_address` on `tile`, if
+    /// one placed range holds them all; `last` is the range remembered for
+    /// this kind of access.
+    fn block(
         &self,
         tile: TileId,
         byte_address: u32,
+        bytes: u32,
         last: &Cell<(u32, u32, u32)>,
     ) -> Result<std::ops::Range<usize>, MemoryError> {
         let error = MemoryError { tile, byte_address };
-        let end = byte_address.checked_add(4).ok_or(error)?;
+        let end = byte_address.checked_add(bytes).ok_or(error)?;
         let (t, start, stop) = last.get();
         if !(t == tile.as_u32() && start <= byte_address && end <= stop) {
             let list = self.shared.placed.get(tile.index()).ok_or(error)?;
@@ -192,7 +193,44 @@ impl<'a, 'p> Words<'a, 'p> {
             }
         }
         let at = (byte_address - self.shared.sram_start) as usize;
-        Ok(at..at + 4)
+        Ok(at..at + bytes as usize)
+    }
+
+    /// The image range of the word at `byte_address` on `tile`.
+    fn word(
+        &self,
+        tile: TileId,
+        byte_address: u32,
+        last: &Cell<(u32, u32, u32)>,
+    ) -> Result<std::ops::Range<usize>, MemoryError> {
+        self.block(tile, byte_address, 4, last)
+    }
+
+    /// The image range of `words` words at `byte_address` when one placed
+    /// range holds them all; otherwise the error of the first word no
+    /// placed range holds.
+    fn words(
+        &self,
+        tile: TileId,
+        byte_address: u32,
+        words: usize,
+        last: &Cell<(u32, u32, u32)>,
+    ) -> Result<std::ops::Range<usize>, MemoryError> {
+        let bytes = u32::try_from(words)
+            .ok()
+            .and_then(|w| w.checked_mul(4))
+            .ok_or(MemoryError { tile, byte_address })?;
+        self.block(tile, byte_address, bytes, last)
+            .or_else(|error| {
+                // Find the word that fails, for the error.
+                for k in 0..words as u32 {
+                    let at = byte_address
+                        .checked_add(4 * k)
+                        .ok_or(MemoryError { tile, byte_address })?;
+                    self.word(tile, at, last)?;
+                }
+                Err(error)
+            })
     }
 }
 
@@ -220,6 +258,42 @@ impl ExchangeMemory for Words<'_, '_> {
             .and_then(|image| image.get_mut(range))
             .ok_or(MemoryError { tile, byte_address })?
             .copy_from_slice(&word.to_le_bytes());
+        Ok(())
+    }
+
+    fn read_words(
+        &self,
+        tile: TileId,
+        byte_address: u32,
+        words: &mut [u32],
+    ) -> Result<(), MemoryError> {
+        let range = self.words(tile, byte_address, words.len(), &self.last_read)?;
+        let bytes = self
+            .images
+            .get(tile.index())
+            .and_then(|image| image.get(range))
+            .ok_or(MemoryError { tile, byte_address })?;
+        for (w, b) in words.iter_mut().zip(bytes.chunks_exact(4)) {
+            *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        Ok(())
+    }
+
+    fn write_words(
+        &mut self,
+        tile: TileId,
+        byte_address: u32,
+        words: &[u32],
+    ) -> Result<(), MemoryError> {
+        let range = self.words(tile, byte_address, words.len(), &self.last_write)?;
+        let bytes = self
+            .images
+            .get_mut(tile.index())
+            .and_then(|image| image.get_mut(range))
+            .ok_or(MemoryError { tile, byte_address })?;
+        for (b, w) in bytes.chunks_exact_mut(4).zip(words) {
+            b.copy_from_slice(&w.to_le_bytes());
+        }
         Ok(())
     }
 }

@@ -203,6 +203,39 @@ impl DryMemory<'_> {
         last.set(Some((tile, start, stop)));
         Ok(())
     }
+
+    /// [`DryMemory::check`] of `words` consecutive words: the range of the
+    /// first usually holds them all; otherwise each word is checked, so the
+    /// error names the first word outside every placed range.
+    fn check_block(
+        &self,
+        last: &LastRange,
+        tile: TileId,
+        byte_address: u32,
+        words: usize,
+    ) -> Result<(), MemoryError> {
+        if words == 0 {
+            return Ok(());
+        }
+        self.check(last, tile, byte_address)?;
+        let end = u32::try_from(words)
+            .ok()
+            .and_then(|w| w.checked_mul(4))
+            .and_then(|bytes| byte_address.checked_add(bytes));
+        if let (Some(end), Some((_, _, stop))) = (end, last.get())
+            && end <= stop
+        {
+            return Ok(());
+        }
+        for k in 1..words {
+            let at = u32::try_from(k)
+                .ok()
+                .and_then(|k| byte_address.checked_add(k.checked_mul(4)?))
+                .ok_or(MemoryError { tile, byte_address })?;
+            self.check(last, tile, at)?;
+        }
+        Ok(())
+    }
 }
 
 impl ExchangeMemory for DryMemory<'_> {
@@ -217,5 +250,24 @@ impl ExchangeMemory for DryMemory<'_> {
         _word: u32,
     ) -> Result<(), MemoryError> {
         self.check(&self.written, tile, byte_address)
+    }
+
+    fn read_words(
+        &self,
+        tile: TileId,
+        byte_address: u32,
+        words: &mut [u32],
+    ) -> Result<(), MemoryError> {
+        words.fill(0);
+        self.check_block(&self.read, tile, byte_address, words.len())
+    }
+
+    fn write_words(
+        &mut self,
+        tile: TileId,
+        byte_address: u32,
+        words: &[u32],
+    ) -> Result<(), MemoryError> {
+        self.check_block(&self.written, tile, byte_address, words.len())
     }
 }
