@@ -465,8 +465,14 @@ mod tests {
     #[test]
     fn conflicts_are_the_words_read_and_written_or_written_twice() {
         let ranges = |v: &[(u64, u64)]| v.to_vec();
-        assert_eq!(union(&[(0, 4), (4, 8), (12, 16)]), ranges(&[(0, 8), (12, 16)]));
-        assert_eq!(written_twice(&[(0, 8), (4, 12), (8, 16)]), ranges(&[(4, 8), (8, 12)]));
+        assert_eq!(
+            union(&[(0, 4), (4, 8), (12, 16)]),
+            ranges(&[(0, 8), (12, 16)])
+        );
+        assert_eq!(
+            written_twice(&[(0, 8), (4, 12), (8, 16)]),
+            ranges(&[(4, 8), (8, 12)])
+        );
         assert_eq!(
             intersection(&[(0, 8), (16, 24)], &[(4, 20)]),
             ranges(&[(4, 8), (16, 20)])

@@ -353,7 +353,11 @@ fn compute<'v>(
             let d = *shape(*input).last().unwrap_or(&0) as usize;
             kernels::layer_norm(get(*input)?, get(*scale)?, get(*bias)?, d, *eps)
         }
-        Op::Gelu { input, .. } => get(*input)?.iter().map(|&x| kernels::gelu(x)).collect(),
+        Op::Gelu { input, .. } => {
+            // Element-wise, so the split over threads cannot change a bit.
+            use rayon::prelude::*;
+            get(*input)?.par_iter().map(|&x| kernels::gelu(x)).collect()
+        }
         Op::Attention {
             q,
             k,

@@ -31,6 +31,10 @@ pub enum GemmAccumulation {
     },
 }
 
+/// Output rows of one parallel GEMM task: each task streams all of
+/// `right` once, so fewer, larger tasks read it less often.
+const GEMM_ROWS_PER_TASK: usize = 64;
+
 /// Columns of one packed panel of `right`, and of one register block.
 const PANEL: usize = 8;
 
@@ -61,10 +65,10 @@ pub fn gemm(
         GemmAccumulation::F32 => pack_panels(right, k, n),
         GemmAccumulation::F16Partials { .. } => Vec::new(),
     };
-    out.par_chunks_mut(n * ROWS_PER_TASK)
+    out.par_chunks_mut(n * GEMM_ROWS_PER_TASK)
         .enumerate()
         .for_each(|(task, chunk)| {
-            let first_row = task * ROWS_PER_TASK;
+            let first_row = task * GEMM_ROWS_PER_TASK;
             let task_rows = chunk.len() / n;
             let task_left = &left[first_row * k..(first_row + task_rows) * k];
             match accumulation {
@@ -117,39 +121,37 @@ fn pack_panels(right: &[f32], k: usize, n: usize) -> Vec<f32> {
 }
 
 /// `left [m, k] × right` into `out [m, n]` (`m = out.len() / n`), every
-/// element one f32 running sum over `k` in increasing order: register
-/// blocks over the packed panels, then the columns past the last panel.
+/// element one f32 running sum over `k` in increasing order: for each
+/// packed panel, the register blocks of every row (the panel stays in
+/// cache across them), then the columns past the last panel.
 fn f32_rows(left: &[f32], right: &[f32], packed: &[f32], out: &mut [f32], k: usize, n: usize) {
     let m = out.len() / n;
     let panels = n / PANEL;
-    let mut r = 0;
-    while r < m {
-        let block = if m - r >= BLOCK_ROWS { BLOCK_ROWS } else { 1 };
-        for p in 0..panels {
-            let panel = &packed[p * k * PANEL..(p + 1) * k * PANEL];
-            if block == BLOCK_ROWS {
-                let rows: [&[f32]; BLOCK_ROWS] =
-                    std::array::from_fn(|i| &left[(r + i) * k..(r + i + 1) * k]);
-                let sums = register_block(rows, panel, k);
-                for (i, s) in sums.iter().enumerate() {
-                    out[(r + i) * n + p * PANEL..][..PANEL].copy_from_slice(s);
-                }
-            } else {
-                let sums = register_block([&left[r * k..(r + 1) * k]], panel, k);
-                out[r * n + p * PANEL..][..PANEL].copy_from_slice(&sums[0]);
+    for p in 0..panels {
+        let panel = &packed[p * k * PANEL..(p + 1) * k * PANEL];
+        let mut r = 0;
+        while r + BLOCK_ROWS <= m {
+            let rows: [&[f32]; BLOCK_ROWS] =
+                std::array::from_fn(|i| &left[(r + i) * k..(r + i + 1) * k]);
+            let sums = register_block(rows, panel, k);
+            for (i, s) in sums.iter().enumerate() {
+                out[(r + i) * n + p * PANEL..][..PANEL].copy_from_slice(s);
             }
+            r += BLOCK_ROWS;
         }
-        for i in r..r + block {
-            let a_row = &left[i * k..(i + 1) * k];
-            for j in panels * PANEL..n {
-                let mut acc = 0.0f32;
-                for (kk, &a) in a_row.iter().enumerate() {
-                    acc += a * right[kk * n + j];
-                }
-                out[i * n + j] = acc;
+        for r in r..m {
+            let sums = register_block([&left[r * k..(r + 1) * k]], panel, k);
+            out[r * n + p * PANEL..][..PANEL].copy_from_slice(&sums[0]);
+        }
+    }
+    for (a_row, out_row) in left.chunks_exact(k.max(1)).zip(out.chunks_exact_mut(n)) {
+        for j in panels * PANEL..n {
+            let mut acc = 0.0f32;
+            for (kk, &a) in a_row.iter().enumerate().take(k) {
+                acc += a * right[kk * n + j];
             }
+            out_row[j] = acc;
         }
-        r += block;
     }
 }
 
@@ -309,47 +311,122 @@ pub fn attention(
             }
         });
     let mut out = vec![0.0f32; batch * tokens_q * hidden];
-    // One task per (batch, query row): each writes its own output row.
-    out.par_chunks_mut(hidden.max(1))
+    let shape = AttentionShape {
+        tokens_kv,
+        hidden,
+        heads,
+        head_dim,
+        scale,
+    };
+    // One task per block of query rows: each writes its own output rows.
+    out.par_chunks_mut((hidden * QUERY_ROWS).max(1))
         .enumerate()
-        .for_each(|(row, out_row)| {
-            let b = row / tokens_q.max(1);
-            let q_row = &q[row * hidden..(row + 1) * hidden];
-            let mut p = vec![0.0f32; tokens_kv];
-            for h in 0..heads {
-                let cols = h * head_dim..(h + 1) * head_dim;
-                let block = (b * heads + h) * head_dim * tokens_kv;
-                p.iter_mut().for_each(|x| *x = 0.0);
-                for (c, &qc) in q_row[cols.clone()].iter().enumerate() {
-                    let kt = &keys_t[block + c * tokens_kv..block + (c + 1) * tokens_kv];
-                    for (pj, &kv) in p.iter_mut().zip(kt) {
+        .for_each(|(task, chunk)| {
+            let first = task * QUERY_ROWS;
+            let rows = chunk.len() / hidden.max(1);
+            // The rows of one batch element at a time: they share keys.
+            let mut r0 = 0;
+            while r0 < rows {
+                let b = (first + r0) / tokens_q.max(1);
+                let r1 = rows.min((b + 1) * tokens_q - first);
+                shape.attend(
+                    q,
+                    &keys_t,
+                    v,
+                    b,
+                    first + r0,
+                    &mut chunk[r0 * hidden..r1 * hidden],
+                    round,
+                );
+                r0 = r1;
+            }
+        });
+    out
+}
+
+/// Query rows attended together: each key and value row read serves all
+/// of them, while each row's sums keep their own order.
+const QUERY_ROWS: usize = 8;
+
+/// The extents of one attention op.
+struct AttentionShape {
+    tokens_kv: usize,
+    hidden: usize,
+    heads: usize,
+    head_dim: usize,
+    scale: f32,
+}
+
+impl AttentionShape {
+    /// Query rows `first..` (all of batch element `b`; as many as `out`
+    /// holds) against the keys (transposed per head in `keys_t`) and the
+    /// values of `b`, into `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        q: &[f32],
+        keys_t: &[f32],
+        v: &[f32],
+        b: usize,
+        first: usize,
+        out: &mut [f32],
+        round: ipu_layout::numeric::Codec,
+    ) {
+        let AttentionShape {
+            tokens_kv,
+            hidden,
+            heads,
+            head_dim,
+            scale,
+            ..
+        } = *self;
+        let rows = out.len() / hidden.max(1);
+        let mut p = vec![0.0f32; rows * tokens_kv];
+        for h in 0..heads {
+            let cols = h * head_dim..(h + 1) * head_dim;
+            let block = (b * heads + h) * head_dim * tokens_kv;
+            p.iter_mut().for_each(|x| *x = 0.0);
+            // Each score: one running sum over the head's columns in
+            // increasing order, the key tokens as the vectorised loop.
+            for c in 0..head_dim {
+                let kt = &keys_t[block + c * tokens_kv..block + (c + 1) * tokens_kv];
+                for (r, p_row) in p.chunks_exact_mut(tokens_kv.max(1)).enumerate() {
+                    let qc = q[(first + r) * hidden + cols.start + c];
+                    for (pj, &kv) in p_row.iter_mut().zip(kt) {
                         *pj += qc * kv;
                     }
                 }
-                for pj in p.iter_mut() {
+            }
+            for p_row in p.chunks_exact_mut(tokens_kv.max(1)) {
+                for pj in p_row.iter_mut() {
                     *pj = round.quantize(*pj * scale);
                 }
-                let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let max = p_row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0.0f32;
-                for pj in p.iter_mut() {
+                for pj in p_row.iter_mut() {
                     *pj = round.quantize((*pj - max).exp());
                     sum += *pj;
                 }
-                for pj in p.iter_mut() {
+                for pj in p_row.iter_mut() {
                     *pj = round.quantize(*pj / sum);
                 }
-                let o = &mut out_row[cols.clone()];
-                o.iter_mut().for_each(|x| *x = 0.0);
-                for (j, &pj) in p.iter().enumerate() {
-                    let vr = (b * tokens_kv + j) * hidden;
-                    let vh = &v[vr + cols.start..vr + cols.end];
-                    for (x, &vv) in o.iter_mut().zip(vh) {
+            }
+            for o_row in out.chunks_exact_mut(hidden.max(1)) {
+                o_row[cols.clone()].iter_mut().for_each(|x| *x = 0.0);
+            }
+            // Each output: one running sum over the key tokens in order.
+            for j in 0..tokens_kv {
+                let vr = (b * tokens_kv + j) * hidden;
+                let vh = &v[vr + cols.start..vr + cols.end];
+                for (r, o_row) in out.chunks_exact_mut(hidden.max(1)).enumerate() {
+                    let pj = p[r * tokens_kv + j];
+                    for (x, &vv) in o_row[cols.clone()].iter_mut().zip(vh) {
                         *x += pj * vv;
                     }
                 }
             }
-        });
-    out
+        }
+    }
 }
 
 /// Axis permutation: output axis `a` is input axis `perm[a]`.
