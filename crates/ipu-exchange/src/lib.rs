@@ -67,7 +67,7 @@ pub use encode::EncodedRows;
 pub use fabric::{Fabric, FabricError};
 pub use isa::{DecodeError, EncodeError, Instr};
 pub use model::{Phase, PhaseError, Transfer, Width, validate_phase};
-pub use replay::{ExchangeMemory, MemoryError, ReplayError, ReplayStats, replay};
+pub use replay::{BlockCopy, ExchangeMemory, MemoryError, ReplayError, ReplayStats, replay};
 pub use schedule::{
     ReaddressMismatch, Schedule, ScheduleConfig, ScheduleError, ScheduleKind, schedule,
     schedule_phases,

@@ -86,6 +86,39 @@ pub trait ExchangeMemory {
         }
         Ok(())
     }
+
+    /// Performs every copy of `copies`. Replay passes them sorted by
+    /// destination tile, with no copy reading a word any copy writes and
+    /// no word written twice, so any order, or all reads before all
+    /// writes, gives the same memory. On error, the error of the first
+    /// copy (in the given order) that fails is returned, and copies may
+    /// have been made in part or whole. The default copies one after
+    /// another; a memory whose tiles are independent may copy in parallel.
+    fn copy_blocks(&mut self, copies: &[BlockCopy]) -> Result<(), MemoryError> {
+        let mut buffer = Vec::new();
+        for c in copies {
+            buffer.clear();
+            buffer.resize(c.words as usize, 0);
+            self.read_words(c.source, c.source_address, &mut buffer)?;
+            self.write_words(c.dest, c.dest_address, &buffer)?;
+        }
+        Ok(())
+    }
+}
+
+/// Consecutive words moved from one tile to another, in any cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockCopy {
+    /// The tile read.
+    pub source: TileId,
+    /// The byte address of the first word read.
+    pub source_address: u32,
+    /// The tile written.
+    pub dest: TileId,
+    /// The byte address of the first word written.
+    pub dest_address: u32,
+    /// Words moved.
+    pub words: u32,
 }
 
 /// What a replay did.
@@ -128,9 +161,10 @@ pub fn replay(
         cycles: replayed.end,
     };
     let conflicts = Conflicts::find(&runs, rows.tile_count());
-    // Items touching a conflict word, as (send cycle, run, item).
+    // Items touching a conflict word, as (send cycle, run, item); the
+    // others as block copies in run order, so by destination tile.
     let mut timed: Vec<(u64, u32, u32)> = Vec::new();
-    let mut buffer: Vec<u32> = Vec::new();
+    let mut copies: Vec<BlockCopy> = Vec::with_capacity(runs.len());
     let mut spans: Vec<Range<u32>> = Vec::new();
     let latency = u64::from(fabric.latency_cycles());
     for (i, r) in runs.iter().enumerate() {
@@ -142,7 +176,7 @@ pub fn replay(
             .chain(std::iter::once(r.items..r.items))
         {
             if span.start > next {
-                copy_items(r, next..span.start, memory, &mut buffer)?;
+                copies.push(block_copy(r, next..span.start)?);
             }
             let send = r.arrival.saturating_sub(latency);
             timed.extend(span.clone().map(|k| (send + u64::from(k), i as u32, k)));
@@ -150,6 +184,7 @@ pub fn replay(
         }
         stats.words_written += r.words();
     }
+    memory.copy_blocks(&copies)?;
     if !timed.is_empty() {
         ordered(&runs, &mut timed, memory)?;
     }
@@ -161,21 +196,18 @@ fn item_bytes(r: &Run) -> u32 {
     if r.wide { 8 } else { 4 }
 }
 
-/// Moves items `items` of run `r` in one block: read all, then write all.
-fn copy_items(
-    r: &Run,
-    items: Range<u32>,
-    memory: &mut impl ExchangeMemory,
-    buffer: &mut Vec<u32>,
-) -> Result<(), MemoryError> {
+/// Items `items` of run `r` as one block copy.
+fn block_copy(r: &Run, items: Range<u32>) -> Result<BlockCopy, MemoryError> {
     let per = item_bytes(r) / 4;
-    let words = (items.end - items.start) as usize * per as usize;
-    buffer.clear();
-    buffer.resize(words, 0);
     let (source, dest) = (TileId::from_u32(r.source), TileId::from_u32(r.dest));
     let first = items.start as usize * per as usize;
-    memory.read_words(source, word_address(source, r.src_addr, first)?, buffer)?;
-    memory.write_words(dest, word_address(dest, r.dst_addr, first)?, buffer)
+    Ok(BlockCopy {
+        source,
+        source_address: word_address(source, r.src_addr, first)?,
+        dest,
+        dest_address: word_address(dest, r.dst_addr, first)?,
+        words: (items.end - items.start) * per,
+    })
 }
 
 /// Per tile, the byte ranges whose final contents depend on the order of

@@ -4,7 +4,7 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 
-use ipu_exchange::{ExchangeMemory, Fabric, MemoryError};
+use ipu_exchange::{BlockCopy, ExchangeMemory, Fabric, MemoryError};
 use ipu_kernels::{EmulateOptions, KernelArgs, PreparedProgram, emulate_prepared};
 use ipu_layout::{EntityId, Precision, TileId};
 use ipu_package::package::Package;
@@ -234,6 +234,45 @@ impl<'a, 'p> Words<'a, 'p> {
     }
 }
 
+/// The image range of `words` words at `byte_address` on `tile`, if one
+/// placed range holds them all; otherwise the error of the first word no
+/// placed range holds. The lookup the parallel block copies use: it keeps
+/// no state, so threads may share it.
+fn placed_words(
+    placed: &[Vec<(u32, u32)>],
+    sram_start: u32,
+    tile: TileId,
+    byte_address: u32,
+    words: u32,
+) -> Result<std::ops::Range<usize>, MemoryError> {
+    let holding = |address: u32, bytes: u32| {
+        let end = address.checked_add(bytes)?;
+        let list = placed.get(tile.index())?;
+        let i = list.partition_point(|r| r.0 <= address).checked_sub(1)?;
+        let &(_, stop) = list.get(i)?;
+        (end <= stop).then_some(address)
+    };
+    let bytes = words.checked_mul(4);
+    match bytes.and_then(|b| holding(byte_address, b)) {
+        Some(at) => {
+            let at = (at - sram_start) as usize;
+            Ok(at..at + 4 * words as usize)
+        }
+        None => {
+            for k in 0..words {
+                let at = byte_address.checked_add(4 * k).unwrap_or(byte_address);
+                if holding(at, 4).is_none() {
+                    return Err(MemoryError {
+                        tile,
+                        byte_address: at,
+                    });
+                }
+            }
+            Err(MemoryError { tile, byte_address })
+        }
+    }
+}
+
 impl ExchangeMemory for Words<'_, '_> {
     fn read_word(&self, tile: TileId, byte_address: u32) -> Result<u32, MemoryError> {
         let range = self.word(tile, byte_address, &self.last_read)?;
@@ -294,6 +333,78 @@ impl ExchangeMemory for Words<'_, '_> {
         for (b, w) in bytes.chunks_exact_mut(4).zip(words) {
             b.copy_from_slice(&w.to_le_bytes());
         }
+        Ok(())
+    }
+
+    /// Checks every copy's ranges, gathers all source words (in parallel),
+    /// then writes each destination tile's copies (tiles in parallel):
+    /// replay guarantees no copy reads what another writes, so this is the
+    /// sequential result. A failing copy stops the run before any write,
+    /// with the error of the first one.
+    fn copy_blocks(&mut self, copies: &[BlockCopy]) -> Result<(), MemoryError> {
+        use rayon::prelude::*;
+        let (placed, sram_start) = (&self.shared.placed, self.shared.sram_start);
+        let ranges: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> = copies
+            .par_iter()
+            .map(|c| {
+                Ok((
+                    placed_words(placed, sram_start, c.source, c.source_address, c.words)?,
+                    placed_words(placed, sram_start, c.dest, c.dest_address, c.words)?,
+                ))
+            })
+            .collect::<Result<_, MemoryError>>()?;
+        // Byte offsets of each copy's data in one gathered buffer.
+        let mut offsets = Vec::with_capacity(copies.len() + 1);
+        offsets.push(0usize);
+        for (r, _) in &ranges {
+            offsets.push(offsets[offsets.len() - 1] + r.len());
+        }
+        let mut data = vec![0u8; offsets[copies.len()]];
+        {
+            let images: &[Vec<u8>] = self.images;
+            // Split the buffer by copy, then fill the pieces in parallel.
+            let mut pieces: Vec<&mut [u8]> = Vec::with_capacity(copies.len());
+            let mut rest = data.as_mut_slice();
+            for (r, _) in &ranges {
+                let (piece, tail) = rest.split_at_mut(r.len());
+                pieces.push(piece);
+                rest = tail;
+            }
+            pieces
+                .into_par_iter()
+                .zip(copies.par_iter().zip(&ranges))
+                .for_each(|(piece, (c, (source, _)))| {
+                    piece.copy_from_slice(&images[c.source.index()][source.clone()]);
+                });
+        }
+        // Copies arrive sorted by destination tile: each tile's run of them.
+        let mut first = vec![0usize; self.images.len() + 1];
+        for c in copies {
+            if let Some(n) = first.get_mut(c.dest.index() + 1) {
+                *n += 1;
+            }
+        }
+        for t in 0..self.images.len() {
+            first[t + 1] += first[t];
+        }
+        let sorted = copies.windows(2).all(|w| w[0].dest <= w[1].dest);
+        if !sorted {
+            // Not the order replay promises: copy one after another.
+            for (i, (_, dest)) in ranges.iter().enumerate() {
+                let at = &data[offsets[i]..offsets[i + 1]];
+                self.images[copies[i].dest.index()][dest.clone()].copy_from_slice(at);
+            }
+            return Ok(());
+        }
+        self.images
+            .par_iter_mut()
+            .enumerate()
+            .for_each(|(t, image)| {
+                for i in first[t]..first[t + 1] {
+                    let dest = ranges[i].1.clone();
+                    image[dest].copy_from_slice(&data[offsets[i]..offsets[i + 1]]);
+                }
+            });
         Ok(())
     }
 }
