@@ -1,7 +1,9 @@
 //! Replays decoded rows of all tiles into the word runs each tile receives.
 //!
 //! Shared by the checker and by [`replay`](crate::replay); it knows nothing
-//! of the scheduler. It follows the semantics in [`crate::isa`]: a tile
+//! of the scheduler. The checker replays one receiving tile at a time
+//! ([`decode_rows`], then [`receive`] per tile), so a phase's runs never
+//! exist all at once; `replay` takes them all ([`replay_rows`]). It follows the semantics in [`crate::isa`]: a tile
 //! listening to tile `s` in arrival cycle `c` writes whatever `s` sent in
 //! cycle `c - latency` at its PIC; it writes only while its own row runs.
 //! Structural faults (undecodable rows, lane and port conflicts of paired
@@ -64,13 +66,29 @@ fn item_bytes(wide: bool) -> u64 {
     if wide { 8 } else { 4 }
 }
 
-/// Replays `rows` on `tile_count` tiles.
-pub(crate) fn replay_rows(
+/// Every tile's decoded row and send windows.
+pub(crate) struct Decoded {
+    pub timelines: Vec<Timeline>,
+    pub sends: Vec<Vec<SendWin>>,
+}
+
+impl Decoded {
+    /// Whether any tile sends 64-bit items (only then can a tile receive
+    /// them).
+    pub fn any_wide(&self) -> bool {
+        self.sends.iter().flatten().any(|w| w.wide)
+    }
+}
+
+/// Decodes every row (in parallel, results in tile order) and checks that
+/// no paired send borrows a lane its partner uses; the errors are the
+/// undecodable rows, then the send conflicts, each in tile order.
+pub(crate) fn decode_rows(
     rows: &EncodedRows,
     fabric: &Fabric,
     tile_count: u32,
-) -> (Replayed, Vec<ExchangeCheckError>) {
-    let mut errors = Vec::new();
+    errors: &mut Vec<ExchangeCheckError>,
+) -> Decoded {
     let n = tile_count as usize;
     let decoded: Vec<Result<Timeline, ExchangeCheckError>> = (0..tile_count)
         .into_par_iter()
@@ -127,11 +145,28 @@ pub(crate) fn replay_rows(
             }
         }
     }
+    Decoded { timelines, sends }
+}
+
+/// Replays `rows` on `tile_count` tiles.
+pub(crate) fn replay_rows(
+    rows: &EncodedRows,
+    fabric: &Fabric,
+    tile_count: u32,
+) -> (Replayed, Vec<ExchangeCheckError>) {
+    let mut errors = Vec::new();
+    let n = tile_count as usize;
+    let Decoded { timelines, sends } = decode_rows(rows, fabric, tile_count, &mut errors);
     let latency = u64::from(fabric.latency_cycles());
     let per_tile: Vec<(Vec<Run>, Vec<ExchangeCheckError>)> = timelines
         .par_iter()
         .enumerate()
-        .map(|(d, tl)| receive(d as u32, tl, &sends, latency))
+        .map(|(d, tl)| {
+            let mut runs = Vec::new();
+            let mut errors = Vec::new();
+            receive(d as u32, tl, &sends, latency, false, &mut runs, &mut errors);
+            (runs, errors)
+        })
         .collect();
     let mut runs = Vec::with_capacity(n);
     for (r, e) in per_tile {
@@ -139,28 +174,19 @@ pub(crate) fn replay_rows(
         errors.extend(e);
     }
     // Paired items occupy the partner's receive port.
-    for (d, list) in runs.iter().enumerate() {
-        for r in list.iter().filter(|r| r.wide) {
-            let tile = TileId::from_u32(d as u32);
-            let partner = fabric.partner(tile).as_u32() as usize;
-            match runs.get(partner) {
-                None => errors.push(ExchangeCheckError::PartnerMissing {
-                    tile,
-                    partner: TileId::from_u32(partner as u32),
-                }),
-                Some(other) => {
-                    let end = r.arrival + u64::from(r.items);
-                    let i = other.partition_point(|o| o.arrival + u64::from(o.items) <= r.arrival);
-                    if let Some(o) = other.get(i).filter(|o| o.arrival < end) {
-                        errors.push(ExchangeCheckError::PartnerReceiveConflict {
-                            tile,
-                            partner: TileId::from_u32(partner as u32),
-                            cycle: o.arrival.max(r.arrival),
-                        });
-                    }
-                }
-            }
-        }
+    let any_wide = runs.iter().flatten().any(|r| r.wide);
+    let busy: Vec<Vec<(u64, u64)>> = if any_wide {
+        runs.iter().map(|list| busy_cycles(list)).collect()
+    } else {
+        Vec::new()
+    };
+    for (d, list) in runs.iter().enumerate().filter(|_| any_wide) {
+        let wide: Vec<(u64, u64)> = list
+            .iter()
+            .filter(|r| r.wide)
+            .map(|r| (r.arrival, r.arrival + u64::from(r.items)))
+            .collect();
+        partner_receive_conflicts(d as u32, &wide, &busy, fabric, &mut errors);
     }
     if fabric.memory_element_hazards() {
         for (t, list) in runs.iter().enumerate() {
@@ -171,6 +197,52 @@ pub(crate) fn replay_rows(
     (Replayed { runs, end }, errors)
 }
 
+/// The arrival cycles of `runs` (in arrival order) as disjoint intervals
+/// in order, adjacent runs joined.
+pub(crate) fn busy_cycles(runs: &[Run]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for r in runs {
+        let end = r.arrival + u64::from(r.items);
+        match out.last_mut() {
+            Some(last) if last.1 == r.arrival => last.1 = end,
+            _ => out.push((r.arrival, end)),
+        }
+    }
+    out
+}
+
+/// Reports each interval of `wide` (cycles in which tile `d` receives
+/// 64-bit items) during which its partner receives too, at the first such
+/// cycle; `busy` holds every tile's receiving cycles ([`busy_cycles`]).
+pub(crate) fn partner_receive_conflicts(
+    d: u32,
+    wide: &[(u64, u64)],
+    busy: &[Vec<(u64, u64)>],
+    fabric: &Fabric,
+    errors: &mut Vec<ExchangeCheckError>,
+) {
+    let tile = TileId::from_u32(d);
+    for &(start, end) in wide {
+        let partner = fabric.partner(tile).as_u32() as usize;
+        match busy.get(partner) {
+            None => errors.push(ExchangeCheckError::PartnerMissing {
+                tile,
+                partner: TileId::from_u32(partner as u32),
+            }),
+            Some(other) => {
+                let i = other.partition_point(|o| o.1 <= start);
+                if let Some(o) = other.get(i).filter(|o| o.0 < end) {
+                    errors.push(ExchangeCheckError::PartnerReceiveConflict {
+                        tile,
+                        partner: TileId::from_u32(partner as u32),
+                        cycle: o.0.max(start),
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// The first cycle in `[start, end)` covered by a window of `list`.
 fn first_overlap(list: &[SendWin], start: u64, end: u64) -> Option<u64> {
     let i = list.partition_point(|w| w.end <= start);
@@ -179,18 +251,26 @@ fn first_overlap(list: &[SendWin], start: u64, end: u64) -> Option<u64> {
         .map(|w| w.start.max(start))
 }
 
-/// The runs tile `d` receives.
-fn receive(
+/// Appends the runs tile `d` receives to `runs` (in arrival order) and its
+/// faults to `errors`. With `join`, a run that continues the previous one
+/// (same source and width, next cycle, next source and destination words)
+/// extends it: the words and cycles are the same, in fewer runs.
+pub(crate) fn receive(
     d: u32,
     tl: &Timeline,
     sends: &[Vec<SendWin>],
     latency: u64,
-) -> (Vec<Run>, Vec<ExchangeCheckError>) {
+    join: bool,
+    runs: &mut Vec<Run>,
+    errors: &mut Vec<ExchangeCheckError>,
+) {
     let tile = TileId::from_u32(d);
-    let mut runs = Vec::new();
-    let mut errors = Vec::new();
     let mut xpic = Xpic::Disconnected;
     let mut pic: u64 = 0;
+    // The source listened to in the previous window and the first of its
+    // send windows that could still arrive: windows come in time order,
+    // so while the source stays the same the search only moves forward.
+    let mut cursor: Option<(TileId, usize)> = None;
     for w in &tl.windows {
         if let Some(x) = w.set_xpic {
             xpic = x;
@@ -216,7 +296,16 @@ fn receive(
         // Send cycles whose words arrive in this window.
         let from = w.start.saturating_sub(latency);
         let to = end - latency;
-        let mut i = list.partition_point(|s| s.end <= from);
+        let mut i = match cursor {
+            Some((s, mut i)) if s == source => {
+                while list.get(i).is_some_and(|s| s.end <= from) {
+                    i += 1;
+                }
+                i
+            }
+            _ => list.partition_point(|s| s.end <= from),
+        };
+        cursor = Some((source, i));
         while let Some(s) = list.get(i) {
             if s.start >= to {
                 break;
@@ -233,7 +322,7 @@ fn receive(
                 });
                 break;
             }
-            runs.push(Run {
+            let run = Run {
                 dest: d,
                 arrival: a + latency,
                 items: items as u32,
@@ -241,16 +330,31 @@ fn receive(
                 source: source.as_u32(),
                 src_addr: src as u32,
                 dst_addr: pic as u32,
-            });
+            };
+            match runs.last_mut() {
+                Some(last) if join && continues(last, &run) => last.items += run.items,
+                _ => runs.push(run),
+            }
             pic += bytes;
             i += 1;
         }
     }
-    (runs, errors)
+}
+
+/// Whether `next` carries on where `run` stops: same source and width,
+/// the next arrival cycle, the next source and destination words.
+fn continues(run: &Run, next: &Run) -> bool {
+    let bytes = run.words() * 4;
+    run.source == next.source
+        && run.wide == next.wide
+        && run.arrival + u64::from(run.items) == next.arrival
+        && u64::from(run.src_addr) + bytes == u64::from(next.src_addr)
+        && u64::from(run.dst_addr) + bytes == u64::from(next.dst_addr)
+        && run.items.checked_add(next.items).is_some()
 }
 
 /// Reports cycles where tile `t` reads and writes one memory element.
-fn element_hazards(
+pub(crate) fn element_hazards(
     t: u32,
     runs: &[Run],
     sends: &[SendWin],
