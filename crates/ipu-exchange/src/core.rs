@@ -154,6 +154,10 @@ struct JobRt {
     /// For a multicast job: the index (in its receivers) of the receiver
     /// last found busy.
     blocker: u32,
+    /// That receiver's node, `receivers[blocker % receivers.len()]`, kept
+    /// here so that a look at a blocked multicast job does not touch the
+    /// job list (a cache miss per look on wide phases).
+    blocker_node: u32,
     state: State,
 }
 
@@ -320,6 +324,7 @@ impl Core {
                 sender: j.sender,
                 recv0: if j.simple() { j.receivers[0] } else { MULTI },
                 blocker: 0,
+                blocker_node: j.receivers.first().copied().unwrap_or(MULTI),
                 state: State::Pending,
             })
             .collect::<Vec<_>>();

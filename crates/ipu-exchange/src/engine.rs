@@ -10,6 +10,8 @@
 //! items, listening to a tile that does not exist, PIC overflow, memory
 //! element hazards) are collected as [`ExchangeCheckError`]s.
 
+use std::collections::HashMap;
+
 use ipu_layout::TileId;
 use rayon::prelude::*;
 
@@ -267,10 +269,10 @@ pub(crate) fn receive(
     let tile = TileId::from_u32(d);
     let mut xpic = Xpic::Disconnected;
     let mut pic: u64 = 0;
-    // The source listened to in the previous window and the first of its
-    // send windows that could still arrive: windows come in time order,
-    // so while the source stays the same the search only moves forward.
-    let mut cursor: Option<(TileId, usize)> = None;
+    // Per source listened to so far, the first of its send windows that
+    // could still arrive: windows come in time order, so a source's search
+    // only moves forward from where it last stopped.
+    let mut cursors: HashMap<u32, usize> = HashMap::new();
     for w in &tl.windows {
         if let Some(x) = w.set_xpic {
             xpic = x;
@@ -296,16 +298,9 @@ pub(crate) fn receive(
         // Send cycles whose words arrive in this window.
         let from = w.start.saturating_sub(latency);
         let to = end - latency;
-        let mut i = match cursor {
-            Some((s, mut i)) if s == source => {
-                while list.get(i).is_some_and(|s| s.end <= from) {
-                    i += 1;
-                }
-                i
-            }
-            _ => list.partition_point(|s| s.end <= from),
-        };
-        cursor = Some((source, i));
+        let cursor = cursors.entry(source.as_u32()).or_insert(0);
+        let mut i = first_arriving(list, *cursor, from);
+        *cursor = i;
         while let Some(s) = list.get(i) {
             if s.start >= to {
                 break;
@@ -339,6 +334,26 @@ pub(crate) fn receive(
             i += 1;
         }
     }
+}
+
+/// The first window of `list` (sorted by time) that ends after `from`,
+/// known to be at `lo` or later: a galloping search from `lo`, so a
+/// search that moves little costs little.
+fn first_arriving(list: &[SendWin], lo: usize, from: u64) -> usize {
+    let before = |i: usize| list.get(i).is_some_and(|s| s.end <= from);
+    let mut lo = lo;
+    let mut step = 1;
+    // Invariant: every window before `lo` ends by `from`.
+    while before(lo) {
+        let probe = lo.saturating_add(step);
+        if probe >= list.len() || !before(probe) {
+            let end = probe.min(list.len());
+            return lo + 1 + list[lo + 1..end].partition_point(|s| s.end <= from);
+        }
+        lo = probe + 1;
+        step *= 2;
+    }
+    lo
 }
 
 /// Whether `next` carries on where `run` stops: same source and width,
@@ -387,5 +402,34 @@ pub(crate) fn element_hazards(
             }
             i += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SendWin, first_arriving};
+
+    #[test]
+    fn the_galloping_search_finds_what_a_binary_search_finds() {
+        // Windows [3k, 3k + 2) for k < 40: ends 2, 5, 8, ...
+        let list: Vec<SendWin> = (0..40u64)
+            .map(|k| SendWin {
+                start: 3 * k,
+                end: 3 * k + 2,
+                byte_address: 0,
+                wide: false,
+            })
+            .collect();
+        for from in 0..130 {
+            let expected = list.partition_point(|s| s.end <= from);
+            for lo in 0..=expected {
+                assert_eq!(
+                    first_arriving(&list, lo, from),
+                    expected,
+                    "lo {lo} from {from}"
+                );
+            }
+        }
+        assert_eq!(first_arriving(&[], 0, 5), 0);
     }
 }
