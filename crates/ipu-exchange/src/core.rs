@@ -333,7 +333,7 @@ impl Core {
         // sorted them, so a pair's jobs have consecutive ids.
         let dense = nodes <= DENSE_PAIR_NODES;
         let mut pair_index = if dense {
-            PairIndex::Dense(vec![u32::MAX; nodes * nodes])
+            PairIndex::Dense(vec![0; nodes * nodes])
         } else {
             PairIndex::Sparse(PairMap::default())
         };

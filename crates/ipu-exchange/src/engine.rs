@@ -273,6 +273,7 @@ pub(crate) fn receive(
     // could still arrive: windows come in time order, so a source's search
     // only moves forward from where it last stopped.
     let mut cursors: HashMap<u32, usize> = HashMap::new();
+    let mut last: Option<(u32, usize)> = None;
     for w in &tl.windows {
         if let Some(x) = w.set_xpic {
             xpic = x;
@@ -298,9 +299,20 @@ pub(crate) fn receive(
         // Send cycles whose words arrive in this window.
         let from = w.start.saturating_sub(latency);
         let to = end - latency;
-        let cursor = cursors.entry(source.as_u32()).or_insert(0);
-        let mut i = first_arriving(list, *cursor, from);
-        *cursor = i;
+        // The source of the previous window is the common case: its
+        // cursor is at hand, and the map is updated when the source
+        // changes.
+        let lo = match last {
+            Some((s, i)) if s == source.as_u32() => i,
+            other => {
+                if let Some((s, i)) = other {
+                    cursors.insert(s, i);
+                }
+                cursors.get(&source.as_u32()).copied().unwrap_or(0)
+            }
+        };
+        let mut i = first_arriving(list, lo, from);
+        last = Some((source.as_u32(), i));
         while let Some(s) = list.get(i) {
             if s.start >= to {
                 break;
