@@ -279,6 +279,20 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
     }
 }
 
+/// A freed node's place in the order nodes are looked at: most loaded
+/// first, then by side and node. Packed into one integer, with the load
+/// read once, so that the sort at every event compares integers instead of
+/// reading loads at every comparison. A node freed twice has one key (its
+/// load does not change meanwhile), so sorting puts the two together.
+fn scan_key(load: u64, side: usize, v: usize) -> u128 {
+    (u128::from(!load) << 64) | ((side as u128) << 32) | v as u128
+}
+
+/// The (side, node) of a [`scan_key`].
+fn scan_node(key: u128) -> (usize, usize) {
+    (((key >> 32) & 1) as usize, (key & 0xffff_ffff) as usize)
+}
+
 impl Core {
     fn new(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> Core {
         let n = jobs.len();
@@ -491,7 +505,8 @@ impl Core {
             }
         }
         let mut uncovered: Vec<(usize, usize)> = Vec::new();
-        let mut scan: Vec<(usize, usize)> = Vec::new();
+        // Freed nodes as packed sort keys (see `scan_key`).
+        let mut scan: Vec<u128> = Vec::new();
         let mut still_free: Vec<(usize, usize)> = Vec::new();
         loop {
             // 1. Finished jobs free their nodes.
@@ -511,10 +526,16 @@ impl Core {
             // nodes; they are handled in the next round.
             while !self.freed.is_empty() {
                 scan.clear();
-                scan.append(&mut self.freed);
-                scan.sort_unstable_by_key(|&(side, v)| (Reverse(self.load[side][v]), side, v));
+                let load = &self.load;
+                scan.extend(
+                    self.freed
+                        .drain(..)
+                        .map(|(side, v)| scan_key(load[side][v], side, v)),
+                );
+                scan.sort_unstable();
                 scan.dedup();
-                for &(side, v) in &scan {
+                for &key in &scan {
+                    let (side, v) = scan_node(key);
                     if self.busy[side][v].is_some() || self.load[side][v] == 0 {
                         continue;
                     }
