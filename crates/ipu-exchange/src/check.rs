@@ -27,7 +27,7 @@ use rayon::prelude::*;
 
 use crate::encode::EncodedRows;
 use crate::engine::{
-    Run, busy_cycles, decode_rows, element_hazards, partner_receive_conflicts, receive,
+    Receiver, Run, busy_cycles, decode_rows, element_hazards, partner_receive_conflicts,
 };
 use crate::fabric::Fabric;
 use crate::isa::DecodeError;
@@ -268,41 +268,42 @@ pub fn check_schedule(
     let mut per_tile: Vec<TileVerdict> = lists
         .into_par_iter()
         .enumerate()
-        .map(|(d, list)| {
-            list.sort_unstable_by_key(|e| e.start);
-            let mut verdict = TileVerdict::default();
-            let mut runs = Vec::new();
-            let timeline = decoded.timelines.get(d).unwrap_or(&no_timeline);
-            receive(
-                d as u32,
-                timeline,
-                &decoded.sends,
-                latency,
-                true,
-                &mut runs,
-                &mut verdict.receive,
-            );
-            if fabric.memory_element_hazards() {
-                element_hazards(
+        .map_init(
+            || Receiver::new(n, latency, true),
+            |receiver, (d, list)| {
+                list.sort_unstable_by_key(|e| e.start);
+                let mut verdict = TileVerdict::default();
+                let mut runs = Vec::new();
+                let timeline = decoded.timelines.get(d).unwrap_or(&no_timeline);
+                receiver.receive(
                     d as u32,
-                    &runs,
-                    &decoded.sends[d],
-                    fabric,
-                    &mut verdict.hazards,
+                    timeline,
+                    &decoded.sends,
+                    &mut runs,
+                    &mut verdict.receive,
                 );
-            }
-            if any_wide {
-                verdict.busy = busy_cycles(&runs);
-                verdict.wide = runs
-                    .iter()
-                    .filter(|r| r.wide)
-                    .map(|r| (r.arrival, r.arrival + u64::from(r.items)))
-                    .collect();
-            }
-            (verdict.runs, verdict.coverage) =
-                check_tile(phase, TileId::from_u32(d as u32), &runs, list);
-            verdict
-        })
+                if fabric.memory_element_hazards() {
+                    element_hazards(
+                        d as u32,
+                        &runs,
+                        &decoded.sends[d],
+                        fabric,
+                        &mut verdict.hazards,
+                    );
+                }
+                if any_wide {
+                    verdict.busy = busy_cycles(&runs);
+                    verdict.wide = runs
+                        .iter()
+                        .filter(|r| r.wide)
+                        .map(|r| (r.arrival, r.arrival + u64::from(r.items)))
+                        .collect();
+                }
+                (verdict.runs, verdict.coverage) =
+                    check_tile(phase, TileId::from_u32(d as u32), &runs, list);
+                verdict
+            },
+        )
         .collect();
     // Errors by kind, each kind in tile order.
     for v in &per_tile {

@@ -2,15 +2,14 @@
 //!
 //! Shared by the checker and by [`replay`](crate::replay); it knows nothing
 //! of the scheduler. The checker replays one receiving tile at a time
-//! ([`decode_rows`], then [`receive`] per tile), so a phase's runs never
-//! exist all at once; `replay` takes them all ([`replay_rows`]). It follows the semantics in [`crate::isa`]: a tile
+//! ([`decode_rows`], then [`Receiver::receive`] per tile), so a phase's
+//! runs never exist all at once; `replay` takes them all
+//! ([`replay_rows`]). It follows the semantics in [`crate::isa`]: a tile
 //! listening to tile `s` in arrival cycle `c` writes whatever `s` sent in
 //! cycle `c - latency` at its PIC; it writes only while its own row runs.
 //! Structural faults (undecodable rows, lane and port conflicts of paired
 //! items, listening to a tile that does not exist, PIC overflow, memory
 //! element hazards) are collected as [`ExchangeCheckError`]s.
-
-use std::collections::HashMap;
 
 use ipu_layout::TileId;
 use rayon::prelude::*;
@@ -163,12 +162,15 @@ pub(crate) fn replay_rows(
     let per_tile: Vec<(Vec<Run>, Vec<ExchangeCheckError>)> = timelines
         .par_iter()
         .enumerate()
-        .map(|(d, tl)| {
-            let mut runs = Vec::new();
-            let mut errors = Vec::new();
-            receive(d as u32, tl, &sends, latency, false, &mut runs, &mut errors);
-            (runs, errors)
-        })
+        .map_init(
+            || Receiver::new(n, latency, false),
+            |receiver, (d, tl)| {
+                let mut runs = Vec::new();
+                let mut errors = Vec::new();
+                receiver.receive(d as u32, tl, &sends, &mut runs, &mut errors);
+                (runs, errors)
+            },
+        )
         .collect();
     let mut runs = Vec::with_capacity(n);
     for (r, e) in per_tile {
@@ -253,97 +255,132 @@ fn first_overlap(list: &[SendWin], start: u64, end: u64) -> Option<u64> {
         .map(|w| w.start.max(start))
 }
 
-/// Appends the runs tile `d` receives to `runs` (in arrival order) and its
-/// faults to `errors`. With `join`, a run that continues the previous one
-/// (same source and width, next cycle, next source and destination words)
-/// extends it: the words and cycles are the same, in fewer runs.
-pub(crate) fn receive(
-    d: u32,
-    tl: &Timeline,
-    sends: &[Vec<SendWin>],
+/// Replays what tiles receive, one tile at a time ([`Receiver::receive`]),
+/// with the scratch that needs: per source tile, a position in its send
+/// windows. Each worker keeps one across the tiles it replays (a dense
+/// table reset where it was written, not a map hashed at every window).
+pub(crate) struct Receiver {
     latency: u64,
     join: bool,
-    runs: &mut Vec<Run>,
-    errors: &mut Vec<ExchangeCheckError>,
-) {
-    let tile = TileId::from_u32(d);
-    let mut xpic = Xpic::Disconnected;
-    let mut pic: u64 = 0;
-    // Per source listened to so far, the first of its send windows that
-    // could still arrive: windows come in time order, so a source's search
-    // only moves forward from where it last stopped.
-    let mut cursors: HashMap<u32, usize> = HashMap::new();
-    let mut last: Option<(u32, usize)> = None;
-    for w in &tl.windows {
-        if let Some(x) = w.set_xpic {
-            xpic = x;
+    at: Vec<usize>,
+    written: Vec<u32>,
+}
+
+impl Receiver {
+    /// A receiver for phases on `tiles` tiles with `latency`; with `join`,
+    /// a run that continues the previous one extends it (see
+    /// [`Receiver::receive`]).
+    pub(crate) fn new(tiles: usize, latency: u64, join: bool) -> Receiver {
+        Receiver {
+            latency,
+            join,
+            at: vec![0; tiles],
+            written: Vec::new(),
         }
-        if let Some(p) = w.set_pic {
-            pic = u64::from(p);
+    }
+
+    fn clear(&mut self) {
+        for &s in &self.written {
+            if let Some(at) = self.at.get_mut(s as usize) {
+                *at = 0;
+            }
         }
-        let Xpic::Listen(source) = xpic else {
-            continue;
-        };
-        let Some(list) = sends.get(source.as_u32() as usize) else {
-            errors.push(ExchangeCheckError::UnknownSource {
-                tile,
-                sender: source,
-                cycle: w.start,
-            });
-            continue;
-        };
-        let end = w.start + u64::from(w.cycles);
-        if end <= latency {
-            continue;
+        self.written.clear();
+    }
+
+    fn cursor(&self, source: u32) -> usize {
+        self.at.get(source as usize).copied().unwrap_or(0)
+    }
+
+    fn set_cursor(&mut self, source: u32, i: usize) {
+        if let Some(at) = self.at.get_mut(source as usize) {
+            if *at == 0 {
+                self.written.push(source);
+            }
+            *at = i;
         }
-        // Send cycles whose words arrive in this window.
-        let from = w.start.saturating_sub(latency);
-        let to = end - latency;
-        // The source of the previous window is the common case: its
-        // cursor is at hand, and the map is updated when the source
-        // changes.
-        let lo = match last {
-            Some((s, i)) if s == source.as_u32() => i,
-            other => {
-                if let Some((s, i)) = other {
-                    cursors.insert(s, i);
-                }
-                cursors.get(&source.as_u32()).copied().unwrap_or(0)
+    }
+
+    /// Appends the runs tile `d` receives to `runs` (in arrival order) and
+    /// its faults to `errors`. With `join`, a run that continues the
+    /// previous one (same source and width, next cycle, next source and
+    /// destination words) extends it: the words and cycles are the same,
+    /// in fewer runs.
+    pub(crate) fn receive(
+        &mut self,
+        d: u32,
+        tl: &Timeline,
+        sends: &[Vec<SendWin>],
+        runs: &mut Vec<Run>,
+        errors: &mut Vec<ExchangeCheckError>,
+    ) {
+        let (latency, join) = (self.latency, self.join);
+        let tile = TileId::from_u32(d);
+        let mut xpic = Xpic::Disconnected;
+        let mut pic: u64 = 0;
+        // Per source listened to so far, the first of its send windows
+        // that could still arrive: windows come in time order, so a
+        // source's search only moves forward from where it last stopped.
+        self.clear();
+        for w in &tl.windows {
+            if let Some(x) = w.set_xpic {
+                xpic = x;
             }
-        };
-        let mut i = first_arriving(list, lo, from);
-        last = Some((source.as_u32(), i));
-        while let Some(s) = list.get(i) {
-            if s.start >= to {
-                break;
+            if let Some(p) = w.set_pic {
+                pic = u64::from(p);
             }
-            let a = s.start.max(from);
-            let b = s.end.min(to);
-            let items = b - a;
-            let src = u64::from(s.byte_address) + (a - s.start) * item_bytes(s.wide);
-            let bytes = items * item_bytes(s.wide);
-            if pic + bytes > ADDRESS_LIMIT {
-                errors.push(ExchangeCheckError::PointerOverflow {
-                    tile,
-                    cycle: a + latency,
-                });
-                break;
-            }
-            let run = Run {
-                dest: d,
-                arrival: a + latency,
-                items: items as u32,
-                wide: s.wide,
-                source: source.as_u32(),
-                src_addr: src as u32,
-                dst_addr: pic as u32,
+            let Xpic::Listen(source) = xpic else {
+                continue;
             };
-            match runs.last_mut() {
-                Some(last) if join && continues(last, &run) => last.items += run.items,
-                _ => runs.push(run),
+            let Some(list) = sends.get(source.as_u32() as usize) else {
+                errors.push(ExchangeCheckError::UnknownSource {
+                    tile,
+                    sender: source,
+                    cycle: w.start,
+                });
+                continue;
+            };
+            let end = w.start + u64::from(w.cycles);
+            if end <= latency {
+                continue;
             }
-            pic += bytes;
-            i += 1;
+            // Send cycles whose words arrive in this window.
+            let from = w.start.saturating_sub(latency);
+            let to = end - latency;
+            let mut i = first_arriving(list, self.cursor(source.as_u32()), from);
+            self.set_cursor(source.as_u32(), i);
+            while let Some(s) = list.get(i) {
+                if s.start >= to {
+                    break;
+                }
+                let a = s.start.max(from);
+                let b = s.end.min(to);
+                let items = b - a;
+                let src = u64::from(s.byte_address) + (a - s.start) * item_bytes(s.wide);
+                let bytes = items * item_bytes(s.wide);
+                if pic + bytes > ADDRESS_LIMIT {
+                    errors.push(ExchangeCheckError::PointerOverflow {
+                        tile,
+                        cycle: a + latency,
+                    });
+                    break;
+                }
+                let run = Run {
+                    dest: d,
+                    arrival: a + latency,
+                    items: items as u32,
+                    wide: s.wide,
+                    source: source.as_u32(),
+                    src_addr: src as u32,
+                    dst_addr: pic as u32,
+                };
+                match runs.last_mut() {
+                    Some(last) if join && continues(last, &run) => last.items += run.items,
+                    _ => runs.push(run),
+                }
+                pic += bytes;
+                i += 1;
+            }
         }
     }
 }
