@@ -90,11 +90,16 @@ impl Job {
     /// Every node the job occupies, as (side, node).
     fn endpoints(&self) -> SmallVec<[(usize, usize); 6]> {
         let mut out = SmallVec::new();
-        out.push((SEND, self.sender as usize));
+        self.endpoints_into(&mut out);
+        out
+    }
+
+    /// Appends [`Job::endpoints`] to `out`.
+    fn endpoints_into(&self, out: &mut impl Extend<(usize, usize)>) {
+        out.extend([(SEND, self.sender as usize)]);
         out.extend(self.extra_senders.iter().map(|&s| (SEND, s as usize)));
         out.extend(self.receivers.iter().map(|&r| (RECV, r as usize)));
         out.extend(self.extra_receivers.iter().map(|&r| (RECV, r as usize)));
-        out
     }
 }
 
@@ -208,6 +213,8 @@ struct Core {
     mark_epoch: u32,
     /// Nodes freed since the last greedy fill.
     freed: Vec<(usize, usize)>,
+    /// Scratch: the nodes of the job being started or stopped.
+    ends: Vec<(usize, usize)>,
     /// Per side, per node: where the next look at its jobs starts.
     cursor: [Vec<u32>; 2],
     /// u64 words per node bit set.
@@ -387,6 +394,7 @@ impl Core {
             mark: [vec![0; nodes], vec![0; nodes]],
             mark_epoch: 0,
             freed: Vec::new(),
+            ends: Vec::new(),
             cursor: [vec![0; nodes], vec![0; nodes]],
             words,
             free_bits,
@@ -427,21 +435,28 @@ impl Core {
             j,
             self.rt[ju].version,
         )));
-        for (side, v) in self.endpoints(ju) {
+        let ends = self.take_endpoints(ju);
+        for &(side, v) in &ends {
             self.busy[side][v] = Some(j);
             self.free_bits[side][v / 64] &= !(1 << (v % 64));
             self.node_since[side][v] = self.t;
             self.node_version[side][v] = self.node_version[side][v].wrapping_add(1);
         }
+        self.ends = ends;
     }
 
     /// Every node job `j` occupies, without touching the job list for
-    /// simple jobs.
-    fn endpoints(&self, j: usize) -> SmallVec<[(usize, usize); 6]> {
+    /// simple jobs, in the core's scratch list (taken out: give it back
+    /// when done, so that a wide multicast's list is not allocated at
+    /// every start and stop).
+    fn take_endpoints(&mut self, j: usize) -> Vec<(usize, usize)> {
+        let mut ends = std::mem::take(&mut self.ends);
+        ends.clear();
         match self.rt[j].recv0 {
-            MULTI => self.jobs[j].endpoints(),
-            r => smallvec::smallvec![(SEND, self.rt[j].sender as usize), (RECV, r as usize)],
+            MULTI => self.jobs[j].endpoints_into(&mut ends),
+            r => ends.extend([(SEND, self.rt[j].sender as usize), (RECV, r as usize)]),
         }
+        ends
     }
 
     /// Stops a running job at the current time, emitting its segment and
@@ -468,13 +483,15 @@ impl Core {
         } else {
             State::Pending
         };
-        for (side, v) in self.endpoints(ju) {
+        let ends = self.take_endpoints(ju);
+        for &(side, v) in &ends {
             self.load[side][v] -= ran;
             self.busy[side][v] = None;
             self.free_bits[side][v / 64] |= 1 << (v % 64);
             self.node_version[side][v] = self.node_version[side][v].wrapping_add(1);
             self.freed.push((side, v));
         }
+        self.ends = ends;
     }
 
     /// A unicast job is done: when it was its pair's last, the partners
