@@ -1,8 +1,10 @@
 //! The independent checker of encoded exchange rows.
 //!
 //! It checks only the rows against the original phase, sharing nothing with
-//! the scheduler: it decodes every tile's row, replays all of them together
-//! ([`crate::engine`]) and then verifies, collecting every error:
+//! the scheduler: it decodes every tile's row, then replays what each tile
+//! receives ([`crate::engine`]) and verifies it at once, tile by tile in
+//! parallel (errors in a fixed order whatever the thread count),
+//! collecting every error:
 //!
 //! - every row decodes, and the rows are for the phase's tile count;
 //! - a paired (64-bit) send never overlaps a send of the partner tile, and a
@@ -24,10 +26,13 @@ use ipu_layout::TileId;
 use rayon::prelude::*;
 
 use crate::encode::EncodedRows;
-use crate::engine::{Run, replay_rows};
+use crate::engine::{
+    Receiver, Run, busy_cycles, decode_rows, element_hazards, partner_receive_conflicts,
+};
 use crate::fabric::Fabric;
 use crate::isa::DecodeError;
 use crate::model::{Phase, PhaseError, Width, validate_phase};
+use crate::timeline::Timeline;
 
 /// One thing wrong with a set of rows.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -195,8 +200,11 @@ struct Expect {
 ///
 /// The work is proportional to the phase and the rows: one pass over the
 /// transfers to list each tile's destination ranges, then per receiving
-/// tile (in parallel, results in tile order) a binary search per received
-/// run and one sort of the word intervals it wrote.
+/// tile (in parallel, results in tile order) its runs are replayed and
+/// checked at once — a binary search per received run and one sort of the
+/// word intervals it wrote. A run is as long as the words stay contiguous
+/// (the receiver's own instruction boundaries do not cut it), so a
+/// destination range received without interruption is one run.
 pub fn check_schedule(
     phase: &Phase,
     fabric: &Fabric,
@@ -212,8 +220,7 @@ pub fn check_schedule(
             tiles: phase.tile_count,
         });
     }
-    let (replayed, structural) = replay_rows(rows, fabric, phase.tile_count);
-    errors.extend(structural);
+    let decoded = decode_rows(rows, fabric, phase.tile_count, &mut errors);
     let n = phase.tile_count as usize;
     // Destination ranges per tile, in one flat array ordered by tile.
     let mut offsets = vec![0usize; n + 1];
@@ -252,27 +259,97 @@ pub fn check_schedule(
         lists.push(list);
         rest = tail;
     }
-    let empty: Vec<Run> = Vec::new();
-    let per_tile: Vec<(Vec<ExchangeCheckError>, Vec<ExchangeCheckError>)> = lists
+    let latency = u64::from(fabric.latency_cycles());
+    // Receive ports are compared between partners only when some tile
+    // sends 64-bit items at all.
+    let any_wide = decoded.any_wide();
+    let no_timeline = Timeline::default();
+    // Each tile's runs live only while that tile is checked.
+    let mut per_tile: Vec<TileVerdict> = lists
         .into_par_iter()
         .enumerate()
-        .map(|(d, list)| {
-            list.sort_unstable_by_key(|e| e.start);
-            let runs = replayed.runs.get(d).unwrap_or(&empty);
-            check_tile(phase, TileId::from_u32(d as u32), runs, list)
-        })
+        .map_init(
+            || Receiver::new(n, latency, true),
+            |receiver, (d, list)| {
+                list.sort_unstable_by_key(|e| e.start);
+                let mut verdict = TileVerdict::default();
+                let mut runs = Vec::new();
+                let timeline = decoded.timelines.get(d).unwrap_or(&no_timeline);
+                receiver.receive(
+                    d as u32,
+                    timeline,
+                    &decoded.sends,
+                    &mut runs,
+                    &mut verdict.receive,
+                );
+                if fabric.memory_element_hazards() {
+                    element_hazards(
+                        d as u32,
+                        &runs,
+                        &decoded.sends[d],
+                        fabric,
+                        &mut verdict.hazards,
+                    );
+                }
+                if any_wide {
+                    verdict.busy = busy_cycles(&runs);
+                    verdict.wide = runs
+                        .iter()
+                        .filter(|r| r.wide)
+                        .map(|r| (r.arrival, r.arrival + u64::from(r.items)))
+                        .collect();
+                }
+                (verdict.runs, verdict.coverage) =
+                    check_tile(phase, TileId::from_u32(d as u32), &runs, list);
+                verdict
+            },
+        )
         .collect();
-    let mut coverage = Vec::new();
-    for (run_errors, tile_coverage) in per_tile {
-        errors.extend(run_errors);
-        coverage.extend(tile_coverage);
+    // Errors by kind, each kind in tile order.
+    for v in &per_tile {
+        errors.extend_from_slice(&v.receive);
     }
-    errors.extend(coverage);
+    if any_wide {
+        let busy: Vec<Vec<(u64, u64)>> = per_tile
+            .iter_mut()
+            .map(|v| std::mem::take(&mut v.busy))
+            .collect();
+        for (d, v) in per_tile.iter().enumerate() {
+            partner_receive_conflicts(d as u32, &v.wide, &busy, fabric, &mut errors);
+        }
+    }
+    for v in &per_tile {
+        errors.extend_from_slice(&v.hazards);
+    }
+    for v in &per_tile {
+        errors.extend_from_slice(&v.runs);
+    }
+    for v in per_tile {
+        errors.extend(v.coverage);
+    }
     if errors.is_empty() {
         Ok(())
     } else {
         Err(errors)
     }
+}
+
+/// What checking one receiving tile found.
+#[derive(Default)]
+struct TileVerdict {
+    /// Faults of its receive state (unknown sources, pointer overflow).
+    receive: Vec<ExchangeCheckError>,
+    /// Memory-element hazards.
+    hazards: Vec<ExchangeCheckError>,
+    /// Faults of the runs it received.
+    runs: Vec<ExchangeCheckError>,
+    /// Destination words written twice or never.
+    coverage: Vec<ExchangeCheckError>,
+    /// Cycles in which it receives (only when some tile sends 64-bit
+    /// items).
+    busy: Vec<(u64, u64)>,
+    /// Cycles in which it receives 64-bit items.
+    wide: Vec<(u64, u64)>,
 }
 
 /// Checks the runs one tile received against its destination ranges
@@ -346,7 +423,8 @@ fn check_run(
             sender: TileId::from_u32(run.source),
             byte_address: dst as u32,
             words: total - done,
-            cycle: run.arrival,
+            // The cycle the first stray word arrives in.
+            cycle: run.arrival + done / if run.wide { 2 } else { 1 },
         };
         let i = list.partition_point(|e| u64::from(e.start) <= dst);
         let Some((index, e)) = i.checked_sub(1).and_then(|k| list.get(k).map(|e| (k, e))) else {

@@ -90,11 +90,16 @@ impl Job {
     /// Every node the job occupies, as (side, node).
     fn endpoints(&self) -> SmallVec<[(usize, usize); 6]> {
         let mut out = SmallVec::new();
-        out.push((SEND, self.sender as usize));
+        self.endpoints_into(&mut out);
+        out
+    }
+
+    /// Appends [`Job::endpoints`] to `out`.
+    fn endpoints_into(&self, out: &mut impl Extend<(usize, usize)>) {
+        out.extend([(SEND, self.sender as usize)]);
         out.extend(self.extra_senders.iter().map(|&s| (SEND, s as usize)));
         out.extend(self.receivers.iter().map(|&r| (RECV, r as usize)));
         out.extend(self.extra_receivers.iter().map(|&r| (RECV, r as usize)));
-        out
     }
 }
 
@@ -154,6 +159,10 @@ struct JobRt {
     /// For a multicast job: the index (in its receivers) of the receiver
     /// last found busy.
     blocker: u32,
+    /// That receiver's node, `receivers[blocker % receivers.len()]`, kept
+    /// here so that a look at a blocked multicast job does not touch the
+    /// job list (a cache miss per look on wide phases).
+    blocker_node: u32,
     state: State,
 }
 
@@ -204,6 +213,8 @@ struct Core {
     mark_epoch: u32,
     /// Nodes freed since the last greedy fill.
     freed: Vec<(usize, usize)>,
+    /// Scratch: the nodes of the job being started or stopped.
+    ends: Vec<(usize, usize)>,
     /// Per side, per node: where the next look at its jobs starts.
     cursor: [Vec<u32>; 2],
     /// u64 words per node bit set.
@@ -275,6 +286,20 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
     }
 }
 
+/// A freed node's place in the order nodes are looked at: most loaded
+/// first, then by side and node. Packed into one integer, with the load
+/// read once, so that the sort at every event compares integers instead of
+/// reading loads at every comparison. A node freed twice has one key (its
+/// load does not change meanwhile), so sorting puts the two together.
+fn scan_key(load: u64, side: usize, v: usize) -> u128 {
+    (u128::from(!load) << 64) | ((side as u128) << 32) | v as u128
+}
+
+/// The (side, node) of a [`scan_key`].
+fn scan_node(key: u128) -> (usize, usize) {
+    (((key >> 32) & 1) as usize, (key & 0xffff_ffff) as usize)
+}
+
 impl Core {
     fn new(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> Core {
         let n = jobs.len();
@@ -320,6 +345,7 @@ impl Core {
                 sender: j.sender,
                 recv0: if j.simple() { j.receivers[0] } else { MULTI },
                 blocker: 0,
+                blocker_node: j.receivers.first().copied().unwrap_or(MULTI),
                 state: State::Pending,
             })
             .collect::<Vec<_>>();
@@ -328,7 +354,7 @@ impl Core {
         // sorted them, so a pair's jobs have consecutive ids.
         let dense = nodes <= DENSE_PAIR_NODES;
         let mut pair_index = if dense {
-            PairIndex::Dense(vec![u32::MAX; nodes * nodes])
+            PairIndex::Dense(vec![0; nodes * nodes])
         } else {
             PairIndex::Sparse(PairMap::default())
         };
@@ -368,6 +394,7 @@ impl Core {
             mark: [vec![0; nodes], vec![0; nodes]],
             mark_epoch: 0,
             freed: Vec::new(),
+            ends: Vec::new(),
             cursor: [vec![0; nodes], vec![0; nodes]],
             words,
             free_bits,
@@ -408,21 +435,28 @@ impl Core {
             j,
             self.rt[ju].version,
         )));
-        for (side, v) in self.endpoints(ju) {
+        let ends = self.take_endpoints(ju);
+        for &(side, v) in &ends {
             self.busy[side][v] = Some(j);
             self.free_bits[side][v / 64] &= !(1 << (v % 64));
             self.node_since[side][v] = self.t;
             self.node_version[side][v] = self.node_version[side][v].wrapping_add(1);
         }
+        self.ends = ends;
     }
 
     /// Every node job `j` occupies, without touching the job list for
-    /// simple jobs.
-    fn endpoints(&self, j: usize) -> SmallVec<[(usize, usize); 6]> {
+    /// simple jobs, in the core's scratch list (taken out: give it back
+    /// when done, so that a wide multicast's list is not allocated at
+    /// every start and stop).
+    fn take_endpoints(&mut self, j: usize) -> Vec<(usize, usize)> {
+        let mut ends = std::mem::take(&mut self.ends);
+        ends.clear();
         match self.rt[j].recv0 {
-            MULTI => self.jobs[j].endpoints(),
-            r => smallvec::smallvec![(SEND, self.rt[j].sender as usize), (RECV, r as usize)],
+            MULTI => self.jobs[j].endpoints_into(&mut ends),
+            r => ends.extend([(SEND, self.rt[j].sender as usize), (RECV, r as usize)]),
         }
+        ends
     }
 
     /// Stops a running job at the current time, emitting its segment and
@@ -449,13 +483,15 @@ impl Core {
         } else {
             State::Pending
         };
-        for (side, v) in self.endpoints(ju) {
+        let ends = self.take_endpoints(ju);
+        for &(side, v) in &ends {
             self.load[side][v] -= ran;
             self.busy[side][v] = None;
             self.free_bits[side][v / 64] |= 1 << (v % 64);
             self.node_version[side][v] = self.node_version[side][v].wrapping_add(1);
             self.freed.push((side, v));
         }
+        self.ends = ends;
     }
 
     /// A unicast job is done: when it was its pair's last, the partners
@@ -486,7 +522,8 @@ impl Core {
             }
         }
         let mut uncovered: Vec<(usize, usize)> = Vec::new();
-        let mut scan: Vec<(usize, usize)> = Vec::new();
+        // Freed nodes as packed sort keys (see `scan_key`).
+        let mut scan: Vec<u128> = Vec::new();
         let mut still_free: Vec<(usize, usize)> = Vec::new();
         loop {
             // 1. Finished jobs free their nodes.
@@ -506,10 +543,16 @@ impl Core {
             // nodes; they are handled in the next round.
             while !self.freed.is_empty() {
                 scan.clear();
-                scan.append(&mut self.freed);
-                scan.sort_unstable_by_key(|&(side, v)| (Reverse(self.load[side][v]), side, v));
+                let load = &self.load;
+                scan.extend(
+                    self.freed
+                        .drain(..)
+                        .map(|(side, v)| scan_key(load[side][v], side, v)),
+                );
+                scan.sort_unstable();
                 scan.dedup();
-                for &(side, v) in &scan {
+                for &key in &scan {
+                    let (side, v) = scan_node(key);
                     if self.busy[side][v].is_some() || self.load[side][v] == 0 {
                         continue;
                     }

@@ -1,7 +1,10 @@
 //! Replays decoded rows of all tiles into the word runs each tile receives.
 //!
 //! Shared by the checker and by [`replay`](crate::replay); it knows nothing
-//! of the scheduler. It follows the semantics in [`crate::isa`]: a tile
+//! of the scheduler. The checker replays one receiving tile at a time
+//! ([`decode_rows`], then [`Receiver::receive`] per tile), so a phase's
+//! runs never exist all at once; `replay` takes them all
+//! ([`replay_rows`]). It follows the semantics in [`crate::isa`]: a tile
 //! listening to tile `s` in arrival cycle `c` writes whatever `s` sent in
 //! cycle `c - latency` at its PIC; it writes only while its own row runs.
 //! Structural faults (undecodable rows, lane and port conflicts of paired
@@ -64,13 +67,29 @@ fn item_bytes(wide: bool) -> u64 {
     if wide { 8 } else { 4 }
 }
 
-/// Replays `rows` on `tile_count` tiles.
-pub(crate) fn replay_rows(
+/// Every tile's decoded row and send windows.
+pub(crate) struct Decoded {
+    pub timelines: Vec<Timeline>,
+    pub sends: Vec<Vec<SendWin>>,
+}
+
+impl Decoded {
+    /// Whether any tile sends 64-bit items (only then can a tile receive
+    /// them).
+    pub fn any_wide(&self) -> bool {
+        self.sends.iter().flatten().any(|w| w.wide)
+    }
+}
+
+/// Decodes every row (in parallel, results in tile order) and checks that
+/// no paired send borrows a lane its partner uses; the errors are the
+/// undecodable rows, then the send conflicts, each in tile order.
+pub(crate) fn decode_rows(
     rows: &EncodedRows,
     fabric: &Fabric,
     tile_count: u32,
-) -> (Replayed, Vec<ExchangeCheckError>) {
-    let mut errors = Vec::new();
+    errors: &mut Vec<ExchangeCheckError>,
+) -> Decoded {
     let n = tile_count as usize;
     let decoded: Vec<Result<Timeline, ExchangeCheckError>> = (0..tile_count)
         .into_par_iter()
@@ -127,11 +146,31 @@ pub(crate) fn replay_rows(
             }
         }
     }
+    Decoded { timelines, sends }
+}
+
+/// Replays `rows` on `tile_count` tiles.
+pub(crate) fn replay_rows(
+    rows: &EncodedRows,
+    fabric: &Fabric,
+    tile_count: u32,
+) -> (Replayed, Vec<ExchangeCheckError>) {
+    let mut errors = Vec::new();
+    let n = tile_count as usize;
+    let Decoded { timelines, sends } = decode_rows(rows, fabric, tile_count, &mut errors);
     let latency = u64::from(fabric.latency_cycles());
     let per_tile: Vec<(Vec<Run>, Vec<ExchangeCheckError>)> = timelines
         .par_iter()
         .enumerate()
-        .map(|(d, tl)| receive(d as u32, tl, &sends, latency))
+        .map_init(
+            || Receiver::new(n, latency, false),
+            |receiver, (d, tl)| {
+                let mut runs = Vec::new();
+                let mut errors = Vec::new();
+                receiver.receive(d as u32, tl, &sends, &mut runs, &mut errors);
+                (runs, errors)
+            },
+        )
         .collect();
     let mut runs = Vec::with_capacity(n);
     for (r, e) in per_tile {
@@ -139,28 +178,19 @@ pub(crate) fn replay_rows(
         errors.extend(e);
     }
     // Paired items occupy the partner's receive port.
-    for (d, list) in runs.iter().enumerate() {
-        for r in list.iter().filter(|r| r.wide) {
-            let tile = TileId::from_u32(d as u32);
-            let partner = fabric.partner(tile).as_u32() as usize;
-            match runs.get(partner) {
-                None => errors.push(ExchangeCheckError::PartnerMissing {
-                    tile,
-                    partner: TileId::from_u32(partner as u32),
-                }),
-                Some(other) => {
-                    let end = r.arrival + u64::from(r.items);
-                    let i = other.partition_point(|o| o.arrival + u64::from(o.items) <= r.arrival);
-                    if let Some(o) = other.get(i).filter(|o| o.arrival < end) {
-                        errors.push(ExchangeCheckError::PartnerReceiveConflict {
-                            tile,
-                            partner: TileId::from_u32(partner as u32),
-                            cycle: o.arrival.max(r.arrival),
-                        });
-                    }
-                }
-            }
-        }
+    let any_wide = runs.iter().flatten().any(|r| r.wide);
+    let busy: Vec<Vec<(u64, u64)>> = if any_wide {
+        runs.iter().map(|list| busy_cycles(list)).collect()
+    } else {
+        Vec::new()
+    };
+    for (d, list) in runs.iter().enumerate().filter(|_| any_wide) {
+        let wide: Vec<(u64, u64)> = list
+            .iter()
+            .filter(|r| r.wide)
+            .map(|r| (r.arrival, r.arrival + u64::from(r.items)))
+            .collect();
+        partner_receive_conflicts(d as u32, &wide, &busy, fabric, &mut errors);
     }
     if fabric.memory_element_hazards() {
         for (t, list) in runs.iter().enumerate() {
@@ -171,6 +201,52 @@ pub(crate) fn replay_rows(
     (Replayed { runs, end }, errors)
 }
 
+/// The arrival cycles of `runs` (in arrival order) as disjoint intervals
+/// in order, adjacent runs joined.
+pub(crate) fn busy_cycles(runs: &[Run]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for r in runs {
+        let end = r.arrival + u64::from(r.items);
+        match out.last_mut() {
+            Some(last) if last.1 == r.arrival => last.1 = end,
+            _ => out.push((r.arrival, end)),
+        }
+    }
+    out
+}
+
+/// Reports each interval of `wide` (cycles in which tile `d` receives
+/// 64-bit items) during which its partner receives too, at the first such
+/// cycle; `busy` holds every tile's receiving cycles ([`busy_cycles`]).
+pub(crate) fn partner_receive_conflicts(
+    d: u32,
+    wide: &[(u64, u64)],
+    busy: &[Vec<(u64, u64)>],
+    fabric: &Fabric,
+    errors: &mut Vec<ExchangeCheckError>,
+) {
+    let tile = TileId::from_u32(d);
+    for &(start, end) in wide {
+        let partner = fabric.partner(tile).as_u32() as usize;
+        match busy.get(partner) {
+            None => errors.push(ExchangeCheckError::PartnerMissing {
+                tile,
+                partner: TileId::from_u32(partner as u32),
+            }),
+            Some(other) => {
+                let i = other.partition_point(|o| o.1 <= start);
+                if let Some(o) = other.get(i).filter(|o| o.0 < end) {
+                    errors.push(ExchangeCheckError::PartnerReceiveConflict {
+                        tile,
+                        partner: TileId::from_u32(partner as u32),
+                        cycle: o.0.max(start),
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// The first cycle in `[start, end)` covered by a window of `list`.
 fn first_overlap(list: &[SendWin], start: u64, end: u64) -> Option<u64> {
     let i = list.partition_point(|w| w.end <= start);
@@ -179,78 +255,170 @@ fn first_overlap(list: &[SendWin], start: u64, end: u64) -> Option<u64> {
         .map(|w| w.start.max(start))
 }
 
-/// The runs tile `d` receives.
-fn receive(
-    d: u32,
-    tl: &Timeline,
-    sends: &[Vec<SendWin>],
+/// Replays what tiles receive, one tile at a time ([`Receiver::receive`]),
+/// with the scratch that needs: per source tile, a position in its send
+/// windows. Each worker keeps one across the tiles it replays (a dense
+/// table reset where it was written, not a map hashed at every window).
+pub(crate) struct Receiver {
     latency: u64,
-) -> (Vec<Run>, Vec<ExchangeCheckError>) {
-    let tile = TileId::from_u32(d);
-    let mut runs = Vec::new();
-    let mut errors = Vec::new();
-    let mut xpic = Xpic::Disconnected;
-    let mut pic: u64 = 0;
-    for w in &tl.windows {
-        if let Some(x) = w.set_xpic {
-            xpic = x;
-        }
-        if let Some(p) = w.set_pic {
-            pic = u64::from(p);
-        }
-        let Xpic::Listen(source) = xpic else {
-            continue;
-        };
-        let Some(list) = sends.get(source.as_u32() as usize) else {
-            errors.push(ExchangeCheckError::UnknownSource {
-                tile,
-                sender: source,
-                cycle: w.start,
-            });
-            continue;
-        };
-        let end = w.start + u64::from(w.cycles);
-        if end <= latency {
-            continue;
-        }
-        // Send cycles whose words arrive in this window.
-        let from = w.start.saturating_sub(latency);
-        let to = end - latency;
-        let mut i = list.partition_point(|s| s.end <= from);
-        while let Some(s) = list.get(i) {
-            if s.start >= to {
-                break;
-            }
-            let a = s.start.max(from);
-            let b = s.end.min(to);
-            let items = b - a;
-            let src = u64::from(s.byte_address) + (a - s.start) * item_bytes(s.wide);
-            let bytes = items * item_bytes(s.wide);
-            if pic + bytes > ADDRESS_LIMIT {
-                errors.push(ExchangeCheckError::PointerOverflow {
-                    tile,
-                    cycle: a + latency,
-                });
-                break;
-            }
-            runs.push(Run {
-                dest: d,
-                arrival: a + latency,
-                items: items as u32,
-                wide: s.wide,
-                source: source.as_u32(),
-                src_addr: src as u32,
-                dst_addr: pic as u32,
-            });
-            pic += bytes;
-            i += 1;
+    join: bool,
+    at: Vec<usize>,
+    written: Vec<u32>,
+}
+
+impl Receiver {
+    /// A receiver for phases on `tiles` tiles with `latency`; with `join`,
+    /// a run that continues the previous one extends it (see
+    /// [`Receiver::receive`]).
+    pub(crate) fn new(tiles: usize, latency: u64, join: bool) -> Receiver {
+        Receiver {
+            latency,
+            join,
+            at: vec![0; tiles],
+            written: Vec::new(),
         }
     }
-    (runs, errors)
+
+    fn clear(&mut self) {
+        for &s in &self.written {
+            if let Some(at) = self.at.get_mut(s as usize) {
+                *at = 0;
+            }
+        }
+        self.written.clear();
+    }
+
+    fn cursor(&self, source: u32) -> usize {
+        self.at.get(source as usize).copied().unwrap_or(0)
+    }
+
+    fn set_cursor(&mut self, source: u32, i: usize) {
+        if let Some(at) = self.at.get_mut(source as usize) {
+            if *at == 0 {
+                self.written.push(source);
+            }
+            *at = i;
+        }
+    }
+
+    /// Appends the runs tile `d` receives to `runs` (in arrival order) and
+    /// its faults to `errors`. With `join`, a run that continues the
+    /// previous one (same source and width, next cycle, next source and
+    /// destination words) extends it: the words and cycles are the same,
+    /// in fewer runs.
+    pub(crate) fn receive(
+        &mut self,
+        d: u32,
+        tl: &Timeline,
+        sends: &[Vec<SendWin>],
+        runs: &mut Vec<Run>,
+        errors: &mut Vec<ExchangeCheckError>,
+    ) {
+        let (latency, join) = (self.latency, self.join);
+        let tile = TileId::from_u32(d);
+        let mut xpic = Xpic::Disconnected;
+        let mut pic: u64 = 0;
+        // Per source listened to so far, the first of its send windows
+        // that could still arrive: windows come in time order, so a
+        // source's search only moves forward from where it last stopped.
+        self.clear();
+        for w in &tl.windows {
+            if let Some(x) = w.set_xpic {
+                xpic = x;
+            }
+            if let Some(p) = w.set_pic {
+                pic = u64::from(p);
+            }
+            let Xpic::Listen(source) = xpic else {
+                continue;
+            };
+            let Some(list) = sends.get(source.as_u32() as usize) else {
+                errors.push(ExchangeCheckError::UnknownSource {
+                    tile,
+                    sender: source,
+                    cycle: w.start,
+                });
+                continue;
+            };
+            let end = w.start + u64::from(w.cycles);
+            if end <= latency {
+                continue;
+            }
+            // Send cycles whose words arrive in this window.
+            let from = w.start.saturating_sub(latency);
+            let to = end - latency;
+            let mut i = first_arriving(list, self.cursor(source.as_u32()), from);
+            self.set_cursor(source.as_u32(), i);
+            while let Some(s) = list.get(i) {
+                if s.start >= to {
+                    break;
+                }
+                let a = s.start.max(from);
+                let b = s.end.min(to);
+                let items = b - a;
+                let src = u64::from(s.byte_address) + (a - s.start) * item_bytes(s.wide);
+                let bytes = items * item_bytes(s.wide);
+                if pic + bytes > ADDRESS_LIMIT {
+                    errors.push(ExchangeCheckError::PointerOverflow {
+                        tile,
+                        cycle: a + latency,
+                    });
+                    break;
+                }
+                let run = Run {
+                    dest: d,
+                    arrival: a + latency,
+                    items: items as u32,
+                    wide: s.wide,
+                    source: source.as_u32(),
+                    src_addr: src as u32,
+                    dst_addr: pic as u32,
+                };
+                match runs.last_mut() {
+                    Some(last) if join && continues(last, &run) => last.items += run.items,
+                    _ => runs.push(run),
+                }
+                pic += bytes;
+                i += 1;
+            }
+        }
+    }
+}
+
+/// The first window of `list` (sorted by time) that ends after `from`,
+/// known to be at `lo` or later: a galloping search from `lo`, so a
+/// search that moves little costs little.
+fn first_arriving(list: &[SendWin], lo: usize, from: u64) -> usize {
+    let before = |i: usize| list.get(i).is_some_and(|s| s.end <= from);
+    let mut lo = lo;
+    let mut step = 1;
+    // Invariant: every window before `lo` ends by `from`.
+    while before(lo) {
+        let probe = lo.saturating_add(step);
+        if probe >= list.len() || !before(probe) {
+            let end = probe.min(list.len());
+            return lo + 1 + list[lo + 1..end].partition_point(|s| s.end <= from);
+        }
+        lo = probe + 1;
+        step *= 2;
+    }
+    lo
+}
+
+/// Whether `next` carries on where `run` stops: same source and width,
+/// the next arrival cycle, the next source and destination words.
+fn continues(run: &Run, next: &Run) -> bool {
+    let bytes = run.words() * 4;
+    run.source == next.source
+        && run.wide == next.wide
+        && run.arrival + u64::from(run.items) == next.arrival
+        && u64::from(run.src_addr) + bytes == u64::from(next.src_addr)
+        && u64::from(run.dst_addr) + bytes == u64::from(next.dst_addr)
+        && run.items.checked_add(next.items).is_some()
 }
 
 /// Reports cycles where tile `t` reads and writes one memory element.
-fn element_hazards(
+pub(crate) fn element_hazards(
     t: u32,
     runs: &[Run],
     sends: &[SendWin],
@@ -283,5 +451,34 @@ fn element_hazards(
             }
             i += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SendWin, first_arriving};
+
+    #[test]
+    fn the_galloping_search_finds_what_a_binary_search_finds() {
+        // Windows [3k, 3k + 2) for k < 40: ends 2, 5, 8, ...
+        let list: Vec<SendWin> = (0..40u64)
+            .map(|k| SendWin {
+                start: 3 * k,
+                end: 3 * k + 2,
+                byte_address: 0,
+                wide: false,
+            })
+            .collect();
+        for from in 0..130 {
+            let expected = list.partition_point(|s| s.end <= from);
+            for lo in 0..=expected {
+                assert_eq!(
+                    first_arriving(&list, lo, from),
+                    expected,
+                    "lo {lo} from {from}"
+                );
+            }
+        }
+        assert_eq!(first_arriving(&[], 0, 5), 0);
     }
 }

@@ -247,7 +247,8 @@ fn validate_transfer(phase: &Phase, index: usize, transfer: &Transfer) -> Result
     // the tiles for wide ones (a broadcast's fanout squared would dominate
     // the whole validation).
     let wide_fanout = transfer.destinations.len() > 16;
-    let mut seen: SmallVec<[u32; 4]> = SmallVec::new();
+    // The source and up to 16 destinations: never on the heap.
+    let mut seen: SmallVec<[u32; 17]> = SmallVec::new();
     let mut seen_bits: Vec<u64> = if wide_fanout {
         vec![0; (phase.tile_count as usize).div_ceil(64)]
     } else {

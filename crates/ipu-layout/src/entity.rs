@@ -35,22 +35,29 @@ macro_rules! define_id {
 
         impl $name {
             /// The id with this raw number.
+            // Asked for: the dev profile builds incrementally, where rustc
+            // does not inline across crates on its own, and ids are made
+            // in the hot loops of every crate.
+            #[inline]
             pub const fn from_u32(raw: u32) -> Self {
                 Self(raw)
             }
             /// The raw number of this id.
+            #[inline]
             pub const fn as_u32(self) -> u32 {
                 self.0
             }
         }
 
         impl $crate::entity::EntityId for $name {
+            #[inline]
             fn new(index: usize) -> Self {
                 // Dense maps are never larger than u32::MAX entries: ids are
                 // created from positions in maps that were built from u32 ids.
                 debug_assert!(index <= u32::MAX as usize);
                 Self(index as u32)
             }
+            #[inline]
             fn index(self) -> usize {
                 self.0 as usize
             }

@@ -8,12 +8,14 @@
 //! whole words, which the planner's layouts guarantee and this module
 //! checks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use ipu_exchange::{Phase, Transfer, Width};
 use ipu_layout::{
     EntityId, Fragment, RedistributeConfig, SourceView, TensorType, TileId, redistribute_view,
 };
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use smallvec::{SmallVec, smallvec};
 
@@ -101,29 +103,64 @@ pub enum PhaseBuildError {
     },
 }
 
+/// A redistribution: source type, view, destination type.
+type FragmentKey = (TensorType, SourceView, TensorType);
+
 /// Fragments of redistributions, memoised by their types and view.
+///
+/// [`FragmentCache::fill`] computes the ones a plan needs together, in
+/// parallel; lookups then only read, so steps can be shaped in parallel.
 #[derive(Debug, Default)]
 pub struct FragmentCache {
-    map: HashMap<(TensorType, SourceView, TensorType), std::sync::Arc<Vec<Fragment>>>,
+    map: HashMap<FragmentKey, Result<Arc<Vec<Fragment>>, ipu_layout::LayoutError>>,
 }
 
 impl FragmentCache {
-    /// The fragments of `source` viewed through `view` into `destination`.
+    /// Computes (in parallel) and keeps the fragments of every
+    /// redistribution of `keys` not kept yet.
+    pub fn fill(&mut self, keys: impl IntoIterator<Item = FragmentKey>) {
+        let mut missing: Vec<FragmentKey> = Vec::new();
+        let mut seen: HashSet<FragmentKey> = HashSet::new();
+        for key in keys {
+            if !self.map.contains_key(&key) && !seen.contains(&key) {
+                seen.insert(key.clone());
+                missing.push(key);
+            }
+        }
+        let computed: Vec<_> = missing
+            .into_par_iter()
+            .map(|key| {
+                let fragments = fragments_of(&key.0, &key.1, &key.2);
+                (key, fragments)
+            })
+            .collect();
+        self.map.extend(computed);
+    }
+
+    /// The fragments of `source` viewed through `view` into `destination`:
+    /// kept ones, or computed now (and not kept) for a redistribution
+    /// [`FragmentCache::fill`] was not given.
     pub fn get(
-        &mut self,
+        &self,
         source: &TensorType,
         view: &SourceView,
         destination: &TensorType,
-    ) -> Result<std::sync::Arc<Vec<Fragment>>, ipu_layout::LayoutError> {
+    ) -> Result<Arc<Vec<Fragment>>, ipu_layout::LayoutError> {
         let key = (source.clone(), view.clone(), destination.clone());
-        if let Some(f) = self.map.get(&key) {
-            return Ok(f.clone());
+        match self.map.get(&key) {
+            Some(kept) => kept.clone(),
+            None => fragments_of(source, view, destination),
         }
-        let r = redistribute_view(source, view, destination, &RedistributeConfig::default())?;
-        let f = std::sync::Arc::new(r.into_fragments());
-        self.map.insert(key, f.clone());
-        Ok(f)
     }
+}
+
+fn fragments_of(
+    source: &TensorType,
+    view: &SourceView,
+    destination: &TensorType,
+) -> Result<Arc<Vec<Fragment>>, ipu_layout::LayoutError> {
+    let r = redistribute_view(source, view, destination, &RedistributeConfig::default())?;
+    Ok(Arc::new(r.into_fragments()))
 }
 
 /// One exchange step in buffer terms: every transfer and on-tile copy with
@@ -197,7 +234,7 @@ impl PhaseShape {
         program: &Program,
         copies: &[Redistribute],
         tile_count: u32,
-        cache: &mut FragmentCache,
+        cache: &FragmentCache,
         resolve: &dyn Fn(BufferId) -> BufferId,
     ) -> Result<PhaseShape, PhaseBuildError> {
         // Multicast grouping: (source tile, buffer, offset, words) → the

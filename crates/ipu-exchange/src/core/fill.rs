@@ -111,6 +111,20 @@ impl Core {
             if self.rt[j].state != State::Pending {
                 continue;
             }
+            // A job whose sender is busy cannot start (seen from the sender
+            // itself, it is free); without splits, neither can one whose
+            // last blocking receiver is still busy (for a unicast part that
+            // receiver is its only one, which is busy, or not `v`). Both
+            // tests need only the job's running state, not the job list.
+            let rt = &self.rt[j];
+            let blocked = |side: usize, node: u32| {
+                self.busy[side]
+                    .get(node as usize)
+                    .is_some_and(Option::is_some)
+            };
+            if blocked(SEND, rt.sender) || (!split && blocked(RECV, rt.blocker_node)) {
+                continue;
+            }
             let job = &self.jobs[j];
             if job.simple() {
                 // Unicast (a split part, or a multicast job split down to
@@ -158,6 +172,7 @@ impl Core {
                 .find(|&k| self.busy[RECV][job.receivers[k] as usize].is_some());
             if let Some(k) = busy_at {
                 self.rt[j].blocker = k as u32;
+                self.rt[j].blocker_node = job.receivers[k];
             }
             let all_free = busy_at.is_none();
             // A split multicast job keeps only the receivers it has not
@@ -254,6 +269,7 @@ impl Core {
         job.receivers.truncate(keep);
         job.dests.truncate(keep);
         self.rt[j].blocker = 0;
+        self.rt[j].blocker_node = job.receivers.first().copied().unwrap_or(MULTI);
         let rem = self.rt[j].rem;
         let offset = self.rt[j].offset;
         let sender = now.sender;
@@ -267,6 +283,7 @@ impl Core {
         for &r in &now.receivers {
             self.others[RECV][r as usize].push((id, sender));
         }
+        let first_receiver = now.receivers.first().copied().unwrap_or(MULTI);
         self.jobs.push(now);
         self.rt.push(JobRt {
             since: 0,
@@ -278,6 +295,7 @@ impl Core {
             // Split parts are looked up by scanning, never by pair.
             recv0: MULTI,
             blocker: 0,
+            blocker_node: first_receiver,
             state: State::Pending,
         });
         self.pending_count += 1;

@@ -104,6 +104,44 @@ fn wrong_pointer_is_a_stray_write_and_missing_words() {
 }
 
 #[test]
+fn words_split_by_the_receivers_own_instructions_are_checked_as_one_run() {
+    // Tile 1's row changes window at cycle 14, while words arrive in
+    // cycles 12..16: the words before and after are one run.
+    let mut rows = good();
+    rows[1] = row(&[listen(0), pic(13, DST), Instr::Delay { cycles: 2 }]);
+    assert_eq!(check(rows.clone()), Ok(()));
+    // One word too far along: words 1..4 get the source words 0..3, the
+    // last word (arriving in cycle 15) is stray and word 0 is missing —
+    // each reported once, not once per window.
+    rows[1] = row(&[listen(0), pic(13, DST + 4), Instr::Delay { cycles: 2 }]);
+    assert_eq!(
+        check(rows).unwrap_err(),
+        vec![
+            ExchangeCheckError::WrongSourceAddress {
+                transfer: 0,
+                tile: tile(1),
+                word: 1,
+                expected: SRC + 4,
+                got: SRC,
+            },
+            ExchangeCheckError::StrayWrite {
+                tile: tile(1),
+                sender: tile(0),
+                byte_address: DST + 16,
+                words: 1,
+                cycle: 15,
+            },
+            ExchangeCheckError::Missing {
+                transfer: 0,
+                tile: tile(1),
+                first: 0,
+                end: 1,
+            },
+        ]
+    );
+}
+
+#[test]
 fn listening_to_the_wrong_tile_loses_the_words() {
     let mut rows = good();
     rows[1] = row(&[listen(2), pic(15, DST)]);

@@ -83,7 +83,10 @@ impl StepShape {
 }
 
 /// The shape of every exchange step in program order (each repeat body
-/// once): fragments and multicast grouping, computed once per plan.
+/// once): fragments and multicast grouping, computed once per plan. Every
+/// redistribution of the steps is computed first, then the steps are
+/// shaped, both in parallel; the first error in step order is the one
+/// returned, whatever the thread count.
 pub(super) fn shape_steps(
     program: &Program,
     tiles: u32,
@@ -91,34 +94,44 @@ pub(super) fn shape_steps(
 ) -> Result<Vec<StepShape>, BuildError> {
     let mut jobs = Vec::new();
     collect(&program.steps, None, &mut jobs);
-    let mut out = Vec::with_capacity(jobs.len());
-    for job in &jobs {
-        let identity = |b: BufferId| b;
-        let first = PhaseShape::build(program, job.copies, tiles, cache, &identity)?;
-        let next = match &job.next {
-            Some(subst) if first.touches(&|b| subst.contains_key(&b)) => {
-                let resolve = |b: BufferId| subst.get(&b).copied().unwrap_or(b);
-                // Per-iteration buffers share their type, so the next
-                // iteration is the same shape on other buffers; a
-                // substitution that changed a type is shaped anew.
-                let same_types = subst
-                    .iter()
-                    .all(|(&a, &b)| program.buffers[a].ty == program.buffers[b].ty);
-                Some(if same_types {
-                    first.map_buffers(&resolve)
-                } else {
-                    PhaseShape::build(program, job.copies, tiles, cache, &resolve)?
-                })
-            }
-            _ => None,
-        };
-        out.push(StepShape {
-            name: job.name.clone(),
-            first,
-            next,
-        });
-    }
-    Ok(out)
+    cache.fill(jobs.iter().flat_map(|job| job.copies).map(|c| {
+        (
+            program.buffers[c.source].ty.clone(),
+            c.view.clone(),
+            program.buffers[c.destination].ty.clone(),
+        )
+    }));
+    let cache = &*cache;
+    let shaped: Vec<Result<StepShape, BuildError>> = jobs
+        .par_iter()
+        .map(|job| {
+            let identity = |b: BufferId| b;
+            let first = PhaseShape::build(program, job.copies, tiles, cache, &identity)?;
+            let next = match &job.next {
+                Some(subst) if first.touches(&|b| subst.contains_key(&b)) => {
+                    let resolve = |b: BufferId| subst.get(&b).copied().unwrap_or(b);
+                    // Per-iteration buffers share their type, so the next
+                    // iteration is the same shape on other buffers; a
+                    // substitution that changed a type is shaped anew.
+                    let same_types = subst
+                        .iter()
+                        .all(|(&a, &b)| program.buffers[a].ty == program.buffers[b].ty);
+                    Some(if same_types {
+                        first.map_buffers(&resolve)
+                    } else {
+                        PhaseShape::build(program, job.copies, tiles, cache, &resolve)?
+                    })
+                }
+                _ => None,
+            };
+            Ok(StepShape {
+                name: job.name.clone(),
+                first,
+                next,
+            })
+        })
+        .collect();
+    shaped.into_iter().collect()
 }
 
 /// A scheduling round's result for one step: what goes in the package,

@@ -242,7 +242,7 @@ pub fn build_package(
         plan(graph, config, stages, &device, &mut lower_config, times)
     })?;
     let summary = summary::summarise(&device, &planned, &times, lower_config.transient_budget);
-    let memory_profile = ipu_alloc::MemoryProfile::from_problem(&planned.problem).to_json();
+    let problem = planned.problem;
     let mut package = Package {
         manifest: Manifest {
             format_version: FORMAT_VERSION,
@@ -260,16 +260,20 @@ pub fn build_package(
         },
         phases: planned.phases,
         kernels: planned.kernels,
-        memory_profile,
+        memory_profile: String::new(),
         profile: None,
         fixture: None,
         weights: None,
         siglip: None,
     };
-    package.profile = Some(
-        crate::profile::estimate(&package, &crate::profile::ProfileConfig::for_graph(graph))
-            .map_err(|source| BuildError::Profile { source })?,
+    // The cycle estimate does not read the memory profile: the two are
+    // made side by side.
+    let (profile, memory_profile) = rayon::join(
+        || crate::profile::estimate(&package, &crate::profile::ProfileConfig::for_graph(graph)),
+        || ipu_alloc::MemoryProfile::from_problem(&problem).to_json(),
     );
+    package.memory_profile = memory_profile;
+    package.profile = Some(profile.map_err(|source| BuildError::Profile { source })?);
     Ok(package)
 }
 

@@ -272,12 +272,9 @@ fn kernel_code(program: &Program, variants: &[Variant], tiles: u32) -> Vec<u32> 
         }
     }
     walk(&program.steps, &mut used);
+    // A variant's code size is costed once, not once per tile calling it.
+    let bytes: Vec<u32> = variants.iter().map(ipu_kernels::code_bytes).collect();
     used.iter()
-        .map(|u| {
-            u.iter()
-                .filter_map(|&k| variants.get(k))
-                .map(ipu_kernels::code_bytes)
-                .sum()
-        })
+        .map(|u| u.iter().filter_map(|&k| bytes.get(k)).sum())
         .collect()
 }

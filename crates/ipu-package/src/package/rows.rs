@@ -64,8 +64,18 @@ pub enum RowsError {
 }
 
 /// Encodes every phase's rows.
-pub fn encode_rows<'a>(rows: impl ExactSizeIterator<Item = &'a EncodedRows>) -> Vec<u8> {
-    let mut out = Vec::new();
+pub fn encode_rows<'a>(rows: impl ExactSizeIterator<Item = &'a EncodedRows> + Clone) -> Vec<u8> {
+    // The file's size, known up front: a build's rows are tens of
+    // megabytes, and growing the buffer by doubling copies and faults in
+    // twice that.
+    let words: usize = rows
+        .clone()
+        .map(|r| {
+            let unique: usize = r.unique_rows().iter().map(|row| 1 + row.len()).sum();
+            2 + unique + r.tile_count() as usize
+        })
+        .sum();
+    let mut out = Vec::with_capacity(MAGIC.len() + 4 * (1 + words));
     out.extend_from_slice(MAGIC);
     let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
     put(&mut out, rows.len() as u32);

@@ -24,6 +24,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rayon::prelude::*;
 use tracing::{info, warn};
 
 use super::error::io;
@@ -236,30 +237,34 @@ fn files(package: &Package) -> Result<Vec<(String, Vec<u8>)>, PackageIoError> {
             reason: e.to_string(),
         })
     };
+    // The four large parts (tens of megabytes at SigLIP scale) are
+    // serialised side by side.
+    let ((program, placement), (phases, rows)) = rayon::join(
+        || {
+            rayon::join(
+                || serde_json::to_vec(&package.program),
+                || serde_json::to_vec(&package.placement),
+            )
+        },
+        || {
+            rayon::join(
+                || serde_json::to_vec(&package.phases.iter().map(|p| &p.info).collect::<Vec<_>>()),
+                || encode_rows(package.phases.iter().map(|p| &p.rows)),
+            )
+        },
+    );
     let mut out = vec![
         (
             "target.toml".to_owned(),
             package.target.to_toml().into_bytes(),
         ),
-        (
-            "program.json".to_owned(),
-            json("program.json", serde_json::to_vec(&package.program))?,
-        ),
+        ("program.json".to_owned(), json("program.json", program)?),
         (
             "placement.json".to_owned(),
-            json("placement.json", serde_json::to_vec(&package.placement))?,
+            json("placement.json", placement)?,
         ),
-        (
-            "phases.json".to_owned(),
-            json(
-                "phases.json",
-                serde_json::to_vec(&package.phases.iter().map(|p| &p.info).collect::<Vec<_>>()),
-            )?,
-        ),
-        (
-            "exchange.bin".to_owned(),
-            encode_rows(package.phases.iter().map(|p| &p.rows)),
-        ),
+        ("phases.json".to_owned(), json("phases.json", phases)?),
+        ("exchange.bin".to_owned(), rows),
         (
             "kernels.json".to_owned(),
             json("kernels.json", serde_json::to_vec(&package.kernels))?,
@@ -392,12 +397,15 @@ impl Package {
     ) -> Result<(), PackageIoError> {
         let kernels = staging.join(KERNELS);
         std::fs::create_dir(&kernels).map_err(io(&kernels))?;
-        let mut entries = Vec::with_capacity(files.len());
+        // The files' digests, computed side by side before any is written.
+        let entries: Vec<PackageFile> = files
+            .par_iter()
+            .map(|(rel, bytes)| PackageFile::of(rel, bytes))
+            .collect();
         for (rel, bytes) in &files {
             stop(rel)?;
             let path = staging.join(rel);
             (ops.write)(&path, bytes).map_err(io(&path))?;
-            entries.push(PackageFile::of(rel, bytes));
         }
         let manifest = Manifest {
             format_version: FORMAT_VERSION,

@@ -31,6 +31,8 @@
 
 use std::collections::HashMap;
 
+use rayon::prelude::*;
+
 use ipu_kernels::{AmpModel, GemmShape, Mode, PlanConfig, estimate_cycles, plan_variant};
 use ipu_layout::{ElementOrder, MemoryClass};
 use ipu_target::Target;
@@ -115,29 +117,65 @@ impl<'a> GemmScorer<'a> {
         if let Some(&known) = self.kernels.get(&key) {
             return known;
         }
-        let p = self.problem;
-        let cycles = (|| {
-            let shape = GemmShape {
-                rows: u32::try_from(large).ok()?,
-                inner: u32::try_from(inner).ok()?,
-                columns: u32::try_from(columns).ok()?,
-                left: p.left,
-                left_order: p.left_order(),
-                right: p.right,
-                output: p.output,
-                output_order: ElementOrder::RowMajor,
-                right_class: MemoryClass::Ipu21Interleaved,
-            };
-            let config = PlanConfig {
-                model: self.cost.steps.amp.clone(),
-                ..PlanConfig::default()
-            };
-            let small = u32::try_from(small).ok()?;
-            let variant = plan_variant(&shape, small, shape.rows, &config).ok()?;
-            Some(estimate_cycles(&variant, shape.rows, Mode::Initialise).cycles)
-        })();
+        let cycles = self.plan_kernel(key);
         self.kernels.insert(key, cycles);
         cycles
+    }
+
+    /// [`GemmScorer::kernel_cycles`] of `(small, large, inner, columns)`,
+    /// planned now.
+    fn plan_kernel(&self, (small, large, inner, columns): (u64, u64, u64, u64)) -> Option<u64> {
+        let p = self.problem;
+        let shape = GemmShape {
+            rows: u32::try_from(large).ok()?,
+            inner: u32::try_from(inner).ok()?,
+            columns: u32::try_from(columns).ok()?,
+            left: p.left,
+            left_order: p.left_order(),
+            right: p.right,
+            output: p.output,
+            output_order: ElementOrder::RowMajor,
+            right_class: MemoryClass::Ipu21Interleaved,
+        };
+        let config = PlanConfig {
+            model: self.cost.steps.amp.clone(),
+            ..PlanConfig::default()
+        };
+        let small = u32::try_from(small).ok()?;
+        let variant = plan_variant(&shape, small, shape.rows, &config).ok()?;
+        Some(estimate_cycles(&variant, shape.rows, Mode::Initialise).cycles)
+    }
+
+    /// The kernel call [`GemmScorer::score`] costs for `grid`, as
+    /// `(small, large, inner, columns)`.
+    fn kernel_of(&self, grid: GemmGrid) -> (u64, u64, u64, u64) {
+        let p = self.problem;
+        let part = |n: u32| u64::from(n.max(1));
+        let (pm, pn, pk) = (part(grid.pm), part(grid.pn), part(grid.pk));
+        let per_token = p.rows_per_token();
+        let tokens = p.tokens();
+        let large = per_token.saturating_mul(tokens.div_ceil(pm));
+        let small = per_token.saturating_mul((tokens / pm).max(1));
+        let inner = largest_block(p.inner, pk, p.micro_inner());
+        let columns = largest_block(p.columns, pn, p.column_block());
+        (small.min(large), large, inner, columns)
+    }
+
+    /// Plans, in parallel, the kernels of `grids` not planned yet: scoring
+    /// them afterwards finds every kernel known. The scores are the same
+    /// either way (planning is a function of the kernel's shape).
+    fn prepare(&mut self, grids: impl Iterator<Item = GemmGrid>) {
+        let mut keys: Vec<(u64, u64, u64, u64)> = grids
+            .map(|g| self.kernel_of(g))
+            .filter(|k| !self.kernels.contains_key(k))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let planned: Vec<_> = keys
+            .into_par_iter()
+            .map(|key| (key, self.plan_kernel(key)))
+            .collect();
+        self.kernels.extend(planned);
     }
 
     /// The steps of `grid`, given the quick estimate `quick` (whose compute
@@ -149,13 +187,10 @@ impl<'a> GemmScorer<'a> {
         // Sizes come from the graph: arithmetic saturates, and a grid with
         // an empty split counts as one part.
         let part = |n: u32| u64::from(n.max(1));
-        let (pm, pn, pk) = (part(grid.pm), part(grid.pn), part(grid.pk));
+        let (pm, pk) = (part(grid.pm), part(grid.pk));
         let per_token = p.rows_per_token();
         let tokens = p.tokens();
-        let large = per_token.saturating_mul(tokens.div_ceil(pm));
-        let small = per_token.saturating_mul((tokens / pm).max(1));
-        let inner = largest_block(p.inner, pk, p.micro_inner());
-        let columns = largest_block(p.columns, pn, p.column_block());
+        let (kernel_small, large, inner, columns) = self.kernel_of(grid);
         let left = large
             .saturating_mul(inner)
             .saturating_mul(p.left.element_bytes());
@@ -171,7 +206,7 @@ impl<'a> GemmScorer<'a> {
             .exchange_cycles(left.saturating_add(right))
             .saturating_add(sync);
         let kernel = self
-            .kernel_cycles(small.min(large), large, inner, columns)
+            .kernel_cycles(kernel_small, large, inner, columns)
             .unwrap_or(quick.compute_cycles);
         let add = |elements: u64| {
             let lanes = steps.vector.lanes(p.output);
@@ -243,6 +278,14 @@ pub fn choose_gemm_grid(
         .iter()
         .filter(|(_, e)| e.transient_bytes <= budget)
         .collect();
+    // The candidates' kernels are planned together, in parallel; the
+    // choice below then only looks them up.
+    if fitting.is_empty() {
+        let least = candidates.iter().min_by_key(|(_, e)| e.transient_bytes);
+        scorer.prepare(least.map(|(grid, _)| *grid).into_iter());
+    } else {
+        scorer.prepare(fitting.iter().map(|(grid, _)| *grid));
+    }
     let chosen = if fitting.is_empty() {
         candidates
             .iter()
