@@ -169,33 +169,6 @@ impl<'a, 'p> Words<'a, 'p> {
         }
     }
 
-    /// The image range of `bytes` bytes at `byte_address` on `tile`, if
-    /// one placed range holds them all; `last` is the range remembered for
-    /// this kind of access.
-    fn block(
-        &self,
-        tile: TileId,
-        byte_address: u32,
-        bytes: u32,
-        last: &Cell<(u32, u32, u32)>,
-    ) -> Result<std::ops::Range<usize>, MemoryError> {
-        let error = MemoryError { tile, byte_address };
-        let end = byte_address.checked_add(bytes).ok_or(error)?;
-        let (t, start, stop) = last.get();
-        if !(t == tile.as_u32() && start <= byte_address && end <= stop) {
-            let list = self.shared.placed.get(tile.index()).ok_or(error)?;
-            let i = list.partition_point(|r| r.0 <= byte_address);
-            match i.checked_sub(1).and_then(|i| list.get(i)) {
-                Some(&(start, stop)) if end <= stop => {
-                    last.set((tile.as_u32(), start, stop));
-                }
-                _ => return Err(error),
-            }
-        }
-        let at = (byte_address - self.shared.sram_start) as usize;
-        Ok(at..at + bytes as usize)
-    }
-
     /// The image range of the word at `byte_address` on `tile`.
     fn word(
         &self,
@@ -203,12 +176,11 @@ impl<'a, 'p> Words<'a, 'p> {
         byte_address: u32,
         last: &Cell<(u32, u32, u32)>,
     ) -> Result<std::ops::Range<usize>, MemoryError> {
-        self.block(tile, byte_address, 4, last)
+        self.words(tile, byte_address, 1, last)
     }
 
-    /// The image range of `words` words at `byte_address` when one placed
-    /// range holds them all; otherwise the error of the first word no
-    /// placed range holds.
+    /// [`placed_words`], trying first the placed range `last` remembers for
+    /// this kind of access and remembering the one found.
     fn words(
         &self,
         tile: TileId,
@@ -216,47 +188,55 @@ impl<'a, 'p> Words<'a, 'p> {
         words: usize,
         last: &Cell<(u32, u32, u32)>,
     ) -> Result<std::ops::Range<usize>, MemoryError> {
-        let bytes = u32::try_from(words)
-            .ok()
-            .and_then(|w| w.checked_mul(4))
-            .ok_or(MemoryError { tile, byte_address })?;
-        self.block(tile, byte_address, bytes, last)
-            .or_else(|error| {
-                // Find the word that fails, for the error.
-                for k in 0..words as u32 {
-                    let at = byte_address
-                        .checked_add(4 * k)
-                        .ok_or(MemoryError { tile, byte_address })?;
-                    self.word(tile, at, last)?;
-                }
-                Err(error)
-            })
+        let error = MemoryError { tile, byte_address };
+        let words = u32::try_from(words).map_err(|_| error)?;
+        let end = words
+            .checked_mul(4)
+            .and_then(|bytes| byte_address.checked_add(bytes));
+        let (t, start, stop) = last.get();
+        if let Some(end) = end
+            && t == tile.as_u32()
+            && start <= byte_address
+            && end <= stop
+        {
+            let at = (byte_address - self.shared.sram_start) as usize;
+            return Ok(at..at + 4 * words as usize);
+        }
+        let (range, (start, stop)) = placed_words(
+            &self.shared.placed,
+            self.shared.sram_start,
+            tile,
+            byte_address,
+            words,
+        )?;
+        last.set((tile.as_u32(), start, stop));
+        Ok(range)
     }
 }
 
-/// The image range of `words` words at `byte_address` on `tile`, if one
-/// placed range holds them all; otherwise the error of the first word no
-/// placed range holds. The lookup the parallel block copies use: it keeps
-/// no state, so threads may share it.
+/// The image range of `words` words at `byte_address` on `tile` and the
+/// placed range holding them, if one holds them all; otherwise the error
+/// of the first word no placed range holds. It keeps no state, so the
+/// parallel block copies share it.
 fn placed_words(
     placed: &[Vec<(u32, u32)>],
     sram_start: u32,
     tile: TileId,
     byte_address: u32,
     words: u32,
-) -> Result<std::ops::Range<usize>, MemoryError> {
+) -> Result<(std::ops::Range<usize>, (u32, u32)), MemoryError> {
     let holding = |address: u32, bytes: u32| {
         let end = address.checked_add(bytes)?;
         let list = placed.get(tile.index())?;
         let i = list.partition_point(|r| r.0 <= address).checked_sub(1)?;
-        let &(_, stop) = list.get(i)?;
-        (end <= stop).then_some(address)
+        let &(start, stop) = list.get(i)?;
+        (end <= stop).then_some((start, stop))
     };
     let bytes = words.checked_mul(4);
     match bytes.and_then(|b| holding(byte_address, b)) {
-        Some(at) => {
-            let at = (at - sram_start) as usize;
-            Ok(at..at + 4 * words as usize)
+        Some(held) => {
+            let at = (byte_address - sram_start) as usize;
+            Ok((at..at + 4 * words as usize, held))
         }
         None => {
             for k in 0..words {
@@ -348,8 +328,8 @@ impl ExchangeMemory for Words<'_, '_> {
             .par_iter()
             .map(|c| {
                 Ok((
-                    placed_words(placed, sram_start, c.source, c.source_address, c.words)?,
-                    placed_words(placed, sram_start, c.dest, c.dest_address, c.words)?,
+                    placed_words(placed, sram_start, c.source, c.source_address, c.words)?.0,
+                    placed_words(placed, sram_start, c.dest, c.dest_address, c.words)?.0,
                 ))
             })
             .collect::<Result<_, MemoryError>>()?;
