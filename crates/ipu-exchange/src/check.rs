@@ -28,6 +28,7 @@ use rayon::prelude::*;
 use crate::encode::EncodedRows;
 use crate::engine::{
     Receiver, Run, busy_cycles, decode_rows, element_hazards, partner_receive_conflicts,
+    wide_cycles,
 };
 use crate::fabric::Fabric;
 use crate::isa::DecodeError;
@@ -293,11 +294,7 @@ pub fn check_schedule(
                 }
                 if any_wide {
                     verdict.busy = busy_cycles(&runs);
-                    verdict.wide = runs
-                        .iter()
-                        .filter(|r| r.wide)
-                        .map(|r| (r.arrival, r.arrival + u64::from(r.items)))
-                        .collect();
+                    verdict.wide = wide_cycles(&runs);
                 }
                 (verdict.runs, verdict.coverage) =
                     check_tile(phase, TileId::from_u32(d as u32), &runs, list);

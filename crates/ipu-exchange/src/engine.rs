@@ -49,9 +49,22 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    pub fn words(&self) -> u64 {
-        u64::from(self.items) * if self.wide { 2 } else { 1 }
+    /// Words per item: two for 64-bit items.
+    pub fn item_words(&self) -> u32 {
+        if self.wide { 2 } else { 1 }
     }
+
+    pub fn words(&self) -> u64 {
+        u64::from(self.items) * u64::from(self.item_words())
+    }
+}
+
+/// The arrival cycles of the 64-bit items of `runs`, a run at a time.
+pub(crate) fn wide_cycles(runs: &[Run]) -> Vec<(u64, u64)> {
+    runs.iter()
+        .filter(|r| r.wide)
+        .map(|r| (r.arrival, r.arrival + u64::from(r.items)))
+        .collect()
 }
 
 /// The replayed phase.
@@ -185,12 +198,7 @@ pub(crate) fn replay_rows(
         Vec::new()
     };
     for (d, list) in runs.iter().enumerate().filter(|_| any_wide) {
-        let wide: Vec<(u64, u64)> = list
-            .iter()
-            .filter(|r| r.wide)
-            .map(|r| (r.arrival, r.arrival + u64::from(r.items)))
-            .collect();
-        partner_receive_conflicts(d as u32, &wide, &busy, fabric, &mut errors);
+        partner_receive_conflicts(d as u32, &wide_cycles(list), &busy, fabric, &mut errors);
     }
     if fabric.memory_element_hazards() {
         for (t, list) in runs.iter().enumerate() {

@@ -49,43 +49,15 @@ fn word_address(tile: TileId, byte_address: u32, k: usize) -> Result<u32, Memory
 /// Word-addressed tile memories.
 ///
 /// Only the single-word accesses are required; a memory that holds each
-/// placed range contiguously should also implement the block accesses,
-/// which replay uses for every run it can move whole.
+/// placed range contiguously should also implement
+/// [`ExchangeMemory::copy_blocks`], which replay uses for every run it can
+/// move whole.
 pub trait ExchangeMemory {
     /// The word at `byte_address` (4-byte aligned) on `tile`.
     fn read_word(&self, tile: TileId, byte_address: u32) -> Result<u32, MemoryError>;
     /// Stores `word` at `byte_address` (4-byte aligned) on `tile`.
     fn write_word(&mut self, tile: TileId, byte_address: u32, word: u32)
     -> Result<(), MemoryError>;
-
-    /// Reads `words.len()` consecutive words from `byte_address` on `tile`.
-    /// An error names the first word the memory does not hold.
-    fn read_words(
-        &self,
-        tile: TileId,
-        byte_address: u32,
-        words: &mut [u32],
-    ) -> Result<(), MemoryError> {
-        for (k, w) in words.iter_mut().enumerate() {
-            *w = self.read_word(tile, word_address(tile, byte_address, k)?)?;
-        }
-        Ok(())
-    }
-
-    /// Stores `words` at consecutive words from `byte_address` on `tile`.
-    /// An error names the first word the memory does not hold; the words
-    /// before it may have been stored.
-    fn write_words(
-        &mut self,
-        tile: TileId,
-        byte_address: u32,
-        words: &[u32],
-    ) -> Result<(), MemoryError> {
-        for (k, &w) in words.iter().enumerate() {
-            self.write_word(tile, word_address(tile, byte_address, k)?, w)?;
-        }
-        Ok(())
-    }
 
     /// Performs every copy of `copies`. Replay passes them sorted by
     /// destination tile, with no copy reading a word any copy writes and
@@ -95,12 +67,11 @@ pub trait ExchangeMemory {
     /// have been made in part or whole. The default copies one after
     /// another; a memory whose tiles are independent may copy in parallel.
     fn copy_blocks(&mut self, copies: &[BlockCopy]) -> Result<(), MemoryError> {
-        let mut buffer = Vec::new();
         for c in copies {
-            buffer.clear();
-            buffer.resize(c.words as usize, 0);
-            self.read_words(c.source, c.source_address, &mut buffer)?;
-            self.write_words(c.dest, c.dest_address, &buffer)?;
+            for k in 0..c.words as usize {
+                let w = self.read_word(c.source, word_address(c.source, c.source_address, k)?)?;
+                self.write_word(c.dest, word_address(c.dest, c.dest_address, k)?, w)?;
+            }
         }
         Ok(())
     }
@@ -191,14 +162,9 @@ pub fn replay(
     Ok(stats)
 }
 
-/// The byte width of a run's items.
-fn item_bytes(r: &Run) -> u32 {
-    if r.wide { 8 } else { 4 }
-}
-
 /// Items `items` of run `r` as one block copy.
 fn block_copy(r: &Run, items: Range<u32>) -> Result<BlockCopy, MemoryError> {
-    let per = item_bytes(r) / 4;
+    let per = r.item_words();
     let (source, dest) = (TileId::from_u32(r.source), TileId::from_u32(r.dest));
     let first = items.start as usize * per as usize;
     Ok(BlockCopy {
@@ -256,7 +222,7 @@ impl Conflicts {
     /// as sorted disjoint item ranges in `spans`.
     fn items_touching(&self, r: &Run, spans: &mut Vec<Range<u32>>) {
         spans.clear();
-        let width = u64::from(item_bytes(r));
+        let width = 4 * u64::from(r.item_words());
         for (tile, base) in [(r.source, r.src_addr), (r.dest, r.dst_addr)] {
             let Some(list) = self.per_tile.get(tile as usize) else {
                 continue;
@@ -360,10 +326,10 @@ fn ordered(
             flush(cycle, &mut pending, &mut write)?;
         }
         let r = runs[i as usize];
-        let per = item_bytes(r) / 4;
+        let per = r.item_words();
+        let (source, dest) = (TileId::from_u32(r.source), TileId::from_u32(r.dest));
         for h in 0..per {
             let word = (k * per + h) as usize;
-            let (source, dest) = (TileId::from_u32(r.source), TileId::from_u32(r.dest));
             let w = memory.read_word(source, word_address(source, r.src_addr, word)?)?;
             pending.push(Reverse((
                 r.arrival + u64::from(k),

@@ -29,7 +29,8 @@ pub(super) const DENSE_PAIR_NODES: usize = 2048;
 /// Where each pair's first job is. The dense table holds the job id plus
 /// one, so that an empty table is zeroed memory: the allocator hands it
 /// out without writing it, and a phase touches only the pages of the
-/// pairs it has (the table has `nodes²` entries, 8.7 MB at 1472 tiles).
+/// pairs it has (the table has `nodes²` entries, megabytes on a whole
+/// chip).
 pub(super) enum PairIndex {
     Dense(Vec<u32>),
     Sparse(PairMap),

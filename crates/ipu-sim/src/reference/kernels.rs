@@ -77,7 +77,7 @@ pub fn gemm(
                     let block = (block as usize).max(1);
                     let f16 = Precision::F16.codec();
                     let mut block_sum = vec![0.0f32; n];
-                    for (row, a_row) in chunk.chunks_mut(n).zip(task_left.chunks_exact(k)) {
+                    for (row, a_row) in chunk.chunks_mut(n).zip(task_left.chunks_exact(k.max(1))) {
                         for start in (0..k).step_by(block) {
                             block_sum.iter_mut().for_each(|s| *s = 0.0);
                             for kk in start..(start + block).min(k) {
@@ -147,7 +147,7 @@ fn f32_rows(left: &[f32], right: &[f32], packed: &[f32], out: &mut [f32], k: usi
     for (a_row, out_row) in left.chunks_exact(k.max(1)).zip(out.chunks_exact_mut(n)) {
         for j in panels * PANEL..n {
             let mut acc = 0.0f32;
-            for (kk, &a) in a_row.iter().enumerate().take(k) {
+            for (kk, &a) in a_row.iter().enumerate() {
                 acc += a * right[kk * n + j];
             }
             out_row[j] = acc;

@@ -169,45 +169,30 @@ impl<'a, 'p> Words<'a, 'p> {
         }
     }
 
-    /// The image range of the word at `byte_address` on `tile`.
+    /// The image range of the word at `byte_address` on `tile`: the
+    /// placed range `last` remembers for this kind of access if it holds
+    /// the word, else [`placed_words`]'s, which is then remembered.
     fn word(
         &self,
         tile: TileId,
         byte_address: u32,
         last: &Cell<(u32, u32, u32)>,
     ) -> Result<std::ops::Range<usize>, MemoryError> {
-        self.words(tile, byte_address, 1, last)
-    }
-
-    /// [`placed_words`], trying first the placed range `last` remembers for
-    /// this kind of access and remembering the one found.
-    fn words(
-        &self,
-        tile: TileId,
-        byte_address: u32,
-        words: usize,
-        last: &Cell<(u32, u32, u32)>,
-    ) -> Result<std::ops::Range<usize>, MemoryError> {
-        let error = MemoryError { tile, byte_address };
-        let words = u32::try_from(words).map_err(|_| error)?;
-        let end = words
-            .checked_mul(4)
-            .and_then(|bytes| byte_address.checked_add(bytes));
         let (t, start, stop) = last.get();
-        if let Some(end) = end
+        if let Some(end) = byte_address.checked_add(4)
             && t == tile.as_u32()
             && start <= byte_address
             && end <= stop
         {
             let at = (byte_address - self.shared.sram_start) as usize;
-            return Ok(at..at + 4 * words as usize);
+            return Ok(at..at + 4);
         }
         let (range, (start, stop)) = placed_words(
             &self.shared.placed,
             self.shared.sram_start,
             tile,
             byte_address,
-            words,
+            1,
         )?;
         last.set((tile.as_u32(), start, stop));
         Ok(range)
@@ -280,51 +265,17 @@ impl ExchangeMemory for Words<'_, '_> {
         Ok(())
     }
 
-    fn read_words(
-        &self,
-        tile: TileId,
-        byte_address: u32,
-        words: &mut [u32],
-    ) -> Result<(), MemoryError> {
-        let range = self.words(tile, byte_address, words.len(), &self.last_read)?;
-        let bytes = self
-            .images
-            .get(tile.index())
-            .and_then(|image| image.get(range))
-            .ok_or(MemoryError { tile, byte_address })?;
-        for (w, b) in words.iter_mut().zip(bytes.chunks_exact(4)) {
-            *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        Ok(())
-    }
-
-    fn write_words(
-        &mut self,
-        tile: TileId,
-        byte_address: u32,
-        words: &[u32],
-    ) -> Result<(), MemoryError> {
-        let range = self.words(tile, byte_address, words.len(), &self.last_write)?;
-        let bytes = self
-            .images
-            .get_mut(tile.index())
-            .and_then(|image| image.get_mut(range))
-            .ok_or(MemoryError { tile, byte_address })?;
-        for (b, w) in bytes.chunks_exact_mut(4).zip(words) {
-            b.copy_from_slice(&w.to_le_bytes());
-        }
-        Ok(())
-    }
-
     /// Checks every copy's ranges, gathers all source words (in parallel),
-    /// then writes each destination tile's copies (tiles in parallel):
-    /// replay guarantees no copy reads what another writes, so this is the
-    /// sequential result. A failing copy stops the run before any write,
-    /// with the error of the first one.
+    /// then writes each destination tile's copies in their given order
+    /// (tiles in parallel): replay guarantees no copy reads what another
+    /// writes and no word is written twice, so this is the sequential
+    /// result. A failing copy stops the run before any write, with the
+    /// error of the first one in the given order.
     fn copy_blocks(&mut self, copies: &[BlockCopy]) -> Result<(), MemoryError> {
         use rayon::prelude::*;
+        type Ranges = (std::ops::Range<usize>, std::ops::Range<usize>);
         let (placed, sram_start) = (&self.shared.placed, self.shared.sram_start);
-        let ranges: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> = copies
+        let checked: Vec<Result<Ranges, MemoryError>> = copies
             .par_iter()
             .map(|c| {
                 Ok((
@@ -332,7 +283,8 @@ impl ExchangeMemory for Words<'_, '_> {
                     placed_words(placed, sram_start, c.dest, c.dest_address, c.words)?.0,
                 ))
             })
-            .collect::<Result<_, MemoryError>>()?;
+            .collect();
+        let ranges: Vec<Ranges> = checked.into_iter().collect::<Result<_, _>>()?;
         // Byte offsets of each copy's data in one gathered buffer.
         let mut offsets = Vec::with_capacity(copies.len() + 1);
         offsets.push(0usize);
@@ -357,30 +309,29 @@ impl ExchangeMemory for Words<'_, '_> {
                     piece.copy_from_slice(&images[c.source.index()][source.clone()]);
                 });
         }
-        // Copies arrive sorted by destination tile: each tile's run of them.
-        let mut first = vec![0usize; self.images.len() + 1];
+        // Copy indices grouped by destination tile, given order kept (a
+        // counting sort): `order[first[t]..first[t + 1]]` are tile t's.
+        // Every destination was found among the placed tiles above, which
+        // are the images' tiles.
+        let tiles = self.images.len();
+        let mut first = vec![0usize; tiles + 1];
         for c in copies {
-            if let Some(n) = first.get_mut(c.dest.index() + 1) {
-                *n += 1;
-            }
+            first[c.dest.index() + 1] += 1;
         }
-        for t in 0..self.images.len() {
+        for t in 0..tiles {
             first[t + 1] += first[t];
         }
-        let sorted = copies.windows(2).all(|w| w[0].dest <= w[1].dest);
-        if !sorted {
-            // Not the order replay promises: copy one after another.
-            for (i, (_, dest)) in ranges.iter().enumerate() {
-                let at = &data[offsets[i]..offsets[i + 1]];
-                self.images[copies[i].dest.index()][dest.clone()].copy_from_slice(at);
-            }
-            return Ok(());
+        let mut next = first.clone();
+        let mut order = vec![0usize; copies.len()];
+        for (i, c) in copies.iter().enumerate() {
+            order[next[c.dest.index()]] = i;
+            next[c.dest.index()] += 1;
         }
         self.images
             .par_iter_mut()
             .enumerate()
             .for_each(|(t, image)| {
-                for i in first[t]..first[t + 1] {
+                for &i in &order[first[t]..first[t + 1]] {
                     let dest = ranges[i].1.clone();
                     image[dest].copy_from_slice(&data[offsets[i]..offsets[i + 1]]);
                 }

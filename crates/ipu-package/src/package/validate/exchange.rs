@@ -13,7 +13,7 @@
 
 use std::cell::Cell;
 
-use ipu_exchange::{EncodedRows, ExchangeMemory, Fabric, MemoryError, replay};
+use ipu_exchange::{BlockCopy, EncodedRows, ExchangeMemory, Fabric, MemoryError, replay};
 use ipu_layout::{EntityId, TileId};
 use rayon::prelude::*;
 
@@ -252,22 +252,14 @@ impl ExchangeMemory for DryMemory<'_> {
         self.check(&self.written, tile, byte_address)
     }
 
-    fn read_words(
-        &self,
-        tile: TileId,
-        byte_address: u32,
-        words: &mut [u32],
-    ) -> Result<(), MemoryError> {
-        words.fill(0);
-        self.check_block(&self.read, tile, byte_address, words.len())
-    }
-
-    fn write_words(
-        &mut self,
-        tile: TileId,
-        byte_address: u32,
-        words: &[u32],
-    ) -> Result<(), MemoryError> {
-        self.check_block(&self.written, tile, byte_address, words.len())
+    /// Checks each copy's source and destination ranges, the first
+    /// failing copy's error first.
+    fn copy_blocks(&mut self, copies: &[BlockCopy]) -> Result<(), MemoryError> {
+        for c in copies {
+            let words = c.words as usize;
+            self.check_block(&self.read, c.source, c.source_address, words)?;
+            self.check_block(&self.written, c.dest, c.dest_address, words)?;
+        }
+        Ok(())
     }
 }
