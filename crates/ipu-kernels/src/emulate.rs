@@ -52,8 +52,19 @@
 //! the loop. A [`PreparedProgram`] with FP8 rows and weights also holds
 //! the table of all 65,536 rounded products `round(a × w)`, so the
 //! innermost loop is one table load and one add per product.
+//!
+//! FP8 rows and weights into F16 partials (the SigLIP GEMMs) usually run
+//! without the table, on the lane kernel (`lanes.rs`): each product is an
+//! exact f64, rounded to F16's grid and turned into an integer by one
+//! addition, and a step's eight integers are summed as integers, eight
+//! columns at a time in a form the compiler vectorises. It applies when
+//! operands are finite and partials cannot overflow within the stream, and
+//! gives the table loop's bytes there (its tests hold it to them); the
+//! weights and the decoded rows are shared by the workers and column
+//! blocks that load them again.
 
 mod kernel;
+mod lanes;
 mod machine;
 #[cfg(test)]
 mod reference;

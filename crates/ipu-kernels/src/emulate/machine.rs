@@ -3,16 +3,21 @@
 //! copies, decoding, the AMP steps through `kernel.rs`, rounding and
 //! stores) and counts the work done.
 
+use std::rc::Rc;
+
 use ipu_layout::{ElementOrder, Precision};
 
 use super::kernel::{self, Block};
+use super::lanes::{LaneRows, Lanes};
 use super::rounding::{
-    round_f16, round_f16_on_grid, round_f32, stochastic_f16, stochastic_f32, stored, unit_random,
+    round_f16, round_f16_on_grid, round_f16_significand, round_f32, stochastic_f16, stochastic_f32,
+    stored, unit_random,
 };
 use super::{EmulateOptions, EmulationStats, KernelArgs, Rounding, Tables, check_row_runs};
 use crate::WorkerId;
 use crate::error::{EmulateError, Operand};
 use crate::program::{AmpOp, AmpProgram, ProgramHeader, Run};
+use crate::variant::Arithmetic;
 
 /// Runs a program whose header was checked.
 pub(super) fn run(
@@ -97,6 +102,8 @@ pub(super) fn run(
         tables,
         stats: EmulationStats::default(),
         operand_bytes: [left_bytes, right_bytes, output_bytes],
+        lanes: None,
+        left_rows: Vec::new(),
     };
     for w in &program.workers {
         machine.run_worker(w.worker, &w.ops)?;
@@ -114,6 +121,8 @@ struct Machine<'a> {
     tables: &'a Tables,
     stats: EmulationStats,
     operand_bytes: [u64; 3],
+    lanes: LanesCache,
+    left_rows: LeftCache,
 }
 
 /// The coefficient state: `inner × columns` weights in the group layout of
@@ -122,12 +131,53 @@ struct Machine<'a> {
 enum Coefficients {
     Values(Vec<f64>),
     Codes(Vec<u8>),
+    /// The gathered row-major bytes, laid out only if a stream needs them
+    /// (one the lane kernel cannot run).
+    Bytes(Vec<u8>),
 }
+
+impl Coefficients {
+    /// The layout the table and value loops read for the row-major
+    /// `k × c` block `bytes` of the header's weight precision.
+    fn lay_out(bytes: &[u8], k: usize, c: usize, h: &ProgramHeader, tables: &Tables) -> Self {
+        let group = h.arithmetic.group() as usize;
+        if tables.products.is_some() {
+            Coefficients::Codes(kernel::group_layout(bytes, k, c, group))
+        } else {
+            let mut values = tables.right.decode(bytes);
+            if h.arithmetic.widens_weights() {
+                for v in &mut values {
+                    *v = round_f16(*v);
+                }
+            }
+            Coefficients::Values(kernel::group_layout(&values, k, c, group))
+        }
+    }
+}
+
+/// The last lane layout built in a run and the load it came from
+/// (`inner`, `columns`, runs): workers of one program load the same
+/// weights, which the program cannot change (the output overlaps no
+/// input), so they share it.
+type LanesCache = Option<((u32, u32, Vec<Run>), Rc<Lanes>)>;
+
+/// Left blocks decoded for the lane kernel (`None` when not finite), by
+/// the stream they came from (`rows`, `inner`, runs), most recent last: a
+/// worker streams the same rows against each of its column blocks, and
+/// the program cannot change them.
+type LeftCache = Vec<((u32, u32, Vec<Run>), Option<Rc<LaneRows>>)>;
+
+/// Decoded left blocks kept per run (a worker's inner blocks, each
+/// streamed once per column block).
+const LEFT_CACHE: usize = 8;
 
 /// The AMP state of one worker.
 struct State {
     coefficients: Coefficients,
     coefficient_dims: Option<(u32, u32)>,
+    /// The coefficients for the lane kernel, when the arithmetic is FP8
+    /// into F16 partials and every weight is finite.
+    lanes: Option<Rc<Lanes>>,
     /// Partials, `rows × columns`, row major.
     partials: Vec<f64>,
     partial_dims: Option<(u32, u32)>,
@@ -320,10 +370,10 @@ impl Machine<'_> {
     fn run_worker(&mut self, worker: WorkerId, ops: &[AmpOp]) -> Result<(), EmulateError> {
         let h = self.header;
         let tables = self.tables;
-        let group = h.arithmetic.group() as usize;
         let mut state = State {
             coefficients: Coefficients::Values(Vec::new()),
             coefficient_dims: None,
+            lanes: None,
             partials: Vec::new(),
             partial_dims: None,
             inner_done: 0,
@@ -346,16 +396,23 @@ impl Machine<'_> {
                         h.right.element_bytes(),
                     )?;
                     let (k, c) = (*inner as usize, *columns as usize);
-                    state.coefficients = if tables.products.is_some() {
-                        Coefficients::Codes(kernel::group_layout(&bytes, k, c, group))
-                    } else {
-                        let mut values = tables.right.decode(&bytes);
-                        if h.arithmetic.widens_weights() {
-                            for v in &mut values {
-                                *v = round_f16(*v);
+                    state.lanes = None;
+                    if h.arithmetic == Arithmetic::Fp8HalfPartials {
+                        let key = (*inner, *columns, runs.clone());
+                        state.lanes = match &self.lanes {
+                            Some((cached, lanes)) if *cached == key => Some(Rc::clone(lanes)),
+                            _ => {
+                                let lanes = Lanes::new(&tables.right.decode(&bytes), k, c);
+                                let lanes = lanes.map(Rc::new);
+                                self.lanes = lanes.as_ref().map(|l| (key, Rc::clone(l)));
+                                lanes
                             }
-                        }
-                        Coefficients::Values(kernel::group_layout(&values, k, c, group))
+                        };
+                    }
+                    state.coefficients = if state.lanes.is_some() {
+                        Coefficients::Bytes(bytes)
+                    } else {
+                        Coefficients::lay_out(&bytes, k, c, h, tables)
                     };
                     self.stats.coefficient_bytes +=
                         u64::from(*inner) * u64::from(*columns) * h.right.element_bytes();
@@ -415,18 +472,24 @@ impl Machine<'_> {
                     if h.left_order == ElementOrder::RowMajor {
                         check_row_runs(worker, i, runs, h.alignment)?;
                     }
-                    let left = self.gather(
-                        worker,
-                        i,
-                        Operand::Left,
-                        runs,
-                        *rows,
-                        *inner,
-                        h.left.element_bytes(),
-                    )?;
+                    let lane_left = match state.lanes {
+                        Some(_) => self.lane_left(worker, i, runs, *rows, *inner)?,
+                        None => None,
+                    };
                     self.stats.left_bytes +=
                         u64::from(*rows) * u64::from(*inner) * h.left.element_bytes();
-                    self.stream(worker, &mut state, &left, *rows, k, c);
+                    if !self.stream_lanes(worker, &mut state, lane_left.as_deref(), *rows, k, c) {
+                        let left = self.gather(
+                            worker,
+                            i,
+                            Operand::Left,
+                            runs,
+                            *rows,
+                            *inner,
+                            h.left.element_bytes(),
+                        )?;
+                        self.stream(worker, &mut state, &left, *rows, k, c);
+                    }
                 }
                 AmpOp::StorePartials {
                     rows,
@@ -452,6 +515,77 @@ impl Machine<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The left block of a stream decoded for the lane kernel, from the
+    /// cache or gathered and decoded (`None` when the left precision has
+    /// no code table or a value is not finite).
+    fn lane_left(
+        &mut self,
+        worker: WorkerId,
+        op: usize,
+        runs: &[Run],
+        rows: u32,
+        inner: u32,
+    ) -> Result<Option<Rc<LaneRows>>, EmulateError> {
+        let key = (rows, inner, runs.to_vec());
+        if let Some((_, left)) = self.left_rows.iter().find(|(cached, _)| *cached == key) {
+            return Ok(left.clone());
+        }
+        let Some(table) = &self.tables.left.codes else {
+            return Ok(None);
+        };
+        let eb = self.header.left.element_bytes();
+        let bytes = self.gather(worker, op, Operand::Left, runs, rows, inner, eb)?;
+        let left = LaneRows::new(table, &bytes, rows as usize, inner as usize).map(Rc::new);
+        if self.left_rows.len() == LEFT_CACHE {
+            self.left_rows.remove(0);
+        }
+        self.left_rows.push((key, left.clone()));
+        Ok(left)
+    }
+
+    /// Runs a stream on the lane kernel when the coefficients and `left`
+    /// allow it ([`Block::lanes_apply`]); returns whether it ran.
+    fn stream_lanes(
+        &mut self,
+        worker: WorkerId,
+        state: &mut State,
+        left: Option<&LaneRows>,
+        rows: u32,
+        k: u32,
+        c: u32,
+    ) -> bool {
+        let (Some(left), Some(weights)) = (left, state.lanes.as_deref()) else {
+            return false;
+        };
+        let (rows, k, c) = (rows as usize, k as usize, c as usize);
+        let block = Block {
+            rows,
+            k,
+            c,
+            group: self.header.arithmetic.group() as usize,
+            exact: !self.header.arithmetic.single_partials(),
+        };
+        let partials = &mut state.partials;
+        if !block.lanes_apply(partials, left, weights) {
+            return false;
+        }
+        let first_step = state.inner_done / block.group as u64;
+        match self.options.rounding {
+            // In range (`lanes_apply`), rounding is the significand's.
+            Rounding::NearestEven => block.run_lanes(partials, left, weights, |x, _, _, _| {
+                round_f16_significand(x)
+            }),
+            Rounding::Stochastic { seed } => {
+                block.run_lanes(partials, left, weights, |x, r, j, g| {
+                    let u = unit_random(seed, worker, r as u64, j as u64, first_step + g);
+                    stochastic_f16(x, u)
+                })
+            }
+        }
+        self.count_stream(state, rows, k, c);
+        true
     }
 
     /// The AMP pipeline: every row of `left` (bytes of the left precision)
@@ -482,6 +616,9 @@ impl Machine<'_> {
         let random = move |r: usize, j: usize, g: u64, seed: u64| {
             unit_random(seed, worker, r as u64, j as u64, first_step + g)
         };
+        if let Coefficients::Bytes(bytes) = &state.coefficients {
+            state.coefficients = Coefficients::lay_out(bytes, k, c, h, self.tables);
+        }
         // One monomorphic loop per rounding choice keeps the innermost
         // operation inlined.
         match (&state.coefficients, &self.tables.products) {
@@ -531,11 +668,18 @@ impl Machine<'_> {
                     }
                 }
             }
-            // Codes are only loaded when the product table exists.
-            (Coefficients::Codes(_), None) => {
-                debug_assert!(false, "coefficient codes without a product table");
+            // Codes are only loaded when the product table exists, and
+            // bytes were laid out above.
+            (Coefficients::Codes(_), None) | (Coefficients::Bytes(_), _) => {
+                debug_assert!(false, "coefficients not laid out for the product table");
             }
         }
+        self.count_stream(state, rows, k, c);
+    }
+
+    /// Records a stream of `rows × k` against `k × c` coefficients.
+    fn count_stream(&mut self, state: &mut State, rows: usize, k: usize, c: usize) {
+        let group = self.header.arithmetic.group() as usize;
         state.inner_done += k as u64;
         let steps = k.div_ceil(group) as u64;
         self.stats.macs += (rows * k * c) as u64;

@@ -42,8 +42,16 @@ pub fn round_f16(x: f64) -> f64 {
         // two is exact.
         return (x * 16_777_216.0).round_ties_even() / 16_777_216.0;
     }
-    // A normal F16 keeps 11 of the 53 significant bits: round the other 42
-    // to nearest even (a carry correctly moves into the exponent).
+    round_f16_significand(x)
+}
+
+/// `x` with its significand rounded to F16's 11 bits, ties to even: the
+/// nearest F16 of a finite `x` whose magnitude is below 65520 and which is
+/// either a normal F16 magnitude or on the grid of multiples of 2^-24
+/// (an F16 subnormal, whose low 42 bits are zero, stays as it is). A carry
+/// correctly moves into the exponent.
+#[inline(always)]
+pub(super) fn round_f16_significand(x: f64) -> f64 {
     let bits = x.to_bits();
     let lsb = (bits >> 42) & 1;
     let rounded = (bits + (1u64 << 41) - 1 + lsb) & !((1u64 << 42) - 1);
@@ -65,10 +73,7 @@ pub(super) fn round_f16_on_grid(x: f64) -> f64 {
     if a >= OVERFLOW {
         return f64::INFINITY.copysign(x);
     }
-    let bits = x.to_bits();
-    let lsb = (bits >> 42) & 1;
-    let rounded = (bits + (1u64 << 41) - 1 + lsb) & !((1u64 << 42) - 1);
-    f64::from_bits(rounded)
+    round_f16_significand(x)
 }
 
 /// `x` rounded to the nearest F32, ties to even.

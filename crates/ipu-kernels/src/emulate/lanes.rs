@@ -1,0 +1,405 @@
+//! The lane kernel: streams of FP8 rows through FP8 weights into F16
+//! partials, computed as vector-friendly f64 and integer arithmetic
+//! instead of product-table loads, with the same bytes as the table loop
+//! of `kernel.rs` wherever [`Block::lanes_apply`] holds (the argument is
+//! on [`Block::run_lanes`]). Streams outside those conditions (non-finite
+//! operands, partials that could overflow, a −0 partial) take the table
+//! loop.
+
+use super::kernel::Block;
+
+/// `1.5 · 2^52`: adding it to an f64 below `2^51` in magnitude rounds the
+/// value to an integer, ties to even, and leaves that integer in the low
+/// bits of the sum (every f64 in `[2^52, 2^53)` is an integer, one unit
+/// apart).
+const MAGIC: f64 = 6_755_399_441_055_744.0;
+/// `2^24`: F16 partials and the rounded products of FP8 values are
+/// multiples of `2^-24`, so scaled by it they are integers.
+const GRID: f64 = 16_777_216.0;
+/// The largest product magnitude below which rounding an FP8 product to
+/// F16 cannot overflow (halfway between 65504 and 65536).
+const F16_OVERFLOW: f64 = 65520.0;
+
+/// The weights of an FP8 × FP8 block with F16 partials, for the lane
+/// kernel ([`Block::run_lanes`]), scaled by `2^24`: for each step `g` and
+/// each 8 columns from `j0`, the `8 × 8` block of inner elements
+/// `g·8 + t` and columns `j0 + l` at `[t][l]`, zero past the inner
+/// dimension and past `c` (columns are padded to a multiple of 8). Only
+/// finite blocks have one.
+#[derive(Clone, Debug)]
+pub(super) struct Lanes {
+    values: Vec<[[f64; 8]; 8]>,
+    columns: usize,
+    /// The largest weight magnitude, unscaled.
+    max_abs: f64,
+}
+
+impl Lanes {
+    /// The lane layout of the row-major `k × c` weight values, or `None`
+    /// when one is not finite.
+    pub(super) fn new(block: &[f64], k: usize, c: usize) -> Option<Self> {
+        if block.len() != k.checked_mul(c)? {
+            return None;
+        }
+        let columns = c.next_multiple_of(8);
+        let chunks = columns / 8;
+        let mut values = vec![[[0.0; 8]; 8]; k.div_ceil(8) * chunks];
+        let (mut max_abs, mut finite) = (0.0f64, true);
+        if c > 0 {
+            for (i, row) in block.chunks_exact(c).enumerate() {
+                let (g, t) = (i / 8, i % 8);
+                for (j, &v) in row.iter().enumerate() {
+                    values[g * chunks + j / 8][t][j % 8] = v * GRID;
+                    max_abs = max_abs.max(v.abs());
+                    finite &= v.is_finite();
+                }
+            }
+        }
+        finite.then_some(Self {
+            values,
+            columns,
+            max_abs,
+        })
+    }
+}
+
+/// A block of FP8 rows decoded for the lane kernel: `rows × k` values,
+/// each row padded with zeros to a multiple of 8, with their largest
+/// magnitude; `None` when one is not finite.
+#[derive(Clone, Debug)]
+pub(super) struct LaneRows {
+    values: Vec<f64>,
+    max_abs: f64,
+}
+
+impl LaneRows {
+    /// Decodes `rows × k` one-byte codes through `table`.
+    pub(super) fn new(table: &[f64; 256], codes: &[u8], rows: usize, k: usize) -> Option<Self> {
+        let padded = k.next_multiple_of(8);
+        let mut values = vec![0.0; rows * padded];
+        // Which codes occur, rather than a running maximum: the loop then
+        // has no chain of dependent operations.
+        let mut seen = [false; 256];
+        if k > 0 {
+            for (row, target) in codes.chunks_exact(k).zip(values.chunks_exact_mut(padded)) {
+                for (t, &code) in target.iter_mut().zip(row) {
+                    *t = table[usize::from(code)];
+                    seen[usize::from(code)] = true;
+                }
+            }
+        }
+        let mut max_abs = 0.0f64;
+        for (&v, _) in table.iter().zip(&seen).filter(|(_, seen)| **seen) {
+            if !v.is_finite() {
+                return None;
+            }
+            max_abs = max_abs.max(v.abs());
+        }
+        Some(Self { values, max_abs })
+    }
+}
+
+impl Block {
+    /// Whether [`Block::run_lanes`] gives the bytes of [`Block::run_codes`]
+    /// for these operands and `partials` (the conditions its proof needs).
+    pub(super) fn lanes_apply(&self, partials: &[f64], left: &LaneRows, weights: &Lanes) -> bool {
+        self.exact
+            && self.group == 8
+            && weights.columns == self.c.next_multiple_of(8)
+            && left.values.len() == self.rows * self.k.next_multiple_of(8)
+            && weights.values.len() == self.k.div_ceil(8) * weights.columns / 8
+            && partials.len() >= self.rows * self.c
+            && left.max_abs * weights.max_abs < F16_OVERFLOW
+            && partials_stay_in_range(
+                &partials[..self.rows * self.c],
+                self.k.div_ceil(8),
+                left.max_abs * weights.max_abs,
+            )
+    }
+
+    /// [`Block::run_codes`] for FP8 rows and weights into F16 partials,
+    /// as vector arithmetic instead of table loads, when
+    /// [`Block::lanes_apply`] holds.
+    ///
+    /// Why it gives the same bytes: every product `a × w` of two FP8
+    /// values has at most 8 significant bits, so f64 computes it exactly,
+    /// and below 65520 in magnitude (which `lanes_apply` checks) rounding
+    /// it to F16 is rounding it to the grid of multiples of `2^-24` (a
+    /// product of 2^-17 or more is already on that grid, and F16 keeps its
+    /// 8 bits). So the rounded product scaled by `2^24` is `a × (w · 2^24)`
+    /// rounded to an integer, ties to even, which [`MAGIC`] does, leaving
+    /// the integer in the low bits of the f64. The step's eight integers
+    /// (below `2^43` together) are summed as integers, exactly, and the
+    /// sum is added to the partial: the same exact sum as the table loop,
+    /// so the same value after `update`. Zeros are where the two could
+    /// differ in sign (rounding keeps a tiny negative product's sign,
+    /// [`MAGIC`] gives +0, and padding adds +0), but a sum with a partial
+    /// that is not −0 is never −0, and no partial starts as −0
+    /// (`lanes_apply`) or becomes one (a rounded non-zero sum on the grid
+    /// stays non-zero). Operands are finite, so the special values come
+    /// only from partials, where f64 addition treats them as before.
+    pub(super) fn run_lanes(
+        &self,
+        partials: &mut [f64],
+        left: &LaneRows,
+        weights: &Lanes,
+        update: impl Fn(f64, usize, usize, u64) -> f64,
+    ) {
+        let Block { rows, k, c, .. } = *self;
+        if rows == 0 || k == 0 || c == 0 {
+            return;
+        }
+        let padded = k.next_multiple_of(8);
+        let chunks = weights.columns / 8;
+        let offset = 7u64.wrapping_mul(MAGIC.to_bits());
+        let rows_iter = left
+            .values
+            .chunks_exact(padded)
+            .zip(partials.chunks_exact_mut(c));
+        // One row at a time: the loop is bound by floating-point
+        // throughput, so sharing weight loads between rows gains nothing
+        // (measured), and one row's eight accumulators fit the registers.
+        for (r, (lrow, prow)) in rows_iter.take(rows).enumerate() {
+            let steps = lrow
+                .chunks_exact(8)
+                .zip(weights.values.chunks_exact(chunks));
+            for (g, (a, step)) in steps.enumerate() {
+                for (jc, w) in step.iter().enumerate() {
+                    let mut acc = [0u64; 8];
+                    for (&at, w) in a.iter().zip(w) {
+                        for (s, &w) in acc.iter_mut().zip(w) {
+                            *s = s.wrapping_add((at * w + MAGIC).to_bits());
+                        }
+                    }
+                    let j0 = jc * 8;
+                    let n = (c - j0).min(8);
+                    for (l, (p, &s)) in prow[j0..][..n].iter_mut().zip(&acc).enumerate() {
+                        // The step's integer sum, back as an exact f64.
+                        let sum = f64::from_bits(s.wrapping_sub(offset)) - MAGIC;
+                        *p = update(*p + sum / GRID, r, j0 + l, g as u64);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether partials starting as `partials` stay finite, below 65520 in
+/// magnitude and never −0 through `steps` AMP steps of eight products of
+/// at most `max_product` each: none is −0 or not finite, and the largest
+/// can grow by at most `8 · max_product` and a rounding (at most one F16
+/// unit, 32 below 65536) per step.
+fn partials_stay_in_range(partials: &[f64], steps: usize, max_product: f64) -> bool {
+    let (mut largest, mut signed_zero) = (0.0f64, false);
+    for &p in partials {
+        // A NaN fails the comparison below through `largest`.
+        largest = if p.abs() > largest || p.is_nan() {
+            p.abs()
+        } else {
+            largest
+        };
+        signed_zero |= p.to_bits() == (-0.0f64).to_bits();
+    }
+    let growth = steps as f64 * (8.0 * max_product + 32.0);
+    !signed_zero && largest + growth < F16_OVERFLOW
+}
+
+#[cfg(test)]
+mod tests {
+    use ipu_layout::{Fp8Format, Precision};
+
+    use super::*;
+    use crate::emulate::kernel::{ProductTable, group_layout};
+    use crate::emulate::rounding::{round_f16, round_f16_on_grid, round_f16_significand};
+
+    fn table(format: Fp8Format, scale: i8) -> [f64; 256] {
+        let precision = Precision::F8 { format, scale };
+        std::array::from_fn(|code| f64::from(precision.decode_from(&[code as u8])))
+    }
+
+    /// A splitmix64 stream.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        /// A finite FP8 code, small magnitudes (the subnormal end, where
+        /// products fall off the F16 grid) as often as any.
+        fn code(&mut self) -> u8 {
+            let r = self.next();
+            let code = if r & 1 == 0 {
+                (r >> 8) as u8
+            } else {
+                ((r >> 8) as u8) & 0x87
+            };
+            if code == 0x80 { 0 } else { code }
+        }
+    }
+
+    struct Stream {
+        rows: usize,
+        k: usize,
+        c: usize,
+        left: Vec<u8>,
+        weights: Vec<u8>,
+        partials: Vec<f64>,
+    }
+
+    impl Stream {
+        fn random(rng: &mut Rng, rows: usize, k: usize, c: usize, partial_scale: f64) -> Self {
+            let left = (0..rows * k).map(|_| rng.code()).collect();
+            let weights = (0..k * c).map(|_| rng.code()).collect();
+            // F16 partials spread around `partial_scale`, +0 among them.
+            let partials = (0..rows * c)
+                .map(|_| {
+                    let r = rng.next();
+                    let v = ((r >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * partial_scale;
+                    if r & 7 == 0 { 0.0 } else { round_f16(v) }
+                })
+                .collect();
+            Self {
+                rows,
+                k,
+                c,
+                left,
+                weights,
+                partials,
+            }
+        }
+
+        fn block(&self) -> Block {
+            Block {
+                rows: self.rows,
+                k: self.k,
+                c: self.c,
+                group: 8,
+                exact: true,
+            }
+        }
+
+        /// The partials after the table loop, and after the lane kernel
+        /// when it applies.
+        fn run(&self, l: &[f64; 256], w: &[f64; 256]) -> (Vec<f64>, Option<Vec<f64>>) {
+            let products = ProductTable::new(l, w, |a, w| round_f16(a * w));
+            let block = self.block();
+            let mut expected = self.partials.clone();
+            let codes = group_layout(&self.weights, self.k, self.c, 8);
+            block.run_codes(
+                &products,
+                &mut expected,
+                &self.left,
+                &codes,
+                |x, _, _, _| round_f16_on_grid(x),
+            );
+            let rows = LaneRows::new(l, &self.left, self.rows, self.k);
+            let decoded: Vec<f64> = self.weights.iter().map(|&c| w[usize::from(c)]).collect();
+            let lanes = Lanes::new(&decoded, self.k, self.c);
+            let got = match (rows, lanes) {
+                (Some(rows), Some(lanes)) if block.lanes_apply(&self.partials, &rows, &lanes) => {
+                    let mut got = self.partials.clone();
+                    block.run_lanes(&mut got, &rows, &lanes, |x, _, _, _| {
+                        round_f16_significand(x)
+                    });
+                    Some(got)
+                }
+                _ => None,
+            };
+            (expected, got)
+        }
+    }
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Whether a product of these tables needs rounding to reach F16.
+    fn off_grid(l: &[f64; 256], w: &[f64; 256], s: &Stream) -> bool {
+        s.left.iter().any(|&a| {
+            s.weights.iter().any(|&b| {
+                let p = l[usize::from(a)] * w[usize::from(b)];
+                round_f16(p) != p
+            })
+        })
+    }
+
+    /// On streams the lane kernel takes, it gives the table loop's bits:
+    /// ragged inner dimensions and column counts, one to five rows, both
+    /// FP8 formats, scales that push products off the F16 grid, partials
+    /// near zero and near the overflow margin.
+    #[test]
+    fn lanes_give_the_table_loops_bits() {
+        let mut rng = Rng(0x5eed);
+        let (mut ran, mut rounded) = (0, 0);
+        for case in 0..400 {
+            let format = if case % 2 == 0 {
+                Fp8Format::F143
+            } else {
+                Fp8Format::F152
+            };
+            let ls = (rng.next() % 12) as i8 - 10;
+            let ws = (rng.next() % 12) as i8 - 14;
+            let (l, w) = (table(format, ls), table(format, ws));
+            let rows = 1 + (rng.next() % 5) as usize;
+            let k = 1 + (rng.next() % 40) as usize;
+            let c = 1 + (rng.next() % 20) as usize;
+            let partial_scale = [1.0, 100.0, 4.0e4][case % 3];
+            let stream = Stream::random(&mut rng, rows, k, c, partial_scale);
+            let (expected, got) = stream.run(&l, &w);
+            if let Some(got) = got {
+                ran += 1;
+                rounded += usize::from(off_grid(&l, &w, &stream));
+                assert_eq!(bits(&got), bits(&expected), "case {case}");
+            }
+        }
+        // The kernel ran on most streams, and on many whose products
+        // needed rounding (the case the magic constant exists for).
+        assert!(ran > 200, "the lane kernel ran on {ran} streams");
+        assert!(rounded > 100, "{rounded} streams had off-grid products");
+    }
+
+    /// The conditions that send a stream to the table loop.
+    #[test]
+    fn lanes_refuse_what_they_cannot_prove() {
+        let mut rng = Rng(7);
+        let (l, w) = (table(Fp8Format::F143, -4), table(Fp8Format::F143, -11));
+        let stream = Stream::random(&mut rng, 3, 24, 16, 10.0);
+        let rows = LaneRows::new(&l, &stream.left, 3, 24).unwrap();
+        let decoded: Vec<f64> = stream.weights.iter().map(|&c| w[usize::from(c)]).collect();
+        let lanes = Lanes::new(&decoded, 24, 16).unwrap();
+        let block = stream.block();
+        assert!(block.lanes_apply(&stream.partials, &rows, &lanes));
+        for bad in [-0.0, f64::NAN, f64::INFINITY, 65504.0] {
+            let mut partials = stream.partials.clone();
+            partials[5] = bad;
+            assert!(!block.lanes_apply(&partials, &rows, &lanes), "{bad}");
+        }
+        // A NaN code in the rows or the weights.
+        let mut left = stream.left.clone();
+        left[0] = 0x80;
+        assert!(LaneRows::new(&l, &left, 3, 24).is_none());
+        let mut decoded_nan = decoded.clone();
+        decoded_nan[3] = f64::NAN;
+        assert!(Lanes::new(&decoded_nan, 24, 16).is_none());
+        // Products that could round to infinity.
+        let big = table(Fp8Format::F143, 6);
+        let rows = LaneRows::new(&big, &stream.left, 3, 24).unwrap();
+        let decoded: Vec<f64> = stream
+            .weights
+            .iter()
+            .map(|&c| big[usize::from(c)])
+            .collect();
+        let lanes = Lanes::new(&decoded, 24, 16).unwrap();
+        assert!(!block.lanes_apply(&stream.partials, &rows, &lanes));
+        // Partials of the table loop's overflow region are left to it.
+        let mut near = Stream::random(&mut rng, 3, 24, 16, 10.0);
+        near.partials[0] = 65400.0;
+        let (_, got) = near.run(&l, &w);
+        assert!(got.is_none());
+    }
+}
