@@ -187,23 +187,16 @@ impl Conflicts {
     fn find(runs: &[&Run], tile_count: u32) -> Self {
         let n = tile_count as usize;
         // Reads by source tile and writes by destination tile, as byte
-        // ranges; each tile's lists are then sorted on their own.
-        let mut reads: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n];
-        let mut writes: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n];
-        for r in runs {
-            let bytes = r.words() * 4;
-            let (s, d) = (u64::from(r.src_addr), u64::from(r.dst_addr));
-            if let Some(list) = reads.get_mut(r.source as usize) {
-                list.push((s, s + bytes));
-            }
-            if let Some(list) = writes.get_mut(r.dest as usize) {
-                list.push((d, d + bytes));
-            }
-        }
-        let per_tile = reads
+        // ranges in one flat list per kind, grouped by tile with a counting
+        // sort (no list per tile to grow); each tile's ranges are then
+        // sorted on their own.
+        let reads = by_tile(runs, n, |r| (r.source, r.src_addr));
+        let writes = by_tile(runs, n, |r| (r.dest, r.dst_addr));
+        let per_tile = (0..n)
             .into_par_iter()
-            .zip(writes)
-            .map(|(mut reads, mut writes)| {
+            .map(|tile| {
+                let mut reads = reads.tile(tile).to_vec();
+                let mut writes = writes.tile(tile).to_vec();
                 if writes.is_empty() || (reads.is_empty() && writes.len() < 2) {
                     return Vec::new();
                 }
@@ -251,6 +244,46 @@ impl Conflicts {
         }
         *spans = merged;
     }
+}
+
+/// Byte ranges grouped by tile: tile `t`'s are
+/// `ranges[starts[t]..starts[t + 1]]`.
+struct ByTile {
+    starts: Vec<usize>,
+    ranges: Vec<(u64, u64)>,
+}
+
+impl ByTile {
+    fn tile(&self, tile: usize) -> &[(u64, u64)] {
+        &self.ranges[self.starts[tile]..self.starts[tile + 1]]
+    }
+}
+
+/// The byte range every run covers on the tile `side` names (tile and
+/// address), grouped by that tile; runs naming a tile past `n` are left
+/// out, as the validated phase has none.
+fn by_tile(runs: &[&Run], n: usize, side: impl Fn(&Run) -> (u32, u32)) -> ByTile {
+    let mut starts = vec![0usize; n + 1];
+    for r in runs {
+        if let Some(count) = starts.get_mut(side(r).0 as usize + 1) {
+            *count += 1;
+        }
+    }
+    for t in 0..n {
+        starts[t + 1] += starts[t];
+    }
+    let mut next = starts.clone();
+    let mut ranges = vec![(0u64, 0u64); starts[n]];
+    for r in runs {
+        let (tile, addr) = side(r);
+        if (tile as usize) < n {
+            let slot = &mut next[tile as usize];
+            let a = u64::from(addr);
+            ranges[*slot] = (a, a + r.words() * 4);
+            *slot += 1;
+        }
+    }
+    ByTile { starts, ranges }
 }
 
 /// The union of sorted ranges, as sorted disjoint ranges.

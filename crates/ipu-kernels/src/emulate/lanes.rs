@@ -44,23 +44,44 @@ impl Lanes {
         let columns = c.next_multiple_of(8);
         let chunks = columns / 8;
         let mut values = vec![[[0.0; 8]; 8]; k.div_ceil(8) * chunks];
-        let (mut max_abs, mut finite) = (0.0f64, true);
         if c > 0 {
-            for (i, row) in block.chunks_exact(c).enumerate() {
-                let (g, t) = (i / 8, i % 8);
-                for (j, &v) in row.iter().enumerate() {
-                    values[g * chunks + j / 8][t][j % 8] = v * GRID;
-                    max_abs = max_abs.max(v.abs());
-                    finite &= v.is_finite();
+            for (i, row) in block.chunks(8 * c).enumerate() {
+                let step = &mut values[i * chunks..][..chunks];
+                for (t, row) in row.chunks_exact(c).enumerate() {
+                    for (target, source) in step.iter_mut().zip(row.chunks(8)) {
+                        for (w, &v) in target[t].iter_mut().zip(source) {
+                            *w = v * GRID;
+                        }
+                    }
                 }
             }
         }
+        // Separate passes, without a chain of dependent maxima.
+        let finite = block.iter().all(|v| v.is_finite());
+        let max_abs = largest_magnitude(block);
         finite.then_some(Self {
             values,
             columns,
             max_abs,
         })
     }
+}
+
+/// The largest magnitude in `values` (NaN ignored), over eight running
+/// maxima so that they do not wait on each other.
+fn largest_magnitude(values: &[f64]) -> f64 {
+    let mut lanes = [0.0f64; 8];
+    let mut chunks = values.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (m, v) in lanes.iter_mut().zip(chunk) {
+            *m = m.max(v.abs());
+        }
+    }
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    lanes.iter().fold(tail, |m, &v| m.max(v))
 }
 
 /// A block of FP8 rows decoded for the lane kernel: `rows × k` values,
@@ -190,18 +211,15 @@ impl Block {
 /// can grow by at most `8 · max_product` and a rounding (at most one F16
 /// unit, 32 below 65536) per step.
 fn partials_stay_in_range(partials: &[f64], steps: usize, max_product: f64) -> bool {
-    let (mut largest, mut signed_zero) = (0.0f64, false);
-    for &p in partials {
-        // A NaN fails the comparison below through `largest`.
-        largest = if p.abs() > largest || p.is_nan() {
-            p.abs()
-        } else {
-            largest
-        };
-        signed_zero |= p.to_bits() == (-0.0f64).to_bits();
+    if partials
+        .iter()
+        .any(|p| p.is_nan() || p.to_bits() == (-0.0f64).to_bits())
+    {
+        return false;
     }
+    let largest = largest_magnitude(partials);
     let growth = steps as f64 * (8.0 * max_product + 32.0);
-    !signed_zero && largest + growth < F16_OVERFLOW
+    largest + growth < F16_OVERFLOW
 }
 
 #[cfg(test)]
