@@ -380,6 +380,36 @@ fn row_of(x: &[f32], j: usize, d: usize) -> &[f32] {
     x.get(j * d..(j + 1) * d).unwrap_or(&[])
 }
 
+/// The dot products of `q` with the rows of `keys` (`d` values each) into
+/// `out`, each summed from 0 left to right in f32, as a fold over the
+/// pairs gives. Eight sums run side by side, so that each waits only on its
+/// own previous addition: the same operations in the same order per sum.
+fn dot_rows(q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
+    let dot = |j: usize| {
+        q.iter()
+            .zip(row_of(keys, j, d))
+            .fold(0.0f32, |acc, (&a, &b)| acc + a * b)
+    };
+    let mut done = 0;
+    for (block, chunk) in out.chunks_exact_mut(8).enumerate() {
+        let rows: [&[f32]; 8] = std::array::from_fn(|i| row_of(keys, block * 8 + i, d));
+        if q.len() != d || rows.iter().any(|r| r.len() != d) {
+            break;
+        }
+        let mut acc = [0.0f32; 8];
+        for (l, &a) in q.iter().enumerate() {
+            for (s, row) in acc.iter_mut().zip(&rows) {
+                *s = *s + a * row[l];
+            }
+        }
+        chunk.copy_from_slice(&acc);
+        done += 8;
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(done) {
+        *o = dot(j);
+    }
+}
+
 /// Runs one codelet on `tile`.
 pub fn run_codelet(
     m: &mut impl CodeletMemory,
@@ -600,13 +630,9 @@ pub fn run_codelet_counted(
             let mut sums = Vec::with_capacity(rq as usize);
             let mut s = vec![0.0f32; rk];
             for r in 0..rq as usize {
-                let qr = row_of(&qv, r, d);
-                for (j, sj) in s.iter_mut().enumerate() {
-                    let dot = qr
-                        .iter()
-                        .zip(row_of(&kv_, j, d))
-                        .fold(0.0f32, |acc, (&a, &b)| acc + a * b);
-                    *sj = round(dot * scale);
+                dot_rows(row_of(&qv, r, d), &kv_, d, &mut s);
+                for sj in s.iter_mut() {
+                    *sj = round(*sj * scale);
                 }
                 let mx = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut l = 0.0f32;
