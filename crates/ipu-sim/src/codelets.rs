@@ -399,7 +399,7 @@ fn dot_rows(q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
         let mut acc = [0.0f32; 8];
         for (l, &a) in q.iter().enumerate() {
             for (s, row) in acc.iter_mut().zip(&rows) {
-                *s = *s + a * row[l];
+                *s += a * row[l];
             }
         }
         chunk.copy_from_slice(&acc);
