@@ -8,6 +8,7 @@
 
 use smallvec::SmallVec;
 
+use crate::numeric::Codec;
 use crate::tiling::{ElementOrder, Padding, TensorFormat};
 use crate::{LayoutError, TensorShape, TensorType, TileId};
 
@@ -556,6 +557,62 @@ impl TensorType {
         }
     }
 
+    /// Calls `f(index, byte_offset, count)` for every run of `count` data
+    /// elements `tile` holds that are consecutive along the last axis and
+    /// consecutive in the shard (a whole row in row-major order, the part
+    /// of a row inside one AMP panel otherwise), `index` being the first's;
+    /// in row-major order of the tensor index, so the runs list exactly the
+    /// elements of [`TensorType::for_each_element`], in its order.
+    pub fn for_each_run(
+        &self,
+        tile: TileId,
+        mut f: impl FnMut(&[u64], u64, u64),
+    ) -> Result<(), LayoutError> {
+        let shard = self.shard(tile)?;
+        if shard.axes.iter().any(AxisShard::is_empty) {
+            return Ok(());
+        }
+        let Some(last) = shard.axes.len().checked_sub(1) else {
+            // A scalar: one element.
+            f(&[], 0, 1);
+            return Ok(());
+        };
+        let g = self.geometry();
+        let widths: SmallVec<[u64; 4]> = shard.axes.iter().map(|a| a.width).collect();
+        let mut index: SmallVec<[u64; 4]> = shard.axes.iter().map(|a| a.start).collect();
+        let mut local: SmallVec<[u64; 4]> = smallvec::smallvec![0; index.len()];
+        let columns = shard.axes[last].end - shard.axes[last].start;
+        let run = match g.order {
+            ElementOrder::RowMajor => columns,
+            ElementOrder::Amp(_) => g.panel.max(1),
+        };
+        loop {
+            let mut column = 0;
+            while column < columns {
+                // AMP panels start at multiples of the panel width.
+                let count = (run - column % run).min(columns - column);
+                index[last] = shard.axes[last].start + column;
+                local[last] = column;
+                f(&index, g.local_offset(&widths, &local), count);
+                column += count;
+            }
+            let mut axis = last;
+            loop {
+                if axis == 0 {
+                    return Ok(());
+                }
+                axis -= 1;
+                index[axis] += 1;
+                local[axis] += 1;
+                if index[axis] < shard.axes[axis].end {
+                    break;
+                }
+                index[axis] = shard.axes[axis].start;
+                local[axis] = 0;
+            }
+        }
+    }
+
     /// Writes the elements `tile` holds, taken from the whole tensor's
     /// row-major `values`, into `shard` (its bytes), encoded in the
     /// tensor's precision. Padding is left as it is.
@@ -568,11 +625,14 @@ impl TensorType {
         self.check_sizes(tile, values.len(), shard.len())?;
         let strides = row_major_strides(self.shape().extents());
         let eb = self.precision().element_bytes() as usize;
-        let precision = self.precision();
-        self.for_each_element(tile, |index, offset| {
+        let codec = Codec::new(self.precision());
+        self.for_each_run(tile, |index, offset, count| {
             let linear: u64 = index.iter().zip(&strides).map(|(i, s)| i * s).sum();
-            let at = offset as usize;
-            precision.encode_into(values[linear as usize], &mut shard[at..at + eb]);
+            let (at, n) = (offset as usize, count as usize);
+            let bytes = shard[at..at + n * eb].chunks_exact_mut(eb);
+            for (out, &v) in bytes.zip(&values[linear as usize..][..n]) {
+                codec.encode_into(v, out);
+            }
         })
     }
 
@@ -587,11 +647,14 @@ impl TensorType {
         self.check_sizes(tile, values.len(), shard.len())?;
         let strides = row_major_strides(self.shape().extents());
         let eb = self.precision().element_bytes() as usize;
-        let precision = self.precision();
-        self.for_each_element(tile, |index, offset| {
+        let codec = Codec::new(self.precision());
+        self.for_each_run(tile, |index, offset, count| {
             let linear: u64 = index.iter().zip(&strides).map(|(i, s)| i * s).sum();
-            let at = offset as usize;
-            values[linear as usize] = precision.decode_from(&shard[at..at + eb]);
+            let (at, n) = (offset as usize, count as usize);
+            let bytes = shard[at..at + n * eb].chunks_exact(eb);
+            for (v, b) in values[linear as usize..][..n].iter_mut().zip(bytes) {
+                *v = codec.decode_from(b);
+            }
         })
     }
 

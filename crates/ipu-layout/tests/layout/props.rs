@@ -534,6 +534,22 @@ proptest! {
                 assert_eq!(offset, model_offset(t.order(), t.precision(), &widths, &local));
                 assert_eq!(offset, t.order().byte_offset(t.precision(), &widths, &local));
             }).unwrap();
+            // The runs pack and unpack use list the same elements, in the
+            // same order, at the same offsets.
+            let mut elements = Vec::new();
+            t.for_each_element(shard.tile, |index, offset| elements.push((index.to_vec(), offset))).unwrap();
+            let mut from_runs = Vec::new();
+            let eb = t.precision().element_bytes();
+            t.for_each_run(shard.tile, |index, offset, count| {
+                for i in 0..count {
+                    let mut at = index.to_vec();
+                    if let Some(last) = at.last_mut() {
+                        *last += i;
+                    }
+                    from_runs.push((at, offset + i * eb));
+                }
+            }).unwrap();
+            prop_assert_eq!(&from_runs, &elements);
         }
         for (v, b) in values.iter().zip(&back) {
             prop_assert_eq!(c.precision.quantize(*v), *b);
