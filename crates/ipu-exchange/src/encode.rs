@@ -10,8 +10,11 @@
 //! [`crate::isa`] for the semantics).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use ipu_layout::TileId;
+use rayon::prelude::*;
+use smallvec::SmallVec;
 
 use crate::isa::{
     EncodeError, Instr, MAX_DELAY_CYCLES, MAX_DELAYPIC_CYCLES, MAX_DELAYXPIC_CYCLES,
@@ -568,6 +571,41 @@ fn emit_window(
     Ok(())
 }
 
+/// A hash of a row's words: two words at a time folded by a multiply and
+/// a rotation, seeded with the length. Equal rows hash equal; rows that
+/// differ are told apart by comparing them.
+fn row_hash(row: &[u32]) -> u64 {
+    let mut h = (row.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut pairs = row.chunks_exact(2);
+    for p in &mut pairs {
+        let x = u64::from(p[0]) | (u64::from(p[1]) << 32);
+        h = (h.rotate_left(26) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    if let [last] = pairs.remainder() {
+        h = (h.rotate_left(26) ^ u64::from(*last)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    h ^ (h >> 29)
+}
+
+/// The hasher of a map whose keys are hashes already ([`row_hash`]).
+#[derive(Clone, Copy, Default)]
+struct KnownHash(u64);
+
+impl Hasher for KnownHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed; any other input is folded in anyway.
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
+}
+
 /// Per-tile exchange rows, with identical rows stored once.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EncodedRows {
@@ -579,15 +617,24 @@ impl EncodedRows {
     /// Rows from one instruction-word vector per tile (tile `i` gets
     /// `rows[i]`); identical rows are shared.
     pub fn from_tile_rows(rows: Vec<Vec<u32>>) -> EncodedRows {
+        // Rows are found again by a hash of their words, computed for all
+        // rows in parallel, and compared word for word only when hashes
+        // meet: a phase's rows are megabytes, which the default SipHash of
+        // a `Vec` key (and a copy of every distinct row as that key) made
+        // a visible part of scheduling. Ids are handed out in tile order,
+        // as before.
+        let hashes: Vec<u64> = rows.par_iter().map(|row| row_hash(row)).collect();
         let mut unique: Vec<Vec<u32>> = Vec::new();
-        let mut index: HashMap<Vec<u32>, u32> = HashMap::new();
+        let mut index: HashMap<u64, SmallVec<[u32; 1]>, BuildHasherDefault<KnownHash>> =
+            HashMap::default();
         let mut tile_row = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id = match index.get(&row) {
+        for (row, hash) in rows.into_iter().zip(hashes) {
+            let ids = index.entry(hash).or_default();
+            let id = match ids.iter().find(|&&id| unique[id as usize] == row) {
                 Some(&id) => id,
                 None => {
                     let id = unique.len() as u32;
-                    index.insert(row.clone(), id);
+                    ids.push(id);
                     unique.push(row);
                     id
                 }

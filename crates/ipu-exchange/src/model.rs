@@ -300,12 +300,11 @@ fn validate_transfer(phase: &Phase, index: usize, transfer: &Transfer) -> Result
 
 /// Checks that no write overlaps another write or a read on the same tile.
 /// Assumes [`validate_structure`] passed (every tile is below
-/// `tile_count`). The ranges are bucketed by tile and each tile's are
-/// checked on its own, tiles in parallel; the error reported is the first
-/// overlap in (tile, start) order, whatever the thread count.
+/// `tile_count`, every range ends at or below [`ADDRESS_LIMIT`]). The
+/// ranges are bucketed by tile and each tile's are checked on its own,
+/// tiles in parallel; the error reported is the first overlap in (tile,
+/// start) order, whatever the thread count.
 pub(crate) fn validate_overlaps(phase: &Phase) -> Result<(), PhaseError> {
-    /// (start, end, transfer, is_write) on one tile.
-    type Range = (u64, u64, u32, bool);
     let tiles = phase.tile_count as usize;
     // Counting sort by tile: sizes, then offsets, then the ranges.
     let mut counts = vec![0usize; tiles + 1];
@@ -319,34 +318,37 @@ pub(crate) fn validate_overlaps(phase: &Phase) -> Result<(), PhaseError> {
         counts[t + 1] += counts[t];
     }
     let mut next = counts.clone();
-    let mut ranges: Vec<Range> = vec![(0, 0, 0, false); counts[tiles]];
+    let mut ranges: Vec<RangeKey> = vec![0; counts[tiles]];
     for (index, transfer) in phase.transfers.iter().enumerate() {
         // A phase of 2^32 transfers cannot be held in memory; an index that
         // did not fit would only blur an error report.
         let index = u32::try_from(index).unwrap_or(u32::MAX);
         let bytes = u64::from(transfer.words) * 4;
         let source = transfer.source.as_u32() as usize;
-        let mut push = |tile: usize, range: Range| {
+        let mut push = |tile: usize, range: RangeKey| {
             ranges[next[tile]] = range;
             next[tile] += 1;
         };
         if let [start] = transfer.source_addresses.as_slice() {
             let start = u64::from(*start);
-            push(source, (start, start + bytes, index, false));
+            push(source, range_key(start, start + bytes, index, false));
         } else {
             for &address in &transfer.source_addresses {
                 let address = u64::from(address);
-                push(source, (address, address + 4, index, false));
+                push(source, range_key(address, address + 4, index, false));
             }
         }
         for &(tile, address) in &transfer.destinations {
             let start = u64::from(address);
-            push(tile.as_u32() as usize, (start, start + bytes, index, true));
+            push(
+                tile.as_u32() as usize,
+                range_key(start, start + bytes, index, true),
+            );
         }
     }
     // Split the ranges into one slice per tile.
-    let mut per_tile: Vec<(u32, &mut [Range])> = Vec::with_capacity(tiles);
-    let mut rest: &mut [Range] = &mut ranges;
+    let mut per_tile: Vec<(u32, &mut [RangeKey])> = Vec::with_capacity(tiles);
+    let mut rest: &mut [RangeKey] = &mut ranges;
     for t in 0..tiles {
         let (head, tail) = std::mem::take(&mut rest).split_at_mut(counts[t + 1] - counts[t]);
         if !head.is_empty() {
@@ -367,16 +369,44 @@ pub(crate) fn validate_overlaps(phase: &Phase) -> Result<(), PhaseError> {
     }
 }
 
+/// One range on a tile, packed so that the integers sort in (start, end,
+/// transfer, is_write) order: start from bit 64, end from bit 33, the
+/// transfer from bit 1, and whether it is a write in bit 0. Sorting 16-byte
+/// integers is much faster than sorting tuples by a key, and the overlap
+/// check sorts every range of a phase. Starts and ends are at most
+/// [`ADDRESS_LIMIT`] (2^20) once the structure is valid, so each field
+/// keeps its own bits.
+type RangeKey = u128;
+
+fn range_key(start: u64, end: u64, transfer: u32, write: bool) -> RangeKey {
+    debug_assert!(start <= ADDRESS_LIMIT && end <= ADDRESS_LIMIT);
+    (u128::from(start) << 64)
+        | (u128::from(end) << 33)
+        | (u128::from(transfer) << 1)
+        | u128::from(write)
+}
+
+/// The (start, end, transfer, is_write) of a [`RangeKey`].
+fn range_of(key: RangeKey) -> (u64, u64, u32, bool) {
+    (
+        (key >> 64) as u64,
+        ((key >> 33) as u64) & 0x7fff_ffff,
+        ((key >> 1) as u64 & 0xffff_ffff) as u32,
+        key & 1 == 1,
+    )
+}
+
 /// The first overlap among one tile's ranges. Writes must not overlap
 /// anything else on the tile; reads may overlap reads (the same words may
 /// feed several transfers). After sorting by start, a range overlaps an
 /// earlier one exactly when the furthest-reaching earlier range (of the
 /// relevant kind) ends after its start.
-fn tile_overlap(tile: u32, ranges: &mut [(u64, u64, u32, bool)]) -> Option<PhaseError> {
-    ranges.sort_unstable_by_key(|r| (r.0, r.1, r.2));
+fn tile_overlap(tile: u32, ranges: &mut [RangeKey]) -> Option<PhaseError> {
+    ranges.sort_unstable();
     let mut reach_any: Option<(u64, u32)> = None;
     let mut reach_write: Option<(u64, u32)> = None;
-    for &(start, end, transfer, write) in ranges.iter() {
+    for &key in ranges.iter() {
+        let (start, end, transfer, write) = range_of(key);
         let against = if write { reach_any } else { reach_write };
         if let Some((reach, other)) = against {
             if reach > start {

@@ -158,6 +158,16 @@ impl BufferAddresses {
     /// Where `buffer`'s shard on `tile` starts.
     pub fn get(&self, buffer: BufferId, tile: TileId) -> Option<u32> {
         let list = self.lists.get(buffer.index())?;
+        // A buffer spread over every tile from tile 0 has its shard on
+        // tile t at index t: one read instead of a binary search, and
+        // exchange phases look up every transfer's addresses this way. A
+        // list holds each tile once, so the entry found is the one the
+        // search would find.
+        if let Some(&(t, address)) = list.get(tile.index())
+            && t == tile.as_u32()
+        {
+            return Some(address);
+        }
         let i = list.binary_search_by_key(&tile.as_u32(), |e| e.0).ok()?;
         Some(list[i].1)
     }

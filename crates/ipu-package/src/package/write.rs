@@ -37,8 +37,9 @@ use super::{PRECISION_FILE, SIGLIP_FILE};
 /// The file operations of a write, so that tests can make each fail or
 /// stop (as a kill would) in turn.
 pub(super) struct FsOps<'a> {
-    /// Writes a file.
-    pub write: &'a dyn Fn(&Path, &[u8]) -> std::io::Result<()>,
+    /// Writes a file (files are written side by side, from several
+    /// threads).
+    pub write: &'a (dyn Fn(&Path, &[u8]) -> std::io::Result<()> + Sync),
     /// Renames a file or directory.
     pub rename: &'a dyn Fn(&Path, &Path) -> std::io::Result<()>,
     /// Asked before every step: `false` stops the write there, leaving
@@ -397,16 +398,37 @@ impl Package {
     ) -> Result<(), PackageIoError> {
         let kernels = staging.join(KERNELS);
         std::fs::create_dir(&kernels).map_err(io(&kernels))?;
-        // The files' digests, computed side by side before any is written.
-        let entries: Vec<PackageFile> = files
-            .par_iter()
-            .map(|(rel, bytes)| PackageFile::of(rel, bytes))
-            .collect();
-        for (rel, bytes) in &files {
-            stop(rel)?;
-            let path = staging.join(rel);
-            (ops.write)(&path, bytes).map_err(io(&path))?;
+        // Copying tens of megabytes into the file system is most of a
+        // write's time, on one core unless files are written side by side:
+        // the files' digests and their writes run as parallel tasks. Steps
+        // are still asked about, and writes started, in file order, and a
+        // stop waits for the writes started before it, so a stopped write
+        // leaves exactly the files before its step. The first failed write
+        // in file order is the error reported.
+        let write = ops.write;
+        let mut entries: Vec<PackageFile> = Vec::new();
+        let mut written: Vec<Option<Result<(), PackageIoError>>> =
+            files.iter().map(|_| None).collect();
+        let staged = rayon::in_place_scope(|scope| {
+            let entries = &mut entries;
+            let files = &files;
+            scope.spawn(move |_| {
+                *entries = files
+                    .par_iter()
+                    .map(|(rel, bytes)| PackageFile::of(rel, bytes))
+                    .collect();
+            });
+            for ((rel, bytes), outcome) in files.iter().zip(written.iter_mut()) {
+                stop(rel)?;
+                let path = staging.join(rel);
+                scope.spawn(move |_| *outcome = Some(write(&path, bytes).map_err(io(&path))));
+            }
+            Ok(())
+        });
+        for outcome in written.into_iter().flatten() {
+            outcome?;
         }
+        staged?;
         let manifest = Manifest {
             format_version: FORMAT_VERSION,
             files: entries,
