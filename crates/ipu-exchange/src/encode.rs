@@ -10,9 +10,9 @@
 //! [`crate::isa`] for the semantics).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use ipu_layout::TileId;
+use ipu_layout::hash::FoldBuildHasher;
 use rayon::prelude::*;
 use smallvec::SmallVec;
 
@@ -587,25 +587,6 @@ fn row_hash(row: &[u32]) -> u64 {
     h ^ (h >> 29)
 }
 
-/// The hasher of a map whose keys are hashes already ([`row_hash`]).
-#[derive(Clone, Copy, Default)]
-struct KnownHash(u64);
-
-impl Hasher for KnownHash {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `u64` keys are hashed; any other input is folded in anyway.
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = x;
-    }
-}
-
 /// Per-tile exchange rows, with identical rows stored once.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EncodedRows {
@@ -625,8 +606,7 @@ impl EncodedRows {
         // as before.
         let hashes: Vec<u64> = rows.par_iter().map(|row| row_hash(row)).collect();
         let mut unique: Vec<Vec<u32>> = Vec::new();
-        let mut index: HashMap<u64, SmallVec<[u32; 1]>, BuildHasherDefault<KnownHash>> =
-            HashMap::default();
+        let mut index: HashMap<u64, SmallVec<[u32; 1]>, FoldBuildHasher> = HashMap::default();
         let mut tile_row = Vec::with_capacity(rows.len());
         for (row, hash) in rows.into_iter().zip(hashes) {
             let ids = index.entry(hash).or_default();

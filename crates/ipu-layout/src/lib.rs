@@ -23,6 +23,7 @@ pub mod entity;
 mod error;
 mod fragments;
 mod geometry;
+pub mod hash;
 pub mod numeric;
 mod precision;
 pub mod rng;

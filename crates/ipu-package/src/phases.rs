@@ -9,10 +9,10 @@
 //! checks.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use ipu_exchange::{Phase, Transfer, Width};
+use ipu_layout::hash::FoldBuildHasher;
 use ipu_layout::{
     EntityId, Fragment, RedistributeConfig, SourceView, TensorType, TileId, redistribute_view,
 };
@@ -104,46 +104,11 @@ pub enum PhaseBuildError {
     },
 }
 
-/// The hasher of [`PhaseShape::build`]'s multicast grouping, which looks
-/// up every fragment of a step (millions at SigLIP scale) by a key of four
-/// small integers: a multiply-rotate fold of them, far cheaper than the
-/// default SipHash. The map is only looked up, never iterated, so the hash
-/// decides nothing but speed.
-#[derive(Clone, Copy, Default)]
-struct RunHasher(u64);
-
-impl RunHasher {
-    fn add(&mut self, x: u64) {
-        // An odd constant near 2^64 / golden ratio spreads the bits; the
-        // rotation keeps earlier fields from cancelling later ones.
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-impl Hasher for RunHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.add(u64::from(b));
-        }
-    }
-    fn write_u32(&mut self, x: u32) {
-        self.add(u64::from(x));
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.add(x);
-    }
-    fn write_usize(&mut self, x: usize) {
-        self.add(x as u64);
-    }
-}
-
 /// Multicast grouping: (source tile, buffer, offset, words) → the
 /// transfers reading that run.
-type RunGroups =
-    HashMap<(TileId, BufferId, u32, u32), SmallVec<[usize; 1]>, BuildHasherDefault<RunHasher>>;
+/// Looked up for every fragment of a step (millions at SigLIP scale), so
+/// with the cheap [`FoldBuildHasher`].
+type RunGroups = HashMap<(TileId, BufferId, u32, u32), SmallVec<[usize; 1]>, FoldBuildHasher>;
 
 /// A redistribution: source type, view, destination type.
 type FragmentKey = (TensorType, SourceView, TensorType);
