@@ -56,8 +56,14 @@
 //! FP8 rows and weights into F16 partials (the SigLIP GEMMs) usually run
 //! without the table, on the lane kernel (`lanes.rs`): each product is an
 //! exact f64, rounded to F16's grid and turned into an integer by one
-//! addition, and a step's eight integers are summed as integers, eight
-//! columns at a time in a form the compiler vectorises. It applies when
+//! addition (one fused multiply-add), and a step's eight integers are
+//! summed as integers, eight columns at a time. The crate is compiled for
+//! the baseline instruction set; the kernel runs on the widest vector
+//! extension the host has (AVX-512 or AVX2, chosen when it runs through
+//! `pulp`'s safe interface, `vector.rs`), where the eight columns are one
+//! or two registers and the rounding of the partials is vector
+//! arithmetic too: about half the GEMM time of the baseline build on an
+//! AVX-512 host (`cargo xtask bench-sim`'s `gemm=` figure). It applies when
 //! operands are finite and partials cannot overflow within the stream, and
 //! gives the table loop's bytes there (its tests hold it to them); the
 //! weights and the decoded rows are shared by the workers and column
@@ -69,6 +75,7 @@ mod machine;
 #[cfg(test)]
 mod reference;
 mod rounding;
+mod vector;
 
 use std::sync::Arc;
 

@@ -7,6 +7,8 @@
 //! loop.
 
 use super::kernel::Block;
+use super::rounding::round_f16_significand;
+use super::vector::{self, Eight};
 
 /// `1.5 · 2^52`: adding it to an f64 below `2^51` in magnitude rounds the
 /// value to an integer, ties to even, and leaves that integer in the low
@@ -159,45 +161,160 @@ impl Block {
     /// (`lanes_apply`) or becomes one (a rounded non-zero sum on the grid
     /// stays non-zero). Operands are finite, so the special values come
     /// only from partials, where f64 addition treats them as before.
-    pub(super) fn run_lanes(
+    ///
+    /// The loops are compiled for the host's vector extensions, chosen
+    /// when they run (`vector`); every choice computes the same values.
+    pub(super) fn run_lanes<U: Fn(f64, usize, usize, u64) -> f64>(
         &self,
         partials: &mut [f64],
         left: &LaneRows,
         weights: &Lanes,
-        update: impl Fn(f64, usize, usize, u64) -> f64,
+        update: LaneUpdate<U>,
     ) {
-        let Block { rows, k, c, .. } = *self;
+        vector::dispatch(LaneRun {
+            block: *self,
+            partials,
+            left,
+            weights,
+            update,
+        });
+    }
+
+    /// The partials after [`Block::run_lanes`] on each lane set the host
+    /// has, the baseline's first: the tests hold all to the table loop.
+    #[cfg(test)]
+    fn run_lanes_on_every_set(
+        &self,
+        partials: &[f64],
+        left: &LaneRows,
+        weights: &Lanes,
+    ) -> Vec<Vec<f64>> {
+        /// Runs of one stream, one result per lane set.
+        #[derive(Clone, Copy)]
+        struct Each<'a> {
+            block: Block,
+            partials: &'a [f64],
+            left: &'a LaneRows,
+            weights: &'a Lanes,
+            results: &'a std::cell::RefCell<Vec<Vec<f64>>>,
+        }
+        impl vector::WithEight for Each<'_> {
+            fn run<E: Eight>(self, e: E) {
+                let mut partials = self.partials.to_vec();
+                let run = LaneRun {
+                    block: self.block,
+                    partials: &mut partials,
+                    left: self.left,
+                    weights: self.weights,
+                    update: NEAREST_EVEN,
+                };
+                run.run(e);
+                self.results.borrow_mut().push(partials);
+            }
+        }
+        let results = std::cell::RefCell::new(Vec::new());
+        vector::on_every_lane_set(Each {
+            block: *self,
+            partials,
+            left,
+            weights,
+            results: &results,
+        });
+        results.into_inner()
+    }
+}
+
+/// How the lane kernel rounds a partial after each step.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum LaneUpdate<U> {
+    /// To the nearest F16, ties to even: in range (`lanes_apply`), the
+    /// significand's rounding, eight partials at a time.
+    NearestEven,
+    /// Through `U(value, row, column, step)`, one partial at a time.
+    Each(U),
+}
+
+/// A rounding of one partial: `(value, row, column, step)` to the rounded
+/// value.
+pub(super) type RoundEach = fn(f64, usize, usize, u64) -> f64;
+
+/// [`LaneUpdate::NearestEven`], with a type for the function it has none of.
+pub(super) const NEAREST_EVEN: LaneUpdate<RoundEach> = LaneUpdate::NearestEven;
+
+/// One call of the lane kernel, bundled so that [`vector::dispatch`] can
+/// compile it for the vector extension the host has.
+struct LaneRun<'a, U> {
+    block: Block,
+    partials: &'a mut [f64],
+    left: &'a LaneRows,
+    weights: &'a Lanes,
+    update: LaneUpdate<U>,
+}
+
+impl<U: Fn(f64, usize, usize, u64) -> f64> vector::WithEight for LaneRun<'_, U> {
+    /// The loops of [`Block::run_lanes`] on the lane set `e`. Each rounded
+    /// product is one [`Eight::mul_add`]: the product is exact, so
+    /// rounding `a × w + MAGIC` once or twice gives the same value.
+    #[inline(always)]
+    fn run<E: Eight>(self, e: E) {
+        let LaneRun {
+            block,
+            partials,
+            left,
+            weights,
+            update,
+        } = self;
+        let Block { rows, k, c, .. } = block;
         if rows == 0 || k == 0 || c == 0 {
             return;
         }
         let padded = k.next_multiple_of(8);
         let chunks = weights.columns / 8;
-        let offset = 7u64.wrapping_mul(MAGIC.to_bits());
+        let magic = e.splat(MAGIC);
+        let offset = e.splat_u(7u64.wrapping_mul(MAGIC.to_bits()));
+        // Multiplying by a power of two is exact, as dividing is.
+        let unscale = e.splat(1.0 / GRID);
         let rows_iter = left
             .values
             .chunks_exact(padded)
             .zip(partials.chunks_exact_mut(c));
-        // One row at a time: the loop is bound by floating-point
-        // throughput, so sharing weight loads between rows gains nothing
-        // (measured), and one row's eight accumulators fit the registers.
+        // One row at a time: one row's accumulators fit the registers,
+        // and the loop is bound by arithmetic, not by loads.
         for (r, (lrow, prow)) in rows_iter.take(rows).enumerate() {
             let steps = lrow
                 .chunks_exact(8)
                 .zip(weights.values.chunks_exact(chunks));
             for (g, (a, step)) in steps.enumerate() {
                 for (jc, w) in step.iter().enumerate() {
-                    let mut acc = [0u64; 8];
+                    let mut acc = e.splat_u(0);
                     for (&at, w) in a.iter().zip(w) {
-                        for (s, &w) in acc.iter_mut().zip(w) {
-                            *s = s.wrapping_add((at * w + MAGIC).to_bits());
-                        }
+                        let rounded = e.mul_add(e.splat(at), e.load(w), magic);
+                        acc = e.add_u(acc, e.bits(rounded));
                     }
+                    // The step's integer sums, back as exact f64s.
+                    let sums = e.with_bits(e.sub_u(acc, offset));
+                    let sums = e.mul(e.sub(sums, magic), unscale);
                     let j0 = jc * 8;
-                    let n = (c - j0).min(8);
-                    for (l, (p, &s)) in prow[j0..][..n].iter_mut().zip(&acc).enumerate() {
-                        // The step's integer sum, back as an exact f64.
-                        let sum = f64::from_bits(s.wrapping_sub(offset)) - MAGIC;
-                        *p = update(*p + sum / GRID, r, j0 + l, g as u64);
+                    let whole = <&mut [f64; 8]>::try_from(&mut prow[j0..]);
+                    match (&update, whole) {
+                        (LaneUpdate::NearestEven, Ok(p)) => {
+                            let x = e.add(e.load(p), sums);
+                            *p = e.store(e.round_f16_significand(x));
+                        }
+                        (LaneUpdate::NearestEven, Err(_)) => {
+                            let sums = e.store(sums);
+                            for (p, sum) in prow[j0..].iter_mut().zip(sums) {
+                                *p = round_f16_significand(*p + sum);
+                            }
+                        }
+                        (LaneUpdate::Each(update), _) => {
+                            let sums = e.store(sums);
+                            let n = (c - j0).min(8);
+                            let columns = prow[j0..][..n].iter_mut().zip(sums);
+                            for (l, (p, sum)) in columns.enumerate() {
+                                *p = update(*p + sum, r, j0 + l, g as u64);
+                            }
+                        }
                     }
                 }
             }
@@ -229,7 +346,7 @@ mod tests {
 
     use super::*;
     use crate::emulate::kernel::{ProductTable, group_layout};
-    use crate::emulate::rounding::{round_f16, round_f16_on_grid, round_f16_significand};
+    use crate::emulate::rounding::{round_f16, round_f16_on_grid};
 
     fn table(format: Fp8Format, scale: i8) -> [f64; 256] {
         let precision = Precision::F8 { format, scale };
@@ -318,9 +435,17 @@ mod tests {
             let got = match (rows, lanes) {
                 (Some(rows), Some(lanes)) if block.lanes_apply(&self.partials, &rows, &lanes) => {
                     let mut got = self.partials.clone();
-                    block.run_lanes(&mut got, &rows, &lanes, |x, _, _, _| {
-                        round_f16_significand(x)
-                    });
+                    block.run_lanes(&mut got, &rows, &lanes, NEAREST_EVEN);
+                    // Every lane set the host has gives the same bits.
+                    for other in block.run_lanes_on_every_set(&self.partials, &rows, &lanes) {
+                        assert_eq!(bits(&other), bits(&got));
+                    }
+                    // And rounding one partial at a time, as stochastic
+                    // rounding does, is the same rounding.
+                    let mut each = self.partials.clone();
+                    let update = LaneUpdate::Each(|x, _, _, _| round_f16_significand(x));
+                    block.run_lanes(&mut each, &rows, &lanes, update);
+                    assert_eq!(bits(&each), bits(&got));
                     Some(got)
                 }
                 _ => None,

@@ -8,10 +8,9 @@ use std::rc::Rc;
 use ipu_layout::{ElementOrder, Precision};
 
 use super::kernel::{self, Block};
-use super::lanes::{LaneRows, Lanes};
+use super::lanes::{LaneRows, LaneUpdate, Lanes, NEAREST_EVEN};
 use super::rounding::{
-    round_f16, round_f16_on_grid, round_f16_significand, round_f32, stochastic_f16, stochastic_f32,
-    stored, unit_random,
+    round_f16, round_f16_on_grid, round_f32, stochastic_f16, stochastic_f32, stored, unit_random,
 };
 use super::{EmulateOptions, EmulationStats, KernelArgs, Rounding, Tables, check_row_runs};
 use crate::WorkerId;
@@ -574,14 +573,13 @@ impl Machine<'_> {
         let first_step = state.inner_done / block.group as u64;
         match self.options.rounding {
             // In range (`lanes_apply`), rounding is the significand's.
-            Rounding::NearestEven => block.run_lanes(partials, left, weights, |x, _, _, _| {
-                round_f16_significand(x)
-            }),
+            Rounding::NearestEven => block.run_lanes(partials, left, weights, NEAREST_EVEN),
             Rounding::Stochastic { seed } => {
-                block.run_lanes(partials, left, weights, |x, r, j, g| {
+                let update = LaneUpdate::Each(|x, r, j, g| {
                     let u = unit_random(seed, worker, r as u64, j as u64, first_step + g);
                     stochastic_f16(x, u)
-                })
+                });
+                block.run_lanes(partials, left, weights, update);
             }
         }
         self.count_stream(state, rows, k, c);

@@ -53,10 +53,14 @@ pub fn round_f16(x: f64) -> f64 {
 #[inline(always)]
 pub(super) fn round_f16_significand(x: f64) -> f64 {
     let bits = x.to_bits();
-    let lsb = (bits >> 42) & 1;
-    let rounded = (bits + (1u64 << 41) - 1 + lsb) & !((1u64 << 42) - 1);
+    let lsb = (bits >> F16_DROPPED_BITS) & 1;
+    let half = (1u64 << (F16_DROPPED_BITS - 1)) - 1;
+    let rounded = (bits + half + lsb) & !((1u64 << F16_DROPPED_BITS) - 1);
     f64::from_bits(rounded)
 }
+
+/// The low significand bits of an f64 that F16 does not keep (52 − 10).
+pub(super) const F16_DROPPED_BITS: u32 = 42;
 
 /// [`round_f16`] of an `x` that lies on the grid of multiples of 2^-24
 /// (every exact sum of F16 values does): such an `x` below the smallest
