@@ -295,19 +295,20 @@ impl<U: Fn(f64, usize, usize, u64) -> f64> vector::WithEight for LaneRun<'_, U> 
                     let sums = e.with_bits(e.sub_u(acc, offset));
                     let sums = e.mul(e.sub(sums, magic), unscale);
                     let j0 = jc * 8;
-                    let whole = <&mut [f64; 8]>::try_from(&mut prow[j0..]);
-                    match (&update, whole) {
-                        (LaneUpdate::NearestEven, Ok(p)) => {
-                            let x = e.add(e.load(p), sums);
-                            *p = e.store(e.round_f16_significand(x));
-                        }
-                        (LaneUpdate::NearestEven, Err(_)) => {
-                            let sums = e.store(sums);
-                            for (p, sum) in prow[j0..].iter_mut().zip(sums) {
-                                *p = round_f16_significand(*p + sum);
+                    let tail = &mut prow[j0..];
+                    match &update {
+                        LaneUpdate::NearestEven => {
+                            if let Some(p) = tail.first_chunk_mut::<8>() {
+                                // A whole chunk: the rounding in lanes too.
+                                let x = e.add(e.load(p), sums);
+                                *p = e.store(e.round_f16_significand(x));
+                            } else {
+                                for (p, sum) in tail.iter_mut().zip(e.store(sums)) {
+                                    *p = round_f16_significand(*p + sum);
+                                }
                             }
                         }
-                        (LaneUpdate::Each(update), _) => {
+                        LaneUpdate::Each(update) => {
                             let sums = e.store(sums);
                             let n = (c - j0).min(8);
                             let columns = prow[j0..][..n].iter_mut().zip(sums);
