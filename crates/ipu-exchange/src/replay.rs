@@ -131,15 +131,21 @@ pub fn replay(
         runs: runs.len() as u64,
         cycles: replayed.end,
     };
-    let conflicts = Conflicts::find(&runs, rows.tile_count());
+    let conflicts = Conflicts::find(&replayed.runs, &runs, rows.tile_count());
     // Items touching a conflict word, as (send cycle, run, item); the
     // others as block copies in run order, so by destination tile.
     let mut timed: Vec<(u64, u32, u32)> = Vec::new();
     let mut copies: Vec<BlockCopy> = Vec::with_capacity(runs.len());
     let mut spans: Vec<Range<u32>> = Vec::new();
     let latency = u64::from(fabric.latency_cycles());
+    // A valid phase has no conflicts: every run is then one copy.
+    let none = conflicts.is_empty();
     for (i, r) in runs.iter().enumerate() {
-        conflicts.items_touching(r, &mut spans);
+        if none {
+            spans.clear();
+        } else {
+            conflicts.items_touching(r, &mut spans);
+        }
         let mut next = 0u32;
         for span in spans
             .iter()
@@ -184,31 +190,28 @@ struct Conflicts {
 }
 
 impl Conflicts {
-    fn find(runs: &[&Run], tile_count: u32) -> Self {
+    /// The conflicts of `runs`, which `by_dest` holds grouped by
+    /// receiving tile (as replay produces them).
+    fn find(by_dest: &[Vec<Run>], runs: &[&Run], tile_count: u32) -> Self {
         let n = tile_count as usize;
-        // Reads by source tile and writes by destination tile, as byte
-        // ranges in one flat list per kind, grouped by tile with a counting
-        // sort (no list per tile to grow); each tile's ranges are then
-        // sorted on their own.
+        // Reads grouped by source tile with a counting sort (no list per
+        // tile to grow); the writes of a tile are its received runs.
         let reads = by_tile(runs, n, |r| (r.source, r.src_addr));
-        let writes = by_tile(runs, n, |r| (r.dest, r.dst_addr));
         let per_tile = (0..n)
             .into_par_iter()
             .map(|tile| {
-                let mut reads = reads.tile(tile).to_vec();
-                let mut writes = writes.tile(tile).to_vec();
-                if writes.is_empty() || (reads.is_empty() && writes.len() < 2) {
-                    return Vec::new();
-                }
-                reads.sort_unstable();
-                writes.sort_unstable();
-                let mut conflicts = written_twice(&writes);
-                conflicts.extend(intersection(&union(&reads), &union(&writes)));
-                conflicts.sort_unstable();
-                union(&conflicts)
+                let received = by_dest.get(tile).map_or(&[][..], Vec::as_slice);
+                let writes: Vec<(u64, u64)> =
+                    received.iter().map(|r| byte_range(r.dst_addr, r)).collect();
+                tile_conflicts(reads.tile(tile), &writes)
             })
             .collect();
         Conflicts { per_tile }
+    }
+
+    /// Whether no tile has a conflict range.
+    fn is_empty(&self) -> bool {
+        self.per_tile.iter().all(Vec::is_empty)
     }
 
     /// The items of `r` whose read or written bytes meet a conflict range,
@@ -246,6 +249,74 @@ impl Conflicts {
     }
 }
 
+/// One tile's conflict ranges (sorted, disjoint) from the byte ranges it
+/// is read and written in.
+fn tile_conflicts(reads: &[(u64, u64)], writes: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    if writes.is_empty() || (reads.is_empty() && writes.len() < 2) || none_meet(reads, writes) {
+        return Vec::new();
+    }
+    let mut reads = reads.to_vec();
+    let mut writes = writes.to_vec();
+    sort_ranges(&mut reads);
+    sort_ranges(&mut writes);
+    let mut conflicts = written_twice(&writes);
+    conflicts.extend(intersection(&union(&reads), &union(&writes)));
+    conflicts.sort_unstable();
+    union(&conflicts)
+}
+
+/// The most words [`none_meet`] marks in its bitmap (4 MiB of tile
+/// memory; an IPU21 tile has 624 KiB).
+const BITMAP_WORDS: u64 = 1 << 20;
+
+/// Whether no two `writes` share a byte and no read meets a write, shown
+/// with a bitmap of the words written, in one pass over the ranges and
+/// without sorting them: the case of every valid phase. `false` means a
+/// range met another, or that the ranges are not whole words within
+/// [`BITMAP_WORDS`] of each other; the sorting path then finds exactly
+/// which bytes conflict.
+fn none_meet(reads: &[(u64, u64)], writes: &[(u64, u64)]) -> bool {
+    let all = || reads.iter().chain(writes);
+    let (Some(low), Some(high)) = (all().map(|r| r.0).min(), all().map(|r| r.1).max()) else {
+        return true;
+    };
+    if all().any(|&(s, e)| s % 4 != 0 || e % 4 != 0 || s > e) || high - low > 4 * BITMAP_WORDS {
+        return false;
+    }
+    let words = |&(s, e): &(u64, u64)| ((s - low) / 4) as usize..((e - low) / 4) as usize;
+    let mut written = vec![0u64; ((high - low) / 4).div_ceil(64) as usize];
+    for range in writes.iter().map(words) {
+        if any_set(&written, range.clone()) {
+            return false;
+        }
+        for_each_mask(range, |i, mask| written[i] |= mask);
+    }
+    !reads
+        .iter()
+        .map(words)
+        .any(|range| any_set(&written, range))
+}
+
+/// Whether any bit of `range` is set in `bits`.
+fn any_set(bits: &[u64], range: Range<usize>) -> bool {
+    let mut hit = false;
+    for_each_mask(range, |i, mask| hit |= bits[i] & mask != 0);
+    hit
+}
+
+/// Calls `f(index, mask)` for each 64-bit word of a bitmap that `range`
+/// (of bit positions) covers, with the mask of its bits in `range`.
+fn for_each_mask(range: Range<usize>, mut f: impl FnMut(usize, u64)) {
+    let mut at = range.start;
+    while at < range.end {
+        let (i, first) = (at / 64, at % 64);
+        let last = (range.end - i * 64).min(64);
+        let mask = (u64::MAX >> (64 - (last - first))) << first;
+        f(i, mask);
+        at = (i + 1) * 64;
+    }
+}
+
 /// Byte ranges grouped by tile: tile `t`'s are
 /// `ranges[starts[t]..starts[t + 1]]`.
 struct ByTile {
@@ -278,12 +349,34 @@ fn by_tile(runs: &[&Run], n: usize, side: impl Fn(&Run) -> (u32, u32)) -> ByTile
         let (tile, addr) = side(r);
         if (tile as usize) < n {
             let slot = &mut next[tile as usize];
-            let a = u64::from(addr);
-            ranges[*slot] = (a, a + r.words() * 4);
+            ranges[*slot] = byte_range(addr, r);
             *slot += 1;
         }
     }
     ByTile { starts, ranges }
+}
+
+/// Sorts byte ranges by start, then end: as packed `start << 32 | end`
+/// keys when every end fits 32 bits (tile addresses do; sorting one word
+/// per range moves half the bytes of sorting pairs), else as pairs.
+fn sort_ranges(ranges: &mut [(u64, u64)]) {
+    const LOW: u64 = u32::MAX as u64;
+    if ranges.iter().all(|&(s, e)| s <= LOW && e <= LOW) {
+        let mut keys: Vec<u64> = ranges.iter().map(|&(s, e)| (s << 32) | e).collect();
+        keys.sort_unstable();
+        for (range, key) in ranges.iter_mut().zip(keys) {
+            *range = (key >> 32, key & LOW);
+        }
+    } else {
+        ranges.sort_unstable();
+    }
+}
+
+/// The bytes run `r` covers from byte address `addr` (its source's or its
+/// destination's).
+fn byte_range(addr: u32, r: &Run) -> (u64, u64) {
+    let a = u64::from(addr);
+    (a, a + r.words() * 4)
 }
 
 /// The union of sorted ranges, as sorted disjoint ranges.
@@ -383,6 +476,30 @@ mod tests {
     use smallvec::smallvec;
 
     use super::*;
+
+    /// Both ways of sorting ranges give the pairs' order.
+    #[test]
+    fn sorting_ranges_is_sorting_pairs() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut draw = |limit: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % limit
+        };
+        for limit in [64, 1 << 20, u64::from(u32::MAX) + 2] {
+            let mut ranges: Vec<(u64, u64)> = (0..500)
+                .map(|_| {
+                    let s = draw(limit);
+                    (s, s + draw(64))
+                })
+                .collect();
+            let mut expected = ranges.clone();
+            expected.sort_unstable();
+            sort_ranges(&mut ranges);
+            assert_eq!(ranges, expected, "addresses below {limit}");
+        }
+    }
     use crate::model::{Phase, Transfer, Width};
     use crate::schedule::{ScheduleConfig, schedule};
 
@@ -474,8 +591,8 @@ mod tests {
                     if !errors.is_empty() {
                         continue;
                     }
-                    let runs: Vec<&Run> = runs.runs.iter().flatten().collect();
-                    let conflicts = Conflicts::find(&runs, bad.tile_count());
+                    let flat: Vec<&Run> = runs.runs.iter().flatten().collect();
+                    let conflicts = Conflicts::find(&runs.runs, &flat, bad.tile_count());
                     if conflicts.per_tile.iter().any(|c| !c.is_empty()) {
                         with_conflicts += 1;
                     }
@@ -491,6 +608,78 @@ mod tests {
             with_conflicts >= 10 && replayed > with_conflicts,
             "{with_conflicts} of {replayed} replayed corruptions had conflicts"
         );
+    }
+
+    /// The bitmap check finds no conflict exactly where the sorting path
+    /// finds none, on word ranges and on ranges that are not.
+    #[test]
+    fn the_bitmap_check_agrees_with_the_sorting_path() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut draw = |limit: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % limit
+        };
+        let (mut clean, mut dirty) = (0, 0);
+        for case in 0..2000 {
+            let unit = if case % 10 == 0 { 1 } else { 4 };
+            let span = [256, 4096, 1 << 16][case % 3];
+            let (read_count, write_count) = (draw(6), 1 + draw(6));
+            let mut ranges = |n: u64| -> Vec<(u64, u64)> {
+                (0..n)
+                    .map(|_| {
+                        let s = 0x4_0000 + unit * draw(span);
+                        (s, s + unit * (1 + draw(40)))
+                    })
+                    .collect()
+            };
+            let (reads, writes) = (ranges(read_count), ranges(write_count));
+            let mut sorted_reads = reads.clone();
+            let mut sorted_writes = writes.clone();
+            sorted_reads.sort_unstable();
+            sorted_writes.sort_unstable();
+            let mut exact = written_twice(&sorted_writes);
+            exact.extend(intersection(&union(&sorted_reads), &union(&sorted_writes)));
+            let quick = none_meet(&reads, &writes);
+            if quick {
+                assert!(exact.is_empty(), "case {case}: {reads:?} {writes:?}");
+            }
+            if unit == 4 {
+                assert_eq!(quick, exact.is_empty(), "case {case}");
+            }
+            assert_eq!(tile_conflicts(&reads, &writes).is_empty(), exact.is_empty());
+            if exact.is_empty() {
+                clean += 1
+            } else {
+                dirty += 1
+            }
+        }
+        assert!(
+            clean > 200 && dirty > 200,
+            "{clean} clean, {dirty} with conflicts"
+        );
+    }
+
+    /// Bit masks cover exactly the range, across word boundaries.
+    #[test]
+    fn masks_cover_the_range() {
+        for (start, end) in [
+            (0, 0),
+            (0, 1),
+            (3, 64),
+            (0, 64),
+            (63, 65),
+            (5, 200),
+            (64, 128),
+        ] {
+            let mut bits = [0u64; 4];
+            for_each_mask(start..end, |i, m| bits[i] |= m);
+            for b in 0..256 {
+                let set = bits[b / 64] >> (b % 64) & 1 == 1;
+                assert_eq!(set, (start..end).contains(&b), "{start}..{end} bit {b}");
+            }
+        }
     }
 
     #[test]

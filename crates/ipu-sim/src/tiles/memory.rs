@@ -265,79 +265,72 @@ impl ExchangeMemory for Words<'_, '_> {
         Ok(())
     }
 
-    /// Checks every copy's ranges, gathers all source words (in parallel),
-    /// then writes each destination tile's copies in their given order
-    /// (tiles in parallel): replay guarantees no copy reads what another
-    /// writes and no word is written twice, so this is the sequential
-    /// result. A failing copy stops the run before any write, with the
-    /// error of the first one in the given order.
+    /// Checks the copies' ranges, a chunk of copies at a time in
+    /// parallel, then makes the chunk's copies one after another, each
+    /// straight from its source image to its destination image: replay
+    /// guarantees no copy reads what another writes and no word is written
+    /// twice, so this is the sequential result, and each byte moves once
+    /// (gathering everything first, to write tiles in parallel, moved
+    /// every byte twice through a buffer the size of the phase). A failing
+    /// copy stops the run with its error, the earlier copies made.
     fn copy_blocks(&mut self, copies: &[BlockCopy]) -> Result<(), MemoryError> {
         use rayon::prelude::*;
-        type Ranges = (std::ops::Range<usize>, std::ops::Range<usize>);
+        /// Copies checked per parallel pass.
+        const CHUNK: usize = 1 << 14;
         let (placed, sram_start) = (&self.shared.placed, self.shared.sram_start);
-        let checked: Vec<Result<Ranges, MemoryError>> = copies
-            .par_iter()
-            .map(|c| {
-                Ok((
-                    placed_words(placed, sram_start, c.source, c.source_address, c.words)?.0,
-                    placed_words(placed, sram_start, c.dest, c.dest_address, c.words)?.0,
-                ))
-            })
-            .collect();
-        let ranges: Vec<Ranges> = checked.into_iter().collect::<Result<_, _>>()?;
-        // Byte offsets of each copy's data in one gathered buffer.
-        let mut offsets = Vec::with_capacity(copies.len() + 1);
-        offsets.push(0usize);
-        for (r, _) in &ranges {
-            offsets.push(offsets[offsets.len() - 1] + r.len());
-        }
-        let mut data = vec![0u8; offsets[copies.len()]];
-        {
-            let images: &[Vec<u8>] = self.images;
-            // Split the buffer by copy, then fill the pieces in parallel.
-            let mut pieces: Vec<&mut [u8]> = Vec::with_capacity(copies.len());
-            let mut rest = data.as_mut_slice();
-            for (r, _) in &ranges {
-                let (piece, tail) = rest.split_at_mut(r.len());
-                pieces.push(piece);
-                rest = tail;
+        for chunk in copies.chunks(CHUNK) {
+            let ranges: Vec<Result<_, MemoryError>> = chunk
+                .par_iter()
+                .map(|c| {
+                    Ok((
+                        placed_words(placed, sram_start, c.source, c.source_address, c.words)?.0,
+                        placed_words(placed, sram_start, c.dest, c.dest_address, c.words)?.0,
+                    ))
+                })
+                .collect();
+            for (c, checked) in chunk.iter().zip(ranges) {
+                let (source, dest) = checked?;
+                copy_between(self.images, c.source.index(), source, c.dest.index(), dest).ok_or(
+                    MemoryError {
+                        tile: c.dest,
+                        byte_address: c.dest_address,
+                    },
+                )?;
             }
-            pieces
-                .into_par_iter()
-                .zip(copies.par_iter().zip(&ranges))
-                .for_each(|(piece, (c, (source, _)))| {
-                    piece.copy_from_slice(&images[c.source.index()][source.clone()]);
-                });
         }
-        // Copy indices grouped by destination tile, given order kept (a
-        // counting sort): `order[first[t]..first[t + 1]]` are tile t's.
-        // Every destination was found among the placed tiles above, which
-        // are the images' tiles.
-        let tiles = self.images.len();
-        let mut first = vec![0usize; tiles + 1];
-        for c in copies {
-            first[c.dest.index() + 1] += 1;
-        }
-        for t in 0..tiles {
-            first[t + 1] += first[t];
-        }
-        let mut next = first.clone();
-        let mut order = vec![0usize; copies.len()];
-        for (i, c) in copies.iter().enumerate() {
-            order[next[c.dest.index()]] = i;
-            next[c.dest.index()] += 1;
-        }
-        self.images
-            .par_iter_mut()
-            .enumerate()
-            .for_each(|(t, image)| {
-                for &i in &order[first[t]..first[t + 1]] {
-                    let dest = ranges[i].1.clone();
-                    image[dest].copy_from_slice(&data[offsets[i]..offsets[i + 1]]);
-                }
-            });
         Ok(())
     }
+}
+
+/// Copies `images[s][source]` to `images[d][dest]` (ranges of equal
+/// length), or `None` when a tile or range is missing.
+fn copy_between(
+    images: &mut [Vec<u8>],
+    s: usize,
+    source: std::ops::Range<usize>,
+    d: usize,
+    dest: std::ops::Range<usize>,
+) -> Option<()> {
+    if source.len() != dest.len() {
+        return None;
+    }
+    if s == d {
+        let image = images.get_mut(s)?;
+        if source.end > image.len() || dest.end > image.len() {
+            return None;
+        }
+        image.copy_within(source, dest.start);
+        return Some(());
+    }
+    let high = s.max(d);
+    if high >= images.len() {
+        return None;
+    }
+    let (below, above) = images.split_at_mut(high);
+    let (low, high) = (below.get_mut(s.min(d))?, above.first_mut()?);
+    let (from, to) = if s < d { (&*low, high) } else { (&*high, low) };
+    to.get_mut(dest)?.copy_from_slice(from.get(source)?);
+    Some(())
 }
 
 /// One tile's image as its codelets see it during a compute step.
