@@ -480,13 +480,8 @@ mod tests {
     /// Both ways of sorting ranges give the pairs' order.
     #[test]
     fn sorting_ranges_is_sorting_pairs() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut draw = |limit: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % limit
-        };
+        let mut rng = ipu_layout::rng::SplitMix64::new(0x2545_f491_4f6c_dd1d);
+        let mut draw = |limit: u64| rng.below(limit);
         for limit in [64, 1 << 20, u64::from(u32::MAX) + 2] {
             let mut ranges: Vec<(u64, u64)> = (0..500)
                 .map(|_| {
@@ -614,13 +609,8 @@ mod tests {
     /// finds none, on word ranges and on ranges that are not.
     #[test]
     fn the_bitmap_check_agrees_with_the_sorting_path() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut draw = |limit: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % limit
-        };
+        let mut rng = ipu_layout::rng::SplitMix64::new(0x9e37_79b9_7f4a_7c15);
+        let mut draw = |limit: u64| rng.below(limit);
         let (mut clean, mut dirty) = (0, 0);
         for case in 0..2000 {
             let unit = if case % 10 == 0 { 1 } else { 4 };

@@ -322,18 +322,16 @@ mod tests {
                 }
             }
         }
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = ipu_layout::rng::SplitMix64::new(0x9e37_79b9_7f4a_7c15);
         let mut values = Vec::new();
         for _ in 0..1000 {
             values.push(std::array::from_fn(|_| {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
+                let r = rng.next_u64();
                 // Values near ties and near binade ends, both signs.
-                let m = (state >> 11) as f64 / (1u64 << 53) as f64 * 2048.0;
-                let v = (m.round() + [0.0, 0.5, 0.499_999, 0.500_001][(state & 3) as usize])
-                    * 2f64.powi((state >> 2 & 15) as i32 - 20);
-                if state >> 63 == 1 { -v } else { v }
+                let m = (r >> 11) as f64 / (1u64 << 53) as f64 * 2048.0;
+                let v = (m.round() + [0.0, 0.5, 0.499_999, 0.500_001][(r & 3) as usize])
+                    * 2f64.powi((r >> 2 & 15) as i32 - 20);
+                if r >> 63 == 1 { -v } else { v }
             }));
         }
         values.push([2047.5, 2046.5, 1.0, 0.0, -2047.5, 65504.0, 4095.75, -0.0]);
