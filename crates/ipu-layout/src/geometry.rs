@@ -540,19 +540,8 @@ impl TensorType {
         let mut local: SmallVec<[u64; 4]> = smallvec::smallvec![0; index.len()];
         loop {
             f(&index, g.local_offset(&widths, &local));
-            let mut axis = index.len();
-            loop {
-                if axis == 0 {
-                    return Ok(());
-                }
-                axis -= 1;
-                index[axis] += 1;
-                local[axis] += 1;
-                if index[axis] < shard.axes[axis].end {
-                    break;
-                }
-                index[axis] = shard.axes[axis].start;
-                local[axis] = 0;
+            if !next_index(&shard.axes, index.len(), &mut index, &mut local) {
+                return Ok(());
             }
         }
     }
@@ -596,19 +585,8 @@ impl TensorType {
                 f(&index, g.local_offset(&widths, &local), count);
                 column += count;
             }
-            let mut axis = last;
-            loop {
-                if axis == 0 {
-                    return Ok(());
-                }
-                axis -= 1;
-                index[axis] += 1;
-                local[axis] += 1;
-                if index[axis] < shard.axes[axis].end {
-                    break;
-                }
-                index[axis] = shard.axes[axis].start;
-                local[axis] = 0;
+            if !next_index(&shard.axes, last, &mut index, &mut local) {
+                return Ok(());
             }
         }
     }
@@ -670,6 +648,22 @@ impl TensorType {
         }
         Ok(())
     }
+}
+
+/// Steps `index` (and the shard-local `local`) to the next index in
+/// row-major order over the first `axes_used` axes of `axes`, the later
+/// ones left to the caller; `false` when it was the last.
+fn next_index(axes: &[AxisShard], axes_used: usize, index: &mut [u64], local: &mut [u64]) -> bool {
+    for axis in (0..axes_used).rev() {
+        index[axis] += 1;
+        local[axis] += 1;
+        if index[axis] < axes[axis].end {
+            return true;
+        }
+        index[axis] = axes[axis].start;
+        local[axis] = 0;
+    }
+    false
 }
 
 fn row_major_strides(extents: &[u64]) -> SmallVec<[u64; 4]> {
