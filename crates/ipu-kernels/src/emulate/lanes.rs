@@ -278,8 +278,9 @@ impl<U: Fn(f64, usize, usize, u64) -> f64> vector::WithEight for LaneRun<'_, U> 
             .values
             .chunks_exact(padded)
             .zip(partials.chunks_exact_mut(c));
-        // One row at a time: one row's accumulators fit the registers,
-        // and the loop is bound by arithmetic, not by loads.
+        // One row at a time, so one row's accumulators stay in registers.
+        // (Sharing weight loads between rows was measured to gain nothing
+        // on the baseline build; it was not measured again with vectors.)
         for (r, (lrow, prow)) in rows_iter.take(rows).enumerate() {
             let steps = lrow
                 .chunks_exact(8)
