@@ -110,18 +110,40 @@ fn block_runs(first: u64, n: u64, w: u64, panel: u64) -> u64 {
     if n == 0 || w == 0 {
         return 0;
     }
-    let panel = u128::from(panel.max(1));
-    let (first, n, w) = (u128::from(first), u128::from(n), u128::from(w));
-    let end = first + n;
+    let panel = panel.max(1);
+    let Some(end) = first.checked_add(n) else {
+        return block_runs_wide(first, n, w, panel);
+    };
+    // The planner's operands fit in u64 products by far; the u128 path
+    // (a library call per division) is for callers' extreme arguments.
+    let Some(end_w) = end.checked_mul(w) else {
+        return block_runs_wide(first, n, w, panel);
+    };
     // Panel boundaries p·panel with first·w < p·panel < end·w ...
-    let inside = (end * w - 1) / panel - (first * w) / panel;
+    let inside = (end_w - 1) / panel - (first * w) / panel;
     // ... of which those at a block start are not inside a block.
     let step = panel / gcd(w, panel);
+    let at_starts = (end - 1) / step - first / step;
+    (n + inside).saturating_sub(at_starts)
+}
+
+/// [`block_runs`] in u128, for arguments whose products leave u64.
+fn block_runs_wide(first: u64, n: u64, w: u64, panel: u64) -> u64 {
+    if n == 0 || w == 0 {
+        return 0;
+    }
+    let panel = panel.max(1);
+    let divisor = u128::from(gcd(w, panel));
+    let panel = u128::from(panel);
+    let (first, n, w) = (u128::from(first), u128::from(n), u128::from(w));
+    let end = first + n;
+    let inside = (end * w - 1) / panel - (first * w) / panel;
+    let step = panel / divisor;
     let at_starts = (end - 1) / step - first / step;
     u64::try_from(n + inside - at_starts).unwrap_or(u64::MAX)
 }
 
-fn gcd(mut a: u128, mut b: u128) -> u128 {
+fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }
@@ -188,9 +210,12 @@ fn share_sums(variant: &Variant, block_start: u32, blocks: u32) -> ShareSums {
         sums.out_runs += panels_touched(c0, cw, out_panel);
         sums.column_widths[1] = (cw, 1);
     }
-    for kb in 0..sums.nk {
-        let k0 = kb * k;
-        sums.left_runs += panels_touched(k0, k.min(inner - k0), left_panel);
+    // Inner blocks: every one but a narrower last is `k` wide.
+    let full_inner = inner / k.max(1);
+    sums.left_runs = block_runs(0, full_inner, k, left_panel);
+    if inner % k.max(1) != 0 {
+        let k0 = full_inner * k;
+        sums.left_runs += panels_touched(k0, inner - k0, left_panel);
     }
     sums
 }
@@ -364,7 +389,7 @@ pub fn op_instructions(op: &AmpOp, model: &AmpModel) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{block_runs, panels_touched};
+    use super::{block_runs, block_runs_wide, panels_touched};
 
     #[test]
     fn block_runs_equal_the_sum_over_blocks() {
@@ -380,9 +405,25 @@ mod tests {
                             looped,
                             "panel {panel} width {w} first {first} n {n}"
                         );
+                        assert_eq!(
+                            block_runs_wide(first, n, w, panel),
+                            looped,
+                            "wide: panel {panel} width {w} first {first} n {n}"
+                        );
                     }
                 }
             }
         }
+    }
+
+    #[test]
+    fn block_runs_leave_u64_products_to_the_wide_path() {
+        // end · w overflows u64: the u64 path must hand over, not wrap.
+        let (first, n, w, panel) = (u64::MAX / 4, 3, 16, 48);
+        assert_eq!(
+            block_runs(first, n, w, panel),
+            block_runs_wide(first, n, w, panel)
+        );
+        assert_eq!(block_runs(7, 5, 16, u64::MAX), 5);
     }
 }
