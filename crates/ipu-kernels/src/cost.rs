@@ -45,7 +45,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::program::{AmpOp, AmpProgram, WorkShare, op_code_instructions, split_work};
+use crate::program::{AmpOp, AmpProgram, WorkShare, best_split, op_code_instructions, split_work};
 use crate::variant::{Arithmetic, round_up};
 use crate::{AmpModel, Mode, Variant};
 
@@ -224,13 +224,20 @@ fn share_sums(variant: &Variant, block_start: u32, blocks: u32) -> ShareSums {
 /// computed in closed form (time linear in the number of blocks per split
 /// considered).
 pub fn estimate_cycles(variant: &Variant, rows: u32, mode: Mode) -> CycleEstimate {
-    let shares = split_work(variant, rows, mode);
-    let busiest = busiest_instructions(variant, &shares, mode);
+    let (shares, busiest) = best_split(variant, rows, mode);
     finish(variant, rows, busiest, shares.len() as u32)
 }
 
-/// Instructions of the busiest worker of a split, in closed form.
-pub(crate) fn busiest_instructions(variant: &Variant, shares: &[WorkShare], mode: Mode) -> u64 {
+/// Instructions of the busiest worker of a split, in closed form; once a
+/// share reaches `below` the rest are not looked at and the figure
+/// returned is at least `below` (a split search passes its best so far:
+/// a split that cannot beat it need not be costed in full).
+pub(crate) fn busiest_instructions(
+    variant: &Variant,
+    shares: &[WorkShare],
+    mode: Mode,
+    below: u64,
+) -> u64 {
     let model = variant.model();
     let s = variant.shape();
     let a = variant.arithmetic();
@@ -270,6 +277,9 @@ pub(crate) fn busiest_instructions(variant: &Variant, shares: &[WorkShare], mode
             }
         }
         busiest = busiest.max(total);
+        if busiest >= below {
+            break;
+        }
     }
     busiest
 }

@@ -319,19 +319,27 @@ pub(crate) fn grid_split(
 /// splitting columns divides the weight loads but needs enough column
 /// blocks, so the choice depends on the shape.
 pub(crate) fn split_work(variant: &Variant, rows: u32, mode: Mode) -> Vec<WorkShare> {
+    best_split(variant, rows, mode).0
+}
+
+/// [`split_work`]'s split and its busiest worker's instructions.
+pub(crate) fn best_split(variant: &Variant, rows: u32, mode: Mode) -> (Vec<WorkShare>, u64) {
     let workers = variant.model().worker_contexts.max(1);
     let column_blocks = variant.shape().columns.div_ceil(variant.c());
     let mut best: Option<(u64, Vec<WorkShare>)> = None;
     for row_parts in (1..=workers.min(rows.max(1))).rev() {
         for column_parts in (1..=(workers / row_parts).min(column_blocks.max(1))).rev() {
             let shares = grid_split(rows, column_blocks, row_parts, column_parts);
-            let cost = crate::cost::busiest_instructions(variant, &shares, mode);
-            if best.as_ref().is_none_or(|(b, _)| cost < *b) {
+            // Only a strictly cheaper split replaces the best, so costing
+            // stops once a share reaches the best's figure.
+            let below = best.as_ref().map_or(u64::MAX, |(b, _)| *b);
+            let cost = crate::cost::busiest_instructions(variant, &shares, mode, below);
+            if best.is_none() || cost < below {
                 best = Some((cost, shares));
             }
         }
     }
-    best.map(|(_, s)| s).unwrap_or_default()
+    best.map(|(b, s)| (s, b)).unwrap_or_default()
 }
 
 /// Runs covering rows `row0..row0 + nrows` and columns `col0..col0 + ncols`

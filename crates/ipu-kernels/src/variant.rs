@@ -592,15 +592,20 @@ pub fn plan_variant(
             let block = u64::from(k) * u64::from(c) * weight_bytes;
             if block <= u64::from(config.max_block_bytes) {
                 let v = Variant::new(shape, k, c, rows_small, rows_large, model)?;
-                let cycles = Mode::ALL
-                    .iter()
-                    .map(|&m| estimate_cycles(&v, rows_large, m).cycles)
-                    .fold(0u64, u64::saturating_add);
                 // Cycles rank first, so a block slower than the best so far
-                // loses whatever its code size: its code (the costlier
-                // figure, and the feasibility test) is sized only when it
-                // could win.
-                if best.as_ref().is_none_or(|(b, _)| cycles <= b.0) {
+                // loses whatever its code size: its modes are costed only
+                // while their sum could still win, and its code (the
+                // costlier figure, and the feasibility test) is sized only
+                // when it could.
+                let limit = best.as_ref().map_or(u64::MAX, |(b, _)| b.0);
+                let mut cycles = 0u64;
+                for &m in &Mode::ALL {
+                    if cycles > limit {
+                        break;
+                    }
+                    cycles = cycles.saturating_add(estimate_cycles(&v, rows_large, m).cycles);
+                }
+                if best.is_none() || cycles <= limit {
                     let code = crate::code_bytes(&v);
                     let score = (cycles, code, std::cmp::Reverse(k), std::cmp::Reverse(c));
                     if code <= config.max_code_bytes
