@@ -60,6 +60,7 @@ mod schedule;
 mod snapshot;
 mod stage;
 mod timeline;
+mod words;
 
 pub use bounds::{endpoint_lower_bound, multicast_lower_bound, stronger_lower_bound};
 pub use check::{ExchangeCheckError, check_schedule};

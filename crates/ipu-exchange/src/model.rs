@@ -9,6 +9,8 @@ use ipu_layout::TileId;
 use rayon::prelude::*;
 use smallvec::SmallVec;
 
+use crate::words::none_meet;
+
 /// How a transfer may travel over the fabric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Width {
@@ -356,9 +358,32 @@ pub(crate) fn validate_overlaps(phase: &Phase) -> Result<(), PhaseError> {
         }
         rest = tail;
     }
+    // A bitmap of the words written shows the usual "nothing meets" in one
+    // pass; only a tile where something may meet is sorted, which finds the
+    // first overlap exactly.
     let first = per_tile
         .par_iter_mut()
-        .filter_map(|(tile, ranges)| tile_overlap(*tile, ranges))
+        .map_init(
+            || (Vec::new(), Vec::new()),
+            |(reads, writes), (tile, ranges)| {
+                reads.clear();
+                writes.clear();
+                for &key in ranges.iter() {
+                    let (start, end, _, write) = range_of(key);
+                    if write {
+                        writes.push((start, end));
+                    } else {
+                        reads.push((start, end));
+                    }
+                }
+                if none_meet(reads, writes) {
+                    None
+                } else {
+                    tile_overlap(*tile, ranges)
+                }
+            },
+        )
+        .flatten()
         .min_by_key(|e| match e {
             PhaseError::Overlap { tile, .. } => tile.as_u32(),
             _ => u32::MAX,
