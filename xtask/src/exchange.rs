@@ -22,8 +22,8 @@
 use std::process::ExitCode;
 
 use ipu_exchange::generate::{
-    generate_phase, multicast_families, other_families, reduce_families, reduce_phase,
-    seed_families,
+    generate_phase, grid_families, grid_phase, multicast_families, other_families, reduce_families,
+    reduce_phase, seed_families,
 };
 use ipu_exchange::report::{PhaseFigures, format_figures, phase_figures};
 use ipu_exchange::{Fabric, Phase, ScheduleConfig, Snapshot};
@@ -73,6 +73,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             value("--presplit-max-fanout").unwrap_or(defaults.presplit_max_fanout)
         },
         target_slack_ppm: value("--slack-ppm").unwrap_or(defaults.target_slack_ppm),
+        receiver_sets: !args.iter().any(|a| a == "--no-receiver-sets"),
         ..defaults
     };
     let check = args.iter().any(|a| a == "--check");
@@ -96,6 +97,13 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
                 })
                 .collect::<Vec<_>>()
         };
+        let grid = grid_families()
+            .into_iter()
+            .map(|(name, c)| {
+                let phase = keep(&name).then(|| grid_phase(&c));
+                (name, phase)
+            })
+            .collect::<Vec<_>>();
         let reduce = reduce_families()
             .into_iter()
             .map(|(name, c)| {
@@ -111,6 +119,10 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
                 named(multicast_families()),
             ),
             ("reduce families (split-K partial-sum gathers)", reduce),
+            (
+                "grid families (GEMM operands to row and column groups)",
+                grid,
+            ),
         ] {
             let phases: Vec<(u32, Phase)> = families
                 .iter()

@@ -1,7 +1,7 @@
 //! Criterion benchmarks: scheduling and encoding generated phases shaped
 //! like the seed log's (1472 tiles, 10^3 to 6·10^5 transfers), the
-//! multicast families with fanouts up to 400 and the split-K reduce phases
-//! of the SigLIP builds, and the checker on the largest unicast and reduce
+//! multicast families with fanouts up to 400, the split-K reduce phases
+//! and the GEMM operand grids of the SigLIP builds, and the checker on the largest unicast and reduce
 //! phases (its time against the scheduler's). Quality figures (horizon
 //! against the bounds) are printed by `cargo xtask exchange --families`.
 
@@ -10,8 +10,8 @@
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use ipu_exchange::generate::{
-    GenConfig, generate_phase, multicast_families, other_families, reduce_families, reduce_phase,
-    seed_families,
+    GenConfig, generate_phase, grid_families, grid_phase, multicast_families, other_families,
+    reduce_families, reduce_phase, seed_families,
 };
 use ipu_exchange::{Fabric, Phase, ScheduleConfig, check_schedule, schedule};
 
@@ -22,7 +22,13 @@ fn family(name_part: &str) -> Phase {
         .chain(multicast_families())
         .find(|(name, _)| name.contains(name_part))
         .map(|(_, c): (String, GenConfig)| generate_phase(&c));
-    generated.unwrap_or_else(|| {
+    let grid = || {
+        grid_families()
+            .into_iter()
+            .find(|(name, _)| name.contains(name_part))
+            .map(|(_, c)| grid_phase(&c))
+    };
+    generated.or_else(grid).unwrap_or_else(|| {
         reduce_families()
             .into_iter()
             .find(|(name, _)| name.contains(name_part))
@@ -52,6 +58,7 @@ fn bench_schedule(c: &mut Criterion) {
         "multicast-400-4000",
         "reduce-mlp",
         "paired-100-17496",
+        "grid-gemm-12x8",
     ] {
         let phase = family(name);
         group.bench_function(name, |b| {

@@ -11,6 +11,9 @@
 //! builds the phases a split-K GEMM's partial-sum gather makes in the
 //! SigLIP builds (about 200 000 transfers, fanouts from 1 to every tile),
 //! so that multicast quality is measured on realistic shapes.
+//! [`grid_phase`] builds a GEMM's operand distribution: every tile in one
+//! row group and one column group, each group fed by its own senders, as
+//! SigLIP's GEMM and attention phases are.
 
 use ipu_layout::TileId;
 use ipu_layout::rng::SplitMix64;
@@ -322,36 +325,8 @@ pub fn reduce_phase(config: &ReduceConfig) -> Phase {
     let row_blocks = rows.div_ceil(row_block);
     let column_blocks = columns.div_ceil(column_block);
     let mut rng = SplitMix64::new(config.seed ^ 0x7ed0);
-    let mut send_cursor = vec![ipu21().1; n as usize];
-    let mut recv_cursor = vec![dest_base(); n as usize];
+    let mut layout = Layout::new(n);
     let mut out = Vec::new();
-    // A transfer from `source` of `words` words to `dests`, if it fits.
-    let mut push = |source: u32, dests: &[u32], words: u32, out: &mut Vec<Transfer>| {
-        let src = send_cursor[source as usize];
-        let fits = src + 4 * words <= dest_base()
-            && dests
-                .iter()
-                .all(|&d| recv_cursor[d as usize] + 4 * words <= ipu21().2);
-        if words == 0 || dests.is_empty() || !fits {
-            return;
-        }
-        send_cursor[source as usize] = src + 4 * words;
-        let destinations = dests
-            .iter()
-            .map(|&d| {
-                let at = recv_cursor[d as usize];
-                recv_cursor[d as usize] = at + 4 * words;
-                (TileId::from_u32(d), at)
-            })
-            .collect();
-        out.push(Transfer {
-            source: TileId::from_u32(source),
-            source_addresses: smallvec::smallvec![src],
-            destinations,
-            words,
-            width: Width::Word32,
-        });
-    };
     let owner = |row: u32| (u64::from(row) * u64::from(used) / u64::from(rows)) as u32;
     // Partial blocks go to tiles in a random order, as a placer spreading
     // the split-K GEMM would put them.
@@ -372,7 +347,7 @@ pub fn reduce_phase(config: &ReduceConfig) -> Phase {
         let source = (c * 7 + 3) % used;
         dests.retain(|&d| d != source);
         let cols = column_block.min(columns - c * column_block);
-        push(source, &dests, cols.div_ceil(2), &mut out);
+        layout.push(source, &dests, cols.div_ceil(2), &mut out);
     }
     // The gather: each block row to its owner.
     for (b, &(_, rb, c)) in blocks.iter().enumerate() {
@@ -381,7 +356,7 @@ pub fn reduce_phase(config: &ReduceConfig) -> Phase {
         for row in rb * row_block..(rb * row_block + row_block).min(rows) {
             let to = owner(row);
             if to != tile {
-                push(tile, &[to], cols.div_ceil(2), &mut out);
+                layout.push(tile, &[to], cols.div_ceil(2), &mut out);
             }
         }
     }
@@ -393,7 +368,7 @@ pub fn reduce_phase(config: &ReduceConfig) -> Phase {
             let from = u64::from(t) * u64::from(vector_words) / u64::from(used);
             let to = u64::from(t + 1) * u64::from(vector_words) / u64::from(used);
             let dests: Vec<u32> = all.iter().copied().filter(|&d| d != t).collect();
-            push(t, &dests, (to - from) as u32, &mut out);
+            layout.push(t, &dests, (to - from) as u32, &mut out);
         }
     }
     Phase {
@@ -413,4 +388,181 @@ fn partials_blocks(partials: u32, row_blocks: u32, column_blocks: u32) -> Vec<(u
         }
     }
     out
+}
+
+/// Addresses of generated transfers: each tile's sources packed from the
+/// SRAM base, its destinations from [`dest_base`], so that no two ranges
+/// meet and the phase is valid.
+struct Layout {
+    send: Vec<u32>,
+    recv: Vec<u32>,
+}
+
+impl Layout {
+    fn new(tiles: u32) -> Layout {
+        Layout {
+            send: vec![ipu21().1; tiles as usize],
+            recv: vec![dest_base(); tiles as usize],
+        }
+    }
+
+    /// Appends a transfer of `words` words from `source` to `dests`, unless
+    /// it is empty or its memory would not fit.
+    fn push(&mut self, source: u32, dests: &[u32], words: u32, out: &mut Vec<Transfer>) {
+        let src = self.send[source as usize];
+        let fits = src + 4 * words <= dest_base()
+            && dests
+                .iter()
+                .all(|&d| self.recv[d as usize] + 4 * words <= ipu21().2);
+        if words == 0 || dests.is_empty() || !fits {
+            return;
+        }
+        self.send[source as usize] = src + 4 * words;
+        let destinations = dests
+            .iter()
+            .map(|&d| {
+                let at = self.recv[d as usize];
+                self.recv[d as usize] = at + 4 * words;
+                (TileId::from_u32(d), at)
+            })
+            .collect();
+        out.push(Transfer {
+            source: TileId::from_u32(source),
+            source_addresses: smallvec::smallvec![src],
+            destinations,
+            words,
+            width: Width::Word32,
+        });
+    }
+}
+
+/// A GEMM's operand distribution, shaped like SigLIP's GEMM and attention
+/// phases: the used tiles form blocks of `across × down` tiles; each run of
+/// `across` consecutive tiles (a row group) receives one operand block and
+/// each set of `down` tiles at one position of a block (a column group)
+/// the other, so every tile sits in one row group and one column group and
+/// the two meet in one tile. Each group's words come from `senders` tiles
+/// outside it, in transfers of `row_words` (rows of the block: not
+/// contiguous, so one transfer per row), with the group's total varied a
+/// little. `stragglers` small groups of `across - 1` random tiles get a few
+/// transfers too, as the uneven edges of a real tiling do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GridConfig {
+    /// Tiles of the device.
+    pub tile_count: u32,
+    /// Tiles of a row group.
+    pub across: u32,
+    /// Tiles of a column group.
+    pub down: u32,
+    /// Blocks of `across × down` tiles.
+    pub blocks: u32,
+    /// Words each row group receives, about.
+    pub row_group_words: u32,
+    /// Words each column group receives, about.
+    pub column_group_words: u32,
+    /// Words per transfer to a row group and to a column group.
+    pub row_words: (u32, u32),
+    /// Senders per group.
+    pub senders: u32,
+    /// Small extra groups.
+    pub stragglers: u32,
+    /// Random seed.
+    pub seed: u64,
+}
+
+/// The grid families measured by the benchmarks and
+/// `cargo xtask exchange --families`: SigLIP b2's `fc2` GEMM (row groups of
+/// 12 and column groups of 8 on 1440 tiles) and its attention (9 and 5 on
+/// 1440 tiles), at about their sizes.
+pub fn grid_families() -> Vec<(String, GridConfig)> {
+    let tile_count = ipu21().0;
+    vec![
+        (
+            "grid-gemm-12x8".to_owned(),
+            GridConfig {
+                tile_count,
+                across: 12,
+                down: 8,
+                blocks: 15,
+                row_group_words: 13_104,
+                column_group_words: 6_912,
+                row_words: (24, 256),
+                senders: 15,
+                stragglers: 13,
+                seed: 0x5001,
+            },
+        ),
+        (
+            "grid-attention-9x5".to_owned(),
+            GridConfig {
+                tile_count,
+                across: 9,
+                down: 5,
+                blocks: 32,
+                row_group_words: 10_512,
+                column_group_words: 2_916,
+                row_words: (24, 12),
+                senders: 18,
+                stragglers: 20,
+                seed: 0x5002,
+            },
+        ),
+    ]
+}
+
+/// Generates a grid phase (see [`GridConfig`]). Transfers that would not
+/// fit in memory are left out, so the result is always valid.
+pub fn grid_phase(config: &GridConfig) -> Phase {
+    let n = config.tile_count.max(2);
+    let across = config.across.max(1);
+    let down = config.down.max(1);
+    let per_block = across * down;
+    let blocks = config.blocks.clamp(1, (n / per_block).max(1));
+    let used = (blocks * per_block).min(n);
+    let mut rng = SplitMix64::new(config.seed ^ 0x941d);
+    let mut layout = Layout::new(n);
+    let mut out = Vec::new();
+    let mut groups: Vec<(Vec<u32>, u32, u32)> = Vec::new();
+    for g in 0..used / across {
+        let tiles = (g * across..(g + 1) * across).collect();
+        groups.push((tiles, config.row_group_words, config.row_words.0));
+    }
+    for b in 0..blocks {
+        for p in 0..across {
+            let tiles = (0..down).map(|d| b * per_block + d * across + p).collect();
+            groups.push((tiles, config.column_group_words, config.row_words.1));
+        }
+    }
+    for _ in 0..config.stragglers {
+        let mut tiles: Vec<u32> = Vec::new();
+        while (tiles.len() as u32) < across.saturating_sub(1).max(1) {
+            let t = rng.below(u64::from(used)) as u32;
+            if !tiles.contains(&t) {
+                tiles.push(t);
+            }
+        }
+        tiles.sort_unstable();
+        let words = config.row_words.1.max(1) * (1 + rng.below(4) as u32);
+        groups.push((tiles, words, config.row_words.1));
+    }
+    for (tiles, words, row) in groups {
+        let row = row.max(1);
+        // A group's total varies by a few rows, as uneven tilings do.
+        let rows = (words / row).saturating_sub(rng.below(3) as u32).max(1);
+        let senders = config.senders.clamp(1, rows);
+        let mut from: Vec<u32> = Vec::new();
+        while (from.len() as u32) < senders {
+            let t = rng.below(u64::from(n)) as u32;
+            if !tiles.contains(&t) && !from.contains(&t) {
+                from.push(t);
+            }
+        }
+        for k in 0..rows {
+            layout.push(from[(k % senders) as usize], &tiles, row, &mut out);
+        }
+    }
+    Phase {
+        tile_count: n,
+        transfers: out,
+    }
 }

@@ -27,6 +27,7 @@ use crate::model::{Phase, PhaseError, Width, validate_overlaps, validate_structu
 
 mod activity;
 mod plan;
+mod sets;
 
 use activity::add_activity;
 use plan::{PRESPLIT_MAX_FANOUT, plan};
@@ -70,6 +71,10 @@ pub struct ScheduleConfig {
     /// differ only in address fields, so the next iteration's row is the
     /// first one plus per-word deltas. Costs a few more instructions.
     pub relocatable: bool,
+    /// Whether to also build a schedule by receiver sets where multicasts
+    /// to a few groups of tiles carry the phase, keeping it when shorter
+    /// than the core's (see `schedule/sets.rs`).
+    pub receiver_sets: bool,
 }
 
 impl Default for ScheduleConfig {
@@ -85,6 +90,7 @@ impl Default for ScheduleConfig {
             phase_label: 0,
             verify: cfg!(debug_assertions),
             relocatable: false,
+            receiver_sets: true,
         }
     }
 }

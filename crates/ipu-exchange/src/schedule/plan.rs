@@ -7,6 +7,7 @@ use ipu_layout::TileId;
 use rayon::prelude::*;
 use smallvec::SmallVec;
 
+use super::sets::schedule_by_sets;
 use super::{Plan, ScheduleConfig, ScheduleKind, add_activity};
 use crate::core::{self, CoreConfig, Job};
 use crate::encode::TileActivity;
@@ -80,14 +81,40 @@ pub(super) fn plan(
         .into_par_iter()
         .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles, fabric)))
         .collect();
-    let jobs = presplit(
-        jobs,
-        tiles as usize,
-        endpoint,
-        config.presplit_max_fanout as usize,
-    );
-    let bound = job_bound(&jobs, tiles as usize).max(endpoint);
-    let out = core::run(tiles as usize, jobs, core_config(slack(bound)));
+    // Where multicasts to a few receiver sets carry most of the phase, a
+    // schedule by receiver sets is built beside the core's, from the jobs
+    // as they are (splitting narrow multicasts into groups would only blur
+    // the sets); the shorter is kept (the core's on a tie).
+    let presplit_and_run = |jobs: Vec<Job>| {
+        let jobs = presplit(
+            jobs,
+            tiles as usize,
+            endpoint,
+            config.presplit_max_fanout as usize,
+        );
+        let bound = job_bound(&jobs, tiles as usize).max(endpoint);
+        core::run(tiles as usize, jobs, core_config(slack(bound)))
+    };
+    let (by_sets, out) = if !paired && config.receiver_sets && by_sets_may_help(&jobs) {
+        rayon::join(
+            || schedule_by_sets(&jobs, tiles as usize),
+            || presplit_and_run(jobs.clone()),
+        )
+    } else {
+        (None, presplit_and_run(jobs))
+    };
+    let out = match by_sets {
+        Some(s) if s.horizon < out.horizon => {
+            tracing::debug!(
+                phase = config.phase_label,
+                core_horizon = out.horizon,
+                sets_horizon = s.horizon,
+                "kept the schedule by receiver sets"
+            );
+            s
+        }
+        _ => out,
+    };
     let segments = add_activity(phase, &out, latency, config.relocatable, &mut activity);
     let send_horizon = out.horizon;
     let complete = out.complete;
@@ -208,3 +235,38 @@ fn job_bound(jobs: &[Job], nodes: usize) -> u64 {
     }
     send.into_iter().chain(recv).max().unwrap_or(0)
 }
+
+/// Whether a schedule by receiver sets is worth building: multicast jobs
+/// carry at least half the items received, and there are at most one
+/// receiver set per [`SETS_MIN_JOBS_PER_SET`] jobs. Unicast-heavy phases
+/// are the core's (it reaches their bound), and phases of many distinct
+/// sets have no grid for the sets to exploit.
+fn by_sets_may_help(jobs: &[Job]) -> bool {
+    let mut received = 0u64;
+    let mut multicast = 0u64;
+    for j in jobs {
+        let items = u64::from(j.len) * j.receivers.len() as u64;
+        received += items;
+        if j.receivers.len() > 1 {
+            multicast += items;
+        }
+    }
+    if multicast * 2 < received {
+        return false;
+    }
+    let mut sets: Vec<SmallVec<[u32; 2]>> = jobs
+        .iter()
+        .map(|j| {
+            let mut r = j.receivers.clone();
+            r.sort_unstable();
+            r
+        })
+        .collect();
+    sets.sort_unstable();
+    sets.dedup();
+    sets.len() * SETS_MIN_JOBS_PER_SET <= jobs.len()
+}
+
+/// See [`by_sets_may_help`]: SigLIP's GEMM and attention phases have 20–200
+/// jobs per receiver set; the generated wide-multicast families have one.
+const SETS_MIN_JOBS_PER_SET: usize = 8;
