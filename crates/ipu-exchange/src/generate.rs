@@ -444,8 +444,8 @@ impl Layout {
 /// the two meet in one tile. Each group's words come from `senders` tiles
 /// outside it, in transfers of `row_words` (rows of the block: not
 /// contiguous, so one transfer per row), with the group's total varied a
-/// little. `stragglers` small groups of `across - 1` random tiles get a few
-/// transfers too, as the uneven edges of a real tiling do.
+/// little. `stragglers` small groups (a column group less one tile) get a
+/// few transfers too, as the uneven edges of a real tiling do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GridConfig {
     /// Tiles of the device.
@@ -533,15 +533,14 @@ pub fn grid_phase(config: &GridConfig) -> Phase {
             groups.push((tiles, config.column_group_words, config.row_words.1));
         }
     }
+    let column_groups = groups.len() - (used / across) as usize;
     for _ in 0..config.stragglers {
-        let mut tiles: Vec<u32> = Vec::new();
-        while (tiles.len() as u32) < across.saturating_sub(1).max(1) {
-            let t = rng.below(u64::from(used)) as u32;
-            if !tiles.contains(&t) {
-                tiles.push(t);
-            }
+        // A column group less one tile, as a tiling's uneven edge leaves.
+        let pick = (used / across) as usize + rng.below(column_groups as u64) as usize;
+        let mut tiles = groups[pick].0.clone();
+        if tiles.len() > 1 {
+            tiles.remove(rng.below(tiles.len() as u64) as usize);
         }
-        tiles.sort_unstable();
         let words = config.row_words.1.max(1) * (1 + rng.below(4) as u32);
         groups.push((tiles, words, config.row_words.1));
     }
