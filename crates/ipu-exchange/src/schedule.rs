@@ -28,6 +28,7 @@ use crate::model::{Phase, PhaseError, Width, validate_overlaps, validate_structu
 mod activity;
 mod plan;
 mod sets;
+mod wide;
 
 use activity::add_activity;
 use plan::{PRESPLIT_MAX_FANOUT, plan};
@@ -461,12 +462,35 @@ fn schedule_labeled(
         },
         || {
             if want_paired {
-                rayon::join(
-                    || plan(phase, fabric, config, endpoint, false),
-                    || Some(plan(phase, fabric, config, endpoint, true)),
-                )
+                // Every Paired64 transfer that can go wide, and the share
+                // that balances each pair's lanes and ports (see
+                // `schedule/wide.rs`); the shorter of the two is the paired
+                // plan.
+                let all: Vec<bool> = phase
+                    .transfers
+                    .iter()
+                    .map(|t| wide::goes_wide(t, phase.tile_count, fabric))
+                    .collect();
+                let balanced = wide::balanced(phase, fabric);
+                let (ordinary, (all, balanced)) = rayon::join(
+                    || plan(phase, fabric, config, endpoint, None),
+                    || {
+                        rayon::join(
+                            || plan(phase, fabric, config, endpoint, Some(&all)),
+                            || {
+                                (balanced != all)
+                                    .then(|| plan(phase, fabric, config, endpoint, Some(&balanced)))
+                            },
+                        )
+                    },
+                );
+                let paired = match balanced {
+                    Some(b) if b.send_horizon < all.send_horizon => b,
+                    _ => all,
+                };
+                (ordinary, Some(paired))
             } else {
-                (plan(phase, fabric, config, endpoint, false), None)
+                (plan(phase, fabric, config, endpoint, None), None)
             }
         },
     );

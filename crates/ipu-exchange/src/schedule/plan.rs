@@ -12,38 +12,16 @@ use super::{Plan, ScheduleConfig, ScheduleKind, add_activity};
 use crate::core::{self, CoreConfig, Job};
 use crate::encode::TileActivity;
 use crate::fabric::Fabric;
-use crate::model::{Phase, Width};
-
-/// Whether a transfer can go as 64-bit items in a phase of `tiles` tiles:
-/// Paired64, every partner exists, and no two destinations share a pair.
-fn goes_wide(t: &crate::model::Transfer, tiles: u32, fabric: &Fabric) -> bool {
-    if t.width != Width::Paired64 || fabric.partner(t.source).as_u32() >= tiles {
-        return false;
-    }
-    let mut pairs: SmallVec<[u32; 4]> = SmallVec::new();
-    for &(d, _) in &t.destinations {
-        let partner = fabric.partner(d).as_u32();
-        if partner >= tiles {
-            return false;
-        }
-        // A tile and its partner form one pair: both must not be
-        // destinations, as the wide item occupies both receive ports.
-        let pair = d.as_u32().min(partner);
-        if pairs.contains(&pair) {
-            return false;
-        }
-        pairs.push(pair);
-    }
-    true
-}
+use crate::model::Phase;
 
 pub(super) fn plan(
     phase: &Phase,
     fabric: &Fabric,
     config: &ScheduleConfig,
     endpoint: u64,
-    paired: bool,
+    wide: Option<&[bool]>,
 ) -> Plan {
+    let paired = wide.is_some();
     let latency = u64::from(fabric.latency_cycles());
     let tiles = phase.tile_count;
     let slack = |bound: u64| bound + bound * u64::from(config.target_slack_ppm) / 1_000_000;
@@ -79,7 +57,7 @@ pub(super) fn plan(
     let mut activity = vec![TileActivity::default(); tiles as usize];
     let jobs: Vec<Job> = (0..phase.transfers.len())
         .into_par_iter()
-        .map(|i| make_job(i, paired && goes_wide(&phase.transfers[i], tiles, fabric)))
+        .map(|i| make_job(i, wide.is_some_and(|w| w[i])))
         .collect();
     // Where multicasts to a few receiver sets carry most of the phase, a
     // schedule by receiver sets is built first, from the jobs as they are

@@ -7,6 +7,7 @@ mod common;
 mod generated;
 mod isa;
 mod logging;
+mod paired;
 mod props;
 mod snapshot;
 mod validation;
