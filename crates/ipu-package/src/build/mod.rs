@@ -122,10 +122,11 @@ impl Stages {
     /// receive-bound steps: split into unicasts they become many more jobs
     /// and segments and the steps get longer, and split by the core while
     /// scheduling they cost three times the time for a horizon within 1 %.
-    /// Measured on SigLIP b2's 33 steps (`cargo xtask exchange` on the
-    /// build's phases): Σ horizon 152,073 against 152,670 with
-    /// ipu-exchange's defaults, 7,104 instead of 9,744 row bytes at most
-    /// on a tile, and about half the scheduling time.
+    /// Those steps are mostly scheduled by receiver sets, which do not
+    /// split anything (`ScheduleConfig::receiver_sets`). Measured on SigLIP
+    /// b2's 33 steps at 3aa315b (`cargo xtask exchange` on the build's
+    /// phases): Σ horizon 150,732 against 150,801 with ipu-exchange's
+    /// defaults.
     pub fn builtin(store: Box<dyn KernelStore>) -> Stages {
         Stages {
             placer: Box::new(BuiltinPlacer {
