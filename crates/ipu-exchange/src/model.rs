@@ -364,8 +364,8 @@ pub(crate) fn validate_overlaps(phase: &Phase) -> Result<(), PhaseError> {
     let first = per_tile
         .par_iter_mut()
         .map_init(
-            || (Vec::new(), Vec::new()),
-            |(reads, writes), (tile, ranges)| {
+            || (Vec::new(), Vec::new(), Vec::new()),
+            |(reads, writes, bitmap), (tile, ranges)| {
                 reads.clear();
                 writes.clear();
                 for &key in ranges.iter() {
@@ -376,7 +376,7 @@ pub(crate) fn validate_overlaps(phase: &Phase) -> Result<(), PhaseError> {
                         reads.push((start, end));
                     }
                 }
-                if none_meet(reads, writes) {
+                if none_meet(reads, writes, bitmap) {
                     None
                 } else {
                     tile_overlap(*tile, ranges)

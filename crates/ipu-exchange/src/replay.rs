@@ -200,11 +200,11 @@ impl Conflicts {
         let reads = by_tile(runs, n, |r| (r.source, r.src_addr));
         let per_tile = (0..n)
             .into_par_iter()
-            .map(|tile| {
+            .map_init(Vec::new, |bitmap, tile| {
                 let received = by_dest.get(tile).map_or(&[][..], Vec::as_slice);
                 let writes: Vec<(u64, u64)> =
                     received.iter().map(|r| byte_range(r.dst_addr, r)).collect();
-                tile_conflicts(reads.tile(tile), &writes)
+                tile_conflicts(reads.tile(tile), &writes, bitmap)
             })
             .collect();
         Conflicts { per_tile }
@@ -252,8 +252,16 @@ impl Conflicts {
 
 /// One tile's conflict ranges (sorted, disjoint) from the byte ranges it
 /// is read and written in.
-fn tile_conflicts(reads: &[(u64, u64)], writes: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    if writes.is_empty() || (reads.is_empty() && writes.len() < 2) || none_meet(reads, writes) {
+/// `bitmap` is [`none_meet`]'s scratch.
+fn tile_conflicts(
+    reads: &[(u64, u64)],
+    writes: &[(u64, u64)],
+    bitmap: &mut Vec<u64>,
+) -> Vec<(u64, u64)> {
+    if writes.is_empty()
+        || (reads.is_empty() && writes.len() < 2)
+        || none_meet(reads, writes, bitmap)
+    {
         return Vec::new();
     }
     let mut reads = reads.to_vec();
@@ -561,6 +569,8 @@ mod tests {
         let mut rng = ipu_layout::rng::SplitMix64::new(0x9e37_79b9_7f4a_7c15);
         let mut draw = |limit: u64| rng.below(limit);
         let (mut clean, mut dirty) = (0, 0);
+        // One scratch bitmap for every case, as a worker reuses it.
+        let mut bitmap = Vec::new();
         for case in 0..2000 {
             let unit = if case % 10 == 0 { 1 } else { 4 };
             let span = [256, 4096, 1 << 16][case % 3];
@@ -580,14 +590,21 @@ mod tests {
             sorted_writes.sort_unstable();
             let mut exact = written_twice(&sorted_writes);
             exact.extend(intersection(&union(&sorted_reads), &union(&sorted_writes)));
-            let quick = none_meet(&reads, &writes);
+            let quick = none_meet(&reads, &writes, &mut bitmap);
+            assert!(
+                bitmap.iter().all(|&w| w == 0),
+                "case {case}: scratch left dirty"
+            );
             if quick {
                 assert!(exact.is_empty(), "case {case}: {reads:?} {writes:?}");
             }
             if unit == 4 {
                 assert_eq!(quick, exact.is_empty(), "case {case}");
             }
-            assert_eq!(tile_conflicts(&reads, &writes).is_empty(), exact.is_empty());
+            assert_eq!(
+                tile_conflicts(&reads, &writes, &mut bitmap).is_empty(),
+                exact.is_empty()
+            );
             if exact.is_empty() {
                 clean += 1
             } else {

@@ -15,8 +15,14 @@ const BITMAP_WORDS: u64 = 1 << 20;
 /// without sorting them: the case of every valid phase. `false` means a
 /// range met another, or that the ranges are not whole words within
 /// [`BITMAP_WORDS`] of each other; the sorting path then finds exactly
-/// which bytes conflict.
-pub(crate) fn none_meet(reads: &[(u64, u64)], writes: &[(u64, u64)]) -> bool {
+/// which bytes conflict. `bitmap` is scratch, all zeros before and after,
+/// so that a caller checking tile after tile neither allocates nor clears
+/// a tile's worth of bits each time.
+pub(crate) fn none_meet(
+    reads: &[(u64, u64)],
+    writes: &[(u64, u64)],
+    bitmap: &mut Vec<u64>,
+) -> bool {
     let all = || reads.iter().chain(writes);
     let (Some(low), Some(high)) = (all().map(|r| r.0).min(), all().map(|r| r.1).max()) else {
         return true;
@@ -25,17 +31,25 @@ pub(crate) fn none_meet(reads: &[(u64, u64)], writes: &[(u64, u64)]) -> bool {
         return false;
     }
     let words = |&(s, e): &(u64, u64)| ((s - low) / 4) as usize..((e - low) / 4) as usize;
-    let mut written = vec![0u64; ((high - low) / 4).div_ceil(64) as usize];
-    for range in writes.iter().map(words) {
-        if any_set(&written, range.clone()) {
-            return false;
-        }
-        for_each_mask(range, |i, mask| written[i] |= mask);
+    let needed = ((high - low) / 4).div_ceil(64) as usize;
+    if bitmap.len() < needed {
+        bitmap.resize(needed, 0);
     }
-    !reads
-        .iter()
-        .map(words)
-        .any(|range| any_set(&written, range))
+    let mut marked = 0;
+    let mut clean = true;
+    for range in writes.iter().map(words) {
+        if any_set(bitmap, range.clone()) {
+            clean = false;
+            break;
+        }
+        for_each_mask(range, |i, mask| bitmap[i] |= mask);
+        marked += 1;
+    }
+    clean = clean && !reads.iter().map(words).any(|range| any_set(bitmap, range));
+    for range in writes[..marked].iter().map(words) {
+        for_each_mask(range, |i, _| bitmap[i] = 0);
+    }
+    clean
 }
 
 /// Whether any bit of `range` is set in `bits`.
