@@ -32,6 +32,11 @@ use smallvec::SmallVec;
 
 use crate::core::{CoreOutput, Job, Segment};
 
+/// Work the schedule by receiver sets may do per job (events, and busy
+/// intervals merged for leftovers) before it gives up, plus a fixed
+/// allowance: SigLIP's phases take 2–4 per job.
+const WORK_PER_JOB: usize = 64;
+
 /// One receiver set and its work.
 struct Set {
     receivers: SmallVec<[u32; 2]>,
@@ -43,7 +48,10 @@ struct Set {
 }
 
 /// Schedules `jobs` (32-bit items, no partner nodes) by receiver sets; see
-/// the module docs. `None` when a job has partner nodes.
+/// the module docs. `None` when a job has partner nodes, or when the
+/// schedule would cost more than [`WORK_PER_JOB`] steps per job (many sets
+/// waiting on one sender, or leftovers with long busy lists: shapes the
+/// core handles anyway).
 pub(super) fn schedule_by_sets(jobs: &[Job], nodes: usize) -> Option<CoreOutput> {
     if jobs
         .iter()
@@ -60,7 +68,7 @@ pub(super) fn schedule_by_sets(jobs: &[Job], nodes: usize) -> Option<CoreOutput>
     }
     let horizon = load.iter().copied().max().unwrap_or(0);
     place_windows(&mut sets, nodes, horizon);
-    Some(fill_windows(jobs, &sets, nodes))
+    fill_windows(jobs, &sets, nodes)
 }
 
 /// Distinct receiver sets with their jobs, largest first (then by
@@ -213,7 +221,11 @@ struct Progress {
 }
 
 /// Senders take turns in their sets' windows; what does not fit goes after.
-fn fill_windows(jobs: &[Job], sets: &[Set], nodes: usize) -> CoreOutput {
+fn fill_windows(jobs: &[Job], sets: &[Set], nodes: usize) -> Option<CoreOutput> {
+    let mut work = jobs
+        .len()
+        .saturating_mul(WORK_PER_JOB)
+        .saturating_add(1 << 20);
     let mut progress = Progress {
         left: jobs.iter().map(|j| j.len).collect(),
         done: vec![0; jobs.len()],
@@ -242,6 +254,7 @@ fn fill_windows(jobs: &[Job], sets: &[Set], nodes: usize) -> CoreOutput {
         .filter_map(|(i, s)| s.windows.first().map(|w| Reverse((w.0, turn[i]))))
         .collect();
     while let Some(Reverse((t, place))) = events.pop() {
+        work = work.checked_sub(1)?;
         let i = by_choice[place as usize];
         let set = &sets[i as usize];
         let w = &mut window[i as usize];
@@ -347,6 +360,7 @@ fn fill_windows(jobs: &[Job], sets: &[Set], nodes: usize) -> CoreOutput {
                 .collect();
             union.clear();
             for &at in &ends {
+                work = work.checked_sub(busy[at].len())?;
                 union.extend_from_slice(&busy[at]);
             }
             for (start, end) in gaps(&mut union, u64::from(progress.left[j])) {
@@ -371,10 +385,10 @@ fn fill_windows(jobs: &[Job], sets: &[Set], nodes: usize) -> CoreOutput {
         .map(|s| s.start + u64::from(s.len))
         .max()
         .unwrap_or(0);
-    CoreOutput {
+    Some(CoreOutput {
         jobs: jobs.to_vec(),
         segments,
         horizon,
         complete: true,
-    }
+    })
 }

@@ -4,6 +4,7 @@ use ipu_exchange::generate::{
     GenConfig, GridConfig, ReduceConfig, generate_phase, grid_families, grid_phase, reduce_phase,
 };
 use ipu_exchange::*;
+use ipu_layout::TileId;
 
 use crate::common::{SparseMemory, fabric, initial_word, schedule_and_check};
 
@@ -218,4 +219,35 @@ fn grid_families_have_real_sizes() {
             phase.transfers.len()
         );
     }
+}
+
+/// Hundreds of receiver sets all fed by one sender: every set waits on it
+/// at every step, so the schedule by receiver sets would cost sets ×
+/// segments; it gives up within its work allowance and the core's
+/// schedule is kept, checked and at the sender's bound.
+#[test]
+fn receiver_sets_waiting_on_one_sender_give_way_to_the_core() {
+    let fabric = fabric();
+    let mut transfers = Vec::new();
+    for set in 0..700u32 {
+        for k in 0..8u32 {
+            let word = (set * 8 + k) * 4;
+            transfers.push(Transfer {
+                source: TileId::from_u32(0),
+                source_addresses: smallvec::smallvec![0x4c000 + word],
+                destinations: smallvec::smallvec![
+                    (TileId::from_u32(2 * set + 1), 0x90000 + 4 * k),
+                    (TileId::from_u32(2 * set + 2), 0x90000 + 4 * k),
+                ],
+                words: 1,
+                width: Width::Word32,
+            });
+        }
+    }
+    let phase = Phase {
+        tile_count: 1472,
+        transfers,
+    };
+    let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+    assert_eq!(s.endpoint_lower_bound(), 5600);
 }
