@@ -300,7 +300,7 @@ fn fill_windows(jobs: &[Job], sets: &[Set], nodes: usize) -> Option<CoreOutput> 
             // Measured on SigLIP b2's phases: the sender's work left
             // overall, not its work left for this set, keeps the senders
             // that are everyone's bottleneck busy (ranking by work for the
-            // set left 10–30 times more items over).
+            // set left 12–45 times more items over).
             if choice.is_none_or(|(best, _)| sender_left[s] > best) {
                 choice = Some((sender_left[s], k));
             }
