@@ -8,13 +8,14 @@
 //! in total. `cargo xtask exchange --families` does the same for the
 //! generated phase families shaped like the seed log (unicast), then the
 //! multicast and paired families, the multicast families with fanouts up to
-//! 400 and the split-K reduce families. `--check` also runs the checker on
+//! 400, the split-K reduce families and the GEMM operand grids. `--check` also runs the checker on
 //! every schedule (its time is reported apart); `--write DIR` stores the generated
 //! families as snapshots; `--only TEXT` keeps the families whose name
 //! contains TEXT. `--slack-ppm N` sets the target horizon slack and
 //! `--no-fanout-split` keeps multicast transfers whole;
 //! `--presplit-max-fanout N` splits multicasts only up to fanout N before
-//! scheduling (the package builder's choice is 2, with `--no-core-split`).
+//! scheduling (the package builder's choice is 2, with `--no-core-split`);
+//! `--no-receiver-sets` leaves every phase to the event core.
 //! The exit status is 1, with an `error:` line, when a phase does not
 //! validate (the scheduler refuses it) or, with `--check`, a schedule fails
 //! the checker.
@@ -88,29 +89,23 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     if args.iter().any(|a| a == "--families") {
         // Only the families kept by --only are generated.
         let keep = |name: &String| only.is_none_or(|o| name.contains(o.as_str()));
-        let named = |families: Vec<(String, ipu_exchange::generate::GenConfig)>| {
+        // Each family's phase, generated only when --only keeps it.
+        fn generated<C>(
+            families: Vec<(String, C)>,
+            keep: impl Fn(&String) -> bool,
+            make: impl Fn(&C) -> Phase,
+        ) -> Vec<(String, Option<Phase>)> {
             families
                 .into_iter()
                 .map(|(name, c)| {
-                    let phase = keep(&name).then(|| generate_phase(&c));
+                    let phase = keep(&name).then(|| make(&c));
                     (name, phase)
                 })
-                .collect::<Vec<_>>()
-        };
-        let grid = grid_families()
-            .into_iter()
-            .map(|(name, c)| {
-                let phase = keep(&name).then(|| grid_phase(&c));
-                (name, phase)
-            })
-            .collect::<Vec<_>>();
-        let reduce = reduce_families()
-            .into_iter()
-            .map(|(name, c)| {
-                let phase = keep(&name).then(|| reduce_phase(&c));
-                (name, phase)
-            })
-            .collect::<Vec<_>>();
+                .collect()
+        }
+        let named = |families| generated(families, keep, generate_phase);
+        let grid = generated(grid_families(), keep, grid_phase);
+        let reduce = generated(reduce_families(), keep, reduce_phase);
         for (title, families) in [
             ("seed-shaped unicast families", named(seed_families())),
             ("multicast and paired families", named(other_families())),

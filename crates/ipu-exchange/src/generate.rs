@@ -396,13 +396,21 @@ fn partials_blocks(partials: u32, row_blocks: u32, column_blocks: u32) -> Vec<(u
 struct Layout {
     send: Vec<u32>,
     recv: Vec<u32>,
+    /// Where destinations start (sources end there).
+    dest_base: u32,
+    /// The loader limit: destinations end there.
+    limit: u32,
 }
 
 impl Layout {
     fn new(tiles: u32) -> Layout {
+        let (_, sram_start, limit) = ipu21();
+        let dest_base = dest_base();
         Layout {
-            send: vec![ipu21().1; tiles as usize],
-            recv: vec![dest_base(); tiles as usize],
+            send: vec![sram_start; tiles as usize],
+            recv: vec![dest_base; tiles as usize],
+            dest_base,
+            limit,
         }
     }
 
@@ -410,10 +418,10 @@ impl Layout {
     /// it is empty or its memory would not fit.
     fn push(&mut self, source: u32, dests: &[u32], words: u32, out: &mut Vec<Transfer>) {
         let src = self.send[source as usize];
-        let fits = src + 4 * words <= dest_base()
+        let fits = src + 4 * words <= self.dest_base
             && dests
                 .iter()
-                .all(|&d| self.recv[d as usize] + 4 * words <= ipu21().2);
+                .all(|&d| self.recv[d as usize] + 4 * words <= self.limit);
         if words == 0 || dests.is_empty() || !fits {
             return;
         }

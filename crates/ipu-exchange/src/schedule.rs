@@ -72,9 +72,10 @@ pub struct ScheduleConfig {
     /// differ only in address fields, so the next iteration's row is the
     /// first one plus per-word deltas. Costs a few more instructions.
     pub relocatable: bool,
-    /// Whether to also build a schedule by receiver sets where multicasts
-    /// to a few groups of tiles carry the phase, keeping it when shorter
-    /// than the core's (see `schedule/sets.rs`).
+    /// Whether to build a schedule by receiver sets first where multicasts
+    /// to a few groups of tiles carry the phase: kept without running the
+    /// core when within 0.5 % of the endpoint bound, else when shorter than
+    /// the core's (see `schedule/sets.rs`).
     pub receiver_sets: bool,
 }
 

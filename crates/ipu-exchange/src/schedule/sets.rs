@@ -41,6 +41,25 @@ use crate::core::{CoreOutput, Job, Segment};
 /// allowance: SigLIP b2's GEMM and attention phases take 1.0–5.5 per job.
 const WORK_PER_JOB: usize = 64;
 
+/// See [`schedule_by_sets`]: SigLIP b2's GEMM and attention phases have
+/// 23–218 jobs per receiver set; the generated wide-multicast families
+/// about one.
+const MIN_JOBS_PER_SET: usize = 8;
+
+/// Whether multicast jobs carry at least half the items received.
+fn multicast_carried(jobs: &[Job]) -> bool {
+    let mut received = 0u64;
+    let mut multicast = 0u64;
+    for j in jobs {
+        let items = u64::from(j.len) * j.receivers.len() as u64;
+        received += items;
+        if j.receivers.len() > 1 {
+            multicast += items;
+        }
+    }
+    multicast * 2 >= received
+}
+
 /// One receiver set and its work.
 struct Set {
     receivers: SmallVec<[u32; 2]>,
@@ -52,7 +71,11 @@ struct Set {
 }
 
 /// Schedules `jobs` (32-bit items, no partner nodes) by receiver sets; see
-/// the module docs. `None` when a job has partner nodes, or when the
+/// the module docs. `None` when a job has partner nodes, when the phase is
+/// not one for it (multicast jobs carry less than half the items received,
+/// or there are fewer than [`MIN_JOBS_PER_SET`] jobs per receiver set:
+/// unicast-heavy phases are the core's, which reaches their bound, and
+/// phases of many distinct sets have no grid to exploit), or when the
 /// schedule would cost more than [`WORK_PER_JOB`] steps per job (many sets
 /// waiting on one sender, or leftovers with long busy lists: shapes the
 /// core handles anyway).
@@ -63,7 +86,13 @@ pub(super) fn schedule_by_sets(jobs: &[Job], nodes: usize) -> Option<CoreOutput>
     {
         return None;
     }
+    if !multicast_carried(jobs) {
+        return None;
+    }
     let mut sets = collect_sets(jobs);
+    if sets.len().saturating_mul(MIN_JOBS_PER_SET) > jobs.len() {
+        return None;
+    }
     let mut load = vec![0u64; nodes];
     for set in &sets {
         for &r in &set.receivers {
