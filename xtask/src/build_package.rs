@@ -15,6 +15,9 @@
 //! package stores the fixture with the overridden values, so `run-package`
 //! checks it against the same graph.
 //!
+//! `--write-phases FILE` also writes the exchange phases the build
+//! scheduled, for `cargo xtask exchange FILE` (`record_phases`).
+//!
 //! `--checkpoint DIR` builds a Hugging Face SigLIP checkpoint instead of a
 //! fixture (`docs/SIGLIP.md`): the graph comes from its `config.json`
 //! with the default fixture's precision layout, every FP8 scale is chosen
@@ -48,6 +51,7 @@ use ipu_package::graph::parse_fixture;
 use ipu_package::package::{Package, PackageWeights};
 
 use crate::params::{merge, parse_param, resolve};
+use crate::record_phases::{self, Recorded, Recorder};
 
 /// The embedded default workload.
 pub(crate) const SIGLIP: &str = include_str!("../../fixtures/siglip-so400m-b2.json");
@@ -103,6 +107,10 @@ struct Args {
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// Also write the exchange phases the build scheduled, as a snapshot
+    /// for `cargo xtask exchange FILE`.
+    #[arg(long, value_name = "FILE")]
+    write_phases: Option<PathBuf>,
 }
 
 pub fn run(args: &[String]) -> Result<ExitCode, String> {
@@ -151,7 +159,19 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         Err(e) => return Err(e.to_string()),
     };
-    let stages = Stages::builtin(Box::new(kernel_cache(&args)?));
+    let mut stages = Stages::builtin(Box::new(kernel_cache(&args)?));
+    let recorded = args.write_phases.as_ref().map(|_| {
+        let phases = Recorded::default();
+        let inner = std::mem::replace(
+            &mut stages.scheduler,
+            Box::new(ipu_exchange::BuiltinScheduler::default()),
+        );
+        stages.scheduler = Box::new(Recorder {
+            inner,
+            phases: phases.clone(),
+        });
+        phases
+    });
     let tiles = args.tiles.unwrap_or(target.tile_count());
     let config = BuildConfig {
         target,
@@ -178,6 +198,10 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     package
         .write(&args.out)
         .map_err(|e| format!("writing the package: {e}"))?;
+    if let (Some(phases), Some(file)) = (&recorded, &args.write_phases) {
+        let count = record_phases::write(phases, tiles, file)?;
+        eprintln!("wrote {count} exchange phases to {}", file.display());
+    }
     summarise(&package, &args.out, graph.name(), start);
     Ok(ExitCode::SUCCESS)
 }

@@ -19,6 +19,7 @@ mod kernels;
 mod logging;
 mod params;
 mod profile;
+mod record_phases;
 mod report;
 mod run_package;
 

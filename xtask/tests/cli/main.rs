@@ -17,6 +17,7 @@ mod determinism;
 mod devices;
 mod hostile;
 mod inspect;
+mod phases;
 mod report;
 mod run;
 mod support;
