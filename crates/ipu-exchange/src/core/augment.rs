@@ -14,7 +14,7 @@ impl Core {
     /// over unicast jobs, then a full look (which also finds multicast jobs
     /// and fanout splits).
     pub(super) fn cover(&mut self, side: usize, v: usize) -> bool {
-        let split = self.config.fanout_split;
+        let split = u64::from(self.config.fanout_split);
         self.try_start(side, v, split, CRITICAL_LOOK)
             || self.augment(side, v)
             || self.try_start(side, v, split, usize::MAX)

@@ -12,9 +12,10 @@ const UNICAST_LOOK: usize = 32;
 impl Core {
     /// Tries to start a job at free node `v` without preempting anything,
     /// looking at up to `budget` of its jobs (round robin from where the
-    /// last look stopped). With `split`, a multicast job may be split by
-    /// fanout. Returns whether a job started.
-    pub(super) fn try_start(&mut self, side: usize, v: usize, split: bool, budget: usize) -> bool {
+    /// last look stopped). With `split` above 0, a multicast job may be
+    /// split by fanout when its sender has `split` times the remaining
+    /// items to spare. Returns whether a job started.
+    pub(super) fn try_start(&mut self, side: usize, v: usize, split: u64, budget: usize) -> bool {
         self.try_start_unicast(side, v) || self.try_start_scan(side, v, split, budget)
     }
 
@@ -77,7 +78,7 @@ impl Core {
 
     /// Looks at up to `budget` of `v`'s jobs for one whose other endpoints
     /// are all free (multicast jobs, and split parts).
-    fn try_start_scan(&mut self, side: usize, v: usize, split: bool, budget: usize) -> bool {
+    fn try_start_scan(&mut self, side: usize, v: usize, split: u64, budget: usize) -> bool {
         let other = 1 - side;
         let mut best: Option<(u64, usize)> = None;
         let mut best_split: Option<(u64, usize)> = None;
@@ -122,7 +123,7 @@ impl Core {
                     .get(node as usize)
                     .is_some_and(Option::is_some)
             };
-            if blocked(SEND, rt.sender) || (!split && blocked(RECV, rt.blocker_node)) {
+            if blocked(SEND, rt.sender) || (split == 0 && blocked(RECV, rt.blocker_node)) {
                 continue;
             }
             let job = &self.jobs[j];
@@ -155,10 +156,11 @@ impl Core {
                 .extra_receivers
                 .iter()
                 .any(|&r| self.busy[RECV][r as usize].is_some());
-            let splittable = split
+            let splittable = split > 0
                 && job.extra_senders.is_empty()
                 && job.extra_receivers.is_empty()
-                && self.target.saturating_sub(self.t + sender_load) >= u64::from(self.rt[j].rem);
+                && self.target.saturating_sub(self.t + sender_load)
+                    >= split * u64::from(self.rt[j].rem);
             // A wide multicast is rejected by the receiver that last
             // blocked it while that one stays busy, so a look costs one
             // test instead of a pass over hundreds of receivers.

@@ -109,7 +109,7 @@ fn wide_multicast_phases_check_and_stay_near_the_bound() {
     }
     eprintln!("horizon {horizon} multicast bound {bound}");
     assert!(
-        horizon * 100 <= bound * 110,
+        horizon * 100 <= bound * 102,
         "horizon {horizon} vs bound {bound}"
     );
 }
@@ -250,4 +250,36 @@ fn receiver_sets_waiting_on_one_sender_give_way_to_the_core() {
     };
     let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
     assert_eq!(s.endpoint_lower_bound(), 5600);
+}
+
+/// Receive-bound wide multicasts whose senders are mostly idle (one or two
+/// transfers each, to up to a quarter of the tiles), the class of the
+/// wide-multicast families at a quarter of their size: greedy fills split
+/// multicasts where the sender has time to spare, so receivers are not left
+/// idle until they become critical. Without those splits these phases end
+/// 2.4–3.2 % above the endpoint bound; with them 0.6–1.2 %.
+#[test]
+fn wide_multicasts_from_idle_senders_end_near_the_bound() {
+    let fabric = fabric();
+    for (tiles, transfers, fanout, bound) in [(256, 350, 70, 200), (256, 700, 70, 40)] {
+        let (mut horizon, mut endpoint) = (0, 0);
+        for seed in 0..3 {
+            let phase = generate_phase(&GenConfig {
+                tile_count: tiles,
+                transfers,
+                target_bound: bound,
+                max_fanout: fanout,
+                paired_percent: 0,
+                balanced_sources: seed % 2 == 0,
+                seed: 300 + seed,
+            });
+            let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+            horizon += s.horizon();
+            endpoint += s.endpoint_lower_bound();
+        }
+        assert!(
+            horizon * 1000 <= endpoint * 1015,
+            "{tiles} tiles, {transfers} transfers, fanout {fanout}: horizon {horizon} vs endpoint bound {endpoint}"
+        );
+    }
 }
