@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ipu_exchange::{
     ExchangeScheduler, Fabric, Phase, Schedule, ScheduleError, ScheduleRequest, Snapshot,
+    ValidPhase,
 };
 
 /// The phases scheduled so far, by label.
@@ -34,10 +35,7 @@ impl ExchangeScheduler for Recorder {
         fabric: &Fabric,
         request: ScheduleRequest,
     ) -> Result<Schedule, ScheduleError> {
-        self.phases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((request.label, phase.clone()));
+        self.record(request, phase);
         self.inner.schedule(phase, fabric, request)
     }
 
@@ -49,6 +47,35 @@ impl ExchangeScheduler for Recorder {
         request: ScheduleRequest,
     ) -> Result<Schedule, ScheduleError> {
         self.inner.readdress(earlier, phase, fabric, request)
+    }
+
+    fn schedule_valid(
+        &self,
+        phase: ValidPhase<'_>,
+        fabric: &Fabric,
+        request: ScheduleRequest,
+    ) -> Result<Schedule, ScheduleError> {
+        self.record(request, phase.phase());
+        self.inner.schedule_valid(phase, fabric, request)
+    }
+
+    fn readdress_valid(
+        &self,
+        earlier: &Schedule,
+        phase: ValidPhase<'_>,
+        fabric: &Fabric,
+        request: ScheduleRequest,
+    ) -> Result<Schedule, ScheduleError> {
+        self.inner.readdress_valid(earlier, phase, fabric, request)
+    }
+}
+
+impl Recorder {
+    fn record(&self, request: ScheduleRequest, phase: &Phase) {
+        self.phases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((request.label, phase.clone()));
     }
 }
 

@@ -32,7 +32,7 @@ use crate::engine::{
 };
 use crate::fabric::Fabric;
 use crate::isa::DecodeError;
-use crate::model::{Phase, PhaseError, Width, validate_phase};
+use crate::model::{Phase, PhaseError, ValidPhase, Width};
 use crate::timeline::Timeline;
 
 /// One thing wrong with a set of rows.
@@ -211,9 +211,20 @@ pub fn check_schedule(
     fabric: &Fabric,
     rows: &EncodedRows,
 ) -> Result<(), Vec<ExchangeCheckError>> {
-    if let Err(e) = validate_phase(phase) {
-        return Err(vec![ExchangeCheckError::Phase(e)]);
+    match ValidPhase::new(phase) {
+        Ok(valid) => check_valid_schedule(valid, fabric, rows),
+        Err(e) => Err(vec![ExchangeCheckError::Phase(e)]),
     }
+}
+
+/// [`check_schedule`] of a phase already validated: every rule but the
+/// phase's own.
+pub fn check_valid_schedule(
+    phase: ValidPhase<'_>,
+    fabric: &Fabric,
+    rows: &EncodedRows,
+) -> Result<(), Vec<ExchangeCheckError>> {
+    let phase = phase.phase();
     let mut errors = Vec::new();
     if rows.tile_count() != phase.tile_count {
         errors.push(ExchangeCheckError::TileCount {

@@ -63,15 +63,15 @@ mod timeline;
 mod words;
 
 pub use bounds::{endpoint_lower_bound, multicast_lower_bound, stronger_lower_bound};
-pub use check::{ExchangeCheckError, check_schedule};
+pub use check::{ExchangeCheckError, check_schedule, check_valid_schedule};
 pub use encode::EncodedRows;
 pub use fabric::{Fabric, FabricError};
 pub use isa::{DecodeError, EncodeError, Instr};
-pub use model::{Phase, PhaseError, Transfer, Width, validate_phase};
+pub use model::{Phase, PhaseError, Transfer, ValidPhase, Width, validate_phase};
 pub use replay::{BlockCopy, ExchangeMemory, MemoryError, ReplayError, ReplayStats, replay};
 pub use schedule::{
     ReaddressMismatch, Schedule, ScheduleConfig, ScheduleError, ScheduleKind, schedule,
-    schedule_phases,
+    schedule_phases, schedule_valid,
 };
 pub use snapshot::{SCHEMA_VERSION, Snapshot, SnapshotError, SnapshotPhase, SnapshotTransfer};
 pub use stage::{BuiltinScheduler, ExchangeScheduler, ScheduleRequest};

@@ -177,6 +177,35 @@ pub fn validate_phase(phase: &Phase) -> Result<(), PhaseError> {
     validate_overlaps(phase)
 }
 
+/// A phase that passed [`validate_phase`], as proof for the entry points
+/// that would otherwise validate it again: [`crate::schedule_valid`],
+/// [`crate::Schedule::readdress_valid`], [`crate::check_valid_schedule`] and
+/// the `_valid` methods of [`crate::ExchangeScheduler`].
+///
+/// Only [`ValidPhase::new`] makes one, and it borrows the phase, so the
+/// phase cannot change while the proof is held. On SigLIP-sized phases the
+/// validation (every transfer's rules, then a bitmap of every destination
+/// range) costs a sixth of scheduling; a package build that schedules,
+/// readdresses and checks each phase pays it once per phase this way
+/// instead of once per step.
+#[derive(Clone, Copy, Debug)]
+pub struct ValidPhase<'a> {
+    phase: &'a Phase,
+}
+
+impl<'a> ValidPhase<'a> {
+    /// Validates `phase` ([`validate_phase`]).
+    pub fn new(phase: &'a Phase) -> Result<ValidPhase<'a>, PhaseError> {
+        validate_phase(phase)?;
+        Ok(ValidPhase { phase })
+    }
+
+    /// The phase.
+    pub fn phase(self) -> &'a Phase {
+        self.phase
+    }
+}
+
 /// Every rule but the memory overlaps: tile ids, counts, alignment and
 /// pairing. The scheduler's core needs only these, so the overlap check
 /// (a sort of every range) can run beside it.

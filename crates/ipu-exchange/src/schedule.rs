@@ -23,7 +23,7 @@ use crate::core::CoreOutput;
 use crate::encode::{EncodedRows, TileActivity, encode_tile};
 use crate::fabric::Fabric;
 use crate::isa::EncodeError;
-use crate::model::{Phase, PhaseError, Width, validate_overlaps, validate_structure};
+use crate::model::{Phase, PhaseError, ValidPhase, Width, validate_overlaps, validate_structure};
 
 mod activity;
 mod plan;
@@ -149,13 +149,22 @@ impl Schedule {
         fabric: &Fabric,
         config: &ScheduleConfig,
     ) -> Result<Schedule, ScheduleError> {
-        let label = config.phase_label;
-        let invalid = |source| ScheduleError::Phase {
-            phase: label,
+        let valid = ValidPhase::new(phase).map_err(|source| ScheduleError::Phase {
+            phase: config.phase_label,
             source,
-        };
-        validate_structure(phase).map_err(invalid)?;
-        validate_overlaps(phase).map_err(invalid)?;
+        })?;
+        self.readdress_valid(valid, fabric, config)
+    }
+
+    /// [`Schedule::readdress`] for a phase already validated.
+    pub fn readdress_valid(
+        &self,
+        phase: ValidPhase<'_>,
+        fabric: &Fabric,
+        config: &ScheduleConfig,
+    ) -> Result<Schedule, ScheduleError> {
+        let phase = phase.phase();
+        let label = config.phase_label;
         if phase.tile_count != self.rows.tile_count() {
             return Err(ScheduleError::Readdress {
                 phase: label,
@@ -386,7 +395,16 @@ pub fn schedule(
     fabric: &Fabric,
     config: &ScheduleConfig,
 ) -> Result<Schedule, ScheduleError> {
-    schedule_labeled(phase, fabric, config, config.phase_label)
+    schedule_labeled(phase, fabric, config, config.phase_label, false)
+}
+
+/// [`schedule`] for a phase already validated.
+pub fn schedule_valid(
+    phase: ValidPhase<'_>,
+    fabric: &Fabric,
+    config: &ScheduleConfig,
+) -> Result<Schedule, ScheduleError> {
+    schedule_labeled(phase.phase(), fabric, config, config.phase_label, true)
 }
 
 /// Schedules many phases in parallel; the result is the same whatever the
@@ -399,23 +417,29 @@ pub fn schedule_phases(
     phases
         .par_iter()
         .enumerate()
-        .map(|(i, p)| schedule_labeled(p, fabric, config, i as u32))
+        .map(|(i, p)| schedule_labeled(p, fabric, config, i as u32, false))
         .collect::<Vec<_>>()
         .into_iter()
         .collect()
 }
 
+/// Schedules `phase`, which was validated already when `valid` (the core
+/// needs only the structural rules, so otherwise the overlap check runs
+/// beside the planning).
 fn schedule_labeled(
     phase: &Phase,
     fabric: &Fabric,
     config: &ScheduleConfig,
     label: u32,
+    valid: bool,
 ) -> Result<Schedule, ScheduleError> {
     let invalid = |source| ScheduleError::Phase {
         phase: label,
         source,
     };
-    validate_structure(phase).map_err(invalid)?;
+    if !valid {
+        validate_structure(phase).map_err(invalid)?;
+    }
     if phase.tile_count > fabric.tile_count() {
         return Err(ScheduleError::TileCount {
             phase: label,
@@ -457,7 +481,11 @@ fn schedule_labeled(
     let ((overlaps, multicast), (ordinary, paired)) = rayon::join(
         || {
             (
-                validate_overlaps(phase),
+                if valid {
+                    Ok(())
+                } else {
+                    validate_overlaps(phase)
+                },
                 multicast_lower_bound(phase, fabric).max(stronger),
             )
         },

@@ -7,7 +7,9 @@
 //! [`check_schedule`](crate::check_schedule), which reads only the decoded
 //! rows, on whatever comes back.
 
-use crate::{Fabric, Phase, Schedule, ScheduleConfig, ScheduleError, schedule};
+use crate::{
+    Fabric, Phase, Schedule, ScheduleConfig, ScheduleError, ValidPhase, schedule, schedule_valid,
+};
 
 /// What the caller asks of one phase's schedule, beyond the phase itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +35,30 @@ pub trait ExchangeScheduler: Send + Sync {
         fabric: &Fabric,
         request: ScheduleRequest,
     ) -> Result<Schedule, ScheduleError>;
+
+    /// [`ExchangeScheduler::schedule`] of a phase the caller has validated
+    /// ([`ValidPhase`]); a scheduler that validates its input may skip
+    /// that. By default the phase is scheduled as any other.
+    fn schedule_valid(
+        &self,
+        phase: ValidPhase<'_>,
+        fabric: &Fabric,
+        request: ScheduleRequest,
+    ) -> Result<Schedule, ScheduleError> {
+        self.schedule(phase.phase(), fabric, request)
+    }
+
+    /// [`ExchangeScheduler::readdress`] of a phase the caller has
+    /// validated; by default readdressed as any other.
+    fn readdress_valid(
+        &self,
+        earlier: &Schedule,
+        phase: ValidPhase<'_>,
+        fabric: &Fabric,
+        request: ScheduleRequest,
+    ) -> Result<Schedule, ScheduleError> {
+        self.readdress(earlier, phase.phase(), fabric, request)
+    }
 
     /// The rows of `phase`, which has the transfers of the phase `earlier`
     /// was made for at other addresses. By default the timing of `earlier`
@@ -95,5 +121,24 @@ impl ExchangeScheduler for BuiltinScheduler {
         request: ScheduleRequest,
     ) -> Result<Schedule, ScheduleError> {
         earlier.readdress(phase, fabric, &self.config_for(request))
+    }
+
+    fn schedule_valid(
+        &self,
+        phase: ValidPhase<'_>,
+        fabric: &Fabric,
+        request: ScheduleRequest,
+    ) -> Result<Schedule, ScheduleError> {
+        schedule_valid(phase, fabric, &self.config_for(request))
+    }
+
+    fn readdress_valid(
+        &self,
+        earlier: &Schedule,
+        phase: ValidPhase<'_>,
+        fabric: &Fabric,
+        request: ScheduleRequest,
+    ) -> Result<Schedule, ScheduleError> {
+        earlier.readdress_valid(phase, fabric, &self.config_for(request))
     }
 }

@@ -69,8 +69,15 @@ fn good() -> Vec<Vec<u32>> {
     ]
 }
 
+/// The checker's verdict, which must be the same through the entry point
+/// for an already validated phase.
 fn check(rows: Vec<Vec<u32>>) -> Result<(), Vec<ExchangeCheckError>> {
-    check_schedule(&phase(), &fabric(), &EncodedRows::from_tile_rows(rows))
+    let (phase, fabric) = (phase(), fabric());
+    let rows = EncodedRows::from_tile_rows(rows);
+    let verdict = check_schedule(&phase, &fabric, &rows);
+    let valid = ValidPhase::new(&phase).expect("the phase is valid");
+    assert_eq!(check_valid_schedule(valid, &fabric, &rows), verdict);
+    verdict
 }
 
 #[test]

@@ -184,3 +184,70 @@ fn the_first_overlap_by_tile_is_reported_whatever_the_thread_count() {
     assert_eq!(one, run(2));
     assert_eq!(one, run(4));
 }
+
+/// A phase validated once (`ValidPhase`) schedules, readdresses and checks
+/// through the `_valid` entry points exactly as through the ones that
+/// validate it themselves; an invalid phase gets no proof, with the error
+/// `validate_phase` gives.
+#[test]
+fn validated_phases_take_the_same_paths() {
+    use ipu_exchange::generate::{GenConfig, generate_phase};
+    let fabric = Fabric::ipu21().expect("the built-in device");
+    let phase = generate_phase(&GenConfig {
+        tile_count: 64,
+        transfers: 300,
+        target_bound: 400,
+        max_fanout: 6,
+        paired_percent: 20,
+        balanced_sources: true,
+        seed: 11,
+    });
+    let config = ScheduleConfig {
+        relocatable: true,
+        ..ScheduleConfig::default()
+    };
+    let valid = ValidPhase::new(&phase).expect("generated phases are valid");
+    let plain = schedule(&phase, &fabric, &config).expect("schedules");
+    let proved = schedule_valid(valid, &fabric, &config).expect("schedules");
+    assert_eq!(plain.rows(), proved.rows());
+    assert_eq!(plain.horizon(), proved.horizon());
+    assert_eq!(check_valid_schedule(valid, &fabric, proved.rows()), Ok(()));
+    // The same transfers elsewhere: every destination 64 KiB higher.
+    let mut moved = phase.clone();
+    for t in &mut moved.transfers {
+        for (_, address) in &mut t.destinations {
+            *address += 0x1_0000;
+        }
+    }
+    let moved_valid = ValidPhase::new(&moved).expect("still valid");
+    let again = plain
+        .readdress(&moved, &fabric, &config)
+        .expect("readdresses");
+    let again_valid = proved
+        .readdress_valid(moved_valid, &fabric, &config)
+        .expect("readdresses");
+    assert_eq!(again.rows(), again_valid.rows());
+    assert_ne!(again.rows(), plain.rows());
+    assert_eq!(
+        check_valid_schedule(moved_valid, &fabric, again_valid.rows()),
+        Ok(())
+    );
+    // The moved rows are not the first phase's.
+    assert!(check_valid_schedule(valid, &fabric, again_valid.rows()).is_err());
+
+    let bad = phase_with_overlap();
+    assert_eq!(
+        ValidPhase::new(&bad).map(|_| ()),
+        validate_phase(&bad),
+        "an invalid phase gets no proof"
+    );
+    assert!(validate_phase(&bad).is_err());
+}
+
+/// Two transfers writing the same bytes of tile 1.
+fn phase_with_overlap() -> Phase {
+    phase(vec![
+        transfer(0, 1, 0x4c000, 0x90000, 4),
+        transfer(2, 1, 0x4c000, 0x90008, 4),
+    ])
+}

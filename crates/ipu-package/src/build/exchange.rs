@@ -10,7 +10,10 @@
 
 use std::collections::HashMap;
 
-use ipu_exchange::{EncodedRows, ExchangeScheduler, Schedule, ScheduleRequest, check_schedule};
+use ipu_exchange::{
+    EncodedRows, ExchangeScheduler, Schedule, ScheduleError, ScheduleRequest, ValidPhase,
+    check_valid_schedule,
+};
 use ipu_layout::TileId;
 use rayon::prelude::*;
 
@@ -223,9 +226,20 @@ pub(super) fn schedule_phases(
                     label: i as u32,
                     relocatable: b1.is_some(),
                 };
+                // Each phase is validated once, here; the scheduler and
+                // the checker take the proof instead of validating again.
+                let valid = |phase| {
+                    ValidPhase::new(phase).map_err(|source| {
+                        scheduler_error(ScheduleError::Phase {
+                            phase: i as u32,
+                            source,
+                        })
+                    })
+                };
+                let v0 = valid(&b0.phase)?;
                 let s0 = match &prev {
-                    Some(p) => scheduler.readdress(&p.schedule, &b0.phase, fabric, request),
-                    None => scheduler.schedule(&b0.phase, fabric, request),
+                    Some(p) => scheduler.readdress_valid(&p.schedule, v0, fabric, request),
+                    None => scheduler.schedule_valid(v0, fabric, request),
                 }
                 .map_err(scheduler_error)?;
                 // The first iteration's rows are checked while the next
@@ -235,7 +249,7 @@ pub(super) fn schedule_phases(
                 let (checked0, next) = rayon::join(
                     || {
                         if verify {
-                            check_schedule(&b0.phase, fabric, s0.rows())
+                            check_valid_schedule(v0, fabric, s0.rows())
                         } else {
                             Ok(())
                         }
@@ -244,11 +258,12 @@ pub(super) fn schedule_phases(
                         b1.as_ref().map(|b1| {
                             // The next iteration moves the same transfers: the
                             // same timing with its addresses.
+                            let v1 = valid(&b1.phase)?;
                             let s1 = scheduler
-                                .readdress(&s0, &b1.phase, fabric, request)
+                                .readdress_valid(&s0, v1, fabric, request)
                                 .map_err(scheduler_error)?;
                             if verify
-                                && let Err(errors) = check_schedule(&b1.phase, fabric, s1.rows())
+                                && let Err(errors) = check_valid_schedule(v1, fabric, s1.rows())
                             {
                                 return Err(rejected(true, errors));
                             }
