@@ -276,6 +276,21 @@ impl Variant {
         r_large: u32,
         model: &AmpModel,
     ) -> Result<Self, KernelError> {
+        Self::unnamed(shape, k, c, r_small, r_large, model)?.named()
+    }
+
+    /// [`Variant::new`] without its name and key, which only the chosen
+    /// variant needs: [`plan_variant`] costs hundreds of candidate blocks
+    /// per shape, and serialising and hashing each one's description was a
+    /// tenth of a SigLIP build's kernel planning.
+    pub(crate) fn unnamed(
+        shape: &GemmShape,
+        k: u32,
+        c: u32,
+        r_small: u32,
+        r_large: u32,
+        model: &AmpModel,
+    ) -> Result<Self, KernelError> {
         model.validate()?;
         let arithmetic = validate_shape(shape, r_small, r_large)?;
         let micro = arithmetic.micro_inner(model);
@@ -303,6 +318,27 @@ impl Variant {
             rows: r_large,
             ..*shape
         };
+        let variant = Self {
+            shape,
+            arithmetic,
+            k,
+            c,
+            r_small,
+            r_large,
+            model: model.clone(),
+            name: String::new(),
+            key: String::new(),
+        };
+        // Every address the programs compute is below the largest operand
+        // size, so checking the sizes once here makes the builder's
+        // arithmetic safe.
+        variant.operand_bytes(r_large)?;
+        Ok(variant)
+    }
+
+    /// Gives an [`Variant::unnamed`] variant its name and key.
+    pub(crate) fn named(mut self) -> Result<Self, KernelError> {
+        let shape = &self.shape;
         let prefix = if shape.right.is_fp8() { "f8" } else { "f16" };
         let memory = match shape.right_class {
             MemoryClass::Ipu21Interleaved => "_interleaved",
@@ -313,16 +349,17 @@ impl Variant {
             ElementOrder::RowMajor => "_left_rowmajor",
             ElementOrder::Amp(_) => "",
         };
-        let name = format!("gemm_{prefix}{memory}{left}_k{k}_c{c}_r{r_small}_r{r_large}");
+        let (k, c, r_small, r_large) = (self.k, self.c, self.r_small, self.r_large);
+        self.name = format!("gemm_{prefix}{memory}{left}_k{k}_c{c}_r{r_small}_r{r_large}");
         let spec = VariantSpec {
-            shape: &shape,
+            shape,
             k,
             c,
             r_small,
             r_large,
-            model,
+            model: &self.model,
         };
-        let key = match serde_json::to_vec(&spec) {
+        self.key = match serde_json::to_vec(&spec) {
             Ok(bytes) => hex(&Sha256::digest(&bytes)),
             Err(e) => {
                 return Err(KernelError::Metadata {
@@ -330,22 +367,7 @@ impl Variant {
                 });
             }
         };
-        let variant = Self {
-            shape,
-            arithmetic,
-            k,
-            c,
-            r_small,
-            r_large,
-            model: model.clone(),
-            name,
-            key,
-        };
-        // Every address the programs compute is below the largest operand
-        // size, so checking the sizes once here makes the builder's
-        // arithmetic safe.
-        variant.operand_bytes(r_large)?;
-        Ok(variant)
+        Ok(self)
     }
 
     /// The seed's name scheme: `gemm_{f16|f8}{_interleaved}_k{K}_c{C}_r{S}_r{L}`,
@@ -591,7 +613,7 @@ pub fn plan_variant(
         while c <= c_top {
             let block = u64::from(k) * u64::from(c) * weight_bytes;
             if block <= u64::from(config.max_block_bytes) {
-                let v = Variant::new(shape, k, c, rows_small, rows_large, model)?;
+                let v = Variant::unnamed(shape, k, c, rows_small, rows_large, model)?;
                 // Cycles rank first, so a block slower than the best so far
                 // loses whatever its code size: its modes are costed only
                 // while their sum could still win, and its code (the
@@ -619,7 +641,8 @@ pub fn plan_variant(
         }
         k += micro;
     }
-    best.map(|(_, v)| v)
+    best.map(|(_, v)| v.named())
+        .transpose()?
         .ok_or_else(|| KernelError::NoFeasibleBlock {
             variant: format!(
                 "{} x {} x {} ({} x {} -> {})",

@@ -63,7 +63,17 @@ fn planner_is_at_least_as_good_as_the_seed_blocks() {
     // The seed kept each shard as one block; the planner may cut the
     // columns so that workers split them, and must never estimate worse.
     for (seed, &(k, c, rs, rl)) in seed_variants().iter().zip(&SEED_VARIANTS) {
-        let v = plan_variant(&seed_shape(k, c, rl), rs, rl, &PlanConfig::default()).expect("plans");
+        let shape = seed_shape(k, c, rl);
+        let v = plan_variant(&shape, rs, rl, &PlanConfig::default()).expect("plans");
+        // The planner names only the block it keeps; the result is the
+        // variant of those blocks, name and key included.
+        let model = PlanConfig::default().model;
+        let same = Variant::new(&shape, v.k(), v.c(), rs, rl, &model).expect("the kept blocks");
+        assert_eq!(v, same);
+        assert!(
+            v.name().starts_with("gemm_") && v.key().len() == 64,
+            "{v:?}"
+        );
         for mode in Mode::ALL {
             let planned = estimate_cycles(&v, rl, mode).cycles;
             let seeded = estimate_cycles(seed, rl, mode).cycles;
