@@ -119,6 +119,9 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         Err(code) => return Ok(code),
     };
     check_out(&args.out)?;
+    if let Some(file) = &args.write_phases {
+        record_phases::check_file(file)?;
+    }
     let target = match crate::device::read(args.device.as_deref()) {
         Ok(t) => t,
         Err(e) => {

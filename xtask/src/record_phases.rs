@@ -79,6 +79,26 @@ impl Recorder {
     }
 }
 
+/// Refuses, before any work, a `--write-phases` path that cannot be
+/// written: a directory, or a file in a directory that does not exist.
+pub(crate) fn check_file(file: &std::path::Path) -> Result<(), String> {
+    if file.is_dir() {
+        return Err(format!(
+            "--write-phases {}: it is a directory; give a file name",
+            file.display()
+        ));
+    }
+    let parent = file.parent().unwrap_or(std::path::Path::new(""));
+    if !parent.as_os_str().is_empty() && !parent.is_dir() {
+        return Err(format!(
+            "--write-phases {}: the directory {} does not exist",
+            file.display(),
+            parent.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Writes the recorded phases in label order (a label scheduled twice
 /// keeps its last phase); snapshot phase `i` is the build's step `i` when
 /// every step was scheduled.

@@ -64,3 +64,31 @@ fn written_phases_schedule_again_to_the_packaged_horizons() {
     again.succeeded();
     assert_eq!(table_rows(&again.stdout), packaged, "{}", again.describe());
 }
+
+/// A `--write-phases` path that cannot be written is refused before any
+/// work, and nothing is built.
+#[test]
+fn an_unwritable_phases_file_is_refused_before_the_build() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.out("never");
+    let missing = sandbox.out("no-such-dir").join("phases.json");
+    let missing = missing.to_string_lossy().into_owned();
+    let outcome = sandbox.build(
+        &fixture("tiny-2l-h64.json"),
+        "64",
+        &out,
+        None,
+        &["--write-phases", &missing],
+    );
+    assert!(!outcome.status.success(), "{}", outcome.describe());
+    assert!(
+        outcome.stderr.contains("--write-phases"),
+        "{}",
+        outcome.describe()
+    );
+    assert!(
+        !out.exists(),
+        "a package was written: {}",
+        outcome.describe()
+    );
+}
