@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 
 use ipu_alloc::{Request, RequestId};
+use ipu_layout::hash::FoldBuildHasher;
 use ipu_layout::{EntityId, MemoryClass, TileId};
 use smallvec::SmallVec;
 
@@ -249,7 +250,10 @@ pub fn plan_storage(program: &Program, tiles: u32) -> Result<StoragePlan, Storag
         .unwrap_or(0)
         .max(tiles) as usize;
     let mut tiles: Vec<TileStorage> = vec![TileStorage::default(); tile_count];
-    let mut index_of: HashMap<(TileId, BufferId), RequestId> = HashMap::new();
+    // One entry per shard of every buffer (a stacked weight's members
+    // each): hundreds of thousands of inserts on one thread, before
+    // placement can start, so the cheap hasher.
+    let mut index_of: HashMap<(TileId, BufferId), RequestId, FoldBuildHasher> = HashMap::default();
     for (id, b) in program.buffers.iter() {
         if let Some(&(head, i)) = stacked.get(&id)
             && (head != id || i != 0)
