@@ -5,8 +5,10 @@
 //! The recorder is an [`ExchangeScheduler`] around the build's own: the
 //! package builder calls it like any scheduler stage, so the phases are
 //! exactly the ones the build scheduled, at their placed addresses, and
-//! the package is the same with or without it. Readdressed iterations of
-//! a repeat body are the same transfers elsewhere and are not recorded.
+//! the package is the same with or without it. Readdressed phases are not
+//! recorded: the next iteration of a repeat body is the same transfers
+//! elsewhere, and a step a later placement round only readdresses keeps
+//! the addresses it was first scheduled at in the file.
 
 use std::sync::{Arc, Mutex, PoisonError};
 

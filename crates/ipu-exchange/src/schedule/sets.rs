@@ -106,8 +106,8 @@ pub(super) fn schedule_by_sets(jobs: &[Job], nodes: usize) -> Option<CoreOutput>
     // Measured on SigLIP b2: `gemm enc0.fc2` 20,268 one way and 20,188 the
     // other, `gemm enc0.out` 8,178 and 8,172.
     // A first schedule that ends at the busiest node's load cannot be
-    // bettered, and the second is not built (SigLIP b2's `gemm embed.y`,
-    // `enc0.qkv`, `enc0.out` and `head.kv`).
+    // bettered, and the second is not built (on SigLIP b2: `gemm
+    // embed.y`, `enc0.qkv`, `head.kv` and three small head steps).
     let mut sender_load = vec![0u64; nodes];
     for j in jobs {
         sender_load[j.sender as usize] += u64::from(j.len);
