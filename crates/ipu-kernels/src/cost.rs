@@ -45,7 +45,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::program::{AmpOp, AmpProgram, WorkShare, best_split, op_code_instructions, split_work};
+use crate::program::{AmpOp, AmpProgram, best_split, op_code_instructions, split_work};
 use crate::variant::{Arithmetic, round_up};
 use crate::{AmpModel, Mode, Variant};
 
@@ -119,6 +119,11 @@ fn block_runs(first: u64, n: u64, w: u64, panel: u64) -> u64 {
     let Some(end_w) = end.checked_mul(w) else {
         return block_runs_wide(first, n, w, panel);
     };
+    // Every block inside the first panel (a row-major operand's only one):
+    // one run each.
+    if end_w <= panel {
+        return n;
+    }
     // Panel boundaries p·panel with first·w < p·panel < end·w ...
     let inside = (end_w - 1) / panel - (first * w) / panel;
     // ... of which those at a block start are not inside a block.
@@ -228,16 +233,9 @@ pub fn estimate_cycles(variant: &Variant, rows: u32, mode: Mode) -> CycleEstimat
     finish(variant, rows, busiest, shares.len() as u32)
 }
 
-/// Instructions of the busiest worker of a split, in closed form; once a
-/// share reaches `below` the rest are not looked at and the figure
-/// returned is at least `below` (a split search passes its best so far:
-/// a split that cannot beat it need not be costed in full).
-pub(crate) fn busiest_instructions(
-    variant: &Variant,
-    shares: &[WorkShare],
-    mode: Mode,
-    below: u64,
-) -> u64 {
+/// Instructions of one worker whose share is `n` rows by the column blocks
+/// summed in `sums`, in closed form. Never falls as `n` grows.
+fn share_instructions(variant: &Variant, sums: &ShareSums, n: u64, mode: Mode) -> u64 {
     let model = variant.model();
     let s = variant.shape();
     let a = variant.arithmetic();
@@ -245,43 +243,100 @@ pub(crate) fn busiest_instructions(
     let group = a.group();
     let weight_eb = s.right.element_bytes();
     let load = load_bytes(s.right_class, model);
-    let mut busiest = 0u64;
-    for share in shares {
-        let n = u64::from(share.rows);
-        let sums = share_sums(variant, share.block_start, share.blocks);
-        let mut total = u64::from(model.worker_setup_instructions);
-        // Partial stores, and loads in accumulate mode.
-        let partial_ops = if mode == Mode::Accumulate { 2 } else { 1 };
-        let partial = sums.nc * u64::from(model.partial_setup_instructions) + sums.out_runs;
-        total += partial_ops * partial;
-        // Coefficient loads and row streams, one of each per block pair.
-        let per_pair = u64::from(model.coefficient_setup_instructions)
-            + u64::from(model.stream_setup_instructions)
-            + u64::from(model.pipeline_instructions);
-        total +=
-            sums.nc * sums.nk * per_pair + sums.nk * sums.right_runs + sums.nc * sums.left_runs;
-        for &(cw, cn) in &sums.column_widths {
-            for &(kw, kn) in &sums.inner_widths {
-                if cn == 0 || kn == 0 {
-                    continue;
-                }
-                let load_instructions = (kw * cw * weight_eb).div_ceil(load);
-                // Saturating: `rows` is the caller's and may be anything.
-                let amp = n
-                    .saturating_mul(u64::from(round_up(kw as u32, group)))
-                    .saturating_mul(u64::from(round_up(cw as u32, model.column_multiple)))
-                    .div_ceil(rate);
-                total = total.saturating_add(
-                    (cn * kn).saturating_mul(load_instructions.saturating_add(amp)),
-                );
+    let mut total = u64::from(model.worker_setup_instructions);
+    // Partial stores, and loads in accumulate mode.
+    let partial_ops = if mode == Mode::Accumulate { 2 } else { 1 };
+    let partial = sums.nc * u64::from(model.partial_setup_instructions) + sums.out_runs;
+    total += partial_ops * partial;
+    // Coefficient loads and row streams, one of each per block pair.
+    let per_pair = u64::from(model.coefficient_setup_instructions)
+        + u64::from(model.stream_setup_instructions)
+        + u64::from(model.pipeline_instructions);
+    total += sums.nc * sums.nk * per_pair + sums.nk * sums.right_runs + sums.nc * sums.left_runs;
+    for &(cw, cn) in &sums.column_widths {
+        for &(kw, kn) in &sums.inner_widths {
+            if cn == 0 || kn == 0 {
+                continue;
             }
-        }
-        busiest = busiest.max(total);
-        if busiest >= below {
-            break;
+            let load_instructions = (kw * cw * weight_eb).div_ceil(load);
+            // Saturating: `rows` is the caller's and may be anything.
+            let amp = n
+                .saturating_mul(u64::from(round_up(kw as u32, group)))
+                .saturating_mul(u64::from(round_up(cw as u32, model.column_multiple)))
+                .div_ceil(rate);
+            total = total
+                .saturating_add((cn * kn).saturating_mul(load_instructions.saturating_add(amp)));
         }
     }
-    busiest
+    total
+}
+
+/// The split search of one variant (`program::best_split`), costed in
+/// closed form. A split's busiest worker is one with the first row range
+/// (the longest: a worker's instructions never fall as its rows grow), so
+/// a split costs one share per column range; the column ranges' sums are
+/// computed once, for every column part count, whatever the rows.
+pub(crate) struct SplitCosts<'a> {
+    variant: &'a Variant,
+    column_blocks: u32,
+    /// The sums of `p` column parts' ranges start at `p (p − 1) / 2`, for
+    /// `p` up to the worker count and the column blocks.
+    sums: Vec<ShareSums>,
+}
+
+impl<'a> SplitCosts<'a> {
+    pub(crate) fn new(variant: &'a Variant, column_blocks: u32) -> Self {
+        let workers = variant.model().worker_contexts.max(1);
+        let mut sums = Vec::new();
+        for parts in 1..=workers.min(column_blocks) {
+            sums.extend(
+                crate::program::balanced_ranges(column_blocks, parts)
+                    .map(|(start, blocks)| share_sums(variant, start, blocks)),
+            );
+        }
+        SplitCosts {
+            variant,
+            column_blocks,
+            sums,
+        }
+    }
+
+    /// The split `(row_parts, column_parts)` of `rows` rows whose busiest
+    /// worker has the fewest instructions in `mode`, and that figure: of
+    /// every grid `row_parts × column_parts <= worker_contexts` with no
+    /// more parts than rows or column blocks, ties going to more row parts,
+    /// then more column parts.
+    pub(crate) fn best(&self, rows: u32, mode: Mode) -> (u32, u32, u64) {
+        let workers = self.variant.model().worker_contexts.max(1);
+        let mut best: Option<(u64, u32, u32)> = None;
+        for row_parts in (1..=workers.min(rows.max(1))).rev() {
+            let n = u64::from(rows.div_ceil(row_parts));
+            for column_parts in (1..=(workers / row_parts).min(self.column_blocks.max(1))).rev() {
+                // Only a strictly cheaper split replaces the best, so
+                // costing stops once a share reaches the best's figure.
+                let below = best.map_or(u64::MAX, |(b, _, _)| b);
+                let cost = if rows == 0 || self.column_blocks == 0 {
+                    0
+                } else {
+                    let parts = column_parts as usize;
+                    let first = parts * (parts - 1) / 2;
+                    let mut busiest = 0u64;
+                    for sums in &self.sums[first..first + parts] {
+                        busiest = busiest.max(share_instructions(self.variant, sums, n, mode));
+                        if busiest >= below {
+                            break;
+                        }
+                    }
+                    busiest
+                };
+                if best.is_none() || cost < below {
+                    best = Some((cost, row_parts, column_parts));
+                }
+            }
+        }
+        let (cost, row_parts, column_parts) = best.unwrap_or((0, 1, 1));
+        (row_parts, column_parts, cost)
+    }
 }
 
 /// Static code instructions of one entry, in closed form (the same count as
@@ -399,7 +454,70 @@ pub fn op_instructions(op: &AmpOp, model: &AmpModel) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{block_runs, block_runs_wide, panels_touched};
+    use super::{
+        SplitCosts, block_runs, block_runs_wide, panels_touched, share_instructions, share_sums,
+    };
+    use crate::program::{WorkShare, grid_split};
+    use crate::{AmpModel, Mode, Variant};
+
+    /// Instructions of the busiest worker of `shares`, share by share: the
+    /// definition [`SplitCosts`] shortens, for tests.
+    fn busiest_instructions(variant: &Variant, shares: &[WorkShare], mode: Mode) -> u64 {
+        shares
+            .iter()
+            .map(|share| {
+                let sums = share_sums(variant, share.block_start, share.blocks);
+                share_instructions(variant, &sums, u64::from(share.rows), mode)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The search over every split, each costed share by share: what
+    /// [`SplitCosts::best`] must choose.
+    fn best_by_every_share(variant: &Variant, rows: u32, mode: Mode) -> (u32, u32, u64) {
+        let workers = variant.model().worker_contexts.max(1);
+        let column_blocks = variant.shape().columns.div_ceil(variant.c());
+        let mut best: Option<(u64, u32, u32)> = None;
+        for row_parts in (1..=workers.min(rows.max(1))).rev() {
+            for column_parts in (1..=(workers / row_parts).min(column_blocks.max(1))).rev() {
+                let shares = grid_split(rows, column_blocks, row_parts, column_parts);
+                let cost = busiest_instructions(variant, &shares, mode);
+                if best.is_none_or(|(b, _, _)| cost < b) {
+                    best = Some((cost, row_parts, column_parts));
+                }
+            }
+        }
+        let (cost, r, c) = best.expect("one split at least");
+        (r, c, cost)
+    }
+
+    #[test]
+    fn split_costs_choose_the_split_every_share_would() {
+        let model = AmpModel::ipu21();
+        let mut orders = 0;
+        for (inner, columns) in [(32, 16), (64, 48), (96, 100), (288, 96), (64, 400)] {
+            for (k, c) in [(32, 16), (32, 48), (64, 32), (96, 96)] {
+                for rows in [1, 2, 5, 7, 13, 64, 244] {
+                    let shape = crate::siglip::seed_shape(inner, columns, rows);
+                    let Ok(v) = Variant::new(&shape, k, c, rows, rows, &model) else {
+                        continue;
+                    };
+                    for mode in Mode::ALL {
+                        let column_blocks = columns.div_ceil(c);
+                        let quick = SplitCosts::new(&v, column_blocks).best(rows, mode);
+                        assert_eq!(
+                            quick,
+                            best_by_every_share(&v, rows, mode),
+                            "{inner}×{columns} k {k} c {c} rows {rows} {mode:?}"
+                        );
+                        orders += 1;
+                    }
+                }
+            }
+        }
+        assert!(orders > 100, "{orders} cases");
+    }
 
     #[test]
     fn block_runs_equal_the_sum_over_blocks() {

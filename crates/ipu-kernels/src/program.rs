@@ -273,33 +273,32 @@ pub(crate) struct WorkShare {
     pub blocks: u32,
 }
 
+/// `total` items cut into `parts` balanced contiguous ranges, the first
+/// ones one longer, as `(start, len)`; empty ranges are dropped.
+pub(crate) fn balanced_ranges(total: u32, parts: u32) -> impl Iterator<Item = (u32, u32)> {
+    let parts = parts.max(1);
+    let (base, extra) = (total / parts, total % parts);
+    (0..parts)
+        .map(move |p| {
+            // Ranges before `p`: `base` each, one more for the first `extra`.
+            let start = base * p + p.min(extra);
+            (start, base + u32::from(p < extra))
+        })
+        .filter(|&(_, n)| n > 0)
+}
+
 /// The shares of a `row_parts × column_parts` split of `rows` rows and
 /// `column_blocks` column blocks: rows and column blocks are cut into
-/// balanced contiguous ranges (the first ranges one longer), row ranges
-/// outermost. Empty shares are dropped.
+/// [`balanced_ranges`], row ranges outermost. Empty shares are dropped.
 pub(crate) fn grid_split(
     rows: u32,
     column_blocks: u32,
     row_parts: u32,
     column_parts: u32,
 ) -> Vec<WorkShare> {
-    let ranges = |total: u32, parts: u32| -> Vec<(u32, u32)> {
-        let parts = parts.max(1);
-        let (base, extra) = (total / parts, total % parts);
-        let mut start = 0;
-        (0..parts)
-            .map(|p| {
-                let n = base + u32::from(p < extra);
-                let range = (start, n);
-                start += n;
-                range
-            })
-            .filter(|&(_, n)| n > 0)
-            .collect()
-    };
     let mut shares = Vec::new();
-    for (row_start, rows) in ranges(rows, row_parts) {
-        for &(block_start, blocks) in &ranges(column_blocks, column_parts) {
+    for (row_start, rows) in balanced_ranges(rows, row_parts) {
+        for (block_start, blocks) in balanced_ranges(column_blocks, column_parts) {
             shares.push(WorkShare {
                 row_start,
                 rows,
@@ -324,22 +323,13 @@ pub(crate) fn split_work(variant: &Variant, rows: u32, mode: Mode) -> Vec<WorkSh
 
 /// [`split_work`]'s split and its busiest worker's instructions.
 pub(crate) fn best_split(variant: &Variant, rows: u32, mode: Mode) -> (Vec<WorkShare>, u64) {
-    let workers = variant.model().worker_contexts.max(1);
     let column_blocks = variant.shape().columns.div_ceil(variant.c());
-    let mut best: Option<(u64, Vec<WorkShare>)> = None;
-    for row_parts in (1..=workers.min(rows.max(1))).rev() {
-        for column_parts in (1..=(workers / row_parts).min(column_blocks.max(1))).rev() {
-            let shares = grid_split(rows, column_blocks, row_parts, column_parts);
-            // Only a strictly cheaper split replaces the best, so costing
-            // stops once a share reaches the best's figure.
-            let below = best.as_ref().map_or(u64::MAX, |(b, _)| *b);
-            let cost = crate::cost::busiest_instructions(variant, &shares, mode, below);
-            if best.is_none() || cost < below {
-                best = Some((cost, shares));
-            }
-        }
-    }
-    best.map(|(b, s)| (s, b)).unwrap_or_default()
+    let (row_parts, column_parts, busiest) =
+        crate::cost::SplitCosts::new(variant, column_blocks).best(rows, mode);
+    (
+        grid_split(rows, column_blocks, row_parts, column_parts),
+        busiest,
+    )
 }
 
 /// Runs covering rows `row0..row0 + nrows` and columns `col0..col0 + ncols`
