@@ -15,6 +15,7 @@ use ipu_exchange::{
     check_valid_schedule,
 };
 use ipu_layout::TileId;
+use ipu_layout::hash::FoldBuildHasher;
 use rayon::prelude::*;
 
 use super::{BuildError, Device};
@@ -22,20 +23,21 @@ use crate::package::{BufferAddresses, PackagePhase, PhaseInfo, RowPatch};
 use crate::phases::{FragmentCache, PhaseBuild, PhaseShape};
 use crate::program::{BufferId, Program, Redistribute, Step};
 
+/// Each per-iteration buffer of a repeat body mapped to its buffer in
+/// iteration 1. Looked up for every transfer of the body's steps when they
+/// are shaped, so with the cheap [`FoldBuildHasher`].
+type NextIteration = HashMap<BufferId, BufferId, FoldBuildHasher>;
+
 /// One exchange step to schedule.
 struct Job<'a> {
     name: String,
     copies: &'a [Redistribute],
     /// For a step in a repeat body: each per-iteration buffer's buffer in
     /// iteration 1.
-    next: Option<HashMap<BufferId, BufferId>>,
+    next: Option<NextIteration>,
 }
 
-fn collect<'a>(
-    steps: &'a [Step],
-    next: Option<&HashMap<BufferId, BufferId>>,
-    out: &mut Vec<Job<'a>>,
-) {
+fn collect<'a>(steps: &'a [Step], next: Option<&NextIteration>, out: &mut Vec<Job<'a>>) {
     for step in steps {
         match step {
             Step::Exchange { name, copies } => out.push(Job {
@@ -49,13 +51,13 @@ fn collect<'a>(
                 count,
                 ..
             } => {
-                let subst: HashMap<BufferId, BufferId> = if *count > 1 {
+                let subst: NextIteration = if *count > 1 {
                     iteration_buffers
                         .iter()
                         .filter_map(|(b, list)| list.get(1).map(|&n| (*b, n)))
                         .collect()
                 } else {
-                    HashMap::new()
+                    HashMap::default()
                 };
                 collect(body, Some(&subst), out);
             }

@@ -401,7 +401,20 @@ fn plan_once(
 ) -> Result<Planned, BuildError> {
     let Replans { measured, failed } = memory;
     let program = lower(graph, lower_config)?;
-    let storage = plan_storage(&program, device.tiles)?;
+    // Every exchange step's shape (fragments, multicast grouping) is
+    // computed once per plan, for the estimate and for every scheduling
+    // round. Neither it nor the storage plan reads the other, and the
+    // storage plan runs on one thread: the two run side by side.
+    let (storage, shapes) = rayon::join(
+        || plan_storage(&program, device.tiles),
+        || {
+            phase("shape_exchange", times, |_| {
+                let mut fragments = FragmentCache::default();
+                exchange::shape_steps(&program, device.tiles, &mut fragments)
+            })
+        },
+    );
+    let storage = storage?;
     if let Some(f) = failed.as_mut() {
         f.repeated = f.tiles == storage.tiles;
         if f.repeated {
@@ -419,13 +432,7 @@ fn plan_once(
     let kernels = phase("compile_kernels", times, |_| {
         kernels::compile_kernels(&variants, stages)
     })?;
-    // Every exchange step's shape (fragments, multicast grouping) is
-    // computed once per plan, for the estimate and for every scheduling
-    // round.
-    let shapes = phase("shape_exchange", times, |_| {
-        let mut fragments = FragmentCache::default();
-        exchange::shape_steps(&program, device.tiles, &mut fragments)
-    })?;
+    let shapes = shapes?;
     info!(
         phases = shapes.len(),
         transfers = shapes
