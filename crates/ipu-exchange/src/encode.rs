@@ -20,6 +20,7 @@ use crate::isa::{
     EncodeError, Instr, MAX_DELAY_CYCLES, MAX_DELAYPIC_CYCLES, MAX_DELAYXPIC_CYCLES,
     MAX_SEND_ITEMS, MAX_SENDOFF_ITEMS, MAX_SENDOFF_OFFSET, SCTL_BOTH, SCTL_WIDE,
 };
+use crate::relocate::{Relocation, WordOf};
 use crate::timeline::Xpic;
 
 /// Items a tile sends without interruption from contiguous memory.
@@ -45,6 +46,9 @@ pub(crate) struct RecvPiece {
     pub byte_address: u32,
     /// As [`SendPiece::vaddr`].
     pub vaddr: u128,
+    /// Which of its transfer's destinations the piece is (where a
+    /// relocation finds the tile's address of the transfer).
+    pub dest: u32,
     /// Send cycle after the source's previous send (before this piece's),
     /// if it sent before.
     pub source_quiet_from: Option<u64>,
@@ -63,12 +67,23 @@ fn item_bytes(wide: bool) -> u32 {
     if wide { 8 } else { 4 }
 }
 
+/// A PIC value: the byte address the next item received is written to,
+/// with what a relocation needs to compute it for other addresses — the
+/// structural address (see [`SendPiece::vaddr`]; 0 before any piece, an
+/// address that no relocation moves) and the piece's destination index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pic {
+    pub real: u32,
+    pub vaddr: u128,
+    pub dest: u32,
+}
+
 /// A receive-state change at a cycle.
 #[derive(Clone, Copy, Debug)]
 struct RecvEvent {
     at: u64,
     xpic: Option<Xpic>,
-    pic: Option<u32>,
+    pic: Option<Pic>,
 }
 
 /// An emitted instruction with the state needed to re-encode it.
@@ -83,8 +98,8 @@ struct Emitted {
     vword: u128,
     /// XPIC after the instruction's update.
     xpic: Xpic,
-    /// PIC (byte address) after the instruction's update, at its first cycle.
-    pic: u32,
+    /// PIC after the instruction's update, at its first cycle.
+    pic: Pic,
 }
 
 struct Emitter {
@@ -123,7 +138,7 @@ impl Emitter {
 
     /// Appends `instr`; `vword` is the structural word address of its
     /// first item for the kinds that name an address (`send`, `sendpicp`).
-    fn push(&mut self, instr: Instr, vword: u128, xpic: Xpic, pic: u32) {
+    fn push(&mut self, instr: Instr, vword: u128, xpic: Xpic, pic: Pic) {
         let sp_before = self.sp;
         let vsp_before = self.vsp;
         self.sp = Emitter::sp_after(&instr, self.sp);
@@ -259,7 +274,7 @@ impl Emitter {
                     word_address,
                     sctl,
                     xpic: Some(last.xpic),
-                    pic: last.pic / 4,
+                    pic: last.pic.real / 4,
                 },
                 last.vword,
                 last.xpic,
@@ -270,14 +285,19 @@ impl Emitter {
 }
 
 /// Encodes tile `tile`'s row. `activity` holds every tile (to know when a
-/// source falls silent); `latency` is the constant fabric latency.
+/// source falls silent); `latency` is the constant fabric latency. With
+/// `relocations` (rows encoded from structural addresses, see
+/// `ScheduleConfig::relocatable`), also lists where the row's address
+/// fields point, so that the row can be moved to other addresses without
+/// encoding it again ([`crate::relocate`]).
 pub(crate) fn encode_tile(
     tile: usize,
     activity: &[TileActivity],
     latency: u64,
-) -> Result<Vec<u32>, EncodeError> {
+    relocations: bool,
+) -> Result<(Vec<u32>, Vec<Relocation>), EncodeError> {
     let Some(act) = activity.get(tile) else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
     let (events, pic_from) = plan_receive_events(act, latency);
     // Boundaries.
@@ -343,24 +363,52 @@ pub(crate) fn encode_tile(
         emit_window(&mut em, a, b - a, send, update_x, update_p, xpic, &pic_at)?;
     }
     let mut words = Vec::with_capacity(em.words);
+    let mut moved = Vec::new();
     for e in &em.out {
+        if relocations {
+            let at = words.len() as u32;
+            // The fields that hold absolute addresses: a send's word address
+            // (a `sendpicp` without a send names word 0) and the PIC value.
+            let relocation = match e.instr {
+                Instr::Send { .. } => Some((e.vword, Pic::default())),
+                Instr::SendPicP { sctl, .. } => Some((if sctl != 0 { e.vword } else { 0 }, e.pic)),
+                Instr::SendPic { .. } | Instr::DelayPic { .. } => Some((0, e.pic)),
+                Instr::Delay { .. } | Instr::DelayXpic { .. } | Instr::SendOff { .. } => None,
+            };
+            if let Some((send, pic)) = relocation
+                && (send != 0 || pic.vaddr != 0)
+            {
+                // Relocatable rows make every address structural (or 0).
+                let word_of =
+                    |vaddr: u128| WordOf::of(vaddr).ok_or(EncodeError::Unrelocatable { index: at });
+                moved.push(Relocation {
+                    at,
+                    send: word_of(send * 4)?,
+                    pic: word_of(pic.vaddr)?,
+                    pic_dest: pic.dest,
+                });
+            }
+        }
         e.instr.encode(&mut words)?;
     }
-    Ok(words)
+    Ok((words, moved))
 }
 
-/// PIC (byte address) at cycle `c`: piece `i` has it set from
-/// `pic_from[i]` on (at the latest at its start) and advances it by each
-/// item that arrives.
-fn pic_at(recvs: &[RecvPiece], pic_from: &[u64], c: u64) -> u32 {
+/// PIC at cycle `c`: piece `i` has it set from `pic_from[i]` on (at the
+/// latest at its start) and advances it by each item that arrives.
+fn pic_at(recvs: &[RecvPiece], pic_from: &[u64], c: u64) -> Pic {
     let i = pic_from.partition_point(|&f| f <= c);
     match i.checked_sub(1).and_then(|k| recvs.get(k)) {
-        Some(r) if c >= r.start => {
-            let done = (c - r.start).min(u64::from(r.items)) as u32;
-            r.byte_address + done * item_bytes(r.wide)
+        Some(r) => {
+            let done = c.saturating_sub(r.start).min(u64::from(r.items)) as u32;
+            let skip = done * item_bytes(r.wide);
+            Pic {
+                real: r.byte_address + skip,
+                vaddr: r.vaddr + u128::from(skip),
+                dest: r.dest,
+            }
         }
-        Some(r) => r.byte_address,
-        None => 0,
+        None => Pic::default(),
     }
 }
 
@@ -401,7 +449,11 @@ fn plan_receive_events(act: &TileActivity, latency: u64) -> (Vec<RecvEvent>, Vec
     let mut old_next: Option<u64> = None;
     for p in &act.recvs {
         let want = Xpic::Listen(TileId::from_u32(p.source));
-        let set_p = (vpic != p.vaddr).then_some(p.byte_address);
+        let set_p = (vpic != p.vaddr).then_some(Pic {
+            real: p.byte_address,
+            vaddr: p.vaddr,
+            dest: p.dest,
+        });
         // When the current source next writes here if nothing changes.
         let quiet_old = match xpic {
             Xpic::Listen(_) => old_next.map_or(u64::MAX, |c| c + latency),
@@ -477,9 +529,9 @@ fn emit_window(
     n: u64,
     send: Option<(u32, u128, bool)>,
     update_x: Option<Xpic>,
-    update_p: Option<u32>,
+    update_p: Option<Pic>,
     xpic: Xpic,
-    pic_at: &dyn Fn(u64) -> u32,
+    pic_at: &dyn Fn(u64) -> Pic,
 ) -> Result<(), EncodeError> {
     let mut left = n;
     let mut address = send.map(|(a, _, _)| a / 4);
@@ -496,6 +548,9 @@ fn emit_window(
     let mut at = start;
     while left > 0 {
         let pic = pic_at(at);
+        // An update's PIC is the state at its cycle, so the fields it
+        // sets and the state recorded for relocation agree.
+        debug_assert!(!first || update_p.is_none_or(|p| p == pic));
         let chunk = |max: u32| left.min(u64::from(max)) as u32;
         let instr = match (first, update_x, update_p, address) {
             (true, Some(x), None, None) => Instr::DelayXpic {
@@ -509,18 +564,18 @@ fn emit_window(
                     word_address: a.unwrap_or(0),
                     sctl,
                     xpic: Some(x),
-                    pic: pic / 4,
+                    pic: pic.real / 4,
                 }
             }
             (true, None, Some(p), None) => Instr::DelayPic {
                 cycles: chunk(MAX_DELAYPIC_CYCLES),
                 sel: 0,
-                value: p / 4,
+                value: p.real / 4,
             },
             (true, None, Some(p), Some(_)) if !wide && vaddress == em.vsp => Instr::SendPic {
                 items: chunk(MAX_SEND_ITEMS),
                 dirs: SCTL_BOTH,
-                pic: p / 4,
+                pic: p.real / 4,
             },
             (true, None, Some(p), Some(a)) => {
                 em.align();
@@ -529,7 +584,7 @@ fn emit_window(
                     word_address: a,
                     sctl,
                     xpic: None,
-                    pic: p / 4,
+                    pic: p.real / 4,
                 }
             }
             (_, _, _, None) => Instr::Delay {

@@ -139,6 +139,14 @@ pub enum EncodeError {
         /// Its value.
         value: u32,
     },
+    /// An address field of a relocatable row names no word of a transfer.
+    #[error(
+        "the instruction at row word {index} names an address no transfer holds, so the row cannot move (a bug in the encoder)"
+    )]
+    Unrelocatable {
+        /// Word index of the instruction in its row.
+        index: u32,
+    },
 }
 
 /// Why a row does not decode.

@@ -54,6 +54,7 @@ mod fabric;
 pub mod generate;
 pub mod isa;
 mod model;
+mod relocate;
 mod replay;
 pub mod report;
 mod schedule;

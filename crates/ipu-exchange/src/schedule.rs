@@ -24,6 +24,7 @@ use crate::encode::{EncodedRows, TileActivity, encode_tile};
 use crate::fabric::Fabric;
 use crate::isa::EncodeError;
 use crate::model::{Phase, PhaseError, ValidPhase, Width, validate_overlaps, validate_structure};
+use crate::relocate::{Relocation, relocate_rows};
 
 mod activity;
 mod plan;
@@ -133,6 +134,9 @@ pub struct Schedule {
     /// The core's segments, kept so that the same timing can be encoded
     /// again with other addresses ([`Schedule::readdress`]).
     core: std::sync::Arc<CoreOutput>,
+    /// Of relocatable rows, where each tile's address fields point, so
+    /// that a readdress moves the rows instead of encoding them again.
+    relocations: Option<std::sync::Arc<Vec<Vec<Relocation>>>>,
 }
 
 impl Schedule {
@@ -210,19 +214,31 @@ impl Schedule {
                 });
             }
         }
-        let latency = u64::from(fabric.latency_cycles());
-        let mut activity = vec![TileActivity::default(); phase.tile_count as usize];
-        add_activity(
-            phase,
-            &self.core,
-            latency,
-            config.relocatable,
-            &mut activity,
-        );
-        let rows = encode_rows(phase, &activity, fabric, config, label)?;
+        // Relocatable rows only move: their instructions do not depend
+        // on the addresses. Others are encoded again.
+        let (rows, relocations) = match &self.relocations {
+            Some(r) if config.relocatable => {
+                let rows = relocate_rows(&self.rows, r, phase, label)?;
+                verify_rows(phase, fabric, &rows, config, label)?;
+                (rows, Some(r.clone()))
+            }
+            _ => {
+                let latency = u64::from(fabric.latency_cycles());
+                let mut activity = vec![TileActivity::default(); phase.tile_count as usize];
+                add_activity(
+                    phase,
+                    &self.core,
+                    latency,
+                    config.relocatable,
+                    &mut activity,
+                );
+                encode_rows(phase, &activity, fabric, config, label)?
+            }
+        };
         Ok(Schedule {
             rows,
             core: self.core.clone(),
+            relocations,
             ..*self
         })
     }
@@ -365,6 +381,19 @@ pub enum ScheduleError {
         /// How it differs.
         #[source]
         reason: ReaddressMismatch,
+    },
+    /// Rows being moved to other addresses do not decode (a bug in this
+    /// crate).
+    #[error(
+        "phase {phase}, {tile}: the rows to move do not decode: {source} (a bug in ipu-exchange)"
+    )]
+    Relocate {
+        /// The phase number.
+        phase: u32,
+        /// The tile.
+        tile: TileId,
+        /// The decoder's complaint.
+        source: crate::isa::DecodeError,
     },
     /// A horizon does not fit the instruction set (more than 2^40 cycles).
     #[error("phase {phase} needs {horizon} cycles, more than rows can express; split the phase")]
@@ -570,7 +599,7 @@ fn schedule_labeled(
             "optimized physical exchange schedule"
         );
     }
-    let rows = encode_rows(phase, &kept.activity, fabric, config, label)?;
+    let (rows, relocations) = encode_rows(phase, &kept.activity, fabric, config, label)?;
     if large {
         let (tile, bytes) = rows.largest_row().unwrap_or((TileId::from_u32(0), 0));
         tracing::info!(
@@ -592,10 +621,15 @@ fn schedule_labeled(
         segments: kept.segments,
         rows,
         core: kept.core,
+        relocations,
     })
 }
 
-/// Encodes every tile's row, and checks the rows against `phase` when
+/// Per tile, where relocatable rows' address fields point.
+type TileRelocations = std::sync::Arc<Vec<Vec<Relocation>>>;
+
+/// Encodes every tile's row, with the rows' relocations when
+/// `config.relocatable`, and checks the rows against `phase` when
 /// `config.verify` is on.
 fn encode_rows(
     phase: &Phase,
@@ -603,26 +637,45 @@ fn encode_rows(
     fabric: &Fabric,
     config: &ScheduleConfig,
     label: u32,
-) -> Result<EncodedRows, ScheduleError> {
+) -> Result<(EncodedRows, Option<TileRelocations>), ScheduleError> {
     let latency = u64::from(fabric.latency_cycles());
-    let rows: Vec<Vec<u32>> = (0..activity.len())
+    let (rows, relocations): (Vec<Vec<u32>>, Vec<Vec<Relocation>>) = (0..activity.len())
         .into_par_iter()
         .map(|t| {
-            encode_tile(t, activity, latency).map_err(|source| ScheduleError::Encode {
-                phase: label,
-                tile: TileId::from_u32(t as u32),
-                source,
+            encode_tile(t, activity, latency, config.relocatable).map_err(|source| {
+                ScheduleError::Encode {
+                    phase: label,
+                    tile: TileId::from_u32(t as u32),
+                    source,
+                }
             })
         })
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .unzip();
     let rows = EncodedRows::from_tile_rows(rows);
+    verify_rows(phase, fabric, &rows, config, label)?;
+    Ok((
+        rows,
+        config.relocatable.then(|| std::sync::Arc::new(relocations)),
+    ))
+}
+
+/// Checks `rows` against `phase` when `config.verify` is on.
+fn verify_rows(
+    phase: &Phase,
+    fabric: &Fabric,
+    rows: &EncodedRows,
+    config: &ScheduleConfig,
+    label: u32,
+) -> Result<(), ScheduleError> {
     if config.verify {
-        crate::check::check_schedule(phase, fabric, &rows).map_err(|errors| {
+        crate::check::check_schedule(phase, fabric, rows).map_err(|errors| {
             ScheduleError::Check {
                 phase: label,
                 errors,
             }
         })?;
     }
-    Ok(rows)
+    Ok(())
 }

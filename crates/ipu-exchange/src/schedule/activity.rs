@@ -162,9 +162,9 @@ pub(super) fn add_activity(
     }
     // Receive pieces, grouped by receiving tile. One pass over the
     // segments (in parallel, in order) reads each job and transfer once and
-    // lists (segment, receiving tile, destination byte address); a
-    // broadcast's hundreds of receivers then read only this list.
-    let receptions: Vec<(u32, u32, u32)> = segments
+    // lists (segment, receiving tile, destination byte address, destination
+    // index); a broadcast's hundreds of receivers then read only this list.
+    let receptions: Vec<(u32, u32, u32, u32)> = segments
         .par_iter()
         .enumerate()
         .flat_map_iter(|(i, seg)| {
@@ -172,7 +172,7 @@ pub(super) fn add_activity(
             let t = &phase.transfers[job.origin as usize];
             job.dests.iter().map(move |&k| {
                 let (d, address) = t.destinations[k as usize];
-                (i as u32, d.as_u32(), address)
+                (i as u32, d.as_u32(), address, k)
             })
         })
         .collect();
@@ -190,7 +190,7 @@ pub(super) fn add_activity(
         receptions
             .iter()
             .enumerate()
-            .map(|(p, &(_, d, _))| (d, p as u32)),
+            .map(|(p, &(_, d, _, _))| (d, p as u32)),
     );
     let recvs: Vec<Vec<RecvPiece>> = (0..tiles)
         .into_par_iter()
@@ -199,7 +199,7 @@ pub(super) fn add_activity(
                 .of(tile)
                 .iter()
                 .map(|&p| {
-                    let (index, _, address) = receptions[p as usize];
+                    let (index, _, address, dest) = receptions[p as usize];
                     let seg = &segments[index as usize];
                     let (origin, wide, source) = info[index as usize];
                     let first_word = seg.offset * if wide { 2 } else { 1 };
@@ -214,6 +214,7 @@ pub(super) fn add_activity(
                         } else {
                             u128::from(address + 4 * first_word)
                         },
+                        dest,
                         source_quiet_from: before[index as usize],
                         source_next_send: after[index as usize],
                     }
