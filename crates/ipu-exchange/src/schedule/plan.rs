@@ -89,10 +89,12 @@ pub(super) fn plan(
                 sets_horizon = s.horizon,
                 "kept the schedule by receiver sets, within its acceptance of the bound"
             );
-            s
+            s.into_output(jobs)
         }
         Some(s) => {
-            let core = presplit_and_run(jobs);
+            // The core presplits its own copy: the sets schedule's
+            // segments index these jobs.
+            let core = presplit_and_run(jobs.clone());
             if s.horizon < core.horizon {
                 tracing::debug!(
                     phase = config.phase_label,
@@ -100,7 +102,7 @@ pub(super) fn plan(
                     sets_horizon = s.horizon,
                     "kept the schedule by receiver sets"
                 );
-                s
+                s.into_output(jobs)
             } else {
                 core
             }

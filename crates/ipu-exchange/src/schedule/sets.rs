@@ -60,6 +60,28 @@ fn multicast_carried(jobs: &[Job]) -> bool {
     multicast * 2 >= received
 }
 
+/// A schedule by receiver sets: segments of the jobs it was given.
+pub(super) struct SetsSchedule {
+    /// Segments in emission order.
+    pub segments: Vec<Segment>,
+    /// Cycle after the last segment.
+    pub horizon: u64,
+}
+
+impl SetsSchedule {
+    /// The schedule as the core's output, with `jobs` (the ones it was
+    /// built from, moved rather than copied: at SigLIP scale a copy of the
+    /// jobs cost more than a tenth of the schedule).
+    pub(super) fn into_output(self, jobs: Vec<Job>) -> CoreOutput {
+        CoreOutput {
+            jobs,
+            segments: self.segments,
+            horizon: self.horizon,
+            complete: true,
+        }
+    }
+}
+
 /// One receiver set and its work.
 struct Set {
     receivers: SmallVec<[u32; 2]>,
@@ -79,7 +101,7 @@ struct Set {
 /// schedule would cost more than [`WORK_PER_JOB`] steps per job (many sets
 /// waiting on one sender, or leftovers with long busy lists: shapes the
 /// core handles anyway).
-pub(super) fn schedule_by_sets(jobs: &[Job], nodes: usize) -> Option<CoreOutput> {
+pub(super) fn schedule_by_sets(jobs: &[Job], nodes: usize) -> Option<SetsSchedule> {
     if jobs
         .iter()
         .any(|j| !j.extra_senders.is_empty() || !j.extra_receivers.is_empty())
@@ -294,7 +316,7 @@ struct Progress {
 }
 
 /// Senders take turns in their sets' windows; what does not fit goes after.
-fn fill_windows(jobs: &[Job], sets: &[Set], nodes: usize) -> Option<CoreOutput> {
+fn fill_windows(jobs: &[Job], sets: &[Set], nodes: usize) -> Option<SetsSchedule> {
     let mut work = jobs
         .len()
         .saturating_mul(WORK_PER_JOB)
@@ -458,10 +480,5 @@ fn fill_windows(jobs: &[Job], sets: &[Set], nodes: usize) -> Option<CoreOutput> 
         .map(|s| s.start + u64::from(s.len))
         .max()
         .unwrap_or(0);
-    Some(CoreOutput {
-        jobs: jobs.to_vec(),
-        segments,
-        horizon,
-        complete: true,
-    })
+    Some(SetsSchedule { segments, horizon })
 }
