@@ -102,9 +102,17 @@ struct Emitted {
     pic: Pic,
 }
 
+/// Emits a row's instructions, encoded as they come: only the last one is
+/// held back, since [`Emitter::align`] may rewrite it (rows run to
+/// thousands of instructions, and a list of them cost more memory traffic
+/// than encoding).
 struct Emitter {
-    out: Vec<Emitted>,
-    words: usize,
+    /// The words of every instruction before `last`.
+    words: Vec<u32>,
+    /// With relocations: the address fields of those instructions.
+    relocations: Option<Vec<Relocation>>,
+    /// The last instruction, not encoded yet.
+    last: Option<Emitted>,
     sp: u32,
     /// SP in the address space choices are made in (see
     /// [`SendPiece::vaddr`]); equal to `sp` unless rows are relocatable.
@@ -136,9 +144,55 @@ impl Emitter {
         }
     }
 
+    /// Words emitted, the held-back instruction's included.
+    fn word_count(&self) -> usize {
+        self.words.len() + self.last.map_or(0, |e| e.instr.words())
+    }
+
+    /// Encodes `e` after the words emitted so far, listing its address
+    /// fields when relocations are kept.
+    fn encode(&mut self, e: Emitted) -> Result<(), EncodeError> {
+        if let Some(relocations) = &mut self.relocations {
+            let at = self.words.len() as u32;
+            // The fields that hold absolute addresses: a send's word address
+            // (a `sendpicp` without a send names word 0) and the PIC value.
+            let fields = match e.instr {
+                Instr::Send { .. } => Some((e.vword, Pic::default())),
+                Instr::SendPicP { sctl, .. } => Some((if sctl != 0 { e.vword } else { 0 }, e.pic)),
+                Instr::SendPic { .. } | Instr::DelayPic { .. } => Some((0, e.pic)),
+                Instr::Delay { .. } | Instr::DelayXpic { .. } | Instr::SendOff { .. } => None,
+            };
+            if let Some((send, pic)) = fields
+                && (send != 0 || pic.vaddr != 0)
+            {
+                // Relocatable rows make every address structural (or 0).
+                let word_of =
+                    |vaddr: u128| WordOf::of(vaddr).ok_or(EncodeError::Unrelocatable { index: at });
+                relocations.push(Relocation {
+                    at,
+                    send: word_of(send * 4)?,
+                    pic: word_of(pic.vaddr)?,
+                    pic_dest: pic.dest,
+                });
+            }
+        }
+        e.instr.encode(&mut self.words)
+    }
+
+    /// Encodes the held-back instruction; the row's words and relocations.
+    fn finish(mut self) -> Result<(Vec<u32>, Vec<Relocation>), EncodeError> {
+        if let Some(e) = self.last.take() {
+            self.encode(e)?;
+        }
+        Ok((self.words, self.relocations.unwrap_or_default()))
+    }
+
     /// Appends `instr`; `vword` is the structural word address of its
     /// first item for the kinds that name an address (`send`, `sendpicp`).
-    fn push(&mut self, instr: Instr, vword: u128, xpic: Xpic, pic: Pic) {
+    fn push(&mut self, instr: Instr, vword: u128, xpic: Xpic, pic: Pic) -> Result<(), EncodeError> {
+        if let Some(e) = self.last.take() {
+            self.encode(e)?;
+        }
         let sp_before = self.sp;
         let vsp_before = self.vsp;
         self.sp = Emitter::sp_after(&instr, self.sp);
@@ -161,8 +215,7 @@ impl Emitter {
             Instr::SendPic { items, .. } => (vsp_before, vsp_before + u128::from(items)),
         };
         self.vsp = vsp;
-        self.words += instr.words();
-        self.out.push(Emitted {
+        self.last = Some(Emitted {
             instr,
             sp_before,
             vsp_before,
@@ -170,19 +223,19 @@ impl Emitter {
             xpic,
             pic,
         });
+        Ok(())
     }
 
     /// Makes the next word index even, so that a `sendpicp` can follow.
-    fn align(&mut self) {
-        if self.words % 2 == 0 {
-            return;
+    fn align(&mut self) -> Result<(), EncodeError> {
+        if self.word_count() % 2 == 0 {
+            return Ok(());
         }
         // An odd count means the last instruction is one word long and sits
         // at an even index (a sendpicp would keep the count even).
-        let Some(last) = self.out.pop() else {
-            return;
+        let Some(last) = self.last.take() else {
+            return Ok(());
         };
-        self.words -= last.instr.words();
         self.sp = last.sp_before;
         self.vsp = last.vsp_before;
         let cycles = last.instr.cycles();
@@ -250,13 +303,12 @@ impl Emitter {
                 // Two words long, so never last at an odd count; if it
                 // were, the decoder would report the misalignment.
                 Instr::SendPicP { .. } => {
-                    self.push(last.instr, last.vword, last.xpic, last.pic);
-                    return;
+                    return self.push(last.instr, last.vword, last.xpic, last.pic);
                 }
             };
-            self.push(head, last.vword, last.xpic, last.pic);
+            self.push(head, last.vword, last.xpic, last.pic)?;
             // The tail's PIC field is never encoded; keep the head's value.
-            self.push(tail, 0, last.xpic, last.pic);
+            self.push(tail, 0, last.xpic, last.pic)
         } else {
             // One cycle: re-encode as a two-word sendpicp that sets the
             // receive state to what it is anyway.
@@ -279,7 +331,7 @@ impl Emitter {
                 last.vword,
                 last.xpic,
                 last.pic,
-            );
+            )
         }
     }
 }
@@ -320,13 +372,15 @@ pub(crate) fn encode_tile(
     bounds.sort_unstable();
     bounds.dedup();
     let mut em = Emitter {
-        out: Vec::new(),
-        words: 0,
+        words: Vec::new(),
+        relocations: relocations.then(Vec::new),
+        last: None,
         sp: 0,
         vsp: 0,
     };
     let mut send_i = 0;
     let mut event_i = 0;
+    let mut pic_next = 0;
     let mut xpic = Xpic::Disconnected;
     for pair in bounds.windows(2) {
         let (a, b) = (pair[0], pair[1]);
@@ -359,45 +413,35 @@ pub(crate) fn encode_tile(
             let skip = done * item_bytes(s.wide);
             (s.byte_address + skip, s.vaddr + u128::from(skip), s.wide)
         });
-        let pic_at = |c: u64| pic_at(&act.recvs, &pic_from, c);
-        emit_window(&mut em, a, b - a, send, update_x, update_p, xpic, &pic_at)?;
+        let mut pic_at = |c: u64| pic_at(&act.recvs, &pic_from, c, &mut pic_next);
+        emit_window(
+            &mut em,
+            a,
+            b - a,
+            send,
+            update_x,
+            update_p,
+            xpic,
+            &mut pic_at,
+        )?;
     }
-    let mut words = Vec::with_capacity(em.words);
-    let mut moved = Vec::new();
-    for e in &em.out {
-        if relocations {
-            let at = words.len() as u32;
-            // The fields that hold absolute addresses: a send's word address
-            // (a `sendpicp` without a send names word 0) and the PIC value.
-            let relocation = match e.instr {
-                Instr::Send { .. } => Some((e.vword, Pic::default())),
-                Instr::SendPicP { sctl, .. } => Some((if sctl != 0 { e.vword } else { 0 }, e.pic)),
-                Instr::SendPic { .. } | Instr::DelayPic { .. } => Some((0, e.pic)),
-                Instr::Delay { .. } | Instr::DelayXpic { .. } | Instr::SendOff { .. } => None,
-            };
-            if let Some((send, pic)) = relocation
-                && (send != 0 || pic.vaddr != 0)
-            {
-                // Relocatable rows make every address structural (or 0).
-                let word_of =
-                    |vaddr: u128| WordOf::of(vaddr).ok_or(EncodeError::Unrelocatable { index: at });
-                moved.push(Relocation {
-                    at,
-                    send: word_of(send * 4)?,
-                    pic: word_of(pic.vaddr)?,
-                    pic_dest: pic.dest,
-                });
-            }
-        }
-        e.instr.encode(&mut words)?;
-    }
-    Ok((words, moved))
+    em.finish()
 }
 
 /// PIC at cycle `c`: piece `i` has it set from `pic_from[i]` on (at the
 /// latest at its start) and advances it by each item that arrives.
-fn pic_at(recvs: &[RecvPiece], pic_from: &[u64], c: u64) -> Pic {
-    let i = pic_from.partition_point(|&f| f <= c);
+///
+/// `next` is the number of pieces set before the previous call's cycle:
+/// a row asks for non-decreasing cycles, so the count only moves forward
+/// (an earlier cycle searches again).
+fn pic_at(recvs: &[RecvPiece], pic_from: &[u64], c: u64, next: &mut usize) -> Pic {
+    if pic_from[..*next].last().is_some_and(|&f| f > c) {
+        *next = pic_from.partition_point(|&f| f <= c);
+    }
+    while pic_from.get(*next).is_some_and(|&f| f <= c) {
+        *next += 1;
+    }
+    let i = *next;
     match i.checked_sub(1).and_then(|k| recvs.get(k)) {
         Some(r) => {
             let done = c.saturating_sub(r.start).min(u64::from(r.items)) as u32;
@@ -531,7 +575,7 @@ fn emit_window(
     update_x: Option<Xpic>,
     update_p: Option<Pic>,
     xpic: Xpic,
-    pic_at: &dyn Fn(u64) -> Pic,
+    pic_at: &mut dyn FnMut(u64) -> Pic,
 ) -> Result<(), EncodeError> {
     let mut left = n;
     let mut address = send.map(|(a, _, _)| a / 4);
@@ -558,7 +602,7 @@ fn emit_window(
                 xpic: x,
             },
             (true, Some(x), _, a) => {
-                em.align();
+                em.align()?;
                 Instr::SendPicP {
                     items: chunk(MAX_SEND_ITEMS),
                     word_address: a.unwrap_or(0),
@@ -578,7 +622,7 @@ fn emit_window(
                 pic: p.real / 4,
             },
             (true, None, Some(p), Some(a)) => {
-                em.align();
+                em.align()?;
                 Instr::SendPicP {
                     items: chunk(MAX_SEND_ITEMS),
                     word_address: a,
@@ -614,7 +658,7 @@ fn emit_window(
             }
         }
         let cycles = instr.cycles();
-        em.push(instr, vaddress, xpic, pic);
+        em.push(instr, vaddress, xpic, pic)?;
         left -= u64::from(cycles);
         at += u64::from(cycles);
         if let Some(a) = address.as_mut() {
