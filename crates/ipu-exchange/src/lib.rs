@@ -76,4 +76,4 @@ pub use schedule::{
 };
 pub use snapshot::{SCHEMA_VERSION, Snapshot, SnapshotError, SnapshotPhase, SnapshotTransfer};
 pub use stage::{BuiltinScheduler, ExchangeScheduler, ScheduleRequest};
-pub use timeline::{SendRun, Timeline, Window, Xpic, decode};
+pub use timeline::{SendRun, Timeline, Window, Xpic, decode, row_end};

@@ -1,7 +1,8 @@
 //! A tile's exchange timeline: what its row does, cycle by cycle.
 //!
 //! [`decode`] turns a row of instruction words into windows with absolute
-//! cycles, resolved send addresses and receive-state updates. The checker
+//! cycles, resolved send addresses and receive-state updates ([`row_end`]
+//! only finds where they end). The checker
 //! and [`replay`](crate::replay) read timelines, never the scheduler's data.
 
 use ipu_layout::TileId;
@@ -61,14 +62,50 @@ impl Timeline {
 /// Decodes a row into its timeline (see [`crate::isa`] for the semantics).
 pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
     let mut windows = Vec::with_capacity(row.len());
-    let mut index = 0;
-    let mut cycle = 0u64;
-    let mut sp: u32 = 0;
-    while index < row.len() {
+    for window in Windows::new(row) {
+        windows.push(window?);
+    }
+    Ok(Timeline { windows })
+}
+
+/// The cycle after a row's last window, `decode(row)?.end()`, without
+/// keeping the windows (the package profile needs only the end).
+pub fn row_end(row: &[u32]) -> Result<u64, DecodeError> {
+    let mut end = 0;
+    for window in Windows::new(row) {
+        let w = window?;
+        end = w.start + u64::from(w.cycles);
+    }
+    Ok(end)
+}
+
+/// A row's windows in order, decoded one instruction at a time; the
+/// first error ends the row.
+struct Windows<'a> {
+    row: &'a [u32],
+    index: usize,
+    cycle: u64,
+    sp: u32,
+    failed: bool,
+}
+
+impl<'a> Windows<'a> {
+    fn new(row: &'a [u32]) -> Self {
+        Windows {
+            row,
+            index: 0,
+            cycle: 0,
+            sp: 0,
+            failed: false,
+        }
+    }
+
+    fn window(&mut self) -> Result<Window, DecodeError> {
+        let (row, index) = (self.row, self.index);
         let (instr, used) = Instr::decode_at(row, index)?;
         let overflow = DecodeError::PointerOverflow { index };
         let mut window = Window {
-            start: cycle,
+            start: self.cycle,
             cycles: instr.cycles(),
             set_xpic: None,
             set_pic: None,
@@ -84,11 +121,11 @@ pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
                 word_address, sctl, ..
             } => send = Some((word_address, sctl)),
             Instr::SendOff { offset, sctl, .. } => {
-                send = Some((sp.checked_add(offset).ok_or(overflow)?, sctl));
+                send = Some((self.sp.checked_add(offset).ok_or(overflow)?, sctl));
             }
             Instr::SendPic { dirs, pic, .. } => {
                 window.set_pic = Some(pic * 4);
-                send = Some((sp, dirs));
+                send = Some((self.sp, dirs));
             }
             Instr::SendPicP {
                 word_address,
@@ -109,7 +146,7 @@ pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
             if end > u64::from(MAX_WORD_ADDRESS) + 1 {
                 return Err(overflow);
             }
-            sp = end as u32;
+            self.sp = end as u32;
             if sctl & 3 != 0 {
                 window.send = Some(SendRun {
                     byte_address: start * 4,
@@ -117,9 +154,21 @@ pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
                 });
             }
         }
-        cycle += u64::from(window.cycles);
-        windows.push(window);
-        index += used;
+        self.cycle += u64::from(window.cycles);
+        self.index += used;
+        Ok(window)
     }
-    Ok(Timeline { windows })
+}
+
+impl Iterator for Windows<'_> {
+    type Item = Result<Window, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.index >= self.row.len() {
+            return None;
+        }
+        let window = self.window();
+        self.failed = window.is_err();
+        Some(window)
+    }
 }

@@ -2,7 +2,7 @@
 //! round trips for every instruction.
 
 use ipu_exchange::isa::*;
-use ipu_exchange::{Instr, Xpic, decode};
+use ipu_exchange::{Instr, Xpic, decode, row_end};
 use ipu_layout::TileId;
 use proptest::prelude::*;
 
@@ -208,5 +208,14 @@ proptest! {
             let cycles: u64 = t.windows.iter().map(|w| u64::from(w.cycles)).sum();
             prop_assert_eq!(cycles, t.end());
         }
+        prop_assert_eq!(row_end(&row), decode(&row).map(|t| t.end()));
+    }
+
+    #[test]
+    fn a_row_ends_where_its_timeline_does(instrs in proptest::collection::vec(instr(), 0..24)) {
+        // Rows of valid instructions (a sendpicp at an odd word, or a
+        // pointer running past memory, fails both ways alike).
+        let row: Vec<u32> = instrs.into_iter().flat_map(encode).collect();
+        prop_assert_eq!(row_end(&row), decode(&row).map(|t| t.end()));
     }
 }

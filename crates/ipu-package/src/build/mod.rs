@@ -56,6 +56,7 @@ use ipu_alloc::{BuiltinPlacer, MemoryMap, PlaceConfig, PlaceError, Placer};
 use ipu_exchange::{BuiltinScheduler, ExchangeScheduler, Fabric, ScheduleConfig};
 use ipu_kernels::{HostToolchain, KernelCache, KernelStore, MemoryStore, Toolchain};
 use ipu_target::Target;
+use rayon::prelude::*;
 use tracing::{debug, info, info_span, warn};
 
 pub use error::{BuildError, Culprit, Culprits};
@@ -526,7 +527,9 @@ fn plan_once(
             .filter(|&t| support[t].used() > reserved[t])
             .collect();
         if outgrown.is_empty() {
-            let phases = scheduled.into_iter().map(|s| s.phase).collect();
+            // The schedules (segments, relocations) are dropped here, on
+            // every thread: hundreds of thousands of allocations.
+            let phases = scheduled.into_par_iter().map(|s| s.phase).collect();
             return Ok(Planned {
                 program,
                 storage,

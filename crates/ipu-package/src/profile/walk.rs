@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use ipu_exchange::decode;
+use ipu_exchange::row_end;
 use ipu_kernels::AmpModel;
 use ipu_layout::{EntityId, Precision, TileId};
 use rayon::prelude::*;
@@ -498,7 +498,7 @@ fn longest_row(index: usize, phase: &PackagePhase) -> Result<(Option<u32>, u64),
     let unique = phase.rows.unique_rows();
     let ends: Vec<u64> = unique
         .par_iter()
-        .map(|row| decode(row).map(|t| t.end()))
+        .map(|row| row_end(row))
         .collect::<Result<_, _>>()
         .map_err(|source| ProfileError::Rows {
             phase: index,
