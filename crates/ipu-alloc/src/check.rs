@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 
 use ipu_layout::{MemoryClass, TileId};
+use rayon::prelude::*;
 
 use crate::{MemoryMap, Placement, Problem, Request, RequestId};
 
@@ -158,17 +159,28 @@ pub fn check_placement(
             got: placed.len(),
         });
     }
-    for (index, (tp, pl)) in problem.tiles.iter().zip(placed).enumerate() {
-        if tp.tile != pl.tile() {
-            errors.push(PlacementCheckError::TileMismatch {
-                index,
-                expected: tp.tile,
-                got: pl.tile(),
-            });
-            continue;
-        }
-        check_tile(&problem.map, tp, pl.entries(), &mut errors);
-    }
+    // Tiles are checked in parallel (a build checks every placement before
+    // anything uses it, and waits for it); errors keep tile order.
+    let per_tile: Vec<Vec<PlacementCheckError>> = problem
+        .tiles
+        .par_iter()
+        .zip(placed)
+        .enumerate()
+        .map(|(index, (tp, pl))| {
+            let mut errors = Vec::new();
+            if tp.tile != pl.tile() {
+                errors.push(PlacementCheckError::TileMismatch {
+                    index,
+                    expected: tp.tile,
+                    got: pl.tile(),
+                });
+            } else {
+                check_tile(&problem.map, tp, pl.entries(), &mut errors);
+            }
+            errors
+        })
+        .collect();
+    errors.extend(per_tile.into_iter().flatten());
     if errors.is_empty() {
         Ok(())
     } else {
