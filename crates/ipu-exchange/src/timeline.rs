@@ -62,8 +62,9 @@ impl Timeline {
 /// Decodes a row into its timeline (see [`crate::isa`] for the semantics).
 pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
     let mut windows = Vec::with_capacity(row.len());
-    for window in Windows::new(row) {
-        windows.push(window?);
+    let mut decoder = Windows::new(row);
+    while !decoder.done() {
+        windows.push(decoder.window()?);
     }
     Ok(Timeline { windows })
 }
@@ -71,22 +72,20 @@ pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
 /// The cycle after a row's last window, `decode(row)?.end()`, without
 /// keeping the windows (the package profile needs only the end).
 pub fn row_end(row: &[u32]) -> Result<u64, DecodeError> {
-    let mut end = 0;
-    for window in Windows::new(row) {
-        let w = window?;
-        end = w.start + u64::from(w.cycles);
+    let mut decoder = Windows::new(row);
+    while !decoder.done() {
+        decoder.window()?;
     }
-    Ok(end)
+    Ok(decoder.cycle)
 }
 
-/// A row's windows in order, decoded one instruction at a time; the
-/// first error ends the row.
+/// Decodes a row's windows in order, one instruction at a time.
 struct Windows<'a> {
     row: &'a [u32],
     index: usize,
+    /// The cycle the next window starts at.
     cycle: u64,
     sp: u32,
-    failed: bool,
 }
 
 impl<'a> Windows<'a> {
@@ -96,10 +95,18 @@ impl<'a> Windows<'a> {
             index: 0,
             cycle: 0,
             sp: 0,
-            failed: false,
         }
     }
 
+    /// Whether every word was decoded.
+    fn done(&self) -> bool {
+        self.index >= self.row.len()
+    }
+
+    /// The next window; after an error the row must not be read on.
+    // Inlined into the two loops: decoding every row is a large part of
+    // checking a phase.
+    #[inline(always)]
     fn window(&mut self) -> Result<Window, DecodeError> {
         let (row, index) = (self.row, self.index);
         let (instr, used) = Instr::decode_at(row, index)?;
@@ -157,18 +164,5 @@ impl<'a> Windows<'a> {
         self.cycle += u64::from(window.cycles);
         self.index += used;
         Ok(window)
-    }
-}
-
-impl Iterator for Windows<'_> {
-    type Item = Result<Window, DecodeError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed || self.index >= self.row.len() {
-            return None;
-        }
-        let window = self.window();
-        self.failed = window.is_err();
-        Some(window)
     }
 }
