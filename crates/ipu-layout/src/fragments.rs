@@ -583,13 +583,15 @@ impl Emitter {
         }
         let last = rank - 1;
         let (lo, hi) = (chosen[last].start, chosen[last].end);
+        // The box's corner and extents; segments differ only on the last
+        // axis (a box is cut at every destination panel boundary).
+        let mut start: SmallVec<[u64; 4]> = chosen.iter().map(|p| p.start).collect();
+        let mut extent: SmallVec<[u64; 4]> = chosen.iter().map(|p| p.end - p.start).collect();
         let mut c = lo;
         while c < hi {
             // Source panels were cut into separate pieces already.
             let segment_end = hi.min(dst.panel_end(c));
-            let mut start: SmallVec<[u64; 4]> = chosen.iter().map(|p| p.start).collect();
             start[last] = c;
-            let mut extent: SmallVec<[u64; 4]> = chosen.iter().map(|p| p.end - p.start).collect();
             extent[last] = segment_end - c;
             let (src_base, src_strides) = src.affine(&mapping.source_index(&start));
             let src_strides = mapping.strides_on_destination(&src_strides);

@@ -249,20 +249,30 @@ impl PhaseShape {
         // that does not yet write its destination tile (two rows of one
         // tile read from the same source run, as a broadcast gives, need
         // two transfers, but every other tile joins those two).
-        let mut by_source: RunGroups = HashMap::default();
-        let mut transfers: Vec<ShapeTransfer> = Vec::new();
-        let mut local = Vec::new();
-        for c in copies {
+        let fragments_of = |c: &Redistribute| {
             let (s, d) = (resolve(c.source), resolve(c.destination));
             let (sb, db) = (&program.buffers[s], &program.buffers[d]);
-            let fragments =
-                cache
-                    .get(&sb.ty, &c.view, &db.ty)
-                    .map_err(|error| PhaseBuildError::Layout {
-                        source_name: sb.name.clone(),
-                        destination: db.name.clone(),
-                        error,
-                    })?;
+            cache
+                .get(&sb.ty, &c.view, &db.ty)
+                .map(|f| (s, d, f))
+                .map_err(|error| PhaseBuildError::Layout {
+                    source_name: sb.name.clone(),
+                    destination: db.name.clone(),
+                    error,
+                })
+        };
+        let all = copies
+            .iter()
+            .map(fragments_of)
+            .collect::<Result<Vec<_>, _>>()?;
+        // Sized for every fragment up front: a large step groups millions,
+        // and growing the table rehashes every key each time.
+        let count: usize = all.iter().map(|(_, _, f)| f.len()).sum();
+        let mut by_source: RunGroups = HashMap::with_capacity_and_hasher(count, Default::default());
+        let mut transfers: Vec<ShapeTransfer> = Vec::new();
+        let mut local = Vec::new();
+        for (s, d, fragments) in all {
+            let db = &program.buffers[d];
             for f in fragments.iter() {
                 let unaligned = || PhaseBuildError::Unaligned {
                     buffer: db.name.clone(),
