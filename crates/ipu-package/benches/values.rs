@@ -10,12 +10,8 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use ipu_package::graph::{parse_fixture, values};
 
-fn siglip() -> ipu_package::Graph {
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/siglip-so400m-b2.json");
-    let text = std::fs::read_to_string(path).expect("fixture is readable");
-    parse_fixture(&text).expect("fixture parses")
-}
+mod common;
+use common::siglip;
 
 fn generate(c: &mut Criterion) {
     let graph = siglip();
