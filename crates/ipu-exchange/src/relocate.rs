@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 use crate::encode::EncodedRows;
 use crate::isa::Instr;
-use crate::model::Phase;
+use crate::model::{Phase, Transfer};
 use crate::schedule::{ReaddressMismatch, ScheduleError};
 
 /// A word of a transfer, [`WordOf::NONE`] for a field no relocation moves.
@@ -134,38 +134,30 @@ fn relocated(
     phase: &Phase,
     label: u32,
 ) -> Result<Instr, ScheduleError> {
-    let mismatch = |transfer: Option<u32>| ScheduleError::Readdress {
-        phase: label,
-        transfer,
-        reason: ReaddressMismatch::Transfer,
-    };
-    let send = if r.send == WordOf::NONE {
-        None
-    } else {
-        let WordOf { transfer, word } = r.send;
-        let byte = phase
+    // A field's new word address: `byte` of its transfer in `phase`, or
+    // a readdress error naming the transfer when the phase has no such
+    // word (the caller compared the transfers already).
+    let word_address = |of: WordOf, byte: &dyn Fn(&Transfer, u32) -> Option<u32>| {
+        if of == WordOf::NONE {
+            return Ok(None);
+        }
+        phase
             .transfers
-            .get(transfer as usize)
-            .and_then(|t| t.source_word_address(word))
-            .ok_or(mismatch(Some(transfer)))?;
-        Some(byte / 4)
+            .get(of.transfer as usize)
+            .and_then(|t| byte(t, of.word))
+            .map(|b| Some(b / 4))
+            .ok_or(ScheduleError::Readdress {
+                phase: label,
+                transfer: Some(of.transfer),
+                reason: ReaddressMismatch::Transfer,
+            })
     };
-    let pic = if r.pic == WordOf::NONE {
-        None
-    } else {
-        let WordOf { transfer, word } = r.pic;
-        let base = phase
-            .transfers
-            .get(transfer as usize)
-            .and_then(|t| t.destinations.get(r.pic_dest as usize))
-            .map(|&(_, address)| address)
-            .ok_or(mismatch(Some(transfer)))?;
-        let byte = word
-            .checked_mul(4)
-            .and_then(|w| base.checked_add(w))
-            .ok_or(mismatch(Some(transfer)))?;
-        Some(byte / 4)
-    };
+    let send = word_address(r.send, &|t, word| t.source_word_address(word))?;
+    // PIC may stand one past the range's last word once it is received.
+    let pic = word_address(r.pic, &|t, word| {
+        let &(_, base) = t.destinations.get(r.pic_dest as usize)?;
+        base.checked_add(word.checked_mul(4)?)
+    })?;
     match &mut instr {
         Instr::Send { word_address, .. } => {
             if let Some(a) = send {

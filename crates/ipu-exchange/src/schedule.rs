@@ -136,7 +136,7 @@ pub struct Schedule {
     core: std::sync::Arc<CoreOutput>,
     /// Of relocatable rows, where each tile's address fields point, so
     /// that a readdress moves the rows instead of encoding them again.
-    relocations: Option<std::sync::Arc<Vec<Vec<Relocation>>>>,
+    relocations: Option<TileRelocations>,
 }
 
 impl Schedule {
@@ -145,8 +145,10 @@ impl Schedule {
     /// changed (same transfers in the same order: sources, destination
     /// tiles, words, widths, gather lengths). Scheduling depends on the
     /// addresses only through the encoding, so this costs an encoding, not
-    /// a schedule: a build uses it when placement moves data after the
-    /// phases were scheduled, and for the next iteration of a repeat body.
+    /// a schedule — and for relocatable rows (`ScheduleConfig::relocatable`
+    /// on both calls) only a rewrite of their address fields: a build uses
+    /// it when placement moves data after the phases were scheduled, and
+    /// for the next iteration of a repeat body.
     pub fn readdress(
         &self,
         phase: &Phase,

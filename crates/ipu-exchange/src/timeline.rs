@@ -62,7 +62,7 @@ impl Timeline {
 /// Decodes a row into its timeline (see [`crate::isa`] for the semantics).
 pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
     let mut windows = Vec::with_capacity(row.len());
-    let mut decoder = Windows::new(row);
+    let mut decoder = Decoder::new(row);
     while !decoder.done() {
         windows.push(decoder.window()?);
     }
@@ -72,7 +72,7 @@ pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
 /// The cycle after a row's last window, `decode(row)?.end()`, without
 /// keeping the windows (the package profile needs only the end).
 pub fn row_end(row: &[u32]) -> Result<u64, DecodeError> {
-    let mut decoder = Windows::new(row);
+    let mut decoder = Decoder::new(row);
     while !decoder.done() {
         decoder.window()?;
     }
@@ -80,7 +80,7 @@ pub fn row_end(row: &[u32]) -> Result<u64, DecodeError> {
 }
 
 /// Decodes a row's windows in order, one instruction at a time.
-struct Windows<'a> {
+struct Decoder<'a> {
     row: &'a [u32],
     index: usize,
     /// The cycle the next window starts at.
@@ -88,9 +88,9 @@ struct Windows<'a> {
     sp: u32,
 }
 
-impl<'a> Windows<'a> {
+impl<'a> Decoder<'a> {
     fn new(row: &'a [u32]) -> Self {
-        Windows {
+        Decoder {
             row,
             index: 0,
             cycle: 0,

@@ -405,7 +405,8 @@ fn plan_once(
     // Every exchange step's shape (fragments, multicast grouping) is
     // computed once per plan, for the estimate and for every scheduling
     // round. Neither it nor the storage plan reads the other, and the
-    // storage plan runs on one thread: the two run side by side.
+    // storage plan runs on one thread: the two run side by side (a plan
+    // whose storage repeats a failed one is refused after its shaping).
     let (storage, shapes) = rayon::join(
         || plan_storage(&program, device.tiles),
         || {
