@@ -15,7 +15,9 @@
 //! `--no-fanout-split` keeps multicast transfers whole;
 //! `--presplit-max-fanout N` splits multicasts only up to fanout N before
 //! scheduling (the package builder's choice is 2, with `--no-core-split`);
-//! `--no-receiver-sets` leaves every phase to the event core.
+//! `--no-receiver-sets` leaves every phase to the event core;
+//! `--split-jobs N` schedules job sets of N jobs or more as two halves in
+//! time, one per thread.
 //! The exit status is 1, with an `error:` line, when a phase does not
 //! validate (the scheduler refuses it) or, with `--check`, a schedule fails
 //! the checker.
@@ -75,6 +77,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         },
         target_slack_ppm: value("--slack-ppm").unwrap_or(defaults.target_slack_ppm),
         receiver_sets: !args.iter().any(|a| a == "--no-receiver-sets"),
+        split_jobs: value("--split-jobs").map_or(defaults.split_jobs, |n| n as usize),
         ..defaults
     };
     let check = args.iter().any(|a| a == "--check");

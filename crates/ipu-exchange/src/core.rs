@@ -56,8 +56,10 @@ use smallvec::SmallVec;
 mod augment;
 mod fill;
 mod pairs;
+mod split;
 
 use pairs::{DENSE_PAIR_NODES, PairIndex, PairMap};
+pub(crate) use split::{SPLIT_JOBS, run_split};
 
 /// A job given to the scheduler.
 #[derive(Clone, Debug)]
@@ -145,6 +147,8 @@ pub(crate) struct CoreConfig {
     /// How many of a node's jobs a greedy fill looks at (critical nodes
     /// look at all).
     pub fill_budget: usize,
+    /// Job sets from this size on are split in time (see [`run_split`]).
+    pub split_jobs: usize,
 }
 
 /// The scheduler's per-job state.
@@ -251,15 +255,45 @@ struct Core {
     pair_pending: Vec<u32>,
 }
 
-/// Schedules `jobs` on `nodes` senders and `nodes` receivers.
-pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutput {
+/// Part of a caller's job for [`run`] to schedule: items `first..end` of
+/// job `job` (a job split in time is two picks, see [`run_split`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pick {
+    /// Index in the caller's job list.
+    pub job: u32,
+    /// First item to move.
+    pub first: u32,
+    /// One past the last item to move.
+    pub end: u32,
+}
+
+impl Pick {
+    /// Every item of job `job` of `jobs`.
+    pub fn whole(jobs: &[Job], job: usize) -> Pick {
+        Pick {
+            job: job as u32,
+            first: 0,
+            end: jobs[job].len,
+        }
+    }
+
+    /// Items to move.
+    pub fn items(self) -> u32 {
+        self.end - self.first
+    }
+}
+
+/// Schedules the `picks` of `jobs` on `nodes` senders and `nodes`
+/// receivers. The output's jobs are copies of the picked ones.
+pub(crate) fn run(nodes: usize, jobs: &[Job], picks: &[Pick], config: CoreConfig) -> CoreOutput {
     // Unicast jobs first, grouped by (sender, receiver): a pair's jobs get
     // consecutive ids, and jobs of one sender sit together in memory. Keys
     // are sorted rather than the (large) jobs themselves.
-    let mut keys: Vec<(u32, u32, u32, u32)> = jobs
+    let mut keys: Vec<(u32, u32, u32, u32)> = picks
         .par_iter()
         .enumerate()
-        .map(|(i, j)| {
+        .map(|(i, p)| {
+            let j = &jobs[p.job as usize];
             if j.simple() {
                 (0, j.sender, j.receivers[0], i as u32)
             } else {
@@ -270,10 +304,11 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
     // Keys are distinct (they end in the index), so the parallel sort's
     // order does not depend on the thread count.
     keys.par_sort_unstable();
-    let jobs: Vec<Job> = keys
+    let (jobs, ranges): (Vec<Job>, Vec<(u32, u32)>) = keys
         .par_iter()
         .map(|k| {
-            let mut j = jobs[k.3 as usize].clone();
+            let pick = picks[k.3 as usize];
+            let mut j = jobs[pick.job as usize].clone();
             // Multicast receivers in order (with their tags), so that a
             // split part's membership is a binary search.
             if j.receivers.len() > 1 && j.extra_receivers.is_empty() {
@@ -287,10 +322,10 @@ pub(crate) fn run(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> CoreOutpu
                 j.receivers = pairs.iter().map(|p| p.0).collect();
                 j.dests = pairs.iter().map(|p| p.1).collect();
             }
-            j
+            (j, (pick.first, pick.end))
         })
-        .collect();
-    let mut core = Core::new(nodes, jobs, config);
+        .unzip();
+    let mut core = Core::new(nodes, jobs, &ranges, config);
     core.solve();
     let horizon = core
         .segments
@@ -321,7 +356,8 @@ fn scan_node(key: u128) -> (usize, usize) {
 }
 
 impl Core {
-    fn new(nodes: usize, jobs: Vec<Job>, config: CoreConfig) -> Core {
+    /// `ranges` gives each job's items to move, `first..end`.
+    fn new(nodes: usize, jobs: Vec<Job>, ranges: &[(u32, u32)], config: CoreConfig) -> Core {
         let n = jobs.len();
         let words = nodes.div_ceil(64);
         let mut partner_bits = [vec![0u64; nodes * words], vec![0u64; nodes * words]];
@@ -351,15 +387,16 @@ impl Core {
                 if partner == MULTI {
                     others[side][v].push(entry);
                 }
-                load[side][v] += u64::from(job.len);
+                load[side][v] += u64::from(ranges[j].1 - ranges[j].0);
             }
         }
         let rt = jobs
             .iter()
-            .map(|j| JobRt {
+            .zip(ranges)
+            .map(|(j, &(first, end))| JobRt {
                 since: 0,
-                rem: j.len,
-                offset: 0,
+                rem: end - first,
+                offset: first,
                 version: 0,
                 pair: NO_PAIR,
                 sender: j.sender,

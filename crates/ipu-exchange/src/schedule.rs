@@ -78,6 +78,12 @@ pub struct ScheduleConfig {
     /// core when within 0.5 % of the endpoint bound, else when shorter than
     /// the core's (see `schedule/sets.rs`).
     pub receiver_sets: bool,
+    /// Job sets of at least this many jobs are scheduled as two halves in
+    /// time, one per thread, each half split again while it is this large
+    /// (see `core/split.rs`); `usize::MAX` never splits. The halves are
+    /// chosen from the jobs alone, so the schedule does not depend on the
+    /// number of threads.
+    pub split_jobs: usize,
 }
 
 impl Default for ScheduleConfig {
@@ -94,6 +100,7 @@ impl Default for ScheduleConfig {
             verify: cfg!(debug_assertions),
             relocatable: false,
             receiver_sets: true,
+            split_jobs: crate::core::SPLIT_JOBS,
         }
     }
 }

@@ -30,6 +30,7 @@ pub(super) fn plan(
         path_search_limit: config.path_search_limit,
         fanout_split: config.fanout_split,
         fill_budget: config.fill_budget,
+        split_jobs: config.split_jobs,
     };
     // A 64-bit job also occupies the partner's lane and each destination
     // partner's receive port.
@@ -71,7 +72,7 @@ pub(super) fn plan(
             config.presplit_max_fanout as usize,
         );
         let bound = job_bound(&jobs, tiles as usize).max(endpoint);
-        core::run(tiles as usize, jobs, core_config(slack(bound)))
+        core::run_split(tiles as usize, &jobs, bound, core_config(slack(bound)))
     };
     // The schedule by receiver sets costs less than the core's on these
     // phases (one build of it 133 ms against the core's 817 ms on SigLIP

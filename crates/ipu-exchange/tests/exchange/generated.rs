@@ -283,3 +283,75 @@ fn wide_multicasts_from_idle_senders_end_near_the_bound() {
         );
     }
 }
+
+/// Phases split in time (one half after the other, each scheduled on its
+/// own thread) check, replay the right words, stay at the bound, and do not
+/// depend on the number of threads: unicast phases, and unicast phases
+/// with a few multicasts and paired items among them (which the split
+/// places first), split down to sets of a few hundred jobs.
+#[test]
+fn phases_split_in_time_check_and_stay_near_the_bound() {
+    let fabric = fabric();
+    let (mut whole_horizon, mut split_horizon, mut bound) = (0, 0, 0);
+    for seed in 0..6u64 {
+        let mixed = seed >= 3;
+        let mut phase = generate_phase(&small(
+            1600,
+            1200,
+            if mixed { 4 } else { 1 },
+            if mixed { 30 } else { 0 },
+            300 + seed,
+        ));
+        // Keep one in 48 of the multicast and paired transfers: few
+        // enough for the split to apply.
+        let mut k = 0;
+        phase.transfers.retain(|t| {
+            k += 1;
+            (t.destinations.len() == 1 && t.width == Width::Word32) || k % 48 == 0
+        });
+        let others = phase
+            .transfers
+            .iter()
+            .filter(|t| t.destinations.len() > 1 || t.width == Width::Paired64)
+            .count();
+        assert_eq!(others > 0, mixed, "seed {seed}: {others}");
+        let split = ScheduleConfig {
+            split_jobs: 300,
+            ..ScheduleConfig::default()
+        };
+        let s = schedule_and_check(&phase, &fabric, &split);
+        let mut memory = SparseMemory::default();
+        let stats = replay(s.rows(), &fabric, &mut memory).expect("rows replay");
+        for t in &phase.transfers {
+            for &(d, address) in &t.destinations {
+                for k in 0..t.words {
+                    let src = t.source_word_address(k).unwrap();
+                    let got = memory.read_word(d, address + 4 * k).unwrap();
+                    assert_eq!(got, initial_word(t.source.as_u32(), src));
+                }
+            }
+        }
+        assert!(stats.cycles <= s.horizon());
+        let one_thread = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("a pool")
+            .install(|| schedule(&phase, &fabric, &split).expect("schedules"));
+        assert_eq!(one_thread.rows(), s.rows(), "seed {seed}");
+        let whole = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
+        eprintln!(
+            "seed {seed}: split {} whole {} bound {}",
+            s.horizon(),
+            whole.horizon(),
+            s.stronger_lower_bound()
+        );
+        whole_horizon += whole.horizon();
+        split_horizon += s.horizon();
+        bound += s.stronger_lower_bound();
+    }
+    eprintln!("split {split_horizon} whole {whole_horizon} bound {bound}");
+    assert!(
+        split_horizon * 1000 <= whole_horizon * 1002 && split_horizon * 100 <= bound * 101,
+        "split {split_horizon} vs whole {whole_horizon}, bound {bound}"
+    );
+}

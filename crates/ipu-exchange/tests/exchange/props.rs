@@ -96,15 +96,20 @@ fn config() -> impl Strategy<Value = ScheduleConfig> {
         any::<bool>(),
         any::<bool>(),
         2usize..600,
+        // Phases split in time down to sets of a few jobs, or not at all.
+        prop::sample::select(vec![usize::MAX, 2, 8, 32]),
     )
-        .prop_map(|(slack, budget, split, paired, limit)| ScheduleConfig {
-            target_slack_ppm: slack,
-            fill_budget: budget,
-            fanout_split: split,
-            try_paired: paired,
-            path_search_limit: limit,
-            ..ScheduleConfig::default()
-        })
+        .prop_map(
+            |(slack, budget, split, paired, limit, split_jobs)| ScheduleConfig {
+                target_slack_ppm: slack,
+                fill_budget: budget,
+                fanout_split: split,
+                try_paired: paired,
+                path_search_limit: limit,
+                split_jobs,
+                ..ScheduleConfig::default()
+            },
+        )
 }
 
 proptest! {
