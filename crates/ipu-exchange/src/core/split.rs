@@ -52,11 +52,12 @@ pub(crate) const SPLIT_JOBS: usize = 300_000;
 /// `bound` is at least every node's load, and `config.target` is at least
 /// `bound`.
 ///
-/// The target's slack over the bound goes to the last set in time only:
-/// the others aim at their own bound exactly, since a set that ends a
-/// little late delays every set after it (on the seed-shaped phase of
-/// 586,368 transfers, eight sets that each had the slack ended 21 cycles
-/// above the bound, and 0 with it on the last alone).
+/// Sets split off aim at their own bound exactly: the target's slack lets
+/// the core end a little late, and a set that ends late delays every set
+/// after it. On the seed-shaped phase of 586,368 transfers, eight sets that
+/// each had the default slack (0.2 %) ended 21 cycles above the bound, four
+/// sets with the slack on the last alone 7 above, and sets without slack
+/// at the bound.
 pub(crate) fn run_split(nodes: usize, jobs: &[Job], bound: u64, config: CoreConfig) -> CoreOutput {
     let picks: Vec<Pick> = (0..jobs.len()).map(|j| Pick::whole(jobs, j)).collect();
     if picks.len() < config.split_jobs.max(2) {
@@ -72,15 +73,11 @@ pub(crate) fn run_split(nodes: usize, jobs: &[Job], bound: u64, config: CoreConf
             }
         })
         .collect();
-    let set = JobSet { jobs, pairs };
-    if !mostly_pairs(&set, &picks) {
-        return run(nodes, jobs, &picks, config);
-    }
-    split(nodes, &set, picks, bound, config)
+    split(nodes, &JobSet { jobs, pairs }, picks, bound, config)
 }
 
-/// [`run_split`] of `picks`, a set split off a larger one: it aims at its
-/// bound exactly.
+/// [`run_split`] of `picks`, the whole set (aiming at `config.target`) or
+/// a set split off a larger one (aiming at its bound exactly).
 fn split(
     nodes: usize,
     set: &JobSet<'_>,
@@ -88,27 +85,35 @@ fn split(
     bound: u64,
     config: CoreConfig,
 ) -> CoreOutput {
+    let leaf = |picks: &[Pick]| run(nodes, set.jobs, picks, config);
     if picks.len() < config.split_jobs.max(2) || bound < 2 || !mostly_pairs(set, &picks) {
-        let config = CoreConfig {
-            target: bound,
-            ..config
-        };
-        return run(nodes, set.jobs, &picks, config);
+        return leaf(&picks);
     }
     let halves = Halves::balance(nodes, set, &picks, bound);
     let (first_bound, second_bound) = (halves.bound(0), halves.bound(1));
+    // A split that leaves a half with every job, or with the whole bound
+    // (a node whose load could not move for want of room at its jobs'
+    // other nodes), gains nothing and would be split the same way again.
+    let (first_jobs, second_jobs) = halves.counts(&picks);
+    if first_jobs == 0 || second_jobs == 0 || first_bound >= bound || second_bound >= bound {
+        return leaf(&picks);
+    }
     tracing::debug!(
         jobs = picks.len(),
         bound,
         first_bound,
         second_bound,
-        split = halves.split_picks(&picks),
+        split = first_jobs + second_jobs - picks.len(),
         "split exchange jobs in time"
     );
     let (first, second) = halves.into_picks(picks);
+    let part = |bound| CoreConfig {
+        target: bound,
+        ..config
+    };
     let (a, b) = rayon::join(
-        || split(nodes, set, first, first_bound, config),
-        || split(nodes, set, second, second_bound, config),
+        || split(nodes, set, first, first_bound, part(first_bound)),
+        || split(nodes, set, second, second_bound, part(second_bound)),
     );
     concat(a, b)
 }
@@ -268,13 +273,16 @@ impl Halves {
             .unwrap_or(0)
     }
 
-    /// Picks with items in both halves.
-    fn split_picks(&self, picks: &[Pick]) -> usize {
-        self.take
+    /// Picks with items in the first half, and in the second.
+    fn counts(&self, picks: &[Pick]) -> (usize, usize) {
+        let first = self.take.iter().filter(|&&t| t > 0).count();
+        let second = self
+            .take
             .iter()
             .zip(picks)
-            .filter(|&(&t, p)| t != 0 && t != p.items())
-            .count()
+            .filter(|&(&t, p)| t < p.items())
+            .count();
+        (first, second)
     }
 
     /// Adds `items` to `half` at every node in `ends`.
