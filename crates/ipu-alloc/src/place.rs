@@ -36,7 +36,8 @@ pub struct PlaceConfig {
     /// Tiles with more requests than this skip the exact search (its
     /// recursion depth is the request count).
     pub exact_max_requests: usize,
-    /// Run [`check_placement`] on the result before returning it.
+    /// Run [`check_placement`] on the result before returning it (on by
+    /// default).
     pub verify: bool,
 }
 
@@ -47,7 +48,7 @@ impl Default for PlaceConfig {
             fallback_strategies: GreedyStrategy::DEFAULT_SET[2..].to_vec(),
             exact_node_budget: 200_000,
             exact_max_requests: 1024,
-            verify: cfg!(debug_assertions),
+            verify: true,
         }
     }
 }

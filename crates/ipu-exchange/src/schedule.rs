@@ -64,7 +64,7 @@ pub struct ScheduleConfig {
     /// ([`schedule_phases`] uses each phase's index).
     pub phase_label: u32,
     /// Whether to run [`check_schedule`](crate::check_schedule) on the
-    /// result before returning it (on by default in debug builds).
+    /// result before returning it (on by default).
     pub verify: bool,
     /// Encode rows whose instruction choice does not depend on addresses:
     /// two transfers are never treated as contiguous in memory, even when
@@ -97,7 +97,7 @@ impl Default for ScheduleConfig {
             try_paired: true,
             large_phase_transfers: 1000,
             phase_label: 0,
-            verify: cfg!(debug_assertions),
+            verify: true,
             relocatable: false,
             receiver_sets: true,
             split_jobs: crate::core::SPLIT_JOBS,
