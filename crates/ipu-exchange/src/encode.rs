@@ -369,7 +369,9 @@ pub(crate) fn encode_tile(
         bounds.push(e.at);
     }
     bounds.push(end);
-    bounds.sort_unstable();
+    // Two sorted runs (the sends' boundaries, then the receive events'),
+    // which the stable sort finds and merges in one pass.
+    bounds.sort();
     bounds.dedup();
     let mut em = Emitter {
         words: Vec::new(),
