@@ -163,6 +163,11 @@ fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> Vec<
             && j.extra_senders.is_empty()
             && j.extra_receivers.is_empty()
     };
+    // A unicast phase has nothing to split: one parallel look, not the
+    // sequential passes below.
+    if !jobs.par_iter().any(splittable) {
+        return jobs;
+    }
     let mut load = vec![0u64; nodes];
     // Per sender: (fanout, items) of its splittable multicast jobs.
     let mut multi: Vec<Vec<(u64, u64)>> = vec![Vec::new(); nodes];
@@ -218,16 +223,30 @@ fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> Vec<
 
 /// The largest node load of a job set.
 fn job_bound(jobs: &[Job], nodes: usize) -> u64 {
-    let mut send = vec![0u64; nodes];
-    let mut recv = vec![0u64; nodes];
-    for j in jobs {
-        for &s in std::iter::once(&j.sender).chain(&j.extra_senders) {
-            send[s as usize] += u64::from(j.len);
-        }
-        for &r in j.receivers.iter().chain(&j.extra_receivers) {
-            recv[r as usize] += u64::from(j.len);
-        }
-    }
+    // Per-thread load tables summed at the end: the same sums whatever the
+    // thread count.
+    let (send, recv) = jobs
+        .par_iter()
+        .fold(
+            || (vec![0u64; nodes], vec![0u64; nodes]),
+            |(mut send, mut recv), j| {
+                for &s in std::iter::once(&j.sender).chain(&j.extra_senders) {
+                    send[s as usize] += u64::from(j.len);
+                }
+                for &r in j.receivers.iter().chain(&j.extra_receivers) {
+                    recv[r as usize] += u64::from(j.len);
+                }
+                (send, recv)
+            },
+        )
+        .reduce(
+            || (vec![0u64; nodes], vec![0u64; nodes]),
+            |(mut send, mut recv), (s, r)| {
+                send.iter_mut().zip(s).for_each(|(a, b)| *a += b);
+                recv.iter_mut().zip(r).for_each(|(a, b)| *a += b);
+                (send, recv)
+            },
+        );
     send.into_iter().chain(recv).max().unwrap_or(0)
 }
 

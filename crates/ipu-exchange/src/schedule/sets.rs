@@ -32,6 +32,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use ipu_layout::hash::FoldBuildHasher;
+use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use crate::core::{CoreOutput, Job, Segment};
@@ -48,15 +49,13 @@ const MIN_JOBS_PER_SET: usize = 8;
 
 /// Whether multicast jobs carry at least half the items received.
 fn multicast_carried(jobs: &[Job]) -> bool {
-    let mut received = 0u64;
-    let mut multicast = 0u64;
-    for j in jobs {
-        let items = u64::from(j.len) * j.receivers.len() as u64;
-        received += items;
-        if j.receivers.len() > 1 {
-            multicast += items;
-        }
-    }
+    let (received, multicast) = jobs
+        .par_iter()
+        .map(|j| {
+            let items = u64::from(j.len) * j.receivers.len() as u64;
+            (items, if j.receivers.len() > 1 { items } else { 0 })
+        })
+        .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     multicast * 2 >= received
 }
 
@@ -103,7 +102,7 @@ struct Set {
 /// core handles anyway).
 pub(super) fn schedule_by_sets(jobs: &[Job], nodes: usize) -> Option<SetsSchedule> {
     if jobs
-        .iter()
+        .par_iter()
         .any(|j| !j.extra_senders.is_empty() || !j.extra_receivers.is_empty())
     {
         return None;
