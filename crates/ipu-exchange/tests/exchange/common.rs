@@ -10,6 +10,25 @@ pub fn fabric() -> Fabric {
     Fabric::ipu21().expect("the embedded device description parses")
 }
 
+/// Replays `s`'s rows and asserts that every destination holds its
+/// transfer's words and that the replay ends by the horizon. Returns the
+/// words written.
+pub fn replay_moves_every_word(phase: &Phase, fabric: &Fabric, s: &Schedule) -> u64 {
+    let mut memory = SparseMemory::default();
+    let stats = replay(s.rows(), fabric, &mut memory).expect("rows replay");
+    for t in &phase.transfers {
+        for &(d, address) in &t.destinations {
+            for k in 0..t.words {
+                let src = t.source_word_address(k).unwrap();
+                let got = memory.read_word(d, address + 4 * k).unwrap();
+                assert_eq!(got, initial_word(t.source.as_u32(), src));
+            }
+        }
+    }
+    assert!(stats.cycles <= s.horizon());
+    stats.words_written
+}
+
 /// Schedules, checks with the checker, and asserts the bounds.
 pub fn schedule_and_check(phase: &Phase, fabric: &Fabric, config: &ScheduleConfig) -> Schedule {
     let s = schedule(phase, fabric, config).expect("valid phases schedule");

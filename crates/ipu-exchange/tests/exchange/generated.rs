@@ -6,7 +6,7 @@ use ipu_exchange::generate::{
 use ipu_exchange::*;
 use ipu_layout::TileId;
 
-use crate::common::{SparseMemory, fabric, initial_word, schedule_and_check};
+use crate::common::{fabric, replay_moves_every_word, schedule_and_check};
 
 fn small(transfers: u32, bound: u32, fanout: u32, paired: u32, seed: u64) -> GenConfig {
     GenConfig {
@@ -78,21 +78,12 @@ fn replay_moves_the_right_words() {
     for seed in 0..4 {
         let phase = generate_phase(&small(150, 300, 3, 40, 100 + seed));
         let s = schedule_and_check(&phase, &fabric, &ScheduleConfig::default());
-        let mut memory = SparseMemory::default();
-        let stats = replay(s.rows(), &fabric, &mut memory).expect("rows replay");
-        let mut expected_words = 0u64;
-        for t in &phase.transfers {
-            for &(d, address) in &t.destinations {
-                for k in 0..t.words {
-                    let src = t.source_word_address(k).unwrap();
-                    let got = memory.read_word(d, address + 4 * k).unwrap();
-                    assert_eq!(got, initial_word(t.source.as_u32(), src));
-                    expected_words += 1;
-                }
-            }
-        }
-        assert_eq!(stats.words_written, expected_words);
-        assert!(stats.cycles <= s.horizon());
+        let expected_words: u64 = phase
+            .transfers
+            .iter()
+            .map(|t| u64::from(t.words) * t.destinations.len() as u64)
+            .sum();
+        assert_eq!(replay_moves_every_word(&phase, &fabric, &s), expected_words);
     }
 }
 
@@ -320,18 +311,7 @@ fn phases_split_in_time_check_and_stay_near_the_bound() {
             ..ScheduleConfig::default()
         };
         let s = schedule_and_check(&phase, &fabric, &split);
-        let mut memory = SparseMemory::default();
-        let stats = replay(s.rows(), &fabric, &mut memory).expect("rows replay");
-        for t in &phase.transfers {
-            for &(d, address) in &t.destinations {
-                for k in 0..t.words {
-                    let src = t.source_word_address(k).unwrap();
-                    let got = memory.read_word(d, address + 4 * k).unwrap();
-                    assert_eq!(got, initial_word(t.source.as_u32(), src));
-                }
-            }
-        }
-        assert!(stats.cycles <= s.horizon());
+        replay_moves_every_word(&phase, &fabric, &s);
         let one_thread = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
