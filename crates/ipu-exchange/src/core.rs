@@ -111,7 +111,8 @@ impl Job {
 /// A piece of a job run without interruption.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Segment {
-    /// Index into the final job list.
+    /// The job's id: in [`CoreOutput`], an index into its jobs; out of
+    /// [`run`], as [`RunOutput`] numbers them.
     pub job: u32,
     /// First cycle.
     pub start: u64,
@@ -121,11 +122,13 @@ pub(crate) struct Segment {
     pub offset: u32,
 }
 
-/// Output of [`run`].
+/// A schedule of a whole job list: what [`run_split`] returns.
 #[derive(Debug)]
 pub(crate) struct CoreOutput {
-    /// Jobs, including ones created by fanout splits (retired jobs keep
-    /// their index but have no segments after the split).
+    /// The caller's jobs, then the core's own (see [`RunOutput::own`]).
+    /// Jobs no segment names (a job the core copied, a job split by
+    /// fanout after its last segment) describe their transfer all the
+    /// same.
     pub jobs: Vec<Job>,
     /// Segments in emission order.
     pub segments: Vec<Segment>,
@@ -133,6 +136,37 @@ pub(crate) struct CoreOutput {
     pub horizon: u64,
     /// Whether every job was scheduled (false only on an internal error).
     pub complete: bool,
+}
+
+/// Output of [`run`] on picks of a caller's job list of `n` jobs. A
+/// segment's job below `n` is the caller's job of that index; `n + k` is
+/// `own[k]`.
+#[derive(Debug)]
+pub(crate) struct RunOutput {
+    /// The core's own jobs: copies of the picked jobs that are not a single
+    /// sender–receiver pair (the core sorts their receivers and splits them
+    /// by fanout), and the parts split off them.
+    pub own: Vec<Job>,
+    /// Segments in emission order.
+    pub segments: Vec<Segment>,
+    /// Cycle after the last segment.
+    pub horizon: u64,
+    /// Whether every job was scheduled (false only on an internal error).
+    pub complete: bool,
+}
+
+impl RunOutput {
+    /// The whole schedule of `jobs`, the list this output's picks came
+    /// from.
+    pub fn into_output(self, mut jobs: Vec<Job>) -> CoreOutput {
+        jobs.extend(self.own);
+        CoreOutput {
+            jobs,
+            segments: self.segments,
+            horizon: self.horizon,
+            complete: self.complete,
+        }
+    }
 }
 
 /// Tuning knobs of the core.
@@ -170,6 +204,8 @@ struct JobRt {
     /// here so that a look at a blocked multicast job does not touch the
     /// job list (a cache miss per look on wide phases).
     blocker_node: u32,
+    /// The job's id in [`RunOutput`]'s numbering, which its segments carry.
+    out: u32,
     state: State,
 }
 
@@ -207,7 +243,14 @@ const SEND: usize = 0;
 const RECV: usize = 1;
 
 struct Core {
-    jobs: Vec<Job>,
+    /// The jobs that are not a single pair, and the parts split off them:
+    /// core job `first_own + k` is `own[k]`. A single-pair job needs no
+    /// copy: its running state holds its two nodes.
+    own: Vec<Job>,
+    /// Core id of `own[0]`: single-pair jobs come first.
+    first_own: usize,
+    /// Jobs in the caller's list: `RunOutput` numbers own jobs from here.
+    caller_jobs: u32,
     /// Per job: its running state, kept together for locality.
     rt: Vec<JobRt>,
     /// Per side, per node: the jobs the unicast bit sets do not cover
@@ -284,11 +327,12 @@ impl Pick {
 }
 
 /// Schedules the `picks` of `jobs` on `nodes` senders and `nodes`
-/// receivers. The output's jobs are copies of the picked ones.
-pub(crate) fn run(nodes: usize, jobs: &[Job], picks: &[Pick], config: CoreConfig) -> CoreOutput {
+/// receivers.
+pub(crate) fn run(nodes: usize, jobs: &[Job], picks: &[Pick], config: CoreConfig) -> RunOutput {
     // Unicast jobs first, grouped by (sender, receiver): a pair's jobs get
-    // consecutive ids, and jobs of one sender sit together in memory. Keys
-    // are sorted rather than the (large) jobs themselves.
+    // consecutive ids. Keys are sorted rather than the (large) jobs
+    // themselves, and hold all the core needs of a single-pair job, so the
+    // job list is read again only for the others.
     let mut keys: Vec<(u32, u32, u32, u32)> = picks
         .par_iter()
         .enumerate()
@@ -304,28 +348,7 @@ pub(crate) fn run(nodes: usize, jobs: &[Job], picks: &[Pick], config: CoreConfig
     // Keys are distinct (they end in the index), so the parallel sort's
     // order does not depend on the thread count.
     keys.par_sort_unstable();
-    let (jobs, ranges): (Vec<Job>, Vec<(u32, u32)>) = keys
-        .par_iter()
-        .map(|k| {
-            let pick = picks[k.3 as usize];
-            let mut j = jobs[pick.job as usize].clone();
-            // Multicast receivers in order (with their tags), so that a
-            // split part's membership is a binary search.
-            if j.receivers.len() > 1 && j.extra_receivers.is_empty() {
-                let mut pairs: SmallVec<[(u32, u32); 2]> = j
-                    .receivers
-                    .iter()
-                    .copied()
-                    .zip(j.dests.iter().copied())
-                    .collect();
-                pairs.sort_unstable();
-                j.receivers = pairs.iter().map(|p| p.0).collect();
-                j.dests = pairs.iter().map(|p| p.1).collect();
-            }
-            (j, (pick.first, pick.end))
-        })
-        .unzip();
-    let mut core = Core::new(nodes, jobs, &ranges, config);
+    let mut core = Core::new(nodes, jobs, picks, &keys, config);
     core.solve();
     let horizon = core
         .segments
@@ -333,12 +356,31 @@ pub(crate) fn run(nodes: usize, jobs: &[Job], picks: &[Pick], config: CoreConfig
         .map(|s| s.start + u64::from(s.len))
         .max()
         .unwrap_or(0);
-    CoreOutput {
+    RunOutput {
         complete: core.pending_count == 0,
-        jobs: core.jobs,
+        own: core.own,
         segments: core.segments,
         horizon,
     }
+}
+
+/// The core's copy of a job that is not a single pair: a multicast's
+/// receivers in order (with their tags), so that a split part's membership
+/// is a binary search.
+fn own_copy(job: &Job) -> Job {
+    let mut j = job.clone();
+    if j.receivers.len() > 1 && j.extra_receivers.is_empty() {
+        let mut pairs: SmallVec<[(u32, u32); 2]> = j
+            .receivers
+            .iter()
+            .copied()
+            .zip(j.dests.iter().copied())
+            .collect();
+        pairs.sort_unstable();
+        j.receivers = pairs.iter().map(|p| p.0).collect();
+        j.dests = pairs.iter().map(|p| p.1).collect();
+    }
+    j
 }
 
 /// A freed node's place in the order nodes are looked at: most loaded
@@ -356,9 +398,50 @@ fn scan_node(key: u128) -> (usize, usize) {
 }
 
 impl Core {
-    /// `ranges` gives each job's items to move, `first..end`.
-    fn new(nodes: usize, jobs: Vec<Job>, ranges: &[(u32, u32)], config: CoreConfig) -> Core {
-        let n = jobs.len();
+    /// The core over `picks` of `jobs`, in the order of `keys` (see
+    /// [`run`]): key `j` is core job `j`.
+    fn new(
+        nodes: usize,
+        jobs: &[Job],
+        picks: &[Pick],
+        keys: &[(u32, u32, u32, u32)],
+        config: CoreConfig,
+    ) -> Core {
+        let n = keys.len();
+        let first_own = keys.partition_point(|k| k.0 == 0);
+        let caller_jobs = jobs.len() as u32;
+        let own: Vec<Job> = keys[first_own..]
+            .par_iter()
+            .map(|k| own_copy(&jobs[picks[k.3 as usize].job as usize]))
+            .collect();
+        let mut rt: Vec<JobRt> = keys
+            .par_iter()
+            .enumerate()
+            .map(|(j, &(_, sender, receiver, i))| {
+                let pick = picks[i as usize];
+                let (recv0, blocker_node, out) = match j.checked_sub(first_own) {
+                    None => (receiver, receiver, pick.job),
+                    Some(k) => (
+                        MULTI,
+                        own[k].receivers.first().copied().unwrap_or(MULTI),
+                        caller_jobs + k as u32,
+                    ),
+                };
+                JobRt {
+                    since: 0,
+                    rem: pick.items(),
+                    offset: pick.first,
+                    version: 0,
+                    pair: NO_PAIR,
+                    sender,
+                    recv0,
+                    blocker: 0,
+                    blocker_node,
+                    out,
+                    state: State::Pending,
+                }
+            })
+            .collect();
         let words = nodes.div_ceil(64);
         let mut partner_bits = [vec![0u64; nodes * words], vec![0u64; nodes * words]];
         let mut free_bits = [vec![0u64; words], vec![0u64; words]];
@@ -367,48 +450,9 @@ impl Core {
                 free_bits[side][v / 64] |= 1 << (v % 64);
             }
         }
-        for job in jobs.iter().filter(|j| j.simple()) {
-            if let [r] = job.receivers.as_slice() {
-                let (s, r) = (job.sender as usize, *r as usize);
-                partner_bits[SEND][s * words + r / 64] |= 1 << (r % 64);
-                partner_bits[RECV][r * words + s / 64] |= 1 << (s % 64);
-            }
-        }
         let mut load = [vec![0u64; nodes], vec![0u64; nodes]];
-        let mut others = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
-        for (j, job) in jobs.iter().enumerate() {
-            let partner = if job.simple() {
-                job.receivers[0]
-            } else {
-                MULTI
-            };
-            for (side, v) in job.endpoints() {
-                let entry = (j as u32, if side == SEND { partner } else { job.sender });
-                if partner == MULTI {
-                    others[side][v].push(entry);
-                }
-                load[side][v] += u64::from(ranges[j].1 - ranges[j].0);
-            }
-        }
-        let rt = jobs
-            .iter()
-            .zip(ranges)
-            .map(|(j, &(first, end))| JobRt {
-                since: 0,
-                rem: end - first,
-                offset: first,
-                version: 0,
-                pair: NO_PAIR,
-                sender: j.sender,
-                recv0: if j.simple() { j.receivers[0] } else { MULTI },
-                blocker: 0,
-                blocker_node: j.receivers.first().copied().unwrap_or(MULTI),
-                state: State::Pending,
-            })
-            .collect::<Vec<_>>();
-        let mut rt = rt;
-        // Unicast jobs grouped by (sender, receiver) pair: the caller
-        // sorted them, so a pair's jobs have consecutive ids.
+        // Single-pair jobs, grouped by (sender, receiver) pair: the keys
+        // are sorted, so a pair's jobs have consecutive ids.
         let dense = nodes <= DENSE_PAIR_NODES;
         let mut pair_index = if dense {
             PairIndex::Dense(vec![0; nodes * nodes])
@@ -417,25 +461,40 @@ impl Core {
         };
         let mut pair_pending: Vec<u32> = Vec::new();
         let mut last: Option<(u32, u32)> = None;
-        for (j, job) in jobs.iter().enumerate() {
-            let ([r], true) = (job.receivers.as_slice(), job.simple()) else {
-                continue;
-            };
-            let key = (job.sender, *r);
-            if last != Some(key) {
-                last = Some(key);
-                pair_index.insert(nodes, job.sender, *r, j as u32);
+        for (j, (&(_, sender, receiver, _), rt)) in keys.iter().zip(&mut rt).enumerate() {
+            if j == first_own {
+                break;
+            }
+            let (s, r) = (sender as usize, receiver as usize);
+            if last != Some((sender, receiver)) {
+                last = Some((sender, receiver));
+                pair_index.insert(nodes, sender, receiver, j as u32);
                 pair_pending.push(0);
+                partner_bits[SEND][s * words + r / 64] |= 1 << (r % 64);
+                partner_bits[RECV][r * words + s / 64] |= 1 << (s % 64);
             }
             let pid = pair_pending.len() - 1;
             pair_pending[pid] += 1;
-            rt[j].pair = pid as u32;
+            rt.pair = pid as u32;
+            load[SEND][s] += u64::from(rt.rem);
+            load[RECV][r] += u64::from(rt.rem);
+        }
+        let mut others = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
+        for (k, job) in own.iter().enumerate() {
+            let j = first_own + k;
+            for (side, v) in job.endpoints() {
+                let entry = (j as u32, if side == SEND { MULTI } else { job.sender });
+                others[side][v].push(entry);
+                load[side][v] += u64::from(rt[j].rem);
+            }
         }
         Core {
             pair_index,
             pair_pending,
             rt,
-            jobs,
+            own,
+            first_own,
+            caller_jobs,
             others,
             load,
             busy: [vec![None; nodes], vec![None; nodes]],
@@ -457,6 +516,11 @@ impl Core {
             free_bits,
             partner_bits,
         }
+    }
+
+    /// Core job `j`, which is not a single-pair job.
+    fn own(&self, j: usize) -> &Job {
+        &self.own[j - self.first_own]
     }
 
     /// Remaining load of a node now.
@@ -521,7 +585,7 @@ impl Core {
         let mut ends = std::mem::take(&mut self.ends);
         ends.clear();
         match self.rt[j].recv0 {
-            MULTI => self.jobs[j].endpoints_into(&mut ends),
+            MULTI => self.own(j).endpoints_into(&mut ends),
             r => ends.extend([(SEND, self.rt[j].sender as usize), (RECV, r as usize)]),
         }
         ends
@@ -535,7 +599,7 @@ impl Core {
         let ran32 = ran as u32;
         if ran > 0 {
             self.segments.push(Segment {
-                job: j,
+                job: self.rt[ju].out,
                 start: self.rt[ju].since,
                 len: ran32,
                 offset: self.rt[ju].offset,

@@ -126,7 +126,7 @@ impl Core {
             if blocked(SEND, rt.sender) || (split == 0 && blocked(RECV, rt.blocker_node)) {
                 continue;
             }
-            let job = &self.jobs[j];
+            let job = &self.own[j - self.first_own];
             if job.simple() {
                 // Unicast (a split part, or a multicast job split down to
                 // one receiver, whose entry may not name the partner).
@@ -182,7 +182,7 @@ impl Core {
             // sorted, and only a job about to become the choice is searched.
             // Paired jobs are never split, and their receivers are not sorted.
             let holds = |core: &Core| {
-                let job = &core.jobs[j];
+                let job = core.own(j);
                 side == SEND
                     || !job.extra_receivers.is_empty()
                     || job.receivers.binary_search(&(v as u32)).is_ok()
@@ -235,7 +235,7 @@ impl Core {
     /// (started now) and the rest (pending). The sender's load grows by the
     /// remaining items.
     fn split_and_start(&mut self, j: usize) -> bool {
-        let job = &self.jobs[j];
+        let job = self.own(j);
         let free = |r: &u32| self.busy[RECV][*r as usize].is_none();
         let free_count = job.receivers.iter().filter(|r| free(r)).count();
         if free_count == 0 || free_count == job.receivers.len() {
@@ -256,10 +256,11 @@ impl Core {
             origin: job.origin,
         };
         let mut keep = 0;
-        let job = &mut self.jobs[j];
+        let busy = &self.busy[RECV];
+        let job = &mut self.own[j - self.first_own];
         for k in 0..job.receivers.len() {
             let (r, d) = (job.receivers[k], job.dests[k]);
-            if self.busy[RECV][r as usize].is_none() {
+            if busy[r as usize].is_none() {
                 now.receivers.push(r);
                 now.dests.push(d);
             } else {
@@ -276,7 +277,8 @@ impl Core {
         let offset = self.rt[j].offset;
         let sender = now.sender;
         self.load[SEND][sender as usize] += u64::from(rem);
-        let id = self.jobs.len() as u32;
+        let id = (self.first_own + self.own.len()) as u32;
+        let out = self.caller_jobs + self.own.len() as u32;
         let partner = match now.receivers.as_slice() {
             [r] => *r,
             _ => MULTI,
@@ -286,7 +288,7 @@ impl Core {
             self.others[RECV][r as usize].push((id, sender));
         }
         let first_receiver = now.receivers.first().copied().unwrap_or(MULTI);
-        self.jobs.push(now);
+        self.own.push(now);
         self.rt.push(JobRt {
             since: 0,
             rem,
@@ -298,6 +300,7 @@ impl Core {
             recv0: MULTI,
             blocker: 0,
             blocker_node: first_receiver,
+            out,
             state: State::Pending,
         });
         self.pending_count += 1;

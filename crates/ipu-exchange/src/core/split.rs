@@ -35,7 +35,7 @@
 use rayon::prelude::*;
 use smallvec::SmallVec;
 
-use super::{CoreConfig, CoreOutput, Job, MULTI, Pick, RECV, SEND, Segment, run};
+use super::{CoreConfig, CoreOutput, Job, MULTI, Pick, RECV, RunOutput, SEND, Segment, run};
 
 /// The default [`CoreConfig::split_jobs`]: job sets from this size on are
 /// scheduled as two halves in time.
@@ -58,13 +58,18 @@ pub(crate) const SPLIT_JOBS: usize = 300_000;
 /// each had the default slack (0.2 %) ended 21 cycles above the bound, four
 /// sets with the slack on the last alone 7 above, and sets without slack
 /// at the bound.
-pub(crate) fn run_split(nodes: usize, jobs: &[Job], bound: u64, config: CoreConfig) -> CoreOutput {
+pub(crate) fn run_split(
+    nodes: usize,
+    jobs: Vec<Job>,
+    bound: u64,
+    config: CoreConfig,
+) -> CoreOutput {
     let picks: Vec<Pick> = (0..jobs.len())
         .into_par_iter()
-        .map(|j| Pick::whole(jobs, j))
+        .map(|j| Pick::whole(&jobs, j))
         .collect();
     if picks.len() < config.split_jobs.max(2) {
-        return run(nodes, jobs, &picks, config);
+        return run(nodes, &jobs, &picks, config).into_output(jobs);
     }
     let pairs = jobs
         .par_iter()
@@ -76,7 +81,8 @@ pub(crate) fn run_split(nodes: usize, jobs: &[Job], bound: u64, config: CoreConf
             }
         })
         .collect();
-    split(nodes, &JobSet { jobs, pairs }, picks, bound, config)
+    let out = split(nodes, &JobSet { jobs: &jobs, pairs }, picks, bound, config);
+    out.into_output(jobs)
 }
 
 /// [`run_split`] of `picks`, the whole set (aiming at `config.target`) or
@@ -87,7 +93,7 @@ fn split(
     picks: Vec<Pick>,
     bound: u64,
     config: CoreConfig,
-) -> CoreOutput {
+) -> RunOutput {
     let leaf = |picks: &[Pick]| run(nodes, set.jobs, picks, config);
     if picks.len() < config.split_jobs.max(2) || bound < 2 || !mostly_pairs(set, &picks) {
         return leaf(&picks);
@@ -118,7 +124,7 @@ fn split(
         || split(nodes, set, first, first_bound, part(first_bound)),
         || split(nodes, set, second, second_bound, part(second_bound)),
     );
-    concat(a, b)
+    concat(a, b, set.jobs.len())
 }
 
 /// Whether single-pair jobs carry all but [`OTHER_SHARE`] of `picks`'
@@ -144,19 +150,25 @@ fn mostly_pairs(set: &JobSet<'_>, picks: &[Pick]) -> bool {
 /// [`mostly_pairs`] allows other jobs one part in this many of the items.
 const OTHER_SHARE: u64 = 32;
 
-/// The second set's schedule after the first's: its job ids follow the
-/// first's, its segments start at the first's horizon.
-fn concat(mut a: CoreOutput, b: CoreOutput) -> CoreOutput {
-    let base = a.jobs.len() as u32;
+/// The second set's schedule after the first's: its own jobs follow the
+/// first's, its segments start at the first's horizon. Both number the
+/// caller's `caller_jobs` jobs alike.
+fn concat(mut a: RunOutput, b: RunOutput, caller_jobs: usize) -> RunOutput {
+    let base = a.own.len() as u32;
+    let caller_jobs = caller_jobs as u32;
     let shift = a.horizon;
     a.segments.extend(b.segments.into_iter().map(|s| Segment {
-        job: s.job + base,
+        job: if s.job < caller_jobs {
+            s.job
+        } else {
+            s.job + base
+        },
         start: s.start + shift,
         ..s
     }));
-    a.jobs.extend(b.jobs);
-    CoreOutput {
-        jobs: a.jobs,
+    a.own.extend(b.own);
+    RunOutput {
+        own: a.own,
         segments: a.segments,
         horizon: a.horizon + b.horizon,
         complete: a.complete && b.complete,
