@@ -7,21 +7,17 @@ use crate::core::CoreOutput;
 use crate::encode::{RecvPiece, SendPiece, TileActivity};
 use crate::model::Phase;
 
-/// (segment, end of the source's send before it — set on the segment's
-/// first piece —, start of the source's send after it — set on its last).
-type QuietMark = (u32, Option<Option<u64>>, Option<Option<u64>>);
-
-/// Segment indices grouped by tile: `order[offsets[t]..offsets[t + 1]]`
-/// are tile `t`'s, in segment order.
-struct Grouped {
+/// Payloads grouped by tile: `order[offsets[t]..offsets[t + 1]]` are tile
+/// `t`'s, in the order they were given.
+struct Grouped<T> {
     offsets: Vec<usize>,
-    order: Vec<u32>,
+    order: Vec<T>,
 }
 
-impl Grouped {
+impl<T: Copy + Default> Grouped<T> {
     /// Groups `items` (tile, payload) by tile with a counting sort, keeping
     /// their order within a tile.
-    fn new(tiles: usize, items: impl Iterator<Item = (u32, u32)> + Clone) -> Grouped {
+    fn new(tiles: usize, items: impl Iterator<Item = (u32, T)> + Clone) -> Grouped<T> {
         let mut offsets = vec![0usize; tiles + 1];
         for (tile, _) in items.clone() {
             offsets[tile as usize + 1] += 1;
@@ -30,7 +26,7 @@ impl Grouped {
             offsets[t + 1] += offsets[t];
         }
         let mut next = offsets.clone();
-        let mut order = vec![0u32; offsets[tiles]];
+        let mut order = vec![T::default(); offsets[tiles]];
         for (tile, payload) in items {
             let at = &mut next[tile as usize];
             order[*at] = payload;
@@ -39,7 +35,7 @@ impl Grouped {
         Grouped { offsets, order }
     }
 
-    fn of(&self, tile: usize) -> &[u32] {
+    fn of(&self, tile: usize) -> &[T] {
         &self.order[self.offsets[tile]..self.offsets[tile + 1]]
     }
 }
@@ -48,10 +44,12 @@ impl Grouped {
 /// pieces start `latency` cycles after their send. Returns the number of
 /// segments.
 ///
-/// Segments are grouped by sending and by receiving tile first (counting
-/// sorts), so that each tile's pieces are built in parallel from its own
-/// segments, reading the phase's transfers of that tile together; the
-/// result does not depend on the thread count.
+/// Segments are grouped by sending tile first (a counting sort), so that
+/// each tile's send pieces, and the receive pieces of its segments, are
+/// built in parallel from its own segments, reading the phase's transfers
+/// of that tile together; the receive pieces are then grouped by receiving
+/// tile (another counting sort). The result does not depend on the thread
+/// count.
 pub(super) fn add_activity(
     phase: &Phase,
     out: &CoreOutput,
@@ -81,10 +79,14 @@ pub(super) fn add_activity(
         tiles,
         senders.iter().enumerate().map(|(i, &s)| (s, i as u32)),
     );
-    // Per tile: its send pieces sorted by start, and per segment of the
-    // tile the end of the tile's send before it and the start of the one
-    // after it.
-    let sends: Vec<(Vec<SendPiece>, Vec<QuietMark>)> = (0..tiles)
+    // Per sending tile: its send pieces sorted by start, and the receive
+    // pieces of its segments (with each receiving tile). A receive piece
+    // needs the end of its source's send before it and the start of the one
+    // after it, which the tile's sorted send pieces give; it is built here,
+    // while the tile's segments, jobs and transfers are in cache, rather
+    // than in a pass over the segments in time order, which reads them out
+    // of order.
+    let sent: Vec<(Vec<SendPiece>, Vec<u32>, Vec<RecvPiece>)> = (0..tiles)
         .into_par_iter()
         .map(|tile| {
             let mut pieces: Vec<(SendPiece, u32)> = Vec::with_capacity(by_source.of(tile).len());
@@ -133,69 +135,64 @@ pub(super) fn add_activity(
                 }
             }
             pieces.sort_by_key(|(p, _)| p.start);
-            let mut marks = Vec::with_capacity(by_source.of(tile).len());
-            for (k, &(_, seg)) in pieces.iter().enumerate() {
-                let first = k == 0 || pieces[k - 1].1 != seg;
-                let last = pieces.get(k + 1).is_none_or(|n| n.1 != seg);
-                if first {
-                    let before = k
-                        .checked_sub(1)
-                        .map(|q| pieces[q].0.start + u64::from(pieces[q].0.items));
-                    marks.push((seg, Some(before), None));
+            // A segment's pieces are consecutive: the tile sends one
+            // segment at a time.
+            let mut dest_tiles = Vec::new();
+            let mut recvs = Vec::new();
+            let mut k = 0;
+            while k < pieces.len() {
+                let index = pieces[k].1;
+                let mut last = k;
+                while pieces.get(last + 1).is_some_and(|n| n.1 == index) {
+                    last += 1;
                 }
-                if last {
-                    let after = pieces.get(k + 1).map(|n| n.0.start);
-                    marks.push((seg, None, Some(after)));
+                let source_quiet_from = k
+                    .checked_sub(1)
+                    .map(|q| pieces[q].0.start + u64::from(pieces[q].0.items));
+                let source_next_send = pieces.get(last + 1).map(|n| n.0.start);
+                k = last + 1;
+                let seg = &segments[index as usize];
+                let job = &out.jobs[seg.job as usize];
+                let t = &phase.transfers[job.origin as usize];
+                let wide = !job.extra_senders.is_empty();
+                let first_word = seg.offset * if wide { 2 } else { 1 };
+                for &dest in &job.dests {
+                    let (d, address) = t.destinations[dest as usize];
+                    dest_tiles.push(d.as_u32());
+                    recvs.push(RecvPiece {
+                        start: seg.start + latency,
+                        items: seg.len,
+                        wide,
+                        source: job.sender,
+                        byte_address: address + 4 * first_word,
+                        vaddr: if relocatable {
+                            structural(job.origin, first_word)
+                        } else {
+                            u128::from(address + 4 * first_word)
+                        },
+                        dest,
+                        source_quiet_from,
+                        source_next_send,
+                    });
                 }
             }
-            (pieces.into_iter().map(|(p, _)| p).collect(), marks)
+            (
+                pieces.into_iter().map(|(p, _)| p).collect(),
+                dest_tiles,
+                recvs,
+            )
         })
         .collect();
-    // Per segment: the end of its source's previous send and the start of
-    // its next one.
-    let mut before = vec![None; segments.len()];
-    let mut after = vec![None; segments.len()];
-    for (_, marks) in &sends {
-        for &(seg, b, a) in marks {
-            if let Some(b) = b {
-                before[seg as usize] = b;
-            }
-            if let Some(a) = a {
-                after[seg as usize] = a;
-            }
-        }
-    }
-    // Receive pieces, grouped by receiving tile. One pass over the
-    // segments (in parallel, in order) reads each job and transfer once and
-    // lists (segment, receiving tile, destination byte address, destination
-    // index); a broadcast's hundreds of receivers then read only this list.
-    let receptions: Vec<(u32, u32, u32, u32)> = segments
-        .par_iter()
-        .enumerate()
-        .flat_map_iter(|(i, seg)| {
-            let job = &out.jobs[seg.job as usize];
-            let t = &phase.transfers[job.origin as usize];
-            job.dests.iter().map(move |&k| {
-                let (d, address) = t.destinations[k as usize];
-                (i as u32, d.as_u32(), address, k)
-            })
-        })
-        .collect();
-    // Per segment: what a receive piece needs of it besides its address.
-    let info: Vec<(u32, bool, u32)> = segments
-        .par_iter()
-        .map(|seg| {
-            let job = &out.jobs[seg.job as usize];
-            let wide = !job.extra_senders.is_empty();
-            (job.origin, wide, job.sender)
-        })
-        .collect();
+    // Receive pieces grouped by receiving tile, as (sending tile, index in
+    // its list), and copied per receiving tile in parallel.
     let by_dest = Grouped::new(
         tiles,
-        receptions
-            .iter()
-            .enumerate()
-            .map(|(p, &(_, d, _, _))| (d, p as u32)),
+        sent.iter().enumerate().flat_map(|(s, (_, dests, _))| {
+            dests
+                .iter()
+                .enumerate()
+                .map(move |(i, &d)| (d, (s as u32, i as u32)))
+        }),
     );
     let recvs: Vec<Vec<RecvPiece>> = (0..tiles)
         .into_par_iter()
@@ -203,33 +200,13 @@ pub(super) fn add_activity(
             let mut pieces: Vec<RecvPiece> = by_dest
                 .of(tile)
                 .iter()
-                .map(|&p| {
-                    let (index, _, address, dest) = receptions[p as usize];
-                    let seg = &segments[index as usize];
-                    let (origin, wide, source) = info[index as usize];
-                    let first_word = seg.offset * if wide { 2 } else { 1 };
-                    RecvPiece {
-                        start: seg.start + latency,
-                        items: seg.len,
-                        wide,
-                        source,
-                        byte_address: address + 4 * first_word,
-                        vaddr: if relocatable {
-                            structural(origin, first_word)
-                        } else {
-                            u128::from(address + 4 * first_word)
-                        },
-                        dest,
-                        source_quiet_from: before[index as usize],
-                        source_next_send: after[index as usize],
-                    }
-                })
+                .map(|&(s, i)| sent[s as usize].2[i as usize])
                 .collect();
             pieces.sort_by_key(|p| p.start);
             pieces
         })
         .collect();
-    for ((a, (s, _)), r) in activity.iter_mut().zip(sends).zip(recvs) {
+    for ((a, (s, _, _)), r) in activity.iter_mut().zip(sent).zip(recvs) {
         a.sends = s;
         a.recvs = r;
     }
