@@ -19,35 +19,66 @@
 //! either silences that sender while it is sent whole, or is sent in
 //! several copies, which costs its own sender lane cycles.
 use ipu_layout::TileId;
+use rayon::prelude::*;
+use smallvec::SmallVec;
 
 use crate::fabric::Fabric;
 use crate::model::{Phase, Width};
 
-/// Per tile, the lane cycles it needs at least (`Word32 words + Paired64
-/// words / 2`, rounded up), and the largest per-tile or per-pair lane (or
-/// port) occupancy.
-fn lane_loads(phase: &Phase, fabric: &Fabric) -> (Vec<u64>, u64) {
+/// What the bounds need of a phase's per-tile loads.
+pub(crate) struct LaneLoads {
+    /// Per tile, the lane cycles it needs at least (`Word32 words +
+    /// Paired64 words / 2`, rounded up).
+    send: Vec<u64>,
+    /// The largest per-tile or per-pair lane (or port) occupancy: the
+    /// endpoint bound.
+    pub endpoint: u64,
+}
+
+/// Transfers a task of [`lane_loads`]'s parallel sum takes at least: each
+/// task sums into a per-tile table of its own.
+const LOADS_PER_TASK: usize = 1 << 14;
+
+/// The per-tile loads of `phase` (summed in parallel; sums do not depend
+/// on the order), and the endpoint bound.
+pub(crate) fn lane_loads(phase: &Phase, fabric: &Fabric) -> LaneLoads {
     let n = phase.tile_count as usize;
     // Per tile: [all words sent, Paired64 words sent, all received, Paired64 received].
-    let mut words = vec![[0u64; 4]; n];
-    for t in &phase.transfers {
-        let w = u64::from(t.words);
-        let wide = t.width == Width::Paired64;
-        if let Some(s) = words.get_mut(t.source.as_u32() as usize) {
-            s[0] += w;
-            if wide {
-                s[1] += w;
-            }
-        }
-        for &(d, _) in &t.destinations {
-            if let Some(r) = words.get_mut(d.as_u32() as usize) {
-                r[2] += w;
-                if wide {
-                    r[3] += w;
+    let words = phase
+        .transfers
+        .par_iter()
+        .with_min_len(LOADS_PER_TASK)
+        .fold(
+            || vec![[0u64; 4]; n],
+            |mut words, t| {
+                let w = u64::from(t.words);
+                let wide = t.width == Width::Paired64;
+                if let Some(s) = words.get_mut(t.source.as_u32() as usize) {
+                    s[0] += w;
+                    if wide {
+                        s[1] += w;
+                    }
+                }
+                for &(d, _) in &t.destinations {
+                    if let Some(r) = words.get_mut(d.as_u32() as usize) {
+                        r[2] += w;
+                        if wide {
+                            r[3] += w;
+                        }
+                    }
+                }
+                words
+            },
+        )
+        .reduce_with(|mut a, b| {
+            for (x, y) in a.iter_mut().zip(b) {
+                for k in 0..4 {
+                    x[k] += y[k];
                 }
             }
-        }
-    }
+            a
+        })
+        .unwrap_or_else(|| vec![[0u64; 4]; n]);
     let mut bound = 0;
     let mut send = Vec::with_capacity(n);
     for (t, own) in words.iter().enumerate() {
@@ -60,7 +91,10 @@ fn lane_loads(phase: &Phase, fabric: &Fabric) -> (Vec<u64>, u64) {
             bound = bound.max(tile).max(pair);
         }
     }
-    (send, bound)
+    LaneLoads {
+        send,
+        endpoint: bound,
+    }
 }
 
 /// The endpoint lower bound: the largest, over tiles (and tile pairs when
@@ -69,7 +103,7 @@ fn lane_loads(phase: &Phase, fabric: &Fabric) -> (Vec<u64>, u64) {
 /// words a tile sends or receives. Ignores latency, switches and instruction
 /// issue.
 pub fn endpoint_lower_bound(phase: &Phase, fabric: &Fabric) -> u64 {
-    lane_loads(phase, fabric).1
+    lane_loads(phase, fabric).endpoint
 }
 
 /// A stronger valid bound: the endpoint bound plus the fabric latency,
@@ -122,10 +156,15 @@ pub fn stronger_lower_bound(phase: &Phase, fabric: &Fabric) -> u64 {
 /// first receiver the transfer reaches and whose receivers are no more than
 /// the transfer's destinations).
 pub fn multicast_lower_bound(phase: &Phase, fabric: &Fabric) -> u64 {
+    multicast_bound_of(phase, fabric, &lane_loads(phase, fabric))
+}
+
+/// [`multicast_lower_bound`] of `phase`, whose [`lane_loads`] are `loads`.
+pub(crate) fn multicast_bound_of(phase: &Phase, fabric: &Fabric, loads: &LaneLoads) -> u64 {
     if phase.transfers.is_empty() {
         return 0;
     }
-    let (send, endpoint) = lane_loads(phase, fabric);
+    let (send, endpoint) = (&loads.send, loads.endpoint);
     let latency = u64::from(fabric.latency_cycles());
     let n = phase.tile_count as usize;
     if n == 0 {
@@ -134,20 +173,32 @@ pub fn multicast_lower_bound(phase: &Phase, fabric: &Fabric) -> u64 {
     }
     let words_per_set = n.div_ceil(64);
     let in_range = |tile: TileId| (tile.as_u32() as usize) < n;
-    // Each sender's receivers as a bit set, with their number and the first.
-    let mut dest_bits = vec![0u64; n * words_per_set];
-    for t in &phase.transfers {
-        if !in_range(t.source) {
-            continue;
-        }
-        let row = t.source.as_u32() as usize * words_per_set;
-        for &(d, _) in &t.destinations {
-            if in_range(d) {
-                let d = d.as_u32() as usize;
-                dest_bits[row + d / 64] |= 1 << (d % 64);
-            }
-        }
-    }
+    // Each sender's receivers as a bit set, with their number and the first
+    // (OR-ed in parallel: the sets do not depend on the order).
+    let dest_bits = phase
+        .transfers
+        .par_iter()
+        .with_min_len(LOADS_PER_TASK)
+        .fold(
+            || vec![0u64; n * words_per_set],
+            |mut dest_bits, t| {
+                if in_range(t.source) {
+                    let row = t.source.as_u32() as usize * words_per_set;
+                    for &(d, _) in &t.destinations {
+                        if in_range(d) {
+                            let d = d.as_u32() as usize;
+                            dest_bits[row + d / 64] |= 1 << (d % 64);
+                        }
+                    }
+                }
+                dest_bits
+            },
+        )
+        .reduce_with(|mut a, b| {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x |= y);
+            a
+        })
+        .unwrap_or_else(|| vec![0u64; n * words_per_set]);
     let mut dest_count = vec![0u32; n];
     let mut by_first: Vec<Vec<u32>> = vec![Vec::new(); n];
     for (a, set) in dest_bits.chunks_exact(words_per_set).enumerate() {
@@ -156,40 +207,47 @@ pub fn multicast_lower_bound(phase: &Phase, fabric: &Fabric) -> u64 {
             by_first[k * 64 + w.trailing_zeros() as usize].push(a as u32);
         }
     }
-    // (sender a, covering source b, words) for every covering transfer.
-    let mut covers: Vec<(u32, u32, u64)> = Vec::new();
-    let mut bits = vec![0u64; words_per_set];
-    for t in &phase.transfers {
-        if t.width != Width::Word32 || t.destinations.len() < 2 || !in_range(t.source) {
-            continue;
-        }
-        bits.iter_mut().for_each(|w| *w = 0);
-        for &(d, _) in &t.destinations {
-            if in_range(d) {
-                let d = d.as_u32() as usize;
-                bits[d / 64] |= 1 << (d % 64);
-            }
-        }
-        let fanout = bits.iter().map(|w| w.count_ones()).sum::<u32>();
-        let b = t.source.as_u32();
-        for &(r, _) in &t.destinations {
-            let Some(senders) = by_first.get(r.as_u32() as usize) else {
-                continue;
-            };
-            for &a in senders {
-                let row = a as usize * words_per_set;
-                let covered = a != b
-                    && dest_count[a as usize] <= fanout
-                    && dest_bits[row..row + words_per_set]
-                        .iter()
-                        .zip(&bits)
-                        .all(|(need, have)| need & !have == 0);
-                if covered {
-                    covers.push((a, b, u64::from(t.words)));
+    // (sender a, covering source b, words) for every covering transfer,
+    // found in parallel and sorted (equal entries are interchangeable).
+    let mut covers: Vec<(u32, u32, u64)> = phase
+        .transfers
+        .par_iter()
+        .filter(|t| t.width == Width::Word32 && t.destinations.len() >= 2 && in_range(t.source))
+        .map_init(
+            || vec![0u64; words_per_set],
+            |bits, t| {
+                bits.iter_mut().for_each(|w| *w = 0);
+                for &(d, _) in &t.destinations {
+                    if in_range(d) {
+                        let d = d.as_u32() as usize;
+                        bits[d / 64] |= 1 << (d % 64);
+                    }
                 }
-            }
-        }
-    }
+                let fanout = bits.iter().map(|w| w.count_ones()).sum::<u32>();
+                let b = t.source.as_u32();
+                let mut found: SmallVec<[(u32, u32, u64); 2]> = SmallVec::new();
+                for &(r, _) in &t.destinations {
+                    let Some(senders) = by_first.get(r.as_u32() as usize) else {
+                        continue;
+                    };
+                    for &a in senders {
+                        let row = a as usize * words_per_set;
+                        let covered = a != b
+                            && dest_count[a as usize] <= fanout
+                            && dest_bits[row..row + words_per_set]
+                                .iter()
+                                .zip(bits.iter())
+                                .all(|(need, have)| need & !have == 0);
+                        if covered {
+                            found.push((a, b, u64::from(t.words)));
+                        }
+                    }
+                }
+                found
+            },
+        )
+        .flatten_iter()
+        .collect();
     covers.sort_unstable();
     let mut best = endpoint;
     let mut terms: Vec<(u64, u64)> = Vec::new();

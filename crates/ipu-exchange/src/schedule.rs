@@ -18,7 +18,7 @@
 use ipu_layout::TileId;
 use rayon::prelude::*;
 
-use crate::bounds::{endpoint_lower_bound, multicast_lower_bound, stronger_lower_bound};
+use crate::bounds::{lane_loads, multicast_bound_of, stronger_lower_bound};
 use crate::core::CoreOutput;
 use crate::encode::{EncodedRows, TileActivity, encode_tile};
 use crate::fabric::Fabric;
@@ -486,7 +486,8 @@ fn schedule_labeled(
         });
     }
     let large = phase.transfers.len() >= config.large_phase_transfers;
-    let endpoint = endpoint_lower_bound(phase, fabric);
+    let loads = lane_loads(phase, fabric);
+    let endpoint = loads.endpoint;
     let stronger = if phase.transfers.is_empty() {
         0
     } else {
@@ -496,7 +497,7 @@ fn schedule_labeled(
     if large {
         let fanout = phase
             .transfers
-            .iter()
+            .par_iter()
             .map(|t| t.destinations.len())
             .max()
             .unwrap_or(0);
@@ -509,7 +510,7 @@ fn schedule_labeled(
     }
     let candidates = phase
         .transfers
-        .iter()
+        .par_iter()
         .filter(|t| t.width == Width::Paired64)
         .count();
     let want_paired = config.try_paired && candidates > 0;
@@ -524,7 +525,7 @@ fn schedule_labeled(
                 } else {
                     validate_overlaps(phase)
                 },
-                multicast_lower_bound(phase, fabric).max(stronger),
+                multicast_bound_of(phase, fabric, &loads).max(stronger),
             )
         },
         || {
