@@ -72,24 +72,40 @@ pub(crate) struct Job {
     pub len: u32,
     /// Caller's tag (transfer index).
     pub origin: u32,
-    /// Further sender-side nodes the job occupies (a paired item borrows
-    /// the partner's lane); they carry no tags.
-    pub extra_senders: SmallVec<[u32; 1]>,
-    /// Further receiver-side nodes the job occupies (a paired item blocks
-    /// the partner's receive port).
-    pub extra_receivers: SmallVec<[u32; 2]>,
+    /// The further nodes a paired item occupies; `None` for every other
+    /// job (most of them: boxed, the partners cost those jobs a pointer).
+    pub paired: Option<Box<Partners>>,
     /// Caller's tags for the receivers (destination indices), aligned with
     /// `receivers`.
     pub dests: SmallVec<[u32; 2]>,
 }
 
+/// The nodes a paired item occupies besides its sender and receivers.
+#[derive(Clone, Debug)]
+pub(crate) struct Partners {
+    /// The sender's partner, whose lane the item borrows.
+    pub sender: u32,
+    /// Each receiver's partner, whose receive port the item blocks.
+    pub receivers: Box<[u32]>,
+}
+
 impl Job {
+    /// Further sender-side nodes the job occupies (they carry no tags).
+    pub fn extra_senders(&self) -> &[u32] {
+        self.paired
+            .as_deref()
+            .map_or(&[], |p| std::slice::from_ref(&p.sender))
+    }
+
+    /// Further receiver-side nodes the job occupies.
+    pub fn extra_receivers(&self) -> &[u32] {
+        self.paired.as_deref().map_or(&[], |p| &p.receivers)
+    }
+
     /// A job of one sender and one receiver and nothing else: the kind the
     /// bit sets and alternating paths handle.
     fn simple(&self) -> bool {
-        self.receivers.len() == 1
-            && self.extra_senders.is_empty()
-            && self.extra_receivers.is_empty()
+        self.receivers.len() == 1 && self.paired.is_none()
     }
 
     /// Every node the job occupies, as (side, node).
@@ -102,9 +118,9 @@ impl Job {
     /// Appends [`Job::endpoints`] to `out`.
     fn endpoints_into(&self, out: &mut impl Extend<(usize, usize)>) {
         out.extend([(SEND, self.sender as usize)]);
-        out.extend(self.extra_senders.iter().map(|&s| (SEND, s as usize)));
+        out.extend(self.extra_senders().iter().map(|&s| (SEND, s as usize)));
         out.extend(self.receivers.iter().map(|&r| (RECV, r as usize)));
-        out.extend(self.extra_receivers.iter().map(|&r| (RECV, r as usize)));
+        out.extend(self.extra_receivers().iter().map(|&r| (RECV, r as usize)));
     }
 }
 
@@ -369,7 +385,7 @@ pub(crate) fn run(nodes: usize, jobs: &[Job], picks: &[Pick], config: CoreConfig
 /// is a binary search.
 fn own_copy(job: &Job) -> Job {
     let mut j = job.clone();
-    if j.receivers.len() > 1 && j.extra_receivers.is_empty() {
+    if j.receivers.len() > 1 && j.paired.is_none() {
         let mut pairs: SmallVec<[(u32, u32); 2]> = j
             .receivers
             .iter()

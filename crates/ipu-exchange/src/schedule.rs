@@ -201,7 +201,7 @@ impl Schedule {
         // Every job must describe its transfer exactly as when scheduled.
         for job in &self.core.jobs {
             let t = &phase.transfers[job.origin as usize];
-            let wide = !job.extra_senders.is_empty();
+            let wide = job.paired.is_some();
             let dests_match = job.dests.iter().zip(&job.receivers).all(|(&k, &r)| {
                 t.destinations
                     .get(k as usize)

@@ -147,18 +147,17 @@ impl Core {
             }
             let sender_load = self.load[SEND][job.sender as usize];
             let lanes_busy = std::iter::once(&job.sender)
-                .chain(&job.extra_senders)
+                .chain(job.extra_senders())
                 .any(|&s| self.busy[SEND][s as usize].is_some());
             if lanes_busy {
                 continue;
             }
             let ports_busy = job
-                .extra_receivers
+                .extra_receivers()
                 .iter()
                 .any(|&r| self.busy[RECV][r as usize].is_some());
             let splittable = split > 0
-                && job.extra_senders.is_empty()
-                && job.extra_receivers.is_empty()
+                && job.paired.is_none()
                 && self.target.saturating_sub(self.t + sender_load)
                     >= split * u64::from(self.rt[j].rem);
             // A wide multicast is rejected by the receiver that last
@@ -184,7 +183,7 @@ impl Core {
             let holds = |core: &Core| {
                 let job = core.own(j);
                 side == SEND
-                    || !job.extra_receivers.is_empty()
+                    || job.paired.is_some()
                     || job.receivers.binary_search(&(v as u32)).is_ok()
             };
             if all_free && !ports_busy {
@@ -248,8 +247,7 @@ impl Core {
         // are dropped when a scan finds them stale.
         let mut now = Job {
             receivers: SmallVec::with_capacity(free_count),
-            extra_senders: SmallVec::new(),
-            extra_receivers: SmallVec::new(),
+            paired: None,
             dests: SmallVec::with_capacity(free_count),
             sender: job.sender,
             len: job.len,

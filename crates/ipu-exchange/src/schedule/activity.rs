@@ -94,7 +94,7 @@ pub(super) fn add_activity(
                 let seg = &segments[index as usize];
                 let job = &out.jobs[seg.job as usize];
                 let t = &phase.transfers[job.origin as usize];
-                let wide = !job.extra_senders.is_empty();
+                let wide = job.paired.is_some();
                 let per = if wide { 2 } else { 1 };
                 let first_word = seg.offset * per;
                 let words = seg.len * per;
@@ -154,7 +154,7 @@ pub(super) fn add_activity(
                 let seg = &segments[index as usize];
                 let job = &out.jobs[seg.job as usize];
                 let t = &phase.transfers[job.origin as usize];
-                let wide = !job.extra_senders.is_empty();
+                let wide = job.paired.is_some();
                 let first_word = seg.offset * if wide { 2 } else { 1 };
                 for &dest in &job.dests {
                     let (d, address) = t.destinations[dest as usize];

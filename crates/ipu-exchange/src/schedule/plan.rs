@@ -5,11 +5,10 @@
 
 use ipu_layout::TileId;
 use rayon::prelude::*;
-use smallvec::SmallVec;
 
 use super::sets::schedule_by_sets;
 use super::{Plan, ScheduleConfig, ScheduleKind, add_activity};
-use crate::core::{self, CoreConfig, Job};
+use crate::core::{self, CoreConfig, Job, Partners};
 use crate::encode::TileActivity;
 use crate::fabric::Fabric;
 use crate::model::Phase;
@@ -40,16 +39,12 @@ pub(super) fn plan(
         Job {
             sender: t.source.as_u32(),
             receivers: t.destinations.iter().map(|&(d, _)| d.as_u32()).collect(),
-            extra_senders: if wide {
-                smallvec::smallvec![partner(t.source)]
-            } else {
-                SmallVec::new()
-            },
-            extra_receivers: if wide {
-                t.destinations.iter().map(|&(d, _)| partner(d)).collect()
-            } else {
-                SmallVec::new()
-            },
+            paired: wide.then(|| {
+                Box::new(Partners {
+                    sender: partner(t.source),
+                    receivers: t.destinations.iter().map(|&(d, _)| partner(d)).collect(),
+                })
+            }),
             len: if wide { t.words / 2 } else { t.words },
             origin: index as u32,
             dests: (0..t.destinations.len() as u32).collect(),
@@ -158,11 +153,7 @@ fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> Vec<
     if max_fanout < 2 {
         return jobs;
     }
-    let splittable = |j: &Job| {
-        (2..=max_fanout).contains(&j.receivers.len())
-            && j.extra_senders.is_empty()
-            && j.extra_receivers.is_empty()
-    };
+    let splittable = |j: &Job| (2..=max_fanout).contains(&j.receivers.len()) && j.paired.is_none();
     // A unicast phase has nothing to split: one parallel look, not the
     // sequential passes below.
     if !jobs.par_iter().any(splittable) {
@@ -172,7 +163,7 @@ fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> Vec<
     // Per sender: (fanout, items) of its splittable multicast jobs.
     let mut multi: Vec<Vec<(u64, u64)>> = vec![Vec::new(); nodes];
     for j in &jobs {
-        for &s in std::iter::once(&j.sender).chain(&j.extra_senders) {
+        for &s in std::iter::once(&j.sender).chain(j.extra_senders()) {
             load[s as usize] += u64::from(j.len);
         }
         if splittable(j) {
@@ -212,8 +203,7 @@ fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> Vec<
             out.push(Job {
                 receivers: receivers.iter().copied().collect(),
                 dests: dests.iter().copied().collect(),
-                extra_senders: SmallVec::new(),
-                extra_receivers: SmallVec::new(),
+                paired: None,
                 ..job
             });
         }
@@ -230,10 +220,10 @@ fn job_bound(jobs: &[Job], nodes: usize) -> u64 {
         .fold(
             || (vec![0u64; nodes], vec![0u64; nodes]),
             |(mut send, mut recv), j| {
-                for &s in std::iter::once(&j.sender).chain(&j.extra_senders) {
+                for &s in std::iter::once(&j.sender).chain(j.extra_senders()) {
                     send[s as usize] += u64::from(j.len);
                 }
-                for &r in j.receivers.iter().chain(&j.extra_receivers) {
+                for &r in j.receivers.iter().chain(j.extra_receivers()) {
                     recv[r as usize] += u64::from(j.len);
                 }
                 (send, recv)

@@ -101,10 +101,7 @@ struct Set {
 /// waiting on one sender, or leftovers with long busy lists: shapes the
 /// core handles anyway).
 pub(super) fn schedule_by_sets(jobs: &[Job], nodes: usize) -> Option<SetsSchedule> {
-    if jobs
-        .par_iter()
-        .any(|j| !j.extra_senders.is_empty() || !j.extra_receivers.is_empty())
-    {
+    if jobs.par_iter().any(|j| j.paired.is_some()) {
         return None;
     }
     if !multicast_carried(jobs) {
