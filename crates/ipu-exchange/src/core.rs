@@ -349,21 +349,23 @@ pub(crate) fn run(nodes: usize, jobs: &[Job], picks: &[Pick], config: CoreConfig
     // consecutive ids. Keys are sorted rather than the (large) jobs
     // themselves, and hold all the core needs of a single-pair job, so the
     // job list is read again only for the others.
-    let mut keys: Vec<(u32, u32, u32, u32)> = picks
+    let mut packed: Vec<u128> = picks
         .par_iter()
         .enumerate()
         .map(|(i, p)| {
             let j = &jobs[p.job as usize];
             if j.simple() {
-                (0, j.sender, j.receivers[0], i as u32)
+                pack_key((0, j.sender, j.receivers[0], i as u32))
             } else {
-                (1, j.sender, 0, i as u32)
+                pack_key((1, j.sender, 0, i as u32))
             }
         })
         .collect();
     // Keys are distinct (they end in the index), so the parallel sort's
-    // order does not depend on the thread count.
-    keys.par_sort_unstable();
+    // order does not depend on the thread count. Packed, they compare as
+    // one integer, in the order of the tuples.
+    packed.par_sort_unstable();
+    let keys: Vec<(u32, u32, u32, u32)> = packed.par_iter().map(|&k| unpack_key(k)).collect();
     let mut core = Core::new(nodes, jobs, picks, &keys, config);
     core.solve();
     let horizon = core
@@ -378,6 +380,21 @@ pub(crate) fn run(nodes: usize, jobs: &[Job], picks: &[Pick], config: CoreConfig
         segments: core.segments,
         horizon,
     }
+}
+
+/// A core sort key (kind, sender, receiver, pick) as one integer whose
+/// order is the tuple's.
+fn pack_key((kind, sender, receiver, pick): (u32, u32, u32, u32)) -> u128 {
+    (u128::from(kind) << 96)
+        | (u128::from(sender) << 64)
+        | (u128::from(receiver) << 32)
+        | u128::from(pick)
+}
+
+/// The tuple of a [`pack_key`].
+fn unpack_key(key: u128) -> (u32, u32, u32, u32) {
+    let word = |shift: u32| (key >> shift) as u32;
+    (word(96), word(64), word(32), word(0))
 }
 
 /// The core's copy of a job that is not a single pair: a multicast's
