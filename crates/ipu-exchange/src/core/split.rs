@@ -191,6 +191,29 @@ impl JobSet<'_> {
         (p.1 != MULTI).then_some(p)
     }
 
+    /// Calls `f` with every (side, node) `pick`'s job occupies; `scratch`
+    /// holds the nodes of a job that is not a single pair (a single pair's
+    /// two are passed directly: this runs for every pick of a set).
+    fn for_each_endpoint(
+        &self,
+        pick: Pick,
+        scratch: &mut SmallVec<[(usize, usize); 6]>,
+        mut f: impl FnMut(usize, usize),
+    ) {
+        match self.pair(pick) {
+            Some((s, r)) => {
+                f(SEND, s as usize);
+                f(RECV, r as usize);
+            }
+            None => {
+                self.endpoints(pick, scratch);
+                for &(side, v) in scratch.iter() {
+                    f(side, v);
+                }
+            }
+        }
+    }
+
     /// Every node `pick`'s job occupies, as (side, node), into `out`.
     fn endpoints(&self, pick: Pick, out: &mut SmallVec<[(usize, usize); 6]>) {
         out.clear();
@@ -225,10 +248,9 @@ impl Incidence {
         let mut count = [vec![0u32; nodes + 1], vec![0u32; nodes + 1]];
         let mut ends: SmallVec<[(usize, usize); 6]> = SmallVec::new();
         for &pick in picks {
-            set.endpoints(pick, &mut ends);
-            for &(side, v) in &ends {
+            set.for_each_endpoint(pick, &mut ends, |side, v| {
                 count[side][v] += u32::from(wanted[side][v]);
-            }
+            });
         }
         let start = count.map(|c| {
             let mut acc = 0u32;
@@ -246,13 +268,12 @@ impl Incidence {
             vec![0u32; start[RECV][nodes] as usize],
         ];
         for (i, &pick) in picks.iter().enumerate() {
-            set.endpoints(pick, &mut ends);
-            for &(side, v) in &ends {
+            set.for_each_endpoint(pick, &mut ends, |side, v| {
                 if wanted[side][v] {
                     list[side][fill[side][v] as usize] = i as u32;
                     fill[side][v] += 1;
                 }
-            }
+            });
         }
         Incidence { start, picks: list }
     }

@@ -38,7 +38,11 @@ pub(super) fn plan(
         let partner = |tile: TileId| fabric.partner(tile).as_u32();
         Job {
             sender: t.source.as_u32(),
-            receivers: t.destinations.iter().map(|&(d, _)| d.as_u32()).collect(),
+            receivers: match t.destinations.as_slice() {
+                // Most transfers have one destination: no collecting.
+                &[(d, _)] => smallvec::smallvec![d.as_u32()],
+                all => all.iter().map(|&(d, _)| d.as_u32()).collect(),
+            },
             paired: wide.then(|| {
                 Box::new(Partners {
                     sender: partner(t.source),
@@ -47,7 +51,10 @@ pub(super) fn plan(
             }),
             len: if wide { t.words / 2 } else { t.words },
             origin: index as u32,
-            dests: (0..t.destinations.len() as u32).collect(),
+            dests: match t.destinations.len() {
+                1 => smallvec::smallvec![0],
+                n => (0..n as u32).collect(),
+            },
         }
     };
     let mut activity = vec![TileActivity::default(); tiles as usize];
