@@ -283,9 +283,9 @@ struct Core {
     node_since: [Vec<u64>; 2],
     node_version: [Vec<u32>; 2],
     /// Free nodes by load (max first), lazily invalidated.
-    free_heap: BinaryHeap<(u64, usize, u32, u32)>,
+    free_heap: BinaryHeap<u128>,
     /// Running jobs by end time (min first), lazily invalidated.
-    finish: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    finish: BinaryHeap<Reverse<u128>>,
     segments: Vec<Segment>,
     t: u64,
     target: u64,
@@ -414,6 +414,35 @@ fn own_copy(job: &Job) -> Job {
         j.dests = pairs.iter().map(|p| p.1).collect();
     }
     j
+}
+
+/// A free node's heap entry (load, side, node, version) as one integer
+/// in that order, so that the heap compares integers. Nodes are tiles,
+/// below `MAX_TILES` (2^13), so a node fits in 31 bits.
+fn free_entry(load: u64, side: usize, v: u32, version: u32) -> u128 {
+    debug_assert!(v < 1 << 31);
+    (u128::from(load) << 64) | ((side as u128) << 63) | (u128::from(v) << 32) | u128::from(version)
+}
+
+/// The (load, side, node, version) of a [`free_entry`].
+fn free_parts(entry: u128) -> (u64, usize, u32, u32) {
+    (
+        (entry >> 64) as u64,
+        ((entry >> 63) & 1) as usize,
+        ((entry >> 32) as u32) & 0x7fff_ffff,
+        entry as u32,
+    )
+}
+
+/// A running job's heap entry (end, job, version) as one integer in that
+/// order.
+fn finish_entry(end: u64, j: u32, version: u32) -> u128 {
+    (u128::from(end) << 64) | (u128::from(j) << 32) | u128::from(version)
+}
+
+/// The (end, job, version) of a [`finish_entry`].
+fn finish_parts(entry: u128) -> (u64, u32, u32) {
+    ((entry >> 64) as u64, (entry >> 32) as u32, entry as u32)
 }
 
 /// A freed node's place in the order nodes are looked at: most loaded
@@ -585,7 +614,7 @@ impl Core {
         let l = self.load[side][v];
         if l > 0 {
             self.free_heap
-                .push((l, side, v as u32, self.node_version[side][v]));
+                .push(free_entry(l, side, v as u32, self.node_version[side][v]));
         }
     }
 
@@ -595,7 +624,7 @@ impl Core {
         self.rt[ju].state = State::Active;
         self.rt[ju].since = self.t;
         self.rt[ju].version = self.rt[ju].version.wrapping_add(1);
-        self.finish.push(Reverse((
+        self.finish.push(Reverse(finish_entry(
             self.t + u64::from(self.rt[ju].rem),
             j,
             self.rt[ju].version,
@@ -692,7 +721,8 @@ impl Core {
         let mut still_free: Vec<(usize, usize)> = Vec::new();
         loop {
             // 1. Finished jobs free their nodes.
-            while let Some(&Reverse((end, j, ver))) = self.finish.peek() {
+            while let Some(&Reverse(entry)) = self.finish.peek() {
+                let (end, j, ver) = finish_parts(entry);
                 if end > self.t {
                     break;
                 }
@@ -731,7 +761,8 @@ impl Core {
                 }
             }
             // 3. Nodes that were already free and have become critical.
-            while let Some(&(l, side, v, ver)) = self.free_heap.peek() {
+            while let Some(&entry) = self.free_heap.peek() {
+                let (l, side, v, ver) = free_parts(entry);
                 let vu = v as usize;
                 if ver != self.node_version[side][vu] || self.busy[side][vu].is_some() {
                     self.free_heap.pop();
@@ -777,7 +808,8 @@ impl Core {
             }
             // 5. Next event: a job ends or a free node becomes critical.
             let mut next = next_finish.unwrap_or(u64::MAX);
-            while let Some(&(l, side, v, ver)) = self.free_heap.peek() {
+            while let Some(&entry) = self.free_heap.peek() {
+                let (l, side, v, ver) = free_parts(entry);
                 let vu = v as usize;
                 if ver != self.node_version[side][vu] || self.busy[side][vu].is_some() || l == 0 {
                     self.free_heap.pop();
@@ -798,7 +830,8 @@ impl Core {
     }
 
     fn next_finish(&mut self) -> Option<u64> {
-        while let Some(&Reverse((end, j, ver))) = self.finish.peek() {
+        while let Some(&Reverse(entry)) = self.finish.peek() {
+            let (end, j, ver) = finish_parts(entry);
             if self.rt[j as usize].version == ver && self.rt[j as usize].state == State::Active {
                 return Some(end);
             }
