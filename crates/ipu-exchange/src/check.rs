@@ -281,34 +281,36 @@ pub fn check_valid_schedule(
         .into_par_iter()
         .enumerate()
         .map_init(
-            || Receiver::new(n, latency, true),
-            |receiver, (d, list)| {
+            // The runs list is kept across a worker's tiles: allocated
+            // once, not grown again for every tile.
+            || (Receiver::new(n, latency, true), Vec::new()),
+            |(receiver, runs), (d, list)| {
                 list.sort_unstable_by_key(|e| e.start);
                 let mut verdict = TileVerdict::default();
-                let mut runs = Vec::new();
+                runs.clear();
                 let timeline = decoded.timelines.get(d).unwrap_or(&no_timeline);
                 receiver.receive(
                     d as u32,
                     timeline,
                     &decoded.sends,
-                    &mut runs,
+                    runs,
                     &mut verdict.receive,
                 );
                 if fabric.memory_element_hazards() {
                     element_hazards(
                         d as u32,
-                        &runs,
+                        runs,
                         &decoded.sends[d],
                         fabric,
                         &mut verdict.hazards,
                     );
                 }
                 if any_wide {
-                    verdict.busy = busy_cycles(&runs);
-                    verdict.wide = wide_cycles(&runs);
+                    verdict.busy = busy_cycles(runs);
+                    verdict.wide = wide_cycles(runs);
                 }
                 (verdict.runs, verdict.coverage) =
-                    check_tile(phase, TileId::from_u32(d as u32), &runs, list);
+                    check_tile(phase, TileId::from_u32(d as u32), runs, list);
                 verdict
             },
         )

@@ -486,7 +486,8 @@ fn plan_receive_events(act: &TileActivity, latency: u64) -> (Vec<RecvEvent>, Vec
             .filter(|&b| b <= hi)
             .unwrap_or(fallback)
     };
-    let mut events: Vec<RecvEvent> = Vec::new();
+    // At most two events per piece and one after the last.
+    let mut events: Vec<RecvEvent> = Vec::with_capacity(2 * act.recvs.len() + 1);
     let mut pic_from = Vec::with_capacity(act.recvs.len());
     let mut xpic = Xpic::Disconnected;
     // PIC after the previous piece, structurally (see `SendPiece::vaddr`).

@@ -7,6 +7,11 @@ use crate::core::CoreOutput;
 use crate::encode::{RecvPiece, SendPiece, TileActivity};
 use crate::model::Phase;
 
+/// What a sending tile's pass makes: its send pieces in order, and the
+/// receive pieces of its segments, each with its receiving tile and its
+/// sort key there.
+type Sent = (Vec<SendPiece>, Vec<(u32, u128)>, Vec<RecvPiece>);
+
 /// Payloads grouped by tile: `order[offsets[t]..offsets[t + 1]]` are tile
 /// `t`'s, in the order they were given.
 struct Grouped<T> {
@@ -31,6 +36,35 @@ impl<T: Copy + Default> Grouped<T> {
             let at = &mut next[tile as usize];
             order[*at] = payload;
             *at += 1;
+        }
+        Grouped { offsets, order }
+    }
+
+    /// [`Grouped::new`] of the items of `lists`, in order.
+    fn from_lists<'a>(
+        tiles: usize,
+        lists: impl Iterator<Item = &'a [(u32, T)]> + Clone,
+    ) -> Grouped<T>
+    where
+        T: 'a,
+    {
+        let mut offsets = vec![0usize; tiles + 1];
+        for list in lists.clone() {
+            for &(tile, _) in list {
+                offsets[tile as usize + 1] += 1;
+            }
+        }
+        for t in 0..tiles {
+            offsets[t + 1] += offsets[t];
+        }
+        let mut next = offsets.clone();
+        let mut order = vec![T::default(); offsets[tiles]];
+        for list in lists {
+            for &(tile, payload) in list {
+                let at = &mut next[tile as usize];
+                order[*at] = payload;
+                *at += 1;
+            }
         }
         Grouped { offsets, order }
     }
@@ -86,13 +120,17 @@ pub(super) fn add_activity(
     // while the tile's segments, jobs and transfers are in cache, rather
     // than in a pass over the segments in time order, which reads them out
     // of order.
-    let sent: Vec<(Vec<SendPiece>, Vec<u32>, Vec<RecvPiece>)> = (0..tiles)
+    let sent: Vec<Sent> = (0..tiles)
         .into_par_iter()
         .map(|tile| {
             let mut pieces: Vec<(SendPiece, u32)> = Vec::with_capacity(by_source.of(tile).len());
+            // Receive pieces the tile's segments make, so that their lists
+            // are allocated once.
+            let mut receptions = 0;
             for &index in by_source.of(tile) {
                 let seg = &segments[index as usize];
                 let job = &out.jobs[seg.job as usize];
+                receptions += job.dests.len();
                 let t = &phase.transfers[job.origin as usize];
                 let wide = job.paired.is_some();
                 let per = if wide { 2 } else { 1 };
@@ -137,8 +175,10 @@ pub(super) fn add_activity(
             pieces.sort_by_key(|(p, _)| p.start);
             // A segment's pieces are consecutive: the tile sends one
             // segment at a time.
-            let mut dest_tiles = Vec::new();
-            let mut recvs = Vec::new();
+            // Per receive piece: its receiving tile, and its key there
+            // (start, this tile, index here), packed into one integer.
+            let mut dest_keys = Vec::with_capacity(receptions);
+            let mut recvs = Vec::with_capacity(receptions);
             let mut k = 0;
             while k < pieces.len() {
                 let index = pieces[k].1;
@@ -158,7 +198,10 @@ pub(super) fn add_activity(
                 let first_word = seg.offset * if wide { 2 } else { 1 };
                 for &dest in &job.dests {
                     let (d, address) = t.destinations[dest as usize];
-                    dest_tiles.push(d.as_u32());
+                    let key = (u128::from(seg.start + latency) << 64)
+                        | (u128::from(tile as u32) << 32)
+                        | recvs.len() as u128;
+                    dest_keys.push((d.as_u32(), key));
                     recvs.push(RecvPiece {
                         start: seg.start + latency,
                         items: seg.len,
@@ -178,32 +221,24 @@ pub(super) fn add_activity(
             }
             (
                 pieces.into_iter().map(|(p, _)| p).collect(),
-                dest_tiles,
+                dest_keys,
                 recvs,
             )
         })
         .collect();
-    // Receive pieces grouped by receiving tile, as (sending tile, index in
-    // its list), and copied per receiving tile in parallel.
-    let by_dest = Grouped::new(
-        tiles,
-        sent.iter().enumerate().flat_map(|(s, (_, dests, _))| {
-            dests
-                .iter()
-                .enumerate()
-                .map(move |(i, &d)| (d, (s as u32, i as u32)))
-        }),
-    );
+    // Receive pieces grouped by receiving tile, as (start, sending tile,
+    // index in its list) packed into one integer, sorted per receiving tile
+    // (a tile receives one piece at a time, so starts differ) and then
+    // copied, each tile in parallel: the pieces are large, their keys small.
+    let by_dest = Grouped::from_lists(tiles, sent.iter().map(|(_, keys, _)| keys.as_slice()));
     let recvs: Vec<Vec<RecvPiece>> = (0..tiles)
         .into_par_iter()
         .map(|tile| {
-            let mut pieces: Vec<RecvPiece> = by_dest
-                .of(tile)
-                .iter()
-                .map(|&(s, i)| sent[s as usize].2[i as usize])
-                .collect();
-            pieces.sort_by_key(|p| p.start);
-            pieces
+            let mut keys = by_dest.of(tile).to_vec();
+            keys.sort_unstable();
+            keys.iter()
+                .map(|&key| sent[(key >> 32) as u32 as usize].2[key as u32 as usize])
+                .collect()
         })
         .collect();
     for ((a, (s, _, _)), r) in activity.iter_mut().zip(sent).zip(recvs) {
