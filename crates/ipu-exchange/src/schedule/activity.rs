@@ -20,37 +20,15 @@ struct Grouped<T> {
 }
 
 impl<T: Copy + Default> Grouped<T> {
-    /// Groups `items` (tile, payload) by tile with a counting sort, keeping
-    /// their order within a tile.
-    fn new(tiles: usize, items: impl Iterator<Item = (u32, T)> + Clone) -> Grouped<T> {
-        let mut offsets = vec![0usize; tiles + 1];
-        for (tile, _) in items.clone() {
-            offsets[tile as usize + 1] += 1;
-        }
-        for t in 0..tiles {
-            offsets[t + 1] += offsets[t];
-        }
-        let mut next = offsets.clone();
-        let mut order = vec![T::default(); offsets[tiles]];
-        for (tile, payload) in items {
-            let at = &mut next[tile as usize];
-            order[*at] = payload;
-            *at += 1;
-        }
-        Grouped { offsets, order }
-    }
-
-    /// [`Grouped::new`] of the items of `lists`, in order.
-    fn from_lists<'a>(
-        tiles: usize,
-        lists: impl Iterator<Item = &'a [(u32, T)]> + Clone,
-    ) -> Grouped<T>
+    /// Groups the (tile, payload) items of `lists` by tile with a counting
+    /// sort, keeping their order (list by list) within a tile.
+    fn new<I>(tiles: usize, lists: impl Iterator<Item = I> + Clone) -> Grouped<T>
     where
-        T: 'a,
+        I: Iterator<Item = (u32, T)>,
     {
         let mut offsets = vec![0usize; tiles + 1];
         for list in lists.clone() {
-            for &(tile, _) in list {
+            for (tile, _) in list {
                 offsets[tile as usize + 1] += 1;
             }
         }
@@ -60,7 +38,7 @@ impl<T: Copy + Default> Grouped<T> {
         let mut next = offsets.clone();
         let mut order = vec![T::default(); offsets[tiles]];
         for list in lists {
-            for &(tile, payload) in list {
+            for (tile, payload) in list {
                 let at = &mut next[tile as usize];
                 order[*at] = payload;
                 *at += 1;
@@ -111,7 +89,7 @@ pub(super) fn add_activity(
         .collect();
     let by_source = Grouped::new(
         tiles,
-        senders.iter().enumerate().map(|(i, &s)| (s, i as u32)),
+        std::iter::once(senders.iter().enumerate().map(|(i, &s)| (s, i as u32))),
     );
     // Per sending tile: its send pieces sorted by start, and the receive
     // pieces of its segments (with each receiving tile). A receive piece
@@ -230,7 +208,7 @@ pub(super) fn add_activity(
     // index in its list) packed into one integer, sorted per receiving tile
     // (a tile receives one piece at a time, so starts differ) and then
     // copied, each tile in parallel: the pieces are large, their keys small.
-    let by_dest = Grouped::from_lists(tiles, sent.iter().map(|(_, keys, _)| keys.as_slice()));
+    let by_dest = Grouped::new(tiles, sent.iter().map(|(_, keys, _)| keys.iter().copied()));
     let recvs: Vec<Vec<RecvPiece>> = (0..tiles)
         .into_par_iter()
         .map(|tile| {
