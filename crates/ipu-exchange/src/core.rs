@@ -365,8 +365,7 @@ pub(crate) fn run(nodes: usize, jobs: &[Job], picks: &[Pick], config: CoreConfig
     // order does not depend on the thread count. Packed, they compare as
     // one integer, in the order of the tuples.
     packed.par_sort_unstable();
-    let keys: Vec<(u32, u32, u32, u32)> = packed.par_iter().map(|&k| unpack_key(k)).collect();
-    let mut core = Core::new(nodes, jobs, picks, &keys, config);
+    let mut core = Core::new(nodes, jobs, picks, &packed, config);
     core.solve();
     let horizon = core
         .segments
@@ -460,26 +459,21 @@ fn scan_node(key: u128) -> (usize, usize) {
 }
 
 impl Core {
-    /// The core over `picks` of `jobs`, in the order of `keys` (see
-    /// [`run`]): key `j` is core job `j`.
-    fn new(
-        nodes: usize,
-        jobs: &[Job],
-        picks: &[Pick],
-        keys: &[(u32, u32, u32, u32)],
-        config: CoreConfig,
-    ) -> Core {
+    /// The core over `picks` of `jobs`, in the order of the sorted
+    /// [`pack_key`]s `keys` (see [`run`]): key `j` is core job `j`.
+    fn new(nodes: usize, jobs: &[Job], picks: &[Pick], keys: &[u128], config: CoreConfig) -> Core {
         let n = keys.len();
-        let first_own = keys.partition_point(|k| k.0 == 0);
+        let first_own = keys.partition_point(|&k| unpack_key(k).0 == 0);
         let caller_jobs = jobs.len() as u32;
         let own: Vec<Job> = keys[first_own..]
             .par_iter()
-            .map(|k| own_copy(&jobs[picks[k.3 as usize].job as usize]))
+            .map(|&k| own_copy(&jobs[picks[unpack_key(k).3 as usize].job as usize]))
             .collect();
         let mut rt: Vec<JobRt> = keys
             .par_iter()
             .enumerate()
-            .map(|(j, &(_, sender, receiver, i))| {
+            .map(|(j, &k)| {
+                let (_, sender, receiver, i) = unpack_key(k);
                 let pick = picks[i as usize];
                 let (recv0, blocker_node, out) = match j.checked_sub(first_own) {
                     None => (receiver, receiver, pick.job),
@@ -523,7 +517,8 @@ impl Core {
         };
         let mut pair_pending: Vec<u32> = Vec::new();
         let mut last: Option<(u32, u32)> = None;
-        for (j, (&(_, sender, receiver, _), rt)) in keys.iter().zip(&mut rt).enumerate() {
+        for (j, (&k, rt)) in keys.iter().zip(&mut rt).enumerate() {
+            let (_, sender, receiver, _) = unpack_key(k);
             if j == first_own {
                 break;
             }
