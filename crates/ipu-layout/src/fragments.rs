@@ -156,6 +156,27 @@ pub fn redistribute_view(
     destination: &TensorType,
     config: &RedistributeConfig,
 ) -> Result<Redistribution, LayoutError> {
+    let mut fragments = Vec::new();
+    redistribute_view_each(source, view, destination, config, &mut |f| {
+        fragments.push(f);
+        true
+    })?;
+    Ok(Redistribution { fragments })
+}
+
+/// [`redistribute_view`] without the list: hands each fragment to `sink`
+/// as soon as it is complete, in the list's order, so that a caller that
+/// only folds the fragments (as a phase's multicast grouping does) never
+/// holds millions of them. `sink` returns false to stop: the
+/// redistribution then returns early, and the fragments it was given are
+/// the list's first ones.
+pub fn redistribute_view_each(
+    source: &TensorType,
+    view: &SourceView,
+    destination: &TensorType,
+    config: &RedistributeConfig,
+    sink: &mut dyn FnMut(Fragment) -> bool,
+) -> Result<(), LayoutError> {
     if source.precision() != destination.precision() {
         return Err(LayoutError::Incompatible {
             what: "precisions",
@@ -182,7 +203,9 @@ pub fn redistribute_view(
     let rank = destination.shape().rank();
     let mut sent = vec![0u64; source.tiling().tile_count() as usize];
     let mut out = Emitter {
-        fragments: Vec::new(),
+        pending: None,
+        sink,
+        stopped: false,
     };
 
     for d in 0..destination.tiling().tile_count() as usize {
@@ -237,6 +260,9 @@ pub fn redistribute_view(
             };
             let tiles = (TileId::from_u32(s as u32), destination_tile);
             out.emit_box(&mapping, &src_side, &dst_side, &chosen, tiles);
+            if out.stopped {
+                return Ok(());
+            }
 
             // Advance the odometer over the pieces, last axis fastest.
             let mut axis = rank;
@@ -253,9 +279,8 @@ pub fn redistribute_view(
             }
         }
     }
-    Ok(Redistribution {
-        fragments: out.fragments,
-    })
+    out.flush();
+    Ok(())
 }
 
 /// How destination axes read source axes.
@@ -540,13 +565,18 @@ impl Side<'_> {
     }
 }
 
-struct Emitter {
-    fragments: Vec<Fragment>,
+/// Hands fragments to a sink, each once it can grow no more: a run that
+/// continues the previous one on both tiles extends it.
+struct Emitter<'s> {
+    pending: Option<Fragment>,
+    sink: &'s mut dyn FnMut(Fragment) -> bool,
+    /// The sink asked to stop.
+    stopped: bool,
 }
 
-impl Emitter {
+impl Emitter<'_> {
     fn push(&mut self, f: Fragment) {
-        if let Some(last) = self.fragments.last_mut()
+        if let Some(last) = &mut self.pending
             && last.source == f.source
             && last.destination == f.destination
             && last.source_offset + last.bytes == f.source_offset
@@ -555,7 +585,18 @@ impl Emitter {
             last.bytes += f.bytes;
             return;
         }
-        self.fragments.push(f);
+        self.flush();
+        self.pending = Some(f);
+    }
+
+    /// Hands the pending fragment to the sink.
+    fn flush(&mut self) {
+        if let Some(f) = self.pending.take()
+            && !self.stopped
+            && !(self.sink)(f)
+        {
+            self.stopped = true;
+        }
     }
 
     /// Emits the runs copying one box, given by its per-axis pieces in
@@ -631,6 +672,9 @@ impl Emitter {
                     destination_offset: d,
                     bytes: run,
                 });
+                if self.stopped {
+                    return;
+                }
                 let mut a = outer;
                 let mut done = true;
                 while a > 0 {

@@ -34,6 +34,7 @@ pub use entity::{EntityId, IdVec};
 pub use error::LayoutError;
 pub use fragments::{
     Fragment, RedistributeConfig, Redistribution, SourceView, redistribute, redistribute_view,
+    redistribute_view_each,
 };
 pub use geometry::{AxisShard, Shard};
 pub use precision::{Fp8Format, MemoryClass, Precision};

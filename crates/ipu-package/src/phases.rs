@@ -15,6 +15,7 @@ use ipu_exchange::{Phase, Transfer, Width};
 use ipu_layout::hash::FoldBuildHasher;
 use ipu_layout::{
     EntityId, Fragment, RedistributeConfig, SourceView, TensorType, TileId, redistribute_view,
+    redistribute_view_each,
 };
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -102,13 +103,20 @@ pub enum PhaseBuildError {
         /// The fragment's destination address.
         address: u64,
     },
+    /// A step makes more transfers than a phase numbers.
+    #[error("a step makes more than {} transfers between tiles, more than a phase numbers", u32::MAX - 1)]
+    TooManyTransfers,
 }
 
-/// Multicast grouping: (source tile, buffer, offset, words) → the
-/// transfers reading that run.
+/// Multicast grouping: (source tile, buffer, offset, words) → the first
+/// transfer reading that run (the others follow it in a chain, see
+/// [`PhaseShape::build`]).
 /// Looked up for every fragment of a step (millions at SigLIP scale), so
-/// with the cheap [`FoldBuildHasher`].
-type RunGroups = HashMap<(TileId, BufferId, u32, u32), SmallVec<[usize; 1]>, FoldBuildHasher>;
+/// with the cheap [`FoldBuildHasher`], and small: 20 bytes an entry.
+type RunGroups = HashMap<(TileId, BufferId, u32, u32), u32, FoldBuildHasher>;
+
+/// The end of a chain of transfers reading one run.
+const NO_TRANSFER: u32 = u32::MAX;
 
 /// A redistribution: source type, view, destination type.
 type FragmentKey = (TensorType, SourceView, TensorType);
@@ -144,20 +152,17 @@ impl FragmentCache {
         self.map.extend(computed);
     }
 
-    /// The fragments of `source` viewed through `view` into `destination`:
-    /// kept ones, or computed now (and not kept) for a redistribution
-    /// [`FragmentCache::fill`] was not given.
-    pub fn get(
+    /// The kept fragments of `source` viewed through `view` into
+    /// `destination`, if [`FragmentCache::fill`] was given that
+    /// redistribution.
+    pub fn kept(
         &self,
         source: &TensorType,
         view: &SourceView,
         destination: &TensorType,
-    ) -> Result<Arc<Vec<Fragment>>, ipu_layout::LayoutError> {
-        let key = (source.clone(), view.clone(), destination.clone());
-        match self.map.get(&key) {
-            Some(kept) => kept.clone(),
-            None => fragments_of(source, view, destination),
-        }
+    ) -> Option<&Result<Arc<Vec<Fragment>>, ipu_layout::LayoutError>> {
+        self.map
+            .get(&(source.clone(), view.clone(), destination.clone()))
     }
 }
 
@@ -184,18 +189,29 @@ fn fragments_of(
 pub struct PhaseShape {
     tile_count: u32,
     transfers: Vec<ShapeTransfer>,
+    /// Every transfer's destinations, one after another: its tile, buffer
+    /// and byte offset in the shard. Shapes live for the whole build, and
+    /// SigLIP's have 3.2 million destinations: one list sized once, rather
+    /// than a small vector per transfer grown one destination at a time
+    /// (which held 60 % more than the destinations).
+    destinations: Vec<Destination>,
     local: Vec<ShapeCopy>,
 }
 
+/// A destination of a transfer: tile, buffer, byte offset in the shard.
+type Destination = (TileId, BufferId, u32);
+
 /// A transfer between tiles in buffer terms.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct ShapeTransfer {
     source: TileId,
     buffer: BufferId,
     offset: u32,
     words: u32,
-    /// Per destination: its tile, buffer and byte offset in the shard.
-    destinations: SmallVec<[(TileId, BufferId, u32); 2]>,
+    /// Its destinations are `destinations[first..first + count]` of the
+    /// shape.
+    first: u32,
+    count: u32,
 }
 
 /// An on-tile copy in buffer terms.
@@ -225,14 +241,150 @@ pub struct TileTraffic {
     pub receive_words: u64,
 }
 
+/// A step's fragments grouped into transfers and on-tile copies, one
+/// fragment at a time.
+///
+/// Multicast grouping: a fragment joins a transfer that reads the same
+/// run (source tile, buffer, offset, words) — the first of them, in the
+/// order they were made, that does not yet write its destination tile
+/// (two rows of one tile read from the same source run, as a broadcast
+/// gives, need two transfers, but every other tile joins those two).
+#[derive(Default)]
+struct Grouping {
+    /// Each run's first transfer.
+    by_source: RunGroups,
+    transfers: Vec<Grouped>,
+    /// Per transfer: the next transfer reading the same run.
+    same_run: Vec<u32>,
+    local: Vec<ShapeCopy>,
+}
+
+impl Grouping {
+    /// Adds fragment `f` of a redistribution from buffer `s` into buffer
+    /// `d` (named `d_name`).
+    fn add(
+        &mut self,
+        s: BufferId,
+        d: BufferId,
+        d_name: &str,
+        f: &Fragment,
+    ) -> Result<(), PhaseBuildError> {
+        let unaligned = || PhaseBuildError::Unaligned {
+            buffer: d_name.to_owned(),
+            tile: f.destination,
+            bytes: f.bytes,
+            address: f.destination_offset,
+        };
+        let (Ok(so), Ok(dof), Ok(bytes)) = (
+            u32::try_from(f.source_offset),
+            u32::try_from(f.destination_offset),
+            u32::try_from(f.bytes),
+        ) else {
+            return Err(unaligned());
+        };
+        if f.is_local() {
+            self.local.push(ShapeCopy {
+                tile: f.source,
+                source: s,
+                source_offset: so,
+                destination: d,
+                destination_offset: dof,
+                bytes,
+            });
+            return Ok(());
+        }
+        if so % 4 != 0 || dof % 4 != 0 || bytes % 4 != 0 {
+            return Err(unaligned());
+        }
+        let words = bytes / 4;
+        let Some(new) = u32::try_from(self.transfers.len())
+            .ok()
+            .filter(|&n| n != NO_TRANSFER)
+        else {
+            return Err(PhaseBuildError::TooManyTransfers);
+        };
+        // The first transfer of the run's chain that does not write the
+        // destination tile yet, else the chain's last.
+        let mut at = *self
+            .by_source
+            .entry((f.source, s, so, words))
+            .or_insert(new);
+        let mut last = NO_TRANSFER;
+        while at != NO_TRANSFER && at != new {
+            let writes = self.transfers[at as usize]
+                .destinations
+                .iter()
+                .any(|&(t, _, _)| t == f.destination);
+            if !writes {
+                break;
+            }
+            last = at;
+            at = self.same_run[at as usize];
+        }
+        if at != NO_TRANSFER && at != new {
+            self.transfers[at as usize]
+                .destinations
+                .push((f.destination, d, dof));
+            return Ok(());
+        }
+        if last != NO_TRANSFER {
+            self.same_run[last as usize] = new;
+        }
+        self.same_run.push(NO_TRANSFER);
+        self.transfers.push(Grouped {
+            source: f.source,
+            buffer: s,
+            offset: so,
+            words,
+            destinations: smallvec![(f.destination, d, dof)],
+        });
+        Ok(())
+    }
+
+    /// The transfers with their destinations in one list, and the copies.
+    fn finish(
+        self,
+    ) -> Result<(Vec<ShapeTransfer>, Vec<Destination>, Vec<ShapeCopy>), PhaseBuildError> {
+        let total: usize = self.transfers.iter().map(|t| t.destinations.len()).sum();
+        if u32::try_from(total).is_err() {
+            return Err(PhaseBuildError::TooManyTransfers);
+        }
+        let mut destinations = Vec::with_capacity(total);
+        let transfers = self
+            .transfers
+            .into_iter()
+            .map(|t| {
+                // Within `total`, which fits in u32.
+                let first = destinations.len() as u32;
+                destinations.extend_from_slice(&t.destinations);
+                ShapeTransfer {
+                    source: t.source,
+                    buffer: t.buffer,
+                    offset: t.offset,
+                    words: t.words,
+                    first,
+                    count: t.destinations.len() as u32,
+                }
+            })
+            .collect();
+        Ok((transfers, destinations, self.local))
+    }
+}
+
+/// A transfer while its step's fragments are grouped.
+struct Grouped {
+    source: TileId,
+    buffer: BufferId,
+    offset: u32,
+    words: u32,
+    destinations: SmallVec<[Destination; 2]>,
+}
+
 impl PhaseShape {
     /// A measure of the work scheduling this phase takes: its transfers
     /// and their destinations.
     pub(crate) fn work(&self) -> usize {
-        self.transfers
-            .iter()
-            .map(|t| 1 + t.destinations.len())
-            .sum()
+        self.transfers.len() + self.destinations.len()
     }
 
     /// The shape of one exchange step; `resolve` maps a body buffer to the
@@ -244,90 +396,53 @@ impl PhaseShape {
         cache: &FragmentCache,
         resolve: &dyn Fn(BufferId) -> BufferId,
     ) -> Result<PhaseShape, PhaseBuildError> {
-        // Multicast grouping: (source tile, buffer, offset, words) → the
-        // transfers reading that run. A fragment joins the first of them
-        // that does not yet write its destination tile (two rows of one
-        // tile read from the same source run, as a broadcast gives, need
-        // two transfers, but every other tile joins those two).
-        let fragments_of = |c: &Redistribute| {
+        // Fragments are grouped as they are made: a step's redistributions
+        // have millions of them, and no list of them is kept (see
+        // `shape_steps`), except for a redistribution several steps make.
+        let mut grouping = Grouping::default();
+        for c in copies {
             let (s, d) = (resolve(c.source), resolve(c.destination));
             let (sb, db) = (&program.buffers[s], &program.buffers[d]);
-            cache
-                .get(&sb.ty, &c.view, &db.ty)
-                .map(|f| (s, d, f))
-                .map_err(|error| PhaseBuildError::Layout {
-                    source_name: sb.name.clone(),
-                    destination: db.name.clone(),
-                    error,
-                })
-        };
-        let all = copies
-            .iter()
-            .map(fragments_of)
-            .collect::<Result<Vec<_>, _>>()?;
-        // Sized for every fragment up front: a large step groups millions,
-        // and growing the table rehashes every key each time.
-        let count: usize = all.iter().map(|(_, _, f)| f.len()).sum();
-        let mut by_source: RunGroups = HashMap::with_capacity_and_hasher(count, Default::default());
-        let mut transfers: Vec<ShapeTransfer> = Vec::new();
-        let mut local = Vec::new();
-        for (s, d, fragments) in all {
-            let db = &program.buffers[d];
-            for f in fragments.iter() {
-                let unaligned = || PhaseBuildError::Unaligned {
-                    buffer: db.name.clone(),
-                    tile: f.destination,
-                    bytes: f.bytes,
-                    address: f.destination_offset,
-                };
-                let (Ok(so), Ok(dof), Ok(bytes)) = (
-                    u32::try_from(f.source_offset),
-                    u32::try_from(f.destination_offset),
-                    u32::try_from(f.bytes),
-                ) else {
-                    return Err(unaligned());
-                };
-                if f.is_local() {
-                    local.push(ShapeCopy {
-                        tile: f.source,
-                        source: s,
-                        source_offset: so,
-                        destination: d,
-                        destination_offset: dof,
-                        bytes,
-                    });
-                    continue;
+            let layout = |error| PhaseBuildError::Layout {
+                source_name: sb.name.clone(),
+                destination: db.name.clone(),
+                error,
+            };
+            match cache.kept(&sb.ty, &c.view, &db.ty) {
+                Some(Ok(fragments)) => {
+                    for f in fragments.iter() {
+                        grouping.add(s, d, &db.name, f)?;
+                    }
                 }
-                if so % 4 != 0 || dof % 4 != 0 || bytes % 4 != 0 {
-                    return Err(unaligned());
-                }
-                let words = bytes / 4;
-                let key = (f.source, s, so, words);
-                let group = by_source.entry(key).or_default();
-                let joined = group.iter().copied().find(|&i| {
-                    !transfers[i]
-                        .destinations
-                        .iter()
-                        .any(|&(t, _, _)| t == f.destination)
-                });
-                match joined {
-                    Some(i) => transfers[i].destinations.push((f.destination, d, dof)),
-                    None => {
-                        group.push(transfers.len());
-                        transfers.push(ShapeTransfer {
-                            source: f.source,
-                            buffer: s,
-                            offset: so,
-                            words,
-                            destinations: smallvec![(f.destination, d, dof)],
-                        });
+                Some(Err(error)) => return Err(layout(error.clone())),
+                None => {
+                    let mut failed = None;
+                    let config = RedistributeConfig::default();
+                    redistribute_view_each(
+                        &sb.ty,
+                        &c.view,
+                        &db.ty,
+                        &config,
+                        &mut |f| match grouping.add(s, d, &db.name, &f) {
+                            Ok(()) => true,
+                            Err(e) => {
+                                failed = Some(e);
+                                false
+                            }
+                        },
+                    )
+                    .map_err(layout)?;
+                    if let Some(e) = failed {
+                        return Err(e);
                     }
                 }
             }
         }
+        let (transfers, destinations, local) = grouping.finish()?;
         Ok(PhaseShape {
             tile_count,
             transfers,
+            destinations,
             local,
         })
     }
@@ -342,13 +457,13 @@ impl PhaseShape {
                 .iter()
                 .map(|t| ShapeTransfer {
                     buffer: map(t.buffer),
-                    destinations: t
-                        .destinations
-                        .iter()
-                        .map(|&(tile, b, o)| (tile, map(b), o))
-                        .collect(),
                     ..*t
                 })
+                .collect(),
+            destinations: self
+                .destinations
+                .iter()
+                .map(|&(tile, b, o)| (tile, map(b), o))
                 .collect(),
             local: self
                 .local
@@ -362,6 +477,12 @@ impl PhaseShape {
         }
     }
 
+    /// Transfer `t`'s destinations.
+    fn destinations_of(&self, t: &ShapeTransfer) -> &[Destination] {
+        let first = t.first as usize;
+        &self.destinations[first..first + t.count as usize]
+    }
+
     /// Transfers between tiles.
     pub fn transfer_count(&self) -> usize {
         self.transfers.len()
@@ -369,9 +490,8 @@ impl PhaseShape {
 
     /// Whether any transfer or copy reads or writes a buffer `pred` holds.
     pub fn touches(&self, pred: &dyn Fn(BufferId) -> bool) -> bool {
-        self.transfers
-            .iter()
-            .any(|t| pred(t.buffer) || t.destinations.iter().any(|&(_, b, _)| pred(b)))
+        self.transfers.iter().any(|t| pred(t.buffer))
+            || self.destinations.iter().any(|&(_, b, _)| pred(b))
             || self
                 .local
                 .iter()
@@ -387,7 +507,7 @@ impl PhaseShape {
                 s.send_words += u64::from(t.words);
                 s.send_chunks += u64::from(t.words.div_ceil(64).max(1));
             }
-            for &(d, _, _) in &t.destinations {
+            for &(d, _, _) in self.destinations_of(t) {
                 if let Some(r) = traffic.get_mut(d.index()) {
                     r.receives += 1;
                     r.receive_words += u64::from(t.words);
@@ -421,10 +541,11 @@ impl PhaseShape {
         let mut transfers = Vec::with_capacity(self.transfers.len());
         for t in &self.transfers {
             let bytes = t.words * 4;
-            let first = t.destinations[0].1;
+            let dests = self.destinations_of(t);
+            let first = dests.first().map_or(t.buffer, |&(_, b, _)| b);
             let src = place(t.buffer, t.source, t.offset, bytes, first)?;
-            let mut destinations = SmallVec::with_capacity(t.destinations.len());
-            for &(d, b, o) in &t.destinations {
+            let mut destinations = SmallVec::with_capacity(dests.len());
+            for &(d, b, o) in dests {
                 let dst = place(b, d, o, bytes, b)?;
                 if src % 4 != 0 || dst % 4 != 0 {
                     return Err(PhaseBuildError::Unaligned {
