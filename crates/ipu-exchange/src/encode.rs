@@ -56,11 +56,73 @@ pub(crate) struct RecvPiece {
     pub source_next_send: Option<u64>,
 }
 
-/// Everything one tile does in a phase, pieces sorted by start.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct TileActivity {
-    pub sends: Vec<SendPiece>,
-    pub recvs: Vec<RecvPiece>,
+/// Everything every tile does in a phase: per tile, its send pieces and
+/// its receive pieces, each sorted by start.
+///
+/// A receive piece is stored once, in the list of the tile whose segment
+/// made it (where it was built, see `schedule::activity`), and each
+/// receiving tile lists its own as (start, making tile, index there)
+/// packed into one integer. Copying the pieces into per-receiver lists
+/// read them in the same order as encoding does, and held every piece
+/// twice: the largest part of a build's peak memory.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    /// Per tile, its send pieces.
+    pub sends: Vec<Vec<SendPiece>>,
+    /// Per tile, the receive pieces its segments make.
+    pub made: Vec<Vec<RecvPiece>>,
+    /// Tile `t`'s receive pieces are `received[offsets[t]..offsets[t + 1]]`.
+    pub offsets: Vec<usize>,
+    /// Per receiving tile, (start << 64) | (making tile << 32) | index.
+    pub received: Vec<u128>,
+}
+
+impl Activity {
+    /// The number of tiles.
+    pub fn tiles(&self) -> usize {
+        self.sends.len()
+    }
+
+    /// Tile `tile`'s receive pieces, in start order.
+    pub fn recvs(&self, tile: usize) -> Recvs<'_> {
+        let keys = match (self.offsets.get(tile), self.offsets.get(tile + 1)) {
+            (Some(&a), Some(&b)) => &self.received[a..b],
+            _ => &[],
+        };
+        Recvs {
+            keys,
+            made: &self.made,
+        }
+    }
+}
+
+/// One tile's receive pieces, in start order (see [`Activity`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Recvs<'a> {
+    keys: &'a [u128],
+    made: &'a [Vec<RecvPiece>],
+}
+
+impl<'a> Recvs<'a> {
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The `k`-th piece.
+    pub fn get(&self, k: usize) -> Option<&'a RecvPiece> {
+        let key = *self.keys.get(k)?;
+        self.made
+            .get((key >> 32) as u32 as usize)?
+            .get(key as u32 as usize)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &'a RecvPiece> + 'a {
+        let made = self.made;
+        self.keys.iter().filter_map(move |&key| {
+            made.get((key >> 32) as u32 as usize)?
+                .get(key as u32 as usize)
+        })
+    }
 }
 
 fn item_bytes(wide: bool) -> u32 {
@@ -344,25 +406,26 @@ impl Emitter {
 /// encoding it again ([`crate::relocate`]).
 pub(crate) fn encode_tile(
     tile: usize,
-    activity: &[TileActivity],
+    activity: &Activity,
     latency: u64,
     relocations: bool,
 ) -> Result<(Vec<u32>, Vec<Relocation>), EncodeError> {
-    let Some(act) = activity.get(tile) else {
+    let Some(sends) = activity.sends.get(tile) else {
         return Ok((Vec::new(), Vec::new()));
     };
-    let (events, pic_from) = plan_receive_events(act, latency);
+    let recvs = activity.recvs(tile);
+    let (events, pic_from) = plan_receive_events(sends, recvs, latency);
     // Boundaries.
-    let mut bounds: Vec<u64> = Vec::with_capacity(2 * act.sends.len() + events.len() + 2);
+    let mut bounds: Vec<u64> = Vec::with_capacity(2 * sends.len() + events.len() + 2);
     bounds.push(0);
     let mut end = 0u64;
-    for s in &act.sends {
+    for s in sends {
         bounds.push(s.start);
         let e = s.start + u64::from(s.items);
         bounds.push(e);
         end = end.max(e);
     }
-    for r in &act.recvs {
+    for r in recvs.iter() {
         end = end.max(r.start + u64::from(r.items));
     }
     for e in &events {
@@ -403,19 +466,18 @@ pub(crate) fn encode_tile(
             xpic = x;
         }
         // The send piece covering a, if any.
-        while act
-            .sends
+        while sends
             .get(send_i)
             .is_some_and(|s| s.start + u64::from(s.items) <= a)
         {
             send_i += 1;
         }
-        let send = act.sends.get(send_i).filter(|s| s.start <= a).map(|s| {
+        let send = sends.get(send_i).filter(|s| s.start <= a).map(|s| {
             let done = (a - s.start) as u32;
             let skip = done * item_bytes(s.wide);
             (s.byte_address + skip, s.vaddr + u128::from(skip), s.wide)
         });
-        let mut pic_at = |c: u64| pic_at(&act.recvs, &pic_from, c, &mut pic_next);
+        let mut pic_at = |c: u64| pic_at(recvs, &pic_from, c, &mut pic_next);
         emit_window(
             &mut em,
             a,
@@ -436,7 +498,7 @@ pub(crate) fn encode_tile(
 /// `next` is the number of pieces set before the previous call's cycle:
 /// a row asks for non-decreasing cycles, so the count only moves forward
 /// (an earlier cycle searches again).
-fn pic_at(recvs: &[RecvPiece], pic_from: &[u64], c: u64, next: &mut usize) -> Pic {
+fn pic_at(recvs: Recvs<'_>, pic_from: &[u64], c: u64, next: &mut usize) -> Pic {
     if pic_from[..*next].last().is_some_and(|&f| f > c) {
         *next = pic_from.partition_point(|&f| f <= c);
     }
@@ -469,9 +531,12 @@ fn pic_at(recvs: &[RecvPiece], pic_from: &[u64], c: u64, next: &mut usize) -> Pi
 /// an instruction the row has anyway. When no such `τ` exists the tile
 /// disconnects first. Returns the events and, per piece, the cycle from
 /// which PIC holds its address.
-fn plan_receive_events(act: &TileActivity, latency: u64) -> (Vec<RecvEvent>, Vec<u64>) {
-    let mut send_bounds: Vec<u64> = act
-        .sends
+fn plan_receive_events(
+    sends: &[SendPiece],
+    recvs: Recvs<'_>,
+    latency: u64,
+) -> (Vec<RecvEvent>, Vec<u64>) {
+    let mut send_bounds: Vec<u64> = sends
         .iter()
         .flat_map(|p| [p.start, p.start + u64::from(p.items)])
         .collect();
@@ -487,14 +552,14 @@ fn plan_receive_events(act: &TileActivity, latency: u64) -> (Vec<RecvEvent>, Vec
             .unwrap_or(fallback)
     };
     // At most two events per piece and one after the last.
-    let mut events: Vec<RecvEvent> = Vec::with_capacity(2 * act.recvs.len() + 1);
-    let mut pic_from = Vec::with_capacity(act.recvs.len());
+    let mut events: Vec<RecvEvent> = Vec::with_capacity(2 * recvs.len() + 1);
+    let mut pic_from = Vec::with_capacity(recvs.len());
     let mut xpic = Xpic::Disconnected;
     // PIC after the previous piece, structurally (see `SendPiece::vaddr`).
     let mut vpic = 0u128;
     let mut prev_end = 0u64;
     let mut old_next: Option<u64> = None;
-    for p in &act.recvs {
+    for p in recvs.iter() {
         let want = Xpic::Listen(TileId::from_u32(p.source));
         let set_p = (vpic != p.vaddr).then_some(Pic {
             real: p.byte_address,

@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use crate::bounds::{lane_loads, multicast_bound_of, stronger_lower_bound};
 use crate::core::CoreOutput;
-use crate::encode::{EncodedRows, TileActivity, encode_tile};
+use crate::encode::{Activity, EncodedRows, encode_tile};
 use crate::fabric::Fabric;
 use crate::isa::EncodeError;
 use crate::model::{Phase, PhaseError, ValidPhase, Width, validate_overlaps, validate_structure};
@@ -233,14 +233,7 @@ impl Schedule {
             }
             _ => {
                 let latency = u64::from(fabric.latency_cycles());
-                let mut activity = vec![TileActivity::default(); phase.tile_count as usize];
-                add_activity(
-                    phase,
-                    &self.core,
-                    latency,
-                    config.relocatable,
-                    &mut activity,
-                );
+                let activity = add_activity(phase, &self.core, latency, config.relocatable);
                 encode_rows(phase, &activity, fabric, config, label)?
             }
         };
@@ -419,7 +412,7 @@ struct Plan {
     kind: ScheduleKind,
     /// Send horizon (cycle after the last send).
     send_horizon: u64,
-    activity: Vec<TileActivity>,
+    activity: Activity,
     segments: usize,
     /// Whether the core scheduled every job.
     complete: bool,
@@ -643,13 +636,13 @@ type TileRelocations = std::sync::Arc<Vec<Vec<Relocation>>>;
 /// `config.verify` is on.
 fn encode_rows(
     phase: &Phase,
-    activity: &[TileActivity],
+    activity: &Activity,
     fabric: &Fabric,
     config: &ScheduleConfig,
     label: u32,
 ) -> Result<(EncodedRows, Option<TileRelocations>), ScheduleError> {
     let latency = u64::from(fabric.latency_cycles());
-    let (rows, relocations): (Vec<Vec<u32>>, Vec<Vec<Relocation>>) = (0..activity.len())
+    let (rows, relocations): (Vec<Vec<u32>>, Vec<Vec<Relocation>>) = (0..activity.tiles())
         .into_par_iter()
         .map(|t| {
             encode_tile(t, activity, latency, config.relocatable).map_err(|source| {

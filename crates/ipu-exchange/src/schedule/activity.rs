@@ -4,13 +4,18 @@
 use rayon::prelude::*;
 
 use crate::core::CoreOutput;
-use crate::encode::{RecvPiece, SendPiece, TileActivity};
+use crate::encode::{Activity, RecvPiece, SendPiece};
 use crate::model::Phase;
 
 /// What a sending tile's pass makes: its send pieces in order, and the
 /// receive pieces of its segments, each with its receiving tile and its
 /// sort key there.
-type Sent = (Vec<SendPiece>, Vec<(u32, u128)>, Vec<RecvPiece>);
+struct Sent {
+    sends: Vec<SendPiece>,
+    dests: Vec<u32>,
+    keys: Vec<u128>,
+    recvs: Vec<RecvPiece>,
+}
 
 /// Payloads grouped by tile: `order[offsets[t]..offsets[t + 1]]` are tile
 /// `t`'s, in the order they were given.
@@ -53,22 +58,21 @@ impl<T: Copy + Default> Grouped<T> {
 }
 
 /// Turns core segments into per-tile pieces sorted by start; receive
-/// pieces start `latency` cycles after their send. Returns the number of
-/// segments.
+/// pieces start `latency` cycles after their send.
 ///
 /// Segments are grouped by sending tile first (a counting sort), so that
 /// each tile's send pieces, and the receive pieces of its segments, are
 /// built in parallel from its own segments, reading the phase's transfers
-/// of that tile together; the receive pieces are then grouped by receiving
-/// tile (another counting sort). The result does not depend on the thread
-/// count.
+/// of that tile together; the receive pieces stay there, and each
+/// receiving tile's list of them is made by another counting sort and a
+/// sort per tile (see [`Activity`]). The result does not depend on the
+/// thread count.
 pub(super) fn add_activity(
     phase: &Phase,
     out: &CoreOutput,
     latency: u64,
     relocatable: bool,
-    activity: &mut [TileActivity],
-) -> usize {
+) -> Activity {
     // Structural addresses: each transfer's words in a space of their own,
     // so that pieces of different transfers are never adjacent (see
     // `ScheduleConfig::relocatable`); a gather's words, whose addresses are
@@ -77,7 +81,7 @@ pub(super) fn add_activity(
         |origin: u32, word: u32| ((u128::from(origin) + 1) << 66) + 4 * u128::from(word);
     let scattered =
         |origin: u32, word: u32| ((u128::from(origin) + 1) << 66) + ((u128::from(word) + 1) << 34);
-    let tiles = activity.len();
+    let tiles = phase.tile_count as usize;
     let segments = &out.segments;
     // Each segment's sender, read from its job once and in parallel: the
     // grouping passes over the segments twice, and segments in time order
@@ -155,7 +159,8 @@ pub(super) fn add_activity(
             // segment at a time.
             // Per receive piece: its receiving tile, and its key there
             // (start, this tile, index here), packed into one integer.
-            let mut dest_keys = Vec::with_capacity(receptions);
+            let mut dests = Vec::with_capacity(receptions);
+            let mut keys = Vec::with_capacity(receptions);
             let mut recvs = Vec::with_capacity(receptions);
             let mut k = 0;
             while k < pieces.len() {
@@ -179,7 +184,8 @@ pub(super) fn add_activity(
                     let key = (u128::from(seg.start + latency) << 64)
                         | (u128::from(tile as u32) << 32)
                         | recvs.len() as u128;
-                    dest_keys.push((d.as_u32(), key));
+                    dests.push(d.as_u32());
+                    keys.push(key);
                     recvs.push(RecvPiece {
                         start: seg.start + latency,
                         items: seg.len,
@@ -197,31 +203,41 @@ pub(super) fn add_activity(
                     });
                 }
             }
-            (
-                pieces.into_iter().map(|(p, _)| p).collect(),
-                dest_keys,
+            Sent {
+                sends: pieces.into_iter().map(|(p, _)| p).collect(),
+                dests,
+                keys,
                 recvs,
-            )
+            }
         })
         .collect();
     // Receive pieces grouped by receiving tile, as (start, sending tile,
-    // index in its list) packed into one integer, sorted per receiving tile
-    // (a tile receives one piece at a time, so starts differ) and then
-    // copied, each tile in parallel: the pieces are large, their keys small.
-    let by_dest = Grouped::new(tiles, sent.iter().map(|(_, keys, _)| keys.iter().copied()));
-    let recvs: Vec<Vec<RecvPiece>> = (0..tiles)
-        .into_par_iter()
-        .map(|tile| {
-            let mut keys = by_dest.of(tile).to_vec();
-            keys.sort_unstable();
-            keys.iter()
-                .map(|&key| sent[(key >> 32) as u32 as usize].2[key as u32 as usize])
-                .collect()
-        })
-        .collect();
-    for ((a, (s, _, _)), r) in activity.iter_mut().zip(sent).zip(recvs) {
-        a.sends = s;
-        a.recvs = r;
+    // index in its list) packed into one integer, then sorted per receiving
+    // tile (a tile receives one piece at a time, so starts differ), each
+    // tile in parallel.
+    let mut by_dest = Grouped::new(
+        tiles,
+        sent.iter()
+            .map(|s| s.dests.iter().copied().zip(s.keys.iter().copied())),
+    );
+    let mut lists: Vec<&mut [u128]> = Vec::with_capacity(tiles);
+    let mut rest = by_dest.order.as_mut_slice();
+    for t in 0..tiles {
+        let (list, tail) = rest.split_at_mut(by_dest.offsets[t + 1] - by_dest.offsets[t]);
+        lists.push(list);
+        rest = tail;
     }
-    segments.len()
+    lists.into_par_iter().for_each(|list| list.sort_unstable());
+    let mut sends = Vec::with_capacity(tiles);
+    let mut made = Vec::with_capacity(tiles);
+    for s in sent {
+        sends.push(s.sends);
+        made.push(s.recvs);
+    }
+    Activity {
+        sends,
+        made,
+        offsets: by_dest.offsets,
+        received: by_dest.order,
+    }
 }

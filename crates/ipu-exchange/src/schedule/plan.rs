@@ -9,7 +9,6 @@ use rayon::prelude::*;
 use super::sets::schedule_by_sets;
 use super::{Plan, ScheduleConfig, ScheduleKind, add_activity};
 use crate::core::{self, CoreConfig, Job, Partners};
-use crate::encode::TileActivity;
 use crate::fabric::Fabric;
 use crate::model::Phase;
 
@@ -57,7 +56,6 @@ pub(super) fn plan(
             },
         }
     };
-    let mut activity = vec![TileActivity::default(); tiles as usize];
     let jobs: Vec<Job> = (0..phase.transfers.len())
         .into_par_iter()
         .map(|i| make_job(i, wide.is_some_and(|w| w[i])))
@@ -112,7 +110,8 @@ pub(super) fn plan(
         }
         None => presplit_and_run(jobs),
     };
-    let segments = add_activity(phase, &out, latency, config.relocatable, &mut activity);
+    let activity = add_activity(phase, &out, latency, config.relocatable);
+    let segments = out.segments.len();
     let send_horizon = out.horizon;
     let complete = out.complete;
     Plan {
