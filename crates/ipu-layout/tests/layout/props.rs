@@ -557,3 +557,32 @@ proptest! {
         prop_assert!(t.pack_shard(TileId::from_u32(0), &values[..count - 1], &mut []).is_err());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// A sink that stops after `k` fragments gets the list's first `k`,
+    /// and the redistribution still succeeds; one that never stops gets
+    /// the whole list.
+    #[test]
+    fn a_stopped_sink_gets_a_prefix_of_the_fragments(a in case(), b in case(), k in 1usize..40) {
+        let b = Case { extents: a.extents.clone(), precision: a.precision, ..b };
+        let (Ok(src), Ok(dst)) = (a.build(), b.build()) else { return Ok(()) };
+        let config = RedistributeConfig::default();
+        let all = redistribute(&src, &dst, &config).unwrap().into_fragments();
+        let mut whole = Vec::new();
+        redistribute_view_each(&src, &SourceView::Whole, &dst, &config, &mut |f| {
+            whole.push(f);
+            true
+        })
+        .unwrap();
+        prop_assert_eq!(&whole, &all);
+        let mut first = Vec::new();
+        redistribute_view_each(&src, &SourceView::Whole, &dst, &config, &mut |f| {
+            first.push(f);
+            first.len() < k
+        })
+        .unwrap();
+        prop_assert_eq!(&first[..], &all[..k.min(all.len())]);
+    }
+}
