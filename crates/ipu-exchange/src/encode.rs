@@ -50,10 +50,30 @@ pub(crate) struct RecvPiece {
     /// relocation finds the tile's address of the transfer).
     pub dest: u32,
     /// Send cycle after the source's previous send (before this piece's),
-    /// if it sent before.
-    pub source_quiet_from: Option<u64>,
-    /// Send cycle of the source's next send after this piece's, if any.
-    pub source_next_send: Option<u64>,
+    /// or [`NO_CYCLE`] if it did not send before.
+    pub source_quiet_from: u64,
+    /// Send cycle of the source's next send after this piece's, or
+    /// [`NO_CYCLE`].
+    pub source_next_send: u64,
+}
+
+/// A [`RecvPiece`] cycle that does not exist. Pieces are kept for every
+/// destination of every segment (millions on a large phase), and two
+/// `Option<u64>` fields made one 80 bytes instead of 64.
+pub(crate) const NO_CYCLE: u64 = u64::MAX;
+
+const _: () = assert!(std::mem::size_of::<RecvPiece>() == 64);
+
+impl RecvPiece {
+    /// [`RecvPiece::source_quiet_from`], if the source sent before.
+    fn quiet_from(&self) -> Option<u64> {
+        Some(self.source_quiet_from).filter(|&c| c != NO_CYCLE)
+    }
+
+    /// [`RecvPiece::source_next_send`], if the source sends again.
+    fn next_send(&self) -> Option<u64> {
+        Some(self.source_next_send).filter(|&c| c != NO_CYCLE)
+    }
 }
 
 /// Everything every tile does in a phase: per tile, its send pieces and
@@ -577,7 +597,7 @@ fn plan_receive_events(
             // The new source must be quiet from τ until the piece, the old
             // one from the previous end until τ.
             let lo = p
-                .source_quiet_from
+                .quiet_from()
                 .map_or(prev_end, |z| prev_end.max(z + latency));
             let hi = quiet_old.min(p.start);
             let mut set_x = xpic != want;
@@ -605,7 +625,7 @@ fn plan_receive_events(
         xpic = want;
         vpic = p.vaddr + u128::from(p.items * item_bytes(p.wide));
         prev_end = p.start + u64::from(p.items);
-        old_next = p.source_next_send;
+        old_next = p.next_send();
     }
     // After the last piece, stop listening before the source sends again
     // (if the row lasts that long).

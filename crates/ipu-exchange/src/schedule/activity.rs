@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use crate::core::CoreOutput;
-use crate::encode::{Activity, RecvPiece, SendPiece};
+use crate::encode::{Activity, NO_CYCLE, RecvPiece, SendPiece};
 use crate::model::Phase;
 
 /// What a sending tile's pass makes: its send pieces in order, and the
@@ -169,10 +169,10 @@ pub(super) fn add_activity(
                 while pieces.get(last + 1).is_some_and(|n| n.1 == index) {
                     last += 1;
                 }
-                let source_quiet_from = k
-                    .checked_sub(1)
-                    .map(|q| pieces[q].0.start + u64::from(pieces[q].0.items));
-                let source_next_send = pieces.get(last + 1).map(|n| n.0.start);
+                let source_quiet_from = k.checked_sub(1).map_or(NO_CYCLE, |q| {
+                    pieces[q].0.start + u64::from(pieces[q].0.items)
+                });
+                let source_next_send = pieces.get(last + 1).map_or(NO_CYCLE, |n| n.0.start);
                 k = last + 1;
                 let seg = &segments[index as usize];
                 let job = &out.jobs[seg.job as usize];
