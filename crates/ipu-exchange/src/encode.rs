@@ -775,9 +775,12 @@ fn row_hash(row: &[u32]) -> u64 {
 }
 
 /// Per-tile exchange rows, with identical rows stored once.
+///
+/// Clones share the rows: a build keeps a phase's rows both in its package
+/// and with its schedule (for a later round), tens of megabytes on SigLIP.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EncodedRows {
-    rows: Vec<Vec<u32>>,
+    rows: std::sync::Arc<Vec<Vec<u32>>>,
     tile_row: Vec<u32>,
 }
 
@@ -809,7 +812,7 @@ impl EncodedRows {
             tile_row.push(id);
         }
         EncodedRows {
-            rows: unique,
+            rows: std::sync::Arc::new(unique),
             tile_row,
         }
     }
@@ -822,7 +825,10 @@ impl EncodedRows {
         tile_row
             .iter()
             .all(|&r| (r as usize) < count)
-            .then_some(EncodedRows { rows, tile_row })
+            .then_some(EncodedRows {
+                rows: std::sync::Arc::new(rows),
+                tile_row,
+            })
     }
 
     /// Number of tiles.
