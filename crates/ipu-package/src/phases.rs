@@ -341,10 +341,9 @@ impl Grouping {
         Ok(())
     }
 
-    /// The transfers with their destinations in one list, and the copies.
-    fn finish(
-        self,
-    ) -> Result<(Vec<ShapeTransfer>, Vec<Destination>, Vec<ShapeCopy>), PhaseBuildError> {
+    /// The shape of the fragments added, on `tile_count` tiles: the
+    /// transfers with their destinations in one list, and the copies.
+    fn finish(self, tile_count: u32) -> Result<PhaseShape, PhaseBuildError> {
         let total: usize = self.transfers.iter().map(|t| t.destinations.len()).sum();
         if u32::try_from(total).is_err() {
             return Err(PhaseBuildError::TooManyTransfers);
@@ -367,7 +366,12 @@ impl Grouping {
                 }
             })
             .collect();
-        Ok((transfers, destinations, self.local))
+        Ok(PhaseShape {
+            tile_count,
+            transfers,
+            destinations,
+            local: self.local,
+        })
     }
 }
 
@@ -438,13 +442,7 @@ impl PhaseShape {
                 }
             }
         }
-        let (transfers, destinations, local) = grouping.finish()?;
-        Ok(PhaseShape {
-            tile_count,
-            transfers,
-            destinations,
-            local,
-        })
+        grouping.finish(tile_count)
     }
 
     /// The same shape with every buffer mapped through `map` (the next

@@ -157,12 +157,17 @@ pub(super) fn shape_steps(
 }
 
 /// A scheduling round's result for one step: what goes in the package,
-/// the schedule, and the phases it was scheduled for (to recognise a step
-/// that a later round moved nothing of).
+/// and the schedule (for a later round to encode again elsewhere).
 pub(super) struct Scheduled {
     pub phase: PackagePhase,
     pub schedule: Schedule,
-    built: (PhaseBuild, Option<PhaseBuild>),
+}
+
+/// An earlier scheduling round of the same plan: its steps and the
+/// addresses they were scheduled at.
+pub(super) struct Round {
+    pub steps: Vec<Scheduled>,
+    pub addresses: BufferAddresses,
 }
 
 /// Schedules and encodes every exchange step at the placed addresses,
@@ -170,7 +175,10 @@ pub(super) struct Scheduled {
 /// With `previous` — an earlier round of the same plan, placed elsewhere —
 /// a step whose transfers did not move keeps its rows, and one that moved
 /// has its timing re-encoded with the new addresses instead of being
-/// scheduled again.
+/// scheduled again. Whether a step moved is found by building its phases
+/// at the earlier addresses again, rather than keeping every step's
+/// phases from the earlier round: a build that needs no second round
+/// (most) would hold them all at its peak, 80 MB on SigLIP.
 pub(super) fn schedule_phases(
     program: &Program,
     shapes: &[StepShape],
@@ -178,13 +186,31 @@ pub(super) fn schedule_phases(
     device: &Device<'_>,
     scheduler: &dyn ExchangeScheduler,
     verify: bool,
-    previous: Option<Vec<Scheduled>>,
+    previous: Option<Round>,
 ) -> Result<Vec<Scheduled>, BuildError> {
     let address = |b: BufferId, t: TileId| addresses.get(b, t);
     let fabric = &device.fabric;
-    let mut previous: Vec<Option<Scheduled>> = match previous {
-        Some(p) => p.into_iter().map(Some).collect(),
-        None => Vec::new(),
+    let (mut previous, before): (Vec<Option<Scheduled>>, _) = match previous {
+        Some(r) => (r.steps.into_iter().map(Some).collect(), Some(r.addresses)),
+        None => (Vec::new(), None),
+    };
+    // Whether a step's phases at the earlier round's addresses are the
+    // ones built now.
+    let unmoved = |shape: &StepShape, b0: &PhaseBuild, b1: Option<&PhaseBuild>| {
+        let Some(before) = &before else {
+            return false;
+        };
+        let then = |b: BufferId, t: TileId| before.get(b, t);
+        let same_at = |s: &PhaseShape, now: &PhaseBuild| {
+            s.at(program, &then)
+                .is_ok_and(|earlier| same(&earlier, now))
+        };
+        same_at(&shape.first, b0)
+            && match (&shape.next, b1) {
+                (Some(next), Some(b1)) => same_at(next, b1),
+                (None, None) => true,
+                _ => false,
+            }
     };
     previous.resize_with(shapes.len(), || None);
     // Largest steps first: the workers take steps in this order, so the
@@ -216,12 +242,7 @@ pub(super) fn schedule_phases(
                 let prev = match prev {
                     // Nothing this step moves was moved: its rows stand, and
                     // they were checked when they were made.
-                    Some(p)
-                        if same(&p.built.0, &b0)
-                            && p.built.1.as_ref().map_or(b1.is_none(), |p1| {
-                                b1.as_ref().is_some_and(|b1| same(p1, b1))
-                            }) =>
-                    {
+                    Some(p) if unmoved(shape, &b0, b1.as_ref()) => {
                         return Ok(p);
                     }
                     other => other,
@@ -348,7 +369,6 @@ pub(super) fn schedule_phases(
                         rows: s0.rows().clone(),
                     },
                     schedule: s0,
-                    built: (b0, b1),
                 })
             })();
             (i, result)

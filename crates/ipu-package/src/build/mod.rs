@@ -465,7 +465,7 @@ fn plan_once(
     // The previous round: placing again moves data but not the transfers,
     // so a step keeps its rows when none of its data moved, and has its
     // timing re-encoded, not scheduled again, when some did.
-    let mut previous: Option<Vec<exchange::Scheduled>> = None;
+    let mut previous: Option<exchange::Round> = None;
     let mut estimate = support::Estimate::Generous;
     loop {
         let placed = phase("place_storage", times, |_| {
@@ -556,7 +556,10 @@ fn plan_once(
             reserved[t] = sizes.grown_reservation(support[t].used());
             grown[t] = grown[t].max(reserved[t]);
         }
-        previous = Some(scheduled);
+        previous = Some(exchange::Round {
+            steps: scheduled,
+            addresses,
+        });
         rounds += 1;
     }
 }
