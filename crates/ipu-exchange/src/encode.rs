@@ -123,25 +123,15 @@ pub(crate) struct Recvs<'a> {
     made: &'a [Vec<RecvPiece>],
 }
 
-impl<'a> Recvs<'a> {
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    /// The `k`-th piece.
-    pub fn get(&self, k: usize) -> Option<&'a RecvPiece> {
-        let key = *self.keys.get(k)?;
-        self.made
-            .get((key >> 32) as u32 as usize)?
-            .get(key as u32 as usize)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &'a RecvPiece> + 'a {
-        let made = self.made;
-        self.keys.iter().filter_map(move |&key| {
-            made.get((key >> 32) as u32 as usize)?
-                .get(key as u32 as usize)
-        })
+impl Recvs<'_> {
+    /// The pieces, in start order. Every key names a piece of `made`
+    /// (`schedule::activity` makes them together).
+    pub fn gather(self) -> Vec<RecvPiece> {
+        let mut out = Vec::with_capacity(self.keys.len());
+        for &key in self.keys {
+            out.push(self.made[(key >> 32) as u32 as usize][key as u32 as usize]);
+        }
+        out
     }
 }
 
@@ -433,7 +423,10 @@ pub(crate) fn encode_tile(
     let Some(sends) = activity.sends.get(tile) else {
         return Ok((Vec::new(), Vec::new()));
     };
-    let recvs = activity.recvs(tile);
+    // The tile's receive pieces, gathered once: encoding passes over them
+    // three times, and each piece is read from its making tile's list.
+    let recvs = activity.recvs(tile).gather();
+    let recvs = recvs.as_slice();
     let (events, pic_from) = plan_receive_events(sends, recvs, latency);
     // Boundaries.
     let mut bounds: Vec<u64> = Vec::with_capacity(2 * sends.len() + events.len() + 2);
@@ -518,7 +511,7 @@ pub(crate) fn encode_tile(
 /// `next` is the number of pieces set before the previous call's cycle:
 /// a row asks for non-decreasing cycles, so the count only moves forward
 /// (an earlier cycle searches again).
-fn pic_at(recvs: Recvs<'_>, pic_from: &[u64], c: u64, next: &mut usize) -> Pic {
+fn pic_at(recvs: &[RecvPiece], pic_from: &[u64], c: u64, next: &mut usize) -> Pic {
     if pic_from[..*next].last().is_some_and(|&f| f > c) {
         *next = pic_from.partition_point(|&f| f <= c);
     }
@@ -553,7 +546,7 @@ fn pic_at(recvs: Recvs<'_>, pic_from: &[u64], c: u64, next: &mut usize) -> Pic {
 /// which PIC holds its address.
 fn plan_receive_events(
     sends: &[SendPiece],
-    recvs: Recvs<'_>,
+    recvs: &[RecvPiece],
     latency: u64,
 ) -> (Vec<RecvEvent>, Vec<u64>) {
     let mut send_bounds: Vec<u64> = sends
