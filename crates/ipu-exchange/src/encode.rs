@@ -82,9 +82,10 @@ impl RecvPiece {
 /// A receive piece is stored once, in the list of the tile whose segment
 /// made it (where it was built, see `schedule::activity`), and each
 /// receiving tile lists its own as (start, making tile, index there)
-/// packed into one integer. Copying the pieces into per-receiver lists
-/// read them in the same order as encoding does, and held every piece
-/// twice: the largest part of a build's peak memory.
+/// packed into one integer; a tile's pieces are gathered only while the
+/// tile is encoded. A per-receiver copy of every piece, made for all
+/// tiles at once, held every piece twice: the largest part of a build's
+/// peak memory.
 #[derive(Debug, Default)]
 pub(crate) struct Activity {
     /// Per tile, its send pieces.
