@@ -19,8 +19,16 @@
 //! Finding that job must not cost a scan of the node's jobs at every event
 //! (a tile may have hundreds): per node a bit set of the partners it still
 //! has unicast work with is ANDed with the bit set of free nodes, and a
-//! (sender, receiver) index finds the pair's jobs, which have consecutive
-//! ids because the jobs are sorted by pair first.
+//! (sender, receiver) index finds the pair.
+//!
+//! A unicast pair is one core job that runs the caller's single-pair jobs
+//! between its two nodes one after another, in their order: each is a
+//! *pick* of the pair, and the pair's running state is that of its current
+//! pick, so a pick ends (and frees the nodes) just as a job of its own
+//! would. A pair, rather than each of its jobs, holds running state, and
+//! whether it has work left is the state itself, not a count kept apart (a
+//! cache miss at every job's end on the seed-shaped phase of 586,368
+//! transfers, where the 293,000 jobs of each half fall in 274,000 pairs).
 //!
 //! Multicast jobs start only when the sender and every receiver are free,
 //! and are never preempted by alternating paths. When a multicast job's
@@ -201,15 +209,17 @@ pub(crate) struct CoreConfig {
     pub split_jobs: usize,
 }
 
-/// The scheduler's per-job state.
+/// The scheduler's per-job state: for a pair, that of its current pick.
 #[derive(Clone, Copy, Debug)]
 struct JobRt {
     since: u64,
     rem: u32,
     offset: u32,
     version: u32,
-    /// The job's (sender, receiver) pair for unicast jobs, else `NO_PAIR`.
-    pair: u32,
+    /// For a pair, where its next pick is in `Core::later_picks`, or
+    /// `NO_PICK` when the current one is its last (and for every other
+    /// job).
+    next: u32,
     sender: u32,
     /// The receiver of a unicast job, else `MULTI`.
     recv0: u32,
@@ -225,8 +235,20 @@ struct JobRt {
     state: State,
 }
 
-/// `JobRt::pair` of a job that is not in a unicast pair.
-const NO_PAIR: u32 = u32::MAX;
+/// `JobRt::next` of a job with no pick after the current one.
+const NO_PICK: u32 = u32::MAX;
+
+/// A pick of a pair after its first (whose own fields are in the pair's
+/// [`JobRt`] from the start).
+#[derive(Clone, Copy, Debug)]
+struct LaterPick {
+    /// The caller's job, the id its segments carry.
+    out: u32,
+    first: u32,
+    items: u32,
+    /// Whether it is the pair's last pick.
+    last: bool,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -260,11 +282,13 @@ const RECV: usize = 1;
 
 struct Core {
     /// The jobs that are not a single pair, and the parts split off them:
-    /// core job `first_own + k` is `own[k]`. A single-pair job needs no
-    /// copy: its running state holds its two nodes.
+    /// core job `first_own + k` is `own[k]`. A pair needs no copy: its
+    /// running state holds its two nodes.
     own: Vec<Job>,
-    /// Core id of `own[0]`: single-pair jobs come first.
+    /// Core id of `own[0]`: the number of unicast pairs, which come first.
     first_own: usize,
+    /// The picks of pairs after each one's first, by pair.
+    later_picks: Vec<LaterPick>,
     /// Jobs in the caller's list: `RunOutput` numbers own jobs from here.
     caller_jobs: u32,
     /// Per job: its running state, kept together for locality.
@@ -307,11 +331,8 @@ struct Core {
     /// Per side, per node (`words` each): partners it has a unicast job
     /// not yet done with.
     partner_bits: [Vec<u64>; 2],
-    /// (sender, receiver) → the pair's first job (its jobs have
-    /// consecutive ids and the same `JobRt::pair`).
+    /// (sender, receiver) → the pair's core job.
     pair_index: PairIndex,
-    /// Per pair: jobs not done.
-    pair_pending: Vec<u32>,
 }
 
 /// Part of a caller's job for [`run`] to schedule: items `first..end` of
@@ -462,42 +483,8 @@ impl Core {
     /// The core over `picks` of `jobs`, in the order of the sorted
     /// [`pack_key`]s `keys` (see [`run`]): key `j` is core job `j`.
     fn new(nodes: usize, jobs: &[Job], picks: &[Pick], keys: &[u128], config: CoreConfig) -> Core {
-        let n = keys.len();
-        let first_own = keys.partition_point(|&k| unpack_key(k).0 == 0);
+        let unicast = keys.partition_point(|&k| unpack_key(k).0 == 0);
         let caller_jobs = jobs.len() as u32;
-        let own: Vec<Job> = keys[first_own..]
-            .par_iter()
-            .map(|&k| own_copy(&jobs[picks[unpack_key(k).3 as usize].job as usize]))
-            .collect();
-        let mut rt: Vec<JobRt> = keys
-            .par_iter()
-            .enumerate()
-            .map(|(j, &k)| {
-                let (_, sender, receiver, i) = unpack_key(k);
-                let pick = picks[i as usize];
-                let (recv0, blocker_node, out) = match j.checked_sub(first_own) {
-                    None => (receiver, receiver, pick.job),
-                    Some(k) => (
-                        MULTI,
-                        own[k].receivers.first().copied().unwrap_or(MULTI),
-                        caller_jobs + k as u32,
-                    ),
-                };
-                JobRt {
-                    since: 0,
-                    rem: pick.items(),
-                    offset: pick.first,
-                    version: 0,
-                    pair: NO_PAIR,
-                    sender,
-                    recv0,
-                    blocker: 0,
-                    blocker_node,
-                    out,
-                    state: State::Pending,
-                }
-            })
-            .collect();
         let words = nodes.div_ceil(64);
         let mut partner_bits = [vec![0u64; nodes * words], vec![0u64; nodes * words]];
         let mut free_bits = [vec![0u64; words], vec![0u64; words]];
@@ -507,35 +494,87 @@ impl Core {
             }
         }
         let mut load = [vec![0u64; nodes], vec![0u64; nodes]];
-        // Single-pair jobs, grouped by (sender, receiver) pair: the keys
-        // are sorted, so a pair's jobs have consecutive ids.
+        // Single-pair picks, grouped by (sender, receiver): the keys are
+        // sorted, so a pair's picks are consecutive.
         let dense = nodes <= DENSE_PAIR_NODES;
         let mut pair_index = if dense {
             PairIndex::Dense(vec![0; nodes * nodes])
         } else {
             PairIndex::Sparse(PairMap::default())
         };
-        let mut pair_pending: Vec<u32> = Vec::new();
-        let mut last: Option<(u32, u32)> = None;
-        for (j, (&k, rt)) in keys.iter().zip(&mut rt).enumerate() {
-            let (_, sender, receiver, _) = unpack_key(k);
-            if j == first_own {
-                break;
-            }
+        let mut rt: Vec<JobRt> = Vec::with_capacity(unicast);
+        let mut later_picks: Vec<LaterPick> = Vec::new();
+        for &key in &keys[..unicast] {
+            let (_, sender, receiver, i) = unpack_key(key);
+            let pick = picks[i as usize];
             let (s, r) = (sender as usize, receiver as usize);
-            if last != Some((sender, receiver)) {
-                last = Some((sender, receiver));
-                pair_index.insert(nodes, sender, receiver, j as u32);
-                pair_pending.push(0);
-                partner_bits[SEND][s * words + r / 64] |= 1 << (r % 64);
-                partner_bits[RECV][r * words + s / 64] |= 1 << (s % 64);
+            load[SEND][s] += u64::from(pick.items());
+            load[RECV][r] += u64::from(pick.items());
+            if let Some(pair) = rt
+                .last_mut()
+                .filter(|p| (p.sender, p.recv0) == (sender, receiver))
+            {
+                // A pick after the pair's first: the one before it is no
+                // longer the last.
+                if pair.next == NO_PICK {
+                    // Picks number at most `keys.len()`, which fits in u32.
+                    pair.next = later_picks.len() as u32;
+                } else if let Some(before) = later_picks.last_mut() {
+                    before.last = false;
+                }
+                later_picks.push(LaterPick {
+                    out: pick.job,
+                    first: pick.first,
+                    items: pick.items(),
+                    last: true,
+                });
+                continue;
             }
-            let pid = pair_pending.len() - 1;
-            pair_pending[pid] += 1;
-            rt.pair = pid as u32;
-            load[SEND][s] += u64::from(rt.rem);
-            load[RECV][r] += u64::from(rt.rem);
+            pair_index.insert(nodes, sender, receiver, rt.len() as u32);
+            partner_bits[SEND][s * words + r / 64] |= 1 << (r % 64);
+            partner_bits[RECV][r * words + s / 64] |= 1 << (s % 64);
+            rt.push(JobRt {
+                since: 0,
+                rem: pick.items(),
+                offset: pick.first,
+                version: 0,
+                next: NO_PICK,
+                sender,
+                recv0: receiver,
+                blocker: 0,
+                blocker_node: receiver,
+                out: pick.job,
+                state: State::Pending,
+            });
         }
+        let first_own = rt.len();
+        let own: Vec<Job> = keys[unicast..]
+            .par_iter()
+            .map(|&k| own_copy(&jobs[picks[unpack_key(k).3 as usize].job as usize]))
+            .collect();
+        rt.par_extend(
+            keys[unicast..]
+                .par_iter()
+                .zip(&own)
+                .enumerate()
+                .map(|(k, (&key, job))| {
+                    let pick = picks[unpack_key(key).3 as usize];
+                    JobRt {
+                        since: 0,
+                        rem: pick.items(),
+                        offset: pick.first,
+                        version: 0,
+                        next: NO_PICK,
+                        sender: job.sender,
+                        recv0: MULTI,
+                        blocker: 0,
+                        blocker_node: job.receivers.first().copied().unwrap_or(MULTI),
+                        out: caller_jobs + k as u32,
+                        state: State::Pending,
+                    }
+                }),
+        );
+        let n = rt.len();
         let mut others = [vec![Vec::new(); nodes], vec![Vec::new(); nodes]];
         for (k, job) in own.iter().enumerate() {
             let j = first_own + k;
@@ -547,7 +586,7 @@ impl Core {
         }
         Core {
             pair_index,
-            pair_pending,
+            later_picks,
             rt,
             own,
             first_own,
@@ -665,12 +704,20 @@ impl Core {
         self.rt[ju].rem -= ran32;
         self.rt[ju].offset += ran32;
         self.rt[ju].version = self.rt[ju].version.wrapping_add(1);
-        self.rt[ju].state = if self.rt[ju].rem == 0 {
+        self.rt[ju].state = if self.rt[ju].rem > 0 {
+            State::Pending
+        } else if let Some(&next) = self.later_picks.get(self.rt[ju].next as usize) {
+            // The pair's next pick becomes its current one.
+            let rt = &mut self.rt[ju];
+            rt.rem = next.items;
+            rt.offset = next.first;
+            rt.out = next.out;
+            rt.next = if next.last { NO_PICK } else { rt.next + 1 };
+            State::Pending
+        } else {
             self.pending_count -= 1;
             self.pair_done(ju);
             State::Done
-        } else {
-            State::Pending
         };
         let ends = self.take_endpoints(ju);
         for &(side, v) in &ends {
@@ -683,22 +730,16 @@ impl Core {
         self.ends = ends;
     }
 
-    /// A unicast job is done: when it was its pair's last, the partners
-    /// forget each other.
+    /// A job is done: when it is a pair, the partners forget each other.
     fn pair_done(&mut self, j: usize) {
-        let pid = self.rt[j].pair;
-        if pid == NO_PAIR {
+        if j >= self.first_own {
             return;
         }
-        let count = &mut self.pair_pending[pid as usize];
-        *count -= 1;
-        if *count == 0 {
-            let s = self.rt[j].sender as usize;
-            let r = self.rt[j].recv0 as usize;
-            let words = self.words;
-            self.partner_bits[SEND][s * words + r / 64] &= !(1 << (r % 64));
-            self.partner_bits[RECV][r * words + s / 64] &= !(1 << (s % 64));
-        }
+        let s = self.rt[j].sender as usize;
+        let r = self.rt[j].recv0 as usize;
+        let words = self.words;
+        self.partner_bits[SEND][s * words + r / 64] &= !(1 << (r % 64));
+        self.partner_bits[RECV][r * words + s / 64] &= !(1 << (s % 64));
     }
 
     fn solve(&mut self) {

@@ -4,7 +4,7 @@
 
 use smallvec::SmallVec;
 
-use super::{Core, Job, JobRt, MULTI, NO_PAIR, RECV, SEND, State};
+use super::{Core, Job, JobRt, MULTI, NO_PICK, RECV, SEND, State};
 
 /// Free partners a unicast look compares.
 const UNICAST_LOOK: usize = 32;
@@ -58,22 +58,11 @@ impl Core {
         }
     }
 
-    /// The first pending job of a unicast pair, if any.
+    /// The job of a unicast pair, if it is pending.
     pub(super) fn pending_of_pair(&self, sender: u32, receiver: u32) -> Option<u32> {
         let nodes = self.busy[SEND].len();
-        let first = self.pair_index.get(nodes, sender, receiver)?;
-        let pid = self.rt[first as usize].pair;
-        let mut j = first as usize;
-        while let Some(rt) = self.rt.get(j) {
-            if rt.pair != pid {
-                return None;
-            }
-            if rt.state == State::Pending {
-                return Some(j as u32);
-            }
-            j += 1;
-        }
-        None
+        let j = self.pair_index.get(nodes, sender, receiver)?;
+        (self.rt.get(j as usize)?.state == State::Pending).then_some(j)
     }
 
     /// Looks at up to `budget` of `v`'s jobs for one whose other endpoints
@@ -292,7 +281,7 @@ impl Core {
             rem,
             offset,
             version: 0,
-            pair: NO_PAIR,
+            next: NO_PICK,
             sender,
             // Split parts are looked up by scanning, never by pair.
             recv0: MULTI,
