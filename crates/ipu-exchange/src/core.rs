@@ -66,7 +66,7 @@ mod fill;
 mod pairs;
 mod split;
 
-use pairs::{DENSE_PAIR_NODES, PairIndex, PairMap};
+use pairs::PairIndex;
 pub(crate) use split::{SPLIT_JOBS, run_split};
 
 /// A job given to the scheduler.
@@ -496,12 +496,7 @@ impl Core {
         let mut load = [vec![0u64; nodes], vec![0u64; nodes]];
         // Single-pair picks, grouped by (sender, receiver): the keys are
         // sorted, so a pair's picks are consecutive.
-        let dense = nodes <= DENSE_PAIR_NODES;
-        let mut pair_index = if dense {
-            PairIndex::Dense(vec![0; nodes * nodes])
-        } else {
-            PairIndex::Sparse(PairMap::default())
-        };
+        let mut pair_index = PairIndex::new(nodes);
         let mut rt: Vec<JobRt> = Vec::with_capacity(unicast);
         let mut later_picks: Vec<LaterPick> = Vec::new();
         for &key in &keys[..unicast] {
@@ -530,7 +525,8 @@ impl Core {
                 });
                 continue;
             }
-            pair_index.insert(nodes, sender, receiver, rt.len() as u32);
+            let id = pair_index.push(sender, receiver);
+            debug_assert_eq!(id as usize, rt.len());
             partner_bits[SEND][s * words + r / 64] |= 1 << (r % 64);
             partner_bits[RECV][r * words + s / 64] |= 1 << (s % 64);
             rt.push(JobRt {

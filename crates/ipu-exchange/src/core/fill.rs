@@ -60,8 +60,7 @@ impl Core {
 
     /// The job of a unicast pair, if it is pending.
     pub(super) fn pending_of_pair(&self, sender: u32, receiver: u32) -> Option<u32> {
-        let nodes = self.busy[SEND].len();
-        let j = self.pair_index.get(nodes, sender, receiver)?;
+        let j = self.pair_index.get(sender, receiver)?;
         (self.rt.get(j as usize)?.state == State::Pending).then_some(j)
     }
 

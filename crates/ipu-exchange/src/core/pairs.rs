@@ -1,65 +1,101 @@
-//! The (sender, receiver) index of the core: where a unicast pair's first
-//! job is, as a dense table for small machines and a hash map otherwise.
+//! The (sender, receiver) index of the core: which pair, if any, two nodes
+//! form, as a bit set of each sender's receivers with a running count.
+//!
+//! Pairs are numbered in (sender, receiver) order, so the pair of a
+//! sender and receiver is the number of pairs before the receiver's block
+//! of 64 plus the receivers below it in the block: one 16-byte entry per
+//! sender and 64 receivers, read once per look-up. On a whole chip it takes
+//! 542 KB, where a table of `nodes²` ids took 8.6 MB, and a look-up into
+//! that table (one per job start) missed the caches: on the seed-shaped
+//! phase of 586,368 transfers, alternating bench runs took 559 ms on
+//! average with this index against 600 ms with the table.
 
-/// A multiply-shift hasher for the pair map: keys are already
-/// well-spread `u64`s and the default hasher costs more than the lookup.
-#[derive(Clone, Copy, Default)]
-pub(super) struct PairHasher(u64);
-
-impl std::hash::Hasher for PairHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (x ^ (x >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
+/// Per sender and block of 64 receivers: the receivers it has a pair with,
+/// and the id of the first of those pairs.
+#[derive(Clone, Copy, Debug, Default)]
+struct Block {
+    receivers: u64,
+    first: u32,
 }
 
-pub(super) type PairMap =
-    std::collections::HashMap<u64, u32, std::hash::BuildHasherDefault<PairHasher>>;
-
-/// Up to this many nodes, the pair index is a dense table.
-pub(super) const DENSE_PAIR_NODES: usize = 2048;
-
-/// Where each pair's first job is. The dense table holds the job id plus
-/// one, so that an empty table is zeroed memory: the allocator hands it
-/// out without writing it, and a phase touches only the pages of the
-/// pairs it has (the table has `nodes²` entries, megabytes on a whole
-/// chip).
-pub(super) enum PairIndex {
-    Dense(Vec<u32>),
-    Sparse(PairMap),
+/// Where each (sender, receiver) pair is.
+#[derive(Debug)]
+pub(super) struct PairIndex {
+    /// Blocks per sender.
+    words: usize,
+    blocks: Vec<Block>,
+    /// Pairs inserted so far.
+    len: u32,
 }
 
 impl PairIndex {
-    pub(super) fn insert(&mut self, nodes: usize, sender: u32, receiver: u32, job: u32) {
-        match self {
-            PairIndex::Dense(table) => {
-                // A job id is below the number of jobs, which fits in u32.
-                table[sender as usize * nodes + receiver as usize] = job.saturating_add(1);
-            }
-            PairIndex::Sparse(map) => {
-                map.insert(pair_key(sender, receiver), job);
-            }
+    /// An empty index of `nodes` senders and receivers.
+    pub(super) fn new(nodes: usize) -> PairIndex {
+        let words = nodes.div_ceil(64);
+        PairIndex {
+            words,
+            blocks: vec![Block::default(); nodes * words],
+            len: 0,
         }
     }
 
-    pub(super) fn get(&self, nodes: usize, sender: u32, receiver: u32) -> Option<u32> {
-        match self {
-            PairIndex::Dense(table) => table
-                .get(sender as usize * nodes + receiver as usize)
-                .copied()
-                .and_then(|j| j.checked_sub(1)),
-            PairIndex::Sparse(map) => map.get(&pair_key(sender, receiver)).copied(),
+    /// Adds the next pair, which comes after every pair added so far in
+    /// (sender, receiver) order, and returns its id.
+    pub(super) fn push(&mut self, sender: u32, receiver: u32) -> u32 {
+        let id = self.len;
+        let block = &mut self.blocks[sender as usize * self.words + receiver as usize / 64];
+        let bit = 1u64 << (receiver % 64);
+        debug_assert!(block.receivers < bit, "pairs come in order");
+        if block.receivers == 0 {
+            block.first = id;
         }
+        block.receivers |= bit;
+        self.len += 1;
+        id
+    }
+
+    /// The id of the pair of `sender` and `receiver` (nodes of the index),
+    /// if they form one.
+    pub(super) fn get(&self, sender: u32, receiver: u32) -> Option<u32> {
+        let block = self
+            .blocks
+            .get(sender as usize * self.words + receiver as usize / 64)?;
+        let bit = 1u64 << (receiver % 64);
+        (block.receivers & bit != 0)
+            .then(|| block.first + (block.receivers & (bit - 1)).count_ones())
     }
 }
 
-fn pair_key(sender: u32, receiver: u32) -> u64 {
-    (u64::from(sender) << 32) | u64::from(receiver)
+#[cfg(test)]
+mod tests {
+    use super::PairIndex;
+
+    #[test]
+    fn every_pair_is_found_under_its_id_and_no_other_is() {
+        let nodes = 150u32;
+        // A fixed pseudo-random set of pairs, in (sender, receiver) order.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut pairs = Vec::new();
+        for s in 0..nodes {
+            for r in 0..nodes {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                if state % 5 == 0 {
+                    pairs.push((s, r));
+                }
+            }
+        }
+        let mut index = PairIndex::new(nodes as usize);
+        for (id, &(s, r)) in pairs.iter().enumerate() {
+            assert_eq!(index.push(s, r), id as u32);
+        }
+        for s in 0..nodes {
+            for r in 0..nodes {
+                let want = pairs.binary_search(&(s, r)).ok().map(|i| i as u32);
+                assert_eq!(index.get(s, r), want, "pair ({s}, {r})");
+            }
+        }
+        assert_eq!(index.get(nodes, 0), None, "a sender beyond the nodes");
+    }
 }
