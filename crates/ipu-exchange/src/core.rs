@@ -751,14 +751,29 @@ impl Core {
         // Freed nodes as packed sort keys (see `scan_key`).
         let mut scan: Vec<u128> = Vec::new();
         let mut still_free: Vec<(usize, usize)> = Vec::new();
+        let mut due: Vec<(u32, u32)> = Vec::new();
         loop {
-            // 1. Finished jobs free their nodes.
+            // 1. Finished jobs free their nodes. The due entries leave the
+            // heap first (stopping a job pushes nothing), and their jobs'
+            // states are read in one pass before any is stopped: on a large
+            // phase each read misses the cache, and reads that do not wait
+            // for one another overlap (on the seed-shaped phase of 586,368
+            // transfers, 40 jobs end at each event on average).
+            due.clear();
             while let Some(&Reverse(entry)) = self.finish.peek() {
                 let (end, j, ver) = finish_parts(entry);
                 if end > self.t {
                     break;
                 }
                 self.finish.pop();
+                due.push((j, ver));
+            }
+            let current = due
+                .iter()
+                .filter(|&&(j, ver)| self.rt[j as usize].version == ver)
+                .count();
+            std::hint::black_box(current);
+            for &(j, ver) in &due {
                 if self.rt[j as usize].version == ver && self.rt[j as usize].state == State::Active
                 {
                     self.stop(j);
