@@ -7,8 +7,8 @@
 //! sender and 64 receivers, read once per look-up. On a whole chip it takes
 //! 542 KB, where a table of `nodes²` ids took 8.6 MB, and a look-up into
 //! that table (one per job start) missed the caches: on the seed-shaped
-//! phase of 586,368 transfers, alternating bench runs took 559 ms on
-//! average with this index against 600 ms with the table.
+//! phase of 586,368 transfers, eight alternating bench runs took 571 ms on
+//! average with this index against 599 ms with the table.
 
 /// Per sender and block of 64 receivers: the receivers it has a pair with,
 /// and the id of the first of those pairs.
