@@ -481,7 +481,9 @@ fn scan_node(key: u128) -> (usize, usize) {
 
 impl Core {
     /// The core over `picks` of `jobs`, in the order of the sorted
-    /// [`pack_key`]s `keys` (see [`run`]): key `j` is core job `j`.
+    /// [`pack_key`]s `keys` (see [`run`]): the single-pair keys of one
+    /// (sender, receiver) become one pair job, in key order, and each other
+    /// key a core copy after them.
     fn new(nodes: usize, jobs: &[Job], picks: &[Pick], keys: &[u128], config: CoreConfig) -> Core {
         let unicast = keys.partition_point(|&k| unpack_key(k).0 == 0);
         let caller_jobs = jobs.len() as u32;
