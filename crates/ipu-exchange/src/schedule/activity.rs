@@ -112,7 +112,7 @@ pub(super) fn add_activity(
             // segments overlap; the transfers are read while the pieces
             // are built. On the seed-shaped phase of 586,368 transfers the
             // activity took 117–146 ms with the whole chain in the
-            // building loop, 79–105 ms with these passes.
+            // building loop, 79–139 ms with these passes.
             let mine: Vec<(Segment, &Job)> = by_source
                 .of(tile)
                 .iter()
