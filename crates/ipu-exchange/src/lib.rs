@@ -52,6 +52,7 @@ mod engine;
 mod fabric;
 #[cfg(feature = "testing")]
 pub mod generate;
+mod grouped;
 pub mod isa;
 mod model;
 mod relocate;

@@ -506,7 +506,8 @@ fn schedule_labeled(
         .par_iter()
         .filter(|t| t.width == Width::Paired64)
         .count();
-    let want_paired = config.try_paired && candidates > 0;
+    let word32_only = candidates == 0;
+    let want_paired = config.try_paired && !word32_only;
     let latency = u64::from(fabric.latency_cycles());
     // The overlap check and the multicast bound run beside the planning;
     // the check's verdict decides.
@@ -534,13 +535,21 @@ fn schedule_labeled(
                     .collect();
                 let balanced = wide::balanced(phase, fabric);
                 let (ordinary, (all, balanced)) = rayon::join(
-                    || plan(phase, fabric, config, endpoint, None),
+                    || plan(phase, fabric, config, endpoint, word32_only, None),
                     || {
                         rayon::join(
-                            || plan(phase, fabric, config, endpoint, Some(&all)),
+                            || plan(phase, fabric, config, endpoint, word32_only, Some(&all)),
                             || {
-                                (balanced != all)
-                                    .then(|| plan(phase, fabric, config, endpoint, Some(&balanced)))
+                                (balanced != all).then(|| {
+                                    plan(
+                                        phase,
+                                        fabric,
+                                        config,
+                                        endpoint,
+                                        word32_only,
+                                        Some(&balanced),
+                                    )
+                                })
                             },
                         )
                     },
@@ -551,7 +560,10 @@ fn schedule_labeled(
                 };
                 (ordinary, Some(paired))
             } else {
-                (plan(phase, fabric, config, endpoint, None), None)
+                (
+                    plan(phase, fabric, config, endpoint, word32_only, None),
+                    None,
+                )
             }
         },
     );

@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use crate::core::{CoreOutput, Job, Segment};
 use crate::encode::{Activity, NO_CYCLE, RecvPiece, SendPiece};
+use crate::grouped::Grouped;
 use crate::model::{Phase, Transfer};
 
 /// What a sending tile's pass makes: its send pieces in order, and the
@@ -15,46 +16,6 @@ struct Sent {
     dests: Vec<u32>,
     keys: Vec<u128>,
     recvs: Vec<RecvPiece>,
-}
-
-/// Payloads grouped by tile: `order[offsets[t]..offsets[t + 1]]` are tile
-/// `t`'s, in the order they were given.
-struct Grouped<T> {
-    offsets: Vec<usize>,
-    order: Vec<T>,
-}
-
-impl<T: Copy + Default> Grouped<T> {
-    /// Groups the (tile, payload) items of `lists` by tile with a counting
-    /// sort, keeping their order (list by list) within a tile.
-    fn new<I>(tiles: usize, lists: impl Iterator<Item = I> + Clone) -> Grouped<T>
-    where
-        I: Iterator<Item = (u32, T)>,
-    {
-        let mut offsets = vec![0usize; tiles + 1];
-        for list in lists.clone() {
-            for (tile, _) in list {
-                offsets[tile as usize + 1] += 1;
-            }
-        }
-        for t in 0..tiles {
-            offsets[t + 1] += offsets[t];
-        }
-        let mut next = offsets.clone();
-        let mut order = vec![T::default(); offsets[tiles]];
-        for list in lists {
-            for (tile, payload) in list {
-                let at = &mut next[tile as usize];
-                order[*at] = payload;
-                *at += 1;
-            }
-        }
-        Grouped { offsets, order }
-    }
-
-    fn of(&self, tile: usize) -> &[T] {
-        &self.order[self.offsets[tile]..self.offsets[tile + 1]]
-    }
 }
 
 /// Turns core segments into per-tile pieces sorted by start; receive
@@ -106,13 +67,14 @@ pub(super) fn add_activity(
         .into_par_iter()
         .map(|tile| {
             // A segment, its job and its transfer are a chain of three
-            // cache misses. The segments (with their jobs' places) and
-            // then the jobs (for their transfers' places) are read in
-            // passes of their own, so that the misses of different
-            // segments overlap; the transfers are read while the pieces
-            // are built. On the seed-shaped phase of 586,368 transfers the
-            // activity took 117–146 ms with the whole chain in the
-            // building loop, 79–139 ms with these passes.
+            // cache misses. The segments (with their jobs' places), then
+            // the jobs (for their transfers' places), then the transfers
+            // are read in passes of their own, so that the misses of
+            // different segments overlap. On the seed-shaped phase of
+            // 586,368 transfers the activity took 117–146 ms with the
+            // whole chain in the building loop, 79–139 ms with the first
+            // two passes; the third took this loop from 65–67 ms to
+            // 55–58 ms.
             let mine: Vec<(Segment, &Job)> = by_source
                 .of(tile)
                 .iter()
@@ -124,6 +86,11 @@ pub(super) fn add_activity(
             let mine: Vec<(Segment, &Job, &Transfer)> = mine
                 .into_iter()
                 .map(|(seg, job)| (seg, job, &phase.transfers[job.origin as usize]))
+                .collect();
+            // The transfers' pass: whether each one's source is one run.
+            let contiguous: Vec<bool> = mine
+                .iter()
+                .map(|(_, _, t)| t.source_addresses.len() == 1)
                 .collect();
             let mut pieces: Vec<(SendPiece, u32)> = Vec::with_capacity(mine.len());
             // Receive pieces the tile's segments make, so that their lists
@@ -141,14 +108,10 @@ pub(super) fn add_activity(
                     let Some(address) = t.source_word_address(first_word + i) else {
                         break;
                     };
-                    let mut n = if t.source_addresses.len() == 1 {
-                        words - i
-                    } else {
-                        per
-                    };
+                    let mut n = if contiguous[index] { words - i } else { per };
                     // A gather's runs depend on its addresses; relocatable
                     // rows send it word by word.
-                    while !(relocatable && t.source_addresses.len() > 1)
+                    while (!relocatable || contiguous[index])
                         && i + n < words
                         && t.source_word_address(first_word + i + n) == Some(address + 4 * n)
                     {
@@ -161,7 +124,7 @@ pub(super) fn add_activity(
                         byte_address: address,
                         vaddr: if !relocatable {
                             u128::from(address)
-                        } else if t.source_addresses.len() > 1 {
+                        } else if !contiguous[index] {
                             scattered(job.origin, first_word + i)
                         } else {
                             structural(job.origin, first_word + i)

@@ -12,11 +12,15 @@ use crate::core::{self, CoreConfig, Job, Partners};
 use crate::fabric::Fabric;
 use crate::model::Phase;
 
+/// One plan of `phase`, whose endpoint bound is `endpoint`; `word32_only`
+/// says it has no Paired64 transfer, and `wide` (a paired plan) which
+/// transfers go as 64-bit items.
 pub(super) fn plan(
     phase: &Phase,
     fabric: &Fabric,
     config: &ScheduleConfig,
     endpoint: u64,
+    word32_only: bool,
     wide: Option<&[bool]>,
 ) -> Plan {
     let paired = wide.is_some();
@@ -65,13 +69,22 @@ pub(super) fn plan(
     // (splitting narrow multicasts into groups would only blur the sets),
     // and the shorter of it and the core's is kept (the core's on a tie).
     let presplit_and_run = |jobs: Vec<Job>| {
-        let jobs = presplit(
+        let (jobs, split) = presplit(
             jobs,
             tiles as usize,
             endpoint,
             config.presplit_max_fanout as usize,
         );
-        let bound = job_bound(&jobs, tiles as usize).max(endpoint);
+        // In a phase of Word32 transfers only, the jobs as made load each
+        // node with the words its tile sends or receives, whose largest is
+        // `endpoint`; split jobs load a sender more, and Paired64 words
+        // count half in the endpoint bound.
+        let bound = if split || !word32_only {
+            job_bound(&jobs, tiles as usize).max(endpoint)
+        } else {
+            debug_assert_eq!(job_bound(&jobs, tiles as usize).max(endpoint), endpoint);
+            endpoint
+        };
         core::run_split(tiles as usize, jobs, bound, core_config(slack(bound)))
     };
     // The schedule by receiver sets costs less than the core's on these
@@ -154,16 +167,16 @@ const PRESPLIT_BUDGET_PERCENT: u64 = 80;
 /// load) on this: all its multicast jobs of fanout up to `max_fanout` get
 /// the smallest group size (1, 2, 4, …) whose extra cost fits. Groups are
 /// runs of the job's receivers in order, so the result depends only on the
-/// jobs.
-fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> Vec<Job> {
+/// jobs. Also says whether any job was split.
+fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> (Vec<Job>, bool) {
     if max_fanout < 2 {
-        return jobs;
+        return (jobs, false);
     }
     let splittable = |j: &Job| (2..=max_fanout).contains(&j.receivers.len()) && j.paired.is_none();
     // A unicast phase has nothing to split: one parallel look, not the
     // sequential passes below.
     if !jobs.par_iter().any(splittable) {
-        return jobs;
+        return (jobs, false);
     }
     let mut load = vec![0u64; nodes];
     // Per sender: (fanout, items) of its splittable multicast jobs.
@@ -196,7 +209,7 @@ fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> Vec<
         .collect();
     let splits = |j: &Job| splittable(j) && j.receivers.len() as u64 > group[j.sender as usize];
     if !jobs.iter().any(splits) {
-        return jobs;
+        return (jobs, false);
     }
     let mut out = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -214,7 +227,7 @@ fn presplit(jobs: Vec<Job>, nodes: usize, bound: u64, max_fanout: usize) -> Vec<
             });
         }
     }
-    out
+    (out, true)
 }
 
 /// The largest node load of a job set.
