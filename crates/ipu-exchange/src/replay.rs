@@ -25,6 +25,7 @@ use crate::check::ExchangeCheckError;
 use crate::encode::EncodedRows;
 use crate::engine::{Run, replay_rows};
 use crate::fabric::Fabric;
+use crate::grouped::Grouped;
 use crate::words::none_meet;
 
 /// A memory access outside what the memory holds.
@@ -204,7 +205,7 @@ impl Conflicts {
                 let received = by_dest.get(tile).map_or(&[][..], Vec::as_slice);
                 let writes: Vec<(u64, u64)> =
                     received.iter().map(|r| byte_range(r.dst_addr, r)).collect();
-                tile_conflicts(reads.tile(tile), &writes, bitmap)
+                tile_conflicts(reads.of(tile), &writes, bitmap)
             })
             .collect();
         Conflicts { per_tile }
@@ -274,43 +275,15 @@ fn tile_conflicts(
     union(&conflicts)
 }
 
-/// Byte ranges grouped by tile: tile `t`'s are
-/// `ranges[starts[t]..starts[t + 1]]`.
-struct ByTile {
-    starts: Vec<usize>,
-    ranges: Vec<(u64, u64)>,
-}
-
-impl ByTile {
-    fn tile(&self, tile: usize) -> &[(u64, u64)] {
-        &self.ranges[self.starts[tile]..self.starts[tile + 1]]
-    }
-}
-
 /// The byte range every run covers on the tile `side` names (tile and
 /// address), grouped by that tile; runs naming a tile past `n` are left
 /// out, as the validated phase has none.
-fn by_tile(runs: &[&Run], n: usize, side: impl Fn(&Run) -> (u32, u32)) -> ByTile {
-    let mut starts = vec![0usize; n + 1];
-    for r in runs {
-        if let Some(count) = starts.get_mut(side(r).0 as usize + 1) {
-            *count += 1;
-        }
-    }
-    for t in 0..n {
-        starts[t + 1] += starts[t];
-    }
-    let mut next = starts.clone();
-    let mut ranges = vec![(0u64, 0u64); starts[n]];
-    for r in runs {
+fn by_tile(runs: &[&Run], n: usize, side: impl Fn(&Run) -> (u32, u32)) -> Grouped<(u64, u64)> {
+    let ranges = runs.iter().filter_map(|r| {
         let (tile, addr) = side(r);
-        if (tile as usize) < n {
-            let slot = &mut next[tile as usize];
-            ranges[*slot] = byte_range(addr, r);
-            *slot += 1;
-        }
-    }
-    ByTile { starts, ranges }
+        ((tile as usize) < n).then(|| (tile, byte_range(addr, r)))
+    });
+    Grouped::new(n, std::iter::once(ranges))
 }
 
 /// Sorts byte ranges by start, then end: as packed `start << 32 | end`
