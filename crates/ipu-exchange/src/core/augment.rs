@@ -4,7 +4,7 @@
 
 use smallvec::SmallVec;
 
-use super::{Core, MULTI, SEND};
+use super::{Core, SEND};
 
 /// Jobs a critical node looks at before searching alternating paths.
 const CRITICAL_LOOK: usize = 64;
@@ -85,13 +85,13 @@ impl Core {
                         }
                         Some(f) => {
                             let fu = f as usize;
-                            if self.rt[fu].recv0 == MULTI {
+                            if fu >= self.first_own {
                                 continue;
                             }
                             let y = if side == SEND {
                                 self.rt[fu].sender as usize
                             } else {
-                                self.rt[fu].recv0 as usize
+                                self.rt[fu].node as usize
                             };
                             if self.mark[side][y] == epoch {
                                 continue;

@@ -4,7 +4,7 @@
 
 use smallvec::SmallVec;
 
-use super::{Core, Job, JobRt, MULTI, NO_PICK, RECV, SEND, State};
+use super::{Core, Job, JobRt, MULTI, RECV, SEND, State};
 
 /// Free partners a unicast look compares.
 const UNICAST_LOOK: usize = 32;
@@ -111,7 +111,7 @@ impl Core {
                     .get(node as usize)
                     .is_some_and(Option::is_some)
             };
-            if blocked(SEND, rt.sender) || (split == 0 && blocked(RECV, rt.blocker_node)) {
+            if blocked(SEND, rt.sender) || (split == 0 && blocked(RECV, rt.node)) {
                 continue;
             }
             let job = &self.own[j - self.first_own];
@@ -152,7 +152,7 @@ impl Core {
             // blocked it while that one stays busy, so a look costs one
             // test instead of a pass over hundreds of receivers.
             let receivers = job.receivers.len();
-            let blocker = self.rt[j].blocker as usize % receivers;
+            let blocker = self.rt[j].index as usize % receivers;
             if self.busy[RECV][job.receivers[blocker] as usize].is_some() && !splittable {
                 continue;
             }
@@ -160,8 +160,8 @@ impl Core {
                 .chain(0..blocker)
                 .find(|&k| self.busy[RECV][job.receivers[k] as usize].is_some());
             if let Some(k) = busy_at {
-                self.rt[j].blocker = k as u32;
-                self.rt[j].blocker_node = job.receivers[k];
+                self.rt[j].index = k as u32;
+                self.rt[j].node = job.receivers[k];
             }
             let all_free = busy_at.is_none();
             // A split multicast job keeps only the receivers it has not
@@ -257,8 +257,8 @@ impl Core {
         }
         job.receivers.truncate(keep);
         job.dests.truncate(keep);
-        self.rt[j].blocker = 0;
-        self.rt[j].blocker_node = job.receivers.first().copied().unwrap_or(MULTI);
+        self.rt[j].index = 0;
+        self.rt[j].node = job.receivers.first().copied().unwrap_or(MULTI);
         let rem = self.rt[j].rem;
         let offset = self.rt[j].offset;
         let sender = now.sender;
@@ -280,12 +280,9 @@ impl Core {
             rem,
             offset,
             version: 0,
-            next: NO_PICK,
             sender,
-            // Split parts are looked up by scanning, never by pair.
-            recv0: MULTI,
-            blocker: 0,
-            blocker_node: first_receiver,
+            index: 0,
+            node: first_receiver,
             out,
             state: State::Pending,
         });
