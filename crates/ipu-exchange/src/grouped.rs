@@ -6,8 +6,8 @@
 /// `t`'s, in the order they were given. A tile is any group number below
 /// the count given to [`Grouped::new`].
 pub(crate) struct Grouped<T> {
-    /// Where each tile's payloads start in `order`, and (last) their
-    /// count.
+    /// Where each tile's payloads start in `order` (`tiles + 1` entries:
+    /// the last is the number of payloads).
     pub offsets: Vec<usize>,
     /// Every payload, tile by tile.
     pub order: Vec<T>,
@@ -41,7 +41,7 @@ impl<T: Copy + Default> Grouped<T> {
         Grouped { offsets, order }
     }
 
-    /// Group `tile`'s payloads, in the order they were given.
+    /// Tile `tile`'s payloads, in the order they were given.
     pub fn of(&self, tile: usize) -> &[T] {
         &self.order[self.offsets[tile]..self.offsets[tile + 1]]
     }
