@@ -33,7 +33,6 @@ use crate::engine::{
 use crate::fabric::Fabric;
 use crate::isa::DecodeError;
 use crate::model::{Phase, PhaseError, ValidPhase, Width};
-use crate::timeline::Timeline;
 
 /// One thing wrong with a set of rows.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -275,7 +274,6 @@ pub fn check_valid_schedule(
     // Receive ports are compared between partners only when some tile
     // sends 64-bit items at all.
     let any_wide = decoded.any_wide();
-    let no_timeline = Timeline::default();
     // Each tile's runs live only while that tile is checked.
     let mut per_tile: Vec<TileVerdict> = lists
         .into_par_iter()
@@ -288,10 +286,9 @@ pub fn check_valid_schedule(
                 list.sort_unstable_by_key(|e| e.start);
                 let mut verdict = TileVerdict::default();
                 runs.clear();
-                let timeline = decoded.timelines.get(d).unwrap_or(&no_timeline);
                 receiver.receive(
                     d as u32,
-                    timeline,
+                    decoded.states.get(d).map_or(&[], Vec::as_slice),
                     &decoded.sends,
                     runs,
                     &mut verdict.receive,

@@ -17,8 +17,9 @@ use rayon::prelude::*;
 use crate::check::ExchangeCheckError;
 use crate::encode::EncodedRows;
 use crate::fabric::Fabric;
+use crate::isa::DecodeError;
 use crate::model::ADDRESS_LIMIT;
-use crate::timeline::{Timeline, Xpic, decode};
+use crate::timeline::{Xpic, windows};
 
 /// A send window of a tile: cycles `[start, end)`.
 #[derive(Clone, Copy, Debug)]
@@ -80,10 +81,34 @@ fn item_bytes(wide: bool) -> u64 {
     if wide { 8 } else { 4 }
 }
 
-/// Every tile's decoded row and send windows.
+/// What receiving reads of one window of a tile's row: when it runs and
+/// the receive-state updates at its start.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StateWin {
+    start: u64,
+    set_xpic: Option<Xpic>,
+    cycles: u32,
+    /// PIC update as a byte address, or [`NO_PIC`].
+    set_pic: u32,
+}
+
+/// No PIC update: a PIC is an 18-bit word address, so no byte address
+/// reaches it.
+const NO_PIC: u32 = u32::MAX;
+
+// A phase's windows are kept for all its tiles at once (millions on a
+// large phase): 24 bytes each, not the 40 of a decoded `Window`.
+const _: () = assert!(std::mem::size_of::<StateWin>() == 24);
+
+/// Every tile's send windows and receive-state windows.
 pub(crate) struct Decoded {
-    pub timelines: Vec<Timeline>,
+    /// Per tile, the windows in which it listens or changes its receive
+    /// state, in time order (none if its row did not decode: its fault is
+    /// already reported). A window that does neither writes nothing.
+    pub states: Vec<Vec<StateWin>>,
     pub sends: Vec<Vec<SendWin>>,
+    /// The latest end of a row that decoded.
+    pub end: u64,
 }
 
 impl Decoded {
@@ -92,6 +117,42 @@ impl Decoded {
     pub fn any_wide(&self) -> bool {
         self.sends.iter().flatten().any(|w| w.wide)
     }
+}
+
+/// One tile's decoded row.
+type TileWindows = (Vec<StateWin>, Vec<SendWin>, u64);
+
+/// Decodes a row into its receive-state windows, its send windows and its
+/// end.
+fn decode_tile(row: &[u32]) -> Result<TileWindows, DecodeError> {
+    let mut states = Vec::new();
+    let mut sends = Vec::new();
+    let mut end = 0;
+    let mut listening = false;
+    for w in windows(row) {
+        let w = w?;
+        end = w.start + u64::from(w.cycles);
+        if let Some(x) = w.set_xpic {
+            listening = matches!(x, Xpic::Listen(_));
+        }
+        if listening || w.set_xpic.is_some() || w.set_pic.is_some() {
+            states.push(StateWin {
+                start: w.start,
+                set_xpic: w.set_xpic,
+                cycles: w.cycles,
+                set_pic: w.set_pic.unwrap_or(NO_PIC),
+            });
+        }
+        if let Some(s) = w.send {
+            sends.push(SendWin {
+                start: w.start,
+                end,
+                byte_address: s.byte_address,
+                wide: s.wide,
+            });
+        }
+    }
+    Ok((states, sends, end))
 }
 
 /// Decodes every row (in parallel, results in tile order) and checks that
@@ -104,39 +165,30 @@ pub(crate) fn decode_rows(
     errors: &mut Vec<ExchangeCheckError>,
 ) -> Decoded {
     let n = tile_count as usize;
-    let decoded: Vec<Result<Timeline, ExchangeCheckError>> = (0..tile_count)
+    let decoded: Vec<Result<TileWindows, ExchangeCheckError>> = (0..tile_count)
         .into_par_iter()
         .map(|t| {
             let tile = TileId::from_u32(t);
-            decode(rows.row(tile)).map_err(|error| ExchangeCheckError::Decode { tile, error })
+            decode_tile(rows.row(tile)).map_err(|error| ExchangeCheckError::Decode { tile, error })
         })
         .collect();
-    let mut timelines = Vec::with_capacity(n);
+    let mut states = Vec::with_capacity(n);
+    let mut sends = Vec::with_capacity(n);
+    let mut end = 0;
     for d in decoded {
         match d {
-            Ok(t) => timelines.push(t),
+            Ok((s, list, e)) => {
+                states.push(s);
+                sends.push(list);
+                end = end.max(e);
+            }
             Err(e) => {
                 errors.push(e);
-                timelines.push(Timeline::default());
+                states.push(Vec::new());
+                sends.push(Vec::new());
             }
         }
     }
-    let sends: Vec<Vec<SendWin>> = timelines
-        .par_iter()
-        .map(|tl| {
-            tl.windows
-                .iter()
-                .filter_map(|w| {
-                    w.send.map(|s| SendWin {
-                        start: w.start,
-                        end: w.start + u64::from(w.cycles),
-                        byte_address: s.byte_address,
-                        wide: s.wide,
-                    })
-                })
-                .collect()
-        })
-        .collect();
     // Paired sends borrow the partner's lane.
     for (t, list) in sends.iter().enumerate() {
         for w in list.iter().filter(|w| w.wide) {
@@ -159,7 +211,7 @@ pub(crate) fn decode_rows(
             }
         }
     }
-    Decoded { timelines, sends }
+    Decoded { states, sends, end }
 }
 
 /// Replays `rows` on `tile_count` tiles.
@@ -170,17 +222,17 @@ pub(crate) fn replay_rows(
 ) -> (Replayed, Vec<ExchangeCheckError>) {
     let mut errors = Vec::new();
     let n = tile_count as usize;
-    let Decoded { timelines, sends } = decode_rows(rows, fabric, tile_count, &mut errors);
+    let decoded = decode_rows(rows, fabric, tile_count, &mut errors);
     let latency = u64::from(fabric.latency_cycles());
-    let per_tile: Vec<(Vec<Run>, Vec<ExchangeCheckError>)> = timelines
-        .par_iter()
-        .enumerate()
+    let per_tile: Vec<(Vec<Run>, Vec<ExchangeCheckError>)> = (0..tile_count)
+        .into_par_iter()
         .map_init(
             || Receiver::new(n, latency, false),
-            |receiver, (d, tl)| {
+            |receiver, d| {
                 let mut runs = Vec::new();
                 let mut errors = Vec::new();
-                receiver.receive(d as u32, tl, &sends, &mut runs, &mut errors);
+                let states = &decoded.states[d as usize];
+                receiver.receive(d, states, &decoded.sends, &mut runs, &mut errors);
                 (runs, errors)
             },
         )
@@ -202,11 +254,16 @@ pub(crate) fn replay_rows(
     }
     if fabric.memory_element_hazards() {
         for (t, list) in runs.iter().enumerate() {
-            element_hazards(t as u32, list, &sends[t], fabric, &mut errors);
+            element_hazards(t as u32, list, &decoded.sends[t], fabric, &mut errors);
         }
     }
-    let end = timelines.iter().map(Timeline::end).max().unwrap_or(0);
-    (Replayed { runs, end }, errors)
+    (
+        Replayed {
+            runs,
+            end: decoded.end,
+        },
+        errors,
+    )
 }
 
 /// The arrival cycles of `runs` (in arrival order) as disjoint intervals
@@ -317,7 +374,7 @@ impl Receiver {
     pub(crate) fn receive(
         &mut self,
         d: u32,
-        tl: &Timeline,
+        states: &[StateWin],
         sends: &[Vec<SendWin>],
         runs: &mut Vec<Run>,
         errors: &mut Vec<ExchangeCheckError>,
@@ -330,12 +387,12 @@ impl Receiver {
         // that could still arrive: windows come in time order, so a
         // source's search only moves forward from where it last stopped.
         self.clear();
-        for w in &tl.windows {
+        for w in states {
             if let Some(x) = w.set_xpic {
                 xpic = x;
             }
-            if let Some(p) = w.set_pic {
-                pic = u64::from(p);
+            if w.set_pic != NO_PIC {
+                pic = u64::from(w.set_pic);
             }
             let Xpic::Listen(source) = xpic else {
                 continue;
@@ -464,7 +521,65 @@ pub(crate) fn element_hazards(
 
 #[cfg(test)]
 mod tests {
-    use super::{SendWin, first_arriving};
+    use ipu_layout::TileId;
+
+    use super::{NO_PIC, SendWin, decode_tile, first_arriving};
+    use crate::isa::Instr;
+    use crate::timeline::{Xpic, decode};
+
+    #[test]
+    fn a_tile_keeps_the_windows_it_listens_in_or_changes_state_in() {
+        let listen = Xpic::Listen(TileId::from_u32(2));
+        let program = [
+            Instr::DelayPic {
+                cycles: 3,
+                sel: 0,
+                value: 10,
+            },
+            // Sends while disconnected: a send window only.
+            Instr::Send {
+                items: 4,
+                word_address: 100,
+                sctl: 1,
+            },
+            Instr::DelayXpic {
+                cycles: 2,
+                xpic: listen,
+            },
+            Instr::Delay { cycles: 5 },
+            Instr::DelayXpic {
+                cycles: 1,
+                xpic: Xpic::Disconnected,
+            },
+            // Idle and disconnected: nothing to keep.
+            Instr::Delay { cycles: 4 },
+        ];
+        let mut row = Vec::new();
+        for i in &program {
+            i.encode(&mut row).expect("encodes");
+        }
+        let (states, sends, end) = decode_tile(&row).expect("decodes");
+        let kept: Vec<(u64, u32, Option<Xpic>, u32)> = states
+            .iter()
+            .map(|w| (w.start, w.cycles, w.set_xpic, w.set_pic))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (0, 3, None, 40),
+                (7, 2, Some(listen), NO_PIC),
+                (9, 5, None, NO_PIC),
+                (14, 1, Some(Xpic::Disconnected), NO_PIC),
+            ]
+        );
+        assert_eq!(sends.len(), 1);
+        assert_eq!(
+            (sends[0].start, sends[0].end, sends[0].byte_address),
+            (3, 7, 400)
+        );
+        assert_eq!(end, decode(&row).expect("decodes").end());
+        assert_eq!(end, 19);
+    }
 
     #[test]
     fn the_galloping_search_finds_what_a_binary_search_finds() {

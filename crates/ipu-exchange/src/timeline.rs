@@ -61,11 +61,7 @@ impl Timeline {
 
 /// Decodes a row into its timeline (see [`crate::isa`] for the semantics).
 pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
-    let mut windows = Vec::with_capacity(row.len());
-    let mut decoder = Decoder::new(row);
-    while !decoder.done() {
-        windows.push(decoder.window()?);
-    }
+    let windows = windows(row).collect::<Result<Vec<_>, _>>()?;
     Ok(Timeline { windows })
 }
 
@@ -77,6 +73,35 @@ pub fn row_end(row: &[u32]) -> Result<u64, DecodeError> {
         decoder.window()?;
     }
     Ok(decoder.cycle)
+}
+
+/// A row's windows in time order, decoded as they are read (the checker
+/// keeps only what it needs of each, not a phase's timelines at 40 bytes a
+/// window). After an error it yields nothing more.
+pub(crate) fn windows(row: &[u32]) -> Windows<'_> {
+    Windows {
+        decoder: Decoder::new(row),
+        failed: false,
+    }
+}
+
+/// The iterator of [`windows`].
+pub(crate) struct Windows<'a> {
+    decoder: Decoder<'a>,
+    failed: bool,
+}
+
+impl Iterator for Windows<'_> {
+    type Item = Result<Window, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.decoder.done() {
+            return None;
+        }
+        let window = self.decoder.window();
+        self.failed = window.is_err();
+        Some(window)
+    }
 }
 
 /// Decodes a row's windows in order, one instruction at a time.
