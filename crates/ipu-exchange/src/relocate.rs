@@ -61,10 +61,23 @@ pub(crate) struct Relocation {
     pub pic_dest: u32,
 }
 
-/// A structural address's transfer and 32-bit word: the space of transfer
-/// `origin` starts at `(origin + 1) << 66` bytes and holds its words 4
-/// bytes apart (see `schedule/activity.rs`); a gather's word `w` is alone
-/// at offset `(w + 1) << 34`.
+/// The structural address of word `word` of transfer `origin`: each
+/// transfer's words in a space of their own, starting at
+/// `(origin + 1) << 66` bytes, 4 bytes apart, so that pieces of different
+/// transfers are never adjacent (see `ScheduleConfig::relocatable`).
+pub(crate) fn structural_address(origin: u32, word: u32) -> u128 {
+    ((u128::from(origin) + 1) << 66) + 4 * u128::from(word)
+}
+
+/// The structural address of word `word` of gather `origin`, whose
+/// addresses are arbitrary: each word alone, at offset `(word + 1) << 34`
+/// of the transfer's space.
+pub(crate) fn scattered_address(origin: u32, word: u32) -> u128 {
+    ((u128::from(origin) + 1) << 66) + ((u128::from(word) + 1) << 34)
+}
+
+/// A structural address's transfer and 32-bit word (the inverse of
+/// [`structural_address`] and [`scattered_address`]).
 fn structural(vaddr: u128) -> Option<(u32, u32)> {
     let origin = u32::try_from((vaddr >> 66).checked_sub(1)?).ok()?;
     let offset = vaddr & ((1u128 << 66) - 1);

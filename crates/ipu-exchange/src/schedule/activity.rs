@@ -4,24 +4,25 @@
 use rayon::prelude::*;
 
 use crate::core::{CoreOutput, Job, Segment};
-use crate::encode::{Activity, NO_CYCLE, RecvPiece, SendPiece};
+use crate::encode::{Activity, Arrival, Made, NO_CYCLE, Reception, SendPiece};
 use crate::grouped::Grouped;
 use crate::model::{Phase, Transfer};
+use crate::relocate::{scattered_address, structural_address};
 
 /// What a sending tile's pass makes: its send pieces in order, and the
 /// receive pieces of its segments, each with its receiving tile.
 struct Sent {
     sends: Vec<SendPiece>,
     dests: Vec<u32>,
-    recvs: Vec<RecvPiece>,
+    made: Made,
 }
 
 /// A receive piece's key at its receiving tile: (start, making tile,
-/// index in that tile's list) packed into one integer. It is made when the
-/// pieces are grouped, not kept with them: 16 bytes more per reception,
-/// millions on a large phase.
-fn recv_key(piece: &RecvPiece, tile: usize, index: usize) -> u128 {
-    (u128::from(piece.start) << 64) | ((tile as u128) << 32) | index as u128
+/// index of its reception there) packed into one integer. It is made when
+/// the pieces are grouped, not kept with them: 16 bytes more per
+/// reception, millions on a large phase.
+fn recv_key(made: &Made, tile: usize, index: usize) -> u128 {
+    (u128::from(made.start(index)) << 64) | ((tile as u128) << 32) | index as u128
 }
 
 /// Turns core segments into per-tile pieces sorted by start; receive
@@ -40,14 +41,6 @@ pub(super) fn add_activity(
     latency: u64,
     relocatable: bool,
 ) -> Activity {
-    // Structural addresses: each transfer's words in a space of their own,
-    // so that pieces of different transfers are never adjacent (see
-    // `ScheduleConfig::relocatable`); a gather's words, whose addresses are
-    // arbitrary, each in a space of its own too.
-    let structural =
-        |origin: u32, word: u32| ((u128::from(origin) + 1) << 66) + 4 * u128::from(word);
-    let scattered =
-        |origin: u32, word: u32| ((u128::from(origin) + 1) << 66) + ((u128::from(word) + 1) << 34);
     let tiles = phase.tile_count as usize;
     let segments = &out.segments;
     // Each segment's sender, read from its job once and in parallel: the
@@ -131,9 +124,9 @@ pub(super) fn add_activity(
                         vaddr: if !relocatable {
                             u128::from(address)
                         } else if !contiguous[index] {
-                            scattered(job.origin, first_word + i)
+                            scattered_address(job.origin, first_word + i)
                         } else {
-                            structural(job.origin, first_word + i)
+                            structural_address(job.origin, first_word + i)
                         },
                     };
                     pieces.push((piece, index as u32));
@@ -145,7 +138,10 @@ pub(super) fn add_activity(
             // segment at a time.
             // Per receive piece: its receiving tile.
             let mut dests = Vec::with_capacity(receptions);
-            let mut recvs = Vec::with_capacity(receptions);
+            let mut made = Made {
+                arrivals: Vec::with_capacity(mine.len()),
+                receptions: Vec::with_capacity(receptions),
+            };
             let mut k = 0;
             while k < pieces.len() {
                 let index = pieces[k].1;
@@ -161,30 +157,34 @@ pub(super) fn add_activity(
                 let (seg, job, t) = mine[index as usize];
                 let wide = job.paired.is_some();
                 let first_word = seg.offset * if wide { 2 } else { 1 };
+                // One arrival per segment at most, and segments are
+                // numbered in u32 (`by_source`).
+                let arrival = made.arrivals.len() as u32;
+                made.arrivals.push(Arrival {
+                    start: seg.start + latency,
+                    items: seg.len,
+                    wide,
+                    source: job.sender,
+                    origin: job.origin,
+                    first_word,
+                    relocatable,
+                    source_quiet_from,
+                    source_next_send,
+                });
                 for &dest in &job.dests {
                     let (d, address) = t.destinations[dest as usize];
                     dests.push(d.as_u32());
-                    recvs.push(RecvPiece {
-                        start: seg.start + latency,
-                        items: seg.len,
-                        wide,
-                        source: job.sender,
+                    made.receptions.push(Reception {
+                        arrival,
                         byte_address: address + 4 * first_word,
-                        vaddr: if relocatable {
-                            structural(job.origin, first_word)
-                        } else {
-                            u128::from(address + 4 * first_word)
-                        },
                         dest,
-                        source_quiet_from,
-                        source_next_send,
                     });
                 }
             }
             Sent {
                 sends: pieces.into_iter().map(|(p, _)| p).collect(),
                 dests,
-                recvs,
+                made,
             }
         })
         .collect();
@@ -195,11 +195,7 @@ pub(super) fn add_activity(
     let mut by_dest = Grouped::new(
         tiles,
         sent.iter().enumerate().map(|(tile, s)| {
-            let keys = s
-                .recvs
-                .iter()
-                .enumerate()
-                .map(move |(i, r)| recv_key(r, tile, i));
+            let keys = (0..s.made.receptions.len()).map(move |i| recv_key(&s.made, tile, i));
             s.dests.iter().copied().zip(keys)
         }),
     );
@@ -215,7 +211,7 @@ pub(super) fn add_activity(
     let mut made = Vec::with_capacity(tiles);
     for s in sent {
         sends.push(s.sends);
-        made.push(s.recvs);
+        made.push(s.made);
     }
     Activity {
         sends,
