@@ -90,7 +90,6 @@ pub(crate) struct Arrival {
     /// `byte_address`.
     pub origin: u32,
     pub first_word: u32,
-    pub relocatable: bool,
     pub source_quiet_from: u64,
     pub source_next_send: u64,
 }
@@ -114,15 +113,15 @@ pub(crate) struct Reception {
 pub(crate) struct Made {
     pub arrivals: Vec<Arrival>,
     pub receptions: Vec<Reception>,
+    /// Whether the rows are relocatable (see [`Arrival::origin`]).
+    pub relocatable: bool,
 }
 
 // Kept for every segment of a phase.
 const _: () = assert!(std::mem::size_of::<Arrival>() == 48);
 
 impl Made {
-    /// The start of reception `index`, 0 if there is none. The lookup
-    /// cannot panic, so the grouping by receiving tile, whose counting
-    /// pass makes the keys but does not use them, need not read it there.
+    /// The start of reception `index`, 0 if there is none.
     pub fn start(&self, index: usize) -> u64 {
         self.receptions
             .get(index)
@@ -140,7 +139,7 @@ impl Made {
             wide: a.wide,
             source: a.source,
             byte_address: r.byte_address,
-            vaddr: if a.relocatable {
+            vaddr: if self.relocatable {
                 structural_address(a.origin, a.first_word)
             } else {
                 u128::from(r.byte_address)

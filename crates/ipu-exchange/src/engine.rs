@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use crate::check::ExchangeCheckError;
 use crate::encode::EncodedRows;
 use crate::fabric::Fabric;
-use crate::isa::DecodeError;
+use crate::isa::{DecodeError, MAX_WORD_ADDRESS};
 use crate::model::ADDRESS_LIMIT;
 use crate::timeline::{Xpic, windows};
 
@@ -92,9 +92,9 @@ pub(crate) struct StateWin {
     set_pic: u32,
 }
 
-/// No PIC update: a PIC is an 18-bit word address, so no byte address
-/// reaches it.
+/// No PIC update: no PIC value's byte address reaches it.
 const NO_PIC: u32 = u32::MAX;
+const _: () = assert!((MAX_WORD_ADDRESS as u64) * 4 < NO_PIC as u64);
 
 // A phase's windows are kept for all its tiles at once (millions on a
 // large phase): 24 bytes each, not the 40 of a decoded `Window`.

@@ -141,6 +141,7 @@ pub(super) fn add_activity(
             let mut made = Made {
                 arrivals: Vec::with_capacity(mine.len()),
                 receptions: Vec::with_capacity(receptions),
+                relocatable,
             };
             let mut k = 0;
             while k < pieces.len() {
@@ -167,7 +168,6 @@ pub(super) fn add_activity(
                     source: job.sender,
                     origin: job.origin,
                     first_word,
-                    relocatable,
                     source_quiet_from,
                     source_next_send,
                 });
