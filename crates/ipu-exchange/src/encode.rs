@@ -154,10 +154,11 @@ impl Made {
 /// Everything every tile does in a phase: per tile, its send pieces and
 /// its receive pieces, each sorted by start.
 ///
-/// A receive piece is stored once, in the list of the tile whose segment
-/// made it (where it was built, see `schedule::activity`), and each
-/// receiving tile lists its own as (start, making tile, index there)
-/// packed into one integer; a tile's pieces are gathered only while the
+/// A receive piece is stored once, in the lists of the tile whose segment
+/// made it (where it was built, see `schedule::activity`; as its
+/// segment's [`Arrival`] and its own [`Reception`]), and each receiving
+/// tile lists its own as (start, making tile, index of the reception
+/// there) packed into one integer; a tile's pieces are gathered only while the
 /// tile is encoded. A per-receiver copy of every piece, made for all
 /// tiles at once, held every piece twice: the largest part of a build's
 /// peak memory.

@@ -68,11 +68,7 @@ pub fn decode(row: &[u32]) -> Result<Timeline, DecodeError> {
 /// The cycle after a row's last window, `decode(row)?.end()`, without
 /// keeping the windows (the package profile needs only the end).
 pub fn row_end(row: &[u32]) -> Result<u64, DecodeError> {
-    let mut decoder = Decoder::new(row);
-    while !decoder.done() {
-        decoder.window()?;
-    }
-    Ok(decoder.cycle)
+    windows(row).try_fold(0, |_, w| w.map(|w| w.start + u64::from(w.cycles)))
 }
 
 /// A row's windows in time order, decoded as they are read (the checker

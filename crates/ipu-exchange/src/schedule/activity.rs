@@ -188,10 +188,9 @@ pub(super) fn add_activity(
             }
         })
         .collect();
-    // Receive pieces grouped by receiving tile, as (start, sending tile,
-    // index in its list) packed into one integer, then sorted per receiving
-    // tile (a tile receives one piece at a time, so starts differ), each
-    // tile in parallel.
+    // Receive pieces grouped by receiving tile, as their keys
+    // (`recv_key`), then sorted per receiving tile (a tile receives one
+    // piece at a time, so starts differ), each tile in parallel.
     let mut by_dest = Grouped::new(
         tiles,
         sent.iter().enumerate().map(|(tile, s)| {
