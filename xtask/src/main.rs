@@ -10,6 +10,8 @@
 // hands much of it back to the kernel and faults it in again (about 230,000
 // page faults per SigLIP b2 build); mimalloc keeps it, and the build took
 // about 0.85 of the wall and CPU time in alternating runs (docs/ARCHITECTURE.md).
+// Its `no_thp` feature (in the workspace manifest) keeps it from asking for
+// transparent huge pages, whose zeroing on first touch cost more than it saved.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
