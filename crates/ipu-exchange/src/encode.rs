@@ -77,24 +77,29 @@ impl RecvPiece {
 }
 
 /// What the receive pieces of one segment share, whatever their
-/// receiving tile: all but where each is written.
+/// receiving tile, with its first destination's piece: a unicast, most
+/// of a large unicast phase, is one arrival and nothing more. Its source
+/// is the tile whose [`Made`] holds it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Arrival {
     pub start: u64,
+    pub source_quiet_from: u64,
+    pub source_next_send: u64,
     pub items: u32,
-    pub wide: bool,
-    pub source: u32,
     /// The transfer and its first word: with relocatable rows, every
     /// destination's piece has their structural address (see
     /// [`SendPiece::vaddr`]); otherwise a piece's is its own
     /// `byte_address`.
     pub origin: u32,
     pub first_word: u32,
-    pub source_quiet_from: u64,
-    pub source_next_send: u64,
+    /// The first destination's piece: where it is written, and which of
+    /// the transfer's destinations it is.
+    pub byte_address: u32,
+    pub dest: u32,
+    pub wide: bool,
 }
 
-/// One receiving tile's piece of an [`Arrival`].
+/// The piece of an [`Arrival`] at one of its other destinations.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Reception {
     /// Index of its arrival in the making tile's list.
@@ -104,11 +109,12 @@ pub(crate) struct Reception {
     pub dest: u32,
 }
 
-/// The receive pieces one tile's segments make: a segment's arrival once,
-/// and per destination only where it is written. A multicast to `f`
-/// tiles costs one arrival and `f` receptions of 12 bytes, not `f` pieces
-/// of 64 (SigLIP's largest phases receive 800,000 pieces from about
-/// 100,000 transfers).
+/// The receive pieces one tile's segments make: per segment an arrival,
+/// holding its first destination's piece, and a reception of 12 bytes per
+/// further destination, not a piece of 64 bytes per destination (SigLIP's
+/// largest phases receive 800,000 pieces from about 100,000 transfers;
+/// the seed-shaped phase's 586,368 transfers are mostly unicasts, which a
+/// separate reception made a second random read per piece).
 #[derive(Debug, Default)]
 pub(crate) struct Made {
     pub arrivals: Vec<Arrival>,
@@ -117,51 +123,98 @@ pub(crate) struct Made {
     pub relocatable: bool,
 }
 
-// Kept for every segment of a phase.
+// Kept for every segment of a phase: two arrivals fill 96 bytes, where a
+// whole piece took 64.
 const _: () = assert!(std::mem::size_of::<Arrival>() == 48);
 
+/// One receive piece of a [`Made`]: its arrival's own, or a further
+/// reception.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Received {
+    Arrival(u32),
+    Reception(u32),
+}
+
 impl Made {
-    /// The start of reception `index`, 0 if there is none.
-    pub fn start(&self, index: usize) -> u64 {
-        self.receptions
-            .get(index)
-            .and_then(|r| self.arrivals.get(r.arrival as usize))
+    /// The start of piece `which`, 0 if there is none.
+    fn start(&self, which: Received) -> u64 {
+        let arrival = match which {
+            Received::Arrival(a) => Some(a),
+            Received::Reception(r) => self.receptions.get(r as usize).map(|r| r.arrival),
+        };
+        arrival
+            .and_then(|a| self.arrivals.get(a as usize))
             .map_or(0, |a| a.start)
     }
 
-    /// Reception `index` as a whole piece.
-    fn piece(&self, index: usize) -> RecvPiece {
-        let r = self.receptions[index];
-        let a = self.arrivals[r.arrival as usize];
+    /// Piece `which` as a whole piece; `source` is the making tile.
+    fn piece(&self, source: u32, which: Received) -> RecvPiece {
+        let (a, byte_address, dest) = match which {
+            Received::Arrival(a) => {
+                let a = self.arrivals[a as usize];
+                (a, a.byte_address, a.dest)
+            }
+            Received::Reception(r) => {
+                let r = self.receptions[r as usize];
+                (self.arrivals[r.arrival as usize], r.byte_address, r.dest)
+            }
+        };
         RecvPiece {
             start: a.start,
             items: a.items,
             wide: a.wide,
-            source: a.source,
-            byte_address: r.byte_address,
+            source,
+            byte_address,
             vaddr: if self.relocatable {
                 structural_address(a.origin, a.first_word)
             } else {
-                u128::from(r.byte_address)
+                u128::from(byte_address)
             },
-            dest: r.dest,
+            dest,
             source_quiet_from: a.source_quiet_from,
             source_next_send: a.source_next_send,
         }
     }
 }
 
+/// A receive piece's key at its receiving tile: (start, making tile,
+/// which piece there) packed into one integer, which sorts a receiving
+/// tile's pieces by start (a tile receives one piece at a time, so starts
+/// differ). It is made when the pieces are grouped, not kept with them:
+/// 16 bytes more per piece, millions on a large phase.
+pub(crate) fn recv_key(made: &Made, tile: u32, which: Received) -> u128 {
+    let (reception, index) = match which {
+        Received::Arrival(a) => (0, a),
+        Received::Reception(r) => (1, r),
+    };
+    (u128::from(made.start(which)) << 64)
+        | (u128::from(tile) << 33)
+        | (reception << 32)
+        | u128::from(index)
+}
+
+/// The making tile and piece of a [`recv_key`].
+fn key_piece(key: u128) -> (u32, Received) {
+    let tile = (key as u64 >> 33) as u32;
+    let index = key as u32;
+    let which = if (key >> 32) & 1 == 0 {
+        Received::Arrival(index)
+    } else {
+        Received::Reception(index)
+    };
+    (tile, which)
+}
+
 /// Everything every tile does in a phase: per tile, its send pieces and
 /// its receive pieces, each sorted by start.
 ///
 /// A receive piece is stored once, in the lists of the tile whose segment
-/// made it (where it was built, see `schedule::activity`; as its
-/// segment's [`Arrival`] and its own [`Reception`]), and each receiving
-/// tile lists its own as (start, making tile, index of the reception
-/// there) packed into one integer; a tile's pieces are gathered only while the
-/// tile is encoded. A per-receiver copy of every piece, made for all
-/// tiles at once, held every piece twice: the largest part of a build's
-/// peak memory.
+/// made it (where it was built, see `schedule::activity`; in its
+/// segment's [`Arrival`] or as a [`Reception`] of it), and each receiving
+/// tile lists its own as [`recv_key`]s; a tile's pieces are gathered only
+/// while the tile is encoded. A per-receiver copy of every piece, made for
+/// all tiles at once, held every piece twice: the largest part of a
+/// build's peak memory.
 #[derive(Debug, Default)]
 pub(crate) struct Activity {
     /// Per tile, its send pieces.
@@ -170,8 +223,7 @@ pub(crate) struct Activity {
     pub made: Vec<Made>,
     /// Tile `t`'s receive pieces are `received[offsets[t]..offsets[t + 1]]`.
     pub offsets: Vec<usize>,
-    /// Per receiving tile, (start << 64) | (making tile << 32) | index of
-    /// the reception there.
+    /// Per receiving tile, the [`recv_key`]s of its pieces.
     pub received: Vec<u128>,
 }
 
@@ -202,12 +254,13 @@ pub(crate) struct Recvs<'a> {
 }
 
 impl Recvs<'_> {
-    /// The pieces, in start order. Every key names a reception of `made`
+    /// The pieces, in start order. Every key names a piece of `made`
     /// (`schedule::activity` makes them together).
     pub fn gather(self) -> Vec<RecvPiece> {
         let mut out = Vec::with_capacity(self.keys.len());
         for &key in self.keys {
-            out.push(self.made[(key >> 32) as u32 as usize].piece(key as u32 as usize));
+            let (tile, which) = key_piece(key);
+            out.push(self.made[tile as usize].piece(tile, which));
         }
         out
     }
@@ -978,5 +1031,53 @@ impl EncodedRows {
         (0..self.tile_count())
             .map(|t| (TileId::from_u32(t), self.row_bytes(TileId::from_u32(t))))
             .max_by_key(|&(t, b)| (b, std::cmp::Reverse(t)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::MAX_TILES;
+
+    /// A key names its making tile and piece back, at the largest tile
+    /// and index, whatever its start.
+    #[test]
+    fn a_receive_key_names_its_piece() {
+        let arrival = |start| Arrival {
+            start,
+            source_quiet_from: NO_CYCLE,
+            source_next_send: NO_CYCLE,
+            items: 1,
+            origin: 0,
+            first_word: 0,
+            byte_address: 0,
+            dest: 0,
+            wide: false,
+        };
+        let made = Made {
+            arrivals: vec![arrival(u64::MAX - 1), arrival(7)],
+            receptions: vec![Reception {
+                arrival: 0,
+                byte_address: 0,
+                dest: 1,
+            }],
+            relocatable: false,
+        };
+        let tile = MAX_TILES - 1;
+        for which in [
+            Received::Arrival(0),
+            Received::Arrival(1),
+            Received::Reception(0),
+            Received::Arrival(u32::MAX),
+            Received::Reception(u32::MAX),
+        ] {
+            let key = recv_key(&made, tile, which);
+            assert_eq!(key_piece(key), (tile, which));
+        }
+        // Keys order by start first.
+        assert!(
+            recv_key(&made, 0, Received::Arrival(1)) < recv_key(&made, 0, Received::Reception(0))
+        );
+        assert_eq!(made.piece(tile, Received::Reception(0)).start, u64::MAX - 1);
     }
 }

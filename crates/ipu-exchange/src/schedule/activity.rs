@@ -4,25 +4,19 @@
 use rayon::prelude::*;
 
 use crate::core::{CoreOutput, Job, Segment};
-use crate::encode::{Activity, Arrival, Made, NO_CYCLE, Reception, SendPiece};
+use crate::encode::{Activity, Arrival, Made, NO_CYCLE, Received, Reception, SendPiece, recv_key};
 use crate::grouped::Grouped;
 use crate::model::{Phase, Transfer};
 use crate::relocate::{scattered_address, structural_address};
 
 /// What a sending tile's pass makes: its send pieces in order, and the
-/// receive pieces of its segments, each with its receiving tile.
+/// receive pieces of its segments with the receiving tile of each arrival
+/// and of each further reception.
 struct Sent {
     sends: Vec<SendPiece>,
-    dests: Vec<u32>,
+    arrival_tiles: Vec<u32>,
+    reception_tiles: Vec<u32>,
     made: Made,
-}
-
-/// A receive piece's key at its receiving tile: (start, making tile,
-/// index of its reception there) packed into one integer. It is made when
-/// the pieces are grouped, not kept with them: 16 bytes more per
-/// reception, millions on a large phase.
-fn recv_key(made: &Made, tile: usize, index: usize) -> u128 {
-    (u128::from(made.start(index)) << 64) | ((tile as u128) << 32) | index as u128
 }
 
 /// Turns core segments into per-tile pieces sorted by start; receive
@@ -136,11 +130,11 @@ pub(super) fn add_activity(
             pieces.sort_by_key(|(p, _)| p.start);
             // A segment's pieces are consecutive: the tile sends one
             // segment at a time.
-            // Per receive piece: its receiving tile.
-            let mut dests = Vec::with_capacity(receptions);
+            let mut arrival_tiles = Vec::with_capacity(mine.len());
+            let mut reception_tiles = Vec::with_capacity(receptions.saturating_sub(mine.len()));
             let mut made = Made {
                 arrivals: Vec::with_capacity(mine.len()),
-                receptions: Vec::with_capacity(receptions),
+                receptions: Vec::with_capacity(receptions.saturating_sub(mine.len())),
                 relocatable,
             };
             let mut k = 0;
@@ -156,24 +150,31 @@ pub(super) fn add_activity(
                 let source_next_send = pieces.get(last + 1).map_or(NO_CYCLE, |n| n.0.start);
                 k = last + 1;
                 let (seg, job, t) = mine[index as usize];
+                // A job without destinations receives nothing.
+                let Some((&first, rest)) = job.dests.split_first() else {
+                    continue;
+                };
                 let wide = job.paired.is_some();
                 let first_word = seg.offset * if wide { 2 } else { 1 };
                 // One arrival per segment at most, and segments are
                 // numbered in u32 (`by_source`).
                 let arrival = made.arrivals.len() as u32;
+                let (d, address) = t.destinations[first as usize];
+                arrival_tiles.push(d.as_u32());
                 made.arrivals.push(Arrival {
                     start: seg.start + latency,
-                    items: seg.len,
-                    wide,
-                    source: job.sender,
-                    origin: job.origin,
-                    first_word,
                     source_quiet_from,
                     source_next_send,
+                    items: seg.len,
+                    origin: job.origin,
+                    first_word,
+                    byte_address: address + 4 * first_word,
+                    dest: first,
+                    wide,
                 });
-                for &dest in &job.dests {
+                for &dest in rest {
                     let (d, address) = t.destinations[dest as usize];
-                    dests.push(d.as_u32());
+                    reception_tiles.push(d.as_u32());
                     made.receptions.push(Reception {
                         arrival,
                         byte_address: address + 4 * first_word,
@@ -183,7 +184,8 @@ pub(super) fn add_activity(
             }
             Sent {
                 sends: pieces.into_iter().map(|(p, _)| p).collect(),
-                dests,
+                arrival_tiles,
+                reception_tiles,
                 made,
             }
         })
@@ -191,13 +193,22 @@ pub(super) fn add_activity(
     // Receive pieces grouped by receiving tile, as their keys
     // (`recv_key`), then sorted per receiving tile (a tile receives one
     // piece at a time, so starts differ), each tile in parallel.
-    let mut by_dest = Grouped::new(
-        tiles,
-        sent.iter().enumerate().map(|(tile, s)| {
-            let keys = (0..s.made.receptions.len()).map(move |i| recv_key(&s.made, tile, i));
-            s.dests.iter().copied().zip(keys)
-        }),
-    );
+    let mut by_dest =
+        Grouped::new(
+            tiles,
+            sent.iter().enumerate().map(|(tile, s)| {
+                // `tiles` is at most `MAX_TILES`.
+                let tile = tile as u32;
+                let arrivals =
+                    s.arrival_tiles.iter().enumerate().map(move |(i, &d)| {
+                        (d, recv_key(&s.made, tile, Received::Arrival(i as u32)))
+                    });
+                let receptions = s.reception_tiles.iter().enumerate().map(move |(i, &d)| {
+                    (d, recv_key(&s.made, tile, Received::Reception(i as u32)))
+                });
+                arrivals.chain(receptions)
+            }),
+        );
     let mut lists: Vec<&mut [u128]> = Vec::with_capacity(tiles);
     let mut rest = by_dest.order.as_mut_slice();
     for t in 0..tiles {
