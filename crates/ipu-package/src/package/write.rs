@@ -19,6 +19,7 @@
 //! The unit tests stop a write at every step, as a kill would, and check
 //! exactly that.
 
+use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -230,8 +231,13 @@ fn check_kernel_names(package: &Package) -> Result<(), PackageIoError> {
     Ok(())
 }
 
-/// The files of `package`, in the order they are written.
-fn files(package: &Package) -> Result<Vec<(String, Vec<u8>)>, PackageIoError> {
+/// A package's files: each path under the package and its bytes.
+type Files<'a> = Vec<(String, Cow<'a, [u8]>)>;
+
+/// The files of `package`, in the order they are written: the parts the
+/// package holds as bytes are borrowed (the memory profile and the
+/// weights are tens of megabytes at SigLIP scale), the rest serialised.
+fn files(package: &Package) -> Result<Files<'_>, PackageIoError> {
     let json = |name: &str, r: Result<Vec<u8>, serde_json::Error>| {
         r.map_err(|e| PackageIoError::Format {
             path: PathBuf::from(name),
@@ -254,49 +260,43 @@ fn files(package: &Package) -> Result<Vec<(String, Vec<u8>)>, PackageIoError> {
             )
         },
     );
+    fn owned<'a>(name: &str, bytes: Vec<u8>) -> (String, Cow<'a, [u8]>) {
+        (name.to_owned(), Cow::Owned(bytes))
+    }
+    fn borrowed<'a>(name: &str, text: &'a str) -> (String, Cow<'a, [u8]>) {
+        (name.to_owned(), Cow::Borrowed(text.as_bytes()))
+    }
     let mut out = vec![
-        (
-            "target.toml".to_owned(),
-            package.target.to_toml().into_bytes(),
-        ),
-        ("program.json".to_owned(), json("program.json", program)?),
-        (
-            "placement.json".to_owned(),
-            json("placement.json", placement)?,
-        ),
-        ("phases.json".to_owned(), json("phases.json", phases)?),
-        ("exchange.bin".to_owned(), rows),
-        (
-            "kernels.json".to_owned(),
+        owned("target.toml", package.target.to_toml().into_bytes()),
+        owned("program.json", json("program.json", program)?),
+        owned("placement.json", json("placement.json", placement)?),
+        owned("phases.json", json("phases.json", phases)?),
+        owned("exchange.bin", rows),
+        owned(
+            "kernels.json",
             json("kernels.json", serde_json::to_vec(&package.kernels))?,
         ),
-        (
-            "memory-profile.json".to_owned(),
-            package.memory_profile.clone().into_bytes(),
-        ),
+        borrowed("memory-profile.json", &package.memory_profile),
     ];
     if let Some(profile) = &package.profile {
         let text = profile.to_json().map(String::into_bytes);
-        out.push(("profile.json".to_owned(), json("profile.json", text)?));
+        out.push(owned("profile.json", json("profile.json", text)?));
     }
     if let Some(fixture) = &package.fixture {
-        out.push(("fixture.json".to_owned(), fixture.clone().into_bytes()));
+        out.push(borrowed("fixture.json", fixture));
     }
     if let Some(siglip) = &package.siglip {
-        out.push((SIGLIP_FILE.to_owned(), siglip.model.clone().into_bytes()));
-        out.push((
-            PRECISION_FILE.to_owned(),
-            siglip.precision.clone().into_bytes(),
-        ));
+        out.push(borrowed(SIGLIP_FILE, &siglip.model));
+        out.push(borrowed(PRECISION_FILE, &siglip.precision));
     }
     if let Some(weights) = &package.weights {
-        out.push((WEIGHTS_FILE.to_owned(), weights.bytes().to_vec()));
+        out.push((WEIGHTS_FILE.to_owned(), Cow::Borrowed(weights.bytes())));
     }
     for k in &package.kernels {
-        out.push((format!("{KERNELS}/{}.o", k.name), k.object.clone()));
+        out.push((format!("{KERNELS}/{}.o", k.name), Cow::Borrowed(&k.object)));
         out.push((
             format!("{KERNELS}/{}.json", k.name),
-            k.metadata.clone().into_bytes(),
+            Cow::Borrowed(k.metadata.as_bytes()),
         ));
     }
     Ok(out)
@@ -391,7 +391,7 @@ impl Package {
         target: &Path,
         parent: &Path,
         name: &OsStr,
-        files: Vec<(String, Vec<u8>)>,
+        files: Files<'_>,
         replacing: bool,
         ops: &FsOps<'_>,
         stop: &dyn Fn(&str) -> Result<(), PackageIoError>,
