@@ -175,14 +175,21 @@ impl TileCode {
 /// The estimated row bytes of one tile in one phase: `(generous, likely)`.
 ///
 /// The rows depend on the schedule, which needs the placement, so this is
-/// an estimate from what the tile sends and receives, calibrated on SigLIP
-/// builds (b2 at 1472 tiles with multicasts kept whole, where the likely
-/// figure is above the measured rows and patches on every tile, by 1.6 KB
-/// on average; the build logs both at debug level): a receive costs about
-/// two instruction words (receive pointer and source), a send one word per
-/// transfer and per 64 words (split transfers need more), and a phase two
-/// closing words. The generous figure adds a sixteenth, so that a second
-/// placement round is rare.
+/// an estimate from what the tile sends and receives: a receive costs
+/// about two instruction words (receive pointer and source), a send one
+/// word per transfer and per 64 words (split transfers need more), and a
+/// phase two closing words. The generous figure adds a sixteenth, so that
+/// a second placement round is rare. The build logs the likely figure
+/// against the measured rows and patches at debug level: it was
+/// calibrated above them, but on SigLIP b2 it is now below them on 1407
+/// of 1472 tiles, by 705 bytes on average (b4: 1078 tiles, 325 bytes), so
+/// b2's single round rests on the sixteenth and the rounding to whole
+/// memory elements, and b4, which falls back to the likely figure, places
+/// 2 tiles again. Summed per step over b2's tiles the error has two
+/// signs: a GEMM's operand multicasts measure 1.1–1.9× the estimate
+/// (about four words per receive, not two), and the split-K reduces and
+/// attention combines 0.35–0.6× (their long sends cost far less than a
+/// word per 64).
 fn estimated_row_bytes(t: &TileTraffic) -> (u64, u64) {
     if t.sends == 0 && t.receives == 0 {
         return (0, 0);
