@@ -113,8 +113,8 @@ pub(crate) struct Reception {
 /// holding its first destination's piece, and a reception of 12 bytes per
 /// further destination, not a piece of 64 bytes per destination (SigLIP's
 /// largest phases receive 800,000 pieces from about 100,000 transfers;
-/// the seed-shaped phase's 586,368 transfers are mostly unicasts, which a
-/// separate reception made a second random read per piece).
+/// the seed-shaped phase's 586,368 transfers are mostly unicasts, each of
+/// which a separate reception gave a second record to read).
 #[derive(Debug, Default)]
 pub(crate) struct Made {
     pub arrivals: Vec<Arrival>,
