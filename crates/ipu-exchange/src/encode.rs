@@ -123,8 +123,8 @@ pub(crate) struct Made {
     pub relocatable: bool,
 }
 
-// Kept for every segment of a phase: two arrivals fill 96 bytes, where a
-// whole piece took 64.
+// Kept for every segment of a phase: 48 bytes, where a whole piece
+// takes 64.
 const _: () = assert!(std::mem::size_of::<Arrival>() == 48);
 
 /// One receive piece of a [`Made`]: its arrival's own, or a further

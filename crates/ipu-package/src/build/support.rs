@@ -187,7 +187,7 @@ impl TileCode {
 /// memory elements, and b4, which falls back to the likely figure, places
 /// 2 tiles again. Summed per step over b2's tiles the error has two
 /// signs: a GEMM's operand multicasts measure 1.1–1.9× the estimate
-/// (about four words per receive, not two), and the split-K reduces and
+/// (up to about four words per receive, not two), and the split-K reduces and
 /// attention combines 0.35–0.6× (their long sends cost far less than a
 /// word per 64).
 fn estimated_row_bytes(t: &TileTraffic) -> (u64, u64) {
