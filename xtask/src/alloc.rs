@@ -11,10 +11,12 @@
 //! `fits`. `--output` writes the best placement
 //! as a CSV solution file.
 //!
-//! `alloc bench [--quick] [--timeout SECONDS] [--write DIR]` prints the
-//! figures the allocator is judged by: per instance of the zero-slack and
-//! near-zero-slack suites (solved, time, nodes and where the search's nodes
-//! failed), per
+//! `alloc bench [--quick] [--timeout SECONDS] [--class NAME] [--write DIR]`
+//! prints the figures the allocator is judged by: a table per class of the
+//! exact search's zero-slack and near-zero-slack instances (`generate::
+//! exact_classes`: verdict, wall and CPU time, nodes and where the search's
+//! nodes failed) and a summary of fits / proved impossible / unknown per
+//! class, then per
 //! ML-shaped trace (bound, achieved, ratio, time), and the time to place a
 //! SigLIP-scale whole-chip problem. `--write DIR` also writes the suites'
 //! instances as CSV files, so other solvers can run on them. Build with
@@ -25,25 +27,38 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use ipu_alloc::generate::{
-    SuiteInstance, ml_trace_suite, near_zero_slack_suite, siglip_like, zero_slack_suite,
-};
+use ipu_alloc::generate::{SuiteClass, exact_classes, ml_trace_suite, siglip_like};
 use ipu_alloc::{
     CsvProblem, PlaceConfig, SolveConfig, SolveMethod, SolveOutcome, SolveResult, place,
 };
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "cargo xtask alloc",
-    about = "Place a MiniMalloc-style CSV problem within a capacity"
-)]
+/// Options of `alloc`: a problem to solve, or the `bench` subcommand.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<AllocCommand>,
+    #[command(flatten)]
+    solve: SolveArgs,
+}
+
+/// The subcommands of `alloc`.
+#[derive(clap::Subcommand, Debug)]
+enum AllocCommand {
+    /// Print the allocator's figures: the zero-slack and near-zero-slack
+    /// suites, ML-shaped traces and a SigLIP-scale whole chip (build with
+    /// --release)
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
 struct SolveArgs {
     /// The problem: rows `id,lower,upper,size[,alignment][,offset]`.
-    file: PathBuf,
+    #[arg(value_name = "FILE.csv", required = true)]
+    file: Option<PathBuf>,
     /// Bytes available.
-    #[arg(long)]
-    capacity: u64,
+    #[arg(long, required = true)]
+    capacity: Option<u64>,
     /// Seconds before the search stops and reports its best placement.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
@@ -52,11 +67,7 @@ struct SolveArgs {
     output: Option<PathBuf>,
 }
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "cargo xtask alloc bench",
-    about = "Print the allocator's figures"
-)]
+#[derive(clap::Args, Debug)]
 struct BenchArgs {
     /// Fewer instances and a shorter limit (for CI).
     #[arg(long)]
@@ -67,24 +78,23 @@ struct BenchArgs {
     /// Also write the suites' instances as CSV files into DIR.
     #[arg(long, value_name = "DIR")]
     write: Option<PathBuf>,
+    /// Run only the exact-search classes whose name contains this.
+    #[arg(long, value_name = "NAME")]
+    class: Option<String>,
 }
 
-pub fn alloc(args: &[String]) -> Result<ExitCode, String> {
-    if args.first().is_some_and(|a| a == "bench") {
-        let args: BenchArgs = match crate::parse_args("alloc bench", &args[1..]) {
-            Ok(a) => a,
-            Err(code) => return Ok(code),
-        };
-        return bench(&args);
-    }
-    let args: SolveArgs = match crate::parse_args("alloc", args) {
-        Ok(a) => a,
-        Err(code) => return Ok(code),
+pub fn alloc(args: &Args) -> Result<ExitCode, String> {
+    let args = match &args.command {
+        Some(AllocCommand::Bench(bench_args)) => return bench(bench_args),
+        None => &args.solve,
+    };
+    // clap requires both without a subcommand.
+    let (Some(path), Some(capacity)) = (&args.file, args.capacity) else {
+        return Err("give FILE.csv and --capacity BYTES, or `bench`".to_owned());
     };
     let timeout = seconds(args.timeout)?;
-    let file = args.file.display();
-    let text =
-        std::fs::read_to_string(&args.file).map_err(|e| format!("cannot read {file}: {e}"))?;
+    let file = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {file}: {e}"))?;
     let started = Instant::now();
     let problem = CsvProblem::parse(&text).map_err(|e| format!("{file}: {e}"))?;
     let config = SolveConfig {
@@ -92,11 +102,11 @@ pub fn alloc(args: &[String]) -> Result<ExitCode, String> {
         timeout: Some(timeout),
         ..SolveConfig::default()
     };
-    let out = problem.solve(args.capacity, &config);
+    let out = problem.solve(capacity, &config);
     let elapsed = started.elapsed();
     println!(
         "{} buffers={} nodes={} elapsed_ms={}",
-        summary(&out, args.capacity),
+        summary(&out, capacity),
         problem.buffers.len(),
         out.nodes,
         elapsed.as_millis()
@@ -112,8 +122,8 @@ pub fn alloc(args: &[String]) -> Result<ExitCode, String> {
     Err(format!(
         "result={} within capacity {}: {}",
         out.result,
-        args.capacity,
-        reason(&out, args.capacity, timeout)
+        capacity,
+        reason(&out, capacity, timeout)
     ))
 }
 
@@ -192,37 +202,54 @@ fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
     } else {
         args.timeout
     })?;
+    let mut classes = exact_classes();
+    if let Some(name) = &args.class {
+        classes.retain(|c| c.name.contains(name.as_str()));
+    }
+    if args.quick {
+        for c in &mut classes {
+            c.instances.truncate(2);
+        }
+    }
     if let Some(dir) = &args.write {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        for inst in zero_slack_suite()
-            .into_iter()
-            .chain(near_zero_slack_suite())
-            .chain(ml_trace_suite())
-        {
-            let path = dir.join(format!("{}.csv", inst.name));
+        let instances = classes.iter().flat_map(|c| c.instances.iter());
+        for inst in instances.chain(ml_trace_suite().iter()) {
+            let path = dir.join(format!("{}.{}.csv", inst.name, inst.capacity));
             std::fs::write(&path, inst.problem.to_csv(None))
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         }
-        println!("# wrote the suites to {}", dir.display());
-    }
-    let mut suite = zero_slack_suite();
-    let mut near = near_zero_slack_suite();
-    if args.quick {
-        suite.truncate(4);
-        near.truncate(2);
+        println!(
+            "# wrote the instances to {} (NAME.CAPACITY.csv)",
+            dir.display()
+        );
     }
     println!(
-        "# zero-slack suite (1 MiB x 1 Mi-step rectangle, guillotine cuts; capacity = bound), {} s limit each, {} threads",
+        "# exact search: zero-slack and near-zero-slack classes, {} s limit each, {} threads",
         timeout.as_secs_f64(),
         rayon::current_num_threads()
     );
-    exact_suite("zero_slack", &suite, timeout)?;
+    let mut verdicts = Vec::new();
+    for class in &classes {
+        verdicts.push(exact_class(class, timeout)?);
+    }
     println!(
-        "# near-zero-slack suite (the same cuts on the 1 KiB grid, one buffer in ten removed; capacity 1 MiB), {} s limit each",
-        timeout.as_secs_f64()
+        "{:<16} {:>6} {:>6} {:>8} {:>8} {:>11} {:>11}",
+        "class", "fits", "proved", "unknown", "of", "max_wall_ms", "total_ms"
     );
-    exact_suite("near_zero_slack", &near, timeout)?;
+    for (class, v) in classes.iter().zip(&verdicts) {
+        println!(
+            "{:<16} {:>6} {:>6} {:>8} {:>8} {:>11.1} {:>11.1}",
+            class.name,
+            v.fits,
+            v.proved,
+            v.unknown,
+            class.instances.len(),
+            ms(v.max_wall),
+            ms(v.total)
+        );
+    }
     println!("# ML-shaped traces: best heuristic placement vs the peak-live lower bound");
     println!(
         "{:<10} {:>7} {:>16} {:>16} {:>8} {:>9} {:>7}  method",
@@ -288,61 +315,92 @@ fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Solves every instance at its capacity and prints a row each and a
-/// total: solved, wall time, nodes, and where the search's nodes failed.
-/// Solves every instance of `suite` and prints its figures; `Err` if a
-/// placement the solver called fitting fails the independent check.
-fn exact_suite(label: &str, suite: &[SuiteInstance], timeout: Duration) -> Result<(), String> {
+/// How the instances of one class ended.
+#[derive(Default)]
+struct ClassVerdicts {
+    fits: usize,
+    proved: usize,
+    unknown: usize,
+    max_wall: Duration,
+    total: Duration,
+}
+
+/// Solves every instance of `class` at its capacity and prints a row each
+/// (verdict, wall and CPU time, nodes, where the search's nodes failed)
+/// and the class's totals. `Err` if a placement the solver called fitting
+/// fails the independent check or lies below the lower bound.
+fn exact_class(class: &SuiteClass, timeout: Duration) -> Result<ClassVerdicts, String> {
+    println!("## {}: {}", class.name, class.about);
     println!(
-        "{:<14} {:>7} {:>10} {:>10} {:>11} {:>5} {:>6}  nodes failed by: valley release memo no-child dominance section",
-        "instance", "buffers", "result", "wall_ms", "nodes", "runs", "depth"
+        "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9} {:>7} {:>11} {:>5}  failed by: valley release memo no-child dominance section cut; closed",
+        "instance", "buffers", "capacity", "bound", "result", "wall_ms", "cpu_ms", "nodes", "runs"
     );
-    let (mut solved, mut total, cpu) = (0, Duration::ZERO, cpu_time());
-    for inst in suite {
+    let mut v = ClassVerdicts::default();
+    for inst in &class.instances {
         let config = SolveConfig {
             max_nodes: u64::MAX,
             timeout: Some(timeout),
             ..SolveConfig::default()
         };
+        let cpu = cpu_time();
         let t = Instant::now();
         let out = inst.problem.solve(inst.capacity, &config);
         let el = t.elapsed();
-        total += el;
-        if out.result == SolveResult::Fits {
-            let offsets = out
-                .offsets
-                .as_ref()
-                .ok_or_else(|| format!("{}: fits, but no placement was returned", inst.name))?;
-            inst.problem
-                .check(inst.capacity, offsets)
-                .map_err(|e| format!("{}: the placement fails its check: {e:?}", inst.name))?;
-            solved += 1;
+        v.total += el;
+        v.max_wall = v.max_wall.max(el);
+        match out.result {
+            SolveResult::Fits => {
+                let offsets = out
+                    .offsets
+                    .as_ref()
+                    .ok_or_else(|| format!("{}: fits, but no placement was returned", inst.name))?;
+                inst.problem
+                    .check(inst.capacity, offsets)
+                    .map_err(|e| format!("{}: the placement fails its check: {e:?}", inst.name))?;
+                if out.peak < out.lower_bound {
+                    return Err(format!(
+                        "{}: peak {} below the bound {}",
+                        inst.name, out.peak, out.lower_bound
+                    ));
+                }
+                v.fits += 1;
+            }
+            SolveResult::Infeasible => v.proved += 1,
+            SolveResult::Unknown => v.unknown += 1,
         }
         let s = out.search;
         println!(
-            "{:<14} {:>7} {:>10} {:>10.1} {:>11} {:>5} {:>6}  {} {} {} {} {} {}",
+            "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9.1} {:>7} {:>11} {:>5}  {} {} {} {} {} {} {}; {}",
             inst.name,
             inst.problem.buffers.len(),
+            inst.capacity,
+            out.lower_bound,
             out.result,
             ms(el),
+            cpu_ms_since(cpu),
             out.nodes,
             s.runs,
-            s.max_depth,
             s.valley,
             s.release,
             s.memo,
             s.no_children,
             s.dominance,
-            s.section
+            s.section,
+            s.cut,
+            s.closed
         );
     }
     println!(
-        "{label} solved={solved}/{} total_wall_ms={:.1} cpu_ms={}",
-        suite.len(),
-        ms(total),
-        cpu_ms_since(cpu)
+        "{} fits={} proved={} unknown={} of {} max_wall_ms={:.1} total_wall_ms={:.1}",
+        class.name,
+        v.fits,
+        v.proved,
+        v.unknown,
+        class.instances.len(),
+        ms(v.max_wall),
+        ms(v.total)
     );
-    Ok(())
+    Ok(v)
 }
 
 /// CPU time (user + system) of this process so far, from

@@ -20,23 +20,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use ipu_package::graph::{Graph, TensorId};
 use ipu_package::package::Package;
 use ipu_sim::tiles::RunStats;
 
-use crate::build_package::SIGLIP;
+use crate::build_package::{FixtureBuild, SIGLIP, build_fixture, summarise};
 use crate::params::resolve;
 use crate::run_package::{Inputs, check, profile};
 
-/// The tile count of the benchmark: the whole IPU21.
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "cargo xtask bench-sim",
-    about = "Time the tile model and the reference on SigLIP so400m b2 at 1472 tiles"
-)]
-struct Args {
+/// Options of `bench-sim`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
     /// Encoder layers to build and run (the fixture has 27).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     layers: u64,
@@ -52,11 +46,7 @@ struct Args {
     kernel_cache: Option<PathBuf>,
 }
 
-pub fn run(args: &[String]) -> Result<ExitCode, String> {
-    let args: Args = match crate::parse_args("bench-sim", args) {
-        Ok(a) => a,
-        Err(code) => return Ok(code),
-    };
+pub fn run(args: &Args) -> Result<ExitCode, String> {
     let full_layers = fixture_layers(SIGLIP)?;
     let (_, stored) =
         resolve(SIGLIP, &[("layers".to_owned(), args.layers)]).map_err(|e| e.to_string())?;
@@ -75,11 +65,8 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         None
     } else {
         let start = Instant::now();
-        let code = build(&out, args.layers, args.kernel_cache.as_deref())?;
-        if code != ExitCode::SUCCESS {
-            eprintln!("error: building SigLIP with layers={} failed", args.layers);
-            return Ok(code);
-        }
+        build(&out, args.layers, args.kernel_cache.as_deref())
+            .map_err(|e| format!("building SigLIP with layers={}: {e}", args.layers))?;
         Some(start.elapsed())
     };
     let package = Package::read(&out).map_err(|e| format!("reading {}: {e}", out.display()))?;
@@ -202,22 +189,27 @@ fn reusable(dir: &Path, stored: &str) -> bool {
     }
 }
 
-/// Builds SigLIP with `layers` layers into `out` through `build-package`.
-fn build(out: &Path, layers: u64, cache: Option<&Path>) -> Result<ExitCode, String> {
-    let mut argv = vec![
-        "--tiles".to_owned(),
-        tiles().to_string(),
-        "--param".to_owned(),
-        format!("layers={layers}"),
-        "--out".to_owned(),
-        out.to_string_lossy().into_owned(),
-    ];
-    if let Some(cache) = cache {
-        argv.push("--kernel-cache".to_owned());
-        argv.push(cache.to_string_lossy().into_owned());
-    }
-    eprintln!("bench-sim: build-package {}", argv.join(" "));
-    crate::build_package::run(&argv)
+/// Builds SigLIP with `layers` layers on every tile of the IPU21 into
+/// `out`, as `build-package` does, and prints the build's summary.
+fn build(out: &Path, layers: u64, cache: Option<&Path>) -> Result<(), String> {
+    let request = FixtureBuild {
+        fixture: None,
+        overrides: vec![("layers".to_owned(), layers)],
+        device: None,
+        tiles: Some(tiles()),
+        kernel_cache: cache.map(Path::to_owned),
+        out: out.to_owned(),
+        write_phases: None,
+        alloc_effort: None,
+    };
+    eprintln!(
+        "bench-sim: building SigLIP with layers={layers} on {} tiles into {}",
+        tiles(),
+        out.display()
+    );
+    let built = build_fixture(&request).map_err(|e| e.to_string())?;
+    summarise(&built.package, out, &built.model, built.started);
+    Ok(())
 }
 
 /// The tile model's time per encoder layer.

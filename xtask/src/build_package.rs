@@ -1,9 +1,8 @@
 //! `cargo xtask build-package`: build a model fixture into a package.
 //!
 //! With no arguments it builds the embedded default, SigLIP so400m at batch
-//! 2 on 1472 tiles. Logs go to stderr in tracing-subscriber's fmt layout
-//! (`RUST_LOG` honoured, `info` by default); the last lines summarise the
-//! build. The exit status is 0 only when the package was built and written;
+//! 2 on 1472 tiles. The last lines on stderr summarise the build; the
+//! build's log events appear with `-v` (`logging`). The exit status is 0 only when the package was built and written;
 //! arguments the device or the writer cannot take (`--tiles` outside the
 //! device, `--batch 0`, an `--out` that is not a package directory, a
 //! `--param` the fixture does not have or rejects) are refused before any
@@ -18,37 +17,46 @@
 //! `--write-phases FILE` also writes the exchange phases the build
 //! scheduled, for `cargo xtask exchange FILE` (`record_phases`).
 //!
+//! `--alloc-effort NODES` gives the placer's exact search that many nodes
+//! on each tile no greedy pass places. A build that fails placement says
+//! whether a tile was proved impossible (with the step and bytes of the
+//! proof) or left undecided within that budget.
+//!
+//! [`build_fixture`] is the fixture build itself, with every check above;
+//! `bench-sim` and `hostile` call it too.
+//!
 //! `--checkpoint DIR` builds a Hugging Face SigLIP checkpoint instead of a
 //! fixture (`docs/SIGLIP.md`): the graph comes from its `config.json`
 //! with the default fixture's precision layout, every FP8 scale is chosen
-//! from data (`ipu_package::checkpoint::calibrate`: weights from their
+//! from data (`ipu_frontend::siglip::calibrate`: weights from their
 //! values, activations from a reference run on the `--calibrate` images or
 //! the built-in synthetic ones), and the package carries the quantised
-//! weights (`weights.safetensors`), the model and preprocessing
-//! (`siglip.json`) and every precision decision (`precision.json`). The
+//! weights (`weights.safetensors`), the graph (`fixture.json`), and the
+//! model, its preprocessing and every precision decision (`model.json`). The
 //! per-tensor table (precision, scale, saturated fraction, quantisation
 //! error) goes to stderr; a tensor saturating beyond the threshold is a
 //! warning, and with `--strict` an error (exit status 1, nothing
 //! written). If the build does not fit with F16 groups kept, calibration
-//! runs again without them and the package records why.
+//! runs again without them and the package records why
+//! (`ipu_frontend::siglip::package_checkpoint`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::Parser;
+use ipu_alloc::{BuiltinPlacer, PlaceConfig};
 use ipu_kernels::KernelCache;
-use ipu_package::build::{BuildConfig, Stages, build_package};
+use ipu_package::build::{BuildConfig, BuildError, Stages, build_package};
 use ipu_target::Target;
 
-use ipu_package::build::BuildError;
-use ipu_package::checkpoint::report::PrecisionReport;
-use ipu_package::checkpoint::{
-    Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, F16Groups, ImportConfig,
-    PackagedModel, PrecisionPolicy, calibrate, import_checkpoint, random_checkpoint,
+use ipu_frontend::siglip::report::PrecisionReport;
+use ipu_frontend::siglip::{
+    Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, CheckpointPackage,
+    ImportConfig, PackageError, PrecisionPolicy, calibrate, import_checkpoint, package_checkpoint,
+    random_checkpoint,
 };
 use ipu_package::graph::parse_fixture;
-use ipu_package::package::{Package, PackageWeights};
+use ipu_package::package::Package;
 
 use crate::params::{merge, parse_param, resolve};
 use crate::record_phases::{self, Recorded, Recorder};
@@ -56,12 +64,8 @@ use crate::record_phases::{self, Recorded, Recorder};
 /// The embedded default workload.
 pub(crate) const SIGLIP: &str = include_str!("../../fixtures/siglip-so400m-b2.json");
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "cargo xtask build-package",
-    about = "Build a model fixture into an IPU21 package"
-)]
-struct Args {
+#[derive(clap::Args, Debug)]
+pub struct Args {
     /// The fixture (default: the embedded SigLIP so400m b2).
     #[arg(long, conflicts_with = "checkpoint")]
     fixture: Option<PathBuf>,
@@ -104,36 +108,20 @@ struct Args {
     /// Worker threads (default: all cores). The package does not depend on it.
     #[arg(long)]
     jobs: Option<usize>,
-    /// Log format.
-    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-    log_format: String,
+    /// Exact-search nodes per tile that no greedy pass places (default:
+    /// PlaceConfig's). A tile the search leaves undecided is reported as
+    /// such, never as impossible; more nodes may place or disprove it.
+    /// Counted in nodes, not time, so the package does not depend on the
+    /// machine or `--jobs`.
+    #[arg(long, value_name = "NODES")]
+    alloc_effort: Option<u64>,
     /// Also write the exchange phases the build scheduled, as a snapshot
     /// for `cargo xtask exchange FILE`.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "checkpoint")]
     write_phases: Option<PathBuf>,
 }
 
-pub fn run(args: &[String]) -> Result<ExitCode, String> {
-    let args: Args = match crate::parse_args("build-package", args) {
-        Ok(a) => a,
-        Err(code) => return Ok(code),
-    };
-    check_out(&args.out)?;
-    if let Some(file) = &args.write_phases {
-        record_phases::check_file(file)?;
-    }
-    let target = match crate::device::read(args.device.as_deref()) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    if let Err(e) = check_tiles(args.tiles, &target) {
-        eprintln!("error: {e}");
-        return Ok(ExitCode::from(2));
-    }
-    crate::logging::init(&args.log_format);
+pub fn run(args: &Args) -> Result<ExitCode, String> {
     if let Some(jobs) = args.jobs {
         rayon::ThreadPoolBuilder::new()
             .num_threads(jobs.max(1))
@@ -141,29 +129,143 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
             .map_err(|e| format!("cannot start {jobs} worker threads: {e}"))?;
     }
     if let Some(dir) = &args.checkpoint {
-        return build_checkpoint(&args, dir, target);
+        check_out(&args.out)?;
+        let target = match crate::device::read(args.device.as_deref()) {
+            Ok(t) => t,
+            Err(e) => return BuildFailure::Usage(e.to_string()).report(),
+        };
+        if let Err(e) = check_tiles(args.tiles, &target) {
+            return BuildFailure::Usage(e).report();
+        }
+        return build_checkpoint(args, dir, target);
     }
-    let text = match &args.fixture {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
-        None => SIGLIP.to_owned(),
-    };
     let mut overrides: Vec<(String, u64)> = args
         .batch
         .map(|b| ("batch".to_owned(), b))
         .into_iter()
         .collect();
     overrides.extend(args.params.iter().cloned());
-    let (graph, stored) = match merge(&overrides).and_then(|o| resolve(&text, &o)) {
-        Ok(resolved) => resolved,
-        Err(e) if e.is_usage() => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(2));
-        }
-        Err(e) => return Err(e.to_string()),
+    let request = FixtureBuild {
+        fixture: args.fixture.clone(),
+        overrides,
+        device: args.device.clone(),
+        tiles: args.tiles,
+        kernel_cache: args.kernel_cache.clone(),
+        out: args.out.clone(),
+        write_phases: args.write_phases.clone(),
+        alloc_effort: args.alloc_effort,
     };
-    let mut stages = Stages::builtin(Box::new(kernel_cache(&args)?));
-    let recorded = args.write_phases.as_ref().map(|_| {
+    match build_fixture(&request) {
+        Ok(built) => {
+            summarise(&built.package, &request.out, &built.model, built.started);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(failure) => failure.report(),
+    }
+}
+
+/// A fixture build: what `build-package` asks for without `--checkpoint`,
+/// and what `bench-sim` and the hostile campaign build.
+#[derive(Debug, Clone)]
+pub(crate) struct FixtureBuild {
+    /// The fixture file (default: the embedded SigLIP so400m b2).
+    pub fixture: Option<PathBuf>,
+    /// Parameter overrides, in the order given.
+    pub overrides: Vec<(String, u64)>,
+    /// The device description file (default: the built-in IPU21).
+    pub device: Option<PathBuf>,
+    /// Tiles to use (default: every tile of the device).
+    pub tiles: Option<u32>,
+    /// The kernel cache root (default: $IPU_KERNEL_CACHE, then the XDG
+    /// cache).
+    pub kernel_cache: Option<PathBuf>,
+    /// Where to write the package.
+    pub out: PathBuf,
+    /// Where to write the exchange phases the build scheduled, if anywhere.
+    pub write_phases: Option<PathBuf>,
+    /// The placer's exact-search nodes per tile (default: PlaceConfig's).
+    pub alloc_effort: Option<u64>,
+}
+
+/// A package built and written.
+#[derive(Debug)]
+pub(crate) struct Built {
+    /// The package, as written.
+    pub package: Package,
+    /// The model's name.
+    pub model: String,
+    /// When the build started (the summary's `total=`).
+    pub started: Instant,
+}
+
+/// Why a build did not write a package.
+#[derive(Debug)]
+pub(crate) enum BuildFailure {
+    /// The request is wrong, found before any work (exit status 2).
+    Usage(String),
+    /// The pipeline refused or failed; `result` is the summary line saying
+    /// so (exit status 1).
+    Build {
+        error: Box<BuildError>,
+        result: String,
+    },
+    /// Anything else (exit status 1).
+    Other(String),
+}
+
+impl BuildFailure {
+    /// Prints the failure as `build-package` reports it and gives its exit
+    /// status (`Err` for the task's `error:` line).
+    pub(crate) fn report(self) -> Result<ExitCode, String> {
+        match self {
+            BuildFailure::Usage(message) => {
+                eprintln!("error: {message}");
+                Ok(ExitCode::from(2))
+            }
+            BuildFailure::Build { error, result } => {
+                eprintln!("error: {error}");
+                eprintln!("{result}");
+                Ok(ExitCode::FAILURE)
+            }
+            BuildFailure::Other(message) => Err(message),
+        }
+    }
+}
+
+impl std::fmt::Display for BuildFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BuildFailure::Usage(m) | BuildFailure::Other(m) => f.write_str(m),
+            BuildFailure::Build { error, .. } => write!(f, "{error}"),
+        }
+    }
+}
+
+/// Builds and writes the package `request` describes. Arguments the
+/// device or the writer cannot take are refused before any work, and a
+/// failed build leaves `out` as it was.
+pub(crate) fn build_fixture(request: &FixtureBuild) -> Result<Built, BuildFailure> {
+    check_out(&request.out).map_err(BuildFailure::Other)?;
+    if let Some(file) = &request.write_phases {
+        record_phases::check_file(file).map_err(BuildFailure::Other)?;
+    }
+    let target = crate::device::read(request.device.as_deref())
+        .map_err(|e| BuildFailure::Usage(e.to_string()))?;
+    check_tiles(request.tiles, &target).map_err(BuildFailure::Usage)?;
+    let text = match &request.fixture {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| BuildFailure::Other(format!("cannot read {}: {e}", path.display())))?,
+        None => SIGLIP.to_owned(),
+    };
+    let (graph, stored) = match merge(&request.overrides).and_then(|o| resolve(&text, &o)) {
+        Ok(resolved) => resolved,
+        Err(e) if e.is_usage() => return Err(BuildFailure::Usage(e.to_string())),
+        Err(e) => return Err(BuildFailure::Other(e.to_string())),
+    };
+    let cache = kernel_cache(request.kernel_cache.as_deref()).map_err(BuildFailure::Other)?;
+    let mut stages = Stages::builtin(Box::new(cache));
+    set_alloc_effort(&mut stages, request.alloc_effort);
+    let recorded = request.write_phases.as_ref().map(|_| {
         let phases = Recorded::default();
         let inner = std::mem::replace(
             &mut stages.scheduler,
@@ -175,38 +277,43 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         });
         phases
     });
-    let tiles = args.tiles.unwrap_or(target.tile_count());
+    let tiles = request.tiles.unwrap_or(target.tile_count());
     let config = BuildConfig {
         target,
         tiles: Some(tiles),
         ..BuildConfig::default()
     };
-    let start = Instant::now();
+    let started = Instant::now();
     let package = match build_package(&graph, &config, &stages) {
         Ok(mut p) => {
             p.fixture = Some(stored);
             p
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            eprintln!(
+        Err(error) => {
+            let result = format!(
                 "result=does-not-fit-or-failed fixture={} tiles={} elapsed_ms={}",
                 graph.name(),
                 tiles,
-                start.elapsed().as_millis()
+                started.elapsed().as_millis()
             );
-            return Ok(ExitCode::FAILURE);
+            return Err(BuildFailure::Build {
+                error: Box::new(error),
+                result,
+            });
         }
     };
     package
-        .write(&args.out)
-        .map_err(|e| format!("writing the package: {e}"))?;
-    if let (Some(phases), Some(file)) = (&recorded, &args.write_phases) {
-        let count = record_phases::write(phases, tiles, file)?;
+        .write(&request.out)
+        .map_err(|e| BuildFailure::Other(format!("writing the package: {e}")))?;
+    if let (Some(phases), Some(file)) = (&recorded, &request.write_phases) {
+        let count = record_phases::write(phases, tiles, file).map_err(BuildFailure::Other)?;
         eprintln!("wrote {count} exchange phases to {}", file.display());
     }
-    summarise(&package, &args.out, graph.name(), start);
-    Ok(ExitCode::SUCCESS)
+    Ok(Built {
+        package,
+        model: graph.name().to_owned(),
+        started,
+    })
 }
 
 /// `build-package --checkpoint DIR`: calibrate, build, write (module
@@ -241,47 +348,31 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
     if !args.calibrate.is_empty() {
         options.inputs = CalibrationInputs::Images(args.calibrate.clone());
     }
-    let mut calibration = run_calibration(&checkpoint, &options)?;
+    let calibration = run_calibration(&checkpoint, &options)?;
     if !report_calibration(calibration.report(), args.strict) {
         return Ok(ExitCode::FAILURE);
     }
     let tiles = args.tiles.unwrap_or(target.tile_count());
-    let stages = Stages::builtin(Box::new(kernel_cache(args)?));
+    let mut stages = Stages::builtin(Box::new(kernel_cache(args.kernel_cache.as_deref())?));
+    set_alloc_effort(&mut stages, args.alloc_effort);
     let config = BuildConfig {
         target,
         tiles: Some(tiles),
         ..BuildConfig::default()
     };
-    let kept_f16 = |c: &Calibration| c.report().groups.iter().any(|g| g.decision == "F16");
-    let (model, graph, package) = loop {
-        let model = PackagedModel::new(&checkpoint, &name, batch, &calibration)
-            .map_err(|e| e.to_string())?;
-        let graph = model.graph().map_err(|e| e.to_string())?;
-        match build_package(&graph, &config, &stages) {
-            Ok(p) => break (model, graph, p),
-            Err(e @ BuildError::DoesNotFit { .. }) if kept_f16(&calibration) => {
-                tracing::warn!(error = %e, "does not fit with F16 groups; calibrating again without them");
-                options.f16_groups = F16Groups::Refused(format!(
-                    "with them the package did not fit on {tiles} tiles ({e})"
-                ));
-                calibration = run_calibration(&checkpoint, &options)?;
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                eprintln!(
-                    "result=does-not-fit-or-failed model={name} tiles={tiles} elapsed_ms={}",
-                    start.elapsed().as_millis()
-                );
-                return Ok(ExitCode::FAILURE);
-            }
+    let built = package_checkpoint(&checkpoint, calibration, &options, &config, &stages);
+    let CheckpointPackage { package, graph, .. } = match built {
+        Ok(built) => built,
+        Err(e @ PackageError::Build { .. }) => {
+            eprintln!("error: {e}");
+            eprintln!(
+                "result=does-not-fit-or-failed model={name} tiles={tiles} elapsed_ms={}",
+                start.elapsed().as_millis()
+            );
+            return Ok(ExitCode::FAILURE);
         }
+        Err(e) => return Err(e.to_string()),
     };
-    let weights = checkpoint
-        .weights_for(&graph)
-        .map_err(|e| format!("the checkpoint's weights: {e}"))?;
-    let mut package: Package = package;
-    package.weights = Some(PackageWeights::encode(&graph, &weights).map_err(|e| e.to_string())?);
-    package.siglip = Some(model.files());
     package
         .write(&args.out)
         .map_err(|e| format!("writing the package: {e}"))?;
@@ -294,8 +385,7 @@ fn run_calibration(
     options: &CalibrationOptions,
 ) -> Result<Calibration, String> {
     let start = Instant::now();
-    let calibration = calibrate(checkpoint, options, &ipu_sim::ReferenceEvaluator)
-        .map_err(|e| format!("calibration: {e}"))?;
+    let calibration = calibrate(checkpoint, options).map_err(|e| format!("calibration: {e}"))?;
     tracing::info!(
         inputs = calibration.report().calibration.inputs.len(),
         elapsed_ms = start.elapsed().as_millis() as u64,
@@ -362,16 +452,31 @@ fn report_calibration(report: &PrecisionReport, strict: bool) -> bool {
     true
 }
 
-fn kernel_cache(args: &Args) -> Result<KernelCache, String> {
-    match &args.kernel_cache {
-        Some(root) => KernelCache::open(root.clone()),
+/// `--alloc-effort`: the built-in placer with that node budget per tile
+/// (and, as `Stages::builtin` has it, without its own check: the build
+/// runs `check_placement` on every placement).
+fn set_alloc_effort(stages: &mut Stages, nodes: Option<u64>) {
+    if let Some(nodes) = nodes {
+        stages.placer = Box::new(BuiltinPlacer {
+            config: PlaceConfig {
+                exact_node_budget: nodes,
+                verify: false,
+                ..PlaceConfig::default()
+            },
+        });
+    }
+}
+
+fn kernel_cache(root: Option<&Path>) -> Result<KernelCache, String> {
+    match root {
+        Some(root) => KernelCache::open(root.to_owned()),
         None => KernelCache::from_env(),
     }
     .map_err(|e| format!("the kernel cache: {e}"))
 }
 
 /// The summary lines of a written package.
-fn summarise(package: &Package, out: &Path, model: &str, start: Instant) {
+pub(crate) fn summarise(package: &Package, out: &Path, model: &str, start: Instant) {
     let s = &package.manifest.summary;
     let ratio = s.exchange_horizon as f64 / s.exchange_endpoint_bound.max(1) as f64;
     eprintln!("package written to {}", out.display());

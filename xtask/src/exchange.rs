@@ -22,6 +22,7 @@
 //! validate (the scheduler refuses it) or, with `--check`, a schedule fails
 //! the checker.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use ipu_exchange::generate::{
@@ -55,111 +56,174 @@ fn failures(figures: &[PhaseFigures]) -> Result<(), String> {
     }
 }
 
-pub fn run(args: &[String]) -> Result<ExitCode, String> {
-    let fabric = Fabric::ipu21().map_err(|e| e.to_string())?;
-    // The checker runs separately (with --check) so that times are the
-    // scheduler's alone.
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse::<u32>().ok())
-    };
-    let defaults = ScheduleConfig::default();
-    let whole = args.iter().any(|a| a == "--no-fanout-split");
-    let config = ScheduleConfig {
-        verify: false,
-        fanout_split: !whole && !args.iter().any(|a| a == "--no-core-split"),
-        presplit_max_fanout: if whole {
-            0
-        } else {
-            value("--presplit-max-fanout").unwrap_or(defaults.presplit_max_fanout)
-        },
-        target_slack_ppm: value("--slack-ppm").unwrap_or(defaults.target_slack_ppm),
-        receiver_sets: !args.iter().any(|a| a == "--no-receiver-sets"),
-        split_jobs: value("--split-jobs").map_or(defaults.split_jobs, |n| n as usize),
-        ..defaults
-    };
-    let check = args.iter().any(|a| a == "--check");
-    let write = args
-        .iter()
-        .position(|a| a == "--write")
-        .and_then(|i| args.get(i + 1));
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1));
-    if args.iter().any(|a| a == "--families") {
-        // Only the families kept by --only are generated.
-        let keep = |name: &String| only.is_none_or(|o| name.contains(o.as_str()));
-        // Each family's phase, generated only when --only keeps it.
-        fn generated<C>(
-            families: Vec<(String, C)>,
-            keep: impl Fn(&String) -> bool,
-            make: impl Fn(&C) -> Phase,
-        ) -> Vec<(String, Option<Phase>)> {
-            families
-                .into_iter()
-                .map(|(name, c)| {
-                    let phase = keep(&name).then(|| make(&c));
-                    (name, phase)
-                })
-                .collect()
+/// Options of `exchange`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A phase snapshot to schedule (e.g. from `build-package
+    /// --write-phases`)
+    #[arg(
+        value_name = "FILE.json",
+        required_unless_present = "families",
+        conflicts_with = "families"
+    )]
+    file: Option<PathBuf>,
+    /// Schedule the generated phase families instead of a snapshot
+    #[arg(long)]
+    families: bool,
+    /// Also run the checker on every schedule (its time is reported apart)
+    #[arg(long)]
+    check: bool,
+    /// With --families: also write the generated families as snapshots
+    /// into DIR
+    #[arg(long, value_name = "DIR", conflicts_with = "file")]
+    write: Option<PathBuf>,
+    /// With --families: keep the families whose name contains TEXT
+    #[arg(long, value_name = "TEXT", conflicts_with = "file")]
+    only: Option<String>,
+    #[command(flatten)]
+    settings: Settings,
+}
+
+/// The scheduler settings `exchange` takes.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct Settings {
+    /// The target horizon slack, in parts per million
+    #[arg(long, value_name = "N")]
+    slack_ppm: Option<u32>,
+    /// Keep multicast transfers whole (no split by fanout, in the core or
+    /// before scheduling)
+    #[arg(long)]
+    no_fanout_split: bool,
+    /// The core does not split multicasts by fanout while it schedules
+    /// (the package builder's choice)
+    #[arg(long)]
+    no_core_split: bool,
+    /// Split multicasts only up to this fanout before scheduling (the
+    /// package builder's choice is 2)
+    #[arg(long, value_name = "N")]
+    presplit_max_fanout: Option<u32>,
+    /// Do not schedule by receiver sets first: leave every phase to the
+    /// event core
+    #[arg(long)]
+    no_receiver_sets: bool,
+    /// Schedule job sets of N jobs or more as two halves in time, one per
+    /// thread
+    #[arg(long, value_name = "N")]
+    split_jobs: Option<usize>,
+}
+
+impl Settings {
+    /// The scheduler's configuration. The checker runs separately (with
+    /// --check) so that times are the scheduler's alone.
+    pub(crate) fn config(&self) -> ScheduleConfig {
+        let defaults = ScheduleConfig::default();
+        let whole = self.no_fanout_split;
+        ScheduleConfig {
+            verify: false,
+            fanout_split: !whole && !self.no_core_split,
+            presplit_max_fanout: if whole {
+                0
+            } else {
+                self.presplit_max_fanout
+                    .unwrap_or(defaults.presplit_max_fanout)
+            },
+            target_slack_ppm: self.slack_ppm.unwrap_or(defaults.target_slack_ppm),
+            receiver_sets: !self.no_receiver_sets,
+            split_jobs: self.split_jobs.unwrap_or(defaults.split_jobs),
+            ..defaults
         }
-        let named = |families| generated(families, keep, generate_phase);
-        let grid = generated(grid_families(), keep, grid_phase);
-        let reduce = generated(reduce_families(), keep, reduce_phase);
-        for (title, families) in [
-            ("seed-shaped unicast families", named(seed_families())),
-            ("multicast and paired families", named(other_families())),
-            (
-                "wide-multicast families (fanout up to 400)",
-                named(multicast_families()),
-            ),
-            ("reduce families (split-K partial-sum gathers)", reduce),
-            (
-                "grid families (GEMM operands to row and column groups)",
-                grid,
-            ),
-        ] {
-            let phases: Vec<(u32, Phase)> = families
-                .iter()
-                .enumerate()
-                .filter_map(|(i, (_, p))| p.clone().map(|p| (i as u32, p)))
-                .collect();
-            if phases.is_empty() {
-                continue;
-            }
-            println!("{title}:");
-            for (i, (name, _)) in families.iter().enumerate() {
-                println!("  phase {i}: {name}");
-            }
-            if let Some(dir) = write {
-                let file = format!("{dir}/{}.json", title.split(' ').next().unwrap_or("phases"));
-                let only: Vec<Phase> = phases.iter().map(|(_, p)| p.clone()).collect();
-                let snapshot = Snapshot::from_phases(fabric.tile_count(), &only);
-                std::fs::write(&file, snapshot.to_json())
-                    .map_err(|e| format!("cannot write {file}: {e}"))?;
-                println!("  wrote {file}");
-            }
-            let figures = phase_figures(&phases, &fabric, &config, check);
-            print!("{}", format_figures(&figures));
-            failures(&figures)?;
-        }
-        return Ok(ExitCode::SUCCESS);
     }
-    let Some(file) = args.iter().find(|a| !a.starts_with("--")) else {
-        return Err(
-            "usage: cargo xtask exchange FILE.json [--check] | --families [--check] [--write DIR]"
-                .to_owned(),
-        );
-    };
-    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
-    let snapshot = Snapshot::from_json(&text).map_err(|e| format!("{file}: {e}"))?;
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, String> {
+    let config = args.settings.config();
+    match &args.file {
+        Some(file) => snapshot(file, &config, args.check),
+        None => families(args, &config),
+    }
+}
+
+/// Schedules every phase of the snapshot in `file` with `config` and
+/// prints the figures; `Err` when a phase fails.
+pub(crate) fn snapshot(
+    file: &Path,
+    config: &ScheduleConfig,
+    check: bool,
+) -> Result<ExitCode, String> {
+    let fabric = Fabric::ipu21().map_err(|e| e.to_string())?;
+    let name = file.display();
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let snapshot = Snapshot::from_json(&text).map_err(|e| format!("{name}: {e}"))?;
     let labels: Vec<u32> = snapshot.phases.iter().map(|p| p.phase).collect();
     let phases: Vec<(u32, Phase)> = labels.into_iter().zip(snapshot.phases()).collect();
-    let figures = phase_figures(&phases, &fabric, &config, check);
+    let figures = phase_figures(&phases, &fabric, config, check);
     print!("{}", format_figures(&figures));
     failures(&figures)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--families`: the generated families, scheduled and printed.
+fn families(args: &Args, config: &ScheduleConfig) -> Result<ExitCode, String> {
+    let fabric = Fabric::ipu21().map_err(|e| e.to_string())?;
+    let (check, write, only) = (args.check, &args.write, &args.only);
+    // Only the families kept by --only are generated.
+    let keep = |name: &String| only.as_deref().is_none_or(|o| name.contains(o));
+    // Each family's phase, generated only when --only keeps it.
+    fn generated<C>(
+        families: Vec<(String, C)>,
+        keep: impl Fn(&String) -> bool,
+        make: impl Fn(&C) -> Phase,
+    ) -> Vec<(String, Option<Phase>)> {
+        families
+            .into_iter()
+            .map(|(name, c)| {
+                let phase = keep(&name).then(|| make(&c));
+                (name, phase)
+            })
+            .collect()
+    }
+    let named = |families| generated(families, keep, generate_phase);
+    let grid = generated(grid_families(), keep, grid_phase);
+    let reduce = generated(reduce_families(), keep, reduce_phase);
+    for (title, families) in [
+        ("seed-shaped unicast families", named(seed_families())),
+        ("multicast and paired families", named(other_families())),
+        (
+            "wide-multicast families (fanout up to 400)",
+            named(multicast_families()),
+        ),
+        ("reduce families (split-K partial-sum gathers)", reduce),
+        (
+            "grid families (GEMM operands to row and column groups)",
+            grid,
+        ),
+    ] {
+        let phases: Vec<(u32, Phase)> = families
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, p))| p.clone().map(|p| (i as u32, p)))
+            .collect();
+        if phases.is_empty() {
+            continue;
+        }
+        println!("{title}:");
+        for (i, (name, _)) in families.iter().enumerate() {
+            println!("  phase {i}: {name}");
+        }
+        if let Some(dir) = write {
+            let file = dir.join(format!(
+                "{}.json",
+                title.split(' ').next().unwrap_or("phases")
+            ));
+            let only: Vec<Phase> = phases.iter().map(|(_, p)| p.clone()).collect();
+            let snapshot = Snapshot::from_phases(fabric.tile_count(), &only);
+            std::fs::write(&file, snapshot.to_json())
+                .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+            println!("  wrote {}", file.display());
+        }
+        let figures = phase_figures(&phases, &fabric, config, check);
+        print!("{}", format_figures(&figures));
+        failures(&figures)?;
+    }
     Ok(ExitCode::SUCCESS)
 }

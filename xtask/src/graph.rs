@@ -8,47 +8,37 @@
 //! in release mode for meaningful times:
 //! `cargo run --release -p xtask -- reference --fixture fixtures/siglip-so400m-b2.json`.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use ipu_package::graph::{ParseOptions, parse_fixture_with, values};
 
-/// Runs the task with its command-line arguments.
-pub fn reference(args: &[String]) -> Result<ExitCode, String> {
-    let mut fixture = "fixtures/tiny-2l-h64.json".to_owned();
-    let mut seed = 0u64;
-    let mut options = ParseOptions::default();
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let mut value = || {
-            rest.next()
-                .cloned()
-                .ok_or_else(|| format!("{arg} needs a value"))
-        };
-        match arg.as_str() {
-            "--fixture" => fixture = value()?,
-            "--seed" => {
-                seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?;
-            }
-            "--set" => {
-                let setting = value()?;
-                let (name, number) = setting
-                    .split_once('=')
-                    .ok_or_else(|| format!("--set {setting}: write name=value"))?;
-                let number = number
-                    .parse()
-                    .map_err(|e| format!("--set {setting}: {e}"))?;
-                options.overrides.push((name.to_owned(), number));
-            }
-            other => {
-                return Err(format!(
-                    "unknown argument `{other}`; usage: reference [--fixture PATH] [--seed N] [--set name=value]..."
-                ));
-            }
-        }
-    }
-    let text =
-        std::fs::read_to_string(&fixture).map_err(|e| format!("cannot read {fixture}: {e}"))?;
+use crate::params::parse_param;
+
+/// Options of `reference`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The fixture to evaluate
+    #[arg(long, value_name = "PATH", default_value = "fixtures/tiny-2l-h64.json")]
+    fixture: PathBuf,
+    /// Seed of the generated inputs and weights
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Override a fixture parameter, e.g. `--set layers=1` (repeatable)
+    #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_param)]
+    overrides: Vec<(String, u64)>,
+}
+
+/// Runs the task.
+pub fn reference(args: &Args) -> Result<ExitCode, String> {
+    let seed = args.seed;
+    let options = ParseOptions {
+        overrides: args.overrides.clone(),
+    };
+    let fixture = args.fixture.display();
+    let text = std::fs::read_to_string(&args.fixture)
+        .map_err(|e| format!("cannot read {fixture}: {e}"))?;
 
     let start = Instant::now();
     let graph = parse_fixture_with(&text, &options).map_err(|e| format!("{fixture}: {e}"))?;
@@ -71,7 +61,10 @@ pub fn reference(args: &[String]) -> Result<ExitCode, String> {
     );
 
     let start = Instant::now();
-    let outputs = ipu_sim::evaluate(&graph, &inputs).map_err(|e| e.to_string())?;
+    let outputs = {
+        let _shown = crate::progress::activity("reference evaluation");
+        ipu_sim::evaluate(&graph, &inputs).map_err(|e| e.to_string())?
+    };
     println!(
         "reference evaluation: {:.2} s on {} threads",
         start.elapsed().as_secs_f64(),

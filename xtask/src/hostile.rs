@@ -1,24 +1,28 @@
 //! `cargo xtask hostile [--packages N] [--fixtures N] [--snapshots N]
 //! [--seed S] [--timeout SECONDS] [--memory-mb MB] [--keep DIR]`: a
-//! hostile-input campaign through the real command-line paths, each case
-//! in a child process under a time and memory limit.
+//! hostile-input campaign through the functions the tasks call, each case
+//! in a child process under a time and memory limit. The child runs the
+//! hidden task `hostile-case` ([`Case`]), which does what one task does
+//! with its input, through the same function.
 //!
 //! - Packages: the micro fixture with two layers on 8 tiles and the tiny
-//!   fixture on 16 are built; each case edits one of them with a family
-//!   of `ipu_package::hostile` (numbers, arrays, strings, nested repeats,
-//!   flipped bytes, the target), re-signs it (sizes and SHA-256 digests
-//!   recomputed), runs `inspect-package` on it, and runs the hidden task
+//!   fixture on 16 are built (in this process, as `build-package` builds);
+//!   each case edits one of them with a family of `ipu_package::hostile`
+//!   (numbers, arrays, strings, nested repeats, flipped bytes, the
+//!   target), re-signs it (sizes and SHA-256 digests recomputed), inspects
+//!   it as `inspect-package` does (`hostile-case inspect DIR`), and runs
 //!   `hostile-case package DIR`, which recovers and reads it exactly as
 //!   `run-package` does and, when it reads, runs it on the tile model
-//!   (with its per-op check against the reference) as `run-package` does. To keep each case short, a
-//!   package whose work is more than [`work_limits`] allow (a few hundred
-//!   times the base's) is not run; it is counted as "over the campaign
-//!   bound", apart from the clean errors.
+//!   (with its per-op check against the reference) as `run-package` does.
+//!   To keep each case short, a package whose work is more than
+//!   [`work_limits`] allow (a few hundred times the base's) is not run; it
+//!   is counted as "over the campaign bound", apart from the clean errors.
 //! - Fixtures: the micro, micro-patchify and tiny fixtures edited (their
-//!   parameters most often) and given to `build-package`, then, if built,
-//!   to `run-package`.
-//! - Snapshots: `fixtures/exchange/*.json` edited and given to `exchange
-//!   --check`.
+//!   parameters most often) and built as `build-package` builds
+//!   (`hostile-case fixture FILE ...`), then, if built, run.
+//! - Snapshots: `fixtures/exchange/*.json` edited and scheduled and
+//!   checked as `exchange FILE --check` does (`hostile-case snapshot
+//!   FILE`).
 //!
 //! Outcomes: `ok` (success), `op-mismatch` (the package read and ran, and
 //! the tile model's per-op check stopped it: for an edited package, an
@@ -43,6 +47,7 @@ use ipu_package::hostile::{
 };
 use ipu_package::package::{Limits, Package};
 
+use crate::build_package::{FixtureBuild, build_fixture};
 use crate::run_package::{Inputs, prepare};
 
 /// The outcome of one case.
@@ -155,10 +160,10 @@ struct Campaign {
 }
 
 impl Campaign {
-    /// Runs `xtask args...` in a child under the memory limit, killing it
-    /// at the time limit. Output goes to files, so a child that writes a
+    /// Runs `xtask hostile-case args...` in a child under the memory
+    /// limit, killing it at the time limit. Output goes to files, so a child that writes a
     /// lot never blocks on a full pipe.
-    fn xtask(&self, args: &[&str]) -> Result<Ran, String> {
+    fn case(&self, args: &[&str]) -> Result<Ran, String> {
         let out = self.work.join("stdout");
         let err = self.work.join("stderr");
         let file = |p: &Path| std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()));
@@ -169,6 +174,7 @@ impl Campaign {
                 self.memory_kb
             ))
             .arg(&self.exe)
+            .arg("hostile-case")
             .args(args)
             .env("RUST_LOG", "warn")
             .env("RUST_BACKTRACE", "0")
@@ -233,8 +239,8 @@ impl Campaign {
         let _ = std::fs::remove_dir_all(&dir);
         write_package_files(&dir, &files).map_err(|e| e.to_string())?;
         let dir_text = dir.to_string_lossy().into_owned();
-        let inspect = self.xtask(&["inspect-package", &dir_text])?;
-        let case = self.xtask(&["hostile-case", "package", &dir_text])?;
+        let inspect = self.case(&["inspect", &dir_text])?;
+        let case = self.case(&["package", &dir_text])?;
         let mut outcome = case.outcome();
         let inspect_outcome = inspect.outcome();
         let valid = inspect.stdout.contains("valid=true");
@@ -273,9 +279,8 @@ impl Campaign {
         let out = dir.join("pkg").to_string_lossy().into_owned();
         let tiles = tiles.to_string();
         let cache = self.cache.to_string_lossy().into_owned();
-        let built = self.xtask(&[
-            "build-package",
-            "--fixture",
+        let built = self.case(&[
+            "fixture",
             &fixture.to_string_lossy(),
             "--tiles",
             &tiles,
@@ -287,7 +292,7 @@ impl Campaign {
         let mut outcome = built.outcome();
         let mut detail = last_line(&built.stderr).to_owned();
         if outcome == Outcome::Ok {
-            let ran = self.xtask(&["hostile-case", "package", &out])?;
+            let ran = self.case(&["package", &out])?;
             outcome = ran.outcome();
             // A package the build wrote must read back.
             if ran.code == Some(i32::from(CASE_REFUSED)) {
@@ -310,7 +315,7 @@ impl Campaign {
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let file = dir.join("snapshot.json");
         std::fs::write(&file, edited).map_err(|e| e.to_string())?;
-        let ran = self.xtask(&["exchange", &file.to_string_lossy(), "--check"])?;
+        let ran = self.case(&["snapshot", &file.to_string_lossy()])?;
         let what = format!(
             "{} seed {seed}: {what}; {}",
             path.display(),
@@ -342,16 +347,6 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn value<T: std::str::FromStr>(args: &[String], flag: &str, default: T) -> Result<T, String> {
-    match args.iter().position(|a| a == flag) {
-        None => Ok(default),
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{flag} needs a number")),
-    }
-}
-
 /// The fixture `fixtures/<name>` at the workspace root.
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -359,18 +354,43 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-pub fn run(args: &[String]) -> Result<ExitCode, String> {
-    let packages: u64 = value(args, "--packages", 500)?;
-    let fixtures: u64 = value(args, "--fixtures", 500)?;
-    let snapshots: u64 = value(args, "--snapshots", 100)?;
-    let seed: u64 = value(args, "--seed", 1)?;
-    let timeout: u64 = value(args, "--timeout", 60)?;
-    let memory_mb: u64 = value(args, "--memory-mb", 4096)?;
-    let keep = args
-        .iter()
-        .position(|a| a == "--keep")
-        .and_then(|i| args.get(i + 1))
-        .map(PathBuf::from);
+/// Options of `hostile`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Edited packages to run
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    packages: u64,
+    /// Edited fixtures to build (and run, when they build)
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    fixtures: u64,
+    /// Edited exchange snapshots to schedule and check
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    snapshots: u64,
+    /// Seed of the edits
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    seed: u64,
+    /// Seconds a case may run before it is killed
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    timeout: u64,
+    /// Address space a case may use, in MiB
+    #[arg(long, value_name = "MB", default_value_t = 4096)]
+    memory_mb: u64,
+    /// Keep the inputs of failing cases under DIR
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, String> {
+    let Args {
+        packages,
+        fixtures,
+        snapshots,
+        seed,
+        timeout,
+        memory_mb,
+        ..
+    } = *args;
+    let keep = args.keep.clone();
     let exe = std::env::current_exe().map_err(|e| format!("the xtask binary: {e}"))?;
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut c = Campaign {
@@ -393,27 +413,12 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     std::fs::write(&micro_two, micro.to_string()).map_err(|e| e.to_string())?;
     let mut bases = Vec::new();
     for (fixture, tiles, name) in [
-        (micro_two.clone(), "8", "micro-2l"),
-        (fixture("tiny-2l-h64.json"), "16", "tiny"),
+        (micro_two.clone(), 8, "micro-2l"),
+        (fixture("tiny-2l-h64.json"), 16, "tiny"),
     ] {
         let out = work.path().join(name);
-        let built = c.xtask(&[
-            "build-package",
-            "--fixture",
-            &fixture.to_string_lossy(),
-            "--tiles",
-            tiles,
-            "--out",
-            &out.to_string_lossy(),
-            "--kernel-cache",
-            &c.cache.to_string_lossy(),
-        ])?;
-        if built.code != Some(0) {
-            return Err(format!(
-                "the base package {name} did not build: {}",
-                built.stderr
-            ));
-        }
+        build_fixture(&fixture_build(fixture, tiles, out.clone(), c.cache.clone()))
+            .map_err(|e| format!("the base package {name} did not build: {e}"))?;
         bases.push(read_package_files(&out).map_err(|e| e.to_string())?);
     }
     // A seed whose edit does not apply to the file it drew is not a case;
@@ -526,29 +531,98 @@ fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// The hidden task `hostile-case package DIR`: the run path of
-/// `run-package` on one case. Exit status 0 when the package read and ran,
-/// [`CASE_OP_MISMATCH`] when it ran until the per-op check stopped it,
-/// [`CASE_REFUSED`] when it was refused with a clean error,
-/// [`CASE_OVER_BOUND`] when it read but asks for more work than
-/// [`work_limits`], and [`CASE_INCONSISTENT`] when it read but the run
-/// refused it.
-pub fn case(args: &[String]) -> Result<ExitCode, String> {
-    let (Some(kind), Some(dir)) = (args.first(), args.get(1)) else {
-        return Err("usage: hostile-case package DIR".to_owned());
-    };
-    if kind != "package" {
-        return Err(format!("unknown case kind `{kind}`"));
+/// One case of the campaign, run in a child process: each is what a task
+/// does with its input, through the same functions.
+#[derive(clap::Subcommand, Debug)]
+pub enum Case {
+    /// Recover, read and run a package as run-package does, seeded
+    Package {
+        /// The package directory
+        dir: PathBuf,
+    },
+    /// Recover, read and validate a package as inspect-package does
+    Inspect {
+        /// The package directory
+        dir: PathBuf,
+    },
+    /// Build a fixture as build-package does
+    Fixture {
+        /// The fixture
+        fixture: PathBuf,
+        /// Tiles to use
+        #[arg(long)]
+        tiles: u32,
+        /// Where to write the package
+        #[arg(long)]
+        out: PathBuf,
+        /// The kernel cache root
+        #[arg(long)]
+        kernel_cache: PathBuf,
+    },
+    /// Schedule and check a snapshot's phases as `exchange FILE --check`
+    /// does
+    Snapshot {
+        /// The snapshot
+        file: PathBuf,
+    },
+}
+
+/// A fixture build of the campaign: `fixture` on `tiles` tiles into `out`
+/// with the campaign's kernel cache.
+fn fixture_build(fixture: PathBuf, tiles: u32, out: PathBuf, cache: PathBuf) -> FixtureBuild {
+    FixtureBuild {
+        fixture: Some(fixture),
+        overrides: Vec::new(),
+        device: None,
+        tiles: Some(tiles),
+        kernel_cache: Some(cache),
+        out,
+        write_phases: None,
+        alloc_effort: None,
     }
-    let dir = PathBuf::from(dir);
+}
+
+/// The hidden task `hostile-case`: one case (see [`Case`]).
+pub fn case(case: &Case) -> Result<ExitCode, String> {
+    match case {
+        Case::Package { dir } => package_case(dir),
+        Case::Inspect { dir } => crate::run_package::inspect(dir),
+        Case::Fixture {
+            fixture,
+            tiles,
+            out,
+            kernel_cache,
+        } => match build_fixture(&fixture_build(
+            fixture.clone(),
+            *tiles,
+            out.clone(),
+            kernel_cache.clone(),
+        )) {
+            Ok(_) => Ok(ExitCode::SUCCESS),
+            Err(failure) => failure.report(),
+        },
+        Case::Snapshot { file } => {
+            let config = crate::exchange::Settings::default().config();
+            crate::exchange::snapshot(file, &config, true)
+        }
+    }
+}
+
+/// `hostile-case package DIR`: the run path of `run-package` on one case.
+/// Exit status 0 when the package read and ran, [`CASE_OP_MISMATCH`] when
+/// it ran until the per-op check stopped it, [`CASE_REFUSED`] when it was
+/// refused with a clean error, [`CASE_OVER_BOUND`] when it read but asks
+/// for more work than [`work_limits`], and [`CASE_INCONSISTENT`] when it
+/// read but the run refused it.
+fn package_case(dir: &Path) -> Result<ExitCode, String> {
     let refused = |e: &dyn std::fmt::Display| {
         eprintln!("error: {e}");
         Ok(ExitCode::from(CASE_REFUSED))
     };
-    if let Err(e) = Package::recover(&dir) {
+    if let Err(e) = Package::recover(dir) {
         return refused(&e);
     }
-    let package = match Package::read(&dir) {
+    let package = match Package::read(dir) {
         Ok(p) => p,
         Err(e) => return refused(&e),
     };

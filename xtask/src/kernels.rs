@@ -2,8 +2,8 @@
 //!
 //! Prints, per variant, the code and object sizes, the cost model's cycles
 //! and AMP utilisation for each entry, and measured compile times: the host
-//! toolchain alone, a miss in an empty cache (compile, verify, atomic
-//! writes) and a hit in a populated cache (read and verify). Times are the
+//! toolchain alone, a miss in an empty cache (compile, check, atomic
+//! write) and a hit in a populated cache (read and check). Times are the
 //! median of repeated runs on this machine.
 
 use std::process::ExitCode;
@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use ipu_kernels::siglip::seed_variants;
 use ipu_kernels::{
-    AmpModel, HostToolchain, KernelCache, PlanConfig, Toolchain, estimate_cycles, plan_variant,
+    AmpModel, HostToolchain, KernelCache, PlanConfig, Toolchain, estimate_cycles, fetch_kernel,
+    plan_variant,
 };
+use ipu_target::Target;
 
 /// Repetitions per timing.
 const RUNS: usize = 15;
@@ -32,7 +34,8 @@ fn time(mut f: impl FnMut() -> Result<(), String>) -> Result<Duration, String> {
     Ok(median(times))
 }
 
-pub fn run(_: &[String]) -> Result<ExitCode, String> {
+pub fn run() -> Result<ExitCode, String> {
+    let target = Target::ipu21();
     let variants = seed_variants(&AmpModel::ipu21()).map_err(|e| e.to_string())?;
     let warm_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let warm = KernelCache::open(warm_dir.path()).map_err(|e| e.to_string())?;
@@ -42,28 +45,26 @@ pub fn run(_: &[String]) -> Result<ExitCode, String> {
     );
     let mut totals = [Duration::ZERO; 3];
     for v in &variants {
-        let compiled = HostToolchain.compile(v).map_err(|e| e.to_string())?;
+        let compiled = HostToolchain
+            .compile(v, target)
+            .map_err(|e| e.to_string())?;
         let toolchain = time(|| {
             HostToolchain
-                .compile(v)
+                .compile(v, target)
                 .map(drop)
                 .map_err(|e| e.to_string())
         })?;
+        let fetch = |cache: &KernelCache| {
+            fetch_kernel(v, target, &HostToolchain, cache)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
         let cold = time(|| {
             let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            let cache = KernelCache::open(dir.path()).map_err(|e| e.to_string())?;
-            cache
-                .get_or_compile(v, &HostToolchain)
-                .map(drop)
-                .map_err(|e| e.to_string())
+            fetch(&KernelCache::open(dir.path()).map_err(|e| e.to_string())?)
         })?;
-        warm.get_or_compile(v, &HostToolchain)
-            .map_err(|e| e.to_string())?;
-        let hot = time(|| {
-            warm.get_or_compile(v, &HostToolchain)
-                .map(drop)
-                .map_err(|e| e.to_string())
-        })?;
+        fetch(&warm)?;
+        let hot = time(|| fetch(&warm))?;
         totals[0] += toolchain;
         totals[1] += cold;
         totals[2] += hot;

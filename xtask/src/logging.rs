@@ -1,36 +1,72 @@
-//! Logging for the tasks that build: tracing-subscriber's fmt layout on
-//! stderr, `RUST_LOG` honoured (default `info`), text or JSON lines.
+//! Logging for every task: the global options `-v`/`--verbose`,
+//! `-q`/`--quiet` and `--log-format`, tracing-subscriber's fmt layout on
+//! stderr (text or JSON lines), `RUST_LOG` honoured.
 //!
-//! On a terminal, a build phase (a `phase{phase=...}` span) that has run
-//! for more than a second shows a one-line progress indicator with its
-//! elapsed time; the line is cleared before any log line is written, so
-//! logs stay intact. Nothing of it reaches a file or a pipe.
+//! By default only warnings and errors are logged: a task's own summary
+//! lines are printed, not logged, so a plain build shows its summary, its
+//! warnings and its errors. `-v` brings back the events (`info`: every
+//! build phase, placement and schedule), `-vv` debug, `-vvv` trace;
+//! without `-v` or `-q`, `RUST_LOG` chooses (e.g. `RUST_LOG=info`, or
+//! per crate `RUST_LOG=ipu_exchange=debug`). `-q` logs errors only and
+//! turns the progress line off.
+//!
+//! On a terminal the progress line (`progress`) follows the build's
+//! phases (the `phase{phase=...}` spans, watched by a layer of their own
+//! whatever the log level) and is cleared before every log line.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-
+use clap::ArgAction;
 use tracing::Subscriber;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{LevelFilter, filter_fn};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// Phases open now (innermost last) and whether a progress line is shown.
-#[derive(Default)]
-struct Progress {
-    open: Vec<(Id, String, Instant)>,
-    shown: bool,
+use crate::progress;
+
+/// The logging options every task takes.
+#[derive(clap::Args, Debug, Clone, Copy)]
+#[command(next_help_heading = "Logging")]
+pub struct LogArgs {
+    /// Log more: -v the build's events (info), -vv debug, -vvv trace
+    /// [default: warnings and errors, or what RUST_LOG says]
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Log errors only, and show no progress line
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// How log events are written on stderr
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
 }
 
-type Shared = Arc<Mutex<Progress>>;
+/// The layout of log lines.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// tracing-subscriber's text layout.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
 
-fn lock(p: &Shared) -> MutexGuard<'_, Progress> {
-    // A poisoned lock only means a panic elsewhere; the state is still a
-    // plain list, so keep using it.
-    p.lock().unwrap_or_else(|e| e.into_inner())
+impl LogArgs {
+    /// The filter of log events these options ask for.
+    fn filter(&self) -> EnvFilter {
+        let level = match (self.quiet, self.verbose) {
+            (true, _) => LevelFilter::ERROR,
+            (false, 0) => {
+                return EnvFilter::builder()
+                    .with_default_directive(LevelFilter::WARN.into())
+                    .from_env_lossy();
+            }
+            (false, 1) => LevelFilter::INFO,
+            (false, 2) => LevelFilter::DEBUG,
+            (false, _) => LevelFilter::TRACE,
+        };
+        EnvFilter::default().add_directive(level.into())
+    }
 }
 
 /// The `phase` field of a span.
@@ -49,8 +85,8 @@ impl Visit for PhaseName {
     }
 }
 
-/// Tracks `phase` spans for the indicator.
-struct PhaseLayer(Shared);
+/// Tells the progress line of `phase` spans entered and left.
+struct PhaseLayer;
 
 /// A span's phase name, kept in its extensions between `new_span` and
 /// `enter`.
@@ -58,9 +94,6 @@ struct PhaseTag(String);
 
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for PhaseLayer {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        if attrs.metadata().name() != "phase" {
-            return;
-        }
         let mut name = PhaseName(None);
         attrs.record(&mut name);
         if let (Some(name), Some(span)) = (name.0, ctx.span(id)) {
@@ -71,98 +104,52 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for PhaseLayer {
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(id) else { return };
         if let Some(tag) = span.extensions().get::<PhaseTag>() {
-            lock(&self.0)
-                .open
-                .push((id.clone(), tag.0.clone(), Instant::now()));
+            progress::span_entered(id, &tag.0);
         }
     }
 
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
-        let mut p = lock(&self.0);
-        if let Some(i) = p.open.iter().rposition(|(open, _, _)| open == id) {
-            p.open.remove(i);
-        }
-        // The last phase ended: clear the line before the summary prints.
-        if p.open.is_empty() && p.shown {
-            let _ = std::io::stderr().lock().write_all(b"\r\x1b[2K");
-            p.shown = false;
-        }
+        progress::span_exited(id);
     }
 }
 
 /// Writes log lines to stderr, clearing the progress line first.
-#[derive(Clone)]
-struct ClearingStderr(Shared);
+struct ClearingStderr;
 
-impl Write for ClearingStderr {
+impl std::io::Write for ClearingStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let mut p = lock(&self.0);
-        let mut err = std::io::stderr().lock();
-        if p.shown {
-            err.write_all(b"\r\x1b[2K")?;
-            p.shown = false;
-        }
-        err.write_all(buf)?;
+        progress::write_clearing(buf)?;
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
+        std::io::Write::flush(&mut std::io::stderr())
     }
 }
 
-/// Redraws the indicator while a phase has been open for over a second.
-fn tick(shared: Shared) {
-    loop {
-        std::thread::sleep(Duration::from_millis(250));
-        let mut p = lock(&shared);
-        let line = p.open.last().and_then(|(_, name, since)| {
-            let elapsed = since.elapsed();
-            (elapsed >= Duration::from_secs(1))
-                .then(|| format!("  {name} … {:.1} s", elapsed.as_secs_f64()))
-        });
-        let mut err = std::io::stderr().lock();
-        // Write errors on a terminal are not worth failing a build for.
-        match line {
-            Some(line) => {
-                let _ = write!(err, "\r\x1b[2K{line}");
-                p.shown = true;
-            }
-            None if p.shown => {
-                let _ = write!(err, "\r\x1b[2K");
-                p.shown = false;
-            }
-            None => {}
-        }
-        let _ = err.flush();
-    }
-}
-
-/// Installs the global subscriber; a second call does nothing.
-pub fn init(format: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// Installs the global subscriber and, on a terminal without `--quiet`,
+/// the progress line; a second call does nothing.
+pub fn init(args: &LogArgs) {
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let shared: Shared = Arc::default();
-    let writer = {
-        let shared = shared.clone();
-        move || ClearingStderr(shared.clone())
+    let show_progress = terminal && !args.quiet;
+    let events = match args.log_format {
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(|| ClearingStderr)
+            .boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(terminal)
+            .with_writer(|| ClearingStderr)
+            .boxed(),
     };
-    let registry = tracing_subscriber::registry().with(filter);
-    let installed = if format == "json" {
-        registry
-            .with(tracing_subscriber::fmt::layer().json().with_writer(writer))
-            .with(terminal.then(|| PhaseLayer(shared.clone())))
-            .try_init()
-    } else {
-        registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_ansi(terminal)
-                    .with_writer(writer),
-            )
-            .with(terminal.then(|| PhaseLayer(shared.clone())))
-            .try_init()
-    };
-    if installed.is_ok() && terminal {
-        std::thread::spawn(move || tick(shared));
+    // The phase spans reach the progress layer whatever the log level;
+    // no event does, so events the filter turns off cost nothing.
+    let phases = show_progress
+        .then(|| PhaseLayer.with_filter(filter_fn(|m| m.is_span() && m.name() == "phase")));
+    let installed = tracing_subscriber::registry()
+        .with(events.with_filter(args.filter()))
+        .with(phases)
+        .try_init();
+    if installed.is_ok() && show_progress {
+        progress::enable();
     }
 }

@@ -1,24 +1,29 @@
-//! `cargo xtask`: the project's tasks, as a small table.
+//! `cargo xtask`: the project's tasks, one clap command line.
 //!
 //! Every CI job is one of these tasks or the README's test command, so a
-//! developer runs exactly what CI runs. Tasks that shell out to cargo honour
-//! `$CARGO` and echo each command before running it. A task whose check
-//! fails exits with a non-zero status and an `error:` line saying why.
+//! developer runs exactly what CI runs. Every task takes the logging
+//! options (`logging`); `--help` at the top or after a task says what it
+//! takes, and an unknown flag or a value that does not parse exits with
+//! status 2 and clap's message. Tasks call library functions, never each
+//! other's command lines. Tasks that shell out to cargo honour `$CARGO`
+//! and echo each command before running it. A task whose check fails
+//! exits with a non-zero status and an `error:` line saying why.
 
 // A package build allocates and frees hundreds of megabytes of short-lived
 // vectors (pieces, rows, timelines) on every thread. The system allocator
-// hands much of it back to the kernel and faults it in again (about 230,000
-// page faults per SigLIP b2 build); mimalloc keeps it, and the build took
-// about 0.85 of the wall and CPU time in alternating runs (docs/ARCHITECTURE.md).
-// Its `no_thp` feature (in the workspace manifest) keeps it from asking for
+// hands much of it back to the kernel and faults it in again; mimalloc
+// keeps it, and the build is faster with it (docs/ARCHITECTURE.md). Its
+// `no_thp` feature (in the workspace manifest) keeps it from asking for
 // transparent huge pages: zeroing them on first touch cost more system time
-// than the ~130,000 faults of 4 KiB pages it takes instead.
+// than the faults of 4 KiB pages it takes instead.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod graph;
 
 use std::process::{Command, ExitCode};
+
+use clap::{Parser, Subcommand, ValueEnum};
 
 mod alloc;
 mod bench_sim;
@@ -30,140 +35,147 @@ mod kernels;
 mod logging;
 mod params;
 mod profile;
+mod progress;
 mod record_phases;
 mod report;
 mod run_package;
 
-/// A task: its name, a one-line summary, and what runs it.
-struct Task {
-    name: &'static str,
-    summary: &'static str,
-    run: fn(&[String]) -> Result<ExitCode, String>,
+/// The project's tasks: build, run, inspect and measure IPU21 packages,
+/// and run what CI runs.
+#[derive(Parser, Debug)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    version,
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(flatten)]
+    log: logging::LogArgs,
+    #[command(subcommand)]
+    task: Task,
 }
 
-const TASKS: &[Task] = &[
-    Task {
-        name: "build-package",
-        summary: "build a model fixture or a SigLIP --checkpoint DIR into a package (default: SigLIP so400m b2 on every tile of the IPU21)",
-        run: build_package::run,
+/// The tasks.
+#[derive(Subcommand, Debug)]
+enum Task {
+    /// Build a model fixture or a SigLIP checkpoint into a package
+    /// (default: SigLIP so400m b2 on every tile of the IPU21)
+    BuildPackage(build_package::Args),
+    /// Run a package on the tile model, checked against the reference
+    RunPackage(run_package::Args),
+    /// Print a package's manifest summary and validate it
+    InspectPackage(run_package::InspectArgs),
+    /// Time the tile model and the reference on SigLIP so400m b2 on the
+    /// IPU21 (a benchmark: build with --release)
+    BenchSim(bench_sim::Args),
+    /// Print a package's cycle estimate: per layer, whole model,
+    /// images/s, roofline
+    Profile(profile::Args),
+    /// Write a self-contained HTML report of a package's time and memory
+    Report(report::Args),
+    /// Run the whole test suite and the embedding example (what CI runs)
+    Test(TestArgs),
+    /// Exchange schedule figures of a phase snapshot or of the generated
+    /// families
+    Exchange(exchange::Args),
+    /// Compile times and AMP utilisation of the seed's SigLIP GEMM
+    /// variants
+    Kernels,
+    /// Evaluate a fixture with the reference evaluator and print timings
+    Reference(graph::Args),
+    /// Place a MiniMalloc-style CSV problem, or print the allocator's
+    /// figures (`alloc bench`)
+    Alloc(alloc::Args),
+    /// A hostile-input campaign: edited packages, fixtures and exchange
+    /// snapshots, each case in a child process under limits
+    Hostile(hostile::Args),
+    /// One case of `hostile`, run in its child process
+    #[command(hide = true)]
+    HostileCase {
+        #[command(subcommand)]
+        case: hostile::Case,
     },
-    Task {
-        name: "run-package",
-        summary: "run a package on the tile model: DIR [--image FILE]... [--inputs seed|FILE] [--seed N] [--out FILE.safetensors] [--reference]",
-        run: run_package::run,
-    },
-    Task {
-        name: "bench-sim",
-        summary: "time the tile model and the reference on SigLIP b2 on the IPU21: [--layers N] [--keep DIR]",
-        run: bench_sim::run,
-    },
-    Task {
-        name: "inspect-package",
-        summary: "print a package's manifest summary and validate it: DIR",
-        run: run_package::inspect,
-    },
-    Task {
-        name: "profile",
-        summary: "the cycle estimate of a package: per layer, whole model, images/s, roofline: DIR [--steps]",
-        run: profile::run,
-    },
-    Task {
-        name: "report",
-        summary: "write a self-contained HTML report of a package's time and memory: DIR --out FILE.html [--tile N]",
-        run: report::run,
-    },
-    Task {
-        name: "test",
-        summary: "run the whole test suite and the embedding example (what CI runs)",
-        run: test,
-    },
-    Task {
-        name: "exchange",
-        summary: "exchange schedule figures: FILE.json or --families [--check]",
-        run: exchange::run,
-    },
-    Task {
-        name: "kernels",
-        summary: "compile times and AMP utilisation of the seed's SigLIP GEMM variants",
-        run: kernels::run,
-    },
-    Task {
-        name: "reference",
-        summary: "evaluate a fixture with the reference evaluator and print timings",
-        run: graph::reference,
-    },
-    Task {
-        name: "alloc",
-        summary: "FILE.csv --capacity BYTES [--timeout S] [--output F] | bench [--quick]: placement tools",
-        run: alloc::alloc,
-    },
-    Task {
-        name: "hostile",
-        summary: "hostile-input campaign through the CLI: [--packages N] [--fixtures N] [--snapshots N] [--seed S] [--timeout S] [--memory-mb MB] [--keep DIR]",
-        run: hostile::run,
-    },
-    Task {
-        name: "hostile-case",
-        summary: "one package case of `hostile`, run as run-package reads and runs it: package DIR",
-        run: hostile::case,
-    },
-    Task {
-        name: "ci",
-        summary: "fmt check, clippy -D warnings, tests, bench build",
-        run: ci,
-    },
-];
+    /// The CI jobs besides the tests: lint, docs, benches (all of them
+    /// without one)
+    Ci(CiArgs),
+}
+
+impl Task {
+    fn run(self) -> Result<ExitCode, String> {
+        match self {
+            Task::BuildPackage(args) => build_package::run(&args),
+            Task::RunPackage(args) => run_package::run(&args),
+            Task::InspectPackage(args) => run_package::inspect(&args.package),
+            Task::BenchSim(args) => bench_sim::run(&args),
+            Task::Profile(args) => profile::run(&args),
+            Task::Report(args) => report::run(&args),
+            Task::Test(args) => test(&args),
+            Task::Exchange(args) => exchange::run(&args),
+            Task::Kernels => kernels::run(),
+            Task::Reference(args) => graph::reference(&args),
+            Task::Alloc(args) => alloc::alloc(&args),
+            Task::Hostile(args) => hostile::run(&args),
+            Task::HostileCase { case } => hostile::case(&case),
+            Task::Ci(args) => ci(&args),
+        }
+    }
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(name) = args.first() else {
-        eprintln!("error: give a task");
-        usage();
-        return ExitCode::from(2);
-    };
-    match TASKS.iter().find(|t| t.name == name) {
-        Some(task) => match (task.run)(&args[1..]) {
-            Ok(code) => code,
-            Err(message) => {
-                eprintln!("error: {message}");
-                ExitCode::FAILURE
-            }
-        },
-        None => {
-            eprintln!("error: unknown task `{name}`");
-            usage();
-            ExitCode::from(2)
+    // Help and version exit 0; a usage error exits 2 with clap's message.
+    let cli = Cli::parse();
+    logging::init(&cli.log);
+    match cli.task.run() {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
         }
     }
 }
 
-/// Parses a task's arguments with clap. `Err` carries the exit status when
-/// clap has already printed help (0) or an error (2).
-fn parse_args<A: clap::Parser>(task: &str, args: &[String]) -> Result<A, ExitCode> {
-    let argv = std::iter::once(task.to_owned()).chain(args.iter().cloned());
-    A::try_parse_from(argv).map_err(|e| {
-        let _ = e.print();
-        if e.use_stderr() {
-            ExitCode::from(2)
-        } else {
-            ExitCode::SUCCESS
-        }
-    })
+/// Options of `cargo xtask test`.
+#[derive(clap::Args, Debug)]
+struct TestArgs {
+    /// Arguments for `cargo test --workspace`, after `--` (e.g. `-- -p
+    /// ipu-sim`)
+    #[arg(last = true, value_name = "CARGO_TEST_ARGS")]
+    cargo_test: Vec<String>,
 }
 
-fn usage() {
-    eprintln!("usage: cargo xtask <task> [args]\n\ntasks:");
-    for t in TASKS {
-        eprintln!("  {:<16} {}", t.name, t.summary);
-    }
+/// Options of `cargo xtask ci`.
+#[derive(clap::Args, Debug)]
+struct CiArgs {
+    /// The job to run (default: all of them in turn)
+    #[arg(value_enum)]
+    job: Option<CiJob>,
+}
+
+/// A CI job besides the test run (`.ci/run`).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum CiJob {
+    /// `cargo fmt --check` and `cargo clippy -D warnings`
+    Lint,
+    /// `cargo doc` with warnings as errors
+    Docs,
+    /// Builds every benchmark without running it
+    Benches,
 }
 
 /// Runs cargo with `args`, echoing the command first; a failure is `Err`
 /// with the command.
 fn cargo(args: &[&str]) -> Result<ExitCode, String> {
+    cargo_with(&[], args)
+}
+
+/// [`cargo`] with environment variables set for it.
+fn cargo_with(env: &[(&str, &str)], args: &[&str]) -> Result<ExitCode, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    eprintln!("$ {cargo} {}", args.join(" "));
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}='{v}' ")).collect();
+    eprintln!("$ {}{cargo} {}", shown.concat(), args.join(" "));
     let status = Command::new(&cargo)
+        .envs(env.iter().copied())
         .args(args)
         .status()
         .map_err(|e| format!("cannot run {cargo}: {e}"))?;
@@ -176,30 +188,59 @@ fn cargo(args: &[&str]) -> Result<ExitCode, String> {
 
 /// The test suite, then the embedding example, which builds a package
 /// with stages of its own and runs it on the tile model.
-fn test(extra: &[String]) -> Result<ExitCode, String> {
-    let mut args = vec!["test", "--workspace"];
-    args.extend(extra.iter().map(String::as_str));
-    cargo(&args)?;
-    cargo(&["run", "--quiet", "-p", "ipu-package", "--example", "embed"])
+fn test(args: &TestArgs) -> Result<ExitCode, String> {
+    let mut cargo_args = vec!["test", "--workspace"];
+    cargo_args.extend(args.cargo_test.iter().map(String::as_str));
+    cargo(&cargo_args)?;
+    cargo(&["run", "--quiet", "-p", "ipu-examples", "--example", "embed"])
 }
 
-fn ci(_: &[String]) -> Result<ExitCode, String> {
-    let steps: &[&[&str]] = &[
-        &["fmt", "--all", "--", "--check"],
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ],
-        &["test", "--workspace"],
-        &["run", "--quiet", "-p", "ipu-package", "--example", "embed"],
-        &["bench", "--workspace", "--no-run"],
-    ];
-    for step in steps {
-        cargo(step)?;
+/// The CI jobs besides the test run (`.ci/run`), the one asked for or all
+/// of them in turn. Every cargo command runs `--locked`: CI builds with
+/// the committed lock file or fails.
+fn ci(args: &CiArgs) -> Result<ExitCode, String> {
+    let all = [CiJob::Lint, CiJob::Docs, CiJob::Benches];
+    let jobs = match args.job {
+        Some(job) => vec![job],
+        None => all.to_vec(),
+    };
+    for job in jobs {
+        match job {
+            CiJob::Lint => {
+                cargo(&["fmt", "--all", "--", "--check"])?;
+                cargo(&[
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--locked",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])?;
+            }
+            CiJob::Docs => {
+                cargo_with(
+                    &[("RUSTDOCFLAGS", "-D warnings")],
+                    &["doc", "--workspace", "--no-deps", "--locked"],
+                )?;
+            }
+            CiJob::Benches => {
+                cargo(&["bench", "--workspace", "--no-run", "--locked"])?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        // clap's own checks of the definition: conflicting names, bad
+        // defaults, arguments that require missing ones.
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 }

@@ -15,17 +15,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Parser;
 use ipu_package::graph::parse_fixture;
 use ipu_package::package::Package;
 use ipu_package::profile::{Profile, ProfileConfig, StepKind, estimate};
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "cargo xtask profile",
-    about = "Print the cycle estimate of a package: per layer, whole model, images/s, roofline"
-)]
-struct Args {
+/// Options of `profile`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
     /// The package directory.
     package: PathBuf,
     /// Also list every step of one run of the first repeat's body.
@@ -33,11 +29,7 @@ struct Args {
     steps: bool,
 }
 
-pub fn run(args: &[String]) -> Result<ExitCode, String> {
-    let args: Args = match crate::parse_args("profile", args) {
-        Ok(a) => a,
-        Err(code) => return Ok(code),
-    };
+pub fn run(args: &Args) -> Result<ExitCode, String> {
     let profile = load(&args.package)?;
     print!("{}", render(&profile, args.steps));
     Ok(ExitCode::SUCCESS)
@@ -139,6 +131,13 @@ pub(crate) fn render(p: &Profile, list_steps: bool) -> String {
         p.fp8_roofline_cycles,
         100.0 * p.fp8_roofline_ratio()
     );
+    let _ = writeln!(
+        out,
+        "  every step at its floor {} cycles ({:.1} us) -> estimate / floor {:.2}",
+        t.floor_cycles,
+        us(t.floor_cycles),
+        ratio(t.cycles, t.floor_cycles)
+    );
     let check = &p.kernel_check;
     let _ = writeln!(
         out,
@@ -161,7 +160,7 @@ pub(crate) fn render(p: &Profile, list_steps: bool) -> String {
         in_repeats = in_repeats.saturating_add(r.cycles.saturating_mul(runs));
         let _ = writeln!(
             out,
-            "repeat {} x{}: {} cycles = {:.1} us per iteration; compute {} ({:.1}%) exchange {} ({:.1}%) sync {} ({:.1}%); roofline {} -> ratio {:.1}%",
+            "repeat {} x{}: {} cycles = {:.1} us per iteration; compute {} ({:.1}%) exchange {} ({:.1}%) sync {} ({:.1}%); roofline {} -> ratio {:.1}%; at the floors {} -> estimate / floor {:.2}",
             r.name,
             r.count,
             r.cycles,
@@ -173,7 +172,9 @@ pub(crate) fn render(p: &Profile, list_steps: bool) -> String {
             r.sync_cycles,
             pct(r.sync_cycles, r.cycles),
             r.roofline_cycles,
-            pct(r.roofline_cycles, r.cycles)
+            pct(r.roofline_cycles, r.cycles),
+            r.floor_cycles,
+            ratio(r.cycles, r.floor_cycles)
         );
     }
     if !p.repeats.is_empty() {
@@ -207,37 +208,58 @@ pub(crate) fn render(p: &Profile, list_steps: bool) -> String {
     }
     if let Some(r) = p.repeats.first() {
         let body = &p.steps[r.first_step as usize..(r.first_step + r.steps) as usize];
-        let mut ops: BTreeMap<&str, (usize, u64, u64, u64)> = BTreeMap::new();
+        let mut ops: BTreeMap<&str, OpRow> = BTreeMap::new();
         let mut order: Vec<&str> = Vec::new();
         for s in body {
-            let key = short_op(&s.op);
+            let key = s.op.as_str();
             let e = ops.entry(key).or_insert_with(|| {
                 order.push(key);
-                (0, 0, 0, 0)
+                OpRow::default()
             });
-            e.0 += 1;
+            e.steps += 1;
             match s.kind {
-                StepKind::Compute => e.1 += s.work_cycles,
-                StepKind::Exchange => e.2 += s.work_cycles,
+                StepKind::Compute => {
+                    e.compute += s.work_cycles;
+                    e.compute_floor += s.floor_cycles;
+                }
+                StepKind::Exchange => {
+                    e.exchange += s.work_cycles;
+                    e.exchange_floor += s.floor_cycles;
+                }
             }
-            e.3 += s.sync_cycles;
+            e.sync += s.sync_cycles;
         }
         let _ = writeln!(
             out,
-            "\nper op of one {} iteration (cycles; % of the iteration):\n  {:<12} {:>5} {:>10} {:>10} {:>8} {:>10} {:>6}",
-            r.name, "op", "steps", "compute", "exchange", "sync", "total", "%"
+            "\nper op of one {} iteration (cycles; % of the iteration; each part against its floor):\n  {:<16} {:>5} {:>10} {:>10} {:>6} {:>10} {:>10} {:>6} {:>8} {:>10} {:>6}",
+            r.name,
+            "op",
+            "steps",
+            "compute",
+            "floor",
+            "ratio",
+            "exchange",
+            "floor",
+            "ratio",
+            "sync",
+            "total",
+            "%"
         );
         for key in order {
-            let (n, c, x, s) = ops[key];
-            let total = c + x + s;
+            let o = &ops[key];
+            let total = o.compute + o.exchange + o.sync;
             let _ = writeln!(
                 out,
-                "  {:<12} {:>5} {:>10} {:>10} {:>8} {:>10} {:>5.1}%",
+                "  {:<16} {:>5} {:>10} {:>10} {:>6.2} {:>10} {:>10} {:>6.2} {:>8} {:>10} {:>5.1}%",
                 key,
-                n,
-                c,
-                x,
-                s,
+                o.steps,
+                o.compute,
+                o.compute_floor,
+                ratio(o.compute, o.compute_floor),
+                o.exchange,
+                o.exchange_floor,
+                ratio(o.exchange, o.exchange_floor),
+                o.sync,
                 total,
                 pct(total, r.cycles)
             );
@@ -253,7 +275,7 @@ pub(crate) fn render(p: &Profile, list_steps: bool) -> String {
                 });
                 let _ = writeln!(
                     out,
-                    "  {:>4} {:<8} {:<32} {:>9} busiest {:<6} active {:>5} mean {:>9}{}",
+                    "  {:>4} {:<8} {:<32} {:>9} floor {:>9} ({:>5.2}) busiest {:<6} active {:>5} mean {:>9}{}",
                     s.index,
                     match s.kind {
                         StepKind::Compute => "compute",
@@ -261,6 +283,8 @@ pub(crate) fn render(p: &Profile, list_steps: bool) -> String {
                     },
                     s.name,
                     s.cycles,
+                    s.floor_cycles,
+                    ratio(s.work_cycles, s.floor_cycles),
                     s.busiest_tile.map_or("-".to_owned(), |t| t.to_string()),
                     s.active_tiles,
                     s.mean_tile_cycles,
@@ -290,11 +314,18 @@ pub(crate) fn render(p: &Profile, list_steps: bool) -> String {
     out
 }
 
-/// The op of a step without its repeat prefix (`enc0.qkv` → `qkv`), so
-/// that the ops of one iteration read alike.
-fn short_op(op: &str) -> &str {
-    match op.split_once('.') {
-        Some((_, rest)) => rest,
-        None => op,
-    }
+/// One op's steps in one iteration, and their floors.
+#[derive(Default)]
+struct OpRow {
+    steps: usize,
+    compute: u64,
+    compute_floor: u64,
+    exchange: u64,
+    exchange_floor: u64,
+    sync: u64,
+}
+
+/// `a / b`, 0 when `b` is 0.
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
 }

@@ -6,14 +6,16 @@
 //! package builder calls it like any scheduler stage, so the phases are
 //! exactly the ones the build scheduled, at their placed addresses, and
 //! the package is the same with or without it. Readdressed phases are not
-//! recorded: the next iteration of a repeat body is the same transfers
-//! elsewhere, and a step a later placement round only readdresses keeps
-//! the addresses it was first scheduled at in the file.
+//! recorded (the inner scheduler's outputs keep their readdress
+//! capability, which does not pass through the recorder): the next
+//! iteration of a repeat body is the same transfers elsewhere, and a step a
+//! later placement round only readdresses keeps the addresses it was first
+//! scheduled at in the file.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ipu_exchange::{
-    ExchangeScheduler, Fabric, Phase, Schedule, ScheduleError, ScheduleRequest, Snapshot,
+    ExchangeScheduler, Fabric, Phase, ScheduleError, ScheduleOutput, ScheduleRequest, Snapshot,
     ValidPhase,
 };
 
@@ -33,51 +35,15 @@ impl ExchangeScheduler for Recorder {
 
     fn schedule(
         &self,
-        phase: &Phase,
-        fabric: &Fabric,
-        request: ScheduleRequest,
-    ) -> Result<Schedule, ScheduleError> {
-        self.record(request, phase);
-        self.inner.schedule(phase, fabric, request)
-    }
-
-    fn readdress(
-        &self,
-        earlier: &Schedule,
-        phase: &Phase,
-        fabric: &Fabric,
-        request: ScheduleRequest,
-    ) -> Result<Schedule, ScheduleError> {
-        self.inner.readdress(earlier, phase, fabric, request)
-    }
-
-    fn schedule_valid(
-        &self,
         phase: ValidPhase<'_>,
         fabric: &Fabric,
         request: ScheduleRequest,
-    ) -> Result<Schedule, ScheduleError> {
-        self.record(request, phase.phase());
-        self.inner.schedule_valid(phase, fabric, request)
-    }
-
-    fn readdress_valid(
-        &self,
-        earlier: &Schedule,
-        phase: ValidPhase<'_>,
-        fabric: &Fabric,
-        request: ScheduleRequest,
-    ) -> Result<Schedule, ScheduleError> {
-        self.inner.readdress_valid(earlier, phase, fabric, request)
-    }
-}
-
-impl Recorder {
-    fn record(&self, request: ScheduleRequest, phase: &Phase) {
+    ) -> Result<ScheduleOutput, ScheduleError> {
         self.phases
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((request.label, phase.clone()));
+            .push((request.label, phase.phase().clone()));
+        self.inner.schedule(phase, fabric, request)
     }
 }
 

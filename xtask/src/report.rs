@@ -21,7 +21,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
 use ipu_alloc::MemoryProfile;
 use ipu_layout::{EntityId, MemoryClass};
 use ipu_package::package::Package;
@@ -36,12 +35,9 @@ const JS: &str = include_str!("report/page.js");
 /// Buffers listed per tile.
 const BUFFERS_PER_TILE: usize = 12;
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "cargo xtask report",
-    about = "Write a self-contained HTML report of a package's time and memory"
-)]
-struct Args {
+/// Options of `report`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
     /// The package directory.
     package: PathBuf,
     /// The HTML file to write.
@@ -53,11 +49,7 @@ struct Args {
     tile: Option<u32>,
 }
 
-pub fn run(args: &[String]) -> Result<ExitCode, String> {
-    let args: Args = match crate::parse_args("report", args) {
-        Ok(a) => a,
-        Err(code) => return Ok(code),
-    };
+pub fn run(args: &Args) -> Result<ExitCode, String> {
     let package = Package::read(&args.package)
         .map_err(|e| format!("reading the package {}: {e}", args.package.display()))?;
     let tiles = package.manifest.tile_count;
@@ -148,6 +140,7 @@ fn report_data(
                 "runs": s.runs,
                 "cycles": s.cycles,
                 "work": s.work_cycles,
+                "floor": s.floor_cycles,
                 "sync": s.sync_cycles,
                 "busiest": s.busiest_tile,
                 "active": s.active_tiles,

@@ -2,6 +2,10 @@
 //! [--seed N] [--out OUT.safetensors] [--reference]` and
 //! `cargo xtask inspect-package DIR`.
 //!
+//! On a terminal the progress line shows the tile model's steps done of
+//! all, the elapsed time and an estimate of the time left, and then the
+//! reference evaluation's elapsed time (`progress`).
+//!
 //! `run-package` runs a package on the tile model. Weights come from the
 //! package's `weights.safetensors` when it carries one (every package
 //! built from a checkpoint does, and a weight missing there is an error,
@@ -10,7 +14,7 @@
 //! checkpoint package runs on the built-in synthetic images, the seed
 //! choosing the first of them), read from a safetensors FILE (`--inputs`, only the graph's inputs, all
 //! of them), or made from images (`--image`, one per batch row, for a
-//! package built from a checkpoint, preprocessed as its `siglip.json`
+//! package built from a checkpoint, preprocessed as its `model.json`
 //! says). `--out` writes every graph output as an F32 tensor to a
 //! safetensors file. The reference evaluation of the package's graph runs
 //! with `--reference`, and by default when neither `--image` nor `--out`
@@ -28,7 +32,7 @@
 //! `inspect-package` recovers, reads and validates the package exactly as
 //! `run-package` does (`Package::read`, which checks every file against
 //! the manifest and then `Package::validate`, and then the graph a run
-//! would build from the package's fixture or checkpoint description and
+//! would build from the package's fixture and model description and
 //! its weights), prints the manifest summary and `valid=true`, or one
 //! `problem:` line per validation problem, an `error:` line and
 //! `valid=false` with exit status 1.
@@ -37,21 +41,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use ipu_frontend::PackagedModel;
 use ipu_package::TensorKind;
-use ipu_package::checkpoint::PackagedModel;
 use ipu_package::graph::{Graph, ValueSet, parse_fixture, safetensors, values};
 use ipu_package::package::{Package, PackageIoError};
 use ipu_sim::reference::compare::{Tolerance, compare};
-use ipu_sim::tiles::{CODELET_KINDS, RunStats};
+use ipu_sim::tiles::{CODELET_KINDS, RunConfig, RunStats};
 
-/// The package directory, the first argument.
-fn package_dir(args: &[String]) -> Result<PathBuf, String> {
-    let dir = args
-        .first()
-        .filter(|a| !a.starts_with("--"))
-        .ok_or("give the package directory")?;
-    Ok(PathBuf::from(dir))
-}
+use crate::progress;
 
 /// Recovers and reads the package at `dir`, as both commands do.
 fn read_dir(dir: &Path) -> Result<Package, ReadFailure> {
@@ -75,10 +72,40 @@ impl ReadFailure {
     }
 }
 
-fn read_package(args: &[String]) -> Result<(PathBuf, Package), String> {
-    let dir = package_dir(args)?;
-    let package = read_dir(&dir).map_err(|f| f.message(&dir))?;
-    Ok((dir, package))
+/// Options of `run-package`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The package directory
+    #[arg(value_name = "DIR")]
+    package: PathBuf,
+    /// An image for one batch row, preprocessed as the package's
+    /// checkpoint says (repeatable: one per row; a package built from a
+    /// checkpoint)
+    #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
+    image: Vec<PathBuf>,
+    /// The inputs: `seed` (generated from --seed; a checkpoint package
+    /// runs on built-in synthetic images) or a safetensors FILE holding
+    /// every graph input
+    #[arg(long, value_name = "seed|FILE")]
+    inputs: Option<PathBuf>,
+    /// Seed of generated inputs and weights
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Write every graph output as an F32 tensor to this safetensors file
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Also run the reference evaluation and compare every output (the
+    /// default unless --image or --out is given)
+    #[arg(long)]
+    reference: bool,
+}
+
+/// Options of `inspect-package`.
+#[derive(clap::Args, Debug)]
+pub struct InspectArgs {
+    /// The package directory
+    #[arg(value_name = "DIR")]
+    pub package: PathBuf,
 }
 
 /// What `run-package` was asked for.
@@ -89,37 +116,15 @@ struct RunArgs {
     reference: bool,
 }
 
-/// Parses the options after the package directory.
-fn run_args(args: &[String]) -> Result<RunArgs, String> {
-    let mut seed = 7;
-    let (mut file, mut images, mut out, mut reference) = (None, Vec::new(), None, false);
-    let mut rest = args.iter().skip(1);
-    while let Some(flag) = rest.next() {
-        let mut value = || {
-            rest.next()
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            "--seed" => seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
-            "--inputs" => file = Some(value()?),
-            "--image" => images.push(PathBuf::from(value()?)),
-            "--out" => out = Some(PathBuf::from(value()?)),
-            "--reference" => reference = true,
-            other => {
-                return Err(format!(
-                    "unknown argument `{other}`; run-package takes DIR [--image FILE]... \
-                     [--inputs seed|FILE] [--seed N] [--out FILE.safetensors] [--reference]"
-                ));
-            }
-        }
-    }
-    let inputs = match (file, images.is_empty()) {
-        (Some(_), false) => return Err("give --image or --inputs, not both".to_owned()),
-        (None, false) => Inputs::Images(images),
-        (Some(f), true) if f != "seed" => Inputs::File(PathBuf::from(f)),
+/// What the options ask for: where the inputs come from and whether the
+/// reference runs.
+fn run_args(args: &Args) -> Result<RunArgs, String> {
+    let inputs = match (&args.inputs, args.image.is_empty()) {
+        (_, false) => Inputs::Images(args.image.clone()),
+        (Some(f), true) if f.as_os_str() != "seed" => Inputs::File(f.clone()),
         _ => Inputs::Seed,
     };
+    let out = args.out.clone();
     if let Some(out) = &out
         && out.is_dir()
     {
@@ -130,22 +135,40 @@ fn run_args(args: &[String]) -> Result<RunArgs, String> {
     }
     // Images in, embeddings out: the reference runs when asked. A plain
     // run (seeded or file inputs, nothing written) is a check against it.
-    let reference = reference || (out.is_none() && !matches!(inputs, Inputs::Images(_)));
+    let reference = args.reference || (out.is_none() && !matches!(inputs, Inputs::Images(_)));
     Ok(RunArgs {
-        seed,
+        seed: args.seed,
         inputs,
         out,
         reference,
     })
 }
 
-pub fn run(args: &[String]) -> Result<ExitCode, String> {
-    let (dir, package) = read_package(args)?;
+/// The tile model's options for a run: the per-op check on, and the
+/// progress line's hook on a terminal (its guard clears the line).
+fn run_config() -> (RunConfig, progress::StepsGuard) {
+    let (hook, guard) = progress::steps("tile model");
+    let config = RunConfig {
+        progress: hook,
+        ..RunConfig::default()
+    };
+    (config, guard)
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, String> {
     let run = run_args(args)?;
-    let (graph, values) = prepare(&package, run.seed, &run.inputs)?;
+    let dir = &args.package;
+    let package = read_dir(dir).map_err(|f| f.message(dir))?;
+    let (graph, values) = {
+        let _shown = progress::activity("preparing inputs and weights");
+        prepare(&package, run.seed, &run.inputs)?
+    };
     let start = Instant::now();
-    let (device, stats) = ipu_sim::tiles::run_package_with_stats(&package, &graph, &values)
-        .map_err(|e| format!("running {}: {}", dir.display(), error_chain(&e)))?;
+    let (device, stats) = {
+        let (config, _shown) = run_config();
+        ipu_sim::tiles::run_package_with(&package, &graph, &values, &config)
+            .map_err(|e| format!("running {}: {}", dir.display(), error_chain(&e)))?
+    };
     // The per-op check runs inside the tile model's run; its time is
     // reported on its own.
     let tile_model = start.elapsed().saturating_sub(stats.op_check);
@@ -163,7 +186,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     let start = Instant::now();
-    let reference = ipu_sim::evaluate(&graph, &values).map_err(|e| format!("reference: {e}"))?;
+    let reference = evaluate_reference(&graph, &values)?;
     let reference_time = start.elapsed();
     let (lines, pass) = comparison(&graph, &reference, &device);
     for line in &lines {
@@ -236,7 +259,7 @@ pub enum Inputs {
     /// Read from a safetensors-style file.
     File(PathBuf),
     /// Images, one per batch row, preprocessed as a checkpoint package's
-    /// `siglip.json` says.
+    /// `model.json` says.
     Images(Vec<PathBuf>),
 }
 
@@ -327,31 +350,28 @@ pub fn prepare(package: &Package, seed: u64, inputs: &Inputs) -> Result<(Graph, 
     Ok((graph, values))
 }
 
-/// The graph a run of `package` uses, from its checkpoint description or
-/// its fixture, checked against the package's buffers before any value is
-/// generated for it; with the checkpoint model when the package has one.
-/// `inspect-package` calls it too, so that it never calls valid a package
-/// whose graph a run refuses.
+/// The graph a run of `package` uses, from its fixture, checked against
+/// the package's buffers before any value is generated for it; with the
+/// front end's model when the package describes one (`model.json`),
+/// checked to describe that graph. `inspect-package` calls it too, so
+/// that it never calls valid a package whose graph a run refuses.
 pub fn graph_of(package: &Package) -> Result<(Graph, Option<PackagedModel>), String> {
-    let (graph, model) = match (&package.siglip, &package.fixture) {
-        (Some(files), _) => {
-            let model = PackagedModel::from_files(files).map_err(|e| e.to_string())?;
-            (model.graph().map_err(|e| e.to_string())?, Some(model))
-        }
-        (None, Some(fixture)) => (
-            parse_fixture(fixture).map_err(|e| format!("the package's fixture: {e}"))?,
-            None,
-        ),
-        (None, None) => {
-            return Err(
-                "the package carries neither its fixture nor a SigLIP model; rebuild it with build-package"
-                    .to_owned(),
-            );
-        }
+    let Some(fixture) = &package.fixture else {
+        return Err(
+            "the package carries no fixture.json with its graph; rebuild it with build-package"
+                .to_owned(),
+        );
     };
+    let graph = parse_fixture(fixture).map_err(|e| format!("the package's fixture: {e}"))?;
     // Sizes first: an edited fixture must not make us generate values for
     // tensors the package never holds.
     ipu_sim::tiles::check_fixture(package, &graph).map_err(|e| error_chain(&e))?;
+    let model = match &package.model {
+        Some(description) => Some(
+            PackagedModel::from_description(description, &graph).map_err(|e| error_chain(&e))?,
+        ),
+        None => None,
+    };
     Ok((graph, model))
 }
 
@@ -376,15 +396,21 @@ fn input_names(graph: &Graph) -> String {
 /// evaluation of its graph, on the same inputs and weights, and
 /// compares every output under the graph tolerance of its precision.
 pub fn check(dir: &Path, package: &Package, seed: u64, inputs: &Inputs) -> Result<Checked, String> {
-    let (graph, values) = prepare(package, seed, inputs)?;
+    let (graph, values) = {
+        let _shown = progress::activity("preparing inputs and weights");
+        prepare(package, seed, inputs)?
+    };
     let start = Instant::now();
-    let (device, stats) = ipu_sim::tiles::run_package_with_stats(package, &graph, &values)
-        .map_err(|e| format!("running {}: {}", dir.display(), error_chain(&e)))?;
+    let (device, stats) = {
+        let (config, _shown) = run_config();
+        ipu_sim::tiles::run_package_with(package, &graph, &values, &config)
+            .map_err(|e| format!("running {}: {}", dir.display(), error_chain(&e)))?
+    };
     // The per-op check runs inside the tile model's run; its time is
     // reported on its own.
     let tile_model = start.elapsed().saturating_sub(stats.op_check);
     let start = Instant::now();
-    let reference = ipu_sim::evaluate(&graph, &values).map_err(|e| format!("reference: {e}"))?;
+    let reference = evaluate_reference(&graph, &values)?;
     let reference_time = start.elapsed();
     let (lines, pass) = comparison(&graph, &reference, &device);
     Ok(Checked {
@@ -394,6 +420,13 @@ pub fn check(dir: &Path, package: &Package, seed: u64, inputs: &Inputs) -> Resul
         reference: reference_time,
         stats,
     })
+}
+
+/// The reference evaluation of `graph` on `values`, shown on the progress
+/// line while it runs.
+fn evaluate_reference(graph: &Graph, values: &ValueSet) -> Result<ValueSet, String> {
+    let _shown = progress::activity("reference evaluation");
+    ipu_sim::evaluate(graph, values).map_err(|e| format!("reference: {e}"))
 }
 
 /// One line per output comparing the tile model with the reference under
@@ -468,11 +501,10 @@ pub fn profile(s: &RunStats) -> String {
     line
 }
 
-pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
+pub fn inspect(dir: &Path) -> Result<ExitCode, String> {
     // The same recovery, reading and validation as run-package, and the
     // same graph: a package it refuses is never called valid here.
-    let dir = package_dir(args)?;
-    let package = match read_dir(&dir) {
+    let package = match read_dir(dir) {
         Ok(package) => package,
         Err(failure) => {
             if let ReadFailure::Read(PackageIoError::Invalid { errors, .. }) = &failure {
@@ -480,7 +512,7 @@ pub fn inspect(args: &[String]) -> Result<ExitCode, String> {
                     println!("problem: {e}");
                 }
             }
-            eprintln!("error: {}", failure.message(&dir));
+            eprintln!("error: {}", failure.message(dir));
             println!("valid=false");
             return Ok(ExitCode::FAILURE);
         }

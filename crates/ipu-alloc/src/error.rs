@@ -2,8 +2,10 @@
 //!
 //! A failure names the tile, the request, its class, size, alignment and
 //! lifetime, the class's allowed ranges, the free gaps and the live set at
-//! the step where the request fits worst, and a verdict that tells "simply
-//! too big" (the lower bound proves it) from "fragmented".
+//! the step where the request fits worst, and a verdict that says the
+//! truth about the tile: proved impossible (by the lower bound, by a
+//! request larger than any gap, or by exhaustive search, each with the step
+//! and bytes of the proof) or undecided within the search's node budget.
 
 use ipu_layout::{MemoryClass, TileId};
 use serde::{Deserialize, Serialize};
@@ -52,53 +54,128 @@ pub enum Verdict {
         /// The largest gap left by reservations over the request's lifetime.
         largest_gap: u32,
     },
-    /// The live bytes fit but no placement was found: fragmentation by
-    /// region boundaries, reservations, alignment or separation.
-    Fragmented {
-        /// Whether the exact search proved that no placement exists.
-        proved: bool,
-        /// Exact-search nodes used.
+    /// The live bytes fit, but an exhaustive search proved that no
+    /// placement exists: region boundaries, reservations, alignment or
+    /// separation fragment the space. `class`, `step`, `live_bytes` and
+    /// `usable_bytes` name the tightest step of the tile, where shrinking
+    /// pays first.
+    Exhausted {
+        /// Search nodes of the proof.
         nodes: u64,
+        /// The proof ignored separation partners (a placement without them
+        /// does not exist, so none with them does).
+        relaxed: bool,
+        /// The class of the tightest step (`None`: all classes).
+        class: Option<MemoryClass>,
+        /// The tightest step.
+        step: u32,
+        /// Live bytes of that class at that step.
+        live_bytes: u64,
+        /// Usable bytes of that class at that step.
+        usable_bytes: u64,
     },
+    /// Undecided: the live bytes fit, no greedy pass placed the tile, and
+    /// the exact search neither found a placement nor proved that none
+    /// exists within its node budget. More search effort may place it.
+    Unknown {
+        /// Search nodes used.
+        nodes: u64,
+        /// The node budget of each search (the tile's own and, where it has
+        /// separation partners, the one without them); 0: the search did
+        /// not run (the tile has more requests than it takes, or the budget
+        /// is 0).
+        budget: u64,
+        /// The class of the tightest step (`None`: all classes).
+        class: Option<MemoryClass>,
+        /// The tightest step.
+        step: u32,
+        /// Live bytes of that class at that step.
+        live_bytes: u64,
+        /// Usable bytes of that class at that step.
+        usable_bytes: u64,
+    },
+}
+
+impl Verdict {
+    /// Whether the verdict proves that the tile cannot be placed (as
+    /// opposed to [`Verdict::Unknown`]).
+    pub fn is_proof(&self) -> bool {
+        !matches!(self, Verdict::Unknown { .. })
+    }
 }
 
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let class_name =
+            |c: &Option<MemoryClass>| c.map_or_else(|| "all classes".to_owned(), |c| c.to_string());
         match self {
             Verdict::BoundExceeded {
                 class,
                 step,
                 needs_bytes,
             } => {
-                let what = class.map_or_else(|| "all classes".to_owned(), |c| c.to_string());
+                let what = class_name(class);
                 write!(
                     f,
-                    "the lower bound proves the tile infeasible: {what} needs {needs_bytes} bytes \
+                    "proved impossible by the lower bound: {what} needs {needs_bytes} bytes \
                      more at step {step}; shrink or shorten what is live there"
                 )
             }
             Verdict::TooLarge { largest_gap } => write!(
                 f,
-                "the request is larger than any gap its class's ranges leave around the \
-                 reservations ({largest_gap} bytes); split it or move reservations"
+                "proved impossible: the request is larger than any gap its class's ranges leave \
+                 around the reservations ({largest_gap} bytes); split it or move reservations"
             ),
-            Verdict::Fragmented {
-                proved: true,
+            Verdict::Exhausted {
                 nodes,
+                relaxed,
+                class,
+                step,
+                live_bytes,
+                usable_bytes,
             } => write!(
                 f,
-                "the live bytes fit but exhaustive search ({nodes} nodes) proved that no \
-                 placement exists: region boundaries, reservations, alignment or separation \
-                 fragment the space; reduce live sizes or relax constraints"
+                "proved impossible by exhaustive search ({nodes} nodes{}): the live bytes fit \
+                 but region boundaries, reservations, alignment or separation fragment the \
+                 space; the tightest step is {step}, where {} holds {live_bytes} live bytes \
+                 in {usable_bytes} usable; reduce what is live there or relax constraints",
+                if *relaxed {
+                    ", even without separation"
+                } else {
+                    ""
+                },
+                class_name(class)
             ),
-            Verdict::Fragmented {
-                proved: false,
+            Verdict::Unknown {
                 nodes,
+                budget: 0,
+                class,
+                step,
+                live_bytes,
+                usable_bytes,
             } => write!(
                 f,
-                "the live bytes fit, so this is fragmentation; the exact search found no \
-                 placement within {nodes} nodes; raise PlaceConfig::exact_node_budget or \
-                 reduce live sizes"
+                "undecided: no greedy pass placed the tile and the exact search did not run \
+                 ({nodes} nodes: the tile has more requests than PlaceConfig::exact_max_requests \
+                 or the node budget is 0); the tightest step is {step}, where {} holds \
+                 {live_bytes} live bytes in {usable_bytes} usable; raise the limits or reduce \
+                 what is live there",
+                class_name(class)
+            ),
+            Verdict::Unknown {
+                nodes,
+                budget,
+                class,
+                step,
+                live_bytes,
+                usable_bytes,
+            } => write!(
+                f,
+                "undecided: the exact search found no placement and no proof within its budget \
+                 of {budget} nodes ({nodes} used); the tightest step is {step}, where {} holds \
+                 {live_bytes} live bytes in {usable_bytes} usable; give the search more nodes \
+                 (PlaceConfig::exact_node_budget) or reduce what is live there",
+                class_name(class)
             ),
         }
     }
@@ -148,9 +225,10 @@ pub enum PlaceError {
     /// The problem is malformed.
     #[error(transparent)]
     Invalid(#[from] ProblemError),
-    /// A tile's requests do not fit.
+    /// A tile's requests were not placed: proved impossible, or undecided
+    /// within the search budget ([`FitFailure::verdict`] says which).
     #[error(
-        "{} cannot place {} ({}, {} bytes, alignment {}, steps {}..={}): the largest free gap \
+        "{} did not place {} ({}, {} bytes, alignment {}, steps {}..={}): the largest free gap \
          in its ranges at step {} is {} bytes; {} ({} tile(s) left to the exact search)",
         .0.tile, .0.request, .0.class, .0.bytes, .0.alignment, .0.first_step, .0.last_step,
         .0.step, .0.largest_free_gap, .0.verdict, .0.failing_tiles

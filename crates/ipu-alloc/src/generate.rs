@@ -11,11 +11,18 @@
 //!   throughout, activations kept for the backward pass, short-lived
 //!   temporaries from bytes to hundreds of MiB, 64-bit sizes.
 //!   [`ml_trace_suite`] is the large-trace benchmark suite.
+//! - [`exact_classes`]: the exact search's benchmark classes (guillotine
+//!   cuts, random interval graphs at their peak, training-step shapes; each
+//!   zero-slack and near-zero-slack, 150 to 1000 buffers).
 //! - [`siglip_like`]: a whole-chip tile problem at SigLIP scale (1472 tiles,
 //!   about 340 requests per tile) around IPU21-style reservations.
 //!
 //! Generators are seeded and deterministic ([`SplitMix64`], the workspace's
 //! one generator), so the crate needs no random-number dependency.
+
+mod classes;
+
+pub use classes::{CLASS_SIZES, SuiteClass, exact_classes, interval_graph, ml_zero_slack};
 
 use ipu_layout::rng::SplitMix64;
 use ipu_layout::{MemoryClass, TileId};

@@ -31,7 +31,11 @@ pub struct PlaceConfig {
     /// Greedy passes tried, in order, only on tiles where every pass of
     /// `strategies` fails; the first success is kept.
     pub fallback_strategies: Vec<GreedyStrategy>,
-    /// Exact-search nodes per tile where every greedy pass fails.
+    /// Exact-search nodes per tile where every greedy pass fails; a tile
+    /// with separation partners that the search leaves undecided gets as
+    /// many again for the search without them, which can prove it
+    /// impossible. A tile left undecided is reported as
+    /// [`Verdict::Unknown`](crate::Verdict::Unknown), never as impossible.
     pub exact_node_budget: u64,
     /// Tiles with more requests than this skip the exact search (its
     /// recursion depth is the request count).
@@ -499,19 +503,16 @@ fn place_exact(
         arena,
         failure,
     } = pending;
-    let mut nodes = 0;
-    let mut proved = false;
+    let mut search = SearchEnd::NotRun;
     if !bound.proves_infeasible() && tile.requests.len() <= config.exact_max_requests {
-        let report = solve_exact(
-            &arena,
-            ExactBudget {
-                max_nodes: config.exact_node_budget,
-                deadline: None,
-                stop: None,
-            },
-        );
-        nodes = report.nodes;
-        match report.outcome {
+        let budget = ExactBudget {
+            max_nodes: config.exact_node_budget,
+            deadline: None,
+            stop: None,
+        };
+        let report = solve_exact(&arena, budget.clone());
+        let mut nodes = report.nodes;
+        search = match report.outcome {
             ExactOutcome::Found(offsets) => {
                 return Ok(finish(
                     tile,
@@ -522,13 +523,96 @@ fn place_exact(
                     PlaceMethod::Exact { nodes },
                 ));
             }
-            ExactOutcome::Infeasible => proved = true,
-            ExactOutcome::Unknown => {}
+            ExactOutcome::Infeasible => SearchEnd::Proved {
+                nodes,
+                relaxed: false,
+            },
+            ExactOutcome::Unknown => SearchEnd::Unknown {
+                nodes,
+                budget: config.exact_node_budget,
+            },
+        };
+        // With separation partners the search is not complete, so it
+        // proves nothing; without them it is: a tile that cannot be placed
+        // even without separation cannot be placed with it. The relaxed
+        // search gets a budget of its own, and a placement it finds is
+        // kept if it happens to separate the partners anyway.
+        let unknown = matches!(search, SearchEnd::Unknown { .. });
+        if let Some(relaxed) = without_partners(&arena).filter(|_| unknown) {
+            let report = solve_exact(&relaxed, budget);
+            nodes += report.nodes;
+            match report.outcome {
+                ExactOutcome::Found(offsets) if separated(&arena, &offsets) => {
+                    return Ok(finish(
+                        tile,
+                        map,
+                        &arena,
+                        &bound,
+                        &offsets,
+                        PlaceMethod::Exact { nodes },
+                    ));
+                }
+                ExactOutcome::Infeasible => {
+                    search = SearchEnd::Proved {
+                        nodes,
+                        relaxed: true,
+                    };
+                }
+                _ => {
+                    search = SearchEnd::Unknown {
+                        nodes,
+                        budget: config.exact_node_budget,
+                    };
+                }
+            }
         }
+    } else if !bound.proves_infeasible() {
+        search = SearchEnd::Unknown {
+            nodes: 0,
+            budget: 0,
+        };
     }
     Err(Box::new(explain(
-        tile, map, &arena, &bound, failure, proved, nodes,
+        tile, map, &arena, &bound, failure, search,
     )))
+}
+
+/// How the exact search ended on a tile it did not place.
+#[derive(Clone, Copy, Debug)]
+enum SearchEnd {
+    /// It did not run (the bound already proves the tile infeasible).
+    NotRun,
+    /// It proved that no placement exists.
+    Proved { nodes: u64, relaxed: bool },
+    /// It stopped at its budget (0: it did not run on a tile this large).
+    Unknown { nodes: u64, budget: u64 },
+}
+
+/// The arena without separation partners, if it has any.
+fn without_partners(arena: &Arena) -> Option<Arena> {
+    if arena.items.iter().all(|it| it.partners.is_empty()) {
+        return None;
+    }
+    let mut out = arena.clone();
+    for it in &mut out.items {
+        it.partners.clear();
+    }
+    Some(out)
+}
+
+/// Whether `offsets` keep every pair of partners in separate elements.
+fn separated(arena: &Arena, offsets: &[u64]) -> bool {
+    arena.items.iter().enumerate().all(|(i, it)| {
+        it.partners.iter().all(|&j| {
+            let j = j as usize;
+            let a = arena.element_span(offsets[i], it.size);
+            let b = arena.element_span(offsets[j], arena.items[j].size);
+            match (a, b) {
+                (Some(a), Some(b)) => a.1 <= b.0 || b.1 <= a.0,
+                _ => true,
+            }
+        })
+    })
 }
 
 /// The tile's placement from the offsets of its arena's items.
@@ -569,8 +653,7 @@ fn explain(
     arena: &Arena,
     bound: &TileBound,
     failure: GreedyFailure,
-    proved: bool,
-    nodes: u64,
+    search: SearchEnd,
 ) -> FitFailure {
     let k = (failure.item as usize).min(tile.requests.len().saturating_sub(1));
     let r = &tile.requests[k];
@@ -641,7 +724,43 @@ fn explain(
             largest_gap: u32::try_from(alone_best).unwrap_or(u32::MAX),
         }
     } else {
-        Verdict::Fragmented { proved, nodes }
+        // The tightest class at its peak: where shrinking pays first.
+        let tight = std::iter::once(&bound.all)
+            .chain(bound.classes.iter())
+            .min_by_key(|c| c.usable_bytes_at_peak.saturating_sub(c.peak_live_bytes))
+            .unwrap_or(&bound.all);
+        let (class, step, live_bytes, usable_bytes) = (
+            tight.class,
+            tight.peak_step,
+            tight.peak_live_bytes,
+            tight.usable_bytes_at_peak,
+        );
+        match search {
+            SearchEnd::Proved { nodes, relaxed } => Verdict::Exhausted {
+                nodes,
+                relaxed,
+                class,
+                step,
+                live_bytes,
+                usable_bytes,
+            },
+            SearchEnd::Unknown { nodes, budget } => Verdict::Unknown {
+                nodes,
+                budget,
+                class,
+                step,
+                live_bytes,
+                usable_bytes,
+            },
+            SearchEnd::NotRun => Verdict::Unknown {
+                nodes: 0,
+                budget: 0,
+                class,
+                step,
+                live_bytes,
+                usable_bytes,
+            },
+        }
     };
     let clamp = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
     let live = live

@@ -417,6 +417,37 @@ impl CsvProblem {
 }
 
 impl Arena {
+    /// The same problem with addresses mirrored inside `[base, limit)`
+    /// (an item at `a` goes to `base + limit - a - size`), or `None` where
+    /// the mirror would not keep alignments or element separation.
+    pub(crate) fn flipped(&self) -> Option<Arena> {
+        let mirror = self.base.checked_add(self.limit)?;
+        let mut out = self.clone();
+        for it in &mut out.items {
+            let align = it.align.max(1);
+            if !it.partners.is_empty() || mirror % align != 0 || it.size % align != 0 {
+                return None;
+            }
+            if let Some(f) = it.fixed {
+                it.fixed = Some(mirror.checked_sub(f)?.checked_sub(it.size)?);
+            }
+        }
+        for set in &mut out.window_sets {
+            for w in set.iter_mut() {
+                *w = (mirror.checked_sub(w.1)?, mirror.checked_sub(w.0)?);
+            }
+            set.reverse();
+        }
+        Some(out)
+    }
+
+    /// The address of an item of size `size` at `a` in [`Arena::flipped`].
+    pub(crate) fn mirror(&self, a: u64, size: u64) -> u64 {
+        (self.base + self.limit)
+            .saturating_sub(a)
+            .saturating_sub(size)
+    }
+
     /// The same problem with time reversed.
     pub(crate) fn reversed(&self) -> Arena {
         let mut out = self.clone();

@@ -188,6 +188,16 @@ pub enum ExchangeCheckError {
     },
 }
 
+/// What the checker measured of rows it accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckedRows {
+    /// The cycle after the last window of the longest row: when the phase
+    /// ends. Every received word was written before it (a tile writes only
+    /// while its row runs), so this is the phase's horizon as the rows
+    /// alone determine it, whatever a scheduler says.
+    pub horizon: u64,
+}
+
 /// A destination range of the phase on one tile.
 #[derive(Clone, Copy)]
 struct Expect {
@@ -205,11 +215,15 @@ struct Expect {
 /// word intervals it wrote. A run is as long as the words stay contiguous
 /// (the receiver's own instruction boundaries do not cut it), so a
 /// destination range received without interruption is one run.
+///
+/// Rows that pass are measured: [`CheckedRows::horizon`] is read from the
+/// decoded rows, so a caller need not trust the horizon a scheduler
+/// reports.
 pub fn check_schedule(
     phase: &Phase,
     fabric: &Fabric,
     rows: &EncodedRows,
-) -> Result<(), Vec<ExchangeCheckError>> {
+) -> Result<CheckedRows, Vec<ExchangeCheckError>> {
     match ValidPhase::new(phase) {
         Ok(valid) => check_valid_schedule(valid, fabric, rows),
         Err(e) => Err(vec![ExchangeCheckError::Phase(e)]),
@@ -222,7 +236,7 @@ pub fn check_valid_schedule(
     phase: ValidPhase<'_>,
     fabric: &Fabric,
     rows: &EncodedRows,
-) -> Result<(), Vec<ExchangeCheckError>> {
+) -> Result<CheckedRows, Vec<ExchangeCheckError>> {
     let phase = phase.phase();
     let mut errors = Vec::new();
     if rows.tile_count() != phase.tile_count {
@@ -335,7 +349,9 @@ pub fn check_valid_schedule(
         errors.extend(v.coverage);
     }
     if errors.is_empty() {
-        Ok(())
+        Ok(CheckedRows {
+            horizon: decoded.end,
+        })
     } else {
         Err(errors)
     }

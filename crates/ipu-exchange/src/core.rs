@@ -224,9 +224,8 @@ struct JobRt {
     /// from `Core::first_own` on): the index, in its receivers, of the
     /// receiver last found busy. One field serves both, so that the state
     /// of a job fits 40 bytes rather than 48: the core reads it at random
-    /// on every start, and on the seed-shaped phase (293k jobs per half)
-    /// solving took a mean of 175 ms per half against 187 ms with 48
-    /// (7 alternating runs).
+    /// on every start, so a smaller state is measurably faster on the
+    /// seed-shaped phase (`cargo bench -p ipu-exchange`).
     index: u32,
     /// For a pair: its receiver. For any other job: the node of the
     /// receiver `index` names (`receivers[index % receivers.len()]`, or
@@ -391,9 +390,8 @@ pub(crate) fn run(nodes: usize, jobs: &[Job], picks: &[Pick], config: CoreConfig
     // Packed, the keys compare as one integer, in the order of the tuples.
     // They are made in pick order, so two stable counting sorts, by
     // receiver and then by (kind, sender), put them in that order, on one
-    // thread and whatever the thread count. On the seed-shaped phase
-    // (293k picks per half) they took 3–8 ms where the parallel comparison
-    // sort they replace took 10–14 ms.
+    // thread and whatever the thread count, faster than a parallel
+    // comparison sort of the same keys on the seed-shaped phase.
     let packed = sort_keys(nodes, packed);
     let mut core = Core::new(nodes, jobs, picks, &packed, config);
     core.solve();

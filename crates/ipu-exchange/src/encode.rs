@@ -1025,6 +1025,27 @@ impl EncodedRows {
             .fold(0u64, |a, &b| a.saturating_add(b))
     }
 
+    /// The cycle after the last window of the row that ends last (0 when
+    /// every row is empty), the phase's horizon as the rows alone
+    /// determine it; or the lowest tile whose row does not decode. Each
+    /// distinct row is decoded once, in parallel.
+    pub fn end(&self) -> Result<u64, (TileId, crate::isa::DecodeError)> {
+        let ends: Vec<Result<u64, crate::isa::DecodeError>> = self
+            .rows
+            .par_iter()
+            .map(|row| crate::timeline::row_end(row))
+            .collect();
+        let mut end = 0;
+        for (t, &r) in self.tile_row.iter().enumerate() {
+            match ends.get(r as usize) {
+                Some(Ok(e)) => end = end.max(*e),
+                Some(Err(error)) => return Err((TileId::from_u32(t as u32), *error)),
+                None => {}
+            }
+        }
+        Ok(end)
+    }
+
     /// The tile with the longest row and its length in bytes (lowest tile
     /// id on ties).
     pub fn largest_row(&self) -> Option<(TileId, u64)> {

@@ -65,7 +65,7 @@ mod timeline;
 mod words;
 
 pub use bounds::{endpoint_lower_bound, multicast_lower_bound, stronger_lower_bound};
-pub use check::{ExchangeCheckError, check_schedule, check_valid_schedule};
+pub use check::{CheckedRows, ExchangeCheckError, check_schedule, check_valid_schedule};
 pub use encode::EncodedRows;
 pub use fabric::{Fabric, FabricError};
 pub use isa::{DecodeError, EncodeError, Instr};
@@ -76,5 +76,5 @@ pub use schedule::{
     schedule_phases, schedule_valid,
 };
 pub use snapshot::{SCHEMA_VERSION, Snapshot, SnapshotError, SnapshotPhase, SnapshotTransfer};
-pub use stage::{BuiltinScheduler, ExchangeScheduler, ScheduleRequest};
+pub use stage::{BuiltinScheduler, ExchangeScheduler, Readdress, ScheduleOutput, ScheduleRequest};
 pub use timeline::{SendRun, Timeline, Window, Xpic, decode, row_end};

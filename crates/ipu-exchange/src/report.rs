@@ -13,7 +13,7 @@ use crate::schedule::{ScheduleConfig, ScheduleError, schedule};
 use crate::snapshot::{Snapshot, SnapshotError};
 
 /// Figures of one scheduled phase.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct PhaseFigures {
     /// The phase's number.
     pub phase: u32,

@@ -249,7 +249,7 @@ impl Schedule {
     pub fn horizon(&self) -> u64 {
         self.horizon
     }
-    /// [`endpoint_lower_bound`] of the phase.
+    /// [`endpoint_lower_bound`](crate::endpoint_lower_bound) of the phase.
     pub fn endpoint_lower_bound(&self) -> u64 {
         self.endpoint_lower_bound
     }
@@ -257,7 +257,8 @@ impl Schedule {
     pub fn stronger_lower_bound(&self) -> u64 {
         self.stronger_lower_bound
     }
-    /// [`multicast_lower_bound`] of the phase (at least the stronger bound).
+    /// [`multicast_lower_bound`](crate::multicast_lower_bound) of the phase (at least the stronger
+    /// bound).
     pub fn multicast_lower_bound(&self) -> u64 {
         self.multicast_lower_bound
     }
@@ -317,7 +318,7 @@ pub enum ReaddressMismatch {
 }
 
 /// Why a phase could not be scheduled.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScheduleError {
     /// The phase breaks a modelling rule.
@@ -404,6 +405,16 @@ pub enum ScheduleError {
         phase: u32,
         /// The horizon.
         horizon: u64,
+    },
+    /// Another scheduler ([`ExchangeScheduler`](crate::ExchangeScheduler))
+    /// failed for a reason of its own.
+    #[error("phase {phase}: {source}")]
+    Scheduler {
+        /// The phase number.
+        phase: u32,
+        /// Its cause.
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
     },
 }
 

@@ -1,22 +1,24 @@
 //! Compile times of the seed's five variants: cold (the host toolchain
-//! alone, and a miss in an empty cache including the atomic writes) and warm
-//! (a verified hit in a populated cache).
+//! alone, and a miss in an empty cache including the check and the atomic
+//! write) and warm (a checked hit in a populated cache).
 
 // criterion_group! generates undocumented public items.
 #![allow(missing_docs)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ipu_kernels::siglip::seed_variants;
-use ipu_kernels::{AmpModel, HostToolchain, KernelCache, Toolchain};
+use ipu_kernels::{AmpModel, HostToolchain, KernelCache, Toolchain, fetch_kernel};
+use ipu_target::Target;
 
 fn compile(c: &mut Criterion) {
+    let target = Target::ipu21();
     let variants = seed_variants(&AmpModel::ipu21()).expect("seed variants are valid");
     let mut group = c.benchmark_group("compile_seed_variants");
     group.sample_size(20);
     group.bench_function("toolchain_only", |b| {
         b.iter(|| {
             for v in &variants {
-                std::hint::black_box(HostToolchain.compile(v).expect("compiles"));
+                std::hint::black_box(HostToolchain.compile(v, target).expect("compiles"));
             }
         })
     });
@@ -27,7 +29,7 @@ fn compile(c: &mut Criterion) {
                 let cache = KernelCache::open(dir.path()).expect("opens");
                 for v in &variants {
                     std::hint::black_box(
-                        cache.get_or_compile(v, &HostToolchain).expect("compiles"),
+                        fetch_kernel(v, target, &HostToolchain, &cache).expect("compiles"),
                     );
                 }
                 dir
@@ -38,12 +40,14 @@ fn compile(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let cache = KernelCache::open(dir.path()).expect("opens");
     for v in &variants {
-        cache.get_or_compile(v, &HostToolchain).expect("compiles");
+        fetch_kernel(v, target, &HostToolchain, &cache).expect("compiles");
     }
     group.bench_function("warm_cache", |b| {
         b.iter(|| {
             for v in &variants {
-                std::hint::black_box(cache.get_or_compile(v, &HostToolchain).expect("hits"));
+                std::hint::black_box(
+                    fetch_kernel(v, target, &HostToolchain, &cache).expect("hits"),
+                );
             }
         })
     });

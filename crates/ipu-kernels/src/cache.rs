@@ -1,109 +1,52 @@
-//! The content-addressed kernel cache.
+//! The disk kernel store: a content-addressed directory of compiled
+//! kernels.
 //!
-//! An entry lives in `<root>/<key>/` as `kernel.o` and `kernel.json`, where
-//! the key is the sha256 of every compile input ([`cache_key`]): the
-//! variant's canonical description (shape, blocks, rows, cost model), the
-//! format version of its programs, the toolchain identity, target, source
-//! name and source bytes. The root is `$IPU_KERNEL_CACHE`, else
-//! `$XDG_CACHE_HOME/ipu-backend/kernels`, else `~/.cache/ipu-backend/kernels`.
+//! The value of key `K` ([`cache_key`](crate::cache_key)) lives in
+//! `<root>/K.kernel`. The root is `$IPU_KERNEL_CACHE`, else
+//! `$XDG_CACHE_HOME/ipu-backend/kernels`, else
+//! `~/.cache/ipu-backend/kernels`.
 //!
-//! **Invariant:** a reader never sees a torn file. Each file is written to a
-//! temporary file in the entry directory and renamed into place (atomic on
-//! one file system); the object is renamed before the metadata, and the
-//! metadata carries the object's sha256, so a reader that finds metadata
-//! and an object that disagree treats the entry as corrupt. Builds are
-//! deterministic, so concurrent writers of one key write identical bytes and
-//! either rename may win. Files are not synced to disk: an entry a crash
-//! leaves empty or short fails verification like any corrupt entry.
+//! A file holds the value in a frame of the store's own, little endian:
 //!
-//! A damaged entry is logged with `tracing::warn!` and rebuilt: metadata
-//! that does not parse or is for another key or variant, an object whose
-//! size or SHA-256 is not the metadata's, an object that does not parse
-//! back, or whose programs are not exactly the variant's entries (symbols,
-//! which carry the variant key's prefix, and each program's header: rows,
-//! mode, dimensions, blocks, precisions, orders); and a file where the
-//! entry's directory belongs or a directory where one of its files
-//! belongs, which is removed first. So another entry's object and metadata
-//! copied in, even with the digests made to match, is never a hit. A hit
-//! is verified on every lookup at the cost of reading and hashing the
-//! object and decoding its program headers, far less than compiling.
-//! A miss logs `compiling kernel source=...
-//! name=... target=...` and `kernel artifact created object=...
-//! metadata=...` as the seed system did.
+//! ```text
+//! magic "IPUKSTOR", key (64 hex digits), value length u64,
+//! value sha256 (32 bytes), value
+//! ```
+//!
+//! **Invariant:** a reader never sees a torn file. A file is written to a
+//! temporary file in the root and renamed into place (atomic on one file
+//! system). Builds are deterministic, so concurrent writers of one key
+//! write identical bytes and either rename may win. Files are not synced to
+//! disk: a file a crash leaves empty or short fails its frame's check. A
+//! file whose frame does not check (another key's file copied in, a
+//! truncated or altered file), or a directory or link where the file
+//! belongs, is logged (`corrupt kernel cache entry, rebuilding`) and
+//! treated as a miss, so the caller compiles the kernel and puts it again.
+//! The frame keeps storage damage out; whether the value is the right
+//! kernel is the caller's check ([`check_kernel`](crate::check_kernel)).
+//! A put logs `kernel artifact created` as the seed system did.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::variant::hex;
-use crate::{KernelError, KernelMetadata, Toolchain, Variant, programs_from_object};
+use crate::{KernelError, KernelKey, KernelStore};
 
-/// The file names inside an entry.
-const OBJECT_FILE: &str = "kernel.o";
-const METADATA_FILE: &str = "kernel.json";
+/// The frame's magic.
+const FRAME_MAGIC: &[u8; 8] = b"IPUKSTOR";
 
-/// The largest `kernel.json` read: metadata is a few kilobytes, and a
-/// damaged entry must not make a lookup read a huge file.
-const MAX_METADATA_BYTES: u64 = 1 << 20;
+/// Bytes of the frame before the value: magic, key, length, digest.
+const FRAME_BYTES: usize = 8 + 64 + 8 + 32;
 
-/// A content-addressed store of compiled kernels.
+/// The largest value read: a kernel is kilobytes to a few megabytes, and a
+/// damaged file must not make a lookup read a huge one.
+const MAX_VALUE_BYTES: u64 = 1 << 28;
+
+/// A content-addressed store of compiled kernels on disk.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelCache {
     root: PathBuf,
-}
-
-/// Whether a lookup found a valid entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CacheOutcome {
-    /// A valid entry was found.
-    Hit,
-    /// There was no entry; the kernel was compiled.
-    Miss,
-    /// The entry was corrupt; the kernel was compiled again.
-    Rebuilt,
-}
-
-/// A kernel in the cache.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CachedKernel {
-    /// Path of `kernel.o`.
-    pub object_path: PathBuf,
-    /// Path of `kernel.json`.
-    pub metadata_path: PathBuf,
-    /// The metadata.
-    pub metadata: KernelMetadata,
-    /// The object bytes.
-    pub object: Vec<u8>,
-    /// How the lookup went.
-    pub outcome: CacheOutcome,
-}
-
-/// The cache key of compiling `variant` with `toolchain`: the sha256 (hex)
-/// of every compile input.
-pub fn cache_key(variant: &Variant, toolchain: &dyn Toolchain) -> String {
-    let mut h = Sha256::new();
-    let mut field = |label: &str, bytes: &[u8]| {
-        // Length-prefixed fields so that no two input lists hash alike.
-        h.update((label.len() as u64).to_le_bytes());
-        h.update(label.as_bytes());
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    };
-    field("cache", b"ipu-kernels cache v1");
-    field("variant", variant.key().as_bytes());
-    // The format the variant's programs are written in: the base format for
-    // Amp(Left) variants, as before the left order existed, so their keys
-    // do not change.
-    field(
-        "program-format",
-        &variant.program_format_version().to_le_bytes(),
-    );
-    field("toolchain", toolchain.identity().as_bytes());
-    field("target", toolchain.target().as_bytes());
-    field("source-name", toolchain.source_name().as_bytes());
-    field("source", &toolchain.source_bytes());
-    hex(&h.finalize())
 }
 
 impl KernelCache {
@@ -157,134 +100,116 @@ impl KernelCache {
         &self.root
     }
 
-    /// The directory of the entry for `key`.
-    pub fn entry_dir(&self, key: &str) -> PathBuf {
-        self.root.join(key)
-    }
-
-    /// Returns the cached kernel for `variant` compiled by `toolchain`,
-    /// compiling and storing it on a miss or a corrupt entry.
-    pub fn get_or_compile(
-        &self,
-        variant: &Variant,
-        toolchain: &dyn Toolchain,
-    ) -> Result<CachedKernel, KernelError> {
-        let key = cache_key(variant, toolchain);
-        let dir = self.entry_dir(&key);
-        let object_path = dir.join(OBJECT_FILE);
-        let metadata_path = dir.join(METADATA_FILE);
-        let outcome = match read_entry(&object_path, &metadata_path, &key, variant) {
-            Ok(Some((metadata, object))) => {
-                tracing::debug!(name = ?variant.name(), key = %key, "kernel cache hit");
-                return Ok(CachedKernel {
-                    object_path,
-                    metadata_path,
-                    metadata,
-                    object,
-                    outcome: CacheOutcome::Hit,
-                });
-            }
-            Ok(None) => CacheOutcome::Miss,
-            Err(reason) => {
-                tracing::warn!(
-                    entry = %dir.display(),
-                    reason = %reason,
-                    "corrupt kernel cache entry, rebuilding"
-                );
-                CacheOutcome::Rebuilt
-            }
-        };
-
-        let (metadata, object) = compile_entry(variant, toolchain, &key)?;
-        let json = serde_json::to_vec_pretty(&metadata).map_err(|e| KernelError::Metadata {
-            reason: e.to_string(),
-        })?;
-
-        clear_wrong_kinds(&dir, &[&object_path, &metadata_path])?;
-        std::fs::create_dir_all(&dir).map_err(|source| KernelError::Io {
-            action: "creating",
-            path: dir.clone(),
-            source,
-        })?;
-        write_atomic(&dir, &object_path, &object)?;
-        write_atomic(&dir, &metadata_path, &json)?;
-        tracing::info!(
-            object = %object_path.display(),
-            metadata = %metadata_path.display(),
-            "kernel artifact created"
-        );
-        Ok(CachedKernel {
-            object_path,
-            metadata_path,
-            metadata,
-            object,
-            outcome,
-        })
+    /// The file that holds the value of `key`.
+    pub fn entry_path(&self, key: &KernelKey) -> PathBuf {
+        self.root.join(format!("{key}.kernel"))
     }
 }
 
-/// Compiles `variant` for the entry `key`: the metadata gets the key and
-/// the object's digest and size, and nothing is returned before the object
-/// parses back into its programs. Every kernel store compiles through
-/// here, so entries mean the same whatever holds them.
-pub(crate) fn compile_entry(
-    variant: &Variant,
-    toolchain: &dyn Toolchain,
-    key: &str,
-) -> Result<(KernelMetadata, Vec<u8>), KernelError> {
-    tracing::info!(
-        source = %toolchain.source_name(),
-        name = ?variant.name(),
-        target = %toolchain.target(),
-        "compiling kernel"
+impl KernelStore for KernelCache {
+    fn name(&self) -> &str {
+        "disk"
+    }
+
+    fn get(&self, key: &KernelKey) -> Result<Option<Vec<u8>>, KernelError> {
+        let path = self.entry_path(key);
+        let framed = match read_regular(&path, MAX_VALUE_BYTES + FRAME_BYTES as u64) {
+            Ok(None) => return Ok(None),
+            Ok(Some(bytes)) => bytes,
+            Err(reason) => return Ok(corrupt(&path, &reason)),
+        };
+        match unframe(key, &framed) {
+            Ok(value) => {
+                tracing::debug!(key = %key, "kernel cache hit");
+                Ok(Some(value.to_vec()))
+            }
+            Err(reason) => Ok(corrupt(&path, &reason)),
+        }
+    }
+
+    fn put(&self, key: &KernelKey, value: &[u8]) -> Result<(), KernelError> {
+        let path = self.entry_path(key);
+        clear_wrong_kind(&path)?;
+        write_atomic(&self.root, &path, &frame(key, value))?;
+        tracing::info!(entry = %path.display(), "kernel artifact created");
+        Ok(())
+    }
+}
+
+/// Logs a damaged file, which the store then reports as missing.
+fn corrupt(path: &Path, reason: &str) -> Option<Vec<u8>> {
+    tracing::warn!(
+        entry = %path.display(),
+        reason = %reason,
+        "corrupt kernel cache entry, rebuilding"
     );
-    let compiled = toolchain.compile(variant)?;
-    let mut metadata = compiled.metadata;
-    metadata.input_hash = key.to_owned();
-    metadata.object_sha256 = hex(&Sha256::digest(&compiled.object));
-    metadata.object_bytes = compiled.object.len() as u64;
-    programs_from_object(&compiled.object)?;
-    Ok((metadata, compiled.object))
+    None
 }
 
-/// Removes what stands where the entry's directory (`dir`) or its files
-/// (`files`) belong but is of the wrong kind: a file (or a link) for the
-/// directory, a directory (or a link) for a file. Renaming a new file over
-/// a directory fails, and creating a directory where a file is fails, so
-/// such damage would otherwise fail every later build. A node already
-/// gone (another builder repaired it) is not an error.
-fn clear_wrong_kinds(dir: &Path, files: &[&Path]) -> Result<(), KernelError> {
-    let remove = |path: &Path, as_dir: bool| -> Result<(), KernelError> {
-        let result = if as_dir {
-            std::fs::remove_dir_all(path)
-        } else {
-            std::fs::remove_file(path)
-        };
-        match result {
-            Ok(()) => {
-                tracing::warn!(path = %path.display(), "removed a damaged kernel cache node");
-                Ok(())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(KernelError::Io {
-                action: "removing",
-                path: path.to_path_buf(),
-                source,
-            }),
-        }
+/// `value` in the store's frame for `key`.
+fn frame(key: &KernelKey, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_BYTES + value.len());
+    out.extend_from_slice(FRAME_MAGIC);
+    out.extend_from_slice(key.as_str().as_bytes());
+    out.extend_from_slice(&(value.len() as u64).to_le_bytes());
+    out.extend_from_slice(&Sha256::digest(value));
+    out.extend_from_slice(value);
+    out
+}
+
+/// The value in `framed` if its frame is one for `key` and the value is
+/// whole, else why not.
+fn unframe<'a>(key: &KernelKey, framed: &'a [u8]) -> Result<&'a [u8], String> {
+    if framed.len() < FRAME_BYTES {
+        return Err(format!("{} bytes, shorter than its frame", framed.len()));
+    }
+    let (head, value) = framed.split_at(FRAME_BYTES);
+    if &head[..8] != FRAME_MAGIC {
+        return Err("it does not start with the store's magic".to_owned());
+    }
+    if &head[8..72] != key.as_str().as_bytes() {
+        return Err(format!(
+            "it holds the value of key {}",
+            String::from_utf8_lossy(&head[8..72])
+        ));
+    }
+    let mut length = [0u8; 8];
+    length.copy_from_slice(&head[72..80]);
+    let length = u64::from_le_bytes(length);
+    if length != value.len() as u64 {
+        return Err(format!(
+            "its frame says {length} bytes of value, the file has {}",
+            value.len()
+        ));
+    }
+    if Sha256::digest(value).as_slice() != &head[80..] {
+        return Err("its value does not match the sha256 in its frame".to_owned());
+    }
+    Ok(value)
+}
+
+/// Removes what stands where the file `path` belongs but is not a regular
+/// file: a directory or a link. Renaming a new file over a directory
+/// fails, so such damage would otherwise fail every later build. A node
+/// already gone (another builder repaired it) is not an error.
+fn clear_wrong_kind(path: &Path) -> Result<(), KernelError> {
+    let result = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(path),
+        _ => return Ok(()),
     };
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if !m.is_dir() => return remove(dir, false),
-        _ => {}
-    }
-    for file in files {
-        match std::fs::symlink_metadata(file) {
-            Ok(m) if m.is_dir() => remove(file, true)?,
-            Ok(m) if m.file_type().is_symlink() => remove(file, false)?,
-            _ => {}
+    match result {
+        Ok(()) => {
+            tracing::warn!(path = %path.display(), "removed a damaged kernel cache node");
+            Ok(())
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(KernelError::Io {
+            action: "removing",
+            path: path.to_path_buf(),
+            source,
+        }),
     }
-    Ok(())
 }
 
 /// Reads at most `limit` bytes of the regular file at `path`: `Ok(None)` if
@@ -315,121 +240,6 @@ fn read_regular(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     Ok(Some(bytes))
-}
-
-/// Reads and verifies an entry: `Ok(None)` if it does not exist, `Err` with
-/// a reason if it exists but is damaged or is not `variant`'s.
-fn read_entry(
-    object_path: &Path,
-    metadata_path: &Path,
-    key: &str,
-    variant: &Variant,
-) -> Result<Option<(KernelMetadata, Vec<u8>)>, String> {
-    // The entry's directory may itself be damaged (a file where it
-    // belongs); reading through it then fails and the entry is rebuilt.
-    let Some(json) = read_regular(metadata_path, MAX_METADATA_BYTES)? else {
-        // The object alone (a writer stopped between the two renames) is
-        // an incomplete entry: rebuild it without calling it corrupt.
-        return Ok(None);
-    };
-    let metadata: KernelMetadata = serde_json::from_slice(&json)
-        .map_err(|e| format!("{} does not parse: {e}", metadata_path.display()))?;
-    if metadata.input_hash != key {
-        return Err(format!(
-            "{} is for inputs {}, not {key}",
-            metadata_path.display(),
-            metadata.input_hash
-        ));
-    }
-    if metadata.name != variant.name() || metadata.variant_key != variant.key() {
-        return Err(format!(
-            "{} describes variant {} ({}), not {} ({})",
-            metadata_path.display(),
-            metadata.name,
-            metadata.variant_key,
-            variant.name(),
-            variant.key()
-        ));
-    }
-    let object = read_regular(object_path, metadata.object_bytes)?
-        .ok_or_else(|| format!("{} is missing", object_path.display()))?;
-    if object.len() as u64 != metadata.object_bytes {
-        return Err(format!(
-            "{} has {} bytes, the metadata says {}",
-            object_path.display(),
-            object.len(),
-            metadata.object_bytes
-        ));
-    }
-    if hex(&Sha256::digest(&object)) != metadata.object_sha256 {
-        return Err(format!(
-            "{} does not match the sha256 in its metadata",
-            object_path.display()
-        ));
-    }
-    let programs = programs_from_object(&object)
-        .map_err(|e| format!("{} does not parse: {e}", object_path.display()))?;
-    check_programs(variant, &programs)
-        .map_err(|why| format!("{}: {why}", object_path.display()))?;
-    let entries: Vec<&str> = metadata.entries.iter().map(|e| e.symbol.as_str()).collect();
-    let expected: Vec<String> = variant
-        .entry_points()
-        .into_iter()
-        .map(|e| e.symbol)
-        .collect();
-    if entries != expected {
-        return Err(format!(
-            "{} lists entries {entries:?}, the variant's are {expected:?}",
-            metadata_path.display()
-        ));
-    }
-    Ok(Some((metadata, object)))
-}
-
-/// Whether `programs` are exactly `variant`'s entries: one program per
-/// entry symbol, none other, each with the header the entry's program has
-/// (compared field by field, which is cheap; the builder's own checker
-/// ran when the entry was compiled).
-fn check_programs(
-    variant: &Variant,
-    programs: &[(String, crate::AmpProgram)],
-) -> Result<(), String> {
-    let entries = variant.entry_points();
-    if programs.len() != entries.len() {
-        return Err(format!(
-            "{} programs, the variant has {} entries",
-            programs.len(),
-            entries.len()
-        ));
-    }
-    let shape = variant.shape();
-    for e in &entries {
-        let Some((_, p)) = programs.iter().find(|(name, _)| *name == e.symbol) else {
-            return Err(format!("no program for entry {}", e.symbol));
-        };
-        let h = &p.header;
-        let same = h.left == shape.left
-            && h.right == shape.right
-            && h.output == shape.output
-            && h.left_order == shape.left_order
-            && h.output_order == shape.output_order
-            && h.right_class == shape.right_class
-            && h.mode == e.mode
-            && h.arithmetic == variant.arithmetic()
-            && h.rows == e.rows
-            && h.inner == shape.inner
-            && h.columns == shape.columns
-            && h.k == variant.k()
-            && h.c == variant.c()
-            && h.left_tail_bytes == variant.left_tail_bytes();
-        if !same {
-            return Err(format!(
-                "the program of entry {} is not the variant's ({h:?})",
-                e.symbol
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Writes `bytes` to `path` through a temporary file in `dir` and a rename.

@@ -62,10 +62,8 @@
 //! extension the host has (AVX-512 or AVX2, chosen when it runs through
 //! `pulp`'s safe interface, `vector.rs`), where the eight columns are one
 //! or two registers and the rounding of the partials is vector
-//! arithmetic too. On an AVX-512 host that took one SigLIP b2 layer's
-//! GEMM time (`bench-sim`'s `gemm=` figure) from 17.6 s to 7.1 s of
-//! thread time in one pair of runs, against the baseline build of the same
-//! kernel. It applies when
+//! arithmetic too (`cargo bench -p ipu-kernels --bench emulate` compares
+//! it with the baseline build of the same kernel). It applies when
 //! operands are finite and partials cannot overflow within the stream, and
 //! gives the table loop's bytes there (its tests hold it to them); the
 //! weights and the decoded rows are shared by the workers and column

@@ -1,6 +1,7 @@
-//! The error types of this crate: one for planning, building, compiling and
-//! caching ([`KernelError`]), one for running a program on a memory image
-//! ([`EmulateError`]).
+//! The error types of this crate: one for planning, building, compiling,
+//! storing and fetching ([`KernelError`]), one for running a program on a
+//! memory image ([`EmulateError`]). What the kernel check finds wrong with
+//! a compiled kernel is [`KernelCheckError`](crate::KernelCheckError).
 //!
 //! Every variant carries the names, ids and values involved so that the
 //! message alone tells a user what to change.
@@ -9,7 +10,7 @@ use std::path::PathBuf;
 
 use ipu_layout::{ElementOrder, Precision};
 
-use crate::WorkerId;
+use crate::{KernelCheckError, KernelKey, WorkerId};
 
 /// Why a variant could not be planned, built, compiled or cached.
 #[derive(Debug, thiserror::Error)]
@@ -174,27 +175,73 @@ pub enum KernelError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// A freshly written cache entry did not read back (a bug or a disk
-    /// problem, since the entry was just verified before writing).
-    #[error(
-        "kernel cache entry {path} did not verify after writing: {reason}; check the disk, this is otherwise a bug in ipu-kernels"
-    )]
-    CacheVerify {
-        /// The entry directory.
-        path: PathBuf,
-        /// What failed.
+    /// A kernel's metadata and object as one stored value do not decode.
+    #[error("a stored kernel entry is malformed: {reason}")]
+    MalformedEntry {
+        /// What was wrong.
         reason: String,
     },
-    /// A built program failed the independent checker (a bug in this crate).
+    /// A toolchain gave a program count that is not the variant's entry
+    /// count.
     #[error(
-        "the program of {symbol} failed the program checker: {}; this is a bug in ipu-kernels",
-        errors.join("; ")
+        "variant {variant} has {entries} entries but {programs} programs were given; give one program per entry, in entry order"
     )]
-    CheckFailed {
-        /// The entry symbol.
-        symbol: String,
-        /// Every error the checker found.
-        errors: Vec<String>,
+    ProgramCount {
+        /// The variant's name.
+        variant: String,
+        /// Programs given.
+        programs: usize,
+        /// Entries of the variant.
+        entries: usize,
+    },
+    /// Another toolchain ([`Toolchain`](crate::Toolchain)) failed for a
+    /// reason of its own.
+    #[error("toolchain {toolchain} failed: {source}")]
+    Toolchain {
+        /// The toolchain's identity.
+        toolchain: String,
+        /// Its cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Another kernel store ([`KernelStore`](crate::KernelStore)) failed
+    /// for a reason of its own.
+    #[error("kernel store {store} failed: {source}")]
+    Store {
+        /// The store's name.
+        store: String,
+        /// Its cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// What a toolchain compiled fails the kernel check
+    /// ([`check_kernel`](crate::check_kernel)): the toolchain is wrong.
+    #[error(
+        "the kernel toolchain {toolchain} compiled a kernel that fails its check with {} error(s); first: {}",
+        errors.len(),
+        errors.first().map(ToString::to_string).unwrap_or_default()
+    )]
+    CompiledRejected {
+        /// The toolchain's identity.
+        toolchain: String,
+        /// Every error the check found.
+        errors: Vec<KernelCheckError>,
+    },
+    /// What a store returned for a key fails the kernel check
+    /// ([`check_kernel`](crate::check_kernel)): the store holds wrong bytes
+    /// under that key.
+    #[error(
+        "kernel store {store} returned an entry for key {key} that fails its check with {} error(s); first: {}; remove the entry from the store",
+        errors.len(),
+        errors.first().map(ToString::to_string).unwrap_or_default()
+    )]
+    StoredRejected {
+        /// The store's name.
+        store: String,
+        /// The key looked up.
+        key: KernelKey,
+        /// Every error the check found.
+        errors: Vec<KernelCheckError>,
     },
     /// Metadata could not be serialised (a bug in this crate).
     #[error("kernel metadata could not be serialised: {reason}; this is a bug in ipu-kernels")]

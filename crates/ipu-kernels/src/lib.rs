@@ -7,13 +7,17 @@
 //! contexts), estimates its cycles and code bytes, emulates it bit-faithfully
 //! on a tile memory image, checks built programs independently, and compiles
 //! variants through a [`Toolchain`] into ELF32 objects (EM 248, OS ABI
-//! standalone) plus `kernel.json`, cached by content in a [`KernelCache`].
+//! standalone) plus `kernel.json`, kept by content key in a [`KernelStore`]
+//! (the disk [`KernelCache`], a [`MemoryStore`] or the embedder's own):
+//! [`fetch_kernel`] takes a kernel from a store or compiles it, and checks
+//! it either way ([`check_kernel`]).
 //!
 //! ```text
 //! GemmShape ──plan_variant──► Variant ──build_program──► AmpProgram ──emulate──► tile bytes
 //!                               │                          └─check_program (independent)
 //!                               ├─estimate_cycles / code_bytes (cost model, device/ipu21.toml [amp])
-//!                               └─KernelCache::get_or_compile(Toolchain) ──► kernel.o + kernel.json
+//!                               └─fetch_kernel: KernelStore::get, else Toolchain::compile + put
+//!                                   ──check_kernel──► kernel.o + kernel.json
 //!                                    kernel.o ──programs_from_object──► (symbol, AmpProgram)
 //! ```
 //!
@@ -26,6 +30,7 @@ mod cache;
 mod check;
 mod cost;
 mod emulate;
+mod entry;
 mod error;
 mod model;
 mod object;
@@ -35,8 +40,9 @@ mod program;
 pub mod siglip;
 mod store;
 mod variant;
+mod verify;
 
-pub use cache::{CacheOutcome, CachedKernel, KernelCache, cache_key};
+pub use cache::KernelCache;
 pub use check::{CheckError, check_program};
 pub use cost::{
     CycleEstimate, code_bytes, entry_code_instructions, estimate_cycles, op_instructions,
@@ -50,7 +56,7 @@ pub use error::{EmulateError, KernelError, Operand};
 pub use model::AmpModel;
 pub use object::{
     AMP_SECTION, CompiledKernel, EntryMetadata, HostToolchain, KERNEL_METADATA_VERSION,
-    KernelMetadata, Toolchain, programs_from_object,
+    KernelMetadata, Toolchain, assemble_kernel, programs_from_object,
 };
 pub use problem::{
     GemmProblem, Mismatch, ProblemError, RunOutput, image_base, pack_matrix, unpack_matrix,
@@ -59,11 +65,14 @@ pub use program::{
     AmpOp, AmpProgram, PROGRAM_FORMAT_VERSION, PROGRAM_FORMAT_VERSION_LATEST, ProgramHeader, Run,
     WorkerProgram, build_program,
 };
-pub use store::{KernelStore, MemoryStore, StoredKernel};
+pub use store::{
+    CacheOutcome, FetchedKernel, KernelKey, KernelStore, MemoryStore, cache_key, fetch_kernel,
+};
 pub use variant::{
     Arithmetic, DEFAULT_LEFT_ORDER, EntryPoint, GemmShape, Mode, PlanConfig, RowSize, Variant,
     plan_variant,
 };
+pub use verify::{KernelCheckError, check_kernel};
 
 ipu_layout::define_id!(
     /// A worker context of a tile, `0..worker_contexts`.

@@ -4,7 +4,7 @@
 //! section of an `ipu_target::Target`, with the worker count, the
 //! left-operand read tails and the operand alignment), so a new target is a
 //! new description. The model is a plain value because it is hashed into
-//! kernel cache keys: two targets with the same AMP figures share kernels.
+//! kernel cache keys (with the target's name).
 
 use ipu_target::Target;
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,6 @@
-//! Kernel objects: the [`Toolchain`] trait, the built-in host toolchain and
-//! reading programs back out of its objects.
+//! Kernel objects: the [`Toolchain`] trait, the built-in host toolchain,
+//! [`assemble_kernel`] (programs to an object and its metadata, for any
+//! toolchain) and reading programs back out of objects.
 //!
 //! The host toolchain writes an ELF32 relocatable, little endian,
 //! `e_machine = 248` (EM_GRAPHCORE_IPU), OS ABI standalone, with `object`'s
@@ -28,12 +29,14 @@ use object::{Endianness, build::ByteString};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+#[cfg(doc)]
+use crate::check_program;
 use crate::program::PROGRAM_FORMAT_VERSION;
 use crate::variant::hex;
 use crate::{
-    AmpProgram, GemmShape, KernelError, Mode, RowSize, Variant, build_program, check_program,
-    estimate_cycles,
+    AmpProgram, GemmShape, KernelError, Mode, RowSize, Variant, build_program, estimate_cycles,
 };
+use ipu_target::Target;
 
 /// The section holding the serialised AMP programs.
 pub const AMP_SECTION: &str = ".ipu.amp";
@@ -49,14 +52,21 @@ pub const EM_GRAPHCORE_IPU: u16 = 248;
 /// Compiles variants into objects plus metadata.
 ///
 /// `Send + Sync` so that a package builder can compile variants from
-/// several threads through one toolchain and one [`crate::KernelCache`].
+/// several threads through one toolchain. What a toolchain returns is
+/// checked by its caller ([`check_kernel`](crate::check_kernel)) before it
+/// is stored or used: an object in the format [`programs_from_object`]
+/// reads (as [`assemble_kernel`] writes it), holding for each of the
+/// variant's entries a program that [`check_program`] accepts, with
+/// metadata that describes exactly the variant and the object.
 pub trait Toolchain: Send + Sync {
     /// A string naming the toolchain and everything about it that changes
     /// its output (name, version, formats); part of the cache key.
     fn identity(&self) -> String;
 
-    /// Compiles a variant.
-    fn compile(&self, variant: &Variant) -> Result<CompiledKernel, KernelError>;
+    /// Compiles a variant for `target`, the device every fact about it
+    /// comes from (the metadata records its name). A toolchain that fails
+    /// for a reason of its own returns [`KernelError::Toolchain`].
+    fn compile(&self, variant: &Variant, target: &Target) -> Result<CompiledKernel, KernelError>;
 
     /// The kernel source's name, for logs and metadata.
     fn source_name(&self) -> String {
@@ -66,11 +76,6 @@ pub trait Toolchain: Send + Sync {
     /// The kernel source's bytes, if any (part of the cache key).
     fn source_bytes(&self) -> Vec<u8> {
         Vec::new()
-    }
-
-    /// The target name, for logs and metadata.
-    fn target(&self) -> String {
-        "ipu21".to_owned()
     }
 }
 
@@ -144,8 +149,9 @@ pub struct KernelMetadata {
     pub source: String,
     /// The target name.
     pub target: String,
-    /// The cache key of the compile inputs (set by the cache; empty when
-    /// compiled outside one).
+    /// The cache key of the compile inputs ([`cache_key`](crate::cache_key);
+    /// set by [`fetch_kernel`](crate::fetch_kernel), empty when compiled
+    /// outside it).
     pub input_hash: String,
     /// sha256 (hex) of the object bytes.
     pub object_sha256: String,
@@ -175,88 +181,112 @@ impl Toolchain for HostToolchain {
         "builtin:amp-program".to_owned()
     }
 
-    fn compile(&self, variant: &Variant) -> Result<CompiledKernel, KernelError> {
-        let model = variant.model();
-        let mut directory = Vec::new();
-        directory.extend_from_slice(SECTION_MAGIC);
-        directory.extend_from_slice(&KERNEL_METADATA_VERSION.to_le_bytes());
-        let entries = variant.entry_points();
-        directory.extend_from_slice(&(entries.len() as u16).to_le_bytes());
-        let mut text = Vec::new();
-        let mut metadata_entries = Vec::with_capacity(entries.len());
-        for (index, entry) in entries.iter().enumerate() {
-            let program = build_program(variant, entry.rows, entry.mode)?;
-            // Debug builds re-check every program with the independent
-            // checker before it is written into an object.
-            if cfg!(debug_assertions) {
-                if let Err(errors) = check_program(variant, entry.rows, entry.mode, &program) {
-                    return Err(KernelError::CheckFailed {
-                        symbol: entry.symbol.clone(),
-                        errors: errors.iter().map(ToString::to_string).collect(),
-                    });
-                }
-            }
-            let bytes = program.to_bytes();
-            let name = entry.symbol.as_bytes();
-            directory.extend_from_slice(&(name.len() as u16).to_le_bytes());
-            directory.extend_from_slice(name);
-            let length = u32::try_from(bytes.len()).map_err(|_| KernelError::Object {
-                what: "program too large",
-                reason: format!("{} bytes", bytes.len()),
-            })?;
-            directory.extend_from_slice(&length.to_le_bytes());
-            directory.extend_from_slice(&bytes);
-
-            let code = program
-                .code_instructions(model)
-                .saturating_mul(u64::from(model.instruction_bytes));
-            let code = u32::try_from(code).map_err(|_| KernelError::Object {
-                what: "code too large",
-                reason: format!("{code} bytes"),
-            })?;
-            let offset = text.len() as u32;
-            let mut block = vec![0u8; code as usize];
-            if let Some(first) = block.get_mut(..4) {
-                first.copy_from_slice(&(index as u32).to_le_bytes());
-            }
-            text.extend_from_slice(&block);
-            let estimate = estimate_cycles(variant, entry.rows, entry.mode);
-            metadata_entries.push(EntryMetadata {
-                symbol: entry.symbol.clone(),
-                mode: entry.mode,
-                size: entry.size,
-                rows: entry.rows,
-                offset,
-                code_bytes: code,
-                cycles: estimate.cycles,
-                macs: estimate.macs,
-                utilisation_ppm: (estimate.utilisation() * 1e6).round() as u32,
-            });
-        }
-        let object = write_object(&text, &directory, &metadata_entries)?;
-        let metadata = KernelMetadata {
-            format_version: KERNEL_METADATA_VERSION,
-            program_format_version: variant.program_format_version(),
-            name: variant.name().to_owned(),
-            variant_key: variant.key().to_owned(),
-            shape: *variant.shape(),
-            instruction: variant.arithmetic().instruction().to_owned(),
-            k: variant.k(),
-            c: variant.c(),
-            r_small: variant.r_small(),
-            r_large: variant.r_large(),
-            left_tail_bytes: variant.left_tail_bytes(),
-            entries: metadata_entries,
-            code_bytes: text.len() as u32,
-            toolchain: self.identity(),
-            source: self.source_name(),
-            target: self.target(),
-            input_hash: String::new(),
-            object_sha256: hex(&Sha256::digest(&object)),
-            object_bytes: object.len() as u64,
-        };
-        Ok(CompiledKernel { object, metadata })
+    fn compile(&self, variant: &Variant, target: &Target) -> Result<CompiledKernel, KernelError> {
+        let programs = variant
+            .entry_points()
+            .iter()
+            .map(|entry| build_program(variant, entry.rows, entry.mode))
+            .collect::<Result<Vec<_>, _>>()?;
+        assemble_kernel(variant, target, self, &programs)
     }
+}
+
+/// The object and metadata of `variant` compiled by `toolchain` for
+/// `target`, from one program per entry of the variant, in the order of
+/// [`Variant::entry_points`]: the object as the host toolchain writes it
+/// (see the module header; each entry's code as long as the code-size model
+/// says its program needs) and the metadata with the cost model's cycles
+/// per entry. The programs are written as given, unchecked: a toolchain of
+/// its own builds its programs and packs them with this, and its caller
+/// checks the result.
+pub fn assemble_kernel(
+    variant: &Variant,
+    target: &Target,
+    toolchain: &dyn Toolchain,
+    programs: &[AmpProgram],
+) -> Result<CompiledKernel, KernelError> {
+    let model = variant.model();
+    let entries = variant.entry_points();
+    if programs.len() != entries.len() {
+        return Err(KernelError::ProgramCount {
+            variant: variant.name().to_owned(),
+            programs: programs.len(),
+            entries: entries.len(),
+        });
+    }
+    let mut directory = Vec::new();
+    directory.extend_from_slice(SECTION_MAGIC);
+    directory.extend_from_slice(&KERNEL_METADATA_VERSION.to_le_bytes());
+    directory.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    let mut text = Vec::new();
+    let mut metadata_entries = Vec::with_capacity(entries.len());
+    for (index, (entry, program)) in entries.iter().zip(programs).enumerate() {
+        let bytes = program.to_bytes();
+        let name = entry.symbol.as_bytes();
+        directory.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        directory.extend_from_slice(name);
+        let length = u32::try_from(bytes.len()).map_err(|_| KernelError::Object {
+            what: "program too large",
+            reason: format!("{} bytes", bytes.len()),
+        })?;
+        directory.extend_from_slice(&length.to_le_bytes());
+        directory.extend_from_slice(&bytes);
+
+        let code = program
+            .code_instructions(model)
+            .saturating_mul(u64::from(model.instruction_bytes));
+        let code = u32::try_from(code).map_err(|_| KernelError::Object {
+            what: "code too large",
+            reason: format!("{code} bytes"),
+        })?;
+        let offset = text.len() as u32;
+        let mut block = vec![0u8; code as usize];
+        if let Some(first) = block.get_mut(..4) {
+            first.copy_from_slice(&(index as u32).to_le_bytes());
+        }
+        text.extend_from_slice(&block);
+        let estimate = estimate_cycles(variant, entry.rows, entry.mode);
+        metadata_entries.push(EntryMetadata {
+            symbol: entry.symbol.clone(),
+            mode: entry.mode,
+            size: entry.size,
+            rows: entry.rows,
+            offset,
+            code_bytes: code,
+            cycles: estimate.cycles,
+            macs: estimate.macs,
+            utilisation_ppm: utilisation_ppm(&estimate),
+        });
+    }
+    let object = write_object(&text, &directory, &metadata_entries)?;
+    let metadata = KernelMetadata {
+        format_version: KERNEL_METADATA_VERSION,
+        program_format_version: variant.program_format_version(),
+        name: variant.name().to_owned(),
+        variant_key: variant.key().to_owned(),
+        shape: *variant.shape(),
+        instruction: variant.arithmetic().instruction().to_owned(),
+        k: variant.k(),
+        c: variant.c(),
+        r_small: variant.r_small(),
+        r_large: variant.r_large(),
+        left_tail_bytes: variant.left_tail_bytes(),
+        entries: metadata_entries,
+        code_bytes: text.len() as u32,
+        toolchain: toolchain.identity(),
+        source: toolchain.source_name(),
+        target: target.name().to_owned(),
+        input_hash: String::new(),
+        object_sha256: hex(&Sha256::digest(&object)),
+        object_bytes: object.len() as u64,
+    };
+    Ok(CompiledKernel { object, metadata })
+}
+
+/// The estimated AMP utilisation in parts per million, as the metadata
+/// records it (integral, so that the metadata's bytes are deterministic).
+pub(crate) fn utilisation_ppm(estimate: &crate::CycleEstimate) -> u32 {
+    (estimate.utilisation() * 1e6).round() as u32
 }
 
 fn write_object(

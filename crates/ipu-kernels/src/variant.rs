@@ -281,9 +281,8 @@ impl Variant {
 
     /// [`Variant::new`] without its name and key, which only the chosen
     /// variant needs: [`plan_variant`] costs hundreds of candidate blocks
-    /// per shape, and serialising and hashing each one's description took
-    /// a SigLIP b2 build's kernel planning from 2.5 G to 4.4 G instructions
-    /// (callgrind, which hashes without the SHA instructions).
+    /// per shape, and serialising and hashing each one's description
+    /// nearly doubled a SigLIP b2 build's kernel-planning instructions.
     pub(crate) fn unnamed(
         shape: &GemmShape,
         k: u32,

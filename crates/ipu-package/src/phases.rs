@@ -193,9 +193,9 @@ pub struct PhaseShape {
     transfers: Vec<ShapeTransfer>,
     /// Every transfer's destinations, one after another: its tile, buffer
     /// and byte offset in the shard. Shapes live for the whole build, and
-    /// SigLIP's have 3.2 million destinations: one list sized once, 36 MB,
-    /// rather than a small vector per transfer grown one destination at a
-    /// time, which held 77 MB (DHAT, at the build's peak).
+    /// SigLIP's have millions of destinations: one list sized once takes
+    /// half the memory of a small vector per transfer grown one
+    /// destination at a time (DHAT, at the build's peak).
     destinations: Vec<Destination>,
     local: Vec<ShapeCopy>,
 }

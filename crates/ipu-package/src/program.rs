@@ -7,7 +7,10 @@
 //! shards, and exchange steps, where buffers are redistributed between
 //! layouts. A [`Step::Repeat`] keeps a repeated layer structured: one body,
 //! run `count` times, with the buffers that differ per iteration (the
-//! layer's weights) named in a substitution table.
+//! layer's weights) named in a substitution table. Every compute and
+//! exchange step carries a [`StepLabel`]: the graph operation it belongs
+//! to and its [`StepRole`]. [`Program::walk`] (in `walk.rs`) is the one
+//! walk over steps and repeats.
 //!
 //! Codelet operands name a buffer and a byte offset inside the calling
 //! tile's shard; placement later turns them into addresses. Every codelet
@@ -16,6 +19,12 @@
 
 use ipu_layout::{ElementOrder, IdVec, MemoryClass, Precision, SourceView, TensorType, TileId};
 use serde::{Deserialize, Serialize};
+
+use crate::graph::OpId;
+
+mod walk;
+
+pub use walk::{At, Walk, WalkEvent};
 
 ipu_layout::define_id!(
     /// A buffer of a [`Program`].
@@ -247,38 +256,149 @@ pub enum Codelet {
     },
 }
 
-/// One bulk-synchronous step.
+/// What a step does for the operation it belongs to.
+///
+/// A step is known by its operation's id and this role, never by its
+/// name: the build halves an operation's budget from the id, the profile
+/// groups time by the role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum StepRole {
+    /// Zeroes padding that the operation's codelets read.
+    Clear,
+    /// A GEMM's AMP kernel calls (with its bias where there is no
+    /// split-K reduction).
+    Gemm,
+    /// The sum of a GEMM's split-K partial products (with its bias).
+    Reduce,
+    /// Attention blocks: scores, softmax statistics and the unnormalised
+    /// output of each block of key rows.
+    Attention,
+    /// Attention blocks combined into the normalised output.
+    Combine,
+    /// An elementwise addition.
+    Add,
+    /// A layer normalisation.
+    LayerNorm,
+    /// A GELU.
+    Gelu,
+    /// A conversion between precisions (the FP8 casts).
+    Convert,
+    /// The values a repeat carries brought into their buffers before its
+    /// body.
+    EnterRepeat,
+    /// What a repeat body leaves pending at its end.
+    EndOfRepeat,
+    /// The program's outputs brought into their row layouts.
+    Outputs,
+}
+
+impl StepRole {
+    /// The role's name in logs, profiles and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            StepRole::Clear => "clear",
+            StepRole::Gemm => "gemm",
+            StepRole::Reduce => "reduce",
+            StepRole::Attention => "attention",
+            StepRole::Combine => "attention combine",
+            StepRole::Add => "add",
+            StepRole::LayerNorm => "layer_norm",
+            StepRole::Gelu => "gelu",
+            StepRole::Convert => "cast_fp8",
+            StepRole::EnterRepeat => "enter",
+            StepRole::EndOfRepeat => "end of",
+            StepRole::Outputs => "outputs",
+        }
+    }
+}
+
+impl std::fmt::Display for StepRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which operation a step belongs to, what it does for it, and the name of
+/// what it computes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StepLabel {
+    /// The graph operation (none for the program's own steps, such as the
+    /// outputs' layouts). Within a repeat body, the operation of the
+    /// body's first iteration.
+    pub op: Option<OpId>,
+    /// What the step does for it.
+    pub role: StepRole,
+    /// The tensor the operation computes, for people: it identifies
+    /// nothing, [`StepLabel::op`] does.
+    pub name: String,
+}
+
+impl StepLabel {
+    /// The label of a step of operation `op`.
+    pub fn of(op: OpId, role: StepRole, name: impl Into<String>) -> StepLabel {
+        StepLabel {
+            op: Some(op),
+            role,
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for StepLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.name.is_empty() {
+            write!(f, "{}", self.role)
+        } else {
+            write!(f, "{} {}", self.role, self.name)
+        }
+    }
+}
+
+/// A compute step: every tile runs its codelets.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ComputeStep {
+    /// Whose step it is and what it does.
+    pub label: StepLabel,
+    /// Codelets in the order each tile runs them.
+    pub calls: Vec<(TileId, Codelet)>,
+}
+
+/// An exchange step: buffers are redistributed, all in one exchange phase
+/// (plus on-tile copies where source and destination share a tile).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ExchangeStep {
+    /// Whose step it is: the operation whose next compute step reads
+    /// what it brings.
+    pub label: StepLabel,
+    /// The redistributions.
+    pub copies: Vec<Redistribute>,
+}
+
+/// A repeated layer: `body` runs `count` times. In iteration `i`, every
+/// buffer `b` listed in `iteration_buffers` stands for the `i`-th entry of
+/// its list.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RepeatStep {
+    /// The repeat's name (from the graph).
+    pub name: String,
+    /// Iterations.
+    pub count: u32,
+    /// The steps of one iteration.
+    pub body: Vec<Step>,
+    /// Per-iteration substitutes: `(buffer used in the body, one buffer
+    /// per iteration)`.
+    pub iteration_buffers: Vec<(BufferId, Vec<BufferId>)>,
+}
+
+/// One bulk-synchronous step, or a repeat of a body of steps.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Step {
     /// Every tile runs its codelets.
-    Compute {
-        /// What the step does, for logs.
-        name: String,
-        /// Codelets in the order each tile runs them.
-        calls: Vec<(TileId, Codelet)>,
-    },
-    /// Buffers are redistributed, all in one exchange phase (plus on-tile
-    /// copies where source and destination share a tile).
-    Exchange {
-        /// What the step does, for logs.
-        name: String,
-        /// The redistributions.
-        copies: Vec<Redistribute>,
-    },
-    /// A repeated layer: `body` runs `count` times. In iteration `i`, every
-    /// buffer `b` listed in `iteration_buffers` stands for the `i`-th entry
-    /// of its list.
-    Repeat {
-        /// The repeat's name (from the graph).
-        name: String,
-        /// Iterations.
-        count: u32,
-        /// The steps of one iteration.
-        body: Vec<Step>,
-        /// Per-iteration substitutes: `(buffer used in the body, one buffer
-        /// per iteration)`.
-        iteration_buffers: Vec<(BufferId, Vec<BufferId>)>,
-    },
+    Compute(ComputeStep),
+    /// Buffers are redistributed in one exchange phase.
+    Exchange(ExchangeStep),
+    /// A repeated layer.
+    Repeat(RepeatStep),
 }
 
 /// One redistribution: `destination` receives the `view` of `source`.

@@ -19,7 +19,7 @@ use ipu_layout::hash::FoldBuildHasher;
 use ipu_layout::{EntityId, MemoryClass, TileId};
 use smallvec::SmallVec;
 
-use crate::program::{BufferId, BufferRole, Codelet, Program, Step};
+use crate::program::{BufferId, BufferRole, Codelet, Program, StepLabel, WalkEvent};
 
 /// The buffers one request holds, each at a byte offset from its start: one
 /// buffer at 0, or a stack of per-iteration buffers.
@@ -38,8 +38,8 @@ pub struct TileStorage {
 /// Every tile's requests.
 #[derive(Clone, Debug, Default)]
 pub struct StoragePlan {
-    /// Steps in program order, each repeat body once.
-    pub step_names: Vec<String>,
+    /// The steps' labels in program order, each repeat body once.
+    pub step_labels: Vec<StepLabel>,
     /// Per tile, its requests.
     pub tiles: Vec<TileStorage>,
     /// Per buffer, its lifetime `(first, last)`.
@@ -69,32 +69,43 @@ pub enum StorageError {
     },
 }
 
-struct Walk {
-    names: Vec<String>,
+/// What the walk over the steps finds: when each buffer is touched, the
+/// buffers each repeat body touches, and the GEMM calls whose output must
+/// not share memory elements with their operands.
+#[derive(Default)]
+struct Touched {
+    labels: Vec<StepLabel>,
     touched: HashMap<BufferId, (u32, u32)>,
     /// Per repeat body: its step range and the buffers it touches.
     bodies: Vec<((u32, u32), Vec<BufferId>)>,
     /// GEMM separations: (tile, output, left, right).
     separations: Vec<(TileId, BufferId, BufferId, BufferId)>,
+    /// Every repeat's per-iteration buffer lists.
+    stacks: Vec<Vec<BufferId>>,
 }
 
-impl Walk {
+impl Touched {
     fn touch(&mut self, b: BufferId, step: u32) {
         let e = self.touched.entry(b).or_insert((step, step));
         e.0 = e.0.min(step);
         e.1 = e.1.max(step);
     }
 
-    fn steps(&mut self, steps: &[Step], inside: &mut Vec<BufferId>) {
-        for step in steps {
-            let index = self.names.len() as u32;
-            match step {
-                Step::Compute { name, calls } => {
-                    self.names.push(name.clone());
-                    for (tile, c) in calls {
+    fn of(program: &Program) -> Touched {
+        let mut t = Touched::default();
+        // Per open repeat body: its first step and the buffers touched in
+        // it so far (nested bodies included).
+        let mut open: Vec<(u32, Vec<BufferId>)> = Vec::new();
+        for event in program.walk() {
+            match event {
+                WalkEvent::Compute(step, at) => {
+                    t.labels.push(step.label.clone());
+                    for (tile, c) in &step.calls {
                         for b in codelet_buffers(c) {
-                            self.touch(b, index);
-                            inside.push(b);
+                            t.touch(b, at.index);
+                            if let Some((_, inside)) = open.last_mut() {
+                                inside.push(b);
+                            }
                         }
                         if let Codelet::Gemm {
                             left,
@@ -103,48 +114,50 @@ impl Walk {
                             ..
                         } = c
                         {
-                            self.separations.push((
-                                *tile,
-                                output.buffer,
-                                left.buffer,
-                                right.buffer,
-                            ));
+                            t.separations
+                                .push((*tile, output.buffer, left.buffer, right.buffer));
                         }
                     }
                 }
-                Step::Exchange { name, copies } => {
-                    self.names.push(name.clone());
-                    for c in copies {
+                WalkEvent::Exchange(step, at) => {
+                    t.labels.push(step.label.clone());
+                    for c in &step.copies {
                         for b in [c.source, c.destination] {
-                            self.touch(b, index);
-                            inside.push(b);
-                        }
-                    }
-                }
-                Step::Repeat {
-                    body,
-                    iteration_buffers,
-                    ..
-                } => {
-                    let start = self.names.len() as u32;
-                    let mut touched = Vec::new();
-                    self.steps(body, &mut touched);
-                    let end = (self.names.len() as u32).saturating_sub(1).max(start);
-                    for (b, list) in iteration_buffers {
-                        for &bi in list {
-                            if let Some(&(f, l)) = self.touched.get(b) {
-                                self.touch(bi, f);
-                                self.touch(bi, l);
+                            t.touch(b, at.index);
+                            if let Some((_, inside)) = open.last_mut() {
+                                inside.push(b);
                             }
                         }
                     }
-                    inside.extend(touched.iter().copied());
+                }
+                WalkEvent::Enter(repeat, at) => {
+                    open.push((at.index, Vec::new()));
+                    t.stacks
+                        .extend(repeat.iteration_buffers.iter().map(|(_, l)| l.clone()));
+                }
+                WalkEvent::Leave(repeat, at) => {
+                    let Some((start, mut touched)) = open.pop() else {
+                        continue;
+                    };
+                    let end = at.index.saturating_sub(1).max(start);
+                    for (b, list) in &repeat.iteration_buffers {
+                        for &bi in list {
+                            if let Some(&(f, l)) = t.touched.get(b) {
+                                t.touch(bi, f);
+                                t.touch(bi, l);
+                            }
+                        }
+                    }
+                    if let Some((_, inside)) = open.last_mut() {
+                        inside.extend(touched.iter().copied());
+                    }
                     touched.sort();
                     touched.dedup();
-                    self.bodies.push(((start, end), touched));
+                    t.bodies.push(((start, end), touched));
                 }
             }
         }
+        t
     }
 }
 
@@ -197,15 +210,8 @@ fn align_up(value: u64, alignment: u64) -> u64 {
 
 /// Plans the storage requests of every one of `tiles` tiles for `program`.
 pub fn plan_storage(program: &Program, tiles: u32) -> Result<StoragePlan, StorageError> {
-    let mut walk = Walk {
-        names: Vec::new(),
-        touched: HashMap::new(),
-        bodies: Vec::new(),
-        separations: Vec::new(),
-    };
-    let mut all = Vec::new();
-    walk.steps(&program.steps, &mut all);
-    let last = (walk.names.len() as u32).saturating_sub(1);
+    let walk = Touched::of(program);
+    let last = (walk.labels.len() as u32).saturating_sub(1);
 
     let mut lifetimes = walk.touched.clone();
     // Buffers a body touches that also live outside it span the body.
@@ -233,9 +239,8 @@ pub fn plan_storage(program: &Program, tiles: u32) -> Result<StoragePlan, Storag
 
     // Stacks of per-iteration weights.
     let mut stacked: HashMap<BufferId, (BufferId, u32)> = HashMap::new();
-    let mut stacks: Vec<Vec<BufferId>> = Vec::new();
-    collect_stacks(&program.steps, &mut stacks);
-    for list in &stacks {
+    let stacks = &walk.stacks;
+    for list in stacks {
         for (i, &b) in list.iter().enumerate() {
             stacked.insert(b, (list[0], i as u32));
         }
@@ -324,24 +329,8 @@ pub fn plan_storage(program: &Program, tiles: u32) -> Result<StoragePlan, Storag
         }
     }
     Ok(StoragePlan {
-        step_names: walk.names,
+        step_labels: walk.labels,
         tiles,
         lifetimes,
     })
-}
-
-fn collect_stacks(steps: &[Step], out: &mut Vec<Vec<BufferId>>) {
-    for step in steps {
-        if let Step::Repeat {
-            body,
-            iteration_buffers,
-            ..
-        } = step
-        {
-            for (_, list) in iteration_buffers {
-                out.push(list.clone());
-            }
-            collect_stacks(body, out);
-        }
-    }
 }

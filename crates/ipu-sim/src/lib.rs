@@ -17,9 +17,7 @@ pub mod tiles;
 
 pub use error::SimError;
 
-pub use reference::{
-    ReferenceConfig, ReferenceError, ReferenceEvaluator, evaluate, evaluate_op, evaluate_with,
-};
+pub use reference::{ReferenceConfig, ReferenceError, evaluate, evaluate_op, evaluate_with};
 
 use ipu_layout::TileId;
 use ipu_package::graph::{Graph, ValueSet};

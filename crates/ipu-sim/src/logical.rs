@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use ipu_layout::{ElementOrder, EntityId, IdVec, RedistributeConfig, TileId, redistribute_view};
 use ipu_package::graph::{Graph, ValueSet};
 use ipu_package::program::{
-    BufferId, BufferRole, GemmEntry, KernelId, Operand, Program, Redistribute, Step,
+    BufferId, BufferRole, GemmEntry, KernelId, Operand, Program, Redistribute, RepeatStep, Step,
 };
 
 use crate::SimError;
@@ -96,22 +96,22 @@ impl<'p> Logical<'p> {
         for step in steps {
             self.subst = subst.clone();
             match step {
-                Step::Compute { calls, .. } => {
-                    for (tile, c) in calls {
+                Step::Compute(step) => {
+                    for (tile, c) in &step.calls {
                         run_codelet(self, *tile, c)?;
                     }
                 }
-                Step::Exchange { copies, .. } => {
-                    for c in copies {
+                Step::Exchange(step) => {
+                    for c in &step.copies {
                         self.redistribute(c)?;
                     }
                 }
-                Step::Repeat {
+                Step::Repeat(RepeatStep {
                     count,
                     body,
                     iteration_buffers,
                     ..
-                } => {
+                }) => {
                     for i in 0..*count as usize {
                         let mut inner = subst.clone();
                         for (b, list) in iteration_buffers {

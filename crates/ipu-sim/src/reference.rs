@@ -70,27 +70,6 @@ pub enum Keep {
     All,
 }
 
-/// The reference evaluator as calibration's evaluator
-/// ([`ipu_package::checkpoint::Evaluator`]): activation ranges for FP8
-/// scales come from [`evaluate_with`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ReferenceEvaluator;
-
-impl ipu_package::checkpoint::Evaluator for ReferenceEvaluator {
-    fn evaluate(
-        &self,
-        graph: &Graph,
-        values: &ValueSet,
-        keep_all: bool,
-    ) -> Result<ValueSet, ipu_package::checkpoint::calibrate::EvaluateError> {
-        let config = ReferenceConfig {
-            keep: if keep_all { Keep::All } else { Keep::Outputs },
-            ..ReferenceConfig::default()
-        };
-        Ok(evaluate_with(graph, values, &config)?)
-    }
-}
-
 /// Options of [`evaluate_with`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ReferenceConfig {

@@ -20,7 +20,9 @@
 //! With [`RunConfig::check_ops`] (the default) every op's device result is
 //! checked against the reference on the device's own inputs as the run
 //! goes ([`crate::oracle`]), and the first op out of tolerance stops the
-//! run with [`SimError::OpMismatch`].
+//! run with [`SimError::OpMismatch`]. A [`ProgressHook`] in the
+//! [`RunConfig`] is told of every step run, against the total the
+//! validation counted (a long run's progress on a terminal).
 //!
 //! A codelet touches only the image of the tile it runs on, so the tiles of
 //! one compute step run in parallel, each on its own image, with each
@@ -44,7 +46,10 @@ use ipu_layout::{EntityId, TileId};
 use ipu_package::graph::{Graph, Repeat, ValueSet};
 use ipu_package::package::Package;
 use ipu_package::profile::{VectorModel, Work, kernel_variant};
-use ipu_package::program::{BufferId, BufferRole, Codelet, Step};
+use ipu_package::program::{
+    BufferId, BufferRole, Codelet, ComputeStep, ExchangeStep, Program, RepeatStep, Step, Walk,
+    WalkEvent,
+};
 use rayon::prelude::*;
 
 use crate::SimError;
@@ -52,7 +57,8 @@ use crate::codelets::{Access, codelet_operands, run_codelet_counted};
 use crate::oracle::Oracle;
 use config::codelet_kind;
 pub use config::{
-    CODELET_KINDS, CycleCount, Fault, KindStats, Limits, RunConfig, RunStats, StepCycles,
+    CODELET_KINDS, CycleCount, Fault, KindStats, Limits, ProgressHook, RunConfig, RunStats,
+    StepCycles, StepProgress,
 };
 use memory::{Shared, TileView, Words};
 pub use validate::check_fixture;
@@ -87,7 +93,7 @@ pub fn run_package_with(
     let start = Instant::now();
     let cpu_start = process_cpu();
     check_fixture(package, graph)?;
-    validate::validate(package, &config.limits)?;
+    let work = validate::validate(package, &config.limits)?;
     let mut m = Tiles::new(package, graph)?;
     m.stats.setup = start.elapsed();
     let start = Instant::now();
@@ -101,7 +107,13 @@ pub fn run_package_with(
         phase: 0,
         exchange_words: 0,
         limit: config.limits.max_exchange_words,
+        progress: config.progress.as_ref(),
+        done: StepProgress {
+            done: 0,
+            total: work.step_runs,
+        },
     };
+    run.report();
     m.run_steps(
         &package.program.steps,
         &HashMap::new(),
@@ -138,10 +150,28 @@ fn process_cpu() -> Option<Duration> {
 
 /// Where a run is: the next phase and the exchange words so far (patched
 /// rows are counted again as they are built, against the same limit).
-struct Run {
+struct Run<'c> {
     phase: usize,
     exchange_words: u64,
     limit: u64,
+    /// Told of every step run.
+    progress: Option<&'c ProgressHook>,
+    /// Steps run so far, of the total.
+    done: StepProgress,
+}
+
+impl Run<'_> {
+    fn report(&self) {
+        if let Some(hook) = self.progress {
+            hook.report(self.done);
+        }
+    }
+
+    /// One more compute or exchange step run.
+    fn step_done(&mut self) {
+        self.done.done = self.done.done.saturating_add(1);
+        self.report();
+    }
 }
 
 struct Tiles<'p> {
@@ -256,8 +286,7 @@ impl<'p> Tiles<'p> {
         }
         let fabric = Fabric::new(&package.target).map_err(SimError::Fabric)?;
         // The FP8 precisions casts write (the ids were validated).
-        let mut casts = BTreeSet::new();
-        cast_outputs(&p.steps, &mut casts);
+        let casts = cast_outputs(p);
         let fp8_tables = casts
             .into_iter()
             .filter_map(|b| p.buffers.get(b))
@@ -401,13 +430,14 @@ impl<'p> Tiles<'p> {
         steps: &'p [Step],
         subst: &HashMap<BufferId, BufferId>,
         context: Option<(&'p Repeat, u32)>,
-        run: &mut Run,
+        run: &mut Run<'_>,
         depth: usize,
         oracle: &mut Option<Oracle<'p>>,
     ) -> Result<(), SimError> {
         for step in steps {
             match step {
-                Step::Compute { name, calls } => {
+                Step::Compute(ComputeStep { label, calls }) => {
+                    let name = &label.to_string();
                     let start = Instant::now();
                     self.compute(name, calls, subst)?;
                     let took = start.elapsed();
@@ -422,8 +452,10 @@ impl<'p> Tiles<'p> {
                         });
                         self.check_results(o, written, subst, context, true, name)?;
                     }
+                    run.step_done();
                 }
-                Step::Exchange { name, copies } => {
+                Step::Exchange(ExchangeStep { label, copies }) => {
+                    let name = &label.to_string();
                     let start = Instant::now();
                     let iteration = context.map_or(0, |(_, k)| k);
                     self.exchange(name, run, iteration)?;
@@ -436,13 +468,14 @@ impl<'p> Tiles<'p> {
                         let written = copies.iter().map(|c| c.destination);
                         self.check_results(o, written, subst, context, false, name)?;
                     }
+                    run.step_done();
                 }
-                Step::Repeat {
+                Step::Repeat(RepeatStep {
                     name,
                     count,
                     body,
                     iteration_buffers,
-                } => {
+                }) => {
                     let start = run.phase;
                     let graph_repeat = self.graph.repeats().iter().find(|r| r.name() == name);
                     for i in 0..*count {
@@ -621,7 +654,7 @@ impl<'p> Tiles<'p> {
     }
 
     /// Runs exchange step `name`, phase `run.phase`, in `iteration`.
-    fn exchange(&mut self, name: &str, run: &mut Run, iteration: u32) -> Result<(), SimError> {
+    fn exchange(&mut self, name: &str, run: &mut Run<'_>, iteration: u32) -> Result<(), SimError> {
         let package = self.shared.package;
         let phase = run.phase;
         let missing = || SimError::MissingPhase {
@@ -753,43 +786,36 @@ impl<'p> Tiles<'p> {
     }
 }
 
-/// The buffers cast codelets write in `steps`, with every buffer a repeat
-/// substitutes for them.
-fn cast_outputs(steps: &[Step], out: &mut BTreeSet<BufferId>) {
-    for s in steps {
-        match s {
-            Step::Compute { calls, .. } => {
-                for (_, c) in calls {
+/// The buffers cast codelets write in `program`, with every buffer a
+/// repeat substitutes for them.
+fn cast_outputs(program: &Program) -> BTreeSet<BufferId> {
+    let mut out = BTreeSet::new();
+    for event in program.walk() {
+        match event {
+            WalkEvent::Compute(step, _) => {
+                for (_, c) in &step.calls {
                     if let Codelet::Convert { output, .. } = c {
                         out.insert(output.buffer);
                     }
                 }
             }
-            Step::Repeat {
-                body,
-                iteration_buffers,
-                ..
-            } => {
-                cast_outputs(body, out);
-                for (b, list) in iteration_buffers {
+            // After the body, whose casts are in by then.
+            WalkEvent::Leave(repeat, _) => {
+                for (b, list) in &repeat.iteration_buffers {
                     if out.contains(b) {
                         out.extend(list.iter().copied());
                     }
                 }
             }
-            Step::Exchange { .. } => {}
+            WalkEvent::Exchange(..) | WalkEvent::Enter(..) => {}
         }
     }
+    out
 }
 
 /// Exchange steps (phases) in `steps`, a repeat body counted once.
 fn phases_in(steps: &[Step]) -> usize {
-    steps
-        .iter()
-        .map(|s| match s {
-            Step::Exchange { .. } => 1,
-            Step::Repeat { body, .. } => phases_in(body),
-            Step::Compute { .. } => 0,
-        })
-        .sum()
+    Walk::new(steps)
+        .filter(|e| matches!(e, WalkEvent::Exchange(..)))
+        .count()
 }

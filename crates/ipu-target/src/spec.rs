@@ -197,6 +197,10 @@ pub struct VectorSpec {
     pub layer_norm_instructions_per_vector: u32,
     /// Layer normalisation, per row.
     pub layer_norm_row_instructions: u32,
+    /// Layer normalisation of a row split over several workers (a tile
+    /// with fewer rows than workers): per part, combining its sum and sum
+    /// of squares into the row's.
+    pub layer_norm_combine_instructions_per_part: u32,
     /// Exponentials, per vector.
     pub exp_instructions_per_vector: u32,
     /// Multiply-accumulates of one dot-product instruction (F16 inputs).

@@ -148,7 +148,7 @@ function renderTimeline() {
       const ws = (width * s.sync) / widest;
       const r = svgEl("rect", { x, y: 4, width: Math.max(w, 0.5), height: 22, fill: COLOURS[s.kind] });
       const tip = svgEl("title");
-      tip.textContent = `${s.name} (${s.kind}): ${int(s.cycles)} cycles` +
+      tip.textContent = `${s.name} (${s.kind}): ${int(s.cycles)} cycles, floor ${int(s.floor)}` +
         (s.busiest !== null ? `, busiest tile ${s.busiest}` : "") +
         (s.x ? `, horizon ${int(s.x.horizon)} vs bound ${int(s.x.bound)}` : "");
       r.append(tip);
@@ -168,9 +168,10 @@ function renderTimeline() {
   const maxCycles = Math.max(1, ...data.steps.map((s) => s.cycles));
   drawn.step_rows = table(
     document.getElementById("step-table"),
-    ["step", "name", "kind", "runs", "cycles", "", "busiest tile", "active tiles", "mean tile cycles"],
+    ["step", "name", "kind", "runs", "cycles", "", "floor", "work / floor", "busiest tile", "active tiles", "mean tile cycles"],
     data.steps.map((s) => [
       s.i, s.name, s.kind, s.runs, int(s.cycles), bar(s.cycles / maxCycles, COLOURS[s.kind]),
+      int(s.floor), s.floor > 0 ? (s.work / s.floor).toFixed(2) : "–",
       s.busiest === null ? "–" : s.busiest, s.active, s.kind === "compute" ? int(s.mean) : "–",
     ]),
     [1, 2, 5],
@@ -189,10 +190,11 @@ function renderOps() {
     `Per op of one ${r.name} iteration (${int(r.cycles)} cycles; roofline ${int(r.roofline)} cycles, ${pct(r.roofline, r.cycles)}).`;
   const ops = new Map();
   for (const s of data.steps.slice(r.first, r.first + r.steps)) {
-    const key = s.op.includes(".") ? s.op.slice(s.op.indexOf(".") + 1) : s.op;
-    const e = ops.get(key) || { steps: 0, compute: 0, exchange: 0, sync: 0, kinds: new Set() };
+    const key = s.op;
+    const e = ops.get(key) || { steps: 0, compute: 0, exchange: 0, sync: 0, floor: 0, kinds: new Set() };
     e.steps += 1;
     e[s.kind] += s.work;
+    e.floor += s.floor;
     e.sync += s.sync;
     e.kinds.add(s.op_kind);
     ops.set(key, e);
@@ -200,13 +202,15 @@ function renderOps() {
   const top = Math.max(1, ...[...ops.values()].map((e) => e.compute + e.exchange + e.sync));
   drawn.op_rows = table(
     box,
-    ["op", "steps", "compute", "exchange", "sync", "share", ""],
+    ["op", "steps", "compute", "exchange", "sync", "floor", "work / floor", "share", ""],
     [...ops.entries()].map(([op, e]) => {
       const total = e.compute + e.exchange + e.sync;
-      return [`${op} (${[...e.kinds].join(", ")})`, e.steps, int(e.compute), int(e.exchange), int(e.sync), pct(total, r.cycles),
+      const work = e.compute + e.exchange;
+      return [`${op} (${[...e.kinds].join(", ")})`, e.steps, int(e.compute), int(e.exchange), int(e.sync),
+        int(e.floor), e.floor > 0 ? (work / e.floor).toFixed(2) : "–", pct(total, r.cycles),
         el("span", {}, bar(e.compute / top, COLOURS.compute), bar(e.exchange / top, COLOURS.exchange), bar(e.sync / top, COLOURS.sync))];
     }),
-    [0, 6],
+    [0, 8],
   );
 }
 

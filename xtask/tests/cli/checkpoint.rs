@@ -175,7 +175,9 @@ fn bad_images_and_files_are_clear_errors() {
     run(&["--image", &png, "--image", "missing.png", "--out", &out])
         .failed_with("cannot read image `missing.png`");
     run(&["--inputs", &png]).failed_with("not a valid safetensors file");
-    run(&["--image", &png, "--image", &png, "--inputs", &png]).failed_with("not both");
+    let both = run(&["--image", &png, "--image", &png, "--inputs", &png]);
+    both.failed_with("cannot be used with");
+    assert_eq!(both.status.code(), Some(2), "{}", both.describe());
     assert!(!Path::new(&out).exists(), "nothing is written on an error");
 
     // A weight removed from the package: never a seeded stand-in.
@@ -253,8 +255,10 @@ fn strict_refuses_a_checkpoint_that_saturates_and_a_plain_build_warns() {
         plain.describe()
     );
     // The package records the saturation.
-    let precision = std::fs::read_to_string(out.join("precision.json")).unwrap();
-    let report: serde_json::Value = serde_json::from_str(&precision).unwrap();
+    let model = std::fs::read_to_string(out.join("model.json")).unwrap();
+    let model: serde_json::Value = serde_json::from_str(&model).unwrap();
+    let report = &model["frontend"]["precision"];
+    let precision = report.to_string();
     let threshold = report["calibration"]["saturation_threshold"]
         .as_f64()
         .unwrap();

@@ -5,8 +5,10 @@
 //! panic and never a partial package; builds do not depend on the thread
 //! count; `inspect-package` tells a good package from a damaged one; a
 //! small package runs and matches the reference; its cycle estimate prints
-//! and its HTML report renders in a headless browser; and hostile packages,
-//! killed writes, damaged caches and failing checks end in clean errors.
+//! and its HTML report renders in a headless browser; hostile packages,
+//! killed writes, damaged caches and failing checks end in clean errors;
+//! and the command line itself answers `--help` on every task and refuses
+//! what it does not know with clap's message and status 2.
 //!
 //! Only the small fixtures are built (well under a second each), never the
 //! default SigLIP workload.
@@ -21,3 +23,4 @@ mod phases;
 mod report;
 mod run;
 mod support;
+mod usage;

@@ -5,7 +5,8 @@
 //!
 //! The browser part needs Chromium (`apt-get install -y chromium`, or a
 //! binary named by `$CHROMIUM`); without one it is skipped with a message
-//! saying so. The browser runs with no network services, a profile
+//! saying so, unless `IPU_REQUIRE_BROWSER=1` (which `.ci/run` sets where it
+//! has Chromium), when a missing browser fails the test. The browser runs with no network services, a profile
 //! directory of its own, and `--dump-dom`: the page's script writes what it
 //! drew and every error it met into `#selfcheck`, and `--enable-logging`
 //! puts every console message on stderr.
@@ -186,6 +187,10 @@ fn the_report_is_self_contained_and_renders_in_a_headless_browser() {
         .failed_with("the package has 16 tiles");
 
     let Some(browser) = browser() else {
+        assert!(
+            std::env::var_os("IPU_REQUIRE_BROWSER").is_none_or(|v| v != "1"),
+            "IPU_REQUIRE_BROWSER=1 but no Chromium found (apt-get install -y chromium, or set CHROMIUM)"
+        );
         eprintln!(
             "SKIPPED the browser check: no Chromium found (apt-get install -y chromium, or set CHROMIUM)"
         );

@@ -15,6 +15,12 @@ fn tiny_package_runs_and_passes() {
         "{}",
         outcome.describe()
     );
+    // Not a terminal: no progress line, not even cleared ones.
+    assert!(
+        !outcome.stderr.contains('\r') && !outcome.stderr.contains('\x1b'),
+        "{}",
+        outcome.describe()
+    );
     // One line per graph output, each with its errors and a verdict.
     for output in ["last_hidden", "pooled"] {
         let line = outcome
@@ -46,9 +52,10 @@ fn a_missing_package_is_an_error() {
     sandbox
         .xtask(&["inspect-package", &missing.to_string_lossy()])
         .failed_with("absent/manifest.json");
-    sandbox
-        .xtask(&["run-package"])
-        .failed_with("give the package directory");
+    let outcome = sandbox.xtask(&["run-package"]);
+    outcome.failed_with("the following required arguments were not provided");
+    assert_eq!(outcome.status.code(), Some(2), "{}", outcome.describe());
+    assert!(outcome.stderr.contains("<DIR>"), "{}", outcome.describe());
 }
 
 #[test]

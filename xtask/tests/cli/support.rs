@@ -47,15 +47,24 @@ impl Sandbox {
 
     /// `xtask args...` run from the sandbox.
     pub fn xtask(&self, args: &[&str]) -> Outcome {
-        let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        // Only warnings and errors: the logs are not under test, and a
+        // short stderr keeps a failure's message readable.
+        self.xtask_logging(args, Some("warn"))
+    }
+
+    /// `xtask args...` run from the sandbox with `RUST_LOG` set to
+    /// `rust_log`, or unset.
+    pub fn xtask_logging(&self, args: &[&str], rust_log: Option<&str>) -> Outcome {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+        command
             .args(args)
             .current_dir(self.root.path())
-            // Only warnings and errors: the logs are not under test, and
-            // a short stderr keeps a failure's message readable.
-            .env("RUST_LOG", "warn")
-            .env_remove("RUST_BACKTRACE")
-            .output()
-            .expect("the xtask binary runs");
+            .env_remove("RUST_BACKTRACE");
+        match rust_log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let output = command.output().expect("the xtask binary runs");
         Outcome {
             args: args.join(" "),
             status: output.status,

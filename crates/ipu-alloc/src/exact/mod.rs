@@ -4,11 +4,14 @@
 //!
 //! `search.rs` holds one depth-first run over canonical placements and the
 //! rules that prune it; `prepare.rs` the static data a run needs. This file
-//! is the portfolio around them: the same complete search on the problem and
-//! on its time-reversed copy, under several static branching orders, each
-//! run restarted with a growing node budget. Zero-slack instances are often
-//! easy in one orientation or order and hard in another; any run that
-//! finishes is conclusive.
+//! is the portfolio around them: the same complete search on the problem, on
+//! its time-reversed copy and, where alignments allow, on both with
+//! addresses mirrored, under several static branching orders and two
+//! branching rules, each run restarted with a growing node budget. Zero-slack
+//! instances are often easy in one orientation or order and hard in
+//! another; any run that finishes is conclusive. Runs on one copy share
+//! their failure memo, so a restart does not prove again what an earlier
+//! run proved.
 
 mod prepare;
 mod search;
@@ -18,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use prepare::{Preorder, Prepared};
-use search::{RunStyle, Search, Step};
+use search::{Memo, RunStyle, Search, Step};
 
 use crate::arena::{Arena, align_up, for_each_gap, merge_intervals};
 use crate::greedy::UNPLACED;
@@ -87,6 +90,10 @@ pub struct SearchStats {
     pub wells: u64,
     /// Nodes left with no child after every rule passed.
     pub no_children: u64,
+    /// Sections left empty at the lowest level (close children taken).
+    pub closed: u64,
+    /// Nodes failed by the cut test (a knapsack below a window boundary).
+    pub cut: u64,
 }
 
 impl SearchStats {
@@ -101,6 +108,8 @@ impl SearchStats {
         self.release += o.release;
         self.wells += o.wells;
         self.no_children += o.no_children;
+        self.closed += o.closed;
+        self.cut += o.cut;
     }
 }
 
@@ -120,6 +129,21 @@ const fn strategy(order: Preorder, forced: bool, fewest: bool, wells: bool) -> S
             wells,
             forced,
             flush: true,
+            sections: false,
+        },
+    }
+}
+
+/// Shorthand for a fill-or-close entry of the portfolio table.
+const fn sections(order: Preorder, fewest: bool, wells: bool) -> Strategy {
+    Strategy {
+        order,
+        style: RunStyle {
+            fewest,
+            wells,
+            forced: true,
+            flush: true,
+            sections: true,
         },
     }
 }
@@ -127,23 +151,53 @@ const fn strategy(order: Preorder, forced: bool, fewest: bool, wells: bool) -> S
 /// The portfolio's entries, in the order they are tried each round. Runs
 /// that branch on forced points win on instances with no slack anywhere
 /// (largest items first place guillotine cuts in about one node per item);
-/// plain canonical runs win where most sections have slack; the orders
-/// differ in which items they try first.
+/// fill-or-close runs and plain canonical runs win where sections have
+/// slack; the orders differ in which items they try first.
 const STRATEGIES: [Strategy; 5] = [
     strategy(Preorder::SizeEnd, true, false, false),
     strategy(Preorder::TotalAreaLength, true, false, true),
-    strategy(Preorder::TotalLengthArea, true, true, true),
+    sections(Preorder::TotalAreaLength, true, true),
     strategy(Preorder::LengthAreaTotal, false, false, false),
-    strategy(Preorder::TotalLengthArea, false, false, false),
+    sections(Preorder::TotalLengthArea, false, true),
 ];
 
 /// Nodes of the first round of the portfolio.
 const FIRST_ROUND: u64 = 1024;
 
+/// One copy of the problem a portfolio searches.
+struct Variant {
+    arena: Arena,
+    /// Addresses are mirrored ([`Arena::flipped`]).
+    flipped: bool,
+}
+
 /// The variants a portfolio searches: the problem and its time-reversed
-/// copy.
-fn variants(arena: &Arena) -> [Arena; 2] {
-    [arena.clone(), arena.reversed()]
+/// copy, then both with addresses mirrored where that keeps the problem
+/// the same (a zero-slack cut is as often easy from its top as from its
+/// bottom).
+fn variants(arena: &Arena) -> Vec<Variant> {
+    let mut out = vec![
+        Variant {
+            arena: arena.clone(),
+            flipped: false,
+        },
+        Variant {
+            arena: arena.reversed(),
+            flipped: false,
+        },
+    ];
+    if let Some(f) = arena.flipped() {
+        let r = f.reversed();
+        out.push(Variant {
+            arena: f,
+            flipped: true,
+        });
+        out.push(Variant {
+            arena: r,
+            flipped: true,
+        });
+    }
+    out
 }
 
 /// Runs the exact search on `arena` within `budget`.
@@ -151,7 +205,7 @@ pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
     let variants = variants(arena);
     let Some(prepared) = variants
         .iter()
-        .map(Prepared::new)
+        .map(|v| Prepared::new(&v.arena))
         .collect::<Option<Vec<_>>>()
     else {
         return ExactReport::unknown(0, SearchStats::default());
@@ -200,7 +254,7 @@ pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactR
     let variants = variants(arena);
     let Some(prepared) = variants
         .iter()
-        .map(Prepared::new)
+        .map(|v| Prepared::new(&v.arena))
         .collect::<Option<Vec<_>>>()
     else {
         return ExactReport::unknown(0, SearchStats::default());
@@ -256,7 +310,7 @@ pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactR
 /// that doubles every round.
 fn portfolio(
     original: &Arena,
-    variants: &[Arena],
+    variants: &[Variant],
     prepared: &[Prepared],
     runs: &[(usize, Strategy)],
     budget: &ExactBudget,
@@ -268,6 +322,7 @@ fn portfolio(
     let mut total = 0u64;
     let mut stats = SearchStats::default();
     let mut round_index = 0u64;
+    let mut memos: Vec<Memo> = variants.iter().map(|_| Memo::new()).collect();
     let mut round = FIRST_ROUND.max(2 * prepared[0].ids.len() as u64);
     loop {
         for (r, &(v, strategy)) in runs.iter().enumerate() {
@@ -285,22 +340,36 @@ fn portfolio(
                 stop: budget.stop.clone(),
             };
             let p = &prepared[v];
-            let mut search = Search::new(&variants[v], p, &ranks[r], strategy.style, &run_budget);
+            let arena = &variants[v].arena;
+            let salt = round_index << 16 | r as u64;
+            let mut search = Search::new(
+                arena,
+                p,
+                &ranks[r],
+                strategy.style,
+                &run_budget,
+                &mut memos[v],
+                salt,
+            );
             let step = search.run();
             total += search.nodes;
             stats.add(&search.stats);
             stats.runs += 1;
             match step {
                 Step::Found => {
-                    let arena = &variants[v];
-                    let mut offsets = vec![UNPLACED; arena.items.len()];
-                    for (it, o) in arena.items.iter().zip(offsets.iter_mut()) {
+                    let mut offsets = vec![UNPLACED; original.items.len()];
+                    for (it, o) in original.items.iter().zip(offsets.iter_mut()) {
                         if let Some(f) = it.fixed {
                             *o = f;
                         }
                     }
                     for (k, &id) in p.ids.iter().enumerate() {
-                        offsets[id as usize] = search.offsets[k];
+                        let at = search.offsets[k];
+                        offsets[id as usize] = if variants[v].flipped {
+                            original.mirror(at, p.size[k])
+                        } else {
+                            at
+                        };
                     }
                     let outcome = if place_trivial(original, &p.trivial, &mut offsets) {
                         ExactOutcome::Found(offsets)

@@ -10,6 +10,7 @@
 
 use smallvec::SmallVec;
 
+use super::search::Cut;
 use crate::arena::{Arena, TimeIndex, merge_intervals};
 
 /// The most adjacency entries the search keeps (64 MiB of `u32`); larger
@@ -72,6 +73,8 @@ pub(super) struct Prepared {
     /// One window, no fixed items and no partners: positions are a single
     /// alignment and bound test.
     pub simple: Option<(u64, u64)>,
+    /// The lowest window boundary no item crosses, for the cut test.
+    pub cut: Option<Cut>,
     pub base: u64,
     pub limit: u64,
 }
@@ -247,7 +250,13 @@ impl Prepared {
             [only] if only.len() == 1 && !any_fixed && !any_partners => Some(only[0]),
             _ => None,
         };
+        let cut = if simple.is_none() {
+            Cut::find(arena, &windows, &size, &start, &end)
+        } else {
+            None
+        };
         Some(Prepared {
+            cut,
             ids,
             trivial,
             start,

@@ -24,7 +24,15 @@
 //!   within the limit.
 //! - *Forced point.* If a section at the lowest level has no slack, its byte
 //!   at that level must be the bottom of an item: the node branches only on
-//!   items that start there.
+//!   items that start there. Fill-or-close runs branch this way on every
+//!   node, with one more child where the section has slack: it stays empty
+//!   at that level (`branch.rs`).
+//! - *Cut.* Below a window boundary no item crosses, each section's empty
+//!   bytes are at most its slack, so some items of the section must fill
+//!   the room below the boundary to within the slack (`cut.rs`).
+//! - *Supports.* An item that cannot sit at its lowest address any more
+//!   sits on the top of an unplaced neighbour or on an edge of its windows
+//!   and obstacles; its lowest such address is its release address.
 //! - *Independent parts.* Where no unplaced item crosses a section boundary,
 //!   the sides are solved one after the other; a failure on one is final.
 //! - *Failure memo.* States (unplaced set, skyline, `L`, tie rank) that
@@ -35,7 +43,11 @@
 //! sit higher to leave an element free for a partner placed later), so an
 //! exhausted search then proves nothing; the caller reports `Unknown`.
 
+mod branch;
+mod cut;
 mod rules;
+
+pub(super) use cut::Cut;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -68,10 +80,21 @@ pub(super) struct RunStyle {
     pub forced: bool,
     /// At forced points, try first the items whose top meets a neighbour.
     pub flush: bool,
+    /// Branch at every node on one section at the lowest level: an item
+    /// placed at the level covers it, or it stays empty there (fill or
+    /// close; see `branch.rs`). Implies `forced` where there is no slack.
+    pub sections: bool,
 }
 
 /// Failed states remembered at most (16 bytes each, plus table overhead).
 const MEMO_LIMIT: usize = 1 << 21;
+
+/// Failed states: a digest of the skyline and unplaced set, with the
+/// loosest `L` and tie rank that failed. A failure is a fact about the
+/// state, whatever rules found it, so runs on one arena share the memo
+/// across strategies and restarts; only a tie rank's meaning depends on
+/// the run's ranks, and `Search::salt` keeps those states apart.
+pub(super) type Memo = HashMap<u128, (u64, Option<u32>)>;
 
 /// A bijective 128-bit mixer (multiply and xor-shift rounds).
 fn mix128(mut x: u128) -> u128 {
@@ -112,8 +135,12 @@ fn key_rank(key: u128) -> u32 {
     (key >> 32) as u32
 }
 
-/// What `apply` must undo: item, previous `L`, previous tie rank, and the
-/// lengths of the two trails before it.
+/// The `Undo::item` of a close, which places no item.
+const CLOSED: u32 = u32::MAX;
+
+/// What `apply` or `close` must undo: item (`CLOSED` for a close),
+/// previous `L`, previous tie rank, and the lengths of the two trails
+/// before it.
 #[derive(Clone, Copy, Debug)]
 struct Undo {
     item: u32,
@@ -152,8 +179,11 @@ pub(super) struct Search<'a> {
     item_hash: Vec<u128>,
     remaining_hash: u128,
     /// Failed states: skyline and unplaced set, with the loosest `L` and
-    /// tie rank that failed.
-    failed: HashMap<u128, (u64, Option<u32>)>,
+    /// tie rank that failed, shared by every run on the same arena.
+    failed: &'a mut Memo,
+    /// Mixed into the keys of states with a tie rank, whose meaning
+    /// depends on the run's ranks.
+    salt: u128,
     memo: bool,
     // Scratch.
     pool: Vec<Vec<Child>>,
@@ -166,6 +196,10 @@ pub(super) struct Search<'a> {
     bwd: Vec<bool>,
     scratch: Vec<(u64, u64)>,
     tight: Vec<u32>,
+    /// Open sections at the lowest level of the current node.
+    lowest: Vec<u32>,
+    cut_sums: Vec<u64>,
+    cut_spare: Vec<u64>,
     count: Vec<u32>,
     level: Vec<u64>,
     run_of: Vec<u32>,
@@ -180,6 +214,8 @@ impl<'a> Search<'a> {
         rank: &'a [u32],
         style: RunStyle,
         budget: &'a ExactBudget,
+        failed: &'a mut Memo,
+        salt: u64,
     ) -> Search<'a> {
         let m = p.ids.len();
         let sections = p.sections;
@@ -219,7 +255,8 @@ impl<'a> Search<'a> {
             history: Vec::new(),
             item_hash,
             remaining_hash,
-            failed: HashMap::new(),
+            failed,
+            salt: mix128(u128::from(salt) ^ 0x7a11),
             memo: !p.any_partners,
             pool: Vec::new(),
             open: Vec::new(),
@@ -229,6 +266,9 @@ impl<'a> Search<'a> {
             bwd: vec![false; sections + 1],
             scratch: Vec::new(),
             tight: Vec::new(),
+            lowest: Vec::new(),
+            cut_sums: Vec::new(),
+            cut_spare: Vec::new(),
             count: vec![0; sections],
             level: Vec::new(),
             run_of: Vec::new(),
@@ -304,10 +344,46 @@ impl<'a> Search<'a> {
 
     /// The lowest feasible address at or above `floor` for item `k`.
     fn position(&mut self, k: usize, floor: u64) -> Option<u64> {
+        self.fit(k, floor, false)
+    }
+
+    /// The lowest address at or above `from` where item `k` can sit
+    /// supported from below by something not yet decided: the top of an
+    /// unplaced time neighbour, which itself sits at or above `base`, or
+    /// the start of a gap its windows leave around its obstacles (a window
+    /// start, the top of a fixed item, the end of a placed partner's
+    /// element). A pushed-down item that cannot sit lower sits on one of
+    /// these, so no pushed-down completion puts `k` lower.
+    pub(super) fn support_from(&mut self, k: usize, base: u64, from: u64) -> Option<u64> {
+        let (r0, r1) = (
+            self.p.adj_start[k] as usize,
+            self.p.adj_start[k + 1] as usize,
+        );
+        let smallest = self.p.adj[r0..r1]
+            .iter()
+            .filter(|&&q| self.offsets[q as usize] == UNPLACED)
+            .map(|&q| self.p.size[q as usize])
+            .min();
+        let on_neighbour =
+            smallest.and_then(|s| self.position(k, base.saturating_add(s).max(from)));
+        let on_edge = self.fit(k, from, true);
+        match (on_neighbour, on_edge) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The lowest feasible address at or above `floor` for item `k`; with
+    /// `edges`, only addresses at the start of a gap (aligned up).
+    fn fit(&mut self, k: usize, floor: u64, edges: bool) -> Option<u64> {
         let size = self.p.size[k];
         let align = self.p.align[k];
         if let Some((w0, w1)) = self.p.simple {
-            let a = align_up(floor.max(w0), align)?;
+            let a = if edges {
+                align_up(w0, align).filter(|&a| a >= floor)?
+            } else {
+                align_up(floor.max(w0), align)?
+            };
             return (a.checked_add(size)? <= w1).then_some(a);
         }
         let windows = &self.arena.window_sets[self.p.windows[k] as usize];
@@ -338,7 +414,12 @@ impl<'a> Search<'a> {
             if g1 <= floor {
                 return true;
             }
-            match align_up(g0.max(floor), align) {
+            let at = if edges {
+                align_up(g0, align).filter(|&a| a >= floor)
+            } else {
+                align_up(g0.max(floor), align)
+            };
+            match at {
                 Some(a) if a.checked_add(size).is_some_and(|e| e <= g1) => {
                     found = Some(a);
                     false
@@ -403,6 +484,7 @@ impl<'a> Search<'a> {
         // Section bound, the lowest level and its tight sections.
         let mut level = u64::MAX;
         self.tight.clear();
+        self.lowest.clear();
         for s in lo..hi {
             let need = self.rem[s];
             if need == 0 {
@@ -417,9 +499,13 @@ impl<'a> Search<'a> {
             if h < level {
                 level = h;
                 self.tight.clear();
+                self.lowest.clear();
             }
-            if h == level && free == need && !self.blocked_at(s, h) {
-                self.tight.push(s as u32);
+            if h == level {
+                self.lowest.push(s as u32);
+                if free == need && !self.blocked_at(s, h) {
+                    self.tight.push(s as u32);
+                }
             }
         }
         let key = self.memo.then(|| self.state_key(lo, hi));
@@ -508,18 +594,10 @@ impl<'a> Search<'a> {
             let rel = if at >= self.last {
                 Some(at)
             } else {
-                // Below `L` the item needs a new floor: the top of an
-                // unplaced neighbour, which will sit at or above `L`.
-                let (r0, r1) = (
-                    self.p.adj_start[k] as usize,
-                    self.p.adj_start[k + 1] as usize,
-                );
-                let support = self.p.adj[r0..r1]
-                    .iter()
-                    .filter(|&&q| self.offsets[q as usize] == UNPLACED)
-                    .map(|&q| self.p.size[q as usize])
-                    .min();
-                support.and_then(|s| self.position(k, self.last.saturating_add(s)))
+                // Below `L` the item needs a new support at or above `L`:
+                // an unplaced neighbour, which will sit at or above the
+                // lowest level, or an edge of its windows and obstacles.
+                self.support_from(k, level, self.last)
             };
             let Some(rel) = rel else {
                 ok = false;
@@ -568,11 +646,24 @@ impl<'a> Search<'a> {
         } else if self.style.wells && !self.wells_ok(lo, hi, &open) {
             self.stats.wells += 1;
             ok = false;
+        } else if !self.cut_ok(lo, hi) {
+            self.stats.cut += 1;
+            ok = false;
         }
         let mut children = self.pool.pop().unwrap_or_default();
         children.clear();
-        let forced = self.style.forced && !self.tight.is_empty();
-        if ok {
+        let forced = self.style.sections || (self.style.forced && !self.tight.is_empty());
+        let mut close = None;
+        if ok && self.style.sections {
+            // Every child places its item at `level` or above: one that
+            // fits wholly below `height` would be dominated.
+            if height <= level {
+                self.stats.dominance += 1;
+                ok = false;
+            } else {
+                ok = self.section_children(level, &order, &mut children, &mut close);
+            }
+        } else if ok {
             // A child at `p` raises `L` to `p`: every open section must still
             // hold its remaining bytes above `p`.
             let mut cap = height;
@@ -603,7 +694,7 @@ impl<'a> Search<'a> {
         self.open = open;
         self.orders[depth] = order;
         let mut result = Step::Fail;
-        if ok && children.is_empty() {
+        if ok && children.is_empty() && close.is_none() {
             self.stats.no_children += 1;
         }
         if ok {
@@ -614,83 +705,25 @@ impl<'a> Search<'a> {
                     // so the next tie at this address is unconstrained.
                     self.last_rank = None;
                 }
-                let r = self.dfs(depth + 1, lo, hi);
-                match r {
-                    Step::Found => {
-                        result = Step::Found;
-                        break;
-                    }
-                    Step::Stop => {
+                result = self.dfs(depth + 1, lo, hi);
+                if result != Step::Fail {
+                    if result == Step::Stop {
                         self.undo();
-                        result = Step::Stop;
-                        break;
                     }
-                    Step::Fail => self.undo(),
+                    break;
+                }
+                self.undo();
+            }
+            if let (Step::Fail, Some((s0, to))) = (result, close) {
+                self.close(depth, s0, to);
+                result = self.dfs(depth + 1, lo, hi);
+                if result != Step::Found {
+                    self.undo();
                 }
             }
         }
         self.pool.push(children);
         result
-    }
-
-    /// Children when a section at `level` has no slack: the items at
-    /// `level` covering the chosen tight section, in rank order. `false` if
-    /// none exists.
-    fn forced_children(&mut self, level: u64, order: &[u128], children: &mut Vec<Child>) -> bool {
-        let s0 = if self.style.fewest && self.tight.len() > 1 {
-            for &s in &self.tight {
-                self.count[s as usize] = 0;
-            }
-            for &key in order {
-                let (_, ku) = unpack(key);
-                if self.pos[ku] != level || !self.viable(ku) {
-                    continue;
-                }
-                for s in self.p.start[ku]..self.p.end[ku] {
-                    self.count[s as usize] += 1;
-                }
-            }
-            let mut best = (u32::MAX, 0usize);
-            for &s in &self.tight {
-                let c = self.count[s as usize];
-                if c < best.0 {
-                    best = (c, s as usize);
-                }
-            }
-            best.1
-        } else {
-            self.tight[0] as usize
-        };
-        for &key in order {
-            let (at, ku) = unpack(key);
-            let (rank, k) = (key_rank(key), ku as u32);
-            if at > level {
-                break;
-            }
-            let (a, b) = (self.p.start[ku] as usize, self.p.end[ku] as usize);
-            if self.pos[ku] != level || s0 < a || s0 >= b || !self.viable(ku) {
-                continue;
-            }
-            let twin = self.p.twin_prev[ku];
-            if twin == NO_TWIN || self.offsets[twin as usize] != UNPLACED {
-                children.push((level, rank, k));
-            }
-        }
-        if self.style.flush {
-            // Items whose top meets a neighbour's level first: they leave
-            // the skyline flat, as the pieces of a cut do.
-            children.sort_by_key(|c| (!self.top_meets(level, c.2 as usize), c.1));
-        }
-        !children.is_empty()
-    }
-
-    /// Whether item `k` placed at `at` has its top at the level of a
-    /// section next to its lifetime.
-    fn top_meets(&self, at: u64, k: usize) -> bool {
-        let top = at.saturating_add(self.p.size[k]);
-        let (a, b) = (self.p.start[k] as usize, self.p.end[k] as usize);
-        let meets = |x: usize| self.rem[x] > 0 && self.sky[x].max(self.last) == top;
-        a.checked_sub(1).is_some_and(meets) || (b < self.p.sections && meets(b))
     }
 
     /// A 128-bit digest of everything the rest of the search in sections
@@ -702,6 +735,9 @@ impl<'a> Search<'a> {
             if self.rem[s] != 0 {
                 h = mix128(h ^ u128::from(self.sky[s]) ^ ((s as u128) << 64));
             }
+        }
+        if self.last_rank.is_some() {
+            h = mix128(h ^ self.salt);
         }
         h
     }
@@ -748,7 +784,6 @@ impl<'a> Search<'a> {
         let Some(u) = self.history.pop() else {
             return;
         };
-        let k = u.item as usize;
         while self.sky_trail.len() > u.sky_mark {
             if let Some((s, v)) = self.sky_trail.pop() {
                 self.sky[s as usize] = v;
@@ -759,6 +794,12 @@ impl<'a> Search<'a> {
                 self.floor[q as usize] = v;
             }
         }
+        self.last = u.last;
+        self.last_rank = u.last_rank;
+        if u.item == CLOSED {
+            return;
+        }
+        let k = u.item as usize;
         let (a, b) = (self.p.start[k], self.p.end[k]);
         for s in a..b {
             self.rem[s as usize] += self.p.size[k];
@@ -768,7 +809,5 @@ impl<'a> Search<'a> {
         }
         self.offsets[k] = UNPLACED;
         self.remaining_hash ^= self.item_hash[k];
-        self.last = u.last;
-        self.last_rank = u.last_rank;
     }
 }

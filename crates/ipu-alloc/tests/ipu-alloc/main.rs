@@ -4,6 +4,7 @@
 //! random problems.
 
 mod checker;
+mod classes;
 mod csv;
 mod fixtures;
 mod map;

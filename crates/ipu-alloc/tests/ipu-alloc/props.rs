@@ -107,7 +107,9 @@ fn assert_consistent(problem: &Problem, config: &PlaceConfig) {
             match f.verdict {
                 Verdict::BoundExceeded { .. } => assert!(bound.proves_infeasible()),
                 Verdict::TooLarge { largest_gap } => assert!(largest_gap < f.bytes),
-                Verdict::Fragmented { .. } => assert!(!bound.proves_infeasible()),
+                Verdict::Exhausted { .. } | Verdict::Unknown { .. } => {
+                    assert!(!bound.proves_infeasible())
+                }
             }
         }
         Err(e) => panic!("unexpected error on a valid problem: {e}"),

@@ -74,7 +74,7 @@ fn two_requests_live_together_in_the_split_range_are_fragmented_not_too_big() {
         panic!("expected DoesNotFit, got {err}");
     };
     assert!(
-        matches!(f.verdict, Verdict::Fragmented { proved: true, .. }),
+        matches!(f.verdict, Verdict::Exhausted { .. }),
         "{:?}",
         f.verdict
     );
@@ -99,4 +99,46 @@ fn too_much_live_data_is_proved_by_the_bound() {
             needs_bytes: 120_000 - 98_304
         }
     );
+}
+
+#[test]
+fn separated_requests_that_cannot_fit_without_separation_are_proved() {
+    // The fragmented case above with the two requests as separation
+    // partners: the search with partners is not complete and proves
+    // nothing, the one without them proves the tile impossible.
+    let mut problem = seed_problem(40_000);
+    let mut second = req(1, MemoryClass::Ipu21Standard, 40_000, 8, 175, 176);
+    second.separate_from.push(ipu_alloc::RequestId::from_u32(0));
+    problem.tiles[0].requests.push(second);
+    let err = place(&problem, &PlaceConfig::default()).unwrap_err();
+    let PlaceError::DoesNotFit(f) = &err else {
+        panic!("expected DoesNotFit, got {err}");
+    };
+    assert!(
+        matches!(f.verdict, Verdict::Exhausted { relaxed: true, .. }),
+        "{:?}",
+        f.verdict
+    );
+    assert!(f.verdict.is_proof());
+    assert!(err.to_string().contains("even without separation"), "{err}");
+}
+
+#[test]
+fn an_undecided_tile_says_so_and_names_the_budget() {
+    let verdict = Verdict::Unknown {
+        nodes: 200_000,
+        budget: 200_000,
+        class: Some(MemoryClass::Ipu21Interleaved),
+        step: 31,
+        live_bytes: 400_000,
+        usable_bytes: 410_000,
+    };
+    assert!(!verdict.is_proof());
+    let text = verdict.to_string();
+    assert!(text.starts_with("undecided"), "{text}");
+    assert!(
+        text.contains("200000 nodes") && text.contains("step is 31"),
+        "{text}"
+    );
+    assert!(text.contains("exact_node_budget"), "{text}");
 }

@@ -4,11 +4,9 @@
 //! Pairs are numbered in (sender, receiver) order, so the pair of a
 //! sender and receiver is the number of pairs before the receiver's block
 //! of 64 plus the receivers below it in the block: one 16-byte entry per
-//! sender and 64 receivers, read once per look-up. On a whole chip it takes
-//! 542 KB, where a table of `nodes²` ids took 8.6 MB, and a look-up into
-//! that table (one per job start) missed the caches: on the seed-shaped
-//! phase of 586,368 transfers, eight alternating bench runs took 571 ms on
-//! average with this index against 599 ms with the table.
+//! sender and 64 receivers, read once per look-up. On a whole chip it is
+//! about a sixteenth of a table of `nodes²` ids, whose look-ups (one per
+//! job start) missed the caches.
 
 /// Per sender and block of 64 receivers: the receivers it has a pair with,
 /// and the id of the first of those pairs.

@@ -20,7 +20,7 @@
 //!    586,368 transfers step 3 then splits one job in time. (Pairing
 //!    each node's jobs and colouring the pairs' paths and cycles bounds
 //!    every node's difference by its longest job, but walking those paths
-//!    jumps across the whole job list: 120 ms there, against 6 ms.)
+//!    jumps across the whole job list, many times slower than this pass.)
 //! 3. A node still above half the bound in one half moves items of its jobs
 //!    to the other half, whole jobs first, where every other node of the
 //!    job has room there; a job moved in part runs its first items in the

@@ -87,11 +87,10 @@ pub(super) fn plan(
         };
         core::run_split(tiles as usize, jobs, bound, core_config(slack(bound)))
     };
-    // The schedule by receiver sets costs less than the core's on these
-    // phases (one build of it 133 ms against the core's 817 ms on SigLIP
-    // b2's attention step, 85 against 406 on its `fc2` GEMM; it is built
-    // twice); when it is already within `SETS_ACCEPT_PPM` of the bound,
-    // the core is not run.
+    // The schedule by receiver sets costs a fraction of the core's on these
+    // phases (SigLIP b2's attention and GEMM operand steps), even built
+    // twice; when it is already within `SETS_ACCEPT_PPM` of the bound, the
+    // core is not run.
     let by_sets = (!paired && config.receiver_sets)
         .then(|| schedule_by_sets(&jobs, tiles as usize))
         .flatten();

@@ -65,11 +65,13 @@ pub fn schedule_and_check(phase: &Phase, fabric: &Fabric, config: &ScheduleConfi
         s.multicast_lower_bound(),
         multicast_lower_bound(phase, fabric).max(s.stronger_lower_bound())
     );
-    if let Err(errors) = check_schedule(phase, fabric, s.rows()) {
-        panic!(
+    match check_schedule(phase, fabric, s.rows()) {
+        // The horizon the rows run to is the one the scheduler reports.
+        Ok(checked) => assert_eq!(checked.horizon, s.horizon()),
+        Err(errors) => panic!(
             "checker rejects the schedule: {:#?}",
             &errors[..errors.len().min(10)]
-        );
+        ),
     }
     s
 }

@@ -211,7 +211,10 @@ fn validated_phases_take_the_same_paths() {
     let proved = schedule_valid(valid, &fabric, &config).expect("schedules");
     assert_eq!(plain.rows(), proved.rows());
     assert_eq!(plain.horizon(), proved.horizon());
-    assert_eq!(check_valid_schedule(valid, &fabric, proved.rows()), Ok(()));
+    assert_eq!(
+        check_valid_schedule(valid, &fabric, proved.rows()).map(|c| c.horizon),
+        Ok(proved.horizon())
+    );
     // The same transfers elsewhere: every destination 64 KiB higher.
     let mut moved = phase.clone();
     for t in &mut moved.transfers {
@@ -229,11 +232,29 @@ fn validated_phases_take_the_same_paths() {
     assert_eq!(again.rows(), again_valid.rows());
     assert_ne!(again.rows(), plain.rows());
     assert_eq!(
-        check_valid_schedule(moved_valid, &fabric, again_valid.rows()),
-        Ok(())
+        check_valid_schedule(moved_valid, &fabric, again_valid.rows()).map(|c| c.horizon),
+        Ok(proved.horizon())
     );
     // The moved rows are not the first phase's.
     assert!(check_valid_schedule(valid, &fabric, again_valid.rows()).is_err());
+
+    // The scheduler stage gives the same rows as plain data, and its
+    // readdress capability moves them as `Schedule::readdress` does.
+    let stage = BuiltinScheduler { config };
+    let request = ScheduleRequest {
+        label: 0,
+        relocatable: true,
+    };
+    let output = stage.schedule(valid, &fabric, request).expect("schedules");
+    assert_eq!(&output.rows, plain.rows());
+    let moved_output = output
+        .readdress
+        .as_ref()
+        .expect("the built-in scheduler can readdress")
+        .readdress(moved_valid, &fabric, request)
+        .expect("readdresses");
+    assert_eq!(&moved_output.rows, again.rows());
+    assert!(moved_output.readdress.is_some());
 
     let bad = phase_with_overlap();
     assert_eq!(

@@ -1,86 +1,92 @@
-//! The kernel cache: miss then hit, keys that change with every input,
-//! corrupt, truncated and misplaced entries rebuilt (files of the wrong
-//! kind, another entry's files, digests made to match), concurrent
-//! builders, the root chosen from the environment, and the seed's log
-//! lines.
+//! Kernel stores and fetching through them: miss then hit, keys that change
+//! with every input, damaged files of the disk cache rebuilt (truncated,
+//! altered, another key's, files of the wrong kind), wrong values a store
+//! returns and wrong kernels a toolchain compiles refused with their own
+//! errors, a foreign toolchain's error kept, concurrent builders, the root
+//! chosen from the environment, and the seed's log lines.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use ipu_kernels::{
-    CacheOutcome, CachedKernel, CompiledKernel, HostToolchain, KernelCache, KernelError,
-    KernelMetadata, Toolchain, Variant, cache_key,
+    AmpOp, CacheOutcome, CompiledKernel, HostToolchain, KernelCache, KernelCheckError, KernelError,
+    KernelKey, KernelStore, MemoryStore, Toolchain, Variant, assemble_kernel, build_program,
+    cache_key, fetch_kernel,
 };
+use ipu_target::Target;
 
 use crate::support::seed_variants;
+
+fn target() -> &'static Target {
+    Target::ipu21()
+}
 
 #[test]
 fn miss_then_hit() {
     let dir = tempfile::tempdir().expect("temp dir");
     let cache = KernelCache::open(dir.path()).expect("opens");
     let v = seed_variants().remove(0);
-    let first = cache.get_or_compile(&v, &HostToolchain).expect("compiles");
+    let first = fetch_kernel(&v, target(), &HostToolchain, &cache).expect("compiles");
     assert_eq!(first.outcome, CacheOutcome::Miss);
-    let key = cache_key(&v, &HostToolchain);
-    assert_eq!(first.object_path, dir.path().join(&key).join("kernel.o"));
+    let key = cache_key(&v, target(), &HostToolchain);
+    assert_eq!(first.key, key);
+    assert!(cache.entry_path(&key).is_file());
     assert_eq!(
-        first.metadata_path,
-        dir.path().join(&key).join("kernel.json")
+        cache.entry_path(&key),
+        dir.path().join(format!("{key}.kernel"))
     );
-    assert_eq!(first.metadata.input_hash, key);
-    assert_eq!(first.metadata.name, v.name());
-    let second = cache.get_or_compile(&v, &HostToolchain).expect("hits");
+    assert_eq!(first.kernel.metadata.input_hash, key.as_str());
+    assert_eq!(first.kernel.metadata.name, v.name());
+    let second = fetch_kernel(&v, target(), &HostToolchain, &cache).expect("hits");
     assert_eq!(second.outcome, CacheOutcome::Hit);
-    assert_eq!(second.object, first.object);
-    assert_eq!(second.metadata, first.metadata);
+    assert_eq!(second.kernel, first.kernel);
+    // The store holds exactly the kernel's value.
     assert_eq!(
-        std::fs::read(&first.object_path).expect("object"),
-        first.object
+        cache.get(&key).expect("reads"),
+        Some(first.kernel.to_bytes().expect("encodes"))
     );
     // No temporary files are left behind.
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path().join(&key))
-        .expect("entry dir")
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("the root")
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp"))
         .collect();
     assert!(leftovers.is_empty());
 }
 
-/// A toolchain that counts compiles and can claim another identity.
-struct Counting {
-    identity: String,
-    compiles: Mutex<u32>,
-}
+/// A toolchain that compiles as the host one, under another identity.
+struct Renamed(&'static str);
 
-impl Toolchain for Counting {
+impl Toolchain for Renamed {
     fn identity(&self) -> String {
-        self.identity.clone()
+        self.0.to_owned()
     }
-    fn compile(&self, variant: &Variant) -> Result<CompiledKernel, KernelError> {
-        *self.compiles.lock().expect("lock") += 1;
-        HostToolchain.compile(variant)
+    fn compile(&self, variant: &Variant, target: &Target) -> Result<CompiledKernel, KernelError> {
+        let programs = variant
+            .entry_points()
+            .iter()
+            .map(|e| build_program(variant, e.rows, e.mode))
+            .collect::<Result<Vec<_>, _>>()?;
+        assemble_kernel(variant, target, self, &programs)
     }
 }
 
 #[test]
 fn keys_change_with_every_input() {
     let variants = seed_variants();
-    let a = Counting {
-        identity: "a".into(),
-        compiles: Mutex::new(0),
-    };
-    let b = Counting {
-        identity: "b".into(),
-        compiles: Mutex::new(0),
-    };
-    let keys: Vec<String> = variants
+    let m64 = Target::from_file(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../device/ipu21-m64.toml"),
+    )
+    .expect("the 64-tile device reads");
+    let keys: Vec<KernelKey> = variants
         .iter()
         .flat_map(|v| {
             [
-                cache_key(v, &a),
-                cache_key(v, &b),
-                cache_key(v, &HostToolchain),
+                cache_key(v, target(), &Renamed("a")),
+                cache_key(v, target(), &Renamed("b")),
+                cache_key(v, target(), &HostToolchain),
+                cache_key(v, &m64, &HostToolchain),
             ]
         })
         .collect();
@@ -88,133 +94,249 @@ fn keys_change_with_every_input() {
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), keys.len());
-    assert!(keys.iter().all(|k| k.len() == 64));
-    assert_eq!(cache_key(&variants[0], &a), cache_key(&variants[0], &a));
+    assert!(
+        keys.iter()
+            .all(|k| k.as_str().len() == 64 && k.as_str().bytes().all(|b| b.is_ascii_hexdigit()))
+    );
+    assert_eq!(
+        cache_key(&variants[0], target(), &Renamed("a")),
+        cache_key(&variants[0], target(), &Renamed("a"))
+    );
 }
 
-fn corrupt_and_rebuild(damage: impl Fn(&PathBuf, &PathBuf)) {
+/// Fetches a variant into a fresh disk cache, applies `damage` to its file
+/// (given the cache), and checks that the next fetch compiles the same
+/// kernel again and the one after hits.
+fn corrupt_and_rebuild(damage: impl Fn(&KernelCache, &Path)) {
     let dir = tempfile::tempdir().expect("temp dir");
     let cache = KernelCache::open(dir.path()).expect("opens");
     let v = seed_variants().remove(3);
-    let good = cache.get_or_compile(&v, &HostToolchain).expect("compiles");
-    damage(&good.object_path, &good.metadata_path);
-    let again = cache.get_or_compile(&v, &HostToolchain).expect("rebuilds");
-    assert_ne!(again.outcome, CacheOutcome::Hit);
-    assert_eq!(again.object, good.object);
-    assert_eq!(again.metadata, good.metadata);
-    let third = cache.get_or_compile(&v, &HostToolchain).expect("hits");
+    let good = fetch_kernel(&v, target(), &HostToolchain, &cache).expect("compiles");
+    damage(&cache, &cache.entry_path(&good.key));
+    let again = fetch_kernel(&v, target(), &HostToolchain, &cache).expect("rebuilds");
+    assert_eq!(again.outcome, CacheOutcome::Miss);
+    assert_eq!(again.kernel, good.kernel);
+    let third = fetch_kernel(&v, target(), &HostToolchain, &cache).expect("hits");
     assert_eq!(third.outcome, CacheOutcome::Hit);
 }
 
 #[test]
-fn truncated_object_is_rebuilt() {
-    corrupt_and_rebuild(|object, _| {
-        let bytes = std::fs::read(object).expect("read");
-        std::fs::write(object, &bytes[..bytes.len() / 3]).expect("truncate");
+fn a_truncated_file_is_rebuilt() {
+    corrupt_and_rebuild(|_, file| {
+        let bytes = std::fs::read(file).expect("read");
+        std::fs::write(file, &bytes[..bytes.len() / 3]).expect("truncate");
+    });
+    corrupt_and_rebuild(|_, file| std::fs::write(file, b"").expect("empty"));
+}
+
+#[test]
+fn an_altered_byte_is_rebuilt() {
+    for at in [0, 9, 75, 100, 2000] {
+        corrupt_and_rebuild(|_, file| {
+            let mut bytes = std::fs::read(file).expect("read");
+            let at = at.min(bytes.len() - 1);
+            bytes[at] ^= 1;
+            std::fs::write(file, &bytes).expect("write");
+        });
+    }
+}
+
+#[test]
+fn a_missing_file_is_rebuilt() {
+    corrupt_and_rebuild(|_, file| std::fs::remove_file(file).expect("remove"));
+}
+
+#[test]
+fn a_directory_or_link_where_the_file_belongs_is_rebuilt() {
+    corrupt_and_rebuild(|_, file| {
+        std::fs::remove_file(file).expect("remove");
+        std::fs::create_dir_all(file.join("inside")).expect("a directory in its place");
+    });
+    corrupt_and_rebuild(|_, file| {
+        std::fs::remove_file(file).expect("remove");
+        std::os::unix::fs::symlink("/dev/null", file).expect("a link in its place");
     });
 }
 
 #[test]
-fn flipped_object_byte_is_rebuilt() {
-    corrupt_and_rebuild(|object, _| {
-        let mut bytes = std::fs::read(object).expect("read");
-        let middle = bytes.len() / 2;
-        bytes[middle] ^= 1;
-        std::fs::write(object, &bytes).expect("write");
-    });
-}
-
-#[test]
-fn garbage_metadata_is_rebuilt() {
-    corrupt_and_rebuild(|_, metadata| {
-        std::fs::write(metadata, b"{ not json").expect("write");
-    });
-}
-
-#[test]
-fn truncated_metadata_is_rebuilt() {
-    corrupt_and_rebuild(|_, metadata| {
-        let bytes = std::fs::read(metadata).expect("read");
-        std::fs::write(metadata, &bytes[..bytes.len() - 5]).expect("truncate");
-    });
-}
-
-#[test]
-fn missing_object_or_metadata_is_rebuilt() {
-    corrupt_and_rebuild(|object, _| std::fs::remove_file(object).expect("remove"));
-    corrupt_and_rebuild(|_, metadata| std::fs::remove_file(metadata).expect("remove"));
-}
-
-#[test]
-fn an_entry_directory_replaced_by_a_file_is_rebuilt() {
-    // Once failed every later build with "File exists (os error 17)".
-    corrupt_and_rebuild(|object, _| {
-        let entry = object.parent().expect("the entry directory");
-        std::fs::remove_dir_all(entry).expect("remove the entry");
-        std::fs::write(entry, b"not a directory").expect("a file in its place");
-    });
-}
-
-#[test]
-fn a_directory_where_a_file_belongs_is_rebuilt() {
-    corrupt_and_rebuild(|object, _| {
-        std::fs::remove_file(object).expect("remove");
-        std::fs::create_dir_all(object.join("inside")).expect("a directory in its place");
-    });
-    corrupt_and_rebuild(|_, metadata| {
-        std::fs::remove_file(metadata).expect("remove");
-        std::fs::create_dir(metadata).expect("a directory in its place");
-    });
-}
-
-/// Damages the entry of variant 3 with what `copy` does given the files of
-/// variant 0's entry, and checks the entry is rebuilt, never a hit.
-fn another_entry_is_rebuilt(copy: impl Fn(&CachedKernel, &PathBuf, &PathBuf)) {
-    corrupt_and_rebuild(|object, metadata| {
-        let root = object
-            .parent()
-            .and_then(|p| p.parent())
-            .expect("the cache root");
-        let cache = KernelCache::open(root).expect("opens");
+fn another_keys_file_copied_in_is_rebuilt() {
+    corrupt_and_rebuild(|cache, file| {
         let other = seed_variants().remove(0);
-        let other = cache
-            .get_or_compile(&other, &HostToolchain)
-            .expect("compiles");
-        copy(&other, object, metadata);
+        let other = fetch_kernel(&other, target(), &HostToolchain, cache).expect("compiles");
+        std::fs::copy(cache.entry_path(&other.key), file).expect("copy");
     });
 }
 
-#[test]
-fn another_entrys_files_copied_in_are_rebuilt() {
-    another_entry_is_rebuilt(|other, object, metadata| {
-        std::fs::copy(&other.object_path, object).expect("copy the object");
-        std::fs::copy(&other.metadata_path, metadata).expect("copy the metadata");
-    });
+/// The key and value of variant `index` compiled by the host toolchain.
+fn entry(index: usize) -> (Variant, KernelKey, CompiledKernel) {
+    let v = seed_variants().remove(index);
+    let store = MemoryStore::new();
+    let fetched = fetch_kernel(&v, target(), &HostToolchain, &store).expect("compiles");
+    (v, fetched.key, fetched.kernel)
+}
+
+/// What a fetch of `variant` makes of `value` held under its key.
+fn fetch_stored(variant: &Variant, key: &KernelKey, value: &[u8]) -> Vec<KernelCheckError> {
+    let store = MemoryStore::new();
+    store.put(key, value).expect("stores");
+    match fetch_kernel(variant, target(), &HostToolchain, &store) {
+        Err(KernelError::StoredRejected {
+            store,
+            key: rejected,
+            errors,
+            ..
+        }) => {
+            assert_eq!(store, "memory");
+            assert_eq!(&rejected, key);
+            assert!(!errors.is_empty());
+            errors
+        }
+        other => panic!("a wrong stored value was not refused: {other:?}"),
+    }
 }
 
 #[test]
-fn another_entrys_object_with_matching_digests_is_rebuilt() {
-    // Once a hit, so that the package failed at run time with "no program
-    // for the entry": the metadata is this entry's, with the object's size
-    // and SHA-256 made to match the copied object.
-    another_entry_is_rebuilt(|other, object, metadata| {
-        std::fs::copy(&other.object_path, object).expect("copy the object");
-        let mut m: KernelMetadata =
-            serde_json::from_slice(&std::fs::read(metadata).expect("read")).expect("parses");
-        m.object_bytes = other.metadata.object_bytes;
-        m.object_sha256 = other.metadata.object_sha256.clone();
-        std::fs::write(metadata, serde_json::to_vec(&m).expect("serialise")).expect("write");
-    });
+fn a_wrong_value_from_a_store_is_refused() {
+    let (v, key, good) = entry(3);
+    // Bytes that are no entry at all.
+    let errors = fetch_stored(&v, &key, b"not a kernel");
+    assert!(matches!(errors[..], [KernelCheckError::Undecodable(_)]));
+    // One byte of the object altered, the metadata left.
+    let mut altered = good.clone();
+    let middle = altered.object.len() / 2;
+    altered.object[middle] ^= 1;
+    let errors = fetch_stored(&v, &key, &altered.to_bytes().expect("encodes"));
+    assert!(
+        errors
+            .iter()
+            .any(|e| matches!(e, KernelCheckError::ObjectDigest { .. })),
+        "{errors:?}"
+    );
+    // Another variant's whole entry under this key.
+    let (_, _, other) = entry(0);
+    let errors = fetch_stored(&v, &key, &other.to_bytes().expect("encodes"));
+    assert!(
+        errors.iter().any(|e| matches!(
+            e,
+            KernelCheckError::Metadata {
+                field: "variant_key",
+                ..
+            }
+        )),
+        "{errors:?}"
+    );
+    // Another variant's object under this entry's metadata, with the
+    // object's size and digest made to match: its programs are not the
+    // variant's entries.
+    let mut swapped = good.clone();
+    swapped.object = other.object.clone();
+    swapped.metadata.object_bytes = other.metadata.object_bytes;
+    swapped.metadata.object_sha256 = other.metadata.object_sha256.clone();
+    let errors = fetch_stored(&v, &key, &swapped.to_bytes().expect("encodes"));
+    assert!(
+        errors.iter().all(|e| matches!(
+            e,
+            KernelCheckError::ExtraProgram { .. } | KernelCheckError::MissingProgram { .. }
+        )),
+        "{errors:?}"
+    );
+    // Metadata whose cycles are not the cost model's.
+    let mut cycles = good.clone();
+    cycles.metadata.entries[1].cycles += 1;
+    let errors = fetch_stored(&v, &key, &cycles.to_bytes().expect("encodes"));
+    assert!(
+        matches!(
+            errors[..],
+            [KernelCheckError::Entry {
+                index: 1,
+                field: "cycles",
+                ..
+            }]
+        ),
+        "{errors:?}"
+    );
+    // The good value is a hit.
+    let store = MemoryStore::new();
+    store
+        .put(&key, &good.to_bytes().expect("encodes"))
+        .expect("stores");
+    let hit = fetch_kernel(&v, target(), &HostToolchain, &store).expect("hits");
+    assert_eq!(hit.outcome, CacheOutcome::Hit);
+    assert_eq!(hit.kernel, good);
+}
+
+/// A toolchain whose initialise programs store no partials on their last
+/// worker: objects that parse, with metadata that describes them, and
+/// programs that leave outputs unwritten.
+struct DropsAStore;
+
+impl Toolchain for DropsAStore {
+    fn identity(&self) -> String {
+        "drops-a-store".to_owned()
+    }
+    fn compile(&self, variant: &Variant, target: &Target) -> Result<CompiledKernel, KernelError> {
+        let mut programs = variant
+            .entry_points()
+            .iter()
+            .map(|e| build_program(variant, e.rows, e.mode))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(worker) = programs[0].workers.last_mut() {
+            worker
+                .ops
+                .retain(|op| !matches!(op, AmpOp::StorePartials { .. }));
+        }
+        assemble_kernel(variant, target, self, &programs)
+    }
 }
 
 #[test]
-fn metadata_claiming_a_huge_object_is_rebuilt() {
-    corrupt_and_rebuild(|_, metadata| {
-        let mut m: KernelMetadata =
-            serde_json::from_slice(&std::fs::read(metadata).expect("read")).expect("parses");
-        m.object_bytes = u64::MAX;
-        std::fs::write(metadata, serde_json::to_vec(&m).expect("serialise")).expect("write");
-    });
+fn a_wrong_kernel_from_a_toolchain_is_refused_and_not_stored() {
+    let v = seed_variants().remove(1);
+    let store = MemoryStore::new();
+    match fetch_kernel(&v, target(), &DropsAStore, &store) {
+        Err(KernelError::CompiledRejected {
+            toolchain, errors, ..
+        }) => {
+            assert_eq!(toolchain, "drops-a-store");
+            assert!(
+                matches!(&errors[..], [KernelCheckError::Program { symbol, .. }] if *symbol == v.entry_points()[0].symbol),
+                "{errors:?}"
+            );
+        }
+        other => panic!("a wrong kernel was not refused: {other:?}"),
+    }
+    assert!(store.is_empty());
+}
+
+/// A toolchain that fails with an error of its own.
+struct Fails;
+
+#[derive(Debug, thiserror::Error)]
+#[error("the assembler is not installed")]
+struct NoAssembler;
+
+impl Toolchain for Fails {
+    fn identity(&self) -> String {
+        "fails".to_owned()
+    }
+    fn compile(&self, _: &Variant, _: &Target) -> Result<CompiledKernel, KernelError> {
+        Err(KernelError::Toolchain {
+            toolchain: self.identity(),
+            source: Box::new(NoAssembler),
+        })
+    }
+}
+
+#[test]
+fn a_foreign_toolchains_error_keeps_its_source() {
+    let v = seed_variants().remove(1);
+    let e = fetch_kernel(&v, target(), &Fails, &MemoryStore::new()).unwrap_err();
+    let source = std::error::Error::source(&e).expect("a source");
+    assert!(source.downcast_ref::<NoAssembler>().is_some(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "toolchain fails failed: the assembler is not installed"
+    );
 }
 
 #[test]
@@ -234,10 +356,9 @@ fn concurrent_builders_share_one_entry() {
                 for round in 0..3 {
                     for i in 0..variants.len() {
                         let v = &variants[(i + t + round) % variants.len()];
-                        let k = cache
-                            .get_or_compile(v, &HostToolchain)
+                        let k = fetch_kernel(v, target(), &HostToolchain, &cache)
                             .expect("no torn entries");
-                        objects.push((v.name().to_owned(), k.object));
+                        objects.push((v.name().to_owned(), k.kernel.object));
                     }
                 }
                 objects
@@ -249,7 +370,7 @@ fn concurrent_builders_share_one_entry() {
         .map(|v| {
             (
                 v.name().to_owned(),
-                HostToolchain.compile(v).expect("compiles").object,
+                HostToolchain.compile(v, target()).expect("compiles").object,
             )
         })
         .collect();
@@ -262,8 +383,7 @@ fn concurrent_builders_share_one_entry() {
     let cache = KernelCache::open(&root).expect("opens");
     for v in variants.iter() {
         assert_eq!(
-            cache
-                .get_or_compile(v, &HostToolchain)
+            fetch_kernel(v, target(), &HostToolchain, &cache)
                 .expect("hits")
                 .outcome,
             CacheOutcome::Hit
@@ -323,23 +443,18 @@ fn logs_the_seed_lines() {
     let cache = KernelCache::open(dir.path()).expect("opens");
     let shape = crate::support::seed_shape(64, 48, 9);
     let v = Variant::new(&shape, 64, 48, 7, 9, &ipu_kernels::AmpModel::ipu21()).expect("valid");
-    let k = cache.get_or_compile(&v, &HostToolchain).expect("compiles");
-    std::fs::write(&k.object_path, b"junk").expect("damage");
-    cache.get_or_compile(&v, &HostToolchain).expect("rebuilds");
-    cache.get_or_compile(&v, &HostToolchain).expect("hits");
+    let k = fetch_kernel(&v, target(), &HostToolchain, &cache).expect("compiles");
+    let file = cache.entry_path(&k.key);
+    std::fs::write(&file, b"junk").expect("damage");
+    fetch_kernel(&v, target(), &HostToolchain, &cache).expect("rebuilds");
+    fetch_kernel(&v, target(), &HostToolchain, &cache).expect("hits");
     let text = String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf8");
-    let key = cache_key(&v, &HostToolchain);
-    let entry = dir.path().join(&key);
     let compiling = "compiling kernel source=builtin:amp-program \
                      name=\"gemm_f8_interleaved_k64_c48_r7_r9\" target=ipu21";
     assert_eq!(text.matches(compiling).count(), 2, "{text}");
-    let created = format!(
-        "kernel artifact created object={} metadata={}",
-        entry.join("kernel.o").display(),
-        entry.join("kernel.json").display()
-    );
+    let created = format!("kernel artifact created entry={}", file.display());
     assert_eq!(text.matches(&created).count(), 2, "{text}");
-    let entry = entry.display().to_string();
+    let entry = file.display().to_string();
     assert!(
         text.lines()
             .any(|l| l.contains("corrupt kernel cache entry, rebuilding") && l.contains(&entry)),
@@ -347,7 +462,7 @@ fn logs_the_seed_lines() {
     );
     assert!(
         text.lines()
-            .any(|l| l.contains("kernel cache hit") && l.contains(&key)),
+            .any(|l| l.contains("kernel cache hit") && l.contains(k.key.as_str())),
         "{text}"
     );
 }

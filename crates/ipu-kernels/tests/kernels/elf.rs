@@ -16,7 +16,9 @@ use crate::support::seed_variants;
 #[test]
 fn seed_objects_round_trip() {
     for v in seed_variants() {
-        let compiled = HostToolchain.compile(&v).expect("compiles");
+        let compiled = HostToolchain
+            .compile(&v, ipu_target::Target::ipu21())
+            .expect("compiles");
         let bytes = &compiled.object;
         let file = ElfFile32::<Endianness>::parse(bytes.as_slice()).expect("parses as ELF32");
         let header = file.elf_header();
@@ -61,8 +63,12 @@ fn seed_objects_round_trip() {
 #[test]
 fn compile_is_deterministic() {
     let v = seed_variants().remove(0);
-    let a = HostToolchain.compile(&v).expect("compiles");
-    let b = HostToolchain.compile(&v).expect("compiles");
+    let a = HostToolchain
+        .compile(&v, ipu_target::Target::ipu21())
+        .expect("compiles");
+    let b = HostToolchain
+        .compile(&v, ipu_target::Target::ipu21())
+        .expect("compiles");
     assert_eq!(a, b);
 }
 
@@ -71,7 +77,9 @@ fn readelf_reports_machine_248_when_available() {
     // readelf is not a build dependency; when the machine has it, the header
     // it prints must name machine 248 and the standalone OS ABI.
     let v = seed_variants().remove(1);
-    let compiled = HostToolchain.compile(&v).expect("compiles");
+    let compiled = HostToolchain
+        .compile(&v, ipu_target::Target::ipu21())
+        .expect("compiles");
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("kernel.o");
     std::fs::write(&path, &compiled.object).expect("written");
@@ -97,7 +105,10 @@ fn readelf_reports_machine_248_when_available() {
 #[test]
 fn damaged_objects_are_rejected() {
     let v = seed_variants().remove(2);
-    let object = HostToolchain.compile(&v).expect("compiles").object;
+    let object = HostToolchain
+        .compile(&v, ipu_target::Target::ipu21())
+        .expect("compiles")
+        .object;
     for cut in [0, 16, object.len() / 2, object.len() - 1] {
         assert!(programs_from_object(&object[..cut]).is_err(), "cut {cut}");
     }
@@ -153,7 +164,9 @@ fn golden(name: &str, text: &str) {
 #[test]
 fn seed_object_and_metadata_match_golden() {
     let v = seed_variants().remove(0);
-    let compiled = HostToolchain.compile(&v).expect("compiles");
+    let compiled = HostToolchain
+        .compile(&v, ipu_target::Target::ipu21())
+        .expect("compiles");
     let file = ElfFile32::<Endianness>::parse(compiled.object.as_slice()).expect("parses");
     let header = file.elf_header();
     let endian = file.endian();

@@ -385,13 +385,15 @@ fn row_major_variants_have_their_own_names_keys_and_objects() {
     assert_ne!(row.key(), seed.key());
     assert_eq!(row.program_format_version(), 2);
     assert_ne!(
-        cache_key(&row, &HostToolchain),
-        cache_key(&seed, &HostToolchain)
+        cache_key(&row, ipu_target::Target::ipu21(), &HostToolchain),
+        cache_key(&seed, ipu_target::Target::ipu21(), &HostToolchain)
     );
     for (a, b) in row.entry_points().iter().zip(seed.entry_points()) {
         assert_ne!(a.symbol, b.symbol);
     }
-    let compiled = HostToolchain.compile(&row).expect("compiles");
+    let compiled = HostToolchain
+        .compile(&row, ipu_target::Target::ipu21())
+        .expect("compiles");
     assert_eq!(compiled.metadata.program_format_version, 2);
     assert_eq!(compiled.metadata.shape.left_order, ElementOrder::RowMajor);
     let programs = programs_from_object(&compiled.object).expect("reads back");
@@ -402,7 +404,9 @@ fn row_major_variants_have_their_own_names_keys_and_objects() {
             &build_program(&row, entry.rows, entry.mode).expect("builds")
         );
     }
-    let seed_compiled = HostToolchain.compile(&seed).expect("compiles");
+    let seed_compiled = HostToolchain
+        .compile(&seed, ipu_target::Target::ipu21())
+        .expect("compiles");
     assert_eq!(seed_compiled.metadata.program_format_version, 1);
 }
 

@@ -7,6 +7,7 @@ use ipu_layout::TileId;
 
 use crate::lower::LowerError;
 use crate::phases::PhaseBuildError;
+use crate::program::StepLabel;
 use crate::storage::StorageError;
 
 /// Why a build failed.
@@ -40,8 +41,10 @@ pub enum BuildError {
     /// Storage planning failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
-    /// The workload does not fit, even after trading cycles for memory.
-    #[error("the workload does not fit: {error}; {culprits}")]
+    /// The workload was not placed, even after trading cycles for memory:
+    /// proved not to fit, or undecided within the placer's search budget
+    /// (the placer's verdict says which).
+    #[error("the workload {}: {error}; {culprits}", fit_outcome(error))]
     DoesNotFit {
         /// The placer's report (of the first failing tile).
         #[source]
@@ -77,7 +80,9 @@ pub enum BuildError {
         #[source]
         source: KernelError,
     },
-    /// A kernel could not be planned or compiled.
+    /// A kernel could not be planned, compiled or stored, or what the
+    /// toolchain compiled ([`KernelError::CompiledRejected`]) or the store
+    /// returned ([`KernelError::StoredRejected`]) failed its check.
     #[error("kernel {name}: {source}")]
     Kernel {
         /// The kernel.
@@ -113,7 +118,7 @@ pub enum BuildError {
     /// `check_schedule` rejected a phase's rows.
     #[error(
         "exchange phase {phase} ({name}){}: the rows of scheduler {scheduler} fail their check with {} error(s); first: {}",
-        if *next_iteration { ", next iteration" } else { "" },
+        if *iteration > 0 { format!(", repeat iteration {iteration}") } else { String::new() },
         errors.len(),
         errors.first().map(ToString::to_string).unwrap_or_default()
     )]
@@ -124,10 +129,22 @@ pub enum BuildError {
         name: String,
         /// The scheduler's name.
         scheduler: String,
-        /// Whether the rows were those of a repeat body's next iteration.
-        next_iteration: bool,
+        /// The repeat iteration whose rows were checked (0 outside a
+        /// repeat body): 1 for the next iteration's rows as scheduled or
+        /// readdressed, a later one for the rows the patches make.
+        iteration: u32,
         /// Every error the checker found.
         errors: Vec<ExchangeCheckError>,
+    },
+    /// A repeat body's phase does not move by a stride per iteration.
+    #[error(
+        "bug in the package builder: exchange phase {phase} ({name}) does not move by a stride per repeat iteration"
+    )]
+    IterationsNotStrided {
+        /// The phase index.
+        phase: usize,
+        /// Its step name.
+        name: String,
     },
     /// A repeat body's rows differ in structure between iterations, so one
     /// set of rows plus per-iteration patches cannot serve every iteration.
@@ -194,6 +211,16 @@ pub enum BuildError {
     },
 }
 
+/// The head of a does-not-fit message: whether the placer proved it.
+fn fit_outcome(error: &PlaceError) -> &'static str {
+    match error {
+        PlaceError::DoesNotFit(f) if !f.verdict.is_proof() => {
+            "was not placed within the search budget (undecided, not proved)"
+        }
+        _ => "does not fit",
+    }
+}
+
 /// A buffer live on the failing tile at the failing step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Culprit {
@@ -211,8 +238,9 @@ pub struct Culprit {
 pub struct Culprits {
     /// The step.
     pub step: u32,
-    /// The step's name.
-    pub step_name: String,
+    /// The step's label (none if the step number is outside the
+    /// program, which would be a bug in the storage plan).
+    pub label: Option<StepLabel>,
     /// The tile.
     pub tile: usize,
     /// Data bytes live there.
@@ -231,7 +259,9 @@ impl std::fmt::Display for Culprits {
             f,
             "at step {} ({}) tile{} holds {} bytes of data in {} buffers and {} bytes of support; the largest:",
             self.step,
-            self.step_name,
+            self.label
+                .as_ref()
+                .map_or_else(|| "?".to_owned(), ToString::to_string),
             self.tile,
             self.live_bytes,
             self.live_buffers,

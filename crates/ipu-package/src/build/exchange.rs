@@ -2,17 +2,24 @@
 //! (its transfers in buffer terms, [`PhaseShape`]), becomes a phase at the
 //! placed addresses, the build's scheduler schedules and encodes it, and
 //! `check_schedule` — which reads only the decoded rows — judges the rows.
+//! Nothing the scheduler says about its rows is taken on trust: the
+//! horizon recorded is the one the checker reads from the rows, and the
+//! lower bounds are computed from the phase.
 //!
 //! A repeat body's phases are encoded once. When a phase reads or writes a
 //! per-iteration buffer, its next iteration is the same transfers at other
-//! addresses: the scheduler re-encodes the first iteration's timing there,
-//! and the words that differ become per-iteration patches.
+//! addresses: where the scheduler's output can be readdressed
+//! ([`Readdress`]) the first iteration's timing is encoded there, else the
+//! next iteration is scheduled again; either way the rows are checked, must
+//! keep their lengths, and the words that differ become per-iteration
+//! patches.
 
 use std::collections::HashMap;
 
 use ipu_exchange::{
-    EncodedRows, ExchangeScheduler, Schedule, ScheduleError, ScheduleRequest, ValidPhase,
-    check_valid_schedule,
+    EncodedRows, ExchangeCheckError, ExchangeScheduler, Fabric, Phase, Readdress, ScheduleError,
+    ScheduleOutput, ScheduleRequest, Transfer, ValidPhase, check_valid_schedule,
+    endpoint_lower_bound, stronger_lower_bound,
 };
 use ipu_layout::TileId;
 use ipu_layout::hash::FoldBuildHasher;
@@ -21,7 +28,7 @@ use rayon::prelude::*;
 use super::{BuildError, Device};
 use crate::package::{BufferAddresses, PackagePhase, PhaseInfo, RowPatch};
 use crate::phases::{FragmentCache, PhaseBuild, PhaseShape};
-use crate::program::{BufferId, Program, Redistribute, Step};
+use crate::program::{BufferId, Program, Redistribute, WalkEvent};
 
 /// Each per-iteration buffer of a repeat body mapped to its buffer in
 /// iteration 1. Looked up for every transfer of the body's steps when they
@@ -33,37 +40,37 @@ struct Job<'a> {
     name: String,
     copies: &'a [Redistribute],
     /// For a step in a repeat body: each per-iteration buffer's buffer in
-    /// iteration 1.
-    next: Option<NextIteration>,
+    /// iteration 1, and the body's iterations.
+    next: Option<(NextIteration, u32)>,
 }
 
-fn collect<'a>(steps: &'a [Step], next: Option<&NextIteration>, out: &mut Vec<Job<'a>>) {
-    for step in steps {
-        match step {
-            Step::Exchange { name, copies } => out.push(Job {
-                name: name.clone(),
-                copies,
-                next: next.cloned(),
-            }),
-            Step::Repeat {
-                body,
-                iteration_buffers,
-                count,
-                ..
-            } => {
-                let subst: NextIteration = if *count > 1 {
-                    iteration_buffers
-                        .iter()
-                        .filter_map(|(b, list)| list.get(1).map(|&n| (*b, n)))
-                        .collect()
-                } else {
-                    HashMap::default()
-                };
-                collect(body, Some(&subst), out);
-            }
-            Step::Compute { .. } => {}
-        }
+/// Every exchange step of `program` in program order (each repeat body
+/// once), with iteration 1's buffers and the iteration count for a step in
+/// a repeat body.
+fn collect(program: &Program) -> Vec<Job<'_>> {
+    let mut out = Vec::new();
+    for event in program.walk() {
+        let WalkEvent::Exchange(step, at) = event else {
+            continue;
+        };
+        let next = at.repeat.map(|r| -> (NextIteration, u32) {
+            let subst = if r.count > 1 {
+                r.iteration_buffers
+                    .iter()
+                    .filter_map(|(b, list)| list.get(1).map(|&n| (*b, n)))
+                    .collect()
+            } else {
+                HashMap::default()
+            };
+            (subst, r.count)
+        });
+        out.push(Job {
+            name: step.label.to_string(),
+            copies: &step.copies,
+            next,
+        });
     }
+    out
 }
 
 /// An exchange step in buffer terms: iteration 0's shape and, for a step
@@ -73,6 +80,8 @@ pub(super) struct StepShape {
     name: String,
     first: PhaseShape,
     next: Option<PhaseShape>,
+    /// Iterations of the repeat body the step is in (1 outside one).
+    iterations: u32,
 }
 
 impl StepShape {
@@ -94,18 +103,17 @@ impl StepShape {
 ///
 /// A redistribution that several steps make is computed once, first, and
 /// kept in `cache`; every other one is computed by its step's worker and
-/// dropped once the step is shaped. SigLIP's steps make 63
-/// redistributions, 60 of them different, with 3.2 million fragments in
-/// all: kept together until every step was shaped, their vectors were
-/// 100 MB of fresh memory, which the kernel zeroes page by page, and that
-/// zeroing was the largest single cost of shaping.
+/// dropped once the step is shaped. SigLIP's steps make millions of
+/// fragments, nearly all in redistributions made once: kept together
+/// until every step was shaped, their vectors were a hundred megabytes of
+/// fresh memory, which the kernel zeroes page by page, and that zeroing
+/// was the largest single cost of shaping.
 pub(super) fn shape_steps(
     program: &Program,
     tiles: u32,
     cache: &mut FragmentCache,
 ) -> Result<Vec<StepShape>, BuildError> {
-    let mut jobs = Vec::new();
-    collect(&program.steps, None, &mut jobs);
+    let jobs = collect(program);
     let key = |c: &Redistribute| {
         (
             program.buffers[c.source].ty.clone(),
@@ -130,7 +138,7 @@ pub(super) fn shape_steps(
             let identity = |b: BufferId| b;
             let first = PhaseShape::build(program, job.copies, tiles, cache, &identity)?;
             let next = match &job.next {
-                Some(subst) if first.touches(&|b| subst.contains_key(&b)) => {
+                Some((subst, _)) if first.touches(&|b| subst.contains_key(&b)) => {
                     let resolve = |b: BufferId| subst.get(&b).copied().unwrap_or(b);
                     // Per-iteration buffers share their type, so the next
                     // iteration is the same shape on other buffers; a
@@ -150,6 +158,7 @@ pub(super) fn shape_steps(
                 name: job.name.clone(),
                 first,
                 next,
+                iterations: job.next.as_ref().map_or(1, |&(_, count)| count),
             })
         })
         .collect();
@@ -157,10 +166,10 @@ pub(super) fn shape_steps(
 }
 
 /// A scheduling round's result for one step: what goes in the package,
-/// and the schedule (for a later round to encode again elsewhere).
+/// and the scheduler's output (for a later round to readdress).
 pub(super) struct Scheduled {
     pub phase: PackagePhase,
-    pub schedule: Schedule,
+    pub output: ScheduleOutput,
 }
 
 /// An earlier scheduling round of the same plan: its steps and the
@@ -174,11 +183,11 @@ pub(super) struct Round {
 /// with patches for repeat bodies whose phases read per-iteration buffers.
 /// With `previous` — an earlier round of the same plan, placed elsewhere —
 /// a step whose transfers did not move keeps its rows, and one that moved
-/// has its timing re-encoded with the new addresses instead of being
+/// has its timing readdressed, where its scheduler can, instead of being
 /// scheduled again. Whether a step moved is found by building its phases
 /// at the earlier addresses again, rather than keeping every step's
 /// phases from the earlier round: a build that needs no second round
-/// (most) would hold them all at its peak, 80 MB on SigLIP.
+/// (most) would hold them all at its peak, tens of megabytes on SigLIP.
 pub(super) fn schedule_phases(
     program: &Program,
     shapes: &[StepShape],
@@ -189,7 +198,6 @@ pub(super) fn schedule_phases(
     previous: Option<Round>,
 ) -> Result<Vec<Scheduled>, BuildError> {
     let address = |b: BufferId, t: TileId| addresses.get(b, t);
-    let fabric = &device.fabric;
     let (mut previous, before): (Vec<Option<Scheduled>>, _) = match previous {
         Some(r) => (r.steps.into_iter().map(Some).collect(), Some(r.addresses)),
         None => (Vec::new(), None),
@@ -228,154 +236,318 @@ pub(super) fn schedule_phases(
         let weight = shape.first.work() * if shape.next.is_some() { 2 } else { 1 };
         (std::cmp::Reverse(weight), *i)
     });
+    let stage = Stage {
+        scheduler,
+        fabric: &device.fabric,
+        verify,
+    };
     let mut done: Vec<(usize, Result<Scheduled, BuildError>)> = order
         .into_iter()
         .par_bridge()
         .map(|(i, shape, prev)| {
             let result = (|| {
-                let name = shape.name.clone();
                 let b0 = shape.first.at(program, &address)?;
                 let b1 = match &shape.next {
                     Some(next) => Some(next.at(program, &address)?),
                     None => None,
                 };
-                let prev = match prev {
+                match prev {
                     // Nothing this step moves was moved: its rows stand, and
                     // they were checked when they were made.
-                    Some(p) if unmoved(shape, &b0, b1.as_ref()) => {
-                        return Ok(p);
-                    }
-                    other => other,
-                };
-                let scheduler_error = |source| BuildError::Schedule {
-                    phase: i,
-                    name: name.clone(),
-                    scheduler: scheduler.name().to_owned(),
-                    source,
-                };
-                let rejected = |next_iteration, errors| BuildError::ScheduleRejected {
-                    phase: i,
-                    name: name.clone(),
-                    scheduler: scheduler.name().to_owned(),
-                    next_iteration,
-                    errors,
-                };
-                // A phase patched per iteration needs rows whose instructions
-                // do not depend on its addresses.
-                let request = ScheduleRequest {
-                    label: i as u32,
-                    relocatable: b1.is_some(),
-                };
-                // Each phase is validated once, here; the scheduler and
-                // the checker take the proof instead of validating again.
-                let valid = |phase| {
-                    ValidPhase::new(phase).map_err(|source| {
-                        scheduler_error(ScheduleError::Phase {
-                            phase: i as u32,
-                            source,
-                        })
-                    })
-                };
-                let v0 = valid(&b0.phase)?;
-                let s0 = match &prev {
-                    Some(p) => scheduler.readdress_valid(&p.schedule, v0, fabric, request),
-                    None => scheduler.schedule_valid(v0, fabric, request),
+                    Some(p) if unmoved(shape, &b0, b1.as_ref()) => Ok(p),
+                    prev => stage.step(i, shape, &b0, b1.as_ref(), prev),
                 }
-                .map_err(scheduler_error)?;
-                // The first iteration's rows are checked while the next
-                // iteration's are made and checked: the two are independent,
-                // and on the largest phases they are most of a step's time.
-                // The first iteration's errors are reported first.
-                let (checked0, next) = rayon::join(
-                    || {
-                        if verify {
-                            check_valid_schedule(v0, fabric, s0.rows())
-                        } else {
-                            Ok(())
-                        }
-                    },
-                    || {
-                        b1.as_ref().map(|b1| {
-                            // The next iteration moves the same transfers: the
-                            // same timing with its addresses.
-                            let v1 = valid(&b1.phase)?;
-                            let s1 = scheduler
-                                .readdress_valid(&s0, v1, fabric, request)
-                                .map_err(scheduler_error)?;
-                            if verify
-                                && let Err(errors) = check_valid_schedule(v1, fabric, s1.rows())
-                            {
-                                return Err(rejected(true, errors));
-                            }
-                            Ok(s1)
-                        })
-                    },
-                );
-                if let Err(errors) = checked0 {
-                    return Err(rejected(false, errors));
-                }
-                let s1 = next.transpose()?;
-                let mut local = b0.local.clone();
-                let patches = match (&b1, &s1) {
-                    (Some(b1), Some(s1)) => {
-                        // On-tile copies of per-iteration buffers move by a
-                        // stride per iteration, like the rows' addresses.
-                        let differ = || BuildError::LocalCopiesDiffer {
-                            phase: i,
-                            name: name.clone(),
-                        };
-                        if b1.local.len() != local.len() {
-                            return Err(differ());
-                        }
-                        for (c0, c1) in local.iter_mut().zip(&b1.local) {
-                            if (c0.tile, c0.bytes) != (c1.tile, c1.bytes) {
-                                return Err(differ());
-                            }
-                            c0.source_stride = c1.source.wrapping_sub(c0.source);
-                            c0.destination_stride = c1.destination.wrapping_sub(c0.destination);
-                        }
-                        row_patches(s0.rows(), s1.rows()).map_err(|(tile, first, next)| {
-                            BuildError::RowsNotRelocatable {
-                                phase: i,
-                                name: name.clone(),
-                                scheduler: scheduler.name().to_owned(),
-                                tile,
-                                first,
-                                next,
-                            }
-                        })?
-                    }
-                    _ => Vec::new(),
-                };
-                tracing::debug!(
-                    phase = i,
-                    name = %name,
-                    transfers = b0.phase.transfers.len(),
-                    local_copies = local.len(),
-                    horizon = s0.horizon(),
-                    endpoint_lower_bound = s0.endpoint_lower_bound(),
-                    "scheduled exchange step"
-                );
-                Ok(Scheduled {
-                    phase: PackagePhase {
-                        info: PhaseInfo {
-                            name,
-                            local,
-                            patches,
-                            horizon: s0.horizon(),
-                            endpoint_lower_bound: s0.endpoint_lower_bound(),
-                            stronger_lower_bound: s0.stronger_lower_bound(),
-                        },
-                        rows: s0.rows().clone(),
-                    },
-                    schedule: s0,
-                })
             })();
             (i, result)
         })
         .collect();
     done.sort_by_key(|(i, _)| *i);
     done.into_iter().map(|(_, result)| result).collect()
+}
+
+/// The scheduler stage and how the build holds it to account.
+struct Stage<'a> {
+    scheduler: &'a dyn ExchangeScheduler,
+    fabric: &'a Fabric,
+    verify: bool,
+}
+
+impl Stage<'_> {
+    /// Schedules step `i` (iteration 0's phase `b0`, and iteration 1's,
+    /// `b1`, for a step patched per iteration), readdressing the earlier
+    /// round's output `prev` where it can, and checks the rows; the
+    /// package records the horizon the rows run to and the bounds of the
+    /// phase, computed here, not reported by the scheduler.
+    fn step(
+        &self,
+        i: usize,
+        shape: &StepShape,
+        b0: &PhaseBuild,
+        b1: Option<&PhaseBuild>,
+        prev: Option<Scheduled>,
+    ) -> Result<Scheduled, BuildError> {
+        let name = shape.name.as_str();
+        let fabric = self.fabric;
+        // A phase patched per iteration needs rows whose instructions
+        // do not depend on its addresses.
+        let request = ScheduleRequest {
+            label: i as u32,
+            relocatable: b1.is_some(),
+        };
+        // Each phase is validated once, here; the scheduler and the
+        // checker take the proof instead of validating again.
+        let valid = |phase| {
+            ValidPhase::new(phase).map_err(|source| {
+                self.scheduler_error(
+                    i,
+                    name,
+                    ScheduleError::Phase {
+                        phase: i as u32,
+                        source,
+                    },
+                )
+            })
+        };
+        let v0 = valid(&b0.phase)?;
+        let earlier = prev.and_then(|p| p.output.readdress);
+        let out0 = self
+            .schedule(earlier.as_deref(), v0, request)
+            .map_err(|e| self.scheduler_error(i, name, e))?;
+        // The first iteration's rows are checked (and the phase's bounds
+        // computed) while the next iteration's are made and checked: the
+        // two are independent, and on the largest phases they are most of
+        // a step's time. The first iteration's errors are reported first.
+        let ((checked0, bounds), next) = rayon::join(
+            || {
+                rayon::join(
+                    || self.check(v0, &out0.rows),
+                    || {
+                        (
+                            endpoint_lower_bound(v0.phase(), fabric),
+                            stronger_lower_bound(v0.phase(), fabric),
+                        )
+                    },
+                )
+            },
+            || {
+                b1.map(|b1| {
+                    // The next iteration moves the same transfers: the
+                    // same timing with its addresses, where the scheduler
+                    // can readdress, else scheduled again.
+                    let v1 = valid(&b1.phase)?;
+                    let out1 = self
+                        .schedule(out0.readdress.as_deref(), v1, request)
+                        .map_err(|e| self.scheduler_error(i, name, e))?;
+                    self.check(v1, &out1.rows)
+                        .map_err(|errors| self.rejected(i, name, 1, errors))?;
+                    Ok::<_, BuildError>(out1)
+                })
+            },
+        );
+        let horizon = checked0.map_err(|errors| self.rejected(i, name, 0, errors))?;
+        let out1 = next.transpose()?;
+        let (endpoint_lower_bound, stronger_lower_bound) = bounds;
+        let mut local = b0.local.clone();
+        let patches = match (b1, &out1) {
+            (Some(b1), Some(out1)) => {
+                // On-tile copies of per-iteration buffers move by a
+                // stride per iteration, like the rows' addresses.
+                let differ = || BuildError::LocalCopiesDiffer {
+                    phase: i,
+                    name: name.to_owned(),
+                };
+                if b1.local.len() != local.len() {
+                    return Err(differ());
+                }
+                for (c0, c1) in local.iter_mut().zip(&b1.local) {
+                    if (c0.tile, c0.bytes) != (c1.tile, c1.bytes) {
+                        return Err(differ());
+                    }
+                    c0.source_stride = c1.source.wrapping_sub(c0.source);
+                    c0.destination_stride = c1.destination.wrapping_sub(c0.destination);
+                }
+                row_patches(&out0.rows, &out1.rows).map_err(|(tile, first, next)| {
+                    BuildError::RowsNotRelocatable {
+                        phase: i,
+                        name: name.to_owned(),
+                        scheduler: self.scheduler.name().to_owned(),
+                        tile,
+                        first,
+                        next,
+                    }
+                })?
+            }
+            _ => Vec::new(),
+        };
+        tracing::debug!(
+            phase = i,
+            name = %name,
+            transfers = b0.phase.transfers.len(),
+            local_copies = local.len(),
+            horizon,
+            endpoint_lower_bound,
+            "scheduled exchange step"
+        );
+        let phase = PackagePhase {
+            info: PhaseInfo {
+                name: name.to_owned(),
+                local,
+                patches,
+                horizon,
+                endpoint_lower_bound,
+                stronger_lower_bound,
+            },
+            rows: out0.rows.clone(),
+        };
+        // Iteration 1's rows scheduled again (no readdress) may have the
+        // lengths of iteration 0's and pass their check, yet not differ
+        // from them only in where they point: the patches would then make
+        // other rows for later iterations. Those are checked at the last
+        // iteration. Readdressed rows keep iteration 0's timing by the
+        // capability's contract, and the built-in one's by construction.
+        if let (Some(b1), true, true) = (b1, out0.readdress.is_none(), self.verify) {
+            self.check_last_iteration(i, name, shape.iterations, &b0.phase, &b1.phase, &phase)?;
+        }
+        Ok(Scheduled {
+            phase,
+            output: out0,
+        })
+    }
+
+    /// Checks the rows the package makes for the last iteration of a
+    /// repeat body of `iterations` (iteration 0's rows with the patches
+    /// applied) against the phase of that iteration, whose addresses lie on
+    /// the line through iteration 0's (`p0`) and 1's (`p1`).
+    fn check_last_iteration(
+        &self,
+        i: usize,
+        name: &str,
+        iterations: u32,
+        p0: &Phase,
+        p1: &Phase,
+        phase: &PackagePhase,
+    ) -> Result<(), BuildError> {
+        let last = iterations.saturating_sub(1);
+        if last < 2 {
+            return Ok(());
+        }
+        let not_strided = || BuildError::IterationsNotStrided {
+            phase: i,
+            name: name.to_owned(),
+        };
+        let moved = iteration_phase(p0, p1, last).ok_or_else(not_strided)?;
+        let valid = ValidPhase::new(&moved).map_err(|_| not_strided())?;
+        self.check(valid, &phase.rows_at(last))
+            .map(drop)
+            .map_err(|errors| self.rejected(i, name, last, errors))
+    }
+
+    /// The rows of `phase`: readdressed from an earlier output that can
+    /// be, else scheduled.
+    fn schedule(
+        &self,
+        earlier: Option<&dyn Readdress>,
+        phase: ValidPhase<'_>,
+        request: ScheduleRequest,
+    ) -> Result<ScheduleOutput, ScheduleError> {
+        match earlier {
+            Some(r) => r.readdress(phase, self.fabric, request),
+            None => self.scheduler.schedule(phase, self.fabric, request),
+        }
+    }
+
+    /// The horizon `rows` run to, after `check_schedule` accepted them
+    /// when `verify` is on.
+    fn check(
+        &self,
+        phase: ValidPhase<'_>,
+        rows: &EncodedRows,
+    ) -> Result<u64, Vec<ExchangeCheckError>> {
+        if self.verify {
+            check_valid_schedule(phase, self.fabric, rows).map(|c| c.horizon)
+        } else {
+            rows.end()
+                .map_err(|(tile, error)| vec![ExchangeCheckError::Decode { tile, error }])
+        }
+    }
+
+    fn scheduler_error(&self, i: usize, name: &str, source: ScheduleError) -> BuildError {
+        BuildError::Schedule {
+            phase: i,
+            name: name.to_owned(),
+            scheduler: self.scheduler.name().to_owned(),
+            source,
+        }
+    }
+
+    fn rejected(
+        &self,
+        i: usize,
+        name: &str,
+        iteration: u32,
+        errors: Vec<ExchangeCheckError>,
+    ) -> BuildError {
+        BuildError::ScheduleRejected {
+            phase: i,
+            name: name.to_owned(),
+            scheduler: self.scheduler.name().to_owned(),
+            iteration,
+            errors,
+        }
+    }
+}
+
+/// Iteration `k` of a phase whose iterations 0 and 1 are `p0` and `p1`:
+/// every address moved `k` times as far as from `p0` to `p1`. A repeat
+/// body's per-iteration buffers are stacked at a stride, so every
+/// iteration's addresses lie on that line. `None` when `p1` is not `p0`'s
+/// transfers or an address leaves the 32-bit space.
+fn iteration_phase(p0: &Phase, p1: &Phase, k: u32) -> Option<Phase> {
+    let at = |a0: u32, a1: u32| {
+        let moved = i64::from(a0) + i64::from(k) * (i64::from(a1) - i64::from(a0));
+        u32::try_from(moved).ok()
+    };
+    if p0.tile_count != p1.tile_count || p0.transfers.len() != p1.transfers.len() {
+        return None;
+    }
+    let transfers = p0
+        .transfers
+        .iter()
+        .zip(&p1.transfers)
+        .map(|(t0, t1)| {
+            let same = t0.source == t1.source
+                && t0.words == t1.words
+                && t0.width == t1.width
+                && t0.source_addresses.len() == t1.source_addresses.len()
+                && t0.destinations.len() == t1.destinations.len();
+            if !same {
+                return None;
+            }
+            let source_addresses = t0
+                .source_addresses
+                .iter()
+                .zip(&t1.source_addresses)
+                .map(|(&a0, &a1)| at(a0, a1))
+                .collect::<Option<_>>()?;
+            let destinations = t0
+                .destinations
+                .iter()
+                .zip(&t1.destinations)
+                .map(|(&(d0, a0), &(d1, a1))| (d0 == d1).then_some(d0).zip(at(a0, a1)))
+                .collect::<Option<_>>()?;
+            Some(Transfer {
+                source: t0.source,
+                source_addresses,
+                destinations,
+                words: t0.words,
+                width: t0.width,
+            })
+        })
+        .collect::<Option<_>>()?;
+    Some(Phase {
+        tile_count: p0.tile_count,
+        transfers,
+    })
 }
 
 /// Whether two builds of a step move the same words between and within
@@ -408,4 +580,105 @@ fn row_patches(
         }
     }
     Ok(patches)
+}
+
+#[cfg(test)]
+mod tests {
+    use ipu_exchange::{BuiltinScheduler, Instr, Width, Xpic, check_schedule};
+    use smallvec::smallvec;
+
+    use super::*;
+
+    const STRIDE: u32 = 0x1000;
+
+    /// Tile 0 sends A and B, four words each, to tile 1; iteration `k`'s
+    /// addresses are `k` strides further.
+    fn phase(k: u32) -> Phase {
+        let transfer = |source: u32, destination: u32| Transfer {
+            source: TileId::from_u32(0),
+            source_addresses: smallvec![source + k * STRIDE],
+            destinations: smallvec![(TileId::from_u32(1), destination + k * STRIDE)],
+            words: 4,
+            width: Width::Word32,
+        };
+        Phase {
+            tile_count: 2,
+            transfers: vec![transfer(0x4c000, 0x90000), transfer(0x4c100, 0x90100)],
+        }
+    }
+
+    /// Rows that send the phase's transfers in `order`, back to back.
+    fn rows(phase: &Phase, order: [usize; 2], latency: u32) -> EncodedRows {
+        let encode = |instrs: &[Instr]| {
+            let mut row = Vec::new();
+            for i in instrs {
+                i.encode(&mut row).expect("fields fit");
+            }
+            row
+        };
+        let [a, b] = order.map(|i| &phase.transfers[i]);
+        let send = |t: &Transfer| Instr::Send {
+            items: 4,
+            word_address: t.source_addresses[0] / 4,
+            sctl: 3,
+        };
+        let pic = |t: &Transfer, cycles| Instr::DelayPic {
+            cycles,
+            sel: 0,
+            value: t.destinations[0].1 / 4,
+        };
+        let listen = Instr::DelayXpic {
+            cycles: 1,
+            xpic: Xpic::Listen(TileId::from_u32(0)),
+        };
+        EncodedRows::from_tile_rows(vec![
+            encode(&[send(a), send(b)]),
+            encode(&[listen, pic(a, latency + 3), pic(b, 4)]),
+        ])
+    }
+
+    /// Iteration 1's rows that send the transfers in another order pass
+    /// their own check and keep the row lengths, but the patches made from
+    /// them are wrong from iteration 2 on, which the last iteration's check
+    /// finds; rows that keep the order pass it.
+    #[test]
+    fn the_last_iteration_of_rows_scheduled_again_is_checked() {
+        let fabric = Fabric::ipu21().expect("the built-in device");
+        let latency = fabric.latency_cycles();
+        let scheduler = BuiltinScheduler::default();
+        let stage = Stage {
+            scheduler: &scheduler,
+            fabric: &fabric,
+            verify: true,
+        };
+        let (p0, p1) = (phase(0), phase(1));
+        assert_eq!(iteration_phase(&p0, &p1, 5), Some(phase(5)));
+        let r0 = rows(&p0, [0, 1], latency);
+        check_schedule(&p0, &fabric, &r0).expect("iteration 0 checks");
+        for (order, good) in [([0, 1], true), ([1, 0], false)] {
+            let r1 = rows(&p1, order, latency);
+            check_schedule(&p1, &fabric, &r1).expect("iteration 1 checks");
+            let patches = row_patches(&r0, &r1).expect("the same lengths");
+            let package_phase = PackagePhase {
+                info: PhaseInfo {
+                    name: "test".to_owned(),
+                    local: Vec::new(),
+                    patches,
+                    horizon: 0,
+                    endpoint_lower_bound: 0,
+                    stronger_lower_bound: 0,
+                },
+                rows: r0.clone(),
+            };
+            let verdict = stage.check_last_iteration(0, "test", 4, &p0, &p1, &package_phase);
+            match verdict {
+                Ok(()) => assert!(good),
+                Err(BuildError::ScheduleRejected { iteration, .. }) => {
+                    assert!(!good);
+                    assert_eq!(iteration, 3);
+                }
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+    }
 }

@@ -1,8 +1,10 @@
 //! Kernel planning and compilation: one AMP variant per GEMM kernel spec
-//! of the program, compiled through the build's toolchain and kept in its
-//! kernel store.
+//! of the program, taken from the build's kernel store or compiled through
+//! its toolchain, and checked whichever stage it came from.
 
-use ipu_kernels::{AmpModel, GemmShape, Mode, PlanConfig, RowSize, Variant, plan_variant};
+use ipu_kernels::{
+    AmpModel, GemmShape, Mode, PlanConfig, RowSize, Variant, fetch_kernel, plan_variant,
+};
 use ipu_layout::ElementOrder;
 use ipu_target::Target;
 use rayon::prelude::*;
@@ -43,9 +45,14 @@ pub(super) fn plan_kernels(program: &Program, target: &Target) -> Result<Vec<Var
         .collect()
 }
 
-/// Every variant's object and metadata, from the kernel store or compiled.
+/// Every variant's object and metadata, from the kernel store or
+/// compiled by the toolchain (and then stored); checked either way
+/// (`ipu_kernels::check_kernel`: the metadata describes the variant and
+/// the object, and every entry's program passes `check_program`), so a
+/// wrong kernel from either stage is refused with its own error.
 pub(super) fn compile_kernels(
     variants: &[Variant],
+    target: &Target,
     stages: &Stages,
 ) -> Result<Vec<PackageKernel>, BuildError> {
     let toolchain = stages.toolchain.as_ref();
@@ -57,25 +64,22 @@ pub(super) fn compile_kernels(
                 name: v.name().to_owned(),
                 source,
             };
-            let k = store.get_or_compile(v, toolchain).map_err(kernel_error)?;
+            let fetched = fetch_kernel(v, target, toolchain, store).map_err(kernel_error)?;
             let mut entries: [String; 4] = Default::default();
             for e in v.entry_points() {
                 let index = usize::from(e.size == RowSize::Large) * 2
                     + usize::from(e.mode == Mode::Accumulate);
                 entries[index] = e.symbol;
             }
-            // `kernel.json` as every store writes it.
+            let k = fetched.kernel;
+            // `kernel.json` as the disk cache once wrote it.
             let metadata = serde_json::to_string_pretty(&k.metadata).map_err(|e| {
                 kernel_error(ipu_kernels::KernelError::Metadata {
                     reason: e.to_string(),
                 })
             })?;
             Ok(PackageKernel {
-                name: format!(
-                    "{}_{}",
-                    v.name(),
-                    &k.metadata.input_hash.get(..8).unwrap_or("")
-                ),
+                name: format!("{}_{}", v.name(), &fetched.key.as_str()[..8]),
                 entries,
                 object: k.object,
                 metadata,

@@ -100,11 +100,7 @@ fn culprits(
 ) -> Culprits {
     let mut out = Culprits {
         step,
-        step_name: storage
-            .step_names
-            .get(step as usize)
-            .cloned()
-            .unwrap_or_else(|| "?".into()),
+        label: storage.step_labels.get(step as usize).cloned(),
         tile,
         support_bytes: reserved.get(tile).copied().unwrap_or(0),
         ..Culprits::default()

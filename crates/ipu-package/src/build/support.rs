@@ -15,7 +15,7 @@ use super::exchange::StepShape;
 use crate::package::PackagePhase;
 use crate::package::TileSupport;
 use crate::phases::TileTraffic;
-use crate::program::{Codelet, Program, Step};
+use crate::program::{Codelet, Program, WalkEvent};
 use ipu_kernels::Variant;
 
 /// The sizes of one plan's tile code, and the figures to reserve by.
@@ -217,29 +217,26 @@ fn round_up(value: u32, multiple: u32) -> u32 {
 /// kind and argument.
 fn control_bytes(program: &Program, tiles: u32, runtime: &RuntimeSpec) -> Vec<u32> {
     let mut bytes = vec![0u32; tiles as usize];
-    fn walk(steps: &[Step], bytes: &mut [u32], runtime: &RuntimeSpec) {
-        for step in steps {
-            match step {
-                Step::Compute { calls, .. } => {
-                    for b in bytes.iter_mut() {
-                        *b += runtime.control_step_bytes;
-                    }
-                    for (tile, c) in calls {
-                        if let Some(b) = bytes.get_mut(tile.index()) {
-                            *b += runtime.control_word_bytes * (1 + codelet_words(c));
-                        }
+    for event in program.walk() {
+        match event {
+            WalkEvent::Compute(step, _) => {
+                for b in bytes.iter_mut() {
+                    *b += runtime.control_step_bytes;
+                }
+                for (tile, c) in &step.calls {
+                    if let Some(b) = bytes.get_mut(tile.index()) {
+                        *b += runtime.control_word_bytes * (1 + codelet_words(c));
                     }
                 }
-                Step::Exchange { .. } => {
-                    for b in bytes.iter_mut() {
-                        *b += runtime.control_step_bytes;
-                    }
-                }
-                Step::Repeat { body, .. } => walk(body, bytes, runtime),
             }
+            WalkEvent::Exchange(..) => {
+                for b in bytes.iter_mut() {
+                    *b += runtime.control_step_bytes;
+                }
+            }
+            WalkEvent::Enter(..) | WalkEvent::Leave(..) => {}
         }
     }
-    walk(&program.steps, &mut bytes, runtime);
     bytes
 }
 
@@ -260,25 +257,19 @@ fn codelet_words(c: &Codelet) -> u32 {
 /// Kernel code bytes per tile: every distinct variant a tile calls.
 fn kernel_code(program: &Program, variants: &[Variant], tiles: u32) -> Vec<u32> {
     let mut used: Vec<Vec<usize>> = vec![Vec::new(); tiles as usize];
-    fn walk(steps: &[Step], used: &mut [Vec<usize>]) {
-        for step in steps {
-            match step {
-                Step::Compute { calls, .. } => {
-                    for (tile, c) in calls {
-                        if let Codelet::Gemm { kernel, .. } = c
-                            && let Some(u) = used.get_mut(tile.index())
-                            && !u.contains(&kernel.index())
-                        {
-                            u.push(kernel.index());
-                        }
-                    }
-                }
-                Step::Exchange { .. } => {}
-                Step::Repeat { body, .. } => walk(body, used),
+    for event in program.walk() {
+        let WalkEvent::Compute(step, _) = event else {
+            continue;
+        };
+        for (tile, c) in &step.calls {
+            if let Codelet::Gemm { kernel, .. } = c
+                && let Some(u) = used.get_mut(tile.index())
+                && !u.contains(&kernel.index())
+            {
+                u.push(kernel.index());
             }
         }
     }
-    walk(&program.steps, &mut used);
     // A variant's code size is costed once, not once per tile calling it.
     let bytes: Vec<u32> = variants.iter().map(ipu_kernels::code_bytes).collect();
     used.iter()

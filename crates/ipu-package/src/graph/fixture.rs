@@ -45,16 +45,20 @@
 //! [`Repeat`] keeps the structure for the lowering.
 //!
 //! Every error names the JSON path of the offending field; malformed JSON
-//! gives its line and column.
+//! gives its line and column. [`write_fixture`] writes a graph back as a
+//! fixture (`write.rs`), which this parser reads to the same graph.
 
 mod json;
 mod parser;
 mod template;
+mod write;
 
 use ipu_layout::IdVec;
 use serde_json::Value;
 
 use crate::graph::{ErrorLocation, Graph, GraphError, Op, OpId, Repeat, Slot, Tensor, TensorId};
+
+pub use write::{WriteError, write_fixture};
 
 /// The fixture schema version this parser reads.
 pub const FIXTURE_SCHEMA_VERSION: u64 = 1;

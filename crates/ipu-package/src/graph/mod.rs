@@ -18,8 +18,9 @@ pub mod values;
 
 pub use buildable::check_buildable;
 pub use fixture::{
-    FIXTURE_SCHEMA_VERSION, FixtureError, IterationNote, MAX_GRAPH_ITEMS, ParseOptions,
+    FIXTURE_SCHEMA_VERSION, FixtureError, IterationNote, MAX_GRAPH_ITEMS, ParseOptions, WriteError,
     parse_fixture, parse_fixture_bounded, parse_fixture_for_build, parse_fixture_with,
+    write_fixture,
 };
 pub use ir::{
     Carry, Graph, GraphBuilder, Op, OpId, Repeat, SoftmaxPrecision, Tensor, TensorId, TensorKind,

@@ -1,6 +1,6 @@
 //! Weights in safetensors files: the real loading path beside the seeded
 //! generator, and the one place that turns stored safetensors elements
-//! into values ([`StoredType`]), which the checkpoint importer shares.
+//! into values ([`StoredType`]), which the checkpoint importer of `ipu-frontend` shares.
 //!
 //! Files are parsed and written by the `safetensors` crate, which checks
 //! the header (at most 100 MB of JSON), that the data offsets tile the data

@@ -29,8 +29,7 @@ impl Lowerer<'_> {
             &shape,
             eb,
             self.config.tiles,
-            self.config
-                .budget_for(&format!("attention {}", tout.name())),
+            self.config.budget_for(op),
             &self.config.cost,
         );
         tracing::debug!(op = %op, output = tout.name(), grid = ?grid, "planned attention grid");
@@ -77,8 +76,8 @@ impl Lowerer<'_> {
             lay.workspace.clone(),
             BufferRole::Temporary,
         );
-        let name = format!("attention {base}");
-        self.flush(&name);
+        let label = StepLabel::of(op, StepRole::Attention, base.as_str());
+        self.flush(&label);
         let d = shape.head_dim();
         let scale = 1.0 / (d as f32).sqrt();
         let mut calls = Vec::new();
@@ -143,7 +142,7 @@ impl Lowerer<'_> {
                 }
             }
         }
-        self.compute(name.clone(), calls);
+        self.compute(label, calls);
 
         let (oc, mc, sc) = if grid.s == 1 {
             (out_part, max_part, sum_part)
@@ -172,7 +171,7 @@ impl Lowerer<'_> {
             (oc, mc, sc)
         };
         let y = self.output(op, output, lay.output.clone())?;
-        let combine = format!("attention combine {base}");
+        let combine = StepLabel::of(op, StepRole::Combine, base.as_str());
         self.flush(&combine);
         let oeb = tout.precision().element_bytes();
         let mut calls = Vec::new();

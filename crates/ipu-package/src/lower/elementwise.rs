@@ -50,7 +50,13 @@ impl Lowerer<'_> {
         )?;
         let x = self.ensure(input, in_ty.clone(), Attrs::default())?;
         let y = self.output(op, output, out_ty)?;
-        self.flush(&format!("{} {}", g.op(op).kind_name(), tout.name()));
+        let role = if gelu {
+            StepRole::Gelu
+        } else {
+            StepRole::Convert
+        };
+        let label = StepLabel::of(op, role, tout.name());
+        self.flush(&label);
         let mut calls = Vec::new();
         for s in in_ty.shards() {
             let elements: u64 = s.axes.iter().map(|a| a.width).product();
@@ -74,7 +80,7 @@ impl Lowerer<'_> {
             };
             calls.push((s.tile, call));
         }
-        self.compute(format!("{} {}", g.op(op).kind_name(), tout.name()), calls);
+        self.compute(label, calls);
         Ok(())
     }
 
@@ -177,8 +183,8 @@ impl Lowerer<'_> {
             return self.finish_add(op, xa, full, out_ty, output, false);
         }
         let y = self.output(op, output, out_ty.clone())?;
-        let name = format!("add {}", self.graph.tensor(output).name());
-        self.flush(&name);
+        let label = StepLabel::of(op, StepRole::Add, self.graph.tensor(output).name());
+        self.flush(&label);
         let mut calls = Vec::new();
         for (tile, rows, cols) in shard_rows(&out_ty)? {
             calls.push((
@@ -193,7 +199,7 @@ impl Lowerer<'_> {
                 },
             ));
         }
-        self.compute(name, calls);
+        self.compute(label, calls);
         Ok(())
     }
 
@@ -229,8 +235,8 @@ impl Lowerer<'_> {
         let x = self.ensure(input, in_ty.clone(), Attrs::default())?;
         let params = self.replicated_params(op, &[scale, bias], tiling.tile_count())?;
         let y = self.output(op, output, out_ty)?;
-        let name = format!("layer_norm {}", tout.name());
-        self.flush(&name);
+        let label = StepLabel::of(op, StepRole::LayerNorm, tout.name());
+        self.flush(&label);
         let mut calls = Vec::new();
         for (tile, rows, cols) in shard_rows(&in_ty)? {
             calls.push((
@@ -246,7 +252,7 @@ impl Lowerer<'_> {
                 },
             ));
         }
-        self.compute(name, calls);
+        self.compute(label, calls);
         Ok(())
     }
 

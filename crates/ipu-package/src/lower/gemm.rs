@@ -16,7 +16,7 @@ impl Lowerer<'_> {
         let g = self.graph;
         let (tl, tr, tout) = (g.tensor(left), g.tensor(right), g.tensor(output));
         let problem = GemmProblem::of(tl, tr, tout, &self.config.cost);
-        let budget = self.config.budget_for(&format!("gemm {}", tout.name()));
+        let budget = self.config.budget_for(op);
         let (chosen, steps) = choose_gemm_grid(
             &problem,
             self.config.tiles,
@@ -36,7 +36,7 @@ impl Lowerer<'_> {
         } else {
             self.ensure(right, layouts.right.clone(), GEMM_RIGHT)?
         };
-        let name = format!("gemm {}", tout.name());
+        let label = StepLabel::of(op, StepRole::Gemm, tout.name());
         let kernels = self.gemm_calls(&layouts.left, &layouts.output, &problem, x, w)?;
 
         if chosen.pk == 1 {
@@ -48,7 +48,7 @@ impl Lowerer<'_> {
                 Some(b) => Some(self.gemm_bias(op, b, &layouts.output, chosen)?),
                 None => None,
             };
-            self.flush(&name);
+            self.flush(&label);
             let mut calls = kernels(y);
             if let Some(bb) = bias_buffer {
                 for (tile, rows, cols) in shard_rows(&layouts.output)? {
@@ -65,7 +65,7 @@ impl Lowerer<'_> {
                     ));
                 }
             }
-            self.compute(name, calls);
+            self.compute(label, calls);
             return Ok(());
         }
 
@@ -80,9 +80,9 @@ impl Lowerer<'_> {
                 alignment: 32,
             },
         );
-        self.flush(&name);
+        self.flush(&label);
         let calls = kernels(partial);
-        self.compute(name.clone(), calls);
+        self.compute(label, calls);
         // Reduce in the grid's own blocks where the rows allow it (few,
         // large fragments), else on an element layout. The reduction is
         // rotated like the GEMM so that it lands on the partials' tiles.
@@ -125,7 +125,7 @@ impl Lowerer<'_> {
             None => None,
         };
         let y = self.output(op, output, out_ty.clone())?;
-        let reduce = format!("reduce {}", tout.name());
+        let reduce = StepLabel::of(op, StepRole::Reduce, tout.name());
         self.flush(&reduce);
         let mut calls = Vec::new();
         for (tile, rows, cols) in shard_rows(&out_ty)? {

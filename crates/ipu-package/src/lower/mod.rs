@@ -33,8 +33,8 @@ use crate::plan::{
     replicated, row_layout, row_split, spread, tensor_type, vector_home,
 };
 use crate::program::{
-    Buffer, BufferId, BufferRole, Codelet, GemmEntry, GemmKernel, KernelId, Operand, Program,
-    Redistribute, Step,
+    Buffer, BufferId, BufferRole, Codelet, ComputeStep, ExchangeStep, GemmEntry, GemmKernel,
+    KernelId, Operand, Program, Redistribute, RepeatStep, Step, StepLabel, StepRole,
 };
 
 /// What lowering may choose.
@@ -51,21 +51,18 @@ pub struct LowerConfig {
     /// longest shards of ragged splits (partition 0's) spread over the tiles
     /// instead of all landing on tile 0.
     pub rotate: bool,
-    /// Merge consecutive compute steps into one (fewer syncs, coarser
-    /// lifetimes).
-    pub merge_compute: bool,
-    /// Budgets below `transient_budget` for single operations, by the name
-    /// of the compute step the operation runs (`gemm enc0.fc2`, `attention
-    /// enc0.attn`): what a build lowers where placement failed, so that the
-    /// rest of the plan keeps its cycles.
-    pub op_budgets: std::collections::BTreeMap<String, u64>,
+    /// Budgets below `transient_budget` for single operations (within a
+    /// repeat, the operation of the body's first iteration): what a build
+    /// lowers where placement failed, so that the rest of the plan keeps
+    /// its cycles.
+    pub op_budgets: std::collections::BTreeMap<OpId, u64>,
 }
 
 impl LowerConfig {
-    /// The transient budget of the operation whose compute step is `step`.
-    pub fn budget_for(&self, step: &str) -> u64 {
+    /// The transient budget of operation `op`.
+    pub fn budget_for(&self, op: OpId) -> u64 {
         self.op_budgets
-            .get(step)
+            .get(&op)
             .copied()
             .unwrap_or(self.transient_budget)
             .min(self.transient_budget)
@@ -79,7 +76,6 @@ impl Default for LowerConfig {
             cost: CostModel::ipu21(),
             transient_budget: 160 * 1024,
             rotate: true,
-            merge_compute: false,
             op_budgets: std::collections::BTreeMap::new(),
         }
     }
@@ -178,7 +174,11 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
         l.program.buffers[b].role = BufferRole::Output;
         l.program.buffers[b].name = t.name().to_owned();
     }
-    l.flush("outputs");
+    l.flush(&StepLabel {
+        op: None,
+        role: StepRole::Outputs,
+        name: String::new(),
+    });
     l.program.steps = std::mem::take(&mut l.steps);
     tracing::info!(
         removed = l.unread_clears,
@@ -483,42 +483,34 @@ impl Lowerer<'_> {
         }
     }
 
-    /// Emits the pending clears and redistributions.
-    fn flush(&mut self, name: &str) {
+    /// Emits the pending clears and redistributions, as the steps of the
+    /// operation and role of `label`.
+    fn flush(&mut self, label: &StepLabel) {
         if !self.clears.is_empty() {
             let calls = std::mem::take(&mut self.clears);
-            self.compute(format!("clear {name}"), calls);
+            let clear = StepLabel {
+                role: StepRole::Clear,
+                ..label.clone()
+            };
+            self.compute(clear, calls);
         }
         if !self.copies.is_empty() {
             let copies = std::mem::take(&mut self.copies);
-            self.steps.push(Step::Exchange {
-                name: name.to_owned(),
+            self.steps.push(Step::Exchange(ExchangeStep {
+                label: label.clone(),
                 copies,
-            });
+            }));
         }
     }
 
-    /// Appends a compute step. With `merge_compute`, it joins the previous
-    /// one when that is a compute step too (each tile's calls keep their
-    /// order); otherwise each op's calls are a step of their own, so that
-    /// storage lifetimes end and begin between ops instead of overlapping
-    /// across a whole run of compute.
-    fn compute(&mut self, name: String, calls: Vec<(TileId, Codelet)>) {
+    /// Appends a compute step. Each operation's calls are a step of their
+    /// own, so that storage lifetimes end and begin between operations
+    /// instead of overlapping across a whole run of compute.
+    fn compute(&mut self, label: StepLabel, calls: Vec<(TileId, Codelet)>) {
         if calls.is_empty() {
             return;
         }
-        if self.config.merge_compute
-            && let Some(Step::Compute {
-                name: last,
-                calls: list,
-            }) = self.steps.last_mut()
-        {
-            last.push_str(" + ");
-            last.push_str(&name);
-            list.extend(calls);
-            return;
-        }
-        self.steps.push(Step::Compute { name, calls });
+        self.steps.push(Step::Compute(ComputeStep { label, calls }));
     }
 
     fn lower_op(&mut self, op: OpId) -> Result<(), LowerError> {

@@ -44,14 +44,22 @@ impl Lowerer<'_> {
             }
             carried_buffers.push(b);
         }
-        self.flush(&format!("enter {}", r.name()));
+        self.flush(&StepLabel {
+            op: None,
+            role: StepRole::EnterRepeat,
+            name: r.name().to_owned(),
+        });
 
         let outer = std::mem::take(&mut self.steps);
         self.body_weights = Some(Vec::new());
         for op in first {
             self.lower_op(OpId::from_u32(op as u32))?;
         }
-        self.flush(&format!("end of {}", r.name()));
+        self.flush(&StepLabel {
+            op: None,
+            role: StepRole::EndOfRepeat,
+            name: r.name().to_owned(),
+        });
         let body = std::mem::replace(&mut self.steps, outer);
         let weights = self.body_weights.take().unwrap_or_default();
 
@@ -85,12 +93,12 @@ impl Lowerer<'_> {
                 self.home.insert(y, Home::Buffer(b));
             }
         }
-        self.steps.push(Step::Repeat {
+        self.steps.push(Step::Repeat(RepeatStep {
             name: r.name().to_owned(),
             count: r.count(),
             body,
             iteration_buffers,
-        });
+        }));
         // Iteration 0's copies are body temporaries: later readers outside
         // the body must not reuse them.
         self.cache

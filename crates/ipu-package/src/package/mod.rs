@@ -9,7 +9,8 @@
 //!
 //! The modules: this one is the model; [`rows`] is the `exchange.bin`
 //! codec; [`weights`] is `weights.safetensors`, the weights a package
-//! carries; `write` writes a package directory atomically; `read` verifies
+//! carries; `model` is `model.json`, the model a front end built the
+//! graph from ([`ModelDescription`]); `write` writes a package directory atomically; `read` verifies
 //! every file against the manifest's digests and parses it; `validate`
 //! checks what the files say against each other, the target and the
 //! [`Limits`]; `forge` re-signs edited files ([`resign`]), as anyone can.
@@ -18,6 +19,7 @@ mod error;
 mod forge;
 mod limits;
 mod manifest;
+mod model;
 mod read;
 pub mod rows;
 mod validate;
@@ -35,6 +37,7 @@ pub use error::PackageIoError;
 pub use forge::resign;
 pub use limits::Limits;
 pub use manifest::PackageFile;
+pub use model::{InputSource, MODEL_FILE, MODEL_FORMAT, ModelDescription, ModelError, ModelInput};
 pub use validate::{
     Access, FixtureMismatch, MAX_ERRORS, SpanError, ValidationError, codelet_accesses,
 };
@@ -44,13 +47,9 @@ use crate::phases::LocalCopy;
 use crate::program::{BufferId, Program};
 
 /// The package format version. Version 3 splits the program from its
-/// placement, phases and kernel index, and records the target.
-pub const FORMAT_VERSION: u32 = 3;
-
-/// The model description of a package built from a SigLIP checkpoint.
-pub const SIGLIP_FILE: &str = "siglip.json";
-/// The precision decisions of a package built from a SigLIP checkpoint.
-pub const PRECISION_FILE: &str = "precision.json";
+/// placement, phases and kernel index, and records the target; version 4
+/// labels every step with its operation's id and role.
+pub const FORMAT_VERSION: u32 = 4;
 
 /// A word of an exchange row that differs per repeat iteration: in
 /// iteration `i` it is `word + i · delta` (wrapping), where `word` is the
@@ -89,6 +88,31 @@ pub struct PackagePhase {
     pub info: PhaseInfo,
     /// Every tile's row (iteration 0 for a repeat body).
     pub rows: EncodedRows,
+}
+
+impl PackagePhase {
+    /// The rows of repeat iteration `iteration`: the phase's rows with
+    /// every patch applied `iteration` times, as the tile model makes them
+    /// (borrowed when nothing is patched). A patch naming no word of its
+    /// row is left out (validation refuses such a patch).
+    pub fn rows_at(&self, iteration: u32) -> std::borrow::Cow<'_, EncodedRows> {
+        let (patches, base) = (&self.info.patches, &self.rows);
+        if patches.is_empty() || iteration == 0 {
+            return std::borrow::Cow::Borrowed(base);
+        }
+        let mut per_tile: Vec<Vec<u32>> = (0..base.tile_count())
+            .map(|t| base.row(TileId::from_u32(t)).to_vec())
+            .collect();
+        for p in patches {
+            if let Some(word) = per_tile
+                .get_mut(p.tile.index())
+                .and_then(|r| r.get_mut(p.index as usize))
+            {
+                *word = word.wrapping_add(p.delta.wrapping_mul(iteration));
+            }
+        }
+        std::borrow::Cow::Owned(EncodedRows::from_tile_rows(per_tile))
+    }
 }
 
 /// A compiled GEMM kernel.
@@ -272,19 +296,6 @@ pub struct Manifest {
     pub files: Vec<PackageFile>,
 }
 
-/// The files of a package built from a SigLIP checkpoint, which say how
-/// to rebuild its graph and prepare its images (parsed by
-/// [`crate::checkpoint::PackagedModel`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SiglipFiles {
-    /// `siglip.json`: the vision config, the batch and the image
-    /// preprocessing.
-    pub model: String,
-    /// `precision.json`: every tensor's precision with the reason for it,
-    /// and the calibration's measurements.
-    pub precision: String,
-}
-
 /// A built package.
 #[derive(Clone, Debug)]
 pub struct Package {
@@ -305,14 +316,15 @@ pub struct Package {
     pub memory_profile: String,
     /// The cycle estimate (`profile.json`), when the build made one.
     pub profile: Option<crate::profile::Profile>,
-    /// The fixture the package was built from (`fixture.json`), so that a
-    /// run can be checked against the reference evaluation of the same
-    /// graph.
+    /// The graph the package was built from as a fixture (`fixture.json`):
+    /// the fixture as given, or the graph a model front end built, written
+    /// by [`crate::graph::write_fixture`]; so that a run can be checked
+    /// against the reference evaluation of the same graph.
     pub fixture: Option<String>,
     /// The graph's weights (`weights.safetensors`), when the package
     /// carries them; a run then takes every weight from here.
     pub weights: Option<PackageWeights>,
-    /// The checkpoint description (`siglip.json`, `precision.json`) of a
-    /// package built from a SigLIP checkpoint, in place of a fixture.
-    pub siglip: Option<SiglipFiles>,
+    /// The model a front end built the graph from (`model.json`), with
+    /// what a run needs to make the graph's inputs from a user's data.
+    pub model: Option<ModelDescription>,
 }

@@ -17,8 +17,8 @@ use super::manifest::{
 use super::rows::decode_rows;
 use super::weights::WEIGHTS_FILE;
 use super::{
-    Limits, Manifest, PRECISION_FILE, Package, PackageIoError, PackageKernel, PackagePhase,
-    PackagePlacement, PackageWeights, PhaseInfo, SIGLIP_FILE, SiglipFiles, ValidationError,
+    Limits, MODEL_FILE, Manifest, ModelDescription, Package, PackageIoError, PackageKernel,
+    PackagePhase, PackagePlacement, PackageWeights, PhaseInfo, ValidationError,
 };
 use crate::program::Program;
 
@@ -273,23 +273,13 @@ impl Package {
         } else {
             None
         };
-        let siglip = match (
-            content.contains_key(SIGLIP_FILE),
-            content.contains_key(PRECISION_FILE),
-        ) {
-            (false, false) => None,
-            (true, true) => Some(SiglipFiles {
-                model: text(SIGLIP_FILE)?,
-                precision: text(PRECISION_FILE)?,
-            }),
-            (model, _) => {
-                let (has, lacks) = if model {
-                    (SIGLIP_FILE, PRECISION_FILE)
-                } else {
-                    (PRECISION_FILE, SIGLIP_FILE)
-                };
-                return Err(format(has, format!("the package has {has} but no {lacks}")));
-            }
+        let model = if content.contains_key(MODEL_FILE) {
+            Some(
+                ModelDescription::from_json(&text(MODEL_FILE)?)
+                    .map_err(|e| format(MODEL_FILE, e.to_string()))?,
+            )
+        } else {
+            None
         };
         let weights = if content.contains_key(WEIGHTS_FILE) {
             Some(
@@ -314,7 +304,7 @@ impl Package {
             profile,
             fixture,
             weights,
-            siglip,
+            model,
         };
         let errors = package.validate_with(limits);
         if !errors.is_empty() {

@@ -26,12 +26,13 @@
 //!    against the placed ranges (no data moves) — what a run does, so a
 //!    package that validates does not fail its exchange;
 //! 6. the graph (`fixture.rs`): the stored fixture parsed within the
-//!    limits, or the checkpoint description's graph, checked against the
-//!    program's host-visible buffers by name, shape and precision
-//!    ([`Package::check_fixture`]), so that a run never generates values
-//!    for tensors the package does not hold; then the header of
-//!    `weights.safetensors` against that graph (a checkpoint package must
-//!    carry one).
+//!    limits (whether it was given or a model front end built the graph
+//!    and the build wrote it), checked against the program's host-visible
+//!    buffers by name, shape and precision ([`Package::check_fixture`]),
+//!    so that a run never generates values for tensors the package does
+//!    not hold; then the header of `weights.safetensors` against that
+//!    graph, and the model description (`model.json`) against it: its
+//!    inputs are the graph's, and a described model carries its weights.
 //!
 //! At most [`MAX_ERRORS`] problems are collected; validation stops there.
 
@@ -46,8 +47,7 @@ use ipu_exchange::ReplayError;
 use ipu_kernels::KernelError;
 use ipu_layout::TileId;
 
-use super::{Limits, Package, WeightsError};
-use crate::checkpoint::PackagedError;
+use super::{Limits, ModelError, Package, WeightsError};
 use crate::graph::FixtureError;
 use crate::program::{BufferId, KernelId};
 
@@ -239,6 +239,21 @@ pub enum ValidationError {
         kernel: String,
         /// The entry symbol.
         symbol: String,
+    },
+    /// Two entries of one kernel name the same symbol: each of the four
+    /// entries (small and large rows, initialise and accumulate) is a
+    /// program of its own.
+    #[error("kernel {kernel}: entries {first} and {second} both name symbol {symbol}")]
+    KernelEntryRepeated {
+        /// The kernel's name.
+        kernel: String,
+        /// The repeated entry symbol.
+        symbol: String,
+        /// The first entry naming it (0..4: small initialise, small
+        /// accumulate, large initialise, large accumulate).
+        first: usize,
+        /// The later entry naming it.
+        second: usize,
     },
     /// A kernel's program has blocks no variant of the spec's shape has.
     #[error(
@@ -521,33 +536,26 @@ pub enum ValidationError {
     /// The stored fixture does not parse.
     #[error("fixture.json: {0}")]
     Fixture(#[source] FixtureError),
-    /// The stored fixture (or checkpoint description) is not the graph
-    /// the program was lowered from.
-    #[error("{file}: {source}")]
-    FixtureMismatch {
-        /// The file the graph was read from: `fixture.json` or
-        /// `siglip.json`.
-        file: &'static str,
-        /// How the graph differs.
-        #[source]
-        source: FixtureMismatch,
-    },
-    /// The checkpoint description (`siglip.json`, `precision.json`) does
-    /// not describe a graph.
-    #[error("{0}")]
-    Siglip(#[source] PackagedError),
+    /// The stored fixture is not the graph the program was lowered from.
+    #[error("fixture.json: {0}")]
+    FixtureMismatch(#[source] FixtureMismatch),
     /// `weights.safetensors` does not hold exactly the graph's weights.
     #[error("{0}")]
     Weights(#[source] WeightsError),
-    /// A package built from a checkpoint carries no weights.
+    /// `model.json` contradicts the graph.
+    #[error("{0}")]
+    Model(#[source] ModelError),
+    /// A package whose model is described carries no weights.
     #[error(
-        "the package was built from a checkpoint but carries no weights.safetensors; build it again"
+        "the package describes the model it was built from (model.json) but carries no weights.safetensors; build it again"
     )]
-    CheckpointWithoutWeights,
-    /// A weights file without a fixture or checkpoint description to
-    /// check it against.
+    ModelWithoutWeights,
+    /// A model description without the graph to check it against.
+    #[error("the package carries model.json but no fixture.json with the graph it describes")]
+    ModelWithoutGraph,
+    /// A weights file without a graph to check it against.
     #[error(
-        "the package carries weights.safetensors but neither fixture.json nor siglip.json to say which graph they belong to"
+        "the package carries weights.safetensors but no fixture.json to say which graph they belong to"
     )]
     WeightsWithoutGraph,
 }

@@ -28,12 +28,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use tracing::{info, warn};
 
+use super::MODEL_FILE;
 use super::error::io;
 use super::manifest::{KERNELS, MANIFEST, PackageFile, manifest_text};
 use super::rows::encode_rows;
 use super::weights::WEIGHTS_FILE;
 use super::{FORMAT_VERSION, Manifest, Package, PackageIoError};
-use super::{PRECISION_FILE, SIGLIP_FILE};
 
 /// The file operations of a write, so that tests can make each fail or
 /// stop (as a kill would) in turn.
@@ -285,9 +285,8 @@ fn files(package: &Package) -> Result<Files<'_>, PackageIoError> {
     if let Some(fixture) = &package.fixture {
         out.push(borrowed("fixture.json", fixture));
     }
-    if let Some(siglip) = &package.siglip {
-        out.push(borrowed(SIGLIP_FILE, &siglip.model));
-        out.push(borrowed(PRECISION_FILE, &siglip.precision));
+    if let Some(model) = &package.model {
+        out.push(owned(MODEL_FILE, model.to_json().into_bytes()));
     }
     if let Some(weights) = &package.weights {
         out.push((WEIGHTS_FILE.to_owned(), Cow::Borrowed(weights.bytes())));

@@ -63,7 +63,7 @@ fn sample(tag: &str) -> Package {
         profile: None,
         fixture: None,
         weights: None,
-        siglip: None,
+        model: None,
     }
 }
 

@@ -16,7 +16,7 @@
 //! |---|---|---|
 //! | add, GELU, convert | vectors of the elements | `add`/`gelu`/`convert_instructions_per_vector` |
 //! | sum of `p` partials | vectors of one partial | `p × reduce_instructions_per_vector` |
-//! | layer norm | rows | `layer_norm_row_instructions + vectors of a row × layer_norm_instructions_per_vector` |
+//! | layer norm | rows (or, with fewer rows than workers, parts of a row) | `layer_norm_row_instructions + vectors of a row (part) × layer_norm_instructions_per_vector` (+ parts × `layer_norm_combine_instructions_per_part` and a second worker start when split) |
 //! | attention block | query rows | `attention_row_instructions + kv × ⌈d / dot_macs⌉ + vectors of kv scores × exp + kv × ⌈d / axpy_macs⌉` |
 //! | attention combine | query rows | `attention_row_instructions + blocks × (exp + ⌈d / axpy_macs⌉) + ⌈d / axpy_macs⌉` |
 //! | zero, on-tile copy | `copy_bytes_per_instruction` bytes | 1 |
@@ -182,6 +182,11 @@ impl VectorModel {
         }
     }
 
+    /// Bytes of one datapath vector.
+    pub fn datapath_bytes(&self) -> u32 {
+        self.spec.datapath_bytes
+    }
+
     /// Elements of `precision` per vector (at least 1).
     pub fn lanes(&self, precision: Precision) -> u32 {
         let lanes = u64::from(self.spec.datapath_bytes) / precision.element_bytes().max(1);
@@ -222,12 +227,37 @@ impl VectorModel {
                 rows,
                 columns,
                 lanes,
-            } => per(rows).saturating_mul(
-                u64::from(s.layer_norm_row_instructions).saturating_add(
-                    vectors(columns, lanes)
-                        .saturating_mul(u64::from(s.layer_norm_instructions_per_vector)),
-                ),
-            ),
+            } => {
+                let row = u64::from(s.layer_norm_row_instructions);
+                let per_vector = u64::from(s.layer_norm_instructions_per_vector);
+                let whole_rows = per(rows).saturating_mul(
+                    row.saturating_add(vectors(columns, lanes).saturating_mul(per_vector)),
+                );
+                let parts = w
+                    .checked_div(rows)
+                    .map_or(1, |p| p.min(vectors(columns, lanes)));
+                if parts < 2 {
+                    whole_rows
+                } else {
+                    // Fewer rows than workers: each row's vectors are split
+                    // over `parts` workers, in two passes (statistics, then
+                    // scale and shift) with a second worker start between
+                    // them, and one worker per row combines the parts'
+                    // statistics. Taken only where it is cheaper.
+                    let split =
+                        vectors(columns, lanes)
+                            .div_ceil(parts)
+                            .saturating_mul(per_vector)
+                            .saturating_add(row)
+                            .saturating_add(parts.saturating_mul(u64::from(
+                                s.layer_norm_combine_instructions_per_part,
+                            )));
+                    let second_start = u64::from(s.call_cycles)
+                        .div_ceil(w)
+                        .saturating_add(u64::from(s.worker_setup_instructions));
+                    whole_rows.min(split.saturating_add(second_start))
+                }
+            }
             Work::AttentionBlock {
                 q_rows,
                 kv_rows,
@@ -261,6 +291,58 @@ impl VectorModel {
         u64::from(s.call_cycles).saturating_add(
             w.saturating_mul(u64::from(s.worker_setup_instructions).saturating_add(busiest)),
         )
+    }
+}
+
+/// The least tile cycles `work` could take: its multiply-accumulates at
+/// the AMP's F16 peak (`f16_macs_per_cycle`: the attention block's two
+/// products, which any implementation must do) and every other element
+/// it reads or writes at one datapath vector a cycle (the tile issues one
+/// instruction a cycle across its workers), with no call or setup cost.
+/// A step's floor is its busiest tile's Σ of these (`docs/PROFILE.md`).
+pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> u64 {
+    let vectors = |elements: u64, lanes: u32| elements.div_ceil(u64::from(lanes.max(1)));
+    let macs = |m: u64| m.div_ceil(f16_macs_per_cycle.max(1));
+    match *work {
+        Work::Add { elements, lanes }
+        | Work::Gelu { elements, lanes }
+        | Work::Convert { elements, lanes } => vectors(elements, lanes),
+        Work::Reduce {
+            partials,
+            elements,
+            lanes,
+        } => vectors(elements, lanes).saturating_mul(partials),
+        Work::LayerNorm {
+            rows,
+            columns,
+            lanes,
+        } => rows.saturating_mul(vectors(columns, lanes)),
+        Work::AttentionBlock {
+            q_rows,
+            kv_rows,
+            head_dim,
+            score_lanes,
+        } => {
+            let products = q_rows
+                .saturating_mul(kv_rows)
+                .saturating_mul(head_dim)
+                .saturating_mul(2);
+            macs(products).saturating_add(q_rows.saturating_mul(vectors(kv_rows, score_lanes)))
+        }
+        Work::AttentionCombine {
+            blocks,
+            q_rows,
+            head_dim,
+        } => {
+            // F32 partial outputs: two lanes per vector of 8 bytes.
+            let lanes = (datapath_bytes / 4).max(1);
+            q_rows
+                .saturating_mul(blocks)
+                .saturating_mul(vectors(head_dim, lanes))
+        }
+        Work::Zero { bytes } | Work::Copy { bytes } => {
+            bytes.div_ceil(u64::from(datapath_bytes.max(1)))
+        }
     }
 }
 

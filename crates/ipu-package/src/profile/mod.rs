@@ -277,6 +277,13 @@ pub struct StepProfile {
     /// Σ over the step's GEMM calls of their cycles at the AMP's peak, on
     /// all tiles.
     pub amp_ideal_tile_cycles: u64,
+    /// The least work cycles the step could take as planned (no sync): for
+    /// a compute step, the busiest tile's multiply-accumulates at the AMP's
+    /// peak for their precision and its other elements at one datapath
+    /// vector a cycle; for an exchange step, the phase's endpoint bound
+    /// (the busiest tile's 32-bit items sent or received, one a cycle)
+    /// plus the busiest tile's on-tile copies at one vector a cycle.
+    pub floor_cycles: u64,
     /// The phase, for an exchange step.
     pub exchange: Option<ExchangeStep>,
 }
@@ -303,6 +310,8 @@ pub struct RepeatProfile {
     /// The roofline of one iteration (from the graph's repeat of the same
     /// name; 0 when the graph has none).
     pub roofline_cycles: u64,
+    /// One iteration with every step at its floor, syncs included.
+    pub floor_cycles: u64,
 }
 
 /// Totals of one op kind over a run.
@@ -381,6 +390,9 @@ pub struct Totals {
     pub amp_macs: u64,
     /// Σ over GEMM calls of their cycles at the AMP's peak.
     pub amp_ideal_tile_cycles: u64,
+    /// Σ over step runs of the steps' floors (`StepProfile::floor_cycles`)
+    /// and syncs: the run's time if every step ran at its floor.
+    pub floor_cycles: u64,
 }
 
 /// The cycle estimate of a package (`profile.json`).

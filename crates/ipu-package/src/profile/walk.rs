@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::cost::{
     CODELET_KINDS, KernelCosts, VectorModel, Work, check_kernels, codelet_work, entry_index,
-    kind_index,
+    kind_index, work_floor,
 };
 use super::{
     CodeletProfile, EntryProfile, ExchangeStep, KernelProfile, KindCycles, OpKindProfile,
@@ -20,17 +20,8 @@ use super::{
 };
 use crate::package::{Package, PackagePhase};
 use crate::phases::LocalCopy;
-use crate::program::{Codelet, Step};
+use crate::program::{Codelet, Program, StepLabel, WalkEvent};
 use crate::storage::codelet_buffers;
-
-/// Splits a step name into its op kind and op (`gemm enc0.qkv` →
-/// `("gemm", "enc0.qkv")`; a one-word name is all kind).
-pub(crate) fn split_name(name: &str) -> (String, String) {
-    match name.rsplit_once(' ') {
-        Some((kind, op)) => (kind.to_owned(), op.to_owned()),
-        None => (name.to_owned(), String::new()),
-    }
-}
 
 struct Walker<'p> {
     package: &'p Package,
@@ -38,6 +29,9 @@ struct Walker<'p> {
     vector: VectorModel,
     costs: KernelCosts,
     sync: u64,
+    /// The AMP's F16 multiply-accumulates per cycle, for the floors of
+    /// products the vector unit does.
+    f16_macs: u64,
     precisions: Vec<Precision>,
     steps: Vec<StepProfile>,
     repeats: Vec<RepeatProfile>,
@@ -60,6 +54,7 @@ pub(super) fn estimate(package: &Package, config: &ProfileConfig) -> Result<Prof
         entry_calls: vec![[0; 4]; package.kernels.len()],
         costs,
         sync: target.sync().sync_cycles,
+        f16_macs: u64::from(AmpModel::new(target).f16_macs_per_instruction),
         precisions: package
             .program
             .buffers
@@ -72,7 +67,7 @@ pub(super) fn estimate(package: &Package, config: &ProfileConfig) -> Result<Prof
         phase: 0,
         kind_calls: [0; CODELET_KINDS.len()],
     };
-    w.walk(&package.program.steps, 1, None)?;
+    w.walk(&package.program)?;
     if w.phase != package.phases.len() {
         return Err(ProfileError::PhaseCount {
             steps: w.phase,
@@ -104,6 +99,11 @@ pub(super) fn estimate(package: &Package, config: &ProfileConfig) -> Result<Prof
         totals.amp_ideal_tile_cycles = totals
             .amp_ideal_tile_cycles
             .saturating_add(s.amp_ideal_tile_cycles.saturating_mul(s.runs));
+        totals.floor_cycles = totals.floor_cycles.saturating_add(
+            s.floor_cycles
+                .saturating_add(s.sync_cycles)
+                .saturating_mul(s.runs),
+        );
         let k = kinds
             .entry(s.op_kind.as_str())
             .or_insert_with(|| OpKindProfile {
@@ -211,42 +211,47 @@ pub(super) fn estimate(package: &Package, config: &ProfileConfig) -> Result<Prof
 }
 
 impl Walker<'_> {
-    fn walk(&mut self, steps: &[Step], runs: u64, repeat: Option<u32>) -> Result<(), ProfileError> {
-        for step in steps {
-            match step {
-                Step::Compute { name, calls } => {
-                    let s = self.compute(name, calls, runs, repeat)?;
+    fn walk(&mut self, program: &Program) -> Result<(), ProfileError> {
+        // Per open repeat: its profile's index.
+        let mut open: Vec<u32> = Vec::new();
+        for event in program.walk() {
+            let repeat = open.last().copied();
+            match event {
+                WalkEvent::Compute(step, at) => {
+                    let s = self.compute(&step.label, &step.calls, at.runs, repeat)?;
                     self.steps.push(s);
                 }
-                Step::Exchange { name, .. } => {
+                WalkEvent::Exchange(step, at) => {
                     let index = self.phase;
                     self.phase += 1;
-                    let s = match self.package.phases.get(index) {
-                        Some(phase) => self.exchange(name, index, phase, runs, repeat)?,
-                        // Counted on: the totals check the phase count.
-                        None => continue,
-                    };
-                    self.steps.push(s);
+                    // Counted on: the totals check the phase count.
+                    if let Some(phase) = self.package.phases.get(index) {
+                        let s = self.exchange(&step.label, index, phase, at.runs, repeat)?;
+                        self.steps.push(s);
+                    }
                 }
-                Step::Repeat {
-                    name, count, body, ..
-                } => {
-                    let r = self.repeats.len() as u32;
-                    let first = self.steps.len();
+                WalkEvent::Enter(r, _) => {
+                    open.push(self.repeats.len() as u32);
                     self.repeats.push(RepeatProfile {
-                        name: name.clone(),
-                        count: *count,
-                        first_step: first as u32,
+                        name: r.name.clone(),
+                        count: r.count,
+                        first_step: self.steps.len() as u32,
                         steps: 0,
                         cycles: 0,
                         compute_cycles: 0,
                         exchange_cycles: 0,
                         sync_cycles: 0,
                         roofline_cycles: 0,
+                        floor_cycles: 0,
                     });
-                    let inner = runs.saturating_mul(u64::from(*count));
-                    self.walk(body, inner, Some(r))?;
-                    let mut p = self.repeats[r as usize].clone();
+                }
+                WalkEvent::Leave(r, at) => {
+                    let Some(index) = open.pop() else {
+                        continue;
+                    };
+                    let inner = at.runs.saturating_mul(u64::from(r.count));
+                    let mut p = self.repeats[index as usize].clone();
+                    let first = p.first_step as usize;
                     p.steps = (self.steps.len() - first) as u32;
                     for s in &self.steps[first..] {
                         // Steps of nested repeats run a whole multiple of
@@ -254,6 +259,11 @@ impl Walker<'_> {
                         let per = s.runs / inner.max(1);
                         let work = s.work_cycles.saturating_mul(per);
                         p.cycles = p.cycles.saturating_add(s.cycles.saturating_mul(per));
+                        p.floor_cycles = p.floor_cycles.saturating_add(
+                            s.floor_cycles
+                                .saturating_add(s.sync_cycles)
+                                .saturating_mul(per),
+                        );
                         p.sync_cycles = p
                             .sync_cycles
                             .saturating_add(s.sync_cycles.saturating_mul(per));
@@ -266,7 +276,7 @@ impl Walker<'_> {
                             }
                         }
                     }
-                    self.repeats[r as usize] = p;
+                    self.repeats[index as usize] = p;
                 }
             }
         }
@@ -275,18 +285,17 @@ impl Walker<'_> {
 
     fn step_profile(
         &self,
-        name: &str,
+        label: &StepLabel,
         kind: StepKind,
         runs: u64,
         repeat: Option<u32>,
     ) -> StepProfile {
-        let (op_kind, op) = split_name(name);
         StepProfile {
             index: self.steps.len() as u32,
-            name: name.to_owned(),
+            name: label.to_string(),
             kind,
-            op_kind,
-            op,
+            op_kind: label.role.name().to_owned(),
+            op: label.name.clone(),
             repeat,
             runs,
             cycles: self.sync,
@@ -298,17 +307,13 @@ impl Walker<'_> {
             busiest_kinds: Vec::new(),
             amp_macs: 0,
             amp_ideal_tile_cycles: 0,
+            floor_cycles: 0,
             exchange: None,
         }
     }
 
     /// The cycles and kind of one call.
-    fn call(
-        &self,
-        step: &str,
-        tile: TileId,
-        c: &Codelet,
-    ) -> Result<(u64, usize, u64, u64), ProfileError> {
+    fn call(&self, step: &str, tile: TileId, c: &Codelet) -> Result<Call, ProfileError> {
         if tile.as_u32() >= self.tiles {
             return Err(ProfileError::Tile {
                 step: step.to_owned(),
@@ -333,41 +338,55 @@ impl Walker<'_> {
                 ..
             } => {
                 let e = self.costs.call(*kernel, *entry, *rows)?;
-                Ok((e.cycles, 0, e.macs, e.lower_bound_cycles()))
+                Ok(Call {
+                    cycles: e.cycles,
+                    kind: 0,
+                    macs: e.macs,
+                    ideal: e.lower_bound_cycles(),
+                    floor: e.lower_bound_cycles(),
+                })
             }
             other => {
                 let precision = |b: crate::program::BufferId| self.precisions[b.index()];
                 // Every codelet but the GEMM has a work.
                 let work =
                     codelet_work(&self.vector, other, precision).unwrap_or(Work::Zero { bytes: 0 });
-                Ok((self.vector.cycles(&work), kind_index(work.kind()), 0, 0))
+                Ok(Call {
+                    cycles: self.vector.cycles(&work),
+                    kind: kind_index(work.kind()),
+                    macs: 0,
+                    ideal: 0,
+                    floor: work_floor(&work, self.vector.datapath_bytes(), self.f16_macs),
+                })
             }
         }
     }
 
     fn compute(
         &mut self,
-        name: &str,
+        label: &StepLabel,
         calls: &[(TileId, Codelet)],
         runs: u64,
         repeat: Option<u32>,
     ) -> Result<StepProfile, ProfileError> {
-        let mut s = self.step_profile(name, StepKind::Compute, runs, repeat);
-        let costed: Vec<(TileId, u64, usize, u64, u64)> = calls
+        let mut s = self.step_profile(label, StepKind::Compute, runs, repeat);
+        let name = s.name.as_str();
+        let costed: Vec<(TileId, Call)> = calls
             .iter()
-            .map(|(t, c)| {
-                let (cycles, kind, macs, ideal) = self.call(name, *t, c)?;
-                Ok((*t, cycles, kind, macs, ideal))
-            })
+            .map(|(t, c)| Ok((*t, self.call(name, *t, c)?)))
             .collect::<Result<_, ProfileError>>()?;
         let mut per_tile = vec![0u64; self.tiles as usize];
-        for &(t, cycles, kind, macs, ideal) in &costed {
+        let mut floor_per_tile = vec![0u64; self.tiles as usize];
+        for (t, call) in &costed {
             let slot = &mut per_tile[t.index()];
-            *slot = slot.saturating_add(cycles);
-            self.kind_calls[kind] = self.kind_calls[kind].saturating_add(runs);
-            s.amp_macs = s.amp_macs.saturating_add(macs);
-            s.amp_ideal_tile_cycles = s.amp_ideal_tile_cycles.saturating_add(ideal);
+            *slot = slot.saturating_add(call.cycles);
+            let floor = &mut floor_per_tile[t.index()];
+            *floor = floor.saturating_add(call.floor);
+            self.kind_calls[call.kind] = self.kind_calls[call.kind].saturating_add(runs);
+            s.amp_macs = s.amp_macs.saturating_add(call.macs);
+            s.amp_ideal_tile_cycles = s.amp_ideal_tile_cycles.saturating_add(call.ideal);
         }
+        s.floor_cycles = floor_per_tile.iter().copied().max().unwrap_or(0);
         for (_, c) in calls {
             if let Codelet::Gemm { kernel, entry, .. } = c
                 && let Some(e) = self.entry_calls.get_mut(kernel.as_u32() as usize)
@@ -388,10 +407,10 @@ impl Walker<'_> {
         s.busiest_tile = busiest;
         if let Some(b) = busiest {
             let mut kinds = [(0u64, 0u64); CODELET_KINDS.len()];
-            for &(t, cycles, kind, _, _) in &costed {
+            for (t, call) in &costed {
                 if t.as_u32() == b {
-                    kinds[kind].0 += 1;
-                    kinds[kind].1 = kinds[kind].1.saturating_add(cycles);
+                    kinds[call.kind].0 += 1;
+                    kinds[call.kind].1 = kinds[call.kind].1.saturating_add(call.cycles);
                 }
             }
             s.busiest_kinds = kinds_list(&kinds);
@@ -401,19 +420,22 @@ impl Walker<'_> {
 
     fn exchange(
         &mut self,
-        name: &str,
+        label: &StepLabel,
         index: usize,
         phase: &PackagePhase,
         runs: u64,
         repeat: Option<u32>,
     ) -> Result<StepProfile, ProfileError> {
-        let mut s = self.step_profile(name, StepKind::Exchange, runs, repeat);
+        let mut s = self.step_profile(label, StepKind::Exchange, runs, repeat);
         let info = &phase.info;
         let (longest_row_tile, longest_row_cycles) = longest_row(index, phase)?;
         let (copy_tile, copy_cycles, copying) = self.copies(&info.local)?;
         self.kind_calls[kind_index("copy")] =
             self.kind_calls[kind_index("copy")].saturating_add(runs.saturating_mul(copying));
         s.work_cycles = info.horizon.saturating_add(copy_cycles);
+        s.floor_cycles = info
+            .endpoint_lower_bound
+            .saturating_add(self.copy_floor(&info.local));
         s.cycles = s.work_cycles.saturating_add(self.sync);
         s.busiest_tile = longest_row_tile.or(copy_tile);
         s.active_tiles = u32::try_from(
@@ -442,6 +464,22 @@ impl Walker<'_> {
         Ok(s)
     }
 
+    /// The floor of the busiest tile's on-tile copies: its bytes at one
+    /// datapath vector a cycle.
+    fn copy_floor(&self, local: &[LocalCopy]) -> u64 {
+        let mut bytes: BTreeMap<u32, u64> = BTreeMap::new();
+        for c in local {
+            let b = bytes.entry(c.tile.as_u32()).or_insert(0);
+            *b = b.saturating_add(u64::from(c.bytes));
+        }
+        let datapath = self.vector.datapath_bytes();
+        bytes
+            .values()
+            .map(|&b| work_floor(&Work::Copy { bytes: b }, datapath, self.f16_macs))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The tile with the most on-tile copy cycles, its cycles, and how many
     /// tiles copy. Each tile's copies are one call of copy work.
     fn copies(&self, local: &[LocalCopy]) -> Result<(Option<u32>, u64, u64), ProfileError> {
@@ -466,6 +504,20 @@ impl Walker<'_> {
         }
         Ok((best.0, best.1, bytes.len() as u64))
     }
+}
+
+/// One codelet call on one tile, costed.
+struct Call {
+    /// Its cycles.
+    cycles: u64,
+    /// Its kind's index in `CODELET_KINDS`.
+    kind: usize,
+    /// AMP MACs (GEMM calls).
+    macs: u64,
+    /// Its cycles at the AMP's peak (GEMM calls).
+    ideal: u64,
+    /// The least cycles its work could take (`work_floor`).
+    floor: u64,
 }
 
 /// The lowest tile with the largest value and that value.

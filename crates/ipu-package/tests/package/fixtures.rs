@@ -1,8 +1,11 @@
-//! The shipped fixtures parse, validate, keep their repeats, and have the
-//! parameter counts WORKLOAD.md gives for SigLIP so400m.
+//! The shipped fixtures parse, validate, keep their repeats, have the
+//! parameter counts WORKLOAD.md gives for SigLIP so400m, and read back as
+//! the same graph when written as fixtures.
 
 use ipu_layout::{Fp8Format, Precision};
-use ipu_package::graph::{Graph, Op, ParseOptions, TensorKind, parse_fixture, parse_fixture_with};
+use ipu_package::graph::{
+    Graph, Op, ParseOptions, TensorKind, parse_fixture, parse_fixture_with, write_fixture,
+};
 
 use crate::fixture_text;
 
@@ -219,5 +222,99 @@ fn the_siglip_name_carries_its_batch() {
     assert!(matches!(
         parse_fixture(&text),
         Err(ipu_package::graph::FixtureError::Template { .. })
+    ));
+}
+
+/// Whether two graphs are the same, id by id.
+fn assert_same(a: &Graph, b: &Graph) {
+    assert_eq!(a.name(), b.name());
+    assert_eq!(a.tensors().values(), b.tensors().values());
+    assert_eq!(a.ops().values(), b.ops().values());
+    assert_eq!(a.repeats(), b.repeats());
+}
+
+#[test]
+fn every_fixture_written_back_reads_as_the_same_graph() {
+    for name in [
+        "siglip-so400m-b2.json",
+        "tiny-2l-h64.json",
+        "micro-1l-h32.json",
+        "micro-patchify.json",
+    ] {
+        let text = fixture_text(name);
+        // One layer (a repeat of one iteration, whose carry the writer
+        // must still express) and the fixture's own count.
+        let overrides: &[&[(&str, u64)]] = &[&[], &[("layers", 1)], &[("layers", 3)]];
+        for o in overrides {
+            let options = ParseOptions {
+                overrides: o.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            };
+            let Ok(graph) = parse_fixture_with(&text, &options) else {
+                continue;
+            };
+            let written = write_fixture(&graph).unwrap_or_else(|e| panic!("{name} {o:?}: {e}"));
+            let back = parse_fixture(&written).expect("the written fixture parses");
+            assert_same(&graph, &back);
+            assert_eq!(
+                write_fixture(&back).expect("writes"),
+                written,
+                "{name} {o:?}"
+            );
+            assert!(!written.contains("\"params\""), "numbers only");
+        }
+    }
+}
+
+#[test]
+fn graphs_the_fixture_format_cannot_express_are_refused() {
+    use ipu_package::graph::{Carry, GraphBuilder, OpId, Repeat, WriteError};
+
+    // A two-iteration chain; `names` gives iteration k's weight name.
+    let chain = |names: [&str; 2]| {
+        let mut b = GraphBuilder::new("chain");
+        let x = b.tensor("x0", [2, 4], Precision::F16, TensorKind::Input);
+        let first = b.next_tensor();
+        let mut prev = x;
+        for (i, w) in names.iter().enumerate() {
+            let w = b.tensor(*w, [4], Precision::F16, TensorKind::Weight);
+            let y = b.tensor(
+                format!("x{}", i + 1),
+                [2, 4],
+                Precision::F16,
+                TensorKind::Activation,
+            );
+            b.op(Op::Add {
+                left: prev,
+                right: w,
+                output: y,
+            });
+            prev = y;
+        }
+        let carry = Carry {
+            initial: x,
+            body_tensor: 1,
+        };
+        b.repeat(
+            Repeat::new("layers", 2, OpId::from_u32(0), 1, first, 2).with_carries(vec![carry]),
+        );
+        let out = b.tensor("out", [2, 4], Precision::F16, TensorKind::Output);
+        b.op(Op::Gelu {
+            input: prev,
+            output: out,
+        });
+        b.finish().expect("valid graph")
+    };
+    let good = write_fixture(&chain(["w0", "w1"])).expect("templated names write");
+    assert!(
+        good.contains("\"w{i}\"") && good.contains("\"x{i+1}\""),
+        "{good}"
+    );
+    assert!(matches!(
+        write_fixture(&chain(["bias", "scale"])),
+        Err(WriteError::Template { .. })
+    ));
+    assert!(matches!(
+        write_fixture(&chain(["w{0}", "w{1}"])),
+        Err(WriteError::Brace { .. })
     ));
 }

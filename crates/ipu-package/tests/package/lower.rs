@@ -4,7 +4,7 @@
 use ipu_layout::{EntityId, TileId};
 use ipu_package::graph::parse_fixture;
 use ipu_package::lower::{LowerConfig, lower};
-use ipu_package::program::{Codelet, Operand, Program, Step};
+use ipu_package::program::{Codelet, Operand, Program, Step, WalkEvent};
 
 use crate::fixture_text;
 
@@ -51,12 +51,13 @@ fn operands(c: &Codelet) -> Vec<Operand> {
 
 /// Every operand's buffer has a non-empty shard on the calling tile and
 /// the operand's offset lies inside it.
-fn check_operands(program: &Program, steps: &[Step]) -> usize {
+fn check_operands(program: &Program) -> usize {
     let mut calls = 0;
-    for step in steps {
-        match step {
-            Step::Compute { calls: list, name } => {
-                for (tile, c) in list {
+    for event in program.walk() {
+        match event {
+            WalkEvent::Compute(step, _) => {
+                let name = &step.label;
+                for (tile, c) in &step.calls {
                     // The block scores one query row at a time: its
                     // scratch is one row of key scores, and no more.
                     if let Codelet::AttentionBlock {
@@ -90,12 +91,12 @@ fn check_operands(program: &Program, steps: &[Step]) -> usize {
                     calls += 1;
                 }
             }
-            Step::Exchange { copies, .. } => {
-                for c in copies {
+            WalkEvent::Exchange(step, _) => {
+                for c in &step.copies {
                     assert_ne!(c.source, c.destination);
                 }
             }
-            Step::Repeat { body, .. } => calls += check_operands(program, body),
+            WalkEvent::Enter(..) | WalkEvent::Leave(..) => {}
         }
     }
     calls
@@ -115,7 +116,7 @@ fn small_fixtures_lower_on_16_and_64_tiles() {
     for fixture in ["tiny-2l-h64.json", "micro-1l-h32.json"] {
         for tiles in [16, 64] {
             let p = lowered(fixture, tiles);
-            assert!(check_operands(&p, &p.steps) > 0);
+            assert!(check_operands(&p) > 0);
             assert!(!p.kernels.is_empty());
         }
     }
@@ -124,14 +125,9 @@ fn small_fixtures_lower_on_16_and_64_tiles() {
 #[test]
 fn siglip_lowers_with_one_body_for_27_layers() {
     let p = lowered("siglip-so400m-b2.json", 1472);
-    check_operands(&p, &p.steps);
+    check_operands(&p);
     let repeat = p.steps.iter().find_map(|s| match s {
-        Step::Repeat {
-            count,
-            body,
-            iteration_buffers,
-            ..
-        } => Some((*count, body.len(), iteration_buffers.len())),
+        Step::Repeat(r) => Some((r.count, r.body.len(), r.iteration_buffers.len())),
         _ => None,
     });
     let (count, body, weights) = repeat.expect("the encoder stays a repeat");
@@ -154,7 +150,7 @@ fn siglip_storage_peaks_fit_a_tile() {
     const SUPPORT: u64 = 96 * 1024;
     let p = lowered("siglip-so400m-b2.json", 1472);
     let s = plan_storage(&p, 1472).unwrap();
-    let steps = s.step_names.len();
+    let steps = s.step_labels.len();
     assert!(s.request_count() > 100_000);
     for (t, reqs) in s.tiles.iter().enumerate() {
         let mut live = vec![0u64; steps];

@@ -23,7 +23,10 @@ use ipu_package::package::{
     BufferAddresses, BuildSummary, FORMAT_VERSION, Manifest, Package, PackageIoError,
     PackageKernel, PackagePhase, PackagePlacement, PhaseInfo, RowPatch, TileSupport,
 };
-use ipu_package::program::{Buffer, BufferId, BufferRole, Codelet, GemmKernel, Program, Step};
+use ipu_package::program::{
+    Buffer, BufferId, BufferRole, Codelet, ComputeStep, ExchangeStep, GemmKernel, Program,
+    RepeatStep, Step, StepLabel, StepRole,
+};
 use sha2::{Digest, Sha256};
 
 /// A directory under Cargo's temporary directory for the integration
@@ -81,7 +84,9 @@ fn compiled(name: &str, spec: &GemmKernel) -> PackageKernel {
         &PlanConfig::default(),
     )
     .expect("a variant");
-    let kernel = HostToolchain.compile(&variant).expect("compiles");
+    let kernel = HostToolchain
+        .compile(&variant, ipu_target::Target::ipu21())
+        .expect("compiles");
     let mut entries: [String; 4] = Default::default();
     for e in variant.entry_points() {
         let index =
@@ -144,8 +149,12 @@ pub fn sample() -> Package {
     program.kernels.push(spec(1));
     program.kernels.push(spec(2));
     program.steps = vec![
-        Step::Compute {
-            name: "gelu y".into(),
+        Step::Compute(ComputeStep {
+            label: StepLabel {
+                op: None,
+                role: StepRole::Gelu,
+                name: "y".into(),
+            },
             calls: vec![(
                 TileId::from_u32(0),
                 Codelet::Gelu {
@@ -154,16 +163,20 @@ pub fn sample() -> Package {
                     elements: 8,
                 },
             )],
-        },
-        Step::Repeat {
+        }),
+        Step::Repeat(RepeatStep {
             name: "again".into(),
             count: 2,
-            body: vec![Step::Exchange {
-                name: "exchange0".into(),
+            body: vec![Step::Exchange(ExchangeStep {
+                label: StepLabel {
+                    op: None,
+                    role: StepRole::Gelu,
+                    name: "x".into(),
+                },
                 copies: Vec::new(),
-            }],
+            })],
             iteration_buffers: Vec::new(),
-        },
+        }),
     ];
     let delay = |cycles: u32| 0x40a0_0000 | (cycles - 1);
     Package {
@@ -221,7 +234,7 @@ pub fn sample() -> Package {
         profile: None,
         fixture: Some(SAMPLE_FIXTURE.into()),
         weights: None,
-        siglip: None,
+        model: None,
     }
 }
 

@@ -82,6 +82,15 @@ fn the_estimate_adds_up_and_is_never_below_the_roofline() {
                 "{}",
                 s.name
             );
+            // The floor is a lower bound of the step as planned, and
+            // every step does some work.
+            assert!(
+                0 < s.floor_cycles && s.floor_cycles <= s.work_cycles,
+                "{what} {}: floor {} estimate {}",
+                s.name,
+                s.floor_cycles,
+                s.work_cycles
+            );
             match s.kind {
                 StepKind::Compute => {
                     let kinds: u64 = s.busiest_kinds.iter().map(|k| k.cycles).sum();
@@ -92,6 +101,7 @@ fn the_estimate_adds_up_and_is_never_below_the_roofline() {
                     let x = s.exchange.as_ref().expect("an exchange step has its phase");
                     assert_eq!(x.phase as usize, phases, "phases in program order");
                     assert!(x.endpoint_lower_bound <= x.horizon, "{}", s.name);
+                    assert!(x.endpoint_lower_bound <= s.floor_cycles, "{}", s.name);
                     assert_eq!(s.work_cycles, x.horizon + x.copy_cycles, "{}", s.name);
                     phases += 1;
                 }
@@ -113,6 +123,9 @@ fn the_estimate_adds_up_and_is_never_below_the_roofline() {
                 r.cycles
             );
             assert!(r.roofline_cycles <= r.cycles, "{what}: {}", r.name);
+            let floors: u64 = body.iter().map(|s| s.floor_cycles + s.sync_cycles).sum();
+            assert_eq!(floors, r.floor_cycles, "{what}: {} floors", r.name);
+            assert!(r.floor_cycles <= r.cycles, "{what}: {}", r.name);
             covered += r.cycles * u64::from(r.count);
         }
         let outside: u64 = p
@@ -128,6 +141,13 @@ fn the_estimate_adds_up_and_is_never_below_the_roofline() {
             .map(|k| k.compute_cycles + k.exchange_cycles + k.sync_cycles)
             .sum();
         assert_eq!(op_total, t.cycles, "{what}: op kinds add up");
+        let floors: u64 = p
+            .steps
+            .iter()
+            .map(|s| (s.floor_cycles + s.sync_cycles) * s.runs)
+            .sum();
+        assert_eq!(floors, t.floor_cycles, "{what}: floors add up");
+        assert!(t.floor_cycles <= t.cycles, "{what}");
     }
 }
 
@@ -180,14 +200,26 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
         score_lanes: 4,
     };
     assert_eq!(v.cycles(&block), 60 + 6 * (15 + 14 * 8062));
-    // A layer norm of 3 rows of 1152 F16: per row 40 + 288 x 4; one row per
-    // busy worker.
+    // A layer norm of 8 rows of 1152 F16: per row 40 + 288 x 4; two rows
+    // for the busiest worker.
+    let ln = Work::LayerNorm {
+        rows: 8,
+        columns: 1152,
+        lanes: 4,
+    };
+    assert_eq!(v.cycles(&ln), 60 + 6 * (15 + 2 * (40 + 288 * 4)));
+    // Of 3 rows, each is split over two workers: 144 vectors x 4 + 40 for
+    // the row + 2 x 2 to combine two parts, and a second worker start
+    // (60 / 6 + 15) between the passes.
     let ln = Work::LayerNorm {
         rows: 3,
         columns: 1152,
         lanes: 4,
     };
-    assert_eq!(v.cycles(&ln), 60 + 6 * (15 + 40 + 288 * 4));
+    assert_eq!(
+        v.cycles(&ln),
+        60 + 6 * (15 + 144 * 4 + 40 + 2 * 2 + 60 / 6 + 15)
+    );
     // A call costs at least its overhead.
     assert_eq!(v.cycles(&Work::Zero { bytes: 0 }), 60 + 6 * 15);
 }
@@ -253,20 +285,21 @@ fn profile_json_reads_back_equal_and_does_not_depend_on_the_build() {
 fn first_gemm(steps: &mut [Step]) -> Option<&mut Codelet> {
     for s in steps {
         match s {
-            Step::Compute { calls, .. } => {
-                if let Some((_, c)) = calls
+            Step::Compute(step) => {
+                if let Some((_, c)) = step
+                    .calls
                     .iter_mut()
                     .find(|(_, c)| matches!(c, Codelet::Gemm { .. }))
                 {
                     return Some(c);
                 }
             }
-            Step::Repeat { body, .. } => {
-                if let Some(c) = first_gemm(body) {
+            Step::Repeat(r) => {
+                if let Some(c) = first_gemm(&mut r.body) {
                     return Some(c);
                 }
             }
-            Step::Exchange { .. } => {}
+            Step::Exchange(_) => {}
         }
     }
     None
@@ -286,12 +319,12 @@ fn damaged_packages_get_typed_errors() {
     assert!(matches!(e, ProfileError::GemmRows { .. }), "{e}");
 
     let mut bad = good.clone();
-    if let Some(Step::Compute { calls, .. }) = bad
+    if let Some(Step::Compute(step)) = bad
         .program
         .steps
         .iter_mut()
-        .find(|s| matches!(s, Step::Compute { .. }))
-        && let Some(call) = calls.first_mut()
+        .find(|s| matches!(s, Step::Compute(_)))
+        && let Some(call) = step.calls.first_mut()
     {
         call.0 = TileId::from_u32(10_000);
     }

@@ -1,6 +1,7 @@
-//! The tile model's options (per-op check, work limits, injected faults)
-//! and the statistics of a run, with its cycle count.
+//! The tile model's options (per-op check, work limits, injected faults,
+//! a progress hook) and the statistics of a run, with its cycle count.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipu_layout::TileId;
@@ -78,6 +79,49 @@ pub struct Fault {
     pub delta: f32,
 }
 
+/// How far a run has come: compute and exchange step executions done (a
+/// repeat's steps once per iteration) of the run's total.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepProgress {
+    /// Steps run so far, per-op check included.
+    pub done: u64,
+    /// Steps the whole run executes, counted before it starts.
+    pub total: u64,
+}
+
+/// A function the tile model calls as a run goes: once with `done == 0`
+/// before the first step, then after every compute and exchange step (and
+/// its per-op check). It is called on the thread that called
+/// [`run_package_with`](crate::tiles::run_package_with), in step order, so
+/// the calls are the same whatever the thread count; it sees counts only
+/// and cannot change the run. Two hooks are equal when they are the same
+/// function object.
+#[derive(Clone)]
+pub struct ProgressHook(Arc<dyn Fn(StepProgress) + Send + Sync>);
+
+impl ProgressHook {
+    /// A hook calling `f`.
+    pub fn new(f: impl Fn(StepProgress) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    pub(super) fn report(&self, progress: StepProgress) {
+        (self.0)(progress);
+    }
+}
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressHook(..)")
+    }
+}
+
+impl PartialEq for ProgressHook {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// Options of [`run_package_with`](crate::tiles::run_package_with).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
@@ -88,6 +132,8 @@ pub struct RunConfig {
     pub limits: Limits,
     /// Faults injected after loading (none by default).
     pub faults: Vec<Fault>,
+    /// Told of every step run (none by default).
+    pub progress: Option<ProgressHook>,
 }
 
 impl Default for RunConfig {
@@ -96,6 +142,7 @@ impl Default for RunConfig {
             check_ops: true,
             limits: Limits::default(),
             faults: Vec::new(),
+            progress: None,
         }
     }
 }

@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use ipu_layout::EntityId;
 use ipu_package::graph::Graph;
 use ipu_package::package::Package;
-use ipu_package::program::{BufferId, BufferRole, Codelet, Step};
+use ipu_package::program::{
+    BufferId, BufferRole, Codelet, ComputeStep, ExchangeStep, Program, RepeatStep, WalkEvent,
+};
 
 use super::Limits;
 use crate::SimError;
@@ -24,6 +26,9 @@ pub(crate) struct Work {
     /// Step executions (a repeat's steps once per iteration, and each
     /// iteration itself).
     pub steps: u64,
+    /// Compute and exchange step executions alone (what a run's progress
+    /// counts).
+    pub step_runs: u64,
     /// Codelet elements (GEMM multiply-accumulates, elements of the
     /// element-wise codelets, attention scores times head columns).
     pub compute_elements: u64,
@@ -52,18 +57,18 @@ pub(crate) fn validate(package: &Package, limits: &Limits) -> Result<Work, SimEr
             });
         }
     }
-    let mut walk = Walk {
+    let mut walk = WorkCount {
         package,
         limits,
         work: Work::default(),
         phase: 0,
         phase_words: vec![None; package.phases.len()],
     };
-    walk.steps(&p.steps, 1)?;
+    walk.steps(p)?;
     Ok(walk.work)
 }
 
-struct Walk<'a> {
+struct WorkCount<'a> {
     package: &'a Package,
     limits: &'a Limits,
     work: Work,
@@ -72,7 +77,7 @@ struct Walk<'a> {
     phase_words: Vec<Option<u64>>,
 }
 
-impl Walk<'_> {
+impl WorkCount<'_> {
     fn buffer(&self, b: BufferId, context: &str) -> Result<(), SimError> {
         let buffers = self.package.program.buffers.len();
         if b.index() < buffers {
@@ -109,111 +114,122 @@ impl Walk<'_> {
         Ok(())
     }
 
-    fn steps(&mut self, steps: &[Step], times: u64) -> Result<(), SimError> {
-        let p = &self.package.program;
-        let tiles = self.package.manifest.tile_count;
-        for step in steps {
-            self.add(STEPS, 1, times)?;
-            match step {
-                Step::Compute { name, calls } => {
-                    let kernels = p.kernels.len().min(self.package.kernels.len());
-                    for (tile, c) in calls {
-                        if tile.as_u32() >= tiles {
-                            return Err(SimError::UnknownTile {
-                                tile: *tile,
-                                tiles,
-                                what: format!("a codelet of step `{name}`"),
-                            });
-                        }
-                        for (operand, _) in codelet_operands(c) {
-                            self.buffer(operand.buffer, &format!("step `{name}`"))?;
-                        }
-                        let spec = match c {
-                            Codelet::Gemm { kernel, .. } => {
-                                if kernel.index() >= kernels {
-                                    return Err(SimError::UnknownKernel {
-                                        kernel: *kernel,
-                                        kernels,
-                                    });
-                                }
-                                p.kernels.get(*kernel)
-                            }
-                            _ => None,
-                        };
-                        self.add(COMPUTE, codelet_work(c, spec), times)?;
-                    }
+    fn steps(&mut self, program: &Program) -> Result<(), SimError> {
+        for event in program.walk() {
+            match event {
+                WalkEvent::Compute(step, at) => {
+                    self.add(STEPS, 1, at.runs)?;
+                    self.work.step_runs = self.work.step_runs.saturating_add(at.runs);
+                    self.compute(step, at.runs)?;
                 }
-                Step::Exchange { name, copies } => {
-                    for c in copies {
-                        self.buffer(c.source, &format!("exchange step `{name}`"))?;
-                        self.buffer(c.destination, &format!("exchange step `{name}`"))?;
-                    }
-                    let phase = self.phase;
-                    let Some((info, rows)) =
-                        self.package.phases.get(phase).map(|p| (&p.info, &p.rows))
-                    else {
-                        return Err(SimError::MissingPhase {
-                            step: name.clone(),
-                            phase,
-                            phases: self.package.phases.len(),
-                            rows: self.package.phases.len(),
-                        });
-                    };
-                    let words = match self.phase_words.get(phase).copied().flatten() {
-                        Some(w) => w,
-                        None => {
-                            let local: u64 = info
-                                .local
-                                .iter()
-                                .map(|c| u64::from(c.bytes).div_ceil(4))
-                                .fold(0, u64::saturating_add);
-                            // All of a phase's copies are read before it
-                            // writes, so their bytes are held at once: no
-                            // more than the images hold.
-                            let memory = self.package.target.memory();
-                            let images = u64::from(tiles)
-                                .saturating_mul(u64::from(memory.sram_end - memory.sram_start));
-                            if local.saturating_mul(4) > images {
-                                return Err(SimError::WorkLimit {
-                                    what: "bytes of on-tile copies in one phase",
-                                    needed: local.saturating_mul(4),
-                                    limit: images,
-                                });
-                            }
-                            let w = rows.replay_words().saturating_add(local);
-                            if let Some(slot) = self.phase_words.get_mut(phase) {
-                                *slot = Some(w);
-                            }
-                            w
-                        }
-                    };
-                    self.add(EXCHANGE, words, times)?;
-                    self.phase += 1;
+                WalkEvent::Exchange(step, at) => {
+                    self.add(STEPS, 1, at.runs)?;
+                    self.work.step_runs = self.work.step_runs.saturating_add(at.runs);
+                    self.exchange(step, at.runs)?;
                 }
-                Step::Repeat {
-                    name,
-                    count,
-                    body,
-                    iteration_buffers,
-                } => {
+                WalkEvent::Enter(repeat, at) => {
+                    self.add(STEPS, 1, at.runs)?;
+                    let RepeatStep {
+                        name,
+                        count,
+                        iteration_buffers,
+                        ..
+                    } = repeat;
                     for (b, list) in iteration_buffers {
                         self.buffer(*b, &format!("repeat `{name}`"))?;
                         for &bi in list {
                             self.buffer(bi, &format!("repeat `{name}`"))?;
                         }
                     }
-                    let inner = times.saturating_mul(u64::from(*count));
                     // Each iteration is a step execution of its own, so a
                     // long repeat of an empty body is bounded too.
-                    self.add(STEPS, 1, inner)?;
-                    let start = self.phase;
-                    self.steps(body, inner)?;
-                    // Every iteration runs the body's phases again; a
-                    // repeat of zero iterations still numbers them.
-                    debug_assert!(self.phase >= start);
+                    self.add(STEPS, 1, at.runs.saturating_mul(u64::from(*count)))?;
                 }
+                WalkEvent::Leave(..) => {}
             }
         }
+        Ok(())
+    }
+
+    fn compute(&mut self, step: &ComputeStep, times: u64) -> Result<(), SimError> {
+        let p = &self.package.program;
+        let tiles = self.package.manifest.tile_count;
+        let name = &step.label;
+        let kernels = p.kernels.len().min(self.package.kernels.len());
+        for (tile, c) in &step.calls {
+            if tile.as_u32() >= tiles {
+                return Err(SimError::UnknownTile {
+                    tile: *tile,
+                    tiles,
+                    what: format!("a codelet of step `{name}`"),
+                });
+            }
+            for (operand, _) in codelet_operands(c) {
+                self.buffer(operand.buffer, &format!("step `{name}`"))?;
+            }
+            let spec = match c {
+                Codelet::Gemm { kernel, .. } => {
+                    if kernel.index() >= kernels {
+                        return Err(SimError::UnknownKernel {
+                            kernel: *kernel,
+                            kernels,
+                        });
+                    }
+                    p.kernels.get(*kernel)
+                }
+                _ => None,
+            };
+            self.add(COMPUTE, codelet_work(c, spec), times)?;
+        }
+        Ok(())
+    }
+
+    fn exchange(&mut self, step: &ExchangeStep, times: u64) -> Result<(), SimError> {
+        let tiles = self.package.manifest.tile_count;
+        let name = &step.label;
+        for c in &step.copies {
+            self.buffer(c.source, &format!("exchange step `{name}`"))?;
+            self.buffer(c.destination, &format!("exchange step `{name}`"))?;
+        }
+        let phase = self.phase;
+        let Some((info, rows)) = self.package.phases.get(phase).map(|p| (&p.info, &p.rows)) else {
+            return Err(SimError::MissingPhase {
+                step: name.to_string(),
+                phase,
+                phases: self.package.phases.len(),
+                rows: self.package.phases.len(),
+            });
+        };
+        let words = match self.phase_words.get(phase).copied().flatten() {
+            Some(w) => w,
+            None => {
+                let local: u64 = info
+                    .local
+                    .iter()
+                    .map(|c| u64::from(c.bytes).div_ceil(4))
+                    .fold(0, u64::saturating_add);
+                // All of a phase's copies are read before it writes, so
+                // their bytes are held at once: no more than the images
+                // hold.
+                let memory = self.package.target.memory();
+                let images =
+                    u64::from(tiles).saturating_mul(u64::from(memory.sram_end - memory.sram_start));
+                if local.saturating_mul(4) > images {
+                    return Err(SimError::WorkLimit {
+                        what: "bytes of on-tile copies in one phase",
+                        needed: local.saturating_mul(4),
+                        limit: images,
+                    });
+                }
+                let w = rows.replay_words().saturating_add(local);
+                if let Some(slot) = self.phase_words.get_mut(phase) {
+                    *slot = Some(w);
+                }
+                w
+            }
+        };
+        self.add(EXCHANGE, words, times)?;
+        self.phase += 1;
         Ok(())
     }
 }

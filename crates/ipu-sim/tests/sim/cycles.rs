@@ -10,7 +10,7 @@ use ipu_package::build::{BuildConfig, Stages, build_package};
 use ipu_package::graph::{parse_fixture, values};
 use ipu_package::package::Package;
 use ipu_package::profile::{Profile, StepKind};
-use ipu_package::program::Step;
+use ipu_package::program::{RepeatStep, Step};
 use ipu_sim::tiles::{RunConfig, run_package_with};
 
 use crate::fixture_text;
@@ -20,11 +20,11 @@ use crate::fixture_text;
 fn run_order(steps: &[Step], next: &mut usize, out: &mut Vec<usize>) {
     for s in steps {
         match s {
-            Step::Compute { .. } | Step::Exchange { .. } => {
+            Step::Compute(_) | Step::Exchange(_) => {
                 out.push(*next);
                 *next += 1;
             }
-            Step::Repeat { count, body, .. } => {
+            Step::Repeat(RepeatStep { count, body, .. }) => {
                 let first = *next;
                 let mut end = first;
                 for _ in 0..*count {

@@ -1,11 +1,14 @@
 //! Integration tests of ipu-sim: the reference evaluator (hand-checkable
 //! ops, the small fixtures end to end, determinism, errors, the tolerance
-//! rules with their calibration, SigLIP checkpoints against transformers), the logical and tile models, the tile model's cycle count against the
-//! package's estimate, the per-op check, and the damaged packages the tile model must refuse.
+//! rules with their calibration), the logical and tile models, the tile
+//! model's cycle count against the package's estimate, the per-op check,
+//! the damaged packages the tile model must refuse, and hostile packages
+//! and fixtures (re-signed edits: a package that validates is never
+//! refused by the tile model for its structure).
 
-mod checkpoint;
 mod cycles;
 mod fixtures;
+mod hostile;
 mod logical;
 mod ops;
 mod oracle;

@@ -10,7 +10,7 @@ use ipu_package::graph::{
     Graph, ParseOptions, ValueSet, parse_fixture, parse_fixture_with, values,
 };
 use ipu_package::package::Package;
-use ipu_package::program::{BufferId, Codelet, KernelId, Operand, Step};
+use ipu_package::program::{BufferId, Codelet, KernelId, Operand, RepeatStep, Step};
 use ipu_sim::SimError;
 use ipu_sim::tiles::{Limits, RunConfig, check_fixture, run_package, run_package_with};
 
@@ -46,17 +46,17 @@ fn codelet(p: &mut Package, pick: impl Fn(&Codelet) -> bool) -> &mut Codelet {
     fn find<'a>(steps: &'a mut [Step], pick: &dyn Fn(&Codelet) -> bool) -> Option<&'a mut Codelet> {
         for s in steps {
             match s {
-                Step::Compute { calls, .. } => {
-                    if let Some((_, c)) = calls.iter_mut().find(|(_, c)| pick(c)) {
+                Step::Compute(step) => {
+                    if let Some((_, c)) = step.calls.iter_mut().find(|(_, c)| pick(c)) {
                         return Some(c);
                     }
                 }
-                Step::Repeat { body, .. } => {
-                    if let Some(c) = find(body, pick) {
+                Step::Repeat(r) => {
+                    if let Some(c) = find(&mut r.body, pick) {
                         return Some(c);
                     }
                 }
-                Step::Exchange { .. } => {}
+                Step::Exchange(_) => {}
             }
         }
         None
@@ -101,8 +101,8 @@ fn a_codelet_on_a_missing_tile_or_kernel_is_an_error() {
     let e = run_edited(Limits::default(), |p| {
         let steps = &mut p.program.steps;
         for s in steps.iter_mut() {
-            if let Step::Compute { calls, .. } = s {
-                calls[0].0 = TileId::from_u32(1 << 20);
+            if let Step::Compute(step) = s {
+                step.calls[0].0 = TileId::from_u32(1 << 20);
                 break;
             }
         }
@@ -204,31 +204,31 @@ fn endless_repeats_are_refused_before_they_run() {
     // One repeat of 2^32 - 1 iterations of the whole program.
     let e = run_edited(Limits::default(), |p| {
         let body = std::mem::take(&mut p.program.steps);
-        p.program.steps = vec![Step::Repeat {
+        p.program.steps = vec![Step::Repeat(RepeatStep {
             name: "forever".to_owned(),
             count: u32::MAX,
             body,
             iteration_buffers: Vec::new(),
-        }];
+        })];
     })
     .unwrap_err();
     assert!(matches!(e, SimError::WorkLimit { .. }), "{e}");
     // 40 nested repeats of 2 around an empty body: 2^40 iterations of
     // nothing.
     let e = run_edited(Limits::default(), |p| {
-        let mut step = Step::Repeat {
+        let mut step = Step::Repeat(RepeatStep {
             name: "r0".to_owned(),
             count: 2,
             body: Vec::new(),
             iteration_buffers: Vec::new(),
-        };
+        });
         for i in 1..40 {
-            step = Step::Repeat {
+            step = Step::Repeat(RepeatStep {
                 name: format!("r{i}"),
                 count: 2,
                 body: vec![step],
                 iteration_buffers: Vec::new(),
-            };
+            });
         }
         p.program.steps.push(step);
     })

@@ -190,7 +190,7 @@ fn a_graph_other_than_the_packages_is_refused() {
         .steps
         .iter()
         .map(|s| match s {
-            ipu_package::program::Step::Compute { calls, .. } => calls.len(),
+            ipu_package::program::Step::Compute(step) => step.calls.len(),
             _ => 0,
         })
         .sum();
@@ -212,5 +212,56 @@ fn a_graph_other_than_the_packages_is_refused() {
             ),
             "{name}={value}: {error}"
         );
+    }
+}
+
+/// The progress hook is told of every compute and exchange step run, a
+/// repeat's steps once per iteration, in order and against a total known
+/// before the first step; with it the run's results are the same.
+#[test]
+fn the_progress_hook_counts_every_step_run() {
+    use ipu_package::graph::{ParseOptions, parse_fixture_with};
+    use ipu_sim::tiles::{ProgressHook, RunConfig, StepProgress, run_package_with};
+    use std::sync::{Arc, Mutex};
+
+    let options = ParseOptions {
+        overrides: vec![("layers".to_owned(), 2)],
+    };
+    let graph = parse_fixture_with(&fixture("micro-1l-h32.json"), &options).unwrap();
+    let config = BuildConfig {
+        tiles: Some(8),
+        ..BuildConfig::default()
+    };
+    let package = build_package(&graph, &config, &Stages::in_memory()).unwrap();
+    assert!(
+        package
+            .program
+            .steps
+            .iter()
+            .any(|s| matches!(s, ipu_package::program::Step::Repeat(r) if r.count == 2)),
+        "the two layers are a repeat"
+    );
+    let inputs = values::generate(&graph, 3);
+    let seen: Arc<Mutex<Vec<StepProgress>>> = Arc::default();
+    let hook = {
+        let seen = seen.clone();
+        ProgressHook::new(move |p| seen.lock().unwrap().push(p))
+    };
+    let with = RunConfig {
+        progress: Some(hook),
+        ..RunConfig::default()
+    };
+    let (hooked, stats) = run_package_with(&package, &graph, &inputs, &with).unwrap();
+    let (plain, _) = run_package_with(&package, &graph, &inputs, &RunConfig::default()).unwrap();
+    let seen = seen.lock().unwrap();
+    // Every step run is in the run's statistics once.
+    let total = stats.steps.len() as u64;
+    assert!(total > 0);
+    let expected: Vec<StepProgress> = (0..=total)
+        .map(|done| StepProgress { done, total })
+        .collect();
+    assert_eq!(*seen, expected);
+    for output in graph.outputs() {
+        assert_eq!(hooked.get(output), plain.get(output));
     }
 }

@@ -12,7 +12,7 @@ impl Search<'_> {
     /// run at the lowest level is one). No item still to place can cover a
     /// byte of the run below `h`, so in each of its sections the byte at `h`
     /// is either the bottom of an item placed at `h` or left empty, which
-    /// needs slack. Items at `h` lie wholly inside the valley and cannot
+    /// needs slack unless the byte is blocked. Items at `h` lie wholly inside the valley and cannot
     /// overlap in time: their lifetimes, with the slack sections, must tile
     /// `[a, b)`. A forward and a backward pass over the run decide whether
     /// a tiling exists and which items belong to one ([`Self::viable`]).
@@ -57,7 +57,7 @@ impl Search<'_> {
             if !self.fwd[x] {
                 continue;
             }
-            if self.free_above(x, h) > self.rem[x] {
+            if self.may_skip(x, h) {
                 self.fwd[x + 1] = true;
             }
             for &k in &self.p.by_start[x] {
@@ -73,7 +73,7 @@ impl Search<'_> {
         }
         self.bwd[b] = true;
         for x in (a..b).rev() {
-            let mut r = self.bwd[x + 1] && self.free_above(x, h) > self.rem[x];
+            let mut r = self.bwd[x + 1] && self.may_skip(x, h);
             if !r {
                 for &k in &self.p.by_start[x] {
                     let ku = k as usize;
@@ -87,6 +87,12 @@ impl Search<'_> {
             self.bwd[x] = r;
         }
         true
+    }
+
+    /// Whether no item needs to start at `h` in section `x`: it has slack
+    /// to leave that byte empty, or the byte is blocked anyway.
+    fn may_skip(&self, x: usize, h: u64) -> bool {
+        self.free_above(x, h) > self.rem[x] || self.blocked_at(x, h)
     }
 
     /// Whether item `k`, placed at the lowest level, is part of some tiling

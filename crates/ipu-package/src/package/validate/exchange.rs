@@ -13,14 +13,14 @@
 
 use std::cell::Cell;
 
-use ipu_exchange::{BlockCopy, EncodedRows, ExchangeMemory, Fabric, MemoryError, replay};
-use ipu_layout::{EntityId, TileId};
+use ipu_exchange::{BlockCopy, ExchangeMemory, Fabric, MemoryError, replay};
+use ipu_layout::TileId;
 use rayon::prelude::*;
 
 use super::placement::Placed;
 use super::steps::PhaseUse;
 use super::{Errors, ValidationError};
-use crate::package::{Limits, Package, PackagePhase};
+use crate::package::{Limits, Package};
 
 /// Checks the phases against the steps that use them.
 pub(super) fn check(
@@ -131,14 +131,13 @@ pub(super) fn check(
         .par_iter()
         .filter_map(|&(index, iteration)| {
             let phase = &package.phases[index];
-            let patched = patched_rows(phase, iteration);
-            let rows = patched.as_ref().unwrap_or(&phase.rows);
+            let rows = phase.rows_at(iteration);
             let mut memory = DryMemory {
                 placed,
                 read: Cell::new(None),
                 written: Cell::new(None),
             };
-            replay(rows, fabric, &mut memory)
+            replay(&rows, fabric, &mut memory)
                 .err()
                 .map(|source| ValidationError::Replay {
                     phase: index,
@@ -150,28 +149,6 @@ pub(super) fn check(
     for e in failures {
         errors.push(e);
     }
-}
-
-/// The rows of iteration `i` of a patched phase, as the tile model makes
-/// them (`None`: the phase's own rows).
-fn patched_rows(phase: &PackagePhase, iteration: u32) -> Option<EncodedRows> {
-    let (info, base) = (&phase.info, &phase.rows);
-    if info.patches.is_empty() || iteration == 0 {
-        return None;
-    }
-    let mut per_tile: Vec<Vec<u32>> = (0..base.tile_count())
-        .map(|t| base.row(TileId::from_u32(t)).to_vec())
-        .collect();
-    for p in &info.patches {
-        // Checked: every patch names a word of its row.
-        if let Some(word) = per_tile
-            .get_mut(p.tile.index())
-            .and_then(|r| r.get_mut(p.index as usize))
-        {
-            *word = word.wrapping_add(p.delta.wrapping_mul(iteration));
-        }
-    }
-    Some(EncodedRows::from_tile_rows(per_tile))
 }
 
 /// The last placed range a word was found in: `(tile, start, end)`.

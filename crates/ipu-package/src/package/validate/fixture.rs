@@ -14,9 +14,8 @@ use std::collections::HashMap;
 use ipu_layout::Precision;
 
 use super::{Errors, ValidationError};
-use crate::checkpoint::PackagedModel;
 use crate::graph::{Graph, ParseOptions, TensorKind, parse_fixture_bounded};
-use crate::package::{Limits, Package, SIGLIP_FILE};
+use crate::package::{Limits, Package};
 use crate::program::BufferRole;
 
 /// How a fixture's graph differs from what the package's program holds.
@@ -205,55 +204,46 @@ impl Package {
 }
 
 /// Parses the stored fixture within the limits and checks it against the
-/// program. A package without a fixture has nothing to check.
+/// program, then the weights and the model description against the
+/// graph. A package without a fixture has nothing to check.
 pub(super) fn check_stored(package: &Package, limits: &Limits, errors: &mut Errors) {
-    let graph = match (&package.siglip, package.fixture.as_deref()) {
-        (Some(files), _) => {
-            // The checkpoint description bounds its graph's size itself
-            // (`VisionConfig` limits the layers and the extents).
-            match PackagedModel::from_files(files).and_then(|m| m.graph()) {
-                Ok(g) => g,
-                Err(e) => {
-                    errors.push(ValidationError::Siglip(e));
-                    return;
-                }
-            }
+    let Some(text) = package.fixture.as_deref() else {
+        // Without a graph there is nothing to check a weights file or a
+        // model description against; a run refuses such a package by
+        // itself.
+        if package.weights.is_some() {
+            errors.push(ValidationError::WeightsWithoutGraph);
         }
-        (None, Some(text)) => {
-            match parse_fixture_bounded(text, &ParseOptions::default(), limits.max_fixture_items) {
-                Ok(g) => g,
-                Err(e) => {
-                    errors.push(ValidationError::Fixture(e));
-                    return;
-                }
-            }
+        if package.model.is_some() {
+            errors.push(ValidationError::ModelWithoutGraph);
         }
-        (None, None) => {
-            // Without a graph there is nothing to check a weights file
-            // against; a run refuses such a package by itself.
-            if package.weights.is_some() {
-                errors.push(ValidationError::WeightsWithoutGraph);
-            }
-            return;
-        }
+        return;
     };
-    if let Err(e) = package.check_fixture_with(&graph, limits) {
-        let file = if package.siglip.is_some() {
-            SIGLIP_FILE
-        } else {
-            "fixture.json"
+    let graph =
+        match parse_fixture_bounded(text, &ParseOptions::default(), limits.max_fixture_items) {
+            Ok(g) => g,
+            Err(e) => {
+                errors.push(ValidationError::Fixture(e));
+                return;
+            }
         };
-        errors.push(ValidationError::FixtureMismatch { file, source: e });
+    if let Err(e) = package.check_fixture_with(&graph, limits) {
+        errors.push(ValidationError::FixtureMismatch(e));
         return;
     }
-    match &package.weights {
-        Some(weights) => {
-            if let Err(e) = weights.check(&graph) {
-                errors.push(ValidationError::Weights(e));
-            }
+    if let Some(weights) = &package.weights
+        && let Err(e) = weights.check(&graph)
+    {
+        errors.push(ValidationError::Weights(e));
+    }
+    if let Some(model) = &package.model {
+        if let Err(e) = model.check(&graph) {
+            errors.push(ValidationError::Model(e));
         }
-        // A checkpoint's weights are not generated: a run needs the file.
-        None if package.siglip.is_some() => errors.push(ValidationError::CheckpointWithoutWeights),
-        None => {}
+        // An imported model's weights are not generated: a run needs the
+        // file.
+        if package.weights.is_none() {
+            errors.push(ValidationError::ModelWithoutWeights);
+        }
     }
 }

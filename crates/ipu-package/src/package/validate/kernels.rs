@@ -1,5 +1,6 @@
 //! Kernels: one compiled kernel per spec of the program, whose object
-//! parses and holds, for each of its four entries, a program that the
+//! parses and holds, for each of its four entries (four distinct
+//! symbols), a program that the
 //! independent kernel checker (`ipu_kernels::check_program`) accepts for
 //! the spec's shape, the entry's rows and mode. A program that passes
 //! touches exactly its operands' spans and does exactly `rows × inner ×
@@ -60,6 +61,15 @@ pub(super) fn check(package: &Package, errors: &mut Errors) -> KernelPrograms {
             }
         };
         for (index, symbol) in k.entries.iter().enumerate() {
+            if let Some(first) = k.entries[..index].iter().position(|s| s == symbol) {
+                errors.push(ValidationError::KernelEntryRepeated {
+                    kernel: k.name.clone(),
+                    symbol: symbol.clone(),
+                    first,
+                    second: index,
+                });
+                continue;
+            }
             let Some((_, program)) = programs.iter().find(|(name, _)| name == symbol) else {
                 errors.push(ValidationError::KernelEntry {
                     kernel: k.name.clone(),

@@ -18,7 +18,7 @@ use super::kernels::KernelPrograms;
 use super::placement::shard_range;
 use super::{Errors, ValidationError};
 use crate::package::{Limits, Package};
-use crate::program::{BufferId, Codelet, Operand, Step};
+use crate::program::{BufferId, Codelet, Operand, Program, RepeatStep, WalkEvent};
 use crate::storage::codelet_buffers;
 
 /// How an exchange step runs: which phase it uses is its position.
@@ -41,7 +41,7 @@ struct Work {
     compute: u64,
 }
 
-struct Walk<'a> {
+struct StepCheck<'a> {
     package: &'a Package,
     tiles: u32,
     limits: &'a Limits,
@@ -62,7 +62,7 @@ pub(super) fn check(
     programs: &KernelPrograms,
     errors: &mut Errors,
 ) -> Option<Vec<PhaseUse>> {
-    let mut walk = Walk {
+    let mut walk = StepCheck {
         package,
         tiles,
         limits,
@@ -72,12 +72,12 @@ pub(super) fn check(
         phases: Vec::new(),
         tables: Vec::new(),
     };
-    let finished = walk.steps(&package.program.steps, 1, 0, 1, false);
+    let finished = walk.steps(&package.program);
     let phases = walk.phases;
     (finished && errors.is_empty()).then_some(phases)
 }
 
-impl<'a> Walk<'a> {
+impl<'a> StepCheck<'a> {
     /// Adds `amount` run `times` times to a total; `false` (with the error
     /// recorded) when the total passes its limit.
     fn add(&mut self, what: &'static str, amount: u64, times: u64) -> bool {
@@ -115,30 +115,33 @@ impl<'a> Walk<'a> {
         &[]
     }
 
-    /// Walks `steps`, run `times` times each, inside repeats nested `depth`
-    /// deep whose innermost runs `iterations` times. `false` stops the walk.
-    fn steps(
-        &mut self,
-        steps: &'a [Step],
-        times: u64,
-        depth: usize,
-        iterations: u32,
-        in_repeat: bool,
-    ) -> bool {
-        for step in steps {
+    /// Walks the program's steps; `false` stops the walk (an error was
+    /// recorded, or the work passed its limit).
+    fn steps(&mut self, program: &'a Program) -> bool {
+        for event in program.walk() {
+            let times = match event {
+                WalkEvent::Compute(_, at)
+                | WalkEvent::Exchange(_, at)
+                | WalkEvent::Enter(_, at) => at.runs,
+                WalkEvent::Leave(..) => {
+                    self.tables.pop();
+                    continue;
+                }
+            };
             if self.errors.full() || !self.add(STEPS, 1, times) {
                 return false;
             }
-            match step {
-                Step::Compute { name, calls } => {
-                    if !self.add(CALLS, calls.len() as u64, times) {
+            match event {
+                WalkEvent::Compute(step, _) => {
+                    if !self.add(CALLS, step.calls.len() as u64, times) {
                         return false;
                     }
-                    for (tile, codelet) in calls {
+                    let name = step.label.to_string();
+                    for (tile, codelet) in &step.calls {
                         if self.errors.full() {
                             return false;
                         }
-                        let Some(work) = self.codelet(name, *tile, codelet) else {
+                        let Some(work) = self.codelet(&name, *tile, codelet) else {
                             continue;
                         };
                         if !self.add(COMPUTE, work, times) {
@@ -146,75 +149,81 @@ impl<'a> Walk<'a> {
                         }
                     }
                 }
-                Step::Exchange { name, copies } => {
-                    for c in copies {
-                        self.buffer_ok(name, c.source);
-                        self.buffer_ok(name, c.destination);
+                WalkEvent::Exchange(step, at) => {
+                    let name = step.label.to_string();
+                    for c in &step.copies {
+                        self.buffer_ok(&name, c.source);
+                        self.buffer_ok(&name, c.destination);
                     }
                     self.phases.push(PhaseUse {
-                        iterations,
-                        in_repeat,
+                        iterations: at.repeat.map_or(1, |r| r.count),
+                        in_repeat: at.repeat.is_some(),
                         times,
                     });
                 }
-                Step::Repeat {
-                    name,
-                    count,
-                    body,
-                    iteration_buffers,
-                } => {
-                    if depth + 1 > self.limits.max_repeat_depth {
-                        self.errors.push(ValidationError::RepeatDepth {
-                            repeat: name.clone(),
-                            depth: depth + 1,
-                            limit: self.limits.max_repeat_depth,
-                        });
-                        return false;
-                    }
-                    if *count == 0 || *count > self.limits.max_repeat_count {
-                        self.errors.push(ValidationError::RepeatCount {
-                            repeat: name.clone(),
-                            count: *count,
-                            limit: self.limits.max_repeat_count,
-                        });
-                        return false;
-                    }
-                    let mut table = HashMap::with_capacity(iteration_buffers.len());
-                    let mut ok = true;
-                    for (b, list) in iteration_buffers {
-                        ok &= self.buffer_ok(name, *b);
-                        for &bi in list {
-                            ok &= self.buffer_ok(name, bi);
-                        }
-                        if list.len() != *count as usize {
-                            self.errors.push(ValidationError::IterationBuffers {
-                                repeat: name.clone(),
-                                buffer: *b,
-                                found: list.len(),
-                                count: *count,
-                            });
-                            ok = false;
-                        }
-                        table.insert(*b, list.as_slice());
-                    }
-                    if !ok {
-                        return false;
-                    }
-                    let inner = times.saturating_mul(u64::from(*count));
-                    // Each iteration counts as a step execution, so that a
-                    // long repeat of an empty body is bounded too.
-                    if !self.add(STEPS, 1, inner) {
-                        return false;
-                    }
-                    self.tables.push(table);
-                    let finished = self.steps(body, inner, depth + 1, *count, true);
-                    self.tables.pop();
-                    if !finished {
+                WalkEvent::Enter(repeat, at) => {
+                    if !self.enter(repeat, at.depth, times) {
                         return false;
                     }
                 }
+                WalkEvent::Leave(..) => {}
             }
         }
+        true
+    }
+
+    /// Checks a repeat about to be entered, `depth` repeats deep, started
+    /// `times` times, and opens its substitution table.
+    fn enter(&mut self, repeat: &'a RepeatStep, depth: usize, times: u64) -> bool {
+        let RepeatStep {
+            name,
+            count,
+            iteration_buffers,
+            ..
+        } = repeat;
+        if depth + 1 > self.limits.max_repeat_depth {
+            self.errors.push(ValidationError::RepeatDepth {
+                repeat: name.clone(),
+                depth: depth + 1,
+                limit: self.limits.max_repeat_depth,
+            });
+            return false;
+        }
+        if *count == 0 || *count > self.limits.max_repeat_count {
+            self.errors.push(ValidationError::RepeatCount {
+                repeat: name.clone(),
+                count: *count,
+                limit: self.limits.max_repeat_count,
+            });
+            return false;
+        }
+        let mut table = HashMap::with_capacity(iteration_buffers.len());
+        let mut ok = true;
+        for (b, list) in iteration_buffers {
+            ok &= self.buffer_ok(name, *b);
+            for &bi in list {
+                ok &= self.buffer_ok(name, bi);
+            }
+            if list.len() != *count as usize {
+                self.errors.push(ValidationError::IterationBuffers {
+                    repeat: name.clone(),
+                    buffer: *b,
+                    found: list.len(),
+                    count: *count,
+                });
+                ok = false;
+            }
+            table.insert(*b, list.as_slice());
+        }
+        if !ok {
+            return false;
+        }
+        // Each iteration counts as a step execution, so that a long
+        // repeat of an empty body is bounded too.
+        if !self.add(STEPS, 1, times.saturating_mul(u64::from(*count))) {
+            return false;
+        }
+        self.tables.push(table);
         true
     }
 

@@ -1,0 +1,76 @@
+//! The exact search's benchmark classes: their shapes and witnesses, and
+//! bounded solves of the smallest instance of each class.
+
+use ipu_alloc::generate::{CLASS_SIZES, exact_classes, ml_zero_slack, zero_slack_grid};
+use ipu_alloc::{SolveConfig, SolveResult};
+
+#[test]
+fn every_class_has_its_sizes_and_a_capacity_at_or_above_its_bound() {
+    let classes = exact_classes();
+    assert!(classes.iter().any(|c| c.zero_slack) && classes.iter().any(|c| !c.zero_slack));
+    for class in &classes {
+        assert_eq!(class.instances.len(), CLASS_SIZES.len(), "{}", class.name);
+        for (inst, &n) in class.instances.iter().zip(&CLASS_SIZES) {
+            let buffers = inst.problem.buffers.len();
+            // Near-zero-slack classes remove about a tenth of a larger cut.
+            assert!(
+                buffers * 10 >= n * 9 && buffers * 10 <= n * 11,
+                "{} has {buffers}",
+                inst.name
+            );
+            let bound = inst.problem.lower_bound();
+            assert!(
+                bound <= inst.capacity,
+                "{}: bound {bound} above {}",
+                inst.name,
+                inst.capacity
+            );
+            if class.zero_slack {
+                assert_eq!(bound, inst.capacity, "{}", inst.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn constructions_are_placements_at_the_capacity() {
+    for seed in 0..3 {
+        let (p, cut) = ml_zero_slack(seed, 300, 0);
+        assert_eq!(p.lower_bound(), 1 << 20);
+        p.check(1 << 20, &cut).unwrap();
+        let (q, kept) = ml_zero_slack(seed, 300, 10);
+        q.check(1 << 20, &kept).unwrap();
+        assert!(q.buffers.len() < p.buffers.len());
+        let (g, witness) = zero_slack_grid(seed, 200, 1 << 20, 1 << 20, 1);
+        g.check(1 << 20, &witness).unwrap();
+    }
+}
+
+#[test]
+fn smallest_instances_solve_soundly_within_a_node_budget() {
+    for class in exact_classes() {
+        let inst = &class.instances[0];
+        let out = inst.problem.solve(
+            inst.capacity,
+            &SolveConfig {
+                max_nodes: 100_000,
+                timeout: None,
+                parallel_search: false,
+                ..SolveConfig::default()
+            },
+        );
+        if out.result == SolveResult::Fits {
+            let offsets = out.offsets.as_ref().unwrap();
+            inst.problem.check(inst.capacity, offsets).unwrap();
+            assert!(
+                out.lower_bound <= out.peak && out.peak <= inst.capacity,
+                "{}",
+                inst.name
+            );
+        }
+        // A class built with a witness is never called infeasible.
+        if !class.name.starts_with("interval") {
+            assert_ne!(out.result, SolveResult::Infeasible, "{}", inst.name);
+        }
+    }
+}

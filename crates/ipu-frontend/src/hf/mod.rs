@@ -1,0 +1,45 @@
+//! What every Hugging Face checkpoint directory has, whatever the model
+//! family: its file names, reading its JSON files, and its weights as a
+//! store of safetensors tensors read on demand (`store.rs`).
+
+mod store;
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+
+pub(crate) use store::TensorStore;
+pub use store::{INDEX_FILE, WEIGHTS_FILE};
+
+use crate::error::ImportError;
+
+/// The model description file of a checkpoint.
+pub const CONFIG_FILE: &str = "config.json";
+/// The image processor description file of a checkpoint.
+pub const PROCESSOR_FILE: &str = "preprocessor_config.json";
+
+/// The text of the file `name` of the checkpoint in `dir`, or `None` when
+/// there is no such file.
+pub fn read_optional(dir: &Path, name: &str) -> Result<Option<String>, ImportError> {
+    let path = dir.join(name);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    read_text(&path).map(Some)
+}
+
+/// The text of the checkpoint file at `path`.
+pub fn read_text(path: &Path) -> Result<String, ImportError> {
+    std::fs::read_to_string(path).map_err(|source| ImportError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The JSON file at `path`, parsed into `T`.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, ImportError> {
+    serde_json::from_str(&read_text(path)?).map_err(|source| ImportError::Json {
+        path: path.to_owned(),
+        source,
+    })
+}

@@ -1,0 +1,118 @@
+//! Model front ends for the IPU21 backend: from a model as its authors
+//! publish it (a Hugging Face checkpoint directory) to the backend's graph
+//! with its weights, from a user's data (images) to the graph's inputs,
+//! and the FP8 precisions of the graph chosen from data.
+//!
+//! ```text
+//!              ┌──────────────── ipu-frontend ─────────────────┐
+//! checkpoint ──┤ hf (files, safetensors store)                 │
+//!              │ <family>: config → Graph, names → weights,    ├──► Graph + weights ──► ipu_package::build_package
+//! images ──────┤ imaging (decode, Pillow resize) + family's    │                       (Package + fixture.json
+//!              │   preprocessing → the graph's inputs          │                        + model.json)
+//!              │ <family>::calibrate ──ipu_sim::evaluate_with──┤
+//!              └───────────────────────────────────────────────┘
+//! package's fixture.json + model.json ──PackagedModel──► images → inputs (run-package)
+//! ```
+//!
+//! A model family is a module: [`siglip`] (SigLIP's vision tower) is the
+//! first. A family reads its checkpoint's config and builds its graph in
+//! code (`config.rs`, `graph.rs`), maps the checkpoint's tensor names to
+//! the graph's weights (`names.rs`, `weights.rs`), preprocesses its
+//! input (`processor.rs`), chooses its precisions (`calibrate.rs`,
+//! `policy.rs`, `report.rs`), builds its package (`package.rs`) and reads
+//! back what its packages record (`packaged.rs`). What families share is
+//! at the crate root: [`hf`] (a checkpoint directory's files and its
+//! safetensors weights, decoded by ipu-package's one decoder of stored
+//! elements), [`imaging`] (image decoding, Pillow's resize, the synthetic
+//! calibration images) and the errors of import and preprocessing.
+//!
+//! A package records the family and the front end's own description of
+//! the model in `model.json`, beside the graph itself in `fixture.json`
+//! (`docs/FORMAT.md`); ipu-package validates a package without this crate,
+//! and [`PackagedModel::from_description`] turns a package's description
+//! back into what a run needs, checked against the stored graph.
+
+#![forbid(unsafe_code)]
+
+mod error;
+pub mod hf;
+pub mod imaging;
+pub mod siglip;
+
+use std::path::Path;
+
+use ipu_package::graph::{Graph, ValueSet};
+use ipu_package::package::ModelDescription;
+
+pub use error::{ImageError, ImportError};
+
+/// The model families this crate reads, by their `model.json` names.
+pub const FAMILIES: &[&str] = &[siglip::FAMILY];
+
+/// A packaged model of one of the families: what a run of its package
+/// needs of the front end.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum PackagedModel {
+    /// SigLIP's vision tower.
+    Siglip(siglip::PackagedModel),
+}
+
+/// Why a package's `model.json` cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DescriptionError {
+    /// No front end of this build reads the family.
+    #[error("model.json describes a `{found}` model; this build reads {}", FAMILIES.join(", "))]
+    Family {
+        /// The family named.
+        found: String,
+    },
+    /// The SigLIP front end refuses the description.
+    #[error(transparent)]
+    Siglip(siglip::PackagedError),
+}
+
+impl PackagedModel {
+    /// The front end of `description`'s family, reading its description
+    /// of the package whose graph is `graph` and checking it against it.
+    pub fn from_description(
+        description: &ModelDescription,
+        graph: &Graph,
+    ) -> Result<Self, DescriptionError> {
+        match description.family.as_str() {
+            siglip::FAMILY => siglip::PackagedModel::from_description(description, graph)
+                .map(Self::Siglip)
+                .map_err(DescriptionError::Siglip),
+            other => Err(DescriptionError::Family {
+                found: other.to_owned(),
+            }),
+        }
+    }
+
+    /// The inputs of `graph` (the package's) for `images`, one per batch
+    /// row, preprocessed as the description says.
+    pub fn input_values<P: AsRef<Path>>(
+        &self,
+        graph: &Graph,
+        images: &[P],
+    ) -> Result<ValueSet, ImageError> {
+        match self {
+            Self::Siglip(model) => model.input_values(graph, images),
+        }
+    }
+
+    /// The inputs of `graph` for the built-in synthetic images
+    /// `first..first + batch`, preprocessed like a user's images: what a
+    /// run that is given no images runs on, so that the model sees the
+    /// activation ranges its FP8 scales were chosen for.
+    pub fn synthetic_input_values(
+        &self,
+        graph: &Graph,
+        first: usize,
+    ) -> Result<ValueSet, ImageError> {
+        match self {
+            Self::Siglip(model) => model.synthetic_input_values(graph, first),
+        }
+    }
+}

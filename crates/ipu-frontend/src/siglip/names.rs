@@ -1,0 +1,256 @@
+//! The name mapping: which transformers tensors make each graph weight,
+//! and how (the table `docs/SIGLIP.md` documents).
+//!
+//! Names are those of transformers' `SiglipVisionModel` state dict without
+//! its `vision_model.` prefix (a full `SiglipModel`, and transformers 4's
+//! `SiglipVisionModel`, store them with the prefix; transformers 5's
+//! `SiglipVisionModel` without it). A graph weight is assembled from one or
+//! more *pieces*: row ranges of stored tensors (the first axis; a vector's
+//! elements are its rows), concatenated in order into a matrix of
+//! `[rows, row length]`, then either kept as is or transposed, because
+//! torch stores linear weights as `[out, in]` and the graph's GEMM weights
+//! are `[in, out]`. The patch convolution's `[H, C, p, p]` weight is a
+//! `[H, C·p·p]` matrix whose rows flatten each filter in (channel, row,
+//! column) order, the order of the graph's patch vectors.
+
+use std::ops::Range;
+
+use crate::siglip::config::VisionConfig;
+
+/// The prefix a full `SiglipModel` puts before every vision tensor.
+pub const VISION_PREFIX: &str = "vision_model.";
+
+/// How the concatenated pieces become the graph weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// The row-major elements as they are.
+    AsIs,
+    /// The `[rows, row length]` matrix transposed to `[row length, rows]`
+    /// (`[out, in]` to `[in, out]`).
+    Transposed,
+    /// [`Layout::Transposed`], then zero rows appended up to `rows` rows:
+    /// the patch embedding, whose input vector the graph pads.
+    TransposedPadded {
+        /// Rows of the graph weight.
+        rows: u64,
+    },
+}
+
+/// Rows of a stored tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// The transformers name (without the `vision_model.` prefix).
+    pub name: String,
+    /// The rows taken (first-axis indices).
+    pub rows: Range<u64>,
+}
+
+/// How one graph weight is assembled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightSource {
+    /// The graph tensor's name.
+    pub weight: String,
+    /// Its pieces, concatenated along the first axis in this order.
+    pub pieces: Vec<Piece>,
+    /// What happens to the concatenation.
+    pub layout: Layout,
+}
+
+/// Every vision tensor a checkpoint with this config must hold, with its
+/// shape, in a fixed order (embeddings, layers, post-LayerNorm, head).
+pub fn expected_tensors(config: &VisionConfig) -> Vec<(String, Vec<u64>)> {
+    let h = config.hidden();
+    let m = config.intermediate();
+    let p = config.patch_size();
+    let mut out = vec![
+        (
+            "embeddings.patch_embedding.weight".to_owned(),
+            vec![h, config.channels(), p, p],
+        ),
+        ("embeddings.patch_embedding.bias".to_owned(), vec![h]),
+        (
+            "embeddings.position_embedding.weight".to_owned(),
+            vec![config.tokens(), h],
+        ),
+    ];
+    for i in 0..config.layers() {
+        let l = |s: &str| format!("encoder.layers.{i}.{s}");
+        for (name, shape) in [
+            ("layer_norm1.weight", vec![h]),
+            ("layer_norm1.bias", vec![h]),
+            ("self_attn.q_proj.weight", vec![h, h]),
+            ("self_attn.q_proj.bias", vec![h]),
+            ("self_attn.k_proj.weight", vec![h, h]),
+            ("self_attn.k_proj.bias", vec![h]),
+            ("self_attn.v_proj.weight", vec![h, h]),
+            ("self_attn.v_proj.bias", vec![h]),
+            ("self_attn.out_proj.weight", vec![h, h]),
+            ("self_attn.out_proj.bias", vec![h]),
+            ("layer_norm2.weight", vec![h]),
+            ("layer_norm2.bias", vec![h]),
+            ("mlp.fc1.weight", vec![m, h]),
+            ("mlp.fc1.bias", vec![m]),
+            ("mlp.fc2.weight", vec![h, m]),
+            ("mlp.fc2.bias", vec![h]),
+        ] {
+            out.push((l(name), shape));
+        }
+    }
+    out.push(("post_layernorm.weight".to_owned(), vec![h]));
+    out.push(("post_layernorm.bias".to_owned(), vec![h]));
+    if config.use_head() {
+        for (name, shape) in [
+            ("head.probe", vec![1, 1, h]),
+            ("head.attention.in_proj_weight", vec![3 * h, h]),
+            ("head.attention.in_proj_bias", vec![3 * h]),
+            ("head.attention.out_proj.weight", vec![h, h]),
+            ("head.attention.out_proj.bias", vec![h]),
+            ("head.layernorm.weight", vec![h]),
+            ("head.layernorm.bias", vec![h]),
+            ("head.mlp.fc1.weight", vec![m, h]),
+            ("head.mlp.fc1.bias", vec![m]),
+            ("head.mlp.fc2.weight", vec![h, m]),
+            ("head.mlp.fc2.bias", vec![h]),
+        ] {
+            out.push((name.to_owned(), shape));
+        }
+    }
+    out
+}
+
+/// How every graph weight of the config's graph is assembled, in graph
+/// declaration order.
+pub fn weight_sources(config: &VisionConfig) -> Vec<WeightSource> {
+    let h = config.hidden();
+    let m = config.intermediate();
+    let whole = |name: String, rows: u64| Piece {
+        name,
+        rows: 0..rows,
+    };
+    let copy = |weight: String, name: String, rows: u64| WeightSource {
+        weight,
+        pieces: vec![whole(name, rows)],
+        layout: Layout::AsIs,
+    };
+    let transposed = |weight: String, name: String, rows: u64| WeightSource {
+        weight,
+        pieces: vec![whole(name, rows)],
+        layout: Layout::Transposed,
+    };
+    let mut out = vec![
+        WeightSource {
+            weight: "embed.w".into(),
+            pieces: vec![whole("embeddings.patch_embedding.weight".into(), h)],
+            layout: Layout::TransposedPadded {
+                rows: config.patch_width(),
+            },
+        },
+        copy(
+            "embed.b".into(),
+            "embeddings.patch_embedding.bias".into(),
+            h,
+        ),
+        copy(
+            "pos".into(),
+            "embeddings.position_embedding.weight".into(),
+            config.tokens(),
+        ),
+    ];
+    for i in 0..config.layers() {
+        let g = |s: &str| format!("enc{i}.{s}");
+        let l = |s: &str| format!("encoder.layers.{i}.{s}");
+        let qkv = |kind: &str| {
+            ["q", "k", "v"]
+                .iter()
+                .map(|x| whole(l(&format!("self_attn.{x}_proj.{kind}")), h))
+                .collect::<Vec<_>>()
+        };
+        out.push(copy(g("ln1.g"), l("layer_norm1.weight"), h));
+        out.push(copy(g("ln1.b"), l("layer_norm1.bias"), h));
+        out.push(WeightSource {
+            weight: g("qkv.w"),
+            pieces: qkv("weight"),
+            layout: Layout::Transposed,
+        });
+        out.push(WeightSource {
+            weight: g("qkv.b"),
+            pieces: qkv("bias"),
+            layout: Layout::AsIs,
+        });
+        out.push(transposed(g("out.w"), l("self_attn.out_proj.weight"), h));
+        out.push(copy(g("out.b"), l("self_attn.out_proj.bias"), h));
+        out.push(copy(g("ln2.g"), l("layer_norm2.weight"), h));
+        out.push(copy(g("ln2.b"), l("layer_norm2.bias"), h));
+        out.push(transposed(g("fc1.w"), l("mlp.fc1.weight"), m));
+        out.push(copy(g("fc1.b"), l("mlp.fc1.bias"), m));
+        out.push(transposed(g("fc2.w"), l("mlp.fc2.weight"), h));
+        out.push(copy(g("fc2.b"), l("mlp.fc2.bias"), h));
+    }
+    out.push(copy("post.g".into(), "post_layernorm.weight".into(), h));
+    out.push(copy("post.b".into(), "post_layernorm.bias".into(), h));
+    if config.use_head() {
+        let in_proj = |kind: &str, rows: Range<u64>| Piece {
+            name: format!("head.attention.in_proj_{kind}"),
+            rows,
+        };
+        out.push(copy("head.probe".into(), "head.probe".into(), 1));
+        // torch's MultiheadAttention packs the query, key and value
+        // projections in this order along the output axis.
+        out.push(WeightSource {
+            weight: "head.q.w".into(),
+            pieces: vec![in_proj("weight", 0..h)],
+            layout: Layout::Transposed,
+        });
+        out.push(WeightSource {
+            weight: "head.q.b".into(),
+            pieces: vec![in_proj("bias", 0..h)],
+            layout: Layout::AsIs,
+        });
+        out.push(WeightSource {
+            weight: "head.kv.w".into(),
+            pieces: vec![in_proj("weight", h..3 * h)],
+            layout: Layout::Transposed,
+        });
+        out.push(WeightSource {
+            weight: "head.kv.b".into(),
+            pieces: vec![in_proj("bias", h..3 * h)],
+            layout: Layout::AsIs,
+        });
+        out.push(transposed(
+            "head.out.w".into(),
+            "head.attention.out_proj.weight".into(),
+            h,
+        ));
+        out.push(copy(
+            "head.out.b".into(),
+            "head.attention.out_proj.bias".into(),
+            h,
+        ));
+        out.push(copy("head.ln.g".into(), "head.layernorm.weight".into(), h));
+        out.push(copy("head.ln.b".into(), "head.layernorm.bias".into(), h));
+        out.push(transposed(
+            "head.fc1.w".into(),
+            "head.mlp.fc1.weight".into(),
+            m,
+        ));
+        out.push(copy("head.fc1.b".into(), "head.mlp.fc1.bias".into(), m));
+        out.push(transposed(
+            "head.fc2.w".into(),
+            "head.mlp.fc2.weight".into(),
+            h,
+        ));
+        out.push(copy("head.fc2.b".into(), "head.mlp.fc2.bias".into(), h));
+    }
+    out
+}
+
+/// Whether a stored tensor belongs to the text tower or the contrastive
+/// logit parameters of a full `SiglipModel`, or is the position-id buffer
+/// some converters save; the importer ignores these.
+pub fn is_ignored(name: &str) -> bool {
+    name.starts_with("text_model.")
+        || name == "logit_scale"
+        || name == "logit_bias"
+        || name == "embeddings.position_ids"
+        || name == "vision_model.embeddings.position_ids"
+}

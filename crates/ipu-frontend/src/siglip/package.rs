@@ -1,0 +1,153 @@
+//! A calibrated checkpoint built into a package, with the front end's
+//! policy for the F16 groups: calibration keeps a group of small weights
+//! in F16 where it lowers the outputs' error, without knowing whether the
+//! memory allows it; when the build does not fit with F16 groups kept,
+//! calibration runs again with them refused ([`F16Groups::Refused`], the
+//! reason recorded in the precision report) and the build is tried once
+//! more. The package then carries the checkpoint's weights in the graph's
+//! precisions (`weights.safetensors`), the graph (`fixture.json`, written
+//! by `write_fixture`) and the model description (`model.json`).
+
+use std::time::Instant;
+
+use ipu_package::build::{BuildConfig, BuildError, Stages, build_package};
+use ipu_package::graph::{Graph, WriteError, write_fixture};
+use ipu_package::package::{Package, PackageWeights, WeightsError};
+
+use crate::error::ImportError;
+use crate::siglip::calibrate::{Calibration, CalibrationError, CalibrationOptions, F16Groups};
+use crate::siglip::packaged::{PackagedError, PackagedModel};
+use crate::siglip::{Checkpoint, PATCHES, calibrate};
+
+/// What [`package_checkpoint`] built.
+#[derive(Debug)]
+pub struct CheckpointPackage {
+    /// The package, with its weights, graph and model description.
+    pub package: Package,
+    /// The graph the package was built from.
+    pub graph: Graph,
+    /// The calibration the graph's precisions come from: the one given,
+    /// or the one without F16 groups when the build did not fit with them.
+    pub calibration: Calibration,
+}
+
+/// Why a checkpoint could not be packaged.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PackageError {
+    /// Calibrating again without F16 groups failed.
+    #[error("calibrating again without F16 groups: {source}")]
+    Calibration {
+        /// Why.
+        #[source]
+        source: CalibrationError,
+    },
+    /// The build failed (and dropping the F16 groups could not help).
+    #[error(transparent)]
+    Build {
+        /// Why.
+        source: BuildError,
+    },
+    /// The model description could not be made.
+    #[error(transparent)]
+    Model {
+        /// Why.
+        source: PackagedError,
+    },
+    /// The checkpoint's weights do not fit the built graph: a bug here.
+    #[error("the checkpoint's weights: {source}")]
+    Weights {
+        /// Why.
+        #[source]
+        source: ImportError,
+    },
+    /// The weights could not be encoded in the graph's precisions.
+    #[error("encoding the weights: {source}")]
+    Encode {
+        /// Why.
+        #[source]
+        source: WeightsError,
+    },
+    /// The graph could not be stored as a fixture: a bug here.
+    #[error("storing the graph: {source}")]
+    Fixture {
+        /// Why.
+        #[source]
+        source: WriteError,
+    },
+}
+
+/// Builds `checkpoint` with the precisions of `calibration` (made with
+/// `options`) into a package for `config` with `stages`, calibrating
+/// again without F16 groups if the build does not fit with them (module
+/// header). The package's name and batch are the checkpoint graph's.
+pub fn package_checkpoint(
+    checkpoint: &Checkpoint,
+    calibration: Calibration,
+    options: &CalibrationOptions,
+    config: &BuildConfig,
+    stages: &Stages,
+) -> Result<CheckpointPackage, PackageError> {
+    let graph = checkpoint.graph();
+    let name = graph.name();
+    // The importer's graph always has its `patches` input.
+    let batch = graph
+        .tensor_by_name(PATCHES)
+        .and_then(|id| graph.tensor(id).extents().first().copied())
+        .unwrap_or(0);
+    let tiles = config.tiles.unwrap_or(config.target.tile_count());
+    let mut calibration = calibration;
+    let (model, graph, mut package) = loop {
+        let model = PackagedModel::new(checkpoint, name, batch, &calibration)
+            .map_err(|source| PackageError::Model { source })?;
+        let graph = model
+            .graph()
+            .map_err(|source| PackageError::Model { source })?;
+        match build_package(&graph, config, stages) {
+            Ok(p) => break (model, graph, p),
+            Err(e @ BuildError::DoesNotFit { .. }) if kept_f16(&calibration) => {
+                tracing::warn!(
+                    error = %e,
+                    "does not fit with F16 groups; calibrating again without them"
+                );
+                let mut without = options.clone();
+                without.f16_groups = F16Groups::Refused(format!(
+                    "with them the package did not fit on {tiles} tiles ({e})"
+                ));
+                let start = Instant::now();
+                calibration = calibrate(checkpoint, &without)
+                    .map_err(|source| PackageError::Calibration { source })?;
+                tracing::info!(
+                    inputs = calibration.report().calibration.inputs.len(),
+                    elapsed_ms = start.elapsed().as_millis() as u64,
+                    "calibrated FP8 scales"
+                );
+            }
+            Err(source) => return Err(PackageError::Build { source }),
+        }
+    };
+    let weights = checkpoint
+        .weights_for(&graph)
+        .map_err(|source| PackageError::Weights { source })?;
+    package.weights = Some(
+        PackageWeights::encode(&graph, &weights)
+            .map_err(|source| PackageError::Encode { source })?,
+    );
+    package.fixture =
+        Some(write_fixture(&graph).map_err(|source| PackageError::Fixture { source })?);
+    package.model = Some(model.description());
+    Ok(CheckpointPackage {
+        package,
+        graph,
+        calibration,
+    })
+}
+
+/// Whether `calibration` kept any group of weights in F16.
+fn kept_f16(calibration: &Calibration) -> bool {
+    calibration
+        .report()
+        .groups
+        .iter()
+        .any(|g| g.decision == "F16")
+}

@@ -1,0 +1,91 @@
+//! Weights of realistic spread for a SigLIP graph, drawn from a seed, for
+//! checking that a configuration whose weights are not at hand builds and
+//! fits (`build-package --checkpoint DIR --random-weights SEED`).
+
+use std::f64::consts::PI;
+
+use ipu_package::graph::{Graph, ValueSet};
+
+use crate::imaging::synthetic::mix;
+use crate::siglip::VisionConfig;
+
+/// Hidden channels that carry large values in [`random_weights`], as
+/// trained SigLIP checkpoints have a few (reduced modulo the hidden size).
+pub const OUTLIER_CHANNELS: [u64; 2] = [3, 17];
+
+/// A standard normal sample from `(seed, tensor, index)`: Box–Muller on
+/// two hashed uniforms, so that every element is independent of the
+/// thread that draws it.
+fn normal(seed: u64, tensor: u64, index: u64) -> f32 {
+    let a = mix(seed ^ mix(tensor ^ mix(index)));
+    let b = mix(a ^ 0x5851_f42d_4c95_7f2d);
+    // Uniforms in (0, 1] and [0, 1) from the top 53 bits.
+    let u1 = ((a >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    let u2 = (b >> 11) as f64 / (1u64 << 53) as f64;
+    ((-2.0 * u1.ln()).sqrt() * (2.0 * PI * u2).cos()) as f32
+}
+
+/// Weights of realistic spread for every weight of `graph` (a SigLIP graph
+/// of `config`), drawn from `seed`, for checking that a configuration
+/// whose weights are not at hand builds and fits. The spreads are those
+/// of `fixtures/checkpoints/make_golden.py`: GEMM weights `N(0, 1/fan_in)`,
+/// biases `N(0, 0.02²)`, layer-norm gains `1 + N(0, 0.1²)` and offsets
+/// `N(0, 0.05²)`, the position embedding `N(0, 0.02²)`, the probe
+/// `N(0, 1)`; and [`OUTLIER_CHANNELS`] of the residual stream carry large
+/// values: their patch-embedding bias is 4, every `fc2` weight column for
+/// them is scaled by 8 and their `fc2` bias is 1.5. Deterministic whatever
+/// the thread count.
+pub fn random_weights(config: &VisionConfig, graph: &Graph, seed: u64) -> ValueSet {
+    use rayon::prelude::*;
+
+    let hidden = config.hidden();
+    let outliers: Vec<u64> = OUTLIER_CHANNELS.iter().map(|c| c % hidden).collect();
+    let mut set = ValueSet::new();
+    for id in graph.weights() {
+        let tensor = graph.tensor(id);
+        let name = tensor.name();
+        let extents = tensor.extents();
+        let columns = extents.last().copied().unwrap_or(1).max(1);
+        let key = mix(name.bytes().fold(0u64, |h, b| mix(h ^ u64::from(b))));
+        let is_fc2 = name.ends_with("fc2.w") || name.ends_with("fc2.b");
+        let residual = name.starts_with("enc") && is_fc2;
+        let (mean, std) = if name.ends_with(".g") {
+            (1.0, 0.1)
+        } else if name.ends_with("ln1.b")
+            || name.ends_with("ln2.b")
+            || name.ends_with("ln.b")
+            || name == "post.b"
+        {
+            (0.0, 0.05)
+        } else if name == "head.probe" {
+            (0.0, 1.0)
+        } else if name.ends_with(".w") {
+            (0.0, 1.0 / (extents[0].max(1) as f32).sqrt())
+        } else {
+            // Biases and the position embedding.
+            (0.0, 0.02)
+        };
+        let count = tensor.element_count() as usize;
+        let mut values = vec![0.0f32; count];
+        values
+            .par_chunks_mut(1 << 16)
+            .enumerate()
+            .for_each(|(block, chunk)| {
+                for (i, v) in chunk.iter_mut().enumerate() {
+                    let index = (block << 16) + i;
+                    let column = index as u64 % columns;
+                    *v = mean + std * normal(seed, key, index as u64);
+                    let outlier = outliers.contains(&column);
+                    if outlier && name == "embed.b" {
+                        *v = 4.0;
+                    } else if outlier && residual && name.ends_with(".w") {
+                        *v *= 8.0;
+                    } else if outlier && residual {
+                        *v = 1.5;
+                    }
+                }
+            });
+        set.insert(id, values);
+    }
+    set
+}

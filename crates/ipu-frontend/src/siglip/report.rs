@@ -1,0 +1,233 @@
+//! The precision report: every precision decision of a package built from
+//! a checkpoint, with what calibration measured for it (`precision` in
+//! the front end's part of the package's `model.json`).
+//!
+//! The report is both the record a user reads (why each tensor has its
+//! precision and scale, how many of its values saturate and its
+//! quantisation error) and the precision table the graph is built from
+//! ([`PrecisionReport::policy`]), so the two cannot disagree. It lists
+//! every tensor role of the graph: encoder tensors once for all layers
+//! (`enc{i}.fc1.w`, `x{i}`), since the encoder is one repeat whose
+//! iterations share precisions; figures for a role are over the union of
+//! its layers' values.
+//!
+//! ```json
+//! {"format": "ipu-backend/precision/v1", "softmax": "F16",
+//!  "calibration": {"inputs": ["a.png", ...], "saturation_threshold": 0.001, ...},
+//!  "outputs": [{"output": "pooled", "relative_rms": 0.02, "cosine": 0.9998, ...}],
+//!  "groups": [{"group": "bias", "roles": [...], "decision": "F16", ...}],
+//!  "tensors": [{"tensor": "enc{i}.fc1.w", "kind": "weight", "precision": "F143",
+//!               "scale": -9, "elements": 32768, "max_abs": 0.41, "saturated": 0.0,
+//!               "error": 0.021, "fp8_error": null, "reason": "..."}]}
+//! ```
+
+use std::collections::BTreeMap;
+
+use ipu_layout::{Fp8Format, Precision};
+use serde::{Deserialize, Serialize};
+
+use crate::siglip::policy::PrecisionPolicy;
+use ipu_package::graph::SoftmaxPrecision;
+
+/// The format tag of the precision report.
+pub const PRECISION_FORMAT: &str = "ipu-backend/precision/v1";
+
+/// The whole precision report (see the module header).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrecisionReport {
+    /// [`PRECISION_FORMAT`].
+    pub format: String,
+    /// The precision attention softmaxes are computed in: `F16` or `F32`.
+    pub softmax: String,
+    /// How the calibration was run.
+    pub calibration: CalibrationRecord,
+    /// Each graph output on the calibration inputs, against the same graph
+    /// with every tensor in F32.
+    pub outputs: Vec<OutputRecord>,
+    /// The F16 candidates and what keeping each group in F16 measured.
+    pub groups: Vec<GroupRecord>,
+    /// Every tensor role of the graph, in graph order.
+    pub tensors: Vec<TensorRecord>,
+}
+
+/// The calibration run behind the figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrationRecord {
+    /// The calibration images: file names, or `synthetic-K` for the
+    /// built-in synthetic images.
+    pub inputs: Vec<String>,
+    /// The fraction of saturated values above which a tensor is reported
+    /// (and refused under `--strict`).
+    pub saturation_threshold: f64,
+    /// Activation scales leave this factor between the calibration
+    /// maximum and the largest FP8 value.
+    pub activation_headroom: f64,
+    /// The least relative drop of the outputs' error that keeps a group
+    /// of small weights in F16.
+    pub f16_min_gain: f64,
+}
+
+/// One graph output on the calibration inputs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputRecord {
+    /// The output's name.
+    pub output: String,
+    /// `‖ours − f32‖₂ / ‖f32‖₂` with the package's precisions.
+    pub relative_rms: f64,
+    /// Cosine similarity with the F32 graph's output (whole tensor).
+    pub cosine: f64,
+    /// The relative RMS error with every F16 candidate in FP8.
+    pub all_fp8_relative_rms: f64,
+}
+
+/// A group of small weights that may stay in F16.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupRecord {
+    /// `bias` (GEMM biases), `layer_norm` (gains and offsets) or
+    /// `position` (weights added to activations: the position embedding).
+    pub group: String,
+    /// The roles in the group.
+    pub roles: Vec<String>,
+    /// Bytes the group takes beyond FP8 when kept in F16.
+    pub extra_bytes: u64,
+    /// The largest output relative RMS error with every candidate in FP8.
+    pub error_fp8: f64,
+    /// The same with this group alone in F16 (`null` when not measured).
+    pub error_f16: Option<f64>,
+    /// `F16` or `FP8`.
+    pub decision: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// One tensor role's precision and what calibration measured for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorRecord {
+    /// The tensor's name, or its role for encoder tensors (`enc{i}.fc1.w`).
+    pub tensor: String,
+    /// `input`, `weight`, `activation` (FP8 casts included) or `output`.
+    pub kind: String,
+    /// `F32`, `F16`, `F143` or `F152`.
+    pub precision: String,
+    /// The FP8 scale (value = code · 2^scale); `null` otherwise.
+    pub scale: Option<i8>,
+    /// Values measured (over every layer, and for activations every
+    /// calibration input).
+    pub elements: u64,
+    /// The largest magnitude measured (for FP8 casts, in the F32 graph the
+    /// scale was chosen from).
+    pub max_abs: f64,
+    /// The fraction of values beyond the precision's largest finite value.
+    pub saturated: f64,
+    /// The quantisation error `‖q(x) − x‖₂ / ‖x‖₂`; `null` where nothing
+    /// is quantised against a wider value (computed activations, inputs).
+    pub error: Option<f64>,
+    /// For a weight kept in F16: the error FP8 would have given.
+    pub fp8_error: Option<f64>,
+    /// Why the tensor has this precision.
+    pub reason: String,
+}
+
+/// Why a precision report cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReportError {
+    /// Another format.
+    #[error("its format is `{found}`, this reader reads `{PRECISION_FORMAT}`")]
+    Format {
+        /// The format found.
+        found: String,
+    },
+    /// A precision or scale is not one the graph knows.
+    #[error("tensor `{tensor}`: precision `{precision}` with scale {scale:?} is not valid")]
+    Precision {
+        /// The role.
+        tensor: String,
+        /// The precision string.
+        precision: String,
+        /// The scale.
+        scale: Option<i8>,
+    },
+    /// The softmax precision is neither F16 nor F32.
+    #[error("softmax precision `{found}` is not F16 or F32")]
+    Softmax {
+        /// What was found.
+        found: String,
+    },
+}
+
+/// `(name, scale)` of a precision, as the report writes it.
+pub fn precision_name(precision: Precision) -> (&'static str, Option<i8>) {
+    match precision {
+        Precision::F32 => ("F32", None),
+        Precision::F16 => ("F16", None),
+        Precision::F8 {
+            format: Fp8Format::F143,
+            scale,
+        } => ("F143", Some(scale)),
+        Precision::F8 {
+            format: Fp8Format::F152,
+            scale,
+        } => ("F152", Some(scale)),
+    }
+}
+
+fn parse_precision(name: &str, scale: Option<i8>) -> Option<Precision> {
+    match (name, scale) {
+        ("F32", None) => Some(Precision::F32),
+        ("F16", None) => Some(Precision::F16),
+        ("F143", Some(scale)) => Some(Precision::F8 {
+            format: Fp8Format::F143,
+            scale,
+        }),
+        ("F152", Some(scale)) => Some(Precision::F8 {
+            format: Fp8Format::F152,
+            scale,
+        }),
+        _ => None,
+    }
+}
+
+impl PrecisionReport {
+    /// The precision policy the report's table gives.
+    pub fn policy(&self) -> Result<PrecisionPolicy, ReportError> {
+        if self.format != PRECISION_FORMAT {
+            return Err(ReportError::Format {
+                found: self.format.clone(),
+            });
+        }
+        let softmax = match self.softmax.as_str() {
+            "F16" => SoftmaxPrecision::F16,
+            "F32" => SoftmaxPrecision::F32,
+            other => {
+                return Err(ReportError::Softmax {
+                    found: other.to_owned(),
+                });
+            }
+        };
+        let mut roles = BTreeMap::new();
+        for t in &self.tensors {
+            let precision =
+                parse_precision(&t.precision, t.scale).ok_or_else(|| ReportError::Precision {
+                    tensor: t.tensor.clone(),
+                    precision: t.precision.clone(),
+                    scale: t.scale,
+                })?;
+            roles.insert(t.tensor.clone(), precision);
+        }
+        Ok(PrecisionPolicy::from_roles(roles, softmax))
+    }
+
+    /// The tensors whose saturated fraction exceeds the threshold.
+    pub fn saturating(&self) -> Vec<&TensorRecord> {
+        self.tensors
+            .iter()
+            .filter(|t| t.saturated > self.calibration.saturation_threshold)
+            .collect()
+    }
+}
