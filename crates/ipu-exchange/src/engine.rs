@@ -14,12 +14,13 @@
 use ipu_layout::TileId;
 use rayon::prelude::*;
 
-use crate::check::ExchangeCheckError;
 use crate::encode::EncodedRows;
+use crate::error::ExchangeCheckError;
 use crate::fabric::Fabric;
+use crate::isa::Xpic;
 use crate::isa::{DecodeError, MAX_WORD_ADDRESS};
 use crate::model::ADDRESS_LIMIT;
-use crate::timeline::{Xpic, windows};
+use crate::timeline::windows;
 
 /// A send window of a tile: cycles `[start, end)`.
 #[derive(Clone, Copy, Debug)]
@@ -525,7 +526,8 @@ mod tests {
 
     use super::{NO_PIC, SendWin, decode_tile, first_arriving};
     use crate::isa::Instr;
-    use crate::timeline::{Xpic, decode};
+    use crate::isa::Xpic;
+    use crate::timeline::decode;
 
     #[test]
     fn a_tile_keeps_the_windows_it_listens_in_or_changes_state_in() {

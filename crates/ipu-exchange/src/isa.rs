@@ -36,7 +36,16 @@
 //! - `sendpicp` must start at an even word index of the row (8-byte
 //!   aligned when the row is 8-byte aligned in memory).
 
-use crate::timeline::Xpic;
+use ipu_layout::TileId;
+
+/// The receive mux state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Xpic {
+    /// Listening to nobody: nothing is written.
+    Disconnected,
+    /// Listening to this tile's transmit lane.
+    Listen(TileId),
+}
 
 /// Largest item count of `send`, `sendpic` and `sendpicp` (6-bit field).
 pub const MAX_SEND_ITEMS: u32 = 64;

@@ -44,11 +44,13 @@
 
 #![forbid(unsafe_code)]
 
+mod address;
 mod bounds;
 mod check;
 mod core;
 mod encode;
 mod engine;
+mod error;
 mod fabric;
 #[cfg(feature = "testing")]
 pub mod generate;
@@ -65,16 +67,16 @@ mod timeline;
 mod words;
 
 pub use bounds::{endpoint_lower_bound, multicast_lower_bound, stronger_lower_bound};
-pub use check::{CheckedRows, ExchangeCheckError, check_schedule, check_valid_schedule};
+pub use check::{CheckedRows, check_schedule, check_valid_schedule};
 pub use encode::EncodedRows;
+pub use error::{ExchangeCheckError, ReaddressMismatch, ScheduleError};
 pub use fabric::{Fabric, FabricError};
-pub use isa::{DecodeError, EncodeError, Instr};
+pub use isa::{DecodeError, EncodeError, Instr, Xpic};
 pub use model::{Phase, PhaseError, Transfer, ValidPhase, Width, validate_phase};
 pub use replay::{BlockCopy, ExchangeMemory, MemoryError, ReplayError, ReplayStats, replay};
 pub use schedule::{
-    ReaddressMismatch, Schedule, ScheduleConfig, ScheduleError, ScheduleKind, schedule,
-    schedule_phases, schedule_valid,
+    Schedule, ScheduleConfig, ScheduleKind, schedule, schedule_phases, schedule_valid,
 };
 pub use snapshot::{SCHEMA_VERSION, Snapshot, SnapshotError, SnapshotPhase, SnapshotTransfer};
 pub use stage::{BuiltinScheduler, ExchangeScheduler, Readdress, ScheduleOutput, ScheduleRequest};
-pub use timeline::{SendRun, Timeline, Window, Xpic, decode, row_end};
+pub use timeline::{SendRun, Timeline, Window, decode, row_end};

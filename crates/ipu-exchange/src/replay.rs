@@ -21,9 +21,9 @@ use std::ops::Range;
 use ipu_layout::TileId;
 use rayon::prelude::*;
 
-use crate::check::ExchangeCheckError;
 use crate::encode::EncodedRows;
 use crate::engine::{Run, replay_rows};
+use crate::error::ExchangeCheckError;
 use crate::fabric::Fabric;
 use crate::grouped::Grouped;
 use crate::words::none_meet;

@@ -7,9 +7,10 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use crate::check::check_schedule;
+use crate::error::ScheduleError;
 use crate::fabric::Fabric;
 use crate::model::Phase;
-use crate::schedule::{ScheduleConfig, ScheduleError, schedule};
+use crate::schedule::{ScheduleConfig, schedule};
 use crate::snapshot::{Snapshot, SnapshotError};
 
 /// Figures of one scheduled phase.

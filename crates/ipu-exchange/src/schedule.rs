@@ -18,13 +18,14 @@
 use ipu_layout::TileId;
 use rayon::prelude::*;
 
+use crate::address::Relocation;
 use crate::bounds::{lane_loads, multicast_bound_of, stronger_lower_bound};
 use crate::core::CoreOutput;
 use crate::encode::{Activity, EncodedRows, encode_tile};
+use crate::error::{ReaddressMismatch, ScheduleError};
 use crate::fabric::Fabric;
-use crate::isa::EncodeError;
-use crate::model::{Phase, PhaseError, ValidPhase, Width, validate_overlaps, validate_structure};
-use crate::relocate::{Relocation, relocate_rows};
+use crate::model::{Phase, ValidPhase, Width, validate_overlaps, validate_structure};
+use crate::relocate::relocate_rows;
 
 mod activity;
 mod plan;
@@ -289,135 +290,6 @@ impl Schedule {
     }
 }
 
-/// How a phase given to [`Schedule::readdress`] differs from the scheduled
-/// one beyond its addresses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReaddressMismatch {
-    /// The tile counts differ.
-    #[error("it has {phase_tiles} tiles, the schedule {schedule_tiles}")]
-    TileCount {
-        /// Tiles of the phase given.
-        phase_tiles: u32,
-        /// Tiles of the scheduled phase.
-        schedule_tiles: u32,
-    },
-    /// The phase has fewer transfers than the schedule moves.
-    #[error("it has fewer transfers ({transfers}) than the scheduled phase")]
-    FewerTransfers {
-        /// Transfers of the phase given.
-        transfers: usize,
-    },
-    /// A transfer's source, destination tiles or word count differ.
-    #[error("its source, destination tiles or words differ")]
-    Transfer,
-    /// A transfer sent as 64-bit items is no longer a contiguous Paired64
-    /// transfer.
-    #[error("it was scheduled as 64-bit items but is no longer paired")]
-    NoLongerPaired,
-}
-
-/// Why a phase could not be scheduled.
-#[derive(Clone, Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ScheduleError {
-    /// The phase breaks a modelling rule.
-    #[error("phase {phase}: {source}")]
-    Phase {
-        /// The phase number.
-        phase: u32,
-        /// What is wrong.
-        source: PhaseError,
-    },
-    /// The phase has more tiles than the fabric.
-    #[error(
-        "phase {phase} has {tile_count} tiles but the fabric has {fabric_tiles}; build the phase for this device"
-    )]
-    TileCount {
-        /// The phase number.
-        phase: u32,
-        /// The phase's tile count.
-        tile_count: u32,
-        /// The fabric's tile count.
-        fabric_tiles: u32,
-    },
-    /// A row could not be encoded (a bug in this crate).
-    #[error("phase {phase}, {tile}: {source}")]
-    Encode {
-        /// The phase number.
-        phase: u32,
-        /// The tile.
-        tile: TileId,
-        /// The encoder's complaint.
-        source: EncodeError,
-    },
-    /// The scheduler lost track of a transfer (a bug in this crate).
-    #[error("phase {phase}: the scheduler left transfers unscheduled (a bug in ipu-exchange)")]
-    Incomplete {
-        /// The phase number.
-        phase: u32,
-    },
-    /// The checker rejected the rows (a bug in this crate); with
-    /// `verify` on, nothing unchecked is returned.
-    #[error(
-        "phase {phase}: the checker rejects the encoded rows ({} errors, first: {}) (a bug in ipu-exchange)",
-        errors.len(),
-        errors.first().map(ToString::to_string).unwrap_or_default()
-    )]
-    Check {
-        /// The phase number.
-        phase: u32,
-        /// Every error the checker found.
-        errors: Vec<crate::check::ExchangeCheckError>,
-    },
-    /// [`Schedule::readdress`] was given a phase that is not the scheduled
-    /// one with other addresses.
-    #[error(
-        "phase {phase}: cannot reuse the schedule{}: {reason}",
-        transfer.map(|t| format!(" for transfer {t}")).unwrap_or_default()
-    )]
-    Readdress {
-        /// The phase number.
-        phase: u32,
-        /// The first transfer that differs, if one does.
-        transfer: Option<u32>,
-        /// How it differs.
-        #[source]
-        reason: ReaddressMismatch,
-    },
-    /// Rows being moved to other addresses do not decode (a bug in this
-    /// crate).
-    #[error(
-        "phase {phase}, {tile}: the rows to move do not decode: {source} (a bug in ipu-exchange)"
-    )]
-    Relocate {
-        /// The phase number.
-        phase: u32,
-        /// The tile.
-        tile: TileId,
-        /// The decoder's complaint.
-        source: crate::isa::DecodeError,
-    },
-    /// A horizon does not fit the instruction set (more than 2^40 cycles).
-    #[error("phase {phase} needs {horizon} cycles, more than rows can express; split the phase")]
-    TooLong {
-        /// The phase number.
-        phase: u32,
-        /// The horizon.
-        horizon: u64,
-    },
-    /// Another scheduler ([`ExchangeScheduler`](crate::ExchangeScheduler))
-    /// failed for a reason of its own.
-    #[error("phase {phase}: {source}")]
-    Scheduler {
-        /// The phase number.
-        phase: u32,
-        /// Its cause.
-        #[source]
-        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
-    },
-}
-
 /// A schedule before encoding.
 struct Plan {
     kind: ScheduleKind,
@@ -533,50 +405,7 @@ fn schedule_labeled(
                 multicast_bound_of(phase, fabric, &loads).max(stronger),
             )
         },
-        || {
-            if want_paired {
-                // Every Paired64 transfer that can go wide, and the share
-                // that balances each pair's lanes and ports (see
-                // `schedule/wide.rs`); the shorter of the two is the paired
-                // plan.
-                let all: Vec<bool> = phase
-                    .transfers
-                    .iter()
-                    .map(|t| wide::goes_wide(t, phase.tile_count, fabric))
-                    .collect();
-                let balanced = wide::balanced(phase, fabric);
-                let (ordinary, (all, balanced)) = rayon::join(
-                    || plan(phase, fabric, config, endpoint, word32_only, None),
-                    || {
-                        rayon::join(
-                            || plan(phase, fabric, config, endpoint, word32_only, Some(&all)),
-                            || {
-                                (balanced != all).then(|| {
-                                    plan(
-                                        phase,
-                                        fabric,
-                                        config,
-                                        endpoint,
-                                        word32_only,
-                                        Some(&balanced),
-                                    )
-                                })
-                            },
-                        )
-                    },
-                );
-                let paired = match balanced {
-                    Some(b) if b.send_horizon < all.send_horizon => b,
-                    _ => all,
-                };
-                (ordinary, Some(paired))
-            } else {
-                (
-                    plan(phase, fabric, config, endpoint, word32_only, None),
-                    None,
-                )
-            }
-        },
+        || plans(phase, fabric, config, endpoint, word32_only, want_paired),
     );
     overlaps.map_err(invalid)?;
     let finish = |p: &Plan| {
@@ -649,6 +478,62 @@ fn schedule_labeled(
         core: kept.core,
         relocations,
     })
+}
+
+/// The ordinary plan of `phase` and, when `want_paired`, the paired one:
+/// every Paired64 transfer that can go wide, or the share that balances
+/// each pair's lanes and ports (see `schedule/wide.rs`), whichever sends
+/// sooner. The plans are made in parallel.
+fn plans(
+    phase: &Phase,
+    fabric: &Fabric,
+    config: &ScheduleConfig,
+    endpoint: u64,
+    word32_only: bool,
+    want_paired: bool,
+) -> (Plan, Option<Plan>) {
+    if want_paired {
+        // Every Paired64 transfer that can go wide, and the share
+        // that balances each pair's lanes and ports (see
+        // `schedule/wide.rs`); the shorter of the two is the paired
+        // plan.
+        let all: Vec<bool> = phase
+            .transfers
+            .iter()
+            .map(|t| wide::goes_wide(t, phase.tile_count, fabric))
+            .collect();
+        let balanced = wide::balanced(phase, fabric);
+        let (ordinary, (all, balanced)) = rayon::join(
+            || plan(phase, fabric, config, endpoint, word32_only, None),
+            || {
+                rayon::join(
+                    || plan(phase, fabric, config, endpoint, word32_only, Some(&all)),
+                    || {
+                        (balanced != all).then(|| {
+                            plan(
+                                phase,
+                                fabric,
+                                config,
+                                endpoint,
+                                word32_only,
+                                Some(&balanced),
+                            )
+                        })
+                    },
+                )
+            },
+        );
+        let paired = match balanced {
+            Some(b) if b.send_horizon < all.send_horizon => b,
+            _ => all,
+        };
+        (ordinary, Some(paired))
+    } else {
+        (
+            plan(phase, fabric, config, endpoint, word32_only, None),
+            None,
+        )
+    }
 }
 
 /// Per tile, where relocatable rows' address fields point.

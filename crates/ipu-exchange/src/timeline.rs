@@ -5,18 +5,7 @@
 //! only finds where they end). The checker
 //! and [`replay`](crate::replay) read timelines, never the scheduler's data.
 
-use ipu_layout::TileId;
-
-use crate::isa::{DecodeError, Instr, MAX_WORD_ADDRESS, SCTL_WIDE};
-
-/// The receive mux state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Xpic {
-    /// Listening to nobody: nothing is written.
-    Disconnected,
-    /// Listening to this tile's transmit lane.
-    Listen(TileId),
-}
+use crate::isa::{DecodeError, Instr, MAX_WORD_ADDRESS, SCTL_WIDE, Xpic};
 
 /// Words sent during a window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
