@@ -660,8 +660,69 @@ fn explain(
     let it = &arena.items[k];
     let windows = &arena.window_sets[it.windows as usize];
     let n = tile.requests.len();
-    // Per section of the request's lifetime: the free gaps given what the
-    // greedy pass had placed and the reservations live there.
+    let (worst, alone_best) = worst_section(arena, &failure, k, n, windows);
+    let (largest, worst_s, gaps, live) = worst.unwrap_or((0, 0, Vec::new(), Vec::new()));
+    // The step of the worst section: the first step of the request inside it.
+    let step = arena
+        .times
+        .get(worst_s as usize)
+        .map_or(r.first_step, |&p| u32::try_from(p).unwrap_or(u32::MAX))
+        .max(r.first_step);
+    let verdict = verdict_of(bound, u64::from(r.bytes), alone_best, search);
+    let clamp = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    let live = live
+        .into_iter()
+        .map(|j| {
+            let o = clamp(failure.offsets[j]);
+            if j < n {
+                let q = &tile.requests[j];
+                LiveRange {
+                    occupant: Occupant::Request(q.id),
+                    last_step: Some(q.last_step),
+                    start: o,
+                    bytes: q.bytes,
+                }
+            } else {
+                let q = &tile.reservations[j - n];
+                LiveRange {
+                    occupant: Occupant::Reservation(q.label.clone()),
+                    last_step: q.steps.map(|s| s.1),
+                    start: o,
+                    bytes: q.end.saturating_sub(q.start),
+                }
+            }
+        })
+        .collect();
+    FitFailure {
+        tile: tile.tile,
+        request: r.id,
+        class: r.class,
+        bytes: r.bytes,
+        alignment: r.alignment,
+        first_step: r.first_step,
+        last_step: r.last_step,
+        allowed_ranges: map.class_ranges(r.class).to_vec(),
+        step,
+        free: gaps.iter().map(|&(a, b)| (clamp(a), clamp(b))).collect(),
+        largest_free_gap: clamp(largest),
+        live,
+        verdict,
+        failing_tiles: 1,
+    }
+}
+
+/// Per section of request `k`'s lifetime, the free gaps in its `windows`
+/// given what the greedy pass had placed (`failure`) and the reservations
+/// (items from `n` on) live there: the section with the smallest largest
+/// gap, and the largest gap the reservations alone leave in every section.
+fn worst_section(
+    arena: &Arena,
+    failure: &GreedyFailure,
+    k: usize,
+    n: usize,
+    windows: &[(u64, u64)],
+) -> (Option<WorstSection>, u64) {
+    let it = &arena.items[k];
     let mut worst: Option<WorstSection> = None;
     let mut alone_best = 0u64;
     let sections: Vec<u32> = if it.live() {
@@ -706,20 +767,20 @@ fn explain(
             worst = Some((largest, s, gaps, live));
         }
     }
-    let (largest, worst_s, gaps, live) = worst.unwrap_or((0, 0, Vec::new(), Vec::new()));
-    // The step of the worst section: the first step of the request inside it.
-    let step = arena
-        .times
-        .get(worst_s as usize)
-        .map_or(r.first_step, |&p| u32::try_from(p).unwrap_or(u32::MAX))
-        .max(r.first_step);
-    let verdict = if let Some((class, short)) = bound.worst_shortfall() {
+    (worst, alone_best)
+}
+
+/// Why a request of `bytes` failed: the bound already exceeded, no gap
+/// large enough even beside the reservations alone, or what the exact
+/// search ended with at the tightest class's peak.
+fn verdict_of(bound: &TileBound, bytes: u64, alone_best: u64, search: SearchEnd) -> Verdict {
+    if let Some((class, short)) = bound.worst_shortfall() {
         Verdict::BoundExceeded {
             class,
             step: short.step,
             needs_bytes: short.bytes,
         }
-    } else if u64::from(r.bytes) > alone_best {
+    } else if bytes > alone_best {
         Verdict::TooLarge {
             largest_gap: u32::try_from(alone_best).unwrap_or(u32::MAX),
         }
@@ -761,45 +822,5 @@ fn explain(
                 usable_bytes,
             },
         }
-    };
-    let clamp = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
-    let live = live
-        .into_iter()
-        .map(|j| {
-            let o = clamp(failure.offsets[j]);
-            if j < n {
-                let q = &tile.requests[j];
-                LiveRange {
-                    occupant: Occupant::Request(q.id),
-                    last_step: Some(q.last_step),
-                    start: o,
-                    bytes: q.bytes,
-                }
-            } else {
-                let q = &tile.reservations[j - n];
-                LiveRange {
-                    occupant: Occupant::Reservation(q.label.clone()),
-                    last_step: q.steps.map(|s| s.1),
-                    start: o,
-                    bytes: q.end.saturating_sub(q.start),
-                }
-            }
-        })
-        .collect();
-    FitFailure {
-        tile: tile.tile,
-        request: r.id,
-        class: r.class,
-        bytes: r.bytes,
-        alignment: r.alignment,
-        first_step: r.first_step,
-        last_step: r.last_step,
-        allowed_ranges: map.class_ranges(r.class).to_vec(),
-        step,
-        free: gaps.iter().map(|&(a, b)| (clamp(a), clamp(b))).collect(),
-        largest_free_gap: clamp(largest),
-        live,
-        verdict,
-        failing_tiles: 1,
     }
 }

@@ -118,106 +118,10 @@ impl Prepared {
             .collect();
         let any_partners = partners.iter().any(|p| !p.is_empty());
 
-        // Fixed obstacles per free item.
-        let index = TimeIndex::new(&arena.items);
-        let mut statics = vec![Vec::new(); m];
+        let statics = fixed_obstacles(arena, &start, &end);
         let any_fixed = arena.items.iter().any(|it| it.fixed.is_some() && it.live());
-        if any_fixed {
-            let mut hits = Vec::new();
-            for k in 0..m {
-                hits.clear();
-                index.query(start[k], end[k], &mut hits);
-                let mut list: Vec<(u64, u64)> = hits
-                    .iter()
-                    .filter_map(|&q| {
-                        let it = &arena.items[q as usize];
-                        let o = it.fixed?;
-                        (it.size > 0).then(|| (o, o.saturating_add(it.size)))
-                    })
-                    .collect();
-                merge_intervals(&mut list);
-                statics[k] = list;
-            }
-        }
-
-        // Blocked bytes per section.
-        let mut allowed: Vec<(u64, u64)> = Vec::new();
-        let mut seen = vec![false; arena.window_sets.len()];
-        for &w in &windows {
-            if !seen[w as usize] {
-                seen[w as usize] = true;
-                allowed.extend(arena.window_sets[w as usize].iter().copied());
-            }
-        }
-        merge_intervals(&mut allowed);
-        let mut outside = Vec::new();
-        let mut cur = arena.base;
-        for &(a, b) in &allowed {
-            if a > cur {
-                outside.push((cur, a.min(arena.limit)));
-            }
-            cur = cur.max(b);
-        }
-        if cur < arena.limit {
-            outside.push((cur, arena.limit));
-        }
-        let mut blocked = vec![outside; sections];
-        for it in &arena.items {
-            if let (Some(o), true) = (it.fixed, it.live()) {
-                for s in it.start..it.end {
-                    blocked[s as usize].push((o, o.saturating_add(it.size)));
-                }
-            }
-        }
-        let mut blocked_suffix = Vec::with_capacity(sections);
-        for list in &mut blocked {
-            merge_intervals(list);
-            let mut suffix = vec![0u64; list.len() + 1];
-            for k in (0..list.len()).rev() {
-                let (a, b) = list[k];
-                let len = b.min(arena.limit).saturating_sub(a.max(arena.base));
-                suffix[k] = suffix[k + 1].saturating_add(len);
-            }
-            blocked_suffix.push(suffix);
-        }
-
-        // Overlap adjacency by a sweep in start order.
-        let mut order: Vec<u32> = (0..m as u32).collect();
-        order.sort_unstable_by_key(|&k| (start[k as usize], k));
-        let mut degree = vec![0u32; m + 1];
-        let mut active: Vec<u32> = Vec::new();
-        let mut pairs = 0usize;
-        for &k in &order {
-            let s = start[k as usize];
-            active.retain(|&q| end[q as usize] > s);
-            pairs += active.len();
-            if pairs > MAX_ADJACENCY / 2 {
-                return None;
-            }
-            for &q in &active {
-                degree[k as usize + 1] += 1;
-                degree[q as usize + 1] += 1;
-            }
-            active.push(k);
-        }
-        for k in 0..m {
-            degree[k + 1] += degree[k];
-        }
-        let adj_start = degree;
-        let mut fill: Vec<u32> = adj_start[..m].to_vec();
-        let mut adj = vec![0u32; pairs * 2];
-        active.clear();
-        for &k in &order {
-            let s = start[k as usize];
-            active.retain(|&q| end[q as usize] > s);
-            for &q in &active {
-                adj[fill[k as usize] as usize] = q;
-                fill[k as usize] += 1;
-                adj[fill[q as usize] as usize] = k;
-                fill[q as usize] += 1;
-            }
-            active.push(k);
-        }
+        let (blocked, blocked_suffix) = blocked_bytes(arena, &windows, sections);
+        let (adj_start, adj) = overlap_adjacency(&start, &end)?;
 
         let mut by_start = vec![Vec::new(); sections];
         let mut live = vec![0u64; sections];
@@ -321,4 +225,129 @@ impl Prepared {
         }
         rank
     }
+}
+
+/// Sorted, disjoint byte intervals `[start, end)`.
+type Intervals = Vec<(u64, u64)>;
+
+/// Per free item (`start`, `end` its sections), the merged byte intervals
+/// of the fixed items live beside it.
+fn fixed_obstacles(arena: &Arena, start: &[u32], end: &[u32]) -> Vec<Intervals> {
+    let m = start.len();
+    let index = TimeIndex::new(&arena.items);
+    let mut statics = vec![Vec::new(); m];
+    let any_fixed = arena.items.iter().any(|it| it.fixed.is_some() && it.live());
+    if any_fixed {
+        let mut hits = Vec::new();
+        for k in 0..m {
+            hits.clear();
+            index.query(start[k], end[k], &mut hits);
+            let mut list: Vec<(u64, u64)> = hits
+                .iter()
+                .filter_map(|&q| {
+                    let it = &arena.items[q as usize];
+                    let o = it.fixed?;
+                    (it.size > 0).then(|| (o, o.saturating_add(it.size)))
+                })
+                .collect();
+            merge_intervals(&mut list);
+            statics[k] = list;
+        }
+    }
+    statics
+}
+
+/// Per section, the merged byte intervals no free item may use (outside
+/// every window of the items' window sets, or held by a fixed item live
+/// there), and per section the suffix sums of their lengths inside the
+/// arena.
+fn blocked_bytes(
+    arena: &Arena,
+    windows: &[u32],
+    sections: usize,
+) -> (Vec<Intervals>, Vec<Vec<u64>>) {
+    let mut allowed: Vec<(u64, u64)> = Vec::new();
+    let mut seen = vec![false; arena.window_sets.len()];
+    for &w in windows {
+        if !seen[w as usize] {
+            seen[w as usize] = true;
+            allowed.extend(arena.window_sets[w as usize].iter().copied());
+        }
+    }
+    merge_intervals(&mut allowed);
+    let mut outside = Vec::new();
+    let mut cur = arena.base;
+    for &(a, b) in &allowed {
+        if a > cur {
+            outside.push((cur, a.min(arena.limit)));
+        }
+        cur = cur.max(b);
+    }
+    if cur < arena.limit {
+        outside.push((cur, arena.limit));
+    }
+    let mut blocked = vec![outside; sections];
+    for it in &arena.items {
+        if let (Some(o), true) = (it.fixed, it.live()) {
+            for s in it.start..it.end {
+                blocked[s as usize].push((o, o.saturating_add(it.size)));
+            }
+        }
+    }
+    let mut blocked_suffix = Vec::with_capacity(sections);
+    for list in &mut blocked {
+        merge_intervals(list);
+        let mut suffix = vec![0u64; list.len() + 1];
+        for k in (0..list.len()).rev() {
+            let (a, b) = list[k];
+            let len = b.min(arena.limit).saturating_sub(a.max(arena.base));
+            suffix[k] = suffix[k + 1].saturating_add(len);
+        }
+        blocked_suffix.push(suffix);
+    }
+    (blocked, blocked_suffix)
+}
+
+/// The overlap graph of items live over `start..end` sections, by a sweep
+/// in start order: per item the offset of its neighbours in the flat
+/// list, and the list. `None` past [`MAX_ADJACENCY`] pairs.
+fn overlap_adjacency(start: &[u32], end: &[u32]) -> Option<(Vec<u32>, Vec<u32>)> {
+    let m = start.len();
+    let mut order: Vec<u32> = (0..m as u32).collect();
+    order.sort_unstable_by_key(|&k| (start[k as usize], k));
+    let mut degree = vec![0u32; m + 1];
+    let mut active: Vec<u32> = Vec::new();
+    let mut pairs = 0usize;
+    for &k in &order {
+        let s = start[k as usize];
+        active.retain(|&q| end[q as usize] > s);
+        pairs += active.len();
+        if pairs > MAX_ADJACENCY / 2 {
+            return None;
+        }
+        for &q in &active {
+            degree[k as usize + 1] += 1;
+            degree[q as usize + 1] += 1;
+        }
+        active.push(k);
+    }
+    for k in 0..m {
+        degree[k + 1] += degree[k];
+    }
+    let adj_start = degree;
+    let mut fill: Vec<u32> = adj_start[..m].to_vec();
+    let mut adj = vec![0u32; pairs * 2];
+    active.clear();
+    for &k in &order {
+        let s = start[k as usize];
+        active.retain(|&q| end[q as usize] > s);
+        for &q in &active {
+            adj[fill[k as usize] as usize] = q;
+            fill[k as usize] += 1;
+            adj[fill[q as usize] as usize] = k;
+            fill[q as usize] += 1;
+        }
+        active.push(k);
+    }
+    Some((adj_start, adj))
 }

@@ -548,14 +548,11 @@ impl<'a> Search<'a> {
         !looser((self.last, self.last_rank), (l, r)) || (self.last, self.last_rank) == (l, r)
     }
 
-    /// Computes positions, runs the bounds and tries the children.
-    fn expand(&mut self, depth: usize, lo: usize, hi: usize, level: u64) -> Step {
-        // Positions of the unplaced items of this part, and the dominance
-        // height.
-        // The unplaced items of this part, in the parent's order when there
-        // is one: the keys change little from node to node, so the sort
-        // below then sees long sorted runs.
-        let mut open = std::mem::take(&mut self.open);
+    /// Lists in `open` the unplaced items starting in sections `lo..hi`,
+    /// in the parent's order when there is one: the keys change little
+    /// from node to node, so the sort of the children then sees long
+    /// sorted runs.
+    fn collect_open(&self, depth: usize, lo: usize, hi: usize, open: &mut Vec<u32>) {
         open.clear();
         match self.orders.get(depth.wrapping_sub(1)) {
             Some(parent) if depth > 0 && !parent.is_empty() => {
@@ -577,19 +574,22 @@ impl<'a> Search<'a> {
                 }
             }
         }
+    }
+
+    /// Computes each open item's canonical position (`pos`) and release
+    /// address (`rel`), and returns the dominance height: the lowest top
+    /// of an unpartnered open item. `None` when an item has no position
+    /// or no support.
+    fn position_open(&mut self, open: &[u32], level: u64) -> Option<u64> {
         let mut height = u64::MAX;
-        let mut ok = true;
-        for &k in &open {
+        for &k in open {
             let k = k as usize;
             let f = self.floor[k];
             // A pushed-down placement puts the item at its lowest address
             // above its floor, whatever `L` is; that address is a child only
             // if it is not below `L`. Either way the item ends at or above
             // `rel`.
-            let Some(at) = self.position(k, f) else {
-                ok = false;
-                break;
-            };
+            let at = self.position(k, f)?;
             self.pos[k] = at;
             let rel = if at >= self.last {
                 Some(at)
@@ -599,15 +599,24 @@ impl<'a> Search<'a> {
                 // lowest level, or an edge of its windows and obstacles.
                 self.support_from(k, level, self.last)
             };
-            let Some(rel) = rel else {
-                ok = false;
-                break;
-            };
+            let rel = rel?;
             self.rel[k] = rel;
             if self.p.partners[k].is_empty() {
                 height = height.min(at.saturating_add(self.p.size[k]));
             }
         }
+        Some(height)
+    }
+
+    /// Computes positions, runs the bounds and tries the children.
+    fn expand(&mut self, depth: usize, lo: usize, hi: usize, level: u64) -> Step {
+        // The unplaced items of this part, their positions, and the
+        // dominance height.
+        let mut open = std::mem::take(&mut self.open);
+        self.collect_open(depth, lo, hi, &mut open);
+        let positioned = self.position_open(&open, level);
+        let mut ok = positioned.is_some();
+        let height = positioned.unwrap_or(u64::MAX);
         // An item that fits wholly below `L` could have gone there: every
         // child would be dominated.
         // One order serves the release bound and the children: by release
