@@ -249,6 +249,24 @@ pub(crate) fn build_fixture(request: &FixtureBuild) -> Result<Built, BuildFailur
     if let Some(file) = &request.write_phases {
         record_phases::check_file(file).map_err(BuildFailure::Other)?;
     }
+    let (built, recorded, tiles) = build_unwritten(request)?;
+    built
+        .package
+        .write(&request.out)
+        .map_err(|e| BuildFailure::Other(format!("writing the package: {e}")))?;
+    if let (Some(phases), Some(file)) = (&recorded, &request.write_phases) {
+        let count = record_phases::write(phases, tiles, file).map_err(BuildFailure::Other)?;
+        eprintln!("wrote {count} exchange phases to {}", file.display());
+    }
+    Ok(built)
+}
+
+/// The build of [`build_fixture`] without writing anything: the package,
+/// the exchange phases it scheduled when `request.write_phases` asks for
+/// them, and the tiles it used.
+pub(crate) fn build_unwritten(
+    request: &FixtureBuild,
+) -> Result<(Built, Option<Recorded>, u32), BuildFailure> {
     let target = crate::device::read(request.device.as_deref())
         .map_err(|e| BuildFailure::Usage(e.to_string()))?;
     check_tiles(request.tiles, &target).map_err(BuildFailure::Usage)?;
@@ -302,18 +320,12 @@ pub(crate) fn build_fixture(request: &FixtureBuild) -> Result<Built, BuildFailur
             });
         }
     };
-    package
-        .write(&request.out)
-        .map_err(|e| BuildFailure::Other(format!("writing the package: {e}")))?;
-    if let (Some(phases), Some(file)) = (&recorded, &request.write_phases) {
-        let count = record_phases::write(phases, tiles, file).map_err(BuildFailure::Other)?;
-        eprintln!("wrote {count} exchange phases to {}", file.display());
-    }
-    Ok(Built {
+    let built = Built {
         package,
         model: graph.name().to_owned(),
         started,
-    })
+    };
+    Ok((built, recorded, tiles))
 }
 
 /// `build-package --checkpoint DIR`: calibrate, build, write (module

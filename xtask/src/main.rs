@@ -39,6 +39,7 @@ mod progress;
 mod record_phases;
 mod report;
 mod run_package;
+mod throughput;
 
 /// The project's tasks: build, run, inspect and measure IPU21 packages,
 /// and run what CI runs.
@@ -72,6 +73,9 @@ enum Task {
     /// Print a package's cycle estimate: per layer, whole model,
     /// images/s, roofline
     Profile(profile::Args),
+    /// Images per second by batch (default 1, 2, 4) and the largest batch
+    /// that fits, from fresh builds of the fixture
+    Throughput(throughput::Args),
     /// Write a self-contained HTML report of a package's time and memory
     Report(report::Args),
     /// Run the whole test suite and the embedding example (what CI runs)
@@ -109,6 +113,7 @@ impl Task {
             Task::InspectPackage(args) => run_package::inspect(&args.package),
             Task::BenchSim(args) => bench_sim::run(&args),
             Task::Profile(args) => profile::run(&args),
+            Task::Throughput(args) => throughput::run(&args),
             Task::Report(args) => report::run(&args),
             Task::Test(args) => test(&args),
             Task::Exchange(args) => exchange::run(&args),

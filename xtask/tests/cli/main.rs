@@ -23,4 +23,5 @@ mod phases;
 mod report;
 mod run;
 mod support;
+mod throughput;
 mod usage;

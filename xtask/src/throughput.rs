@@ -1,0 +1,173 @@
+//! `cargo xtask throughput`: images (items) per second by batch.
+//!
+//! Builds the fixture (default: the embedded SigLIP so400m) at each batch
+//! asked for, estimates each package as `profile` does (the estimate the
+//! tile model's count is held to), and prints per batch the cycles of a
+//! run, items per second, the FP8 roofline ratio and the build time. Then
+//! it looks for the largest batch that fits: from the largest listed batch
+//! that fits, one batch more at a time until a build fails or `--up-to` is
+//! reached, and says why the first batch that does not fit failed (proved
+//! impossible, with the step and bytes, or left undecided by the placer's
+//! search). Nothing is written; the figures depend only on the build, not
+//! on the machine.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::build_package::{BuildFailure, FixtureBuild, build_unwritten};
+
+/// Options of `throughput`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The fixture (default: the embedded SigLIP so400m).
+    #[arg(long)]
+    fixture: Option<PathBuf>,
+    /// The batches to build and estimate, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = [1u64, 2, 4],
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    batches: Vec<u64>,
+    /// The largest batch tried when looking for the largest that fits
+    /// (no search when it is not above every listed batch).
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u64).range(1..))]
+    up_to: u64,
+    /// Override another fixture parameter, e.g. `--param layers=1`
+    /// (repeatable).
+    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = crate::params::parse_param)]
+    params: Vec<(String, u64)>,
+    /// The device description (default: the built-in IPU21 of the C600).
+    #[arg(long, value_name = "FILE")]
+    device: Option<PathBuf>,
+    /// Tiles to use (default: every tile of the device).
+    #[arg(long)]
+    tiles: Option<u32>,
+    /// The kernel cache root (default: $IPU_KERNEL_CACHE, then the XDG cache).
+    #[arg(long)]
+    kernel_cache: Option<PathBuf>,
+    /// Exact-search nodes per tile that no greedy pass places (as
+    /// `build-package --alloc-effort`).
+    #[arg(long, value_name = "NODES")]
+    alloc_effort: Option<u64>,
+}
+
+/// One batch's outcome.
+enum Outcome {
+    /// Built: the figures of its estimate.
+    Fits {
+        cycles: u64,
+        items_per_second: f64,
+        fp8_roofline: f64,
+        build_ms: u128,
+    },
+    /// Not built: why, in one line.
+    Fails(String),
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, String> {
+    let mut batches = args.batches.clone();
+    batches.sort_unstable();
+    batches.dedup();
+    println!(
+        "{:>5}  {:>13}  {:>9}  {:>12}  {:>9}",
+        "batch", "cycles", "items/s", "FP8 roofline", "build ms"
+    );
+    let mut largest_fit = None;
+    for &batch in &batches {
+        let outcome = build(args, batch)?;
+        print_row(batch, &outcome);
+        if matches!(outcome, Outcome::Fits { .. }) {
+            largest_fit = Some(batch);
+        }
+    }
+    let Some(mut fit) = largest_fit else {
+        println!("no listed batch fits");
+        return Ok(ExitCode::FAILURE);
+    };
+    // Only search upward from a fitting batch above which nothing listed
+    // failed: a listed larger batch that failed already bounds the search.
+    let listed_max = batches.last().copied().unwrap_or(fit);
+    if fit == listed_max && args.up_to > listed_max {
+        let mut failure = None;
+        for batch in listed_max + 1..=args.up_to {
+            let outcome = build(args, batch)?;
+            print_row(batch, &outcome);
+            match outcome {
+                Outcome::Fits { .. } => fit = batch,
+                Outcome::Fails(why) => {
+                    failure = Some((batch, why));
+                    break;
+                }
+            }
+        }
+        match failure {
+            Some((batch, why)) => {
+                println!("largest batch that fits: {fit} (batch {batch}: {why})")
+            }
+            None => println!(
+                "largest batch that fits: at least {fit} (every batch up to --up-to {} fits)",
+                args.up_to
+            ),
+        }
+    } else {
+        println!(
+            "largest listed batch that fits: {fit} (no search above: a larger listed batch fails or --up-to is not above {listed_max})"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Builds and estimates one batch. A build that does not fit is an
+/// outcome; a request the build cannot take is the task's error.
+fn build(args: &Args, batch: u64) -> Result<Outcome, String> {
+    let mut overrides = vec![("batch".to_owned(), batch)];
+    overrides.extend(args.params.iter().cloned());
+    let request = FixtureBuild {
+        fixture: args.fixture.clone(),
+        overrides,
+        device: args.device.clone(),
+        tiles: args.tiles,
+        kernel_cache: args.kernel_cache.clone(),
+        out: PathBuf::new(),
+        write_phases: None,
+        alloc_effort: args.alloc_effort,
+    };
+    match build_unwritten(&request) {
+        Ok((built, _, _)) => {
+            let build_ms = built.started.elapsed().as_millis();
+            let profile = crate::profile::fresh_profile(&built.package)?;
+            Ok(Outcome::Fits {
+                cycles: profile.totals.cycles,
+                items_per_second: profile.items_per_second(),
+                fp8_roofline: profile.fp8_roofline_ratio(),
+                build_ms,
+            })
+        }
+        Err(BuildFailure::Build { error, .. }) => {
+            // The cause up to its first detail: what failed and where.
+            let text = error.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            Ok(Outcome::Fails(
+                first.split("; ").next().unwrap_or(first).to_owned(),
+            ))
+        }
+        Err(other) => Err(format!("batch {batch}: {other}")),
+    }
+}
+
+fn print_row(batch: u64, outcome: &Outcome) {
+    match outcome {
+        Outcome::Fits {
+            cycles,
+            items_per_second,
+            fp8_roofline,
+            build_ms,
+        } => println!(
+            "{batch:>5}  {cycles:>13}  {items_per_second:>9.1}  {:>11.1}%  {build_ms:>9}",
+            100.0 * fp8_roofline
+        ),
+        Outcome::Fails(why) => println!("{batch:>5}  does not fit: {why}"),
+    }
+}
