@@ -17,7 +17,9 @@ use std::process::ExitCode;
 
 use ipu_package::graph::parse_fixture;
 use ipu_package::package::Package;
-use ipu_package::profile::{Profile, ProfileConfig, StepKind, estimate};
+use ipu_package::profile::{
+    Profile, ProfileConfig, RepeatProfile, StepKind, StepProfile, estimate,
+};
 
 /// Options of `profile`.
 #[derive(clap::Args, Debug)]
@@ -208,89 +210,9 @@ pub(crate) fn render(p: &Profile, list_steps: bool) -> String {
     }
     if let Some(r) = p.repeats.first() {
         let body = &p.steps[r.first_step as usize..(r.first_step + r.steps) as usize];
-        let mut ops: BTreeMap<&str, OpRow> = BTreeMap::new();
-        let mut order: Vec<&str> = Vec::new();
-        for s in body {
-            let key = s.op.as_str();
-            let e = ops.entry(key).or_insert_with(|| {
-                order.push(key);
-                OpRow::default()
-            });
-            e.steps += 1;
-            match s.kind {
-                StepKind::Compute => {
-                    e.compute += s.work_cycles;
-                    e.compute_floor += s.floor_cycles;
-                }
-                StepKind::Exchange => {
-                    e.exchange += s.work_cycles;
-                    e.exchange_floor += s.floor_cycles;
-                }
-            }
-            e.sync += s.sync_cycles;
-        }
-        let _ = writeln!(
-            out,
-            "\nper op of one {} iteration (cycles; % of the iteration; each part against its floor):\n  {:<16} {:>5} {:>10} {:>10} {:>6} {:>10} {:>10} {:>6} {:>8} {:>10} {:>6}",
-            r.name,
-            "op",
-            "steps",
-            "compute",
-            "floor",
-            "ratio",
-            "exchange",
-            "floor",
-            "ratio",
-            "sync",
-            "total",
-            "%"
-        );
-        for key in order {
-            let o = &ops[key];
-            let total = o.compute + o.exchange + o.sync;
-            let _ = writeln!(
-                out,
-                "  {:<16} {:>5} {:>10} {:>10} {:>6.2} {:>10} {:>10} {:>6.2} {:>8} {:>10} {:>5.1}%",
-                key,
-                o.steps,
-                o.compute,
-                o.compute_floor,
-                ratio(o.compute, o.compute_floor),
-                o.exchange,
-                o.exchange_floor,
-                ratio(o.exchange, o.exchange_floor),
-                o.sync,
-                total,
-                pct(total, r.cycles)
-            );
-        }
+        render_ops(&mut out, r, body);
         if list_steps {
-            let _ = writeln!(out, "\nsteps of one {} iteration:", r.name);
-            for s in body {
-                let phase = s.exchange.as_ref().map_or(String::new(), |x| {
-                    format!(
-                        " horizon {} bound {} copies {}",
-                        x.horizon, x.endpoint_lower_bound, x.copy_cycles
-                    )
-                });
-                let _ = writeln!(
-                    out,
-                    "  {:>4} {:<8} {:<32} {:>9} floor {:>9} ({:>5.2}) busiest {:<6} active {:>5} mean {:>9}{}",
-                    s.index,
-                    match s.kind {
-                        StepKind::Compute => "compute",
-                        StepKind::Exchange => "exchange",
-                    },
-                    s.name,
-                    s.cycles,
-                    s.floor_cycles,
-                    ratio(s.work_cycles, s.floor_cycles),
-                    s.busiest_tile.map_or("-".to_owned(), |t| t.to_string()),
-                    s.active_tiles,
-                    s.mean_tile_cycles,
-                    phase
-                );
-            }
+            render_steps(&mut out, r, body);
         }
     }
     let _ = writeln!(
@@ -312,6 +234,100 @@ pub(crate) fn render(p: &Profile, list_steps: bool) -> String {
         );
     }
     out
+}
+
+/// The per-op table of one iteration of repeat `r` (its steps `body`):
+/// compute and exchange against their floors.
+fn render_ops(out: &mut String, r: &RepeatProfile, body: &[StepProfile]) {
+    use std::fmt::Write as _;
+    let mut ops: BTreeMap<&str, OpRow> = BTreeMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    for s in body {
+        let key = s.op.as_str();
+        let e = ops.entry(key).or_insert_with(|| {
+            order.push(key);
+            OpRow::default()
+        });
+        e.steps += 1;
+        match s.kind {
+            StepKind::Compute => {
+                e.compute += s.work_cycles;
+                e.compute_floor += s.floor_cycles;
+            }
+            StepKind::Exchange => {
+                e.exchange += s.work_cycles;
+                e.exchange_floor += s.floor_cycles;
+            }
+        }
+        e.sync += s.sync_cycles;
+    }
+    let _ = writeln!(
+        out,
+        "\nper op of one {} iteration (cycles; % of the iteration; each part against its floor):\n  {:<16} {:>5} {:>10} {:>10} {:>6} {:>10} {:>10} {:>6} {:>8} {:>10} {:>6}",
+        r.name,
+        "op",
+        "steps",
+        "compute",
+        "floor",
+        "ratio",
+        "exchange",
+        "floor",
+        "ratio",
+        "sync",
+        "total",
+        "%"
+    );
+    for key in order {
+        let o = &ops[key];
+        let total = o.compute + o.exchange + o.sync;
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>5} {:>10} {:>10} {:>6.2} {:>10} {:>10} {:>6.2} {:>8} {:>10} {:>5.1}%",
+            key,
+            o.steps,
+            o.compute,
+            o.compute_floor,
+            ratio(o.compute, o.compute_floor),
+            o.exchange,
+            o.exchange_floor,
+            ratio(o.exchange, o.exchange_floor),
+            o.sync,
+            total,
+            pct(total, r.cycles)
+        );
+    }
+}
+
+/// Every step of one iteration of repeat `r` (its steps `body`), with its
+/// floor.
+fn render_steps(out: &mut String, r: &RepeatProfile, body: &[StepProfile]) {
+    use std::fmt::Write as _;
+    let _ = writeln!(out, "\nsteps of one {} iteration:", r.name);
+    for s in body {
+        let phase = s.exchange.as_ref().map_or(String::new(), |x| {
+            format!(
+                " horizon {} bound {} copies {}",
+                x.horizon, x.endpoint_lower_bound, x.copy_cycles
+            )
+        });
+        let _ = writeln!(
+            out,
+            "  {:>4} {:<8} {:<32} {:>9} floor {:>9} ({:>5.2}) busiest {:<6} active {:>5} mean {:>9}{}",
+            s.index,
+            match s.kind {
+                StepKind::Compute => "compute",
+                StepKind::Exchange => "exchange",
+            },
+            s.name,
+            s.cycles,
+            s.floor_cycles,
+            ratio(s.work_cycles, s.floor_cycles),
+            s.busiest_tile.map_or("-".to_owned(), |t| t.to_string()),
+            s.active_tiles,
+            s.mean_tile_cycles,
+            phase
+        );
+    }
 }
 
 /// One op's steps in one iteration, and their floors.
