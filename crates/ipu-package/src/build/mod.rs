@@ -393,6 +393,16 @@ struct FailedPlan {
     repeated: bool,
 }
 
+/// Raises each tile's support reservation to what an earlier round
+/// measured there, if one did.
+fn raise_to_measured(reserved: &mut [u32], measured: Option<&[u32]>) {
+    if let Some(m) = measured {
+        for (r, &m) in reserved.iter_mut().zip(m) {
+            *r = (*r).max(m);
+        }
+    }
+}
+
 /// One plan at the current transient budget.
 fn plan_once(
     graph: &Graph,
@@ -458,11 +468,7 @@ fn plan_once(
             reserved.iter().map(|&b| u64::from(b)).sum::<u64>() / u64::from(device.tiles.max(1)),
         "reserved support memory"
     );
-    if let Some(m) = measured.as_ref() {
-        for (r, &m) in reserved.iter_mut().zip(m) {
-            *r = (*r).max(m);
-        }
-    }
+    raise_to_measured(&mut reserved, measured.as_deref());
     // Reservation, then verification of the real rows against it.
     let mut rounds = 0;
     // The previous round: placing again moves data but not the transfers,
@@ -483,11 +489,7 @@ fn plan_once(
                 // rows outgrow it are placed again.
                 estimate = support::Estimate::Likely;
                 reserved = sizes.reservations(estimate);
-                if let Some(m) = measured.as_ref() {
-                    for (r, &m) in reserved.iter_mut().zip(m) {
-                        *r = (*r).max(m);
-                    }
-                }
+                raise_to_measured(&mut reserved, measured.as_deref());
                 warn!(
                     error = %error,
                     max_reserved_bytes = reserved.iter().max().copied().unwrap_or(0),
