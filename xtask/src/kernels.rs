@@ -141,30 +141,5 @@ pub fn run() -> Result<ExitCode, String> {
             );
         }
     }
-    println!();
-    println!("the planner's variants for the same shards (default PlanConfig):");
-    println!(
-        "{:<42} {:>4} {:<10} {:>7} {:>7} {:>11} {:>6}",
-        "variant", "rows", "mode", "cycles", "bound", "utilisation", "plan"
-    );
-    for v in &variants {
-        let start = Instant::now();
-        let planned = plan_variant(v.shape(), v.r_small(), v.r_large(), &PlanConfig::default())
-            .map_err(|e| e.to_string())?;
-        let plan_time = start.elapsed();
-        for entry in planned.entry_points() {
-            let e = estimate_cycles(&planned, entry.rows, entry.mode);
-            println!(
-                "{:<42} {:>4} {:<10} {:>7} {:>7} {:>11.3} {:>4.1}ms",
-                planned.name(),
-                entry.rows,
-                entry.mode.name(),
-                e.cycles,
-                e.lower_bound_cycles(),
-                e.utilisation(),
-                plan_time.as_secs_f64() * 1e3
-            );
-        }
-    }
     Ok(ExitCode::SUCCESS)
 }
