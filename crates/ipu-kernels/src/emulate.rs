@@ -174,10 +174,16 @@ impl Decoder {
     fn decode(&self, bytes: &[u8]) -> Vec<f64> {
         match &self.codes {
             Some(table) => bytes.iter().map(|&b| table[usize::from(b)]).collect(),
-            None => bytes
-                .chunks_exact(self.precision.element_bytes() as usize)
-                .map(|chunk| f64::from(self.precision.decode_from(chunk)))
-                .collect(),
+            None => {
+                // The slice codec converts a vector at a time (the partials
+                // of every pass go through here).
+                let width = self.precision.element_bytes() as usize;
+                let mut values = vec![0f32; bytes.len() / width.max(1)];
+                self.precision
+                    .codec()
+                    .decode_slice(&bytes[..values.len() * width], &mut values);
+                values.into_iter().map(f64::from).collect()
+            }
         }
     }
 }

@@ -333,21 +333,21 @@ impl Machine<'_> {
     ) -> Result<(), EmulateError> {
         let eb = precision.element_bytes();
         let per_run = Self::run_elements(site, runs, count, elements, eb)?;
+        let codec = precision.codec();
         let mut column = 0usize;
+        let mut buffer = Vec::new();
         for (r, &n) in runs.iter().zip(&per_run) {
+            let n = n as usize;
             for i in 0..count {
                 let range = self.locate(site, Operand::Output, r, i)?;
                 let row = &values[i as usize * elements as usize..][..elements as usize];
-                for (chunk, &v) in self.memory[range]
-                    .chunks_exact_mut(eb as usize)
-                    .zip(&row[column..])
-                {
-                    // Partials are already in the output precision, so this
-                    // encoding is exact.
-                    precision.encode_into(stored(v), chunk);
-                }
+                // Partials are already in the output precision, so this
+                // encoding is exact.
+                buffer.clear();
+                buffer.extend(row[column..column + n].iter().map(|&v| stored(v)));
+                codec.encode_slice(&buffer, &mut self.memory[range]);
             }
-            column += n as usize;
+            column += n;
         }
         Ok(())
     }
