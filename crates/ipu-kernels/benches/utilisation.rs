@@ -50,7 +50,7 @@ fn utilisation(c: &mut Criterion) {
     });
     // Emulating the largest seed shard: 244 x 64 x 48 FP8.
     let v = &variants[0];
-    let shape = seed_shape(v.k(), v.c(), v.r_large());
+    let shape = seed_shape(v.shape().inner, v.shape().columns, v.r_large());
     let n = |a: u32, b: u32| (a * b) as usize;
     let p = GemmProblem::new(
         shape,
@@ -64,7 +64,7 @@ fn utilisation(c: &mut Criterion) {
         vec![0.0; n(shape.rows, shape.columns)],
     )
     .expect("sizes");
-    group.bench_function("emulate_k64_c48_r244", |b| {
+    group.bench_function("emulate_244x64x48", |b| {
         b.iter(|| std::hint::black_box(p.run_variant(v, &Default::default()).expect("runs")))
     });
     // The emulator alone on the same shard, operands already in an image.
@@ -78,7 +78,7 @@ fn utilisation(c: &mut Criterion) {
         right: ipu_kernels::image_base() + right_at as u32,
         output: ipu_kernels::image_base() + output_at as u32,
     };
-    group.bench_function("emulate_only_k64_c48_r244", |b| {
+    group.bench_function("emulate_only_244x64x48", |b| {
         b.iter(|| {
             std::hint::black_box(
                 ipu_kernels::emulate(&program, &mut image, ipu_kernels::image_base(), &args)

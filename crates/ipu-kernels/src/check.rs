@@ -7,25 +7,34 @@
 //! the builder generates runs from panel ranges):
 //!
 //! 1. the header states the variant's precisions, orders (left and output),
-//!    dimensions, mode, arithmetic, blocks and left read tail;
-//! 2. workers are distinct contexts below the model's worker count;
-//! 3. every run is element aligned and inside its operand, and decodes to a
+//!    dimensions, mode, arithmetic, pass shape and left read tail;
+//! 2. each pass's coefficient load decodes to one tile of at most `k × c`
+//!    weights, and the passes of a group share the slice of the
+//!    arithmetic's outer loop (the inner slice on the F16 path, the column
+//!    slice on the FP8 path), which consecutive groups change;
+//! 3. a pass's workers are distinct contexts below the model's worker
+//!    count, and no two of them touch the same output element;
+//! 4. every run is element aligned and inside its operand, and decodes to a
 //!    rectangular block: a coefficient load to inner indices `k0..k0+kw` ×
 //!    columns `c0..c0+cw` in order, a row stream to rows `r0..r0+n` × inner
 //!    indices `k0..k0+kw`, a partial load or store to rows × columns;
-//! 4. a row stream matches the coefficient block (same inner range) and the
-//!    partials (same rows and columns), and the inner ranges streamed into a
-//!    set of partials are `0..inner` in increasing order without gaps;
-//! 5. initialise programs start partials at zero and accumulate programs
-//!    load them from the very output block they later store;
-//! 6. every output element is stored exactly once over all workers.
+//! 5. a worker's part of a pass starts partials (zero or loaded), streams
+//!    rows into them and stores them, in that order: the stream matches the
+//!    pass's coefficients (same inner range) and the partials (same rows and
+//!    columns), and partials are loaded from the very output block they are
+//!    stored to;
+//! 6. every output element's passes add the inner slices `0..inner` in
+//!    increasing order without gaps or repeats: the first starts from zero
+//!    (initialise) or from the output (accumulate), every later one from
+//!    the output the one before stored; at the end every element holds
+//!    `0..inner`.
 //!
 //! It collects every error instead of stopping at the first.
 
 use ipu_layout::{AmpOperand, ElementOrder, Precision};
 
-use crate::program::{AmpOp, AmpProgram, Run};
-use crate::{Mode, Variant, WorkerId};
+use crate::program::{AmpOp, AmpProgram, OuterLoop, Pass, Run};
+use crate::{Mode, OpSite, Variant, WorkerId};
 
 /// One problem the checker found.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -41,41 +50,53 @@ pub enum CheckError {
         /// What the header says.
         found: String,
     },
-    /// A worker context is out of range or repeated.
-    #[error("{worker} is invalid: {reason}")]
+    /// A group's passes do not share its outer-loop slice.
+    #[error("group {group}: {reason}")]
+    Group {
+        /// The group index.
+        group: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A worker context of a pass is out of range or repeated.
+    #[error("pass {pass} {worker} is invalid: {reason}")]
     Worker {
+        /// The pass, counted over the program.
+        pass: usize,
         /// The worker.
         worker: WorkerId,
         /// What is wrong.
         reason: String,
     },
-    /// An op is inconsistent.
-    #[error("{worker} op {op}: {reason}")]
+    /// An op (or a pass's coefficient load) is inconsistent.
+    #[error("{site}: {reason}")]
     Op {
-        /// The worker.
-        worker: WorkerId,
-        /// The op index.
-        op: usize,
+        /// Where it is.
+        site: OpSite,
         /// What is wrong.
         reason: String,
     },
-    /// An output element is stored twice.
-    #[error("{worker} op {op} stores output element ({row}, {column}) a second time")]
-    DoubleStore {
-        /// The worker.
-        worker: WorkerId,
-        /// The op index.
-        op: usize,
+    /// Two workers of one pass touch the same output element.
+    #[error(
+        "{site} touches output element ({row}, {column}), which another worker of the pass also touches"
+    )]
+    Overlap {
+        /// The later op.
+        site: OpSite,
         /// Output row.
         row: u32,
         /// Output column.
         column: u32,
     },
-    /// Output elements are never stored.
-    #[error("{count} output elements are never stored, the first at ({row}, {column})")]
+    /// Output elements do not end holding the whole inner dimension.
+    #[error(
+        "{count} output elements do not end holding inner 0..{inner}, the first at ({row}, {column})"
+    )]
     Uncovered {
         /// How many.
         count: u64,
+        /// The inner dimension.
+        inner: u32,
         /// Row of the first.
         row: u32,
         /// Column of the first.
@@ -201,16 +222,43 @@ impl OperandMap {
     }
 }
 
-/// The partials a worker is accumulating.
+/// The partials a worker is accumulating in a pass.
 struct Partials {
     rows: u32,
     columns: u32,
-    /// First output row, once known.
-    row0: Option<u32>,
-    /// First output column, once known.
-    column0: Option<u32>,
-    /// The next inner index a stream must start at.
-    next_inner: u32,
+    /// `(first row, first column)`, once known (a zero start has none).
+    origin: Option<(u32, u32)>,
+    /// Whether they were loaded from the output.
+    loaded: bool,
+    /// Whether rows were streamed into them.
+    streamed: bool,
+}
+
+/// What the output holds, element by element, as the checker follows the
+/// passes: the inner elements summed into each so far.
+struct Progress {
+    columns: u32,
+    /// Per element, row major: `None` before any pass stored it, else the
+    /// end of the inner range it holds (`0..end`).
+    done: Vec<Option<u32>>,
+    /// Per element, one more than the last pass that stored it (0: none),
+    /// to find two workers of one pass on one element.
+    stored_in: Vec<usize>,
+}
+
+impl Progress {
+    fn cells(
+        &self,
+        r0: u32,
+        n: u32,
+        c0: u32,
+        cw: u32,
+    ) -> impl Iterator<Item = (u32, u32, usize)> + '_ {
+        let columns = self.columns as usize;
+        (r0..r0.saturating_add(n)).flat_map(move |r| {
+            (c0..c0.saturating_add(cw)).map(move |c| (r, c, r as usize * columns + c as usize))
+        })
+    }
 }
 
 /// Checks a built program against its variant, row count and mode.
@@ -298,52 +346,155 @@ pub fn check_program(
         }
     };
 
-    let mut stored = vec![false; rows as usize * s.columns as usize];
-    let mut seen = vec![false; variant.model().worker_contexts as usize];
-    for w in &program.workers {
+    let mut progress = Progress {
+        columns: s.columns,
+        done: vec![None; rows as usize * s.columns as usize],
+        stored_in: vec![0; rows as usize * s.columns as usize],
+    };
+    let outer = variant.arithmetic().outer_loop();
+    let mut index = 0usize;
+    let mut previous_slice: Option<u32> = None;
+    for (g, group) in program.groups.iter().enumerate() {
+        let mut slice: Option<u32> = None;
+        if group.passes.is_empty() {
+            errors.push(CheckError::Group {
+                group: g,
+                reason: "it has no passes".to_owned(),
+            });
+        }
+        for pass in &group.passes {
+            let tile = check_pass(
+                variant,
+                mode,
+                &(&left, &right, &output),
+                pass,
+                index,
+                &mut progress,
+                &mut errors,
+            );
+            if let Some((k0, c0)) = tile {
+                let this = match outer {
+                    OuterLoop::Inner => k0,
+                    OuterLoop::Columns => c0,
+                };
+                if *slice.get_or_insert(this) != this {
+                    errors.push(CheckError::Group {
+                        group: g,
+                        reason: format!(
+                            "pass {index} is outside the group's {} slice",
+                            outer_name(outer)
+                        ),
+                    });
+                }
+            }
+            index += 1;
+        }
+        if slice.is_some() && slice == previous_slice {
+            errors.push(CheckError::Group {
+                group: g,
+                reason: format!(
+                    "it repeats the {} slice of the group before it",
+                    outer_name(outer)
+                ),
+            });
+        }
+        previous_slice = slice;
+    }
+    let unfinished: Vec<usize> = progress
+        .done
+        .iter()
+        .enumerate()
+        .filter(|&(_, &d)| d != Some(s.inner))
+        .map(|(i, _)| i)
+        .collect();
+    if let Some(&first) = unfinished.first() {
+        let columns = s.columns.max(1) as usize;
+        errors.push(CheckError::Uncovered {
+            count: unfinished.len() as u64,
+            inner: s.inner,
+            row: (first / columns) as u32,
+            column: (first % columns) as u32,
+        });
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+fn outer_name(outer: OuterLoop) -> &'static str {
+    match outer {
+        OuterLoop::Inner => "inner",
+        OuterLoop::Columns => "column",
+    }
+}
+
+/// Checks one pass (number `index` of the program), advancing `progress`
+/// by its stores; returns the tile's `(k0, c0)` when its load decodes.
+fn check_pass(
+    variant: &Variant,
+    mode: Mode,
+    (left, right, output): &(&OperandMap, &OperandMap, &OperandMap),
+    pass: &Pass,
+    index: usize,
+    progress: &mut Progress,
+    errors: &mut Vec<CheckError>,
+) -> Option<(u32, u32)> {
+    let load = &pass.coefficients;
+    let site = OpSite::load(index);
+    let tile = match right.decode(&load.runs, load.inner) {
+        Ok((k0, c0, cw)) if cw == load.columns => {
+            if load.inner > variant.k() || cw > variant.c() {
+                errors.push(CheckError::Op {
+                    site,
+                    reason: format!(
+                        "a {} x {cw} tile is larger than the {} x {} the coefficient registers hold",
+                        load.inner,
+                        variant.k(),
+                        variant.c()
+                    ),
+                });
+            }
+            Some((k0, load.inner, c0, cw))
+        }
+        Ok((_, _, cw)) => {
+            errors.push(CheckError::Op {
+                site,
+                reason: format!("runs cover {cw} columns, the load says {}", load.columns),
+            });
+            None
+        }
+        Err(e) => {
+            errors.push(CheckError::Op {
+                site,
+                reason: format!("weight runs: {e}"),
+            });
+            None
+        }
+    };
+    let workers = variant.model().worker_contexts;
+    let mut seen = vec![false; workers as usize];
+    for w in &pass.workers {
         let id = w.worker;
         match seen.get_mut(id.as_u32() as usize) {
             None => errors.push(CheckError::Worker {
+                pass: index,
                 worker: id,
-                reason: format!(
-                    "the target has {} worker contexts",
-                    variant.model().worker_contexts
-                ),
+                reason: format!("the target has {workers} worker contexts"),
             }),
             Some(true) => errors.push(CheckError::Worker {
+                pass: index,
                 worker: id,
-                reason: "it appears twice".to_owned(),
+                reason: "it appears twice in the pass".to_owned(),
             }),
             Some(flag) => *flag = true,
         }
-        let mut coefficients: Option<(u32, u32, u32, u32)> = None;
         let mut partials: Option<Partials> = None;
         for (i, op) in w.ops.iter().enumerate() {
-            let mut fail = |reason: String| {
-                errors.push(CheckError::Op {
-                    worker: id,
-                    op: i,
-                    reason,
-                })
-            };
+            let site = OpSite::worker(index, id, i);
+            let mut fail = |reason: String| errors.push(CheckError::Op { site, reason });
             match op {
-                AmpOp::LoadCoefficients {
-                    inner,
-                    columns,
-                    runs,
-                } => match right.decode(runs, *inner) {
-                    Ok((k0, c0, cw)) if cw == *columns => {
-                        coefficients = Some((k0, *inner, c0, cw));
-                    }
-                    Ok((_, _, cw)) => {
-                        fail(format!("runs cover {cw} columns, the op says {columns}"));
-                        coefficients = None;
-                    }
-                    Err(e) => {
-                        fail(format!("weight runs: {e}"));
-                        coefficients = None;
-                    }
-                },
                 AmpOp::ZeroPartials { rows: n, columns } => {
                     if mode != Mode::Initialise {
                         fail("an accumulate program must load its partials, not zero them".into());
@@ -354,9 +505,9 @@ pub fn check_program(
                     partials = Some(Partials {
                         rows: *n,
                         columns: *columns,
-                        row0: None,
-                        column0: None,
-                        next_inner: 0,
+                        origin: None,
+                        loaded: false,
+                        streamed: false,
                     });
                 }
                 AmpOp::LoadPartials {
@@ -364,9 +515,6 @@ pub fn check_program(
                     columns,
                     runs,
                 } => {
-                    if mode != Mode::Accumulate {
-                        fail("an initialise program must not read the output".into());
-                    }
                     if partials.is_some() {
                         fail("partials restarted before they were stored".into());
                     }
@@ -375,9 +523,9 @@ pub fn check_program(
                             partials = Some(Partials {
                                 rows: *n,
                                 columns: *columns,
-                                row0: Some(r0),
-                                column0: Some(c0),
-                                next_inner: 0,
+                                origin: Some((r0, c0)),
+                                loaded: true,
+                                streamed: false,
                             });
                         }
                         Ok((_, _, cw)) => {
@@ -391,8 +539,8 @@ pub fn check_program(
                     inner,
                     runs,
                 } => {
-                    let Some((k0, kw, c0, cw)) = coefficients else {
-                        fail("rows streamed without a valid coefficient block".into());
+                    let Some((k0, kw, c0, cw)) = tile else {
+                        fail("rows streamed without a valid coefficient tile".into());
                         continue;
                     };
                     let Some(p) = partials.as_mut() else {
@@ -419,24 +567,15 @@ pub fn check_program(
                             p.rows, p.columns
                         ));
                     }
-                    if *p.row0.get_or_insert(r0) != r0 {
+                    if *p.origin.get_or_insert((r0, c0)) != (r0, c0) {
                         fail(format!(
-                            "stream starts at row {r0}, the partials' rows differ"
+                            "stream at ({r0}, {c0}) is not where the partials were loaded"
                         ));
                     }
-                    if *p.column0.get_or_insert(c0) != c0 {
-                        fail(format!(
-                            "coefficients start at column {c0}, the partials' columns differ"
-                        ));
+                    if p.streamed {
+                        fail("a second stream into the same partials in one pass".into());
                     }
-                    if p.next_inner != k0 {
-                        fail(format!(
-                            "stream adds inner {k0}..{} but the partials hold 0..{}",
-                            k0 + kw,
-                            p.next_inner
-                        ));
-                    }
-                    p.next_inner = k0 + kw;
+                    p.streamed = true;
                 }
                 AmpOp::StorePartials {
                     rows: n,
@@ -461,53 +600,71 @@ pub fn check_program(
                         ));
                         continue;
                     }
-                    if p.row0.is_some_and(|x| x != r0) || p.column0.is_some_and(|x| x != c0) {
+                    if p.origin.is_some_and(|o| o != (r0, c0)) {
                         fail(format!(
                             "store at ({r0}, {c0}) is not where the partials were computed"
                         ));
                     }
-                    if p.next_inner != s.inner {
-                        fail(format!(
-                            "partials hold inner 0..{} of {}",
-                            p.next_inner, s.inner
-                        ));
-                    }
-                    for r in r0..r0.saturating_add(*n) {
-                        for c in c0..c0.saturating_add(cw) {
-                            let index = r as usize * s.columns as usize + c as usize;
-                            match stored.get_mut(index) {
-                                Some(flag) if !*flag => *flag = true,
-                                _ => errors.push(CheckError::DoubleStore {
-                                    worker: id,
-                                    op: i,
+                    let Some((k0, kw, _, _)) = tile.filter(|_| p.streamed) else {
+                        fail("partials stored without a stream of rows into them".into());
+                        continue;
+                    };
+                    // What each element must hold before this pass: nothing
+                    // (an initialise call's first slice, from zero), the
+                    // output's own value (an accumulate call's first slice,
+                    // loaded), or the slices before `k0` (loaded).
+                    let mut wrong = None;
+                    let cells: Vec<_> = progress.cells(r0, *n, c0, cw).collect();
+                    for (r, c, cell) in cells {
+                        if let Some(stamp) = progress.stored_in.get_mut(cell) {
+                            if *stamp == index + 1 {
+                                errors.push(CheckError::Overlap {
+                                    site: OpSite::worker(index, id, i),
                                     row: r,
                                     column: c,
-                                }),
+                                });
+                                continue;
                             }
+                            *stamp = index + 1;
                         }
+                        let before = progress.done.get(cell).copied().flatten();
+                        let ok = match (p.loaded, before) {
+                            (false, None) => k0 == 0 && mode == Mode::Initialise,
+                            (true, None) => k0 == 0 && mode == Mode::Accumulate,
+                            (true, Some(end)) => end == k0 && k0 > 0,
+                            (false, Some(_)) => false,
+                        };
+                        if !ok && wrong.is_none() {
+                            wrong = Some((r, c, before));
+                        }
+                        if let Some(d) = progress.done.get_mut(cell) {
+                            *d = Some(k0 + kw);
+                        }
+                    }
+                    if let Some((r, c, before)) = wrong {
+                        let held = match before {
+                            None => "nothing this call stored".to_owned(),
+                            Some(end) => format!("inner 0..{end}"),
+                        };
+                        errors.push(CheckError::Op {
+                            site: OpSite::worker(index, id, i),
+                            reason: format!(
+                                "adds inner {k0}..{} to ({r}, {c}) {} partials, which hold {held}",
+                                k0 + kw,
+                                if p.loaded { "loaded" } else { "zero" }
+                            ),
+                        });
                     }
                 }
             }
         }
         if partials.is_some() {
             errors.push(CheckError::Worker {
+                pass: index,
                 worker: id,
-                reason: "its last partials are never stored".to_owned(),
+                reason: "its partials are never stored".to_owned(),
             });
         }
     }
-    let missing = stored.iter().filter(|&&s| !s).count() as u64;
-    if let Some(first) = stored.iter().position(|&s| !s) {
-        let columns = s.columns.max(1) as usize;
-        errors.push(CheckError::Uncovered {
-            count: missing,
-            row: (first / columns) as u32,
-            column: (first % columns) as u32,
-        });
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors)
-    }
+    tile.map(|(k0, _, c0, _)| (k0, c0))
 }

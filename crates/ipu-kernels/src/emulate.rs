@@ -19,10 +19,13 @@
 //!   inner dimension in increasing order and step boundaries are multiples of
 //!   the group from inner index 0, so the result does not depend on `k` or
 //!   `c`. Overflow gives ±infinity as IEEE arithmetic does.
-//! - In accumulate mode the partials start from the output's bytes, in
-//!   initialise mode from zero; the final partials are the output. A NaN
-//!   partial is stored as the canonical quiet NaN (`f32::NAN` encoded in
-//!   the output precision).
+//! - A stream's partials start from zero or from the output's bytes, as
+//!   its op says (the first pass of an initialise call from zero, every
+//!   other pass from what the earlier passes stored), and are stored back
+//!   to the output. Partials are in the output precision, so a store and a
+//!   reload change no bit: the result is that of one running partial over
+//!   the whole inner dimension. A NaN partial is stored as the canonical
+//!   quiet NaN (`f32::NAN` encoded in the output precision).
 //!
 //! Operand addresses must be multiples of the header's alignment (32 on
 //! IPU21; the AMP's 128-bit loads fault otherwise). With a row-major left
@@ -35,7 +38,8 @@
 //! operand must also lie in the image; the output may not overlap an input.
 //! Workers write disjoint outputs (the program checker proves it for built
 //! programs), so running them in order gives the same bytes as any
-//! interleaving.
+//! interleaving. The coefficient state is the tile's, loaded once per pass
+//! and read by every worker of the pass.
 //!
 //! # How it runs fast
 //!
@@ -81,8 +85,7 @@ use std::sync::Arc;
 
 use ipu_layout::{AmpOperand, ElementOrder, Precision};
 
-use crate::WorkerId;
-use crate::error::EmulateError;
+use crate::error::{EmulateError, OpSite};
 use crate::program::{AmpProgram, ProgramHeader, Run};
 use crate::variant::Arithmetic;
 
@@ -108,10 +111,11 @@ pub enum Rounding {
     #[default]
     NearestEven,
     /// Stochastic rounding of every partial update, driven by a generator
-    /// seeded from `seed` and the update's position in the program (worker,
-    /// row and column of the stream, step), so a program and seed give the
-    /// same bytes on every run whatever order workers run in (a different
-    /// blocking of the same GEMM draws different numbers).
+    /// seeded from `seed` and the update's position in the program (pass,
+    /// worker, row and column of the stream, step within the pass), so a
+    /// program and seed give the same bytes on every run whatever order
+    /// workers run in (another program for the same GEMM draws different
+    /// numbers).
     Stochastic {
         /// The generator seed.
         seed: u64,
@@ -170,10 +174,16 @@ impl Decoder {
     fn decode(&self, bytes: &[u8]) -> Vec<f64> {
         match &self.codes {
             Some(table) => bytes.iter().map(|&b| table[usize::from(b)]).collect(),
-            None => bytes
-                .chunks_exact(self.precision.element_bytes() as usize)
-                .map(|chunk| f64::from(self.precision.decode_from(chunk)))
-                .collect(),
+            None => {
+                // The slice codec converts a vector at a time (the partials
+                // of every pass go through here).
+                let width = self.precision.element_bytes() as usize;
+                let mut values = vec![0f32; bytes.len() / width.max(1)];
+                self.precision
+                    .codec()
+                    .decode_slice(&bytes[..values.len() * width], &mut values);
+                values.into_iter().map(f64::from).collect()
+            }
         }
     }
 }
@@ -371,19 +381,13 @@ fn check_header(h: &ProgramHeader) -> Result<(), EmulateError> {
 /// Checks that every repetition of row-major left `runs` starts at a
 /// multiple of `alignment` from the (aligned) operand base. The stride
 /// matters only when a run repeats: a single repetition never uses it.
-fn check_row_runs(
-    worker: WorkerId,
-    op: usize,
-    runs: &[Run],
-    alignment: u32,
-) -> Result<(), EmulateError> {
+fn check_row_runs(site: OpSite, runs: &[Run], alignment: u32) -> Result<(), EmulateError> {
     // The operand bases were checked against a non-zero alignment already.
     let a = alignment.max(1);
     for (j, r) in runs.iter().enumerate() {
         if r.offset % a != 0 || (r.count > 1 && r.stride % a != 0) {
             return Err(EmulateError::MisalignedLeftRun {
-                worker,
-                op,
+                site,
                 run: j,
                 offset: r.offset,
                 stride: r.stride,

@@ -73,33 +73,27 @@ pub enum KernelError {
         /// The operand alignment.
         alignment: u32,
     },
-    /// An explicit block size is not a multiple of what the AMP needs or is
-    /// larger than the padded operand.
+    /// An explicit block is not the pass shape of the AMP.
     #[error(
-        "{what} block {value} is invalid: it must be a positive multiple of {multiple} \
-         and at most {limit}"
+        "{what} block {value} is invalid: the AMP's coefficient registers hold one pass of \
+         {expected} for this arithmetic, so a variant's block must be {expected}"
     )]
     InvalidBlock {
         /// `"inner (k)"` or `"column (c)"`.
         what: &'static str,
         /// The block given.
         value: u32,
-        /// The multiple it must be.
-        multiple: u32,
-        /// The largest block allowed for this shape.
-        limit: u32,
+        /// The pass extent it must be.
+        expected: u32,
     },
-    /// No block choice satisfies the plan configuration.
+    /// The variant's code does not fit the plan configuration.
     #[error(
-        "no (k, c) block fits {variant}: every candidate exceeds max_block_bytes {max_block_bytes} \
-         or max_code_bytes {max_code_bytes}; raise the limits or shrink the shard"
+        "the kernel code of {variant} exceeds max_code_bytes {max_code_bytes}; raise the limit"
     )]
     NoFeasibleBlock {
         /// A description of the shape being planned.
         variant: String,
-        /// The configured weight block limit.
-        max_block_bytes: u32,
-        /// The configured code size limit.
+        /// The limit.
         max_code_bytes: u32,
     },
     /// A program was requested for a row count the variant does not serve.
@@ -272,20 +266,59 @@ impl std::fmt::Display for Operand {
     }
 }
 
+/// Where in a program an op is: a pass's coefficient load (the
+/// supervisor's) or an op of one worker's part of a pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OpSite {
+    /// The pass, counted over the whole program.
+    pub pass: usize,
+    /// The worker, or `None` for the supervisor's coefficient load.
+    pub worker: Option<WorkerId>,
+    /// The op's index in the worker's part of the pass (0 for the load).
+    pub op: usize,
+}
+
+impl OpSite {
+    /// The coefficient load of pass `pass`.
+    pub fn load(pass: usize) -> Self {
+        Self {
+            pass,
+            worker: None,
+            op: 0,
+        }
+    }
+
+    /// Op `op` of `worker`'s part of pass `pass`.
+    pub fn worker(pass: usize, worker: WorkerId, op: usize) -> Self {
+        Self {
+            pass,
+            worker: Some(worker),
+            op,
+        }
+    }
+}
+
+impl std::fmt::Display for OpSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.worker {
+            None => write!(f, "pass {} coefficient load", self.pass),
+            Some(w) => write!(f, "pass {} {w} op {}", self.pass, self.op),
+        }
+    }
+}
+
 /// Why an AMP program could not run on a memory image.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EmulateError {
     /// An access falls outside the memory image.
     #[error(
-        "{worker} op {op}: {operand} access of {bytes} bytes at {address:#x} is outside tile memory \
+        "{site}: {operand} access of {bytes} bytes at {address:#x} is outside tile memory \
          {memory_start:#x}..{memory_end:#x}; check the operand address"
     )]
     OutOfBounds {
-        /// The worker context.
-        worker: WorkerId,
-        /// The op index in the worker's sequence.
-        op: usize,
+        /// Where the op is.
+        site: OpSite,
         /// The operand.
         operand: Operand,
         /// First byte address of the access.
@@ -329,14 +362,12 @@ pub enum EmulateError {
     },
     /// An access leaves its operand's extent (a malformed program).
     #[error(
-        "{worker} op {op}: {operand} access at operand offset {offset} of {bytes} bytes runs past \
+        "{site}: {operand} access at operand offset {offset} of {bytes} bytes runs past \
          the operand's {operand_bytes} bytes; the program is malformed"
     )]
     OperandOverrun {
-        /// The worker context.
-        worker: WorkerId,
-        /// The op index.
-        op: usize,
+        /// Where the op is.
+        site: OpSite,
         /// The operand.
         operand: Operand,
         /// Offset from the operand base.
@@ -380,15 +411,13 @@ pub enum EmulateError {
     /// A run of a row-major left operand starts, or repeats, at an offset
     /// that is not a multiple of the operand alignment.
     #[error(
-        "{worker} op {op}: row-major left run {run} at operand offset {offset} with row stride \
+        "{site}: row-major left run {run} at operand offset {offset} with row stride \
          {stride} is not a multiple of {alignment} bytes; the AMP cannot load rows from there, \
          so place rows at {alignment}-byte multiples (pad the inner dimension)"
     )]
     MisalignedLeftRun {
-        /// The worker context.
-        worker: WorkerId,
-        /// The op index.
-        op: usize,
+        /// Where the op is.
+        site: OpSite,
         /// The run index in the op.
         run: usize,
         /// The run's offset from the left operand base.
@@ -399,12 +428,10 @@ pub enum EmulateError {
         alignment: u32,
     },
     /// An op is inconsistent with the program or the AMP state.
-    #[error("{worker} op {op} is malformed: {reason}")]
+    #[error("{site} is malformed: {reason}")]
     Malformed {
-        /// The worker context.
-        worker: WorkerId,
-        /// The op index.
-        op: usize,
+        /// Where the op is.
+        site: OpSite,
         /// What was wrong.
         reason: String,
     },

@@ -1,10 +1,12 @@
 //! AMP GEMM kernels for IPU21 tiles.
 //!
 //! From a tile's GEMM shard ([`GemmShape`]) this crate plans a [`Variant`]
-//! (inner block `k`, output-column block `c`, the small and large row counts
-//! one object serves), builds its [`AmpProgram`] (an explicit, inspectable op
-//! sequence over operand-relative addresses, split over the six worker
-//! contexts), estimates its cycles and code bytes, emulates it bit-faithfully
+//! (its pass shape `k × c` and the small and large row counts one object
+//! serves), builds its [`AmpProgram`] (an explicit, inspectable sequence of
+//! passes over operand-relative addresses: per pass the supervisor loads one
+//! weight tile into the tile's shared coefficient registers and the six
+//! worker contexts stream their own rows), estimates its cycles and code
+//! bytes, emulates it bit-faithfully
 //! on a tile memory image, checks built programs independently, and compiles
 //! variants through a [`Toolchain`] into ELF32 objects (EM 248, OS ABI
 //! standalone) plus `kernel.json`, kept by content key in a [`KernelStore`]
@@ -45,15 +47,15 @@ mod verify;
 pub use cache::KernelCache;
 pub use check::{CheckError, check_program};
 pub use cost::{
-    CycleEstimate, code_bytes, entry_code_instructions, estimate_cycles, op_instructions,
-    peak_macs_per_cycle, program_cycles,
+    CycleEstimate, code_bytes, entry_code_instructions, estimate_cycles, peak_macs_per_cycle,
+    program_cycles,
 };
 pub use emulate::{
     EmulateOptions, EmulationStats, KernelArgs, PreparedProgram, ProductTables, Rounding, emulate,
     emulate_prepared, emulate_with, round_f16, round_f32,
 };
-pub use error::{EmulateError, KernelError, Operand};
-pub use model::AmpModel;
+pub use error::{EmulateError, KernelError, OpSite, Operand};
+pub use model::{AmpModel, PathCosts};
 pub use object::{
     AMP_SECTION, CompiledKernel, EntryMetadata, HostToolchain, KERNEL_METADATA_VERSION,
     KernelMetadata, Toolchain, assemble_kernel, programs_from_object,
@@ -62,15 +64,15 @@ pub use problem::{
     GemmProblem, Mismatch, ProblemError, RunOutput, image_base, pack_matrix, unpack_matrix,
 };
 pub use program::{
-    AmpOp, AmpProgram, PROGRAM_FORMAT_VERSION, PROGRAM_FORMAT_VERSION_LATEST, ProgramHeader, Run,
-    WorkerProgram, build_program,
+    AmpOp, AmpProgram, CoefficientLoad, OuterLoop, PROGRAM_FORMAT_VERSION, Pass, PassGroup,
+    ProgramHeader, Run, WorkerProgram, build_program,
 };
 pub use store::{
     CacheOutcome, FetchedKernel, KernelKey, KernelStore, MemoryStore, cache_key, fetch_kernel,
 };
 pub use variant::{
     Arithmetic, DEFAULT_LEFT_ORDER, EntryPoint, GemmShape, Mode, PlanConfig, RowSize, Variant,
-    plan_variant,
+    pass_shape, plan_variant,
 };
 pub use verify::{KernelCheckError, check_kernel};
 

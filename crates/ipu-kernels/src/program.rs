@@ -1,49 +1,54 @@
-//! AMP programs: the explicit op sequence a GEMM kernel performs on tile
-//! memory, how a variant builds one, and its versioned binary form.
+//! AMP programs: the explicit sequence of passes a GEMM kernel performs on
+//! tile memory, how a variant builds one, and its versioned binary form.
 //!
-//! A program has a header (precisions, dimensions, orders, mode) and one op
-//! list per worker context. Ops address memory by [`Run`]s relative to an
-//! operand base, so one program serves any placement: the caller passes the
+//! The AMP has one set of coefficient (weight) registers per tile, which
+//! only the supervisor may write (`$CWEI_*`, loaded from memory by
+//! `ld128putcs`/`ld64putcs`), shared by the six workers. A call is
+//! therefore a sequence of *passes*: in each, the supervisor loads one
+//! weight tile of up to `k × c` elements (the variant's pass shape: the
+//! arithmetic's micro inner extent by 16 columns), starts the workers and
+//! syncs with them; each worker streams its own range of rows through the
+//! AMP against that tile, its partials starting at zero (the first inner
+//! pass of an initialise call) or loaded from the output, and stores them
+//! back to the output. The output therefore holds the running partials
+//! between passes; partials are in the output precision, so storing and
+//! reloading them changes no bit. Passes are grouped as the supervisor's
+//! outer loop runs (see [`OuterLoop`]): the F16-row path loops over inner
+//! slices outermost, the FP8 path over column slices.
+//!
+//! A program has a header (precisions, dimensions, orders, mode) and its
+//! groups of passes. Ops address memory by [`Run`]s relative to an operand
+//! base, so one program serves any placement: the caller passes the
 //! absolute operand addresses ([`crate::KernelArgs`]) when it runs.
 //!
-//! Per worker, for each output-column block: the partials start at zero
-//! (initialise) or are loaded from the output (accumulate); for each inner
-//! block the weight block is loaded into the coefficient state and the
-//! worker's left rows are streamed through the AMP; then the partials are
-//! drained and stored. Workers take the cells of a grid of row ranges ×
-//! column-block ranges, the grid chosen by the cost model (splitting rows
-//! makes every worker load every weight block; splitting columns does not).
-//!
 //! The left operand's rows are streamed panel by panel in `Amp(Left)` order
-//! (one run per panel an inner block touches) or row by row in row-major
-//! order (one run per inner block: offset `(r0 × inner + k0) × eb`, bytes
+//! (a pass's inner slice is one panel wide, so one run) or row by row in
+//! row-major order (one run: offset `(r0 × inner + k0) × eb`, bytes
 //! `kw × eb`, stride `inner × eb`). The AMP's read tail is the same in both
 //! orders: what a row-major run reads past its last byte is the rest of its
-//! row, or the tail after the operand's end for the last row's last block.
+//! row, or the tail after the operand's end for the last row's last slice.
 //!
 //! The binary form is little endian:
 //!
 //! ```text
-//! magic "IPUAMP\0\0", version u16 (1 or 2),
+//! magic "IPUAMP\0\0", version u16 (3),
 //! header: left, right, output precision (tag u8, scale i8 each; tags 0 F32,
 //!         1 F16, 2 F143, 3 F152), output order u8 (0 RowMajor, 1 Amp(Output)),
-//!         [version 2 only: left order u8 (0 RowMajor, 1 Amp(Left))],
-//!         weight class u8 (0 standard, 1 interleaved), mode u8 (0 initialise,
-//!         1 accumulate), arithmetic u8, rows u32, inner u32, columns u32,
-//!         k u32, c u32, left tail bytes u32, operand alignment u32,
-//! workers u16, then per worker: context u8, op count u32, ops.
-//! op: tag u8 (0 LoadCoefficients, 1 ZeroPartials, 2 LoadPartials,
-//!     3 StreamRows, 4 StorePartials), rows-or-inner u32, columns-or-inner u32,
-//!     run count u16, runs (offset, bytes, stride, count: u32 each).
+//!         left order u8 (0 RowMajor, 1 Amp(Left)), weight class u8
+//!         (0 standard, 1 interleaved), mode u8 (0 initialise, 1 accumulate),
+//!         arithmetic u8, rows u32, inner u32, columns u32, k u32, c u32,
+//!         left tail bytes u32, operand alignment u32,
+//! groups u32, per group: passes u32, per pass:
+//!     coefficient load: inner u32, columns u32, run count u16, runs,
+//!     workers u8, per worker: context u8, op count u8, ops.
+//! op: tag u8 (1 ZeroPartials, 2 LoadPartials, 3 StreamRows, 4 StorePartials),
+//!     rows u32, columns-or-inner u32, run count u16,
+//! run: offset, bytes, stride, count (u32 each).
 //! ```
 //!
-//! Version 1 has no left-order byte: its left operand is in `Amp(Left)`
-//! order. A program is written in the oldest version that can say what it
-//! does, so a program with an `Amp(Left)` left operand is version 1, byte
-//! for byte what this crate wrote before the left order existed (objects,
-//! cache keys and golden files of such programs do not change), and a
-//! reader that predates version 2 rejects a row-major program by its version
-//! instead of misreading its runs.
+//! Versions 1 and 2 described a different machine (each worker loading a
+//! private weight block of its own, which the AMP does not have); this
+//! build reads neither.
 
 use ipu_layout::{ElementOrder, MemoryClass, Precision};
 
@@ -53,27 +58,8 @@ use crate::{KernelError, Mode, Variant, WorkerId};
 mod binary;
 mod listing;
 
-/// The original program format version, which every program whose left
-/// operand is in `Amp(Left)` order is still written in (see the module
-/// header). The toolchain identity names this version, so existing cache
-/// keys stay valid; the version of a variant's programs is
-/// [`Variant::program_format_version`].
-pub const PROGRAM_FORMAT_VERSION: u16 = 1;
-
-/// The newest program format version this build writes and reads: version 1
-/// plus a left-order byte, written for programs with a row-major left
-/// operand. The reader accepts every version from [`PROGRAM_FORMAT_VERSION`]
-/// to this one.
-pub const PROGRAM_FORMAT_VERSION_LATEST: u16 = 2;
-
-/// The format version a program with a left operand in `left_order` is
-/// written in: the oldest that can express it.
-pub(crate) fn format_version(left_order: ElementOrder) -> u16 {
-    match left_order {
-        ElementOrder::Amp(_) => PROGRAM_FORMAT_VERSION,
-        ElementOrder::RowMajor => PROGRAM_FORMAT_VERSION_LATEST,
-    }
-}
+/// The program format version this build writes and reads.
+pub const PROGRAM_FORMAT_VERSION: u16 = 3;
 
 /// `count` repetitions of `bytes` contiguous bytes, the `i`-th at
 /// `operand base + offset + i × stride`.
@@ -89,20 +75,32 @@ pub struct Run {
     pub count: u32,
 }
 
-/// One step of a worker's AMP sequence.
+/// The supervisor's load of one weight tile into the coefficient
+/// registers: `inner × columns` weights. Each run has `count == inner`
+/// (repetition `i` is inner index `i` of the tile); runs are concatenated
+/// along the columns.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CoefficientLoad {
+    /// Inner extent of the tile.
+    pub inner: u32,
+    /// Column extent of the tile.
+    pub columns: u32,
+    /// Weight runs.
+    pub runs: Vec<Run>,
+}
+
+impl CoefficientLoad {
+    /// Bytes the load reads, for `element_bytes`-byte weights.
+    pub fn bytes(&self, element_bytes: u64) -> u64 {
+        u64::from(self.inner)
+            .saturating_mul(u64::from(self.columns))
+            .saturating_mul(element_bytes)
+    }
+}
+
+/// One step of a worker's part of a pass.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum AmpOp {
-    /// Loads an `inner × columns` weight block into the coefficient state.
-    /// Each run has `count == inner` (repetition `i` is inner index `i` of
-    /// the block); runs are concatenated along the columns.
-    LoadCoefficients {
-        /// Inner extent of the block.
-        inner: u32,
-        /// Column extent of the block.
-        columns: u32,
-        /// Weight runs.
-        runs: Vec<Run>,
-    },
     /// Starts `rows × columns` partials at zero.
     ZeroPartials {
         /// Rows of the partial state.
@@ -121,12 +119,12 @@ pub enum AmpOp {
         runs: Vec<Run>,
     },
     /// Streams `rows` left rows of `inner` elements through the AMP against
-    /// the coefficient state, accumulating into the partials. Runs have
+    /// the pass's coefficients, accumulating into the partials. Runs have
     /// `count == rows` and are concatenated along the inner dimension.
     StreamRows {
         /// Rows streamed (the partial state's rows).
         rows: u32,
-        /// Inner elements per row (the coefficient block's inner extent).
+        /// Inner elements per row (the coefficient tile's inner extent).
         inner: u32,
         /// Left runs.
         runs: Vec<Run>,
@@ -147,8 +145,7 @@ impl AmpOp {
     /// The op's runs (empty for [`AmpOp::ZeroPartials`]).
     pub fn runs(&self) -> &[Run] {
         match self {
-            AmpOp::LoadCoefficients { runs, .. }
-            | AmpOp::LoadPartials { runs, .. }
+            AmpOp::LoadPartials { runs, .. }
             | AmpOp::StreamRows { runs, .. }
             | AmpOp::StorePartials { runs, .. } => runs,
             AmpOp::ZeroPartials { .. } => &[],
@@ -157,7 +154,6 @@ impl AmpOp {
 
     fn tag(&self) -> u8 {
         match self {
-            AmpOp::LoadCoefficients { .. } => 0,
             AmpOp::ZeroPartials { .. } => 1,
             AmpOp::LoadPartials { .. } => 2,
             AmpOp::StreamRows { .. } => 3,
@@ -167,7 +163,6 @@ impl AmpOp {
 
     fn dims(&self) -> (u32, u32) {
         match *self {
-            AmpOp::LoadCoefficients { inner, columns, .. } => (inner, columns),
             AmpOp::ZeroPartials { rows, columns }
             | AmpOp::LoadPartials { rows, columns, .. }
             | AmpOp::StorePartials { rows, columns, .. } => (rows, columns),
@@ -176,13 +171,45 @@ impl AmpOp {
     }
 }
 
-/// One worker context's op sequence.
+/// One worker context's part of a pass.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct WorkerProgram {
     /// The worker context that runs it.
     pub worker: WorkerId,
     /// The ops, in order.
     pub ops: Vec<AmpOp>,
+}
+
+/// One pass: the supervisor loads the coefficients, then every listed
+/// worker runs its ops against them, and the supervisor syncs with the
+/// workers before the next pass changes the coefficients.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Pass {
+    /// The weight tile the supervisor loads.
+    pub coefficients: CoefficientLoad,
+    /// The workers started in this pass, in context order.
+    pub workers: Vec<WorkerProgram>,
+}
+
+/// The passes of one iteration of the supervisor's outer loop.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PassGroup {
+    /// The passes, in order.
+    pub passes: Vec<Pass>,
+}
+
+/// Which slice the supervisor's outer loop runs over: each group of a
+/// program is one such slice, and its passes share it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OuterLoop {
+    /// One group per inner slice (`k` wide), its passes over the column
+    /// slices (poplibs' F16 ConvPartial1x1Out: input-channel groups
+    /// outermost).
+    Inner,
+    /// One group per column slice (`c` wide), its passes over the inner
+    /// slices (poplibs' FP8 ConvPartial1x1Out: output-channel groups
+    /// outermost).
+    Columns,
 }
 
 /// What a program multiplies.
@@ -210,9 +237,9 @@ pub struct ProgramHeader {
     pub inner: u32,
     /// Output columns.
     pub columns: u32,
-    /// The variant's inner block.
+    /// The variant's pass inner extent.
     pub k: u32,
-    /// The variant's column block.
+    /// The variant's pass column extent.
     pub c: u32,
     /// Bytes the AMP reads past the left operand's end.
     pub left_tail_bytes: u32,
@@ -223,7 +250,7 @@ pub struct ProgramHeader {
 impl ProgramHeader {
     /// The format version [`AmpProgram::to_bytes`] writes this header in.
     pub fn format_version(&self) -> u16 {
-        format_version(self.left_order)
+        PROGRAM_FORMAT_VERSION
     }
 
     /// Bytes of the left, right and output operands, if they fit in `u64`.
@@ -241,13 +268,20 @@ impl ProgramHeader {
     }
 }
 
-/// An AMP program: a header and one op sequence per active worker.
+/// An AMP program: a header and the supervisor's groups of passes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AmpProgram {
     /// What the program multiplies.
     pub header: ProgramHeader,
-    /// One entry per active worker, in context order.
-    pub workers: Vec<WorkerProgram>,
+    /// The groups of passes, in order.
+    pub groups: Vec<PassGroup>,
+}
+
+impl AmpProgram {
+    /// Every pass, in order.
+    pub fn passes(&self) -> impl Iterator<Item = &Pass> + '_ {
+        self.groups.iter().flat_map(|g| &g.passes)
+    }
 }
 
 /// Builds the program of `variant` for `rows` rows (which must be
@@ -264,15 +298,6 @@ pub fn build_program(variant: &Variant, rows: u32, mode: Mode) -> Result<AmpProg
     build_for_rows(variant, rows, mode)
 }
 
-/// The work of one worker: a row range and a range of column blocks.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct WorkShare {
-    pub row_start: u32,
-    pub rows: u32,
-    pub block_start: u32,
-    pub blocks: u32,
-}
-
 /// `total` items cut into `parts` balanced contiguous ranges, the first
 /// ones one longer, as `(start, len)`; empty ranges are dropped.
 pub(crate) fn balanced_ranges(total: u32, parts: u32) -> impl Iterator<Item = (u32, u32)> {
@@ -287,49 +312,11 @@ pub(crate) fn balanced_ranges(total: u32, parts: u32) -> impl Iterator<Item = (u
         .filter(|&(_, n)| n > 0)
 }
 
-/// The shares of a `row_parts × column_parts` split of `rows` rows and
-/// `column_blocks` column blocks: rows and column blocks are cut into
-/// [`balanced_ranges`], row ranges outermost. Empty shares are dropped.
-pub(crate) fn grid_split(
-    rows: u32,
-    column_blocks: u32,
-    row_parts: u32,
-    column_parts: u32,
-) -> Vec<WorkShare> {
-    let mut shares = Vec::new();
-    for (row_start, rows) in balanced_ranges(rows, row_parts) {
-        for (block_start, blocks) in balanced_ranges(column_blocks, column_parts) {
-            shares.push(WorkShare {
-                row_start,
-                rows,
-                block_start,
-                blocks,
-            });
-        }
-    }
-    shares
-}
-
-/// How a call's work splits over the worker contexts: of every grid split
-/// `row_parts × column_parts <= worker_contexts` (with no more parts than
-/// rows or column blocks), the one whose busiest worker has the fewest
-/// instructions in the cost model; ties go to more row parts, then more
-/// column parts. Splitting rows makes every worker load every weight block;
-/// splitting columns divides the weight loads but needs enough column
-/// blocks, so the choice depends on the shape.
-pub(crate) fn split_work(variant: &Variant, rows: u32, mode: Mode) -> Vec<WorkShare> {
-    best_split(variant, rows, mode).0
-}
-
-/// [`split_work`]'s split and its busiest worker's instructions.
-pub(crate) fn best_split(variant: &Variant, rows: u32, mode: Mode) -> (Vec<WorkShare>, u64) {
-    let column_blocks = variant.shape().columns.div_ceil(variant.c());
-    let (row_parts, column_parts, busiest) =
-        crate::cost::SplitCosts::new(variant, column_blocks).best(rows, mode);
-    (
-        grid_split(rows, column_blocks, row_parts, column_parts),
-        busiest,
-    )
+/// The row ranges of the workers: `rows` cut into balanced ranges over
+/// every worker context (fewer when there are fewer rows), the first
+/// worker's the longest.
+pub(crate) fn worker_rows(rows: u32, workers: u32) -> impl Iterator<Item = (u32, u32)> {
+    balanced_ranges(rows, workers.max(1).min(rows.max(1)))
 }
 
 /// Runs covering rows `row0..row0 + nrows` and columns `col0..col0 + ncols`
@@ -465,103 +452,108 @@ pub(crate) fn build_for_rows(
         alignment: variant.model().operand_alignment,
     };
     let (k, c) = (variant.k(), variant.c());
-    let inner_blocks = shape.inner.div_ceil(k);
-    let shares = split_work(variant, rows, mode);
-    let mut workers = Vec::with_capacity(shares.len());
-    for (w, share) in shares.iter().enumerate() {
-        let mut ops = Vec::new();
-        let (r0, n) = (u64::from(share.row_start), u64::from(share.rows));
-        for cb in share.block_start..share.block_start + share.blocks {
-            let c0 = cb * c;
-            let cw = c.min(shape.columns - c0);
-            match mode {
-                Mode::Initialise => ops.push(AmpOp::ZeroPartials {
-                    rows: share.rows,
+    let inner_slices = shape.inner.div_ceil(k);
+    let column_slices = shape.columns.div_ceil(c);
+    let shares: Vec<(u32, u32)> = worker_rows(rows, variant.model().worker_contexts).collect();
+    let pass = |kb: u32, cb: u32| -> Result<Pass, KernelError> {
+        let (k0, c0) = (kb * k, cb * c);
+        let kw = k.min(shape.inner - k0);
+        let cw = c.min(shape.columns - c0);
+        let coefficients = CoefficientLoad {
+            inner: kw,
+            columns: cw,
+            runs: panel_runs(
+                u64::from(shape.inner),
+                u64::from(shape.columns),
+                shape.right.amp_panel_columns(),
+                shape.right.element_bytes(),
+                u64::from(k0),
+                u64::from(kw),
+                u64::from(c0),
+                u64::from(cw),
+            )
+            .map_err(overflow)?,
+        };
+        let mut workers = Vec::with_capacity(shares.len());
+        for (w, &(r0, n)) in shares.iter().enumerate() {
+            let (r0, n64) = (u64::from(r0), u64::from(n));
+            let output =
+                output_runs(&header, r0, n64, u64::from(c0), u64::from(cw)).map_err(overflow)?;
+            // The first inner slice of an initialise call starts from
+            // zero; every other pass adds to what the output holds.
+            let start = if kb == 0 && mode == Mode::Initialise {
+                AmpOp::ZeroPartials {
+                    rows: n,
                     columns: cw,
-                }),
-                Mode::Accumulate => ops.push(AmpOp::LoadPartials {
-                    rows: share.rows,
+                }
+            } else {
+                AmpOp::LoadPartials {
+                    rows: n,
                     columns: cw,
-                    runs: output_runs(&header, r0, n, u64::from(c0), u64::from(cw))
-                        .map_err(overflow)?,
-                }),
-            }
-            for kb in 0..inner_blocks {
-                let k0 = kb * k;
-                let kw = k.min(shape.inner - k0);
-                let right = panel_runs(
-                    u64::from(shape.inner),
-                    u64::from(shape.columns),
-                    shape.right.amp_panel_columns(),
-                    shape.right.element_bytes(),
-                    u64::from(k0),
-                    u64::from(kw),
-                    u64::from(c0),
-                    u64::from(cw),
-                )
-                .map_err(overflow)?;
-                ops.push(AmpOp::LoadCoefficients {
-                    inner: kw,
-                    columns: cw,
-                    runs: right,
-                });
-                let left =
-                    left_runs(&header, r0, n, u64::from(k0), u64::from(kw)).map_err(overflow)?;
-                ops.push(AmpOp::StreamRows {
-                    rows: share.rows,
-                    inner: kw,
-                    runs: left,
-                });
-            }
-            ops.push(AmpOp::StorePartials {
-                rows: share.rows,
-                columns: cw,
-                runs: output_runs(&header, r0, n, u64::from(c0), u64::from(cw))
-                    .map_err(overflow)?,
+                    runs: output.clone(),
+                }
+            };
+            let left =
+                left_runs(&header, r0, n64, u64::from(k0), u64::from(kw)).map_err(overflow)?;
+            workers.push(WorkerProgram {
+                worker: WorkerId::from_u32(w as u32),
+                ops: vec![
+                    start,
+                    AmpOp::StreamRows {
+                        rows: n,
+                        inner: kw,
+                        runs: left,
+                    },
+                    AmpOp::StorePartials {
+                        rows: n,
+                        columns: cw,
+                        runs: output,
+                    },
+                ],
             });
         }
-        workers.push(WorkerProgram {
-            worker: WorkerId::from_u32(w as u32),
-            ops,
-        });
+        Ok(Pass {
+            coefficients,
+            workers,
+        })
+    };
+    let mut groups = Vec::new();
+    match variant.arithmetic().outer_loop() {
+        OuterLoop::Inner => {
+            for kb in 0..inner_slices {
+                let passes = (0..column_slices)
+                    .map(|cb| pass(kb, cb))
+                    .collect::<Result<_, _>>()?;
+                groups.push(PassGroup { passes });
+            }
+        }
+        OuterLoop::Columns => {
+            for cb in 0..column_slices {
+                let passes = (0..inner_slices)
+                    .map(|kb| pass(kb, cb))
+                    .collect::<Result<_, _>>()?;
+                groups.push(PassGroup { passes });
+            }
+        }
     }
-    Ok(AmpProgram { header, workers })
+    Ok(AmpProgram { header, groups })
 }
 
 impl AmpProgram {
     /// Instructions of the code that runs this program in the code-size
-    /// model: the supervisor entry plus the longest worker sequence (all
-    /// workers run the same code on different addresses).
+    /// model: the supervisor's code with its longest unrolled coefficient
+    /// load, and the worker code (every worker, in every pass, runs the
+    /// same code on different addresses; the passes are loop iterations).
     pub fn code_instructions(&self, model: &crate::AmpModel) -> u64 {
-        let worker = self
-            .workers
-            .iter()
-            .map(|w| {
-                w.ops
-                    .iter()
-                    .fold(u64::from(model.worker_setup_instructions), |acc, op| {
-                        acc.saturating_add(op_code_instructions(op, model))
-                    })
-            })
+        let weight_eb = self.header.right.element_bytes();
+        let load = crate::cost::load_bytes(self.header.right_class, model);
+        let loads = self
+            .passes()
+            .map(|p| p.coefficients.bytes(weight_eb).div_ceil(load))
             .max()
             .unwrap_or(0);
-        let supervisor =
-            u64::from(model.supervisor_instructions).saturating_add(2 * self.workers.len() as u64);
-        supervisor.saturating_add(worker)
+        u64::from(model.supervisor_code_instructions)
+            .saturating_add(loads)
+            .saturating_add(u64::from(model.worker_code_instructions))
     }
-}
-
-/// Static instructions one op compiles to: its setup, one per run, and the
-/// loop body of the AMP or copy loop.
-pub(crate) fn op_code_instructions(op: &AmpOp, model: &crate::AmpModel) -> u64 {
-    let runs = op.runs().len() as u64;
-    let base = match op {
-        AmpOp::LoadCoefficients { .. } => model.coefficient_setup_instructions,
-        AmpOp::ZeroPartials { .. } => 2,
-        AmpOp::LoadPartials { .. } | AmpOp::StorePartials { .. } => {
-            model.partial_setup_instructions
-        }
-        AmpOp::StreamRows { .. } => model.stream_setup_instructions.saturating_add(2),
-    };
-    u64::from(base).saturating_add(runs)
 }

@@ -2,18 +2,19 @@
 //!
 //! A [`GemmShape`] describes what one tile multiplies: its left rows, the
 //! inner dimension, its output columns, the operand precisions and orders.
-//! A [`Variant`] fixes how: the inner block `k`, the output-column block
-//! `c`, and the two row counts (`r_small`, `r_large`) one object serves so
-//! that the long and short shards of one tiling share an object. The planner
-//! [`plan_variant`] picks `k` and `c` by the cost model of
-//! [`crate::estimate_cycles`] within the limits of a [`PlanConfig`].
+//! A [`Variant`] fixes how: the pass shape `k × c` (one coefficient tile:
+//! the arithmetic's micro inner extent by the AMP's 16 columns, which the
+//! hardware fixes) and the two row counts (`r_small`, `r_large`) one object
+//! serves so that the long and short shards of one tiling share an object.
+//! The planner [`plan_variant`] builds the variant of a shape and checks it
+//! against the limits of a [`PlanConfig`].
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use ipu_layout::{AmpOperand, ElementOrder, MemoryClass, Precision};
 
-use crate::{AmpModel, KernelError, estimate_cycles};
+use crate::{AmpModel, KernelError};
 
 /// One tile's GEMM: `output[rows, columns] (+)= left[rows, inner] × right[inner, columns]`.
 ///
@@ -184,12 +185,40 @@ impl Arithmetic {
         }
     }
 
-    /// The multiple `k` must be: the micro inner dimension of the weights.
+    /// The inner extent of one pass (one coefficient tile): the micro
+    /// inner dimension of the weights.
     pub fn micro_inner(self, model: &AmpModel) -> u32 {
         match self {
             Arithmetic::Fp8HalfPartials => model.fp8_micro_inner,
             _ => model.f16_micro_inner,
         }
+    }
+
+    /// The kernel path's overheads: the FP8 path for FP8 rows and
+    /// weights, the F16 path for F16 rows (whatever the weights).
+    pub fn path(self, model: &AmpModel) -> &crate::PathCosts {
+        match self {
+            Arithmetic::Fp8HalfPartials => &model.fp8,
+            _ => &model.f16,
+        }
+    }
+
+    /// Which slice the supervisor's outer loop runs over, as in poplibs'
+    /// ConvPartial1x1Out vertices: inner slices for F16 rows, column
+    /// slices for FP8.
+    pub const fn outer_loop(self) -> crate::OuterLoop {
+        match self {
+            Arithmetic::Fp8HalfPartials => crate::OuterLoop::Columns,
+            _ => crate::OuterLoop::Inner,
+        }
+    }
+
+    /// AMP instructions a worker spends on one row of one pass: the AMP
+    /// takes the whole tile (`micro_inner × column_multiple` MACs) per row,
+    /// whatever part of it a narrow last slice uses.
+    pub fn row_instructions(self, model: &AmpModel) -> u64 {
+        (u64::from(self.micro_inner(model)) * u64::from(model.column_multiple))
+            .div_ceil(u64::from(self.macs_per_instruction(model)))
     }
 }
 
@@ -198,14 +227,6 @@ impl Arithmetic {
 pub struct PlanConfig {
     /// The target's AMP model.
     pub model: AmpModel,
-    /// The largest weight block (`k × c × weight bytes`) a worker streams
-    /// rows against. The default, 36864, is the largest block the seed's
-    /// kernels used (`k256 × c144` FP8).
-    pub max_block_bytes: u32,
-    /// The largest `k` considered.
-    pub max_k: u32,
-    /// The largest `c` considered.
-    pub max_c: u32,
     /// The largest object code the planner accepts, in bytes.
     pub max_code_bytes: u32,
 }
@@ -214,9 +235,6 @@ impl Default for PlanConfig {
     fn default() -> Self {
         Self {
             model: AmpModel::ipu21(),
-            max_block_bytes: 36864,
-            max_k: 512,
-            max_c: 512,
             max_code_bytes: 16384,
         }
     }
@@ -238,10 +256,10 @@ pub struct EntryPoint {
 /// A planned GEMM kernel: one shape, its blocks and the rows it serves.
 ///
 /// Invariant (established by [`Variant::new`]): the shape is supported, `k`
-/// is a positive multiple of the micro inner dimension no larger than the
-/// inner dimension rounded up to it, `c` likewise for the column multiple,
-/// `1 <= r_small <= r_large`, and every operand of `r_large` rows fits in 32
-/// bits of address.
+/// is the arithmetic's micro inner dimension and `c` the AMP's column
+/// multiple (the pass shape the coefficient registers hold), `1 <= r_small
+/// <= r_large`, and every operand of `r_large` rows fits in 32 bits of
+/// address.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Variant {
     shape: GemmShape,
@@ -267,7 +285,9 @@ struct VariantSpec<'a> {
 }
 
 impl Variant {
-    /// A variant with explicit blocks; `shape.rows` is replaced by `r_large`.
+    /// A variant with the pass shape `k × c` (which must be the
+    /// arithmetic's micro inner dimension by the column multiple, see
+    /// [`pass_shape`]); `shape.rows` is replaced by `r_large`.
     pub fn new(
         shape: &GemmShape,
         k: u32,
@@ -279,10 +299,8 @@ impl Variant {
         Self::unnamed(shape, k, c, r_small, r_large, model)?.named()
     }
 
-    /// [`Variant::new`] without its name and key, which only the chosen
-    /// variant needs: [`plan_variant`] costs hundreds of candidate blocks
-    /// per shape, and serialising and hashing each one's description
-    /// nearly doubled a SigLIP b2 build's kernel-planning instructions.
+    /// [`Variant::new`] without its name and key, which a variant only
+    /// needs once [`plan_variant`] accepts it.
     pub(crate) fn unnamed(
         shape: &GemmShape,
         k: u32,
@@ -293,25 +311,23 @@ impl Variant {
     ) -> Result<Self, KernelError> {
         model.validate()?;
         let arithmetic = validate_shape(shape, r_small, r_large)?;
+        // The coefficient registers hold one tile of this shape; a kernel
+        // has no other.
         let micro = arithmetic.micro_inner(model);
-        let k_limit = round_up(shape.inner, micro);
-        if k == 0 || k % micro != 0 || k > k_limit {
+        if k != micro {
             return Err(KernelError::InvalidBlock {
                 what: "inner (k)",
                 value: k,
-                multiple: micro,
-                limit: k_limit,
+                expected: micro,
             });
         }
         check_left_alignment(shape, model, Some(k))?;
         let cm = model.column_multiple;
-        let c_limit = round_up(shape.columns, cm);
-        if c == 0 || c % cm != 0 || c > c_limit {
+        if c != cm {
             return Err(KernelError::InvalidBlock {
                 what: "column (c)",
                 value: c,
-                multiple: cm,
-                limit: c_limit,
+                expected: cm,
             });
         }
         let shape = GemmShape {
@@ -394,12 +410,12 @@ impl Variant {
         self.arithmetic
     }
 
-    /// The inner block.
+    /// The inner extent of a pass.
     pub fn k(&self) -> u32 {
         self.k
     }
 
-    /// The output-column block.
+    /// The column extent of a pass.
     pub fn c(&self) -> u32 {
         self.c
     }
@@ -414,11 +430,9 @@ impl Variant {
         self.r_large
     }
 
-    /// The version of the program format its programs are serialised in:
-    /// [`crate::PROGRAM_FORMAT_VERSION`] for a panel-major left operand,
-    /// [`crate::PROGRAM_FORMAT_VERSION_LATEST`] for a row-major one.
+    /// The version of the program format its programs are serialised in.
     pub fn program_format_version(&self) -> u16 {
-        crate::program::format_version(self.shape.left_order)
+        crate::program::PROGRAM_FORMAT_VERSION
     }
 
     /// The model the variant was planned with.
@@ -568,20 +582,24 @@ fn check_left_alignment(
     Ok(())
 }
 
-/// Plans one variant serving a tiling's long and short shards
-/// (`rows_small <= rows_large`).
-///
-/// Candidates are every `k` (a multiple of the micro inner dimension up to
-/// the padded inner dimension and `max_k`) and every `c` (a multiple of 16 up
-/// to the padded columns and `max_c`) whose weight block fits
-/// `max_block_bytes` and whose code fits `max_code_bytes`. The planner keeps
-/// the one with the fewest estimated cycles for a long shard (initialise and
-/// accumulate together), then the smaller code, then the larger `k`, then the
-/// larger `c`; the choice does not depend on anything else. With a row-major
-/// left operand, `inner × element bytes` must be a multiple of the operand
-/// alignment, and `k` candidates whose inner blocks would start misaligned
-/// are skipped (none are on IPU21, where `k × element bytes` is a multiple
-/// of 32 bytes).
+/// The pass shape `(k, c)` of a shape's variants: the arithmetic's micro
+/// inner dimension and the column multiple, or why the shape has none.
+pub fn pass_shape(shape: &GemmShape, model: &AmpModel) -> Result<(u32, u32), KernelError> {
+    let arithmetic = Arithmetic::select(shape.left, shape.right, shape.output).ok_or(
+        KernelError::UnsupportedPrecisions {
+            left: shape.left,
+            right: shape.right,
+            output: shape.output,
+        },
+    )?;
+    Ok((arithmetic.micro_inner(model), model.column_multiple))
+}
+
+/// Plans the variant serving a tiling's long and short shards
+/// (`rows_small <= rows_large`): the shape's pass shape ([`pass_shape`]),
+/// if its code fits `max_code_bytes`. With a row-major left operand,
+/// `inner × element bytes` must be a multiple of the operand alignment
+/// (`k × element bytes` is one on IPU21: 32 bytes).
 pub fn plan_variant(
     shape: &GemmShape,
     rows_small: u32,
@@ -589,74 +607,21 @@ pub fn plan_variant(
     config: &PlanConfig,
 ) -> Result<Variant, KernelError> {
     config.model.validate()?;
-    let arithmetic = validate_shape(shape, rows_small, rows_large)?;
+    validate_shape(shape, rows_small, rows_large)?;
     let model = &config.model;
     check_left_alignment(shape, model, None)?;
-    let micro = arithmetic.micro_inner(model);
-    let cm = model.column_multiple;
-    let k_top = round_up(shape.inner, micro).min(config.max_k);
-    let c_top = round_up(shape.columns, cm).min(config.max_c);
-    let weight_bytes = if arithmetic.widens_weights() {
-        2
-    } else {
-        shape.right.element_bytes()
-    };
-    type Score = (u64, u32, std::cmp::Reverse<u32>, std::cmp::Reverse<u32>);
-    let mut best: Option<(Score, Variant)> = None;
-    let mut k = micro;
-    while k <= k_top {
-        if check_left_alignment(shape, model, Some(k)).is_err() {
-            k += micro;
-            continue;
-        }
-        let mut c = cm;
-        while c <= c_top {
-            let block = u64::from(k) * u64::from(c) * weight_bytes;
-            if block <= u64::from(config.max_block_bytes) {
-                let v = Variant::unnamed(shape, k, c, rows_small, rows_large, model)?;
-                // Cycles rank first, so a block slower than the best so far
-                // loses whatever its code size: its modes are costed only
-                // while their sum could still win, and its code (the
-                // costlier figure, and the feasibility test) is sized only
-                // when it could.
-                let limit = best.as_ref().map_or(u64::MAX, |(b, _)| b.0);
-                let mut cycles = 0u64;
-                for &m in &Mode::ALL {
-                    if cycles > limit {
-                        break;
-                    }
-                    cycles = cycles.saturating_add(estimate_cycles(&v, rows_large, m).cycles);
-                }
-                if best.is_none() || cycles <= limit {
-                    let code = crate::code_bytes(&v);
-                    let score = (cycles, code, std::cmp::Reverse(k), std::cmp::Reverse(c));
-                    if code <= config.max_code_bytes
-                        && best.as_ref().is_none_or(|(b, _)| score < *b)
-                    {
-                        best = Some((score, v));
-                    }
-                }
-            }
-            c += cm;
-        }
-        k += micro;
-    }
-    best.map(|(_, v)| v.named())
-        .transpose()?
-        .ok_or_else(|| KernelError::NoFeasibleBlock {
+    let (k, c) = pass_shape(shape, model)?;
+    let variant = Variant::unnamed(shape, k, c, rows_small, rows_large, model)?;
+    if crate::code_bytes(&variant) > config.max_code_bytes {
+        return Err(KernelError::NoFeasibleBlock {
             variant: format!(
                 "{} x {} x {} ({} x {} -> {})",
                 rows_large, shape.inner, shape.columns, shape.left, shape.right, shape.output
             ),
-            max_block_bytes: config.max_block_bytes,
             max_code_bytes: config.max_code_bytes,
-        })
-}
-
-/// `value` rounded up to a multiple of `multiple` (saturating).
-pub(crate) fn round_up(value: u32, multiple: u32) -> u32 {
-    let m = multiple.max(1);
-    value.div_ceil(m).saturating_mul(m)
+        });
+    }
+    variant.named()
 }
 
 /// Lower-case hex of `bytes`.

@@ -26,6 +26,7 @@
 //! `quantize` are the same functions one element at a time.
 
 use crate::{Fp8Format, Precision};
+use half::slice::HalfFloatSliceExt;
 
 /// The only FP8 NaN code.
 pub const FP8_NAN: u8 = 0x80;
@@ -153,6 +154,9 @@ pub fn f16_bits(value: f32) -> u16 {
     half::f16::from_f32(value).to_bits()
 }
 
+/// Elements the slice codecs convert at a time through a stack buffer.
+const SLICE_CHUNK: usize = 64;
+
 /// Decodes IEEE binary16 bits.
 pub fn f16_value(bits: u16) -> f32 {
     half::f16::from_bits(bits).to_f32()
@@ -258,8 +262,18 @@ impl Codec {
                 }
             }
             Precision::F16 => {
-                for (o, &v) in out.chunks_exact_mut(2).zip(values) {
-                    o.copy_from_slice(&f16_bits(v).to_le_bytes());
+                // The slice conversion rounds as `f16_bits` does, a vector
+                // at a time where the host has F16C.
+                let mut halves = [half::f16::ZERO; SLICE_CHUNK];
+                for (values, out) in values
+                    .chunks(SLICE_CHUNK)
+                    .zip(out.chunks_mut(2 * SLICE_CHUNK))
+                {
+                    let halves = &mut halves[..values.len()];
+                    halves.convert_from_f32_slice(values);
+                    for (o, h) in out.chunks_exact_mut(2).zip(halves.iter()) {
+                        o.copy_from_slice(&h.to_bits().to_le_bytes());
+                    }
                 }
             }
             Precision::F8 { format, .. } => {
@@ -285,8 +299,16 @@ impl Codec {
                 }
             }
             Precision::F16 => {
-                for (v, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *v = f16_value(u16::from_le_bytes([b[0], b[1]]));
+                let mut halves = [half::f16::ZERO; SLICE_CHUNK];
+                for (out, bytes) in out
+                    .chunks_mut(SLICE_CHUNK)
+                    .zip(bytes.chunks(2 * SLICE_CHUNK))
+                {
+                    let halves = &mut halves[..out.len()];
+                    for (h, b) in halves.iter_mut().zip(bytes.chunks_exact(2)) {
+                        *h = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
+                    }
+                    halves.convert_to_f32_slice(out);
                 }
             }
             Precision::F8 { format, .. } => {

@@ -103,10 +103,14 @@ pub struct ExchangeSpec {
     pub memory_element_hazards: bool,
 }
 
-/// The AMP unit and the overheads of the GEMM kernels' cost model.
+/// The AMP unit and the GEMM kernels' cost model.
 ///
-/// Overheads are counted in worker instructions unless the name says
-/// cycles.
+/// A call is a sequence of passes: the supervisor loads one weight tile
+/// into the tile's single set of coefficient registers, starts the workers
+/// and syncs; each worker streams its own rows. Figures are tile cycles
+/// unless the name says instructions (a worker's, each taking
+/// `worker_contexts` cycles). The `f16_*` overheads are those of the F16-row
+/// path, the `fp8_*` ones those of FP8 rows and weights.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AmpSpec {
@@ -116,30 +120,55 @@ pub struct AmpSpec {
     pub fp8_macs_per_instruction: u32,
     /// F32 partials divide the rate by this.
     pub f32_partials_rate_divisor: u32,
-    /// The inner block is a multiple of this for F16 weights.
+    /// Inner extent of one pass (one coefficient tile) with F16 weights.
     pub f16_micro_inner: u32,
-    /// The inner block is a multiple of this for FP8 weights.
+    /// Inner extent of one pass with FP8 weights.
     pub fp8_micro_inner: u32,
-    /// AMP output columns per instruction.
+    /// AMP output columns per instruction, and per pass.
     pub column_multiple: u32,
-    /// Tile cycles of a call outside the workers.
-    pub call_cycles: u32,
-    /// Instructions of the supervisor entry (plus two per worker).
-    pub supervisor_instructions: u32,
-    /// Worker prologue and exit instructions.
-    pub worker_setup_instructions: u32,
-    /// Instructions per coefficient block load (plus one per run).
-    pub coefficient_setup_instructions: u32,
-    /// Bytes per load from interleaved memory.
+    /// Bytes per coefficient load from interleaved memory.
     pub interleaved_load_bytes: u32,
-    /// Bytes per load from standard memory.
+    /// Bytes per coefficient load from standard memory.
     pub standard_load_bytes: u32,
-    /// Instructions per row stream (plus one per run).
-    pub stream_setup_instructions: u32,
-    /// AMP pipeline fill and drain instructions per row stream.
-    pub pipeline_instructions: u32,
-    /// Instructions per partial load or store (plus one per run).
-    pub partial_setup_instructions: u32,
+    /// F16 path: cycles of a call outside its groups and passes.
+    pub f16_call_cycles: u32,
+    /// F16 path: cycles per group of its outer loop (an inner slice).
+    pub f16_group_cycles: u32,
+    /// F16 path: supervisor cycles per pass besides the weight load.
+    pub f16_pass_cycles: u32,
+    /// F16 path: worker instructions per row stream besides the rows.
+    pub f16_stream_instructions: u32,
+    /// F16 path: worker instructions of a one-row stream.
+    pub f16_one_row_stream_instructions: u32,
+    /// F16 path: worker instructions of a two-row stream.
+    pub f16_two_row_stream_instructions: u32,
+    /// F16 path: cycles the least busy worker of a pass adds to its end.
+    pub f16_tail_cycles: u32,
+    /// F16 path: extra worker instructions of a stream whose partials
+    /// start from the output rather than from zero.
+    pub f16_partial_load_instructions: u32,
+    /// FP8 path: cycles of a call outside its groups and passes.
+    pub fp8_call_cycles: u32,
+    /// FP8 path: cycles per group of its outer loop (a column slice).
+    pub fp8_group_cycles: u32,
+    /// FP8 path: supervisor cycles per pass besides the weight load.
+    pub fp8_pass_cycles: u32,
+    /// FP8 path: worker instructions per row stream besides the rows.
+    pub fp8_stream_instructions: u32,
+    /// FP8 path: worker instructions of a one-row stream.
+    pub fp8_one_row_stream_instructions: u32,
+    /// FP8 path: worker instructions of a two-row stream.
+    pub fp8_two_row_stream_instructions: u32,
+    /// FP8 path: cycles the least busy worker of a pass adds to its end.
+    pub fp8_tail_cycles: u32,
+    /// FP8 path: extra worker instructions of a stream whose partials
+    /// start from the output.
+    pub fp8_partial_load_instructions: u32,
+    /// Code-size model: supervisor instructions besides the unrolled
+    /// coefficient loads.
+    pub supervisor_code_instructions: u32,
+    /// Code-size model: worker instructions.
+    pub worker_code_instructions: u32,
     /// Code bytes per instruction in the code-size model.
     pub instruction_bytes: u32,
 }

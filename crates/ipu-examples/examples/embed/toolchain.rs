@@ -34,7 +34,11 @@ impl Toolchain for ProgramToolchain {
             .map(|entry| build_program(variant, entry.rows, entry.mode))
             .collect::<Result<Vec<_>, _>>()?;
         if self.forget_a_store
-            && let Some(worker) = programs.first_mut().and_then(|p| p.workers.last_mut())
+            && let Some(worker) = programs
+                .first_mut()
+                .and_then(|p| p.groups.last_mut())
+                .and_then(|g| g.passes.last_mut())
+                .and_then(|p| p.workers.last_mut())
         {
             worker
                 .ops

@@ -330,15 +330,28 @@ impl<U: Fn(f64, usize, usize, u64) -> f64> vector::WithEight for LaneRun<'_, U> 
 /// can grow by at most `8 · max_product` and a rounding (at most one F16
 /// unit, 32 below 65536) per step.
 fn partials_stay_in_range(partials: &[f64], steps: usize, max_product: f64) -> bool {
-    if partials
-        .iter()
-        .any(|p| p.is_nan() || p.to_bits() == (-0.0f64).to_bits())
-    {
-        return false;
+    // One pass, eight lanes at a time: every stream of every pass checks
+    // its partials. A NaN fails the bound (`NaN < x` is false), and −0 is
+    // flagged by its bits.
+    let mut largest = [0.0f64; 8];
+    let mut negative_zero = false;
+    let mut nan = false;
+    let mut chunks = partials.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (m, &p) in largest.iter_mut().zip(chunk) {
+            *m = m.max(p.abs());
+            negative_zero |= p.to_bits() == (-0.0f64).to_bits();
+            nan |= p.is_nan();
+        }
     }
-    let largest = largest_magnitude(partials);
+    for &p in chunks.remainder() {
+        largest[0] = largest[0].max(p.abs());
+        negative_zero |= p.to_bits() == (-0.0f64).to_bits();
+        nan |= p.is_nan();
+    }
+    let largest = largest.iter().fold(0.0f64, |m, &v| m.max(v));
     let growth = steps as f64 * (8.0 * max_product + 32.0);
-    largest + growth < F16_OVERFLOW
+    !negative_zero && !nan && largest + growth < F16_OVERFLOW
 }
 
 #[cfg(test)]

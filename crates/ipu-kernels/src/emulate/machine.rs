@@ -1,7 +1,8 @@
 //! Running a program whose header was checked: the operand checks against
-//! the image, then the machine that performs each worker's ops (block
-//! copies, decoding, the AMP steps through `kernel.rs`, rounding and
-//! stores) and counts the work done.
+//! the image, then the machine that performs each pass (the supervisor's
+//! coefficient load into the tile's one coefficient state, then each
+//! worker's ops: block copies, decoding, the AMP steps through `kernel.rs`,
+//! rounding and stores) and counts the work done.
 
 use std::rc::Rc;
 
@@ -14,8 +15,8 @@ use super::rounding::{
 };
 use super::{EmulateOptions, EmulationStats, KernelArgs, Rounding, Tables, check_row_runs};
 use crate::WorkerId;
-use crate::error::{EmulateError, Operand};
-use crate::program::{AmpOp, AmpProgram, ProgramHeader, Run};
+use crate::error::{EmulateError, OpSite, Operand};
+use crate::program::{AmpOp, AmpProgram, CoefficientLoad, ProgramHeader, Run};
 use crate::variant::Arithmetic;
 
 /// Runs a program whose header was checked.
@@ -104,8 +105,12 @@ pub(super) fn run(
         lanes: None,
         left_rows: Vec::new(),
     };
-    for w in &program.workers {
-        machine.run_worker(w.worker, &w.ops)?;
+    for (p, pass) in program.passes().enumerate() {
+        machine.stats.ops += 1;
+        let mut tile = machine.load_coefficients(p, &pass.coefficients)?;
+        for w in &pass.workers {
+            machine.run_worker(p, w.worker, &w.ops, &mut tile)?;
+        }
     }
     Ok(machine.stats)
 }
@@ -155,41 +160,56 @@ impl Coefficients {
 }
 
 /// The last lane layout built in a run and the load it came from
-/// (`inner`, `columns`, runs): workers of one program load the same
-/// weights, which the program cannot change (the output overlaps no
-/// input), so they share it.
+/// (`inner`, `columns`, runs): the weights cannot change during a run (the
+/// output overlaps no input), so a program that loads a tile again shares
+/// its layout.
 type LanesCache = Option<((u32, u32, Vec<Run>), Rc<Lanes>)>;
 
 /// Left blocks decoded for the lane kernel (`None` when not finite), by
 /// the stream they came from (`rows`, `inner`, runs), most recent last: a
-/// worker streams the same rows against each of its column blocks, and
-/// the program cannot change them.
+/// worker streams the same rows of an inner slice once per column slice,
+/// and the program cannot change them.
 type LeftCache = Vec<((u32, u32, Vec<Run>), Option<Rc<LaneRows>>)>;
 
-/// Decoded left blocks kept per run (a worker's inner blocks, each
-/// streamed once per column block).
-const LEFT_CACHE: usize = 8;
+/// Decoded left blocks kept per run: every worker's slices of a few inner
+/// slices (a program whose outer loop runs over columns streams each
+/// worker's inner slices once per column slice).
+const LEFT_CACHE: usize = 96;
 
-/// The AMP state of one worker.
-struct State {
+/// The tile's coefficient state: the weights the supervisor loaded for
+/// the current pass, shared by every worker.
+struct Tile {
     coefficients: Coefficients,
-    coefficient_dims: Option<(u32, u32)>,
+    dims: (u32, u32),
     /// The coefficients for the lane kernel, when the arithmetic is FP8
     /// into F16 partials and every weight is finite.
     lanes: Option<Rc<Lanes>>,
+}
+
+/// The AMP state of one worker in one pass.
+struct State {
+    /// The pass, for the position of stochastic rounding draws.
+    pass: usize,
     /// Partials, `rows × columns`, row major.
     partials: Vec<f64>,
     partial_dims: Option<(u32, u32)>,
-    /// Inner elements accumulated into the current partials so far (the
-    /// position of the next AMP step, for stochastic rounding).
+    /// Inner elements accumulated into the current partials so far in this
+    /// pass (the position of the next AMP step, for stochastic rounding).
     inner_done: u64,
 }
 
+impl State {
+    /// The position of AMP step `g` of the current stream, for stochastic
+    /// rounding: the pass in the high half, the step within it below.
+    fn step(&self, group: usize, g: u64) -> u64 {
+        ((self.pass as u64) << 32) | (self.inner_done / group.max(1) as u64 + g)
+    }
+}
+
 impl Machine<'_> {
-    fn malformed(worker: WorkerId, op: usize, reason: impl Into<String>) -> EmulateError {
+    fn malformed(site: OpSite, reason: impl Into<String>) -> EmulateError {
         EmulateError::Malformed {
-            worker,
-            op,
+            site,
             reason: reason.into(),
         }
     }
@@ -197,8 +217,7 @@ impl Machine<'_> {
     /// The image range of repetition `i` of `run` of `operand`, checked.
     fn locate(
         &self,
-        worker: WorkerId,
-        op: usize,
+        site: OpSite,
         operand: Operand,
         run: &Run,
         i: u32,
@@ -212,8 +231,7 @@ impl Machine<'_> {
         let bytes = u64::from(run.bytes);
         if offset + bytes > size {
             return Err(EmulateError::OperandOverrun {
-                worker,
-                op,
+                site,
                 operand,
                 offset,
                 bytes,
@@ -223,8 +241,7 @@ impl Machine<'_> {
         let address = u64::from(base) + offset;
         if address < self.start || address + bytes > self.end {
             return Err(EmulateError::OutOfBounds {
-                worker,
-                op,
+                site,
                 operand,
                 address,
                 bytes,
@@ -239,8 +256,7 @@ impl Machine<'_> {
     /// Checks that `runs` cover `count` repetitions of `elements` elements of
     /// `eb` bytes in total, returning the elements per run.
     fn run_elements(
-        worker: WorkerId,
-        op: usize,
+        site: OpSite,
         runs: &[Run],
         count: u32,
         elements: u32,
@@ -251,15 +267,13 @@ impl Machine<'_> {
         for (j, r) in runs.iter().enumerate() {
             if r.count != count {
                 return Err(Self::malformed(
-                    worker,
-                    op,
+                    site,
                     format!("run {j} repeats {} times, expected {count}", r.count),
                 ));
             }
             if r.bytes == 0 || u64::from(r.bytes) % eb != 0 {
                 return Err(Self::malformed(
-                    worker,
-                    op,
+                    site,
                     format!(
                         "run {j} is {} bytes, not a positive multiple of {eb}",
                         r.bytes
@@ -272,8 +286,7 @@ impl Machine<'_> {
         }
         if total != u64::from(elements) {
             return Err(Self::malformed(
-                worker,
-                op,
+                site,
                 format!("runs cover {total} elements per repetition, expected {elements}"),
             ));
         }
@@ -282,19 +295,17 @@ impl Machine<'_> {
 
     /// Copies a `count × elements` block of `eb`-byte elements through
     /// `runs` into a row-major byte block.
-    #[allow(clippy::too_many_arguments)]
     fn gather(
         &self,
-        worker: WorkerId,
-        op: usize,
+        site: OpSite,
         operand: Operand,
         runs: &[Run],
         count: u32,
         elements: u32,
         eb: u64,
     ) -> Result<Vec<u8>, EmulateError> {
-        let per_run = Self::run_elements(worker, op, runs, count, elements, eb)?;
-        self.check_block(worker, op, count, elements)?;
+        let per_run = Self::run_elements(site, runs, count, elements, eb)?;
+        self.check_block(site, count, elements)?;
         let eb = eb as usize;
         let row_bytes = elements as usize * eb;
         let mut block = vec![0u8; count as usize * row_bytes];
@@ -302,7 +313,7 @@ impl Machine<'_> {
         for (r, &n) in runs.iter().zip(&per_run) {
             let n = n as usize * eb;
             for (i, row) in (0..count).zip(block.chunks_exact_mut(row_bytes.max(1))) {
-                let range = self.locate(worker, op, operand, r, i)?;
+                let range = self.locate(site, operand, r, i)?;
                 row[column..column + n].copy_from_slice(&self.memory[range]);
             }
             column += n;
@@ -311,11 +322,9 @@ impl Machine<'_> {
     }
 
     /// Writes an `count × elements` block through `runs`.
-    #[allow(clippy::too_many_arguments)]
     fn scatter(
         &mut self,
-        worker: WorkerId,
-        op: usize,
+        site: OpSite,
         runs: &[Run],
         count: u32,
         elements: u32,
@@ -323,102 +332,111 @@ impl Machine<'_> {
         values: &[f64],
     ) -> Result<(), EmulateError> {
         let eb = precision.element_bytes();
-        let per_run = Self::run_elements(worker, op, runs, count, elements, eb)?;
+        let per_run = Self::run_elements(site, runs, count, elements, eb)?;
+        let codec = precision.codec();
         let mut column = 0usize;
+        let mut buffer = Vec::new();
         for (r, &n) in runs.iter().zip(&per_run) {
+            let n = n as usize;
             for i in 0..count {
-                let range = self.locate(worker, op, Operand::Output, r, i)?;
+                let range = self.locate(site, Operand::Output, r, i)?;
                 let row = &values[i as usize * elements as usize..][..elements as usize];
-                for (chunk, &v) in self.memory[range]
-                    .chunks_exact_mut(eb as usize)
-                    .zip(&row[column..])
-                {
-                    // Partials are already in the output precision, so this
-                    // encoding is exact.
-                    precision.encode_into(stored(v), chunk);
-                }
+                // Partials are already in the output precision, so this
+                // encoding is exact.
+                buffer.clear();
+                buffer.extend(row[column..column + n].iter().map(|&v| stored(v)));
+                codec.encode_slice(&buffer, &mut self.memory[range]);
             }
-            column += n as usize;
+            column += n;
         }
         Ok(())
     }
 
     /// Rejects blocks larger than the largest operand, which bounds every
     /// allocation by the program's own operand sizes.
-    fn check_block(
-        &self,
-        worker: WorkerId,
-        op: usize,
-        count: u32,
-        elements: u32,
-    ) -> Result<(), EmulateError> {
+    fn check_block(&self, site: OpSite, count: u32, elements: u32) -> Result<(), EmulateError> {
         let h = self.header;
         let limit = (u64::from(h.rows) * u64::from(h.inner))
             .max(u64::from(h.inner) * u64::from(h.columns))
             .max(u64::from(h.rows) * u64::from(h.columns));
         if u64::from(count) * u64::from(elements) > limit {
             return Err(Self::malformed(
-                worker,
-                op,
+                site,
                 format!("a {count} x {elements} block is larger than any operand"),
             ));
         }
         Ok(())
     }
 
-    fn run_worker(&mut self, worker: WorkerId, ops: &[AmpOp]) -> Result<(), EmulateError> {
+    /// The supervisor's load of pass `pass`'s weight tile.
+    fn load_coefficients(
+        &mut self,
+        pass: usize,
+        load: &CoefficientLoad,
+    ) -> Result<Tile, EmulateError> {
+        let h = self.header;
+        let tables = self.tables;
+        let site = OpSite::load(pass);
+        let CoefficientLoad {
+            inner,
+            columns,
+            runs,
+        } = load;
+        let bytes = self.gather(
+            site,
+            Operand::Right,
+            runs,
+            *inner,
+            *columns,
+            h.right.element_bytes(),
+        )?;
+        let (k, c) = (*inner as usize, *columns as usize);
+        let mut lanes = None;
+        if h.arithmetic == Arithmetic::Fp8HalfPartials {
+            let key = (*inner, *columns, runs.clone());
+            lanes = match &self.lanes {
+                Some((cached, l)) if *cached == key => Some(Rc::clone(l)),
+                _ => {
+                    let l = Lanes::new(&tables.right.decode(&bytes), k, c).map(Rc::new);
+                    self.lanes = l.as_ref().map(|l| (key, Rc::clone(l)));
+                    l
+                }
+            };
+        }
+        let coefficients = if lanes.is_some() {
+            Coefficients::Bytes(bytes)
+        } else {
+            Coefficients::lay_out(&bytes, k, c, h, tables)
+        };
+        self.stats.coefficient_bytes += load.bytes(h.right.element_bytes());
+        Ok(Tile {
+            coefficients,
+            dims: (*inner, *columns),
+            lanes,
+        })
+    }
+
+    fn run_worker(
+        &mut self,
+        pass: usize,
+        worker: WorkerId,
+        ops: &[AmpOp],
+        tile: &mut Tile,
+    ) -> Result<(), EmulateError> {
         let h = self.header;
         let tables = self.tables;
         let mut state = State {
-            coefficients: Coefficients::Values(Vec::new()),
-            coefficient_dims: None,
-            lanes: None,
+            pass,
             partials: Vec::new(),
             partial_dims: None,
             inner_done: 0,
         };
         for (i, op) in ops.iter().enumerate() {
+            let site = OpSite::worker(pass, worker, i);
             self.stats.ops += 1;
             match op {
-                AmpOp::LoadCoefficients {
-                    inner,
-                    columns,
-                    runs,
-                } => {
-                    let bytes = self.gather(
-                        worker,
-                        i,
-                        Operand::Right,
-                        runs,
-                        *inner,
-                        *columns,
-                        h.right.element_bytes(),
-                    )?;
-                    let (k, c) = (*inner as usize, *columns as usize);
-                    state.lanes = None;
-                    if h.arithmetic == Arithmetic::Fp8HalfPartials {
-                        let key = (*inner, *columns, runs.clone());
-                        state.lanes = match &self.lanes {
-                            Some((cached, lanes)) if *cached == key => Some(Rc::clone(lanes)),
-                            _ => {
-                                let lanes = Lanes::new(&tables.right.decode(&bytes), k, c);
-                                let lanes = lanes.map(Rc::new);
-                                self.lanes = lanes.as_ref().map(|l| (key, Rc::clone(l)));
-                                lanes
-                            }
-                        };
-                    }
-                    state.coefficients = if state.lanes.is_some() {
-                        Coefficients::Bytes(bytes)
-                    } else {
-                        Coefficients::lay_out(&bytes, k, c, h, tables)
-                    };
-                    self.stats.coefficient_bytes +=
-                        u64::from(*inner) * u64::from(*columns) * h.right.element_bytes();
-                    state.coefficient_dims = Some((*inner, *columns));
-                }
                 AmpOp::ZeroPartials { rows, columns } => {
-                    self.check_block(worker, i, *rows, *columns)?;
+                    self.check_block(site, *rows, *columns)?;
                     state.partials = vec![0.0; *rows as usize * *columns as usize];
                     state.partial_dims = Some((*rows, *columns));
                     state.inner_done = 0;
@@ -429,8 +447,7 @@ impl Machine<'_> {
                     runs,
                 } => {
                     let bytes = self.gather(
-                        worker,
-                        i,
+                        site,
                         Operand::Output,
                         runs,
                         *rows,
@@ -444,24 +461,16 @@ impl Machine<'_> {
                     state.inner_done = 0;
                 }
                 AmpOp::StreamRows { rows, inner, runs } => {
-                    let Some((k, c)) = state.coefficient_dims else {
-                        return Err(Self::malformed(
-                            worker,
-                            i,
-                            "rows streamed before any coefficient load",
-                        ));
-                    };
+                    let (k, c) = tile.dims;
                     let Some((pr, pc)) = state.partial_dims else {
                         return Err(Self::malformed(
-                            worker,
-                            i,
+                            site,
                             "rows streamed before the partials start",
                         ));
                     };
                     if *inner != k || *rows != pr || c != pc {
                         return Err(Self::malformed(
-                            worker,
-                            i,
+                            site,
                             format!(
                                 "stream of {rows} rows x {inner} inner does not match coefficients \
                                  {k} x {c} and partials {pr} x {pc}"
@@ -469,25 +478,24 @@ impl Machine<'_> {
                         ));
                     }
                     if h.left_order == ElementOrder::RowMajor {
-                        check_row_runs(worker, i, runs, h.alignment)?;
+                        check_row_runs(site, runs, h.alignment)?;
                     }
-                    let lane_left = match state.lanes {
-                        Some(_) => self.lane_left(worker, i, runs, *rows, *inner)?,
+                    let lane_left = match tile.lanes {
+                        Some(_) => self.lane_left(site, runs, *rows, *inner)?,
                         None => None,
                     };
                     self.stats.left_bytes +=
                         u64::from(*rows) * u64::from(*inner) * h.left.element_bytes();
-                    if !self.stream_lanes(worker, &mut state, lane_left.as_deref(), *rows, k, c) {
+                    if !self.stream_lanes(worker, &mut state, tile, lane_left.as_deref(), *rows) {
                         let left = self.gather(
-                            worker,
-                            i,
+                            site,
                             Operand::Left,
                             runs,
                             *rows,
                             *inner,
                             h.left.element_bytes(),
                         )?;
-                        self.stream(worker, &mut state, &left, *rows, k, c);
+                        self.stream(worker, &mut state, tile, &left, *rows);
                     }
                 }
                 AmpOp::StorePartials {
@@ -497,8 +505,7 @@ impl Machine<'_> {
                 } => {
                     if state.partial_dims != Some((*rows, *columns)) {
                         return Err(Self::malformed(
-                            worker,
-                            i,
+                            site,
                             format!(
                                 "store of {rows} x {columns} partials does not match the partial state {:?}",
                                 state.partial_dims
@@ -506,7 +513,7 @@ impl Machine<'_> {
                         ));
                     }
                     let partials = std::mem::take(&mut state.partials);
-                    self.scatter(worker, i, runs, *rows, *columns, h.output, &partials)?;
+                    self.scatter(site, runs, *rows, *columns, h.output, &partials)?;
                     self.stats.output_bytes_written +=
                         u64::from(*rows) * u64::from(*columns) * h.output.element_bytes();
                     state.partial_dims = None;
@@ -521,8 +528,7 @@ impl Machine<'_> {
     /// no code table or a value is not finite).
     fn lane_left(
         &mut self,
-        worker: WorkerId,
-        op: usize,
+        site: OpSite,
         runs: &[Run],
         rows: u32,
         inner: u32,
@@ -535,7 +541,7 @@ impl Machine<'_> {
             return Ok(None);
         };
         let eb = self.header.left.element_bytes();
-        let bytes = self.gather(worker, op, Operand::Left, runs, rows, inner, eb)?;
+        let bytes = self.gather(site, Operand::Left, runs, rows, inner, eb)?;
         let left = LaneRows::new(table, &bytes, rows as usize, inner as usize).map(Rc::new);
         if self.left_rows.len() == LEFT_CACHE {
             self.left_rows.remove(0);
@@ -550,14 +556,14 @@ impl Machine<'_> {
         &mut self,
         worker: WorkerId,
         state: &mut State,
+        tile: &Tile,
         left: Option<&LaneRows>,
         rows: u32,
-        k: u32,
-        c: u32,
     ) -> bool {
-        let (Some(left), Some(weights)) = (left, state.lanes.as_deref()) else {
+        let (Some(left), Some(weights)) = (left, tile.lanes.as_deref()) else {
             return false;
         };
+        let (k, c) = tile.dims;
         let (rows, k, c) = (rows as usize, k as usize, c as usize);
         let block = Block {
             rows,
@@ -566,11 +572,11 @@ impl Machine<'_> {
             group: self.header.arithmetic.group() as usize,
             exact: !self.header.arithmetic.single_partials(),
         };
-        let partials = &mut state.partials;
-        if !block.lanes_apply(partials, left, weights) {
+        if !block.lanes_apply(&state.partials, left, weights) {
             return false;
         }
-        let first_step = state.inner_done / block.group as u64;
+        let first_step = state.step(block.group, 0);
+        let partials = &mut state.partials;
         match self.options.rounding {
             // In range (`lanes_apply`), rounding is the significand's.
             Rounding::NearestEven => block.run_lanes(partials, left, weights, NEAREST_EVEN),
@@ -592,15 +598,15 @@ impl Machine<'_> {
         &mut self,
         worker: WorkerId,
         state: &mut State,
+        tile: &mut Tile,
         left: &[u8],
         rows: u32,
-        k: u32,
-        c: u32,
     ) {
         let h = self.header;
         let group = h.arithmetic.group() as usize;
+        let (k, c) = tile.dims;
         let (rows, k, c) = (rows as usize, k as usize, c as usize);
-        let first_step = state.inner_done / group as u64;
+        let first_step = state.step(group, 0);
         let single = h.arithmetic.single_partials();
         let block = Block {
             rows,
@@ -614,12 +620,12 @@ impl Machine<'_> {
         let random = move |r: usize, j: usize, g: u64, seed: u64| {
             unit_random(seed, worker, r as u64, j as u64, first_step + g)
         };
-        if let Coefficients::Bytes(bytes) = &state.coefficients {
-            state.coefficients = Coefficients::lay_out(bytes, k, c, h, self.tables);
+        if let Coefficients::Bytes(bytes) = &tile.coefficients {
+            tile.coefficients = Coefficients::lay_out(bytes, k, c, h, self.tables);
         }
         // One monomorphic loop per rounding choice keeps the innermost
         // operation inlined.
-        match (&state.coefficients, &self.tables.products) {
+        match (&tile.coefficients, &self.tables.products) {
             (Coefficients::Codes(codes), Some(products)) => match (single, rounding) {
                 // F16 partials: every step's sum is exact, on the 2^-24 grid.
                 (false, Rounding::NearestEven) => {

@@ -8,8 +8,8 @@ use ipu_layout::{ElementOrder, Precision};
 use super::rounding::{round_f16, round_f32, stochastic_f16, stochastic_f32, stored, unit_random};
 use super::{EmulateOptions, EmulationStats, KernelArgs, Rounding, check_header, check_row_runs};
 use crate::WorkerId;
-use crate::error::{EmulateError, Operand};
-use crate::program::{AmpOp, AmpProgram, ProgramHeader, Run};
+use crate::error::{EmulateError, OpSite, Operand};
+use crate::program::{AmpOp, AmpProgram, CoefficientLoad, ProgramHeader, Run};
 
 /// Runs `program` as the plain emulator did.
 pub(super) fn emulate_reference(
@@ -94,8 +94,12 @@ pub(super) fn emulate_reference(
         stats: EmulationStats::default(),
         operand_bytes: [left_bytes, right_bytes, output_bytes],
     };
-    for w in &program.workers {
-        machine.run_worker(w.worker, &w.ops)?;
+    for (p, pass) in program.passes().enumerate() {
+        machine.stats.ops += 1;
+        let tile = machine.load_coefficients(p, &pass.coefficients)?;
+        for w in &pass.workers {
+            machine.run_worker(p, w.worker, &w.ops, &tile)?;
+        }
     }
     Ok(machine.stats)
 }
@@ -111,24 +115,30 @@ struct Machine<'a> {
     operand_bytes: [u64; 3],
 }
 
-/// The AMP state of one worker.
-struct State {
-    /// Coefficients, `inner × columns`, row major, as exact values.
+/// The tile's coefficient state for one pass: `inner × columns`, row
+/// major, as exact values.
+struct Tile {
     coefficients: Vec<f64>,
-    coefficient_dims: Option<(u32, u32)>,
+    dims: (u32, u32),
+}
+
+/// The AMP state of one worker in one pass.
+struct State {
+    /// The pass, for the position of stochastic rounding draws.
+    pass: usize,
     /// Partials, `rows × columns`, row major.
     partials: Vec<f64>,
     partial_dims: Option<(u32, u32)>,
-    /// Inner elements accumulated into the current partials so far (the
-    /// position of the next AMP step, for stochastic rounding).
+    /// Inner elements accumulated into the current partials so far in
+    /// this pass (the position of the next AMP step, for stochastic
+    /// rounding).
     inner_done: u64,
 }
 
 impl Machine<'_> {
-    fn malformed(worker: WorkerId, op: usize, reason: impl Into<String>) -> EmulateError {
+    fn malformed(site: OpSite, reason: impl Into<String>) -> EmulateError {
         EmulateError::Malformed {
-            worker,
-            op,
+            site,
             reason: reason.into(),
         }
     }
@@ -136,8 +146,7 @@ impl Machine<'_> {
     /// The image range of repetition `i` of `run` of `operand`, checked.
     fn locate(
         &self,
-        worker: WorkerId,
-        op: usize,
+        site: OpSite,
         operand: Operand,
         run: &Run,
         i: u32,
@@ -151,8 +160,7 @@ impl Machine<'_> {
         let bytes = u64::from(run.bytes);
         if offset + bytes > size {
             return Err(EmulateError::OperandOverrun {
-                worker,
-                op,
+                site,
                 operand,
                 offset,
                 bytes,
@@ -162,8 +170,7 @@ impl Machine<'_> {
         let address = u64::from(base) + offset;
         if address < self.start || address + bytes > self.end {
             return Err(EmulateError::OutOfBounds {
-                worker,
-                op,
+                site,
                 operand,
                 address,
                 bytes,
@@ -178,8 +185,7 @@ impl Machine<'_> {
     /// Checks that `runs` cover `count` repetitions of `elements` elements of
     /// `eb` bytes in total, returning the elements per run.
     fn run_elements(
-        worker: WorkerId,
-        op: usize,
+        site: OpSite,
         runs: &[Run],
         count: u32,
         elements: u32,
@@ -190,15 +196,13 @@ impl Machine<'_> {
         for (j, r) in runs.iter().enumerate() {
             if r.count != count {
                 return Err(Self::malformed(
-                    worker,
-                    op,
+                    site,
                     format!("run {j} repeats {} times, expected {count}", r.count),
                 ));
             }
             if r.bytes == 0 || u64::from(r.bytes) % eb != 0 {
                 return Err(Self::malformed(
-                    worker,
-                    op,
+                    site,
                     format!(
                         "run {j} is {} bytes, not a positive multiple of {eb}",
                         r.bytes
@@ -211,8 +215,7 @@ impl Machine<'_> {
         }
         if total != u64::from(elements) {
             return Err(Self::malformed(
-                worker,
-                op,
+                site,
                 format!("runs cover {total} elements per repetition, expected {elements}"),
             ));
         }
@@ -223,8 +226,7 @@ impl Machine<'_> {
     #[allow(clippy::too_many_arguments)]
     fn gather(
         &mut self,
-        worker: WorkerId,
-        op: usize,
+        site: OpSite,
         operand: Operand,
         runs: &[Run],
         count: u32,
@@ -232,13 +234,13 @@ impl Machine<'_> {
         precision: Precision,
     ) -> Result<Vec<f64>, EmulateError> {
         let eb = precision.element_bytes();
-        let per_run = Self::run_elements(worker, op, runs, count, elements, eb)?;
-        self.check_block(worker, op, count, elements)?;
+        let per_run = Self::run_elements(site, runs, count, elements, eb)?;
+        self.check_block(site, count, elements)?;
         let mut values = vec![0.0f64; count as usize * elements as usize];
         let mut column = 0usize;
         for (r, &n) in runs.iter().zip(&per_run) {
             for i in 0..count {
-                let range = self.locate(worker, op, operand, r, i)?;
+                let range = self.locate(site, operand, r, i)?;
                 let row = &mut values[i as usize * elements as usize..][..elements as usize];
                 for (e, chunk) in self.memory[range].chunks_exact(eb as usize).enumerate() {
                     row[column + e] = f64::from(precision.decode_from(chunk));
@@ -253,8 +255,7 @@ impl Machine<'_> {
     #[allow(clippy::too_many_arguments)]
     fn scatter(
         &mut self,
-        worker: WorkerId,
-        op: usize,
+        site: OpSite,
         runs: &[Run],
         count: u32,
         elements: u32,
@@ -262,11 +263,11 @@ impl Machine<'_> {
         values: &[f64],
     ) -> Result<(), EmulateError> {
         let eb = precision.element_bytes();
-        let per_run = Self::run_elements(worker, op, runs, count, elements, eb)?;
+        let per_run = Self::run_elements(site, runs, count, elements, eb)?;
         let mut column = 0usize;
         for (r, &n) in runs.iter().zip(&per_run) {
             for i in 0..count {
-                let range = self.locate(worker, op, Operand::Output, r, i)?;
+                let range = self.locate(site, Operand::Output, r, i)?;
                 let row = &values[i as usize * elements as usize..][..elements as usize];
                 for (e, chunk) in self.memory[range].chunks_exact_mut(eb as usize).enumerate() {
                     // Partials are already in the output precision, so this
@@ -281,58 +282,72 @@ impl Machine<'_> {
 
     /// Rejects blocks larger than the largest operand, which bounds every
     /// allocation by the program's own operand sizes.
-    fn check_block(
-        &self,
-        worker: WorkerId,
-        op: usize,
-        count: u32,
-        elements: u32,
-    ) -> Result<(), EmulateError> {
+    fn check_block(&self, site: OpSite, count: u32, elements: u32) -> Result<(), EmulateError> {
         let h = self.header;
         let limit = (u64::from(h.rows) * u64::from(h.inner))
             .max(u64::from(h.inner) * u64::from(h.columns))
             .max(u64::from(h.rows) * u64::from(h.columns));
         if u64::from(count) * u64::from(elements) > limit {
             return Err(Self::malformed(
-                worker,
-                op,
+                site,
                 format!("a {count} x {elements} block is larger than any operand"),
             ));
         }
         Ok(())
     }
 
-    fn run_worker(&mut self, worker: WorkerId, ops: &[AmpOp]) -> Result<(), EmulateError> {
+    fn load_coefficients(
+        &mut self,
+        pass: usize,
+        load: &CoefficientLoad,
+    ) -> Result<Tile, EmulateError> {
+        let h = self.header;
+        let CoefficientLoad {
+            inner,
+            columns,
+            runs,
+        } = load;
+        let mut values = self.gather(
+            OpSite::load(pass),
+            Operand::Right,
+            runs,
+            *inner,
+            *columns,
+            h.right,
+        )?;
+        if h.arithmetic.widens_weights() {
+            for v in &mut values {
+                *v = round_f16(*v);
+            }
+        }
+        self.stats.coefficient_bytes +=
+            u64::from(*inner) * u64::from(*columns) * h.right.element_bytes();
+        Ok(Tile {
+            coefficients: values,
+            dims: (*inner, *columns),
+        })
+    }
+
+    fn run_worker(
+        &mut self,
+        pass: usize,
+        worker: WorkerId,
+        ops: &[AmpOp],
+        tile: &Tile,
+    ) -> Result<(), EmulateError> {
         let h = self.header;
         let mut state = State {
-            coefficients: Vec::new(),
-            coefficient_dims: None,
+            pass,
             partials: Vec::new(),
             partial_dims: None,
             inner_done: 0,
         };
         for (i, op) in ops.iter().enumerate() {
+            let site = OpSite::worker(pass, worker, i);
             self.stats.ops += 1;
             match op {
-                AmpOp::LoadCoefficients {
-                    inner,
-                    columns,
-                    runs,
-                } => {
-                    let mut values =
-                        self.gather(worker, i, Operand::Right, runs, *inner, *columns, h.right)?;
-                    if h.arithmetic.widens_weights() {
-                        for v in &mut values {
-                            *v = round_f16(*v);
-                        }
-                    }
-                    self.stats.coefficient_bytes +=
-                        u64::from(*inner) * u64::from(*columns) * h.right.element_bytes();
-                    state.coefficients = values;
-                    state.coefficient_dims = Some((*inner, *columns));
-                }
                 AmpOp::ZeroPartials { rows, columns } => {
-                    self.check_block(worker, i, *rows, *columns)?;
+                    self.check_block(site, *rows, *columns)?;
                     state.partials = vec![0.0; *rows as usize * *columns as usize];
                     state.partial_dims = Some((*rows, *columns));
                     state.inner_done = 0;
@@ -343,31 +358,23 @@ impl Machine<'_> {
                     runs,
                 } => {
                     state.partials =
-                        self.gather(worker, i, Operand::Output, runs, *rows, *columns, h.output)?;
+                        self.gather(site, Operand::Output, runs, *rows, *columns, h.output)?;
                     self.stats.partial_bytes_read +=
                         u64::from(*rows) * u64::from(*columns) * h.output.element_bytes();
                     state.partial_dims = Some((*rows, *columns));
                     state.inner_done = 0;
                 }
                 AmpOp::StreamRows { rows, inner, runs } => {
-                    let Some((k, c)) = state.coefficient_dims else {
-                        return Err(Self::malformed(
-                            worker,
-                            i,
-                            "rows streamed before any coefficient load",
-                        ));
-                    };
+                    let (k, c) = tile.dims;
                     let Some((pr, pc)) = state.partial_dims else {
                         return Err(Self::malformed(
-                            worker,
-                            i,
+                            site,
                             "rows streamed before the partials start",
                         ));
                     };
                     if *inner != k || *rows != pr || c != pc {
                         return Err(Self::malformed(
-                            worker,
-                            i,
+                            site,
                             format!(
                                 "stream of {rows} rows x {inner} inner does not match coefficients \
                                  {k} x {c} and partials {pr} x {pc}"
@@ -375,13 +382,12 @@ impl Machine<'_> {
                         ));
                     }
                     if h.left_order == ElementOrder::RowMajor {
-                        check_row_runs(worker, i, runs, h.alignment)?;
+                        check_row_runs(site, runs, h.alignment)?;
                     }
-                    let left =
-                        self.gather(worker, i, Operand::Left, runs, *rows, *inner, h.left)?;
+                    let left = self.gather(site, Operand::Left, runs, *rows, *inner, h.left)?;
                     self.stats.left_bytes +=
                         u64::from(*rows) * u64::from(*inner) * h.left.element_bytes();
-                    self.stream(worker, &mut state, &left, *rows, k, c);
+                    self.stream(worker, &mut state, tile, &left, *rows);
                 }
                 AmpOp::StorePartials {
                     rows,
@@ -390,8 +396,7 @@ impl Machine<'_> {
                 } => {
                     if state.partial_dims != Some((*rows, *columns)) {
                         return Err(Self::malformed(
-                            worker,
-                            i,
+                            site,
                             format!(
                                 "store of {rows} x {columns} partials does not match the partial state {:?}",
                                 state.partial_dims
@@ -399,7 +404,7 @@ impl Machine<'_> {
                         ));
                     }
                     let partials = std::mem::take(&mut state.partials);
-                    self.scatter(worker, i, runs, *rows, *columns, h.output, &partials)?;
+                    self.scatter(site, runs, *rows, *columns, h.output, &partials)?;
                     self.stats.output_bytes_written +=
                         u64::from(*rows) * u64::from(*columns) * h.output.element_bytes();
                     state.partial_dims = None;
@@ -415,18 +420,19 @@ impl Machine<'_> {
         &mut self,
         worker: WorkerId,
         state: &mut State,
+        tile: &Tile,
         left: &[f64],
         rows: u32,
-        k: u32,
-        c: u32,
     ) {
         let h = self.header;
         let group = h.arithmetic.group() as usize;
+        let (k, c) = tile.dims;
         let (rows, k, c) = (rows as usize, k as usize, c as usize);
-        let first_step = state.inner_done / group as u64;
-        let shape = Pass {
+        // The pass in the high half, the step within it below.
+        let first_step = ((state.pass as u64) << 32) | (state.inner_done / group as u64);
+        let shape = Stream {
             left,
-            coefficients: &state.coefficients,
+            coefficients: &tile.coefficients,
             rows,
             k,
             c,
@@ -466,8 +472,8 @@ impl Machine<'_> {
     }
 }
 
-/// One pass of rows through the AMP against a coefficient block.
-struct Pass<'a> {
+/// One stream of rows through the AMP against a coefficient tile.
+struct Stream<'a> {
     /// `rows × k` left values.
     left: &'a [f64],
     /// `k × c` coefficients.
@@ -478,7 +484,7 @@ struct Pass<'a> {
     group: usize,
 }
 
-impl Pass<'_> {
+impl Stream<'_> {
     /// Accumulates into `partials` (`rows × c`): each product rounded by
     /// `product`, each step's sum rounded by `update(sum, row, column, step)`.
     fn run(

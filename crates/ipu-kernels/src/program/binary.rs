@@ -5,8 +5,8 @@
 use ipu_layout::{AmpOperand, ElementOrder, Fp8Format, MemoryClass, Precision};
 
 use super::{
-    AmpOp, AmpProgram, PROGRAM_FORMAT_VERSION, PROGRAM_FORMAT_VERSION_LATEST, ProgramHeader, Run,
-    WorkerProgram,
+    AmpOp, AmpProgram, CoefficientLoad, PROGRAM_FORMAT_VERSION, Pass, PassGroup, ProgramHeader,
+    Run, WorkerProgram,
 };
 use crate::variant::Arithmetic;
 use crate::{KernelError, Mode, WorkerId};
@@ -37,24 +37,31 @@ fn arithmetic_code(a: Arithmetic) -> u8 {
     }
 }
 
+/// Writes `runs` as a count and the runs. Run counts are small by
+/// construction (the panels of one tile); saturating keeps a hand-made
+/// oversized program from wrapping silently.
+fn put_runs(out: &mut Vec<u8>, runs: &[Run]) {
+    let count = u16::try_from(runs.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&count.to_le_bytes());
+    for r in runs.iter().take(usize::from(u16::MAX)) {
+        for v in [r.offset, r.bytes, r.stride, r.count] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
 impl AmpProgram {
-    /// The versioned binary form (see the module header), in the version
-    /// [`ProgramHeader::format_version`] names.
+    /// The versioned binary form (see the module header).
     pub fn to_bytes(&self) -> Vec<u8> {
         let h = &self.header;
-        let version = h.format_version();
         let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&version.to_le_bytes());
+        out.extend_from_slice(&h.format_version().to_le_bytes());
         for p in [h.left, h.right, h.output] {
             out.extend_from_slice(&precision_code(p));
         }
-        out.push(match h.output_order {
-            ElementOrder::RowMajor => 0,
-            ElementOrder::Amp(_) => 1,
-        });
-        if version >= 2 {
-            out.push(match h.left_order {
+        for order in [h.output_order, h.left_order] {
+            out.push(match order {
                 ElementOrder::RowMajor => 0,
                 ElementOrder::Amp(_) => 1,
             });
@@ -79,24 +86,29 @@ impl AmpProgram {
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        // Worker and run counts are small by construction (at most the
-        // worker contexts and the panels of one block); saturating keeps
+        // Counts are bounded by construction (passes by the operand
+        // sizes, workers by the contexts, ops at three); saturating keeps
         // a hand-made oversized program from wrapping silently.
-        let count16 = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
-        out.extend_from_slice(&count16(self.workers.len()).to_le_bytes());
-        for w in &self.workers {
-            out.push(u8::try_from(w.worker.as_u32()).unwrap_or(u8::MAX));
-            out.extend_from_slice(&u32::try_from(w.ops.len()).unwrap_or(u32::MAX).to_le_bytes());
-            for op in &w.ops {
-                out.push(op.tag());
-                let (a, b) = op.dims();
-                out.extend_from_slice(&a.to_le_bytes());
-                out.extend_from_slice(&b.to_le_bytes());
-                let runs = op.runs();
-                out.extend_from_slice(&count16(runs.len()).to_le_bytes());
-                for r in runs.iter().take(usize::from(u16::MAX)) {
-                    for v in [r.offset, r.bytes, r.stride, r.count] {
-                        out.extend_from_slice(&v.to_le_bytes());
+        let count32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let count8 = |n: usize| u8::try_from(n).unwrap_or(u8::MAX);
+        out.extend_from_slice(&count32(self.groups.len()).to_le_bytes());
+        for g in &self.groups {
+            out.extend_from_slice(&count32(g.passes.len()).to_le_bytes());
+            for pass in &g.passes {
+                let c = &pass.coefficients;
+                out.extend_from_slice(&c.inner.to_le_bytes());
+                out.extend_from_slice(&c.columns.to_le_bytes());
+                put_runs(&mut out, &c.runs);
+                out.push(count8(pass.workers.len()));
+                for w in pass.workers.iter().take(usize::from(u8::MAX)) {
+                    out.push(u8::try_from(w.worker.as_u32()).unwrap_or(u8::MAX));
+                    out.push(count8(w.ops.len()));
+                    for op in w.ops.iter().take(usize::from(u8::MAX)) {
+                        out.push(op.tag());
+                        let (a, b) = op.dims();
+                        out.extend_from_slice(&a.to_le_bytes());
+                        out.extend_from_slice(&b.to_le_bytes());
+                        put_runs(&mut out, op.runs());
                     }
                 }
             }
@@ -104,8 +116,8 @@ impl AmpProgram {
         out
     }
 
-    /// Parses the binary form of any version this build reads, rejecting
-    /// anything malformed or of another version.
+    /// Parses the binary form, rejecting anything malformed or of another
+    /// version.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, KernelError> {
         let mut r = Reader { bytes, at: 0 };
         let magic = r.take(8)?;
@@ -113,10 +125,10 @@ impl AmpProgram {
             return Err(r.error(0, "not an AMP program (bad magic)"));
         }
         let version = r.u16()?;
-        if !(PROGRAM_FORMAT_VERSION..=PROGRAM_FORMAT_VERSION_LATEST).contains(&version) {
+        if version != PROGRAM_FORMAT_VERSION {
             return Err(KernelError::UnsupportedProgramVersion {
                 found: version,
-                supported: PROGRAM_FORMAT_VERSION_LATEST,
+                supported: PROGRAM_FORMAT_VERSION,
             });
         }
         let left = r.precision()?;
@@ -128,17 +140,11 @@ impl AmpProgram {
             1 => ElementOrder::Amp(AmpOperand::Output),
             _ => return Err(r.error(at, "unknown output order")),
         };
-        let left_order = if version >= 2 {
-            let at = r.at;
-            match r.u8()? {
-                0 => ElementOrder::RowMajor,
-                // This build never writes it (an Amp(Left) program is
-                // version 1), but it is a well-defined value.
-                1 => ElementOrder::Amp(AmpOperand::Left),
-                _ => return Err(r.error(at, "unknown left order")),
-            }
-        } else {
-            ElementOrder::Amp(AmpOperand::Left)
+        let at = r.at;
+        let left_order = match r.u8()? {
+            0 => ElementOrder::RowMajor,
+            1 => ElementOrder::Amp(AmpOperand::Left),
+            _ => return Err(r.error(at, "unknown left order")),
         };
         let at = r.at;
         let right_class = match r.u8()? {
@@ -178,67 +184,47 @@ impl AmpProgram {
             left_tail_bytes: r.u32()?,
             alignment: r.u32()?,
         };
-        let worker_count = r.u16()?;
-        let mut workers = Vec::new();
-        for _ in 0..worker_count {
-            let worker = WorkerId::from_u32(u32::from(r.u8()?));
-            let op_count = r.u32()?;
-            // Every op takes at least 11 bytes, which bounds the allocation
-            // by the input size.
-            if (op_count as usize) > r.remaining() / 11 {
-                return Err(r.error(r.at, "op count exceeds the bytes left"));
-            }
-            let mut ops = Vec::with_capacity(op_count as usize);
-            for _ in 0..op_count {
-                let at = r.at;
-                let tag = r.u8()?;
-                let a = r.u32()?;
-                let b = r.u32()?;
-                let run_count = r.u16()?;
-                let mut runs = Vec::with_capacity(usize::from(run_count).min(r.remaining() / 16));
-                for _ in 0..run_count {
-                    runs.push(Run {
-                        offset: r.u32()?,
-                        bytes: r.u32()?,
-                        stride: r.u32()?,
-                        count: r.u32()?,
-                    });
-                }
-                let op = match tag {
-                    0 => AmpOp::LoadCoefficients {
-                        inner: a,
-                        columns: b,
-                        runs,
-                    },
-                    1 if runs.is_empty() => AmpOp::ZeroPartials {
-                        rows: a,
-                        columns: b,
-                    },
-                    2 => AmpOp::LoadPartials {
-                        rows: a,
-                        columns: b,
-                        runs,
-                    },
-                    3 => AmpOp::StreamRows {
-                        rows: a,
-                        inner: b,
-                        runs,
-                    },
-                    4 => AmpOp::StorePartials {
-                        rows: a,
-                        columns: b,
-                        runs,
-                    },
-                    _ => return Err(r.error(at, "unknown op tag or runs on ZeroPartials")),
+        // Every count below is checked against the bytes left, at the
+        // fewest bytes its item can take, which bounds each allocation by
+        // the input size.
+        let group_count = r.count32(4, "group count")?;
+        let mut groups = Vec::with_capacity(group_count);
+        for _ in 0..group_count {
+            // A pass takes at least 11 bytes: two u32, a run count, a
+            // worker count.
+            let pass_count = r.count32(11, "pass count")?;
+            let mut passes = Vec::with_capacity(pass_count);
+            for _ in 0..pass_count {
+                let inner = r.u32()?;
+                let columns = r.u32()?;
+                let runs = r.runs()?;
+                let coefficients = CoefficientLoad {
+                    inner,
+                    columns,
+                    runs,
                 };
-                ops.push(op);
+                let worker_count = r.u8()?;
+                let mut workers = Vec::with_capacity(usize::from(worker_count));
+                for _ in 0..worker_count {
+                    let worker = WorkerId::from_u32(u32::from(r.u8()?));
+                    let op_count = r.u8()?;
+                    let mut ops = Vec::with_capacity(usize::from(op_count));
+                    for _ in 0..op_count {
+                        ops.push(r.op()?);
+                    }
+                    workers.push(WorkerProgram { worker, ops });
+                }
+                passes.push(Pass {
+                    coefficients,
+                    workers,
+                });
             }
-            workers.push(WorkerProgram { worker, ops });
+            groups.push(PassGroup { passes });
         }
         if r.remaining() != 0 {
-            return Err(r.error(r.at, "trailing bytes after the last worker"));
+            return Err(r.error(r.at, "trailing bytes after the last pass"));
         }
-        Ok(AmpProgram { header, workers })
+        Ok(AmpProgram { header, groups })
     }
 }
 
@@ -280,6 +266,63 @@ impl Reader<'_> {
     fn u32(&mut self) -> Result<u32, KernelError> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// A u32 count of items of at least `min_bytes` bytes each, checked
+    /// against the bytes left.
+    fn count32(&mut self, min_bytes: usize, what: &str) -> Result<usize, KernelError> {
+        let at = self.at;
+        let count = self.u32()? as usize;
+        if count > self.remaining() / min_bytes.max(1) {
+            return Err(self.error(at, &format!("{what} exceeds the bytes left")));
+        }
+        Ok(count)
+    }
+
+    /// A run count and the runs.
+    fn runs(&mut self) -> Result<Vec<Run>, KernelError> {
+        let count = self.u16()?;
+        let mut runs = Vec::with_capacity(usize::from(count).min(self.remaining() / 16));
+        for _ in 0..count {
+            runs.push(Run {
+                offset: self.u32()?,
+                bytes: self.u32()?,
+                stride: self.u32()?,
+                count: self.u32()?,
+            });
+        }
+        Ok(runs)
+    }
+
+    /// One worker op.
+    fn op(&mut self) -> Result<AmpOp, KernelError> {
+        let at = self.at;
+        let tag = self.u8()?;
+        let a = self.u32()?;
+        let b = self.u32()?;
+        let runs = self.runs()?;
+        Ok(match tag {
+            1 if runs.is_empty() => AmpOp::ZeroPartials {
+                rows: a,
+                columns: b,
+            },
+            2 => AmpOp::LoadPartials {
+                rows: a,
+                columns: b,
+                runs,
+            },
+            3 => AmpOp::StreamRows {
+                rows: a,
+                inner: b,
+                runs,
+            },
+            4 => AmpOp::StorePartials {
+                rows: a,
+                columns: b,
+                runs,
+            },
+            _ => return Err(self.error(at, "unknown op tag or runs on ZeroPartials")),
+        })
     }
 
     fn precision(&mut self) -> Result<Precision, KernelError> {

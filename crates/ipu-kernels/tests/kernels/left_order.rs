@@ -1,20 +1,21 @@
 //! Row-major left operands: for one set of logical matrices, the program
 //! for a row-major left and the program for an `Amp(Left)` left give
-//! bit-identical outputs within the reference bound; the checker accepts
-//! both and rejects a row-major program that claims the AMP order; the
-//! binary form, names, keys and serde default keep `Amp(Left)` shapes as
-//! they were; misaligned row-major rows are typed errors.
+//! bit-identical outputs within the reference bound and cost the same; the
+//! checker accepts both and rejects a row-major program that claims the AMP
+//! order; the binary form records the order; names, keys and the serde
+//! default keep `Amp(Left)` shapes as they were; misaligned row-major rows
+//! are typed errors.
 
 use ipu_kernels::{
     AmpModel, AmpOp, AmpProgram, CheckError, DEFAULT_LEFT_ORDER, EmulateError, EmulationStats,
     GemmProblem, GemmShape, HostToolchain, KernelArgs, KernelError, Mode, PROGRAM_FORMAT_VERSION,
-    PROGRAM_FORMAT_VERSION_LATEST, PlanConfig, Rounding, Toolchain, Variant, build_program,
-    cache_key, check_program, code_bytes, emulate, estimate_cycles, image_base, pack_matrix,
-    plan_variant, program_cycles, programs_from_object,
+    PlanConfig, Rounding, Toolchain, Variant, build_program, cache_key, check_program, code_bytes,
+    emulate, estimate_cycles, image_base, pack_matrix, plan_variant, program_cycles,
+    programs_from_object,
 };
 use ipu_layout::{AmpOperand, ElementOrder, Fp8Format, MemoryClass, Precision};
 
-use crate::support::{combination, problem, seed_shape, seed_variants};
+use crate::support::{combination, problem, seed_shape, seed_variants, variant};
 
 const AMP_LEFT: ElementOrder = ElementOrder::Amp(AmpOperand::Left);
 
@@ -121,11 +122,10 @@ fn comparison_shapes() -> Vec<(GemmShape, Mode)> {
     shapes
 }
 
-/// The core property: for each shape and two blockings (the planned one and
-/// the smallest blocks, which give the most left runs), both left orders
-/// give the same output bytes, the same emulation statistics, a result
-/// within the reference bound and programs the checker accepts; the
-/// row-major program streams one left run per inner block.
+/// The core property: for each shape both left orders give the same output
+/// bytes, the same emulation statistics, a result within the reference
+/// bound and programs the checker accepts; the row-major program streams
+/// one left run per pass.
 #[test]
 fn row_major_left_matches_amp_left_bit_for_bit() {
     let model = AmpModel::ipu21();
@@ -135,9 +135,9 @@ fn row_major_left_matches_amp_left_bit_for_bit() {
         let p = problem(shape, mode, 0x5eed + n as u64);
         let planned =
             plan_variant(&shape, shape.rows, shape.rows, &PlanConfig::default()).expect("plans");
-        let micro = if shape.left.is_fp8() { 32 } else { 16 };
         let mut outputs: Vec<Vec<u8>> = Vec::new();
-        for (k, c) in [(planned.k(), planned.c()), (micro, 16)] {
+        {
+            let (k, c) = (planned.k(), planned.c());
             let mut stats = Vec::new();
             for order in [AMP_LEFT, ElementOrder::RowMajor] {
                 let ordered = with_left(shape, order);
@@ -149,7 +149,7 @@ fn row_major_left_matches_amp_left_bit_for_bit() {
                 assert_eq!(program.header.left_order, order);
                 if order == ElementOrder::RowMajor {
                     let eb = shape.left.element_bytes() as u32;
-                    for w in &program.workers {
+                    for w in program.passes().flat_map(|p| &p.workers) {
                         for op in &w.ops {
                             if let AmpOp::StreamRows { runs, inner, .. } = op {
                                 assert_eq!(runs.len(), 1, "{}", v.name());
@@ -219,8 +219,8 @@ fn row_major_pair(mode: Mode) -> (Variant, Variant, AmpProgram, AmpProgram) {
         output_order: ElementOrder::RowMajor,
         right_class: MemoryClass::Ipu21Interleaved,
     };
-    let row = Variant::new(&shape, 48, 32, 13, 13, &model).expect("valid");
-    let amp = Variant::new(&with_left(shape, AMP_LEFT), 48, 32, 13, 13, &model).expect("valid");
+    let row = Variant::new(&shape, 16, 16, 13, 13, &model).expect("valid");
+    let amp = Variant::new(&with_left(shape, AMP_LEFT), 16, 16, 13, 13, &model).expect("valid");
     let row_program = build_program(&row, 13, mode).expect("builds");
     let amp_program = build_program(&amp, 13, mode).expect("builds");
     (row, amp, row_program, amp_program)
@@ -272,17 +272,14 @@ fn checker_rejects_a_row_major_program_claiming_amp_left() {
 }
 
 #[test]
-fn binary_form_is_version_1_for_amp_left_and_2_for_row_major() {
+fn binary_form_records_the_left_order() {
     let (_, _, row_program, amp_program) = row_major_pair(Mode::Accumulate);
     let amp_bytes = amp_program.to_bytes();
     let row_bytes = row_program.to_bytes();
-    assert_eq!(amp_bytes[8..10], PROGRAM_FORMAT_VERSION.to_le_bytes());
-    assert_eq!(PROGRAM_FORMAT_VERSION, 1);
-    assert_eq!(
-        row_bytes[8..10],
-        PROGRAM_FORMAT_VERSION_LATEST.to_le_bytes()
-    );
-    assert_eq!(PROGRAM_FORMAT_VERSION_LATEST, 2);
+    for bytes in [&amp_bytes, &row_bytes] {
+        assert_eq!(bytes[8..10], PROGRAM_FORMAT_VERSION.to_le_bytes());
+    }
+    assert_eq!(PROGRAM_FORMAT_VERSION, 3);
     assert_eq!(
         AmpProgram::from_bytes(&amp_bytes).expect("parses"),
         amp_program
@@ -292,9 +289,10 @@ fn binary_form_is_version_1_for_amp_left_and_2_for_row_major() {
         row_program
     );
     // Magic 8, version 2, three precisions of 2 bytes, the output order:
-    // the left order is byte 17 of a version 2 program.
+    // the left order is byte 17.
     const LEFT_ORDER_AT: usize = 17;
     assert_eq!(row_bytes[LEFT_ORDER_AT], 0);
+    assert_eq!(amp_bytes[LEFT_ORDER_AT], 1);
     for tag in [2u8, 7, 0xff] {
         let mut damaged = row_bytes.clone();
         damaged[LEFT_ORDER_AT] = tag;
@@ -306,30 +304,21 @@ fn binary_form_is_version_1_for_amp_left_and_2_for_row_major() {
             other => panic!("tag {tag}: {other:?}"),
         }
     }
-    // A version 2 program may also say Amp(Left) explicitly.
-    let mut explicit = amp_bytes.clone();
-    explicit[8..10].copy_from_slice(&2u16.to_le_bytes());
-    explicit.insert(LEFT_ORDER_AT, 1);
-    assert_eq!(
-        AmpProgram::from_bytes(&explicit).expect("parses"),
-        amp_program
-    );
-    // A newer version is refused by version, naming the newest readable.
-    let mut newer = row_bytes.clone();
-    newer[8..10].copy_from_slice(&3u16.to_le_bytes());
-    assert!(matches!(
-        AmpProgram::from_bytes(&newer),
-        Err(KernelError::UnsupportedProgramVersion {
-            found: 3,
-            supported: 2
-        })
-    ));
+    // Versions 1 and 2 (private weight blocks per worker) and newer ones
+    // are refused by version, naming the one this build reads.
+    for version in [1u16, 2, 4] {
+        let mut other = row_bytes.clone();
+        other[8..10].copy_from_slice(&version.to_le_bytes());
+        assert!(matches!(
+            AmpProgram::from_bytes(&other),
+            Err(KernelError::UnsupportedProgramVersion { found, supported: 3 }) if found == version
+        ));
+    }
     // The listing names the version and a row-major left order.
     let listing = row_program.to_string();
-    assert!(listing.starts_with("amp program v2:"), "{listing}");
+    assert!(listing.starts_with("amp program v3:"), "{listing}");
     assert!(listing.contains("left F16 (RowMajor) right"), "{listing}");
     let listing = amp_program.to_string();
-    assert!(listing.starts_with("amp program v1:"), "{listing}");
     assert!(!listing.contains("RowMajor) right"), "{listing}");
 }
 
@@ -366,8 +355,10 @@ fn row_major_variants_have_their_own_names_keys_and_objects() {
     let model = AmpModel::ipu21();
     let seed = seed_variants().remove(0);
     // The golden key of the first seed variant (tests/kernels/golden).
-    assert!(seed.key().starts_with("b25e9425"), "{}", seed.key());
-    assert_eq!(seed.program_format_version(), 1);
+    let golden: serde_json::Value = serde_json::from_str(include_str!("golden/seed_kernel.json"))
+        .expect("the golden metadata parses");
+    assert_eq!(Some(seed.key()), golden["variant_key"].as_str());
+    assert_eq!(seed.program_format_version(), 3);
     let shape = with_left(*seed.shape(), ElementOrder::RowMajor);
     let row = Variant::new(
         &shape,
@@ -380,10 +371,10 @@ fn row_major_variants_have_their_own_names_keys_and_objects() {
     .expect("valid");
     assert_eq!(
         row.name(),
-        "gemm_f8_interleaved_left_rowmajor_k64_c48_r240_r244"
+        "gemm_f8_interleaved_left_rowmajor_k32_c16_r240_r244"
     );
     assert_ne!(row.key(), seed.key());
-    assert_eq!(row.program_format_version(), 2);
+    assert_eq!(row.program_format_version(), 3);
     assert_ne!(
         cache_key(&row, ipu_target::Target::ipu21(), &HostToolchain),
         cache_key(&seed, ipu_target::Target::ipu21(), &HostToolchain)
@@ -394,7 +385,7 @@ fn row_major_variants_have_their_own_names_keys_and_objects() {
     let compiled = HostToolchain
         .compile(&row, ipu_target::Target::ipu21())
         .expect("compiles");
-    assert_eq!(compiled.metadata.program_format_version, 2);
+    assert_eq!(compiled.metadata.program_format_version, 3);
     assert_eq!(compiled.metadata.shape.left_order, ElementOrder::RowMajor);
     let programs = programs_from_object(&compiled.object).expect("reads back");
     for ((symbol, program), entry) in programs.iter().zip(row.entry_points()) {
@@ -407,7 +398,7 @@ fn row_major_variants_have_their_own_names_keys_and_objects() {
     let seed_compiled = HostToolchain
         .compile(&seed, ipu_target::Target::ipu21())
         .expect("compiles");
-    assert_eq!(seed_compiled.metadata.program_format_version, 1);
+    assert_eq!(seed_compiled.metadata.program_format_version, 3);
 }
 
 #[test]
@@ -429,7 +420,7 @@ fn unsupported_and_misaligned_left_orders_are_typed_errors() {
             Err(KernelError::UnsupportedLeftOrder { order: o }) if o == order
         ));
         assert!(matches!(
-            Variant::new(&shape, 32, 32, 8, 8, &model),
+            Variant::new(&shape, 16, 16, 8, 8, &model),
             Err(KernelError::UnsupportedLeftOrder { .. })
         ));
     }
@@ -452,7 +443,7 @@ fn unsupported_and_misaligned_left_orders_are_typed_errors() {
     );
     assert!(e.to_string().contains("pad the inner dimension"), "{e}");
     assert!(matches!(
-        Variant::new(&ragged, 48, 32, 8, 8, &model),
+        Variant::new(&ragged, 16, 16, 8, 8, &model),
         Err(KernelError::MisalignedLeftRows { bytes: 80, .. })
     ));
     // The same shape in Amp(Left) order is fine, as it always was.
@@ -464,9 +455,8 @@ fn unsupported_and_misaligned_left_orders_are_typed_errors() {
         Err(KernelError::MisalignedLeftRows { bytes: 48, .. })
     ));
     assert!(plan_variant(&GemmShape { inner: 64, ..fp8 }, 8, 8, &config).is_ok());
-    // A model whose micro inner block is half a panel would put inner
-    // blocks at 16-byte offsets: such k are refused by Variant::new and
-    // skipped by the planner.
+    // A model whose pass is half a panel would put inner slices at 16-byte
+    // offsets: Variant::new and the planner refuse it.
     let half = AmpModel {
         f16_micro_inner: 8,
         ..AmpModel::ipu21()
@@ -476,17 +466,18 @@ fn unsupported_and_misaligned_left_orders_are_typed_errors() {
         Variant::new(&aligned, 8, 16, 8, 8, &half),
         Err(KernelError::MisalignedLeftRows { bytes: 16, .. })
     ));
-    let planned = plan_variant(
-        &aligned,
-        8,
-        8,
-        &PlanConfig {
-            model: half,
-            ..config
-        },
-    )
-    .expect("plans");
-    assert_eq!(planned.k() % 16, 0);
+    assert!(matches!(
+        plan_variant(
+            &aligned,
+            8,
+            8,
+            &PlanConfig {
+                model: half,
+                ..config
+            },
+        ),
+        Err(KernelError::MisalignedLeftRows { bytes: 16, .. })
+    ));
 }
 
 #[test]
@@ -504,33 +495,30 @@ fn emulator_rejects_misaligned_row_major_runs_and_bad_left_orders() {
         right: image_base() + right_at as u32,
         output: image_base() + output_at as u32,
     };
-    // A stream of several rows, so that its stride matters.
-    let (w, i) = program
-        .workers
+    // A stream of several rows, so that its stride matters: worker 0 of
+    // the first pass (13 rows over six workers, the first has three).
+    let i = program.groups[0].passes[0].workers[0]
+        .ops
         .iter()
-        .enumerate()
-        .find_map(|(w, wp)| {
-            wp.ops
-                .iter()
-                .position(|op| matches!(op, AmpOp::StreamRows { rows, .. } if *rows > 1))
-                .map(|i| (w, i))
-        })
+        .position(|op| matches!(op, AmpOp::StreamRows { rows, .. } if *rows > 1))
         .expect("a stream of several rows");
+    fn stream(p: &mut AmpProgram, i: usize) -> &mut Vec<ipu_kernels::Run> {
+        match &mut p.groups[0].passes[0].workers[0].ops[i] {
+            AmpOp::StreamRows { runs, .. } => runs,
+            _ => unreachable!("op {i} streams rows"),
+        }
+    }
     // Shift it by two elements: element aligned, not row aligned.
     let mut shifted = program.clone();
-    if let AmpOp::StreamRows { runs, .. } = &mut shifted.workers[w].ops[i] {
-        runs[0].offset += 4;
-    }
+    stream(&mut shifted, i)[0].offset += 4;
     let e = emulate(&shifted, &mut image, image_base(), &args).unwrap_err();
     assert!(
-        matches!(e, EmulateError::MisalignedLeftRun { op, run: 0, alignment: 32, .. } if op == i),
+        matches!(e, EmulateError::MisalignedLeftRun { site, run: 0, alignment: 32, .. } if site.op == i),
         "{e}"
     );
     // A misaligned row stride is refused too.
     let mut strided = program.clone();
-    if let AmpOp::StreamRows { runs, .. } = &mut strided.workers[w].ops[i] {
-        runs[0].stride -= 16;
-    }
+    stream(&mut strided, i)[0].stride -= 16;
     let e = emulate(&strided, &mut image, image_base(), &args).unwrap_err();
     assert!(matches!(e, EmulateError::MisalignedLeftRun { .. }), "{e}");
     // A header left order that is not a left order.
@@ -540,45 +528,25 @@ fn emulator_rejects_misaligned_row_major_runs_and_bad_left_orders() {
     assert!(matches!(e, EmulateError::MalformedHeader { .. }), "{e}");
 }
 
-/// A row-major left saves the extra panel runs of every row stream and
-/// costs the same otherwise; the closed form still equals the estimate
-/// derived from the program.
+/// The two left orders feed the AMP the same rows through the same
+/// strided loads, so they cost the same; the closed form still equals the
+/// estimate derived from the program.
 #[test]
-fn row_major_left_costs_one_run_per_stream() {
-    let model = AmpModel::ipu21();
+fn row_major_left_costs_the_same() {
     for (shape, mode) in comparison_shapes().into_iter().step_by(3) {
-        let micro = if shape.left.is_fp8() { 32 } else { 16 };
-        let panel = shape.left.amp_panel_columns() as u32;
-        let k = shape.inner.min(4 * micro);
-        let amp = Variant::new(&shape, k, 16, shape.rows, shape.rows, &model).expect("valid");
-        let row = Variant::new(
+        let amp = variant(&shape, shape.rows, shape.rows);
+        let row = variant(
             &with_left(shape, ElementOrder::RowMajor),
-            k,
-            16,
             shape.rows,
             shape.rows,
-            &model,
-        )
-        .expect("valid");
+        );
         let ea = estimate_cycles(&amp, shape.rows, mode);
         let er = estimate_cycles(&row, shape.rows, mode);
         for (v, e) in [(&amp, ea), (&row, er)] {
             let program = build_program(v, shape.rows, mode).expect("builds");
             assert_eq!(program_cycles(v, &program), e, "{}", v.name());
         }
-        assert_eq!(ea.macs, er.macs);
-        if k > panel {
-            // Every worker streams a block spanning several panels, so the
-            // row-major cost of the panel-major split is already lower.
-            assert!(
-                er.cycles < ea.cycles,
-                "{shape:?}: {} vs {}",
-                er.cycles,
-                ea.cycles
-            );
-        } else {
-            assert_eq!(er, ea, "{shape:?}");
-            assert_eq!(code_bytes(&row), code_bytes(&amp));
-        }
+        assert_eq!(er, ea, "{shape:?}");
+        assert_eq!(code_bytes(&row), code_bytes(&amp));
     }
 }

@@ -1,6 +1,6 @@
-//! The planner and cost model: seed variant names, block rules, the closed
-//! form against the program-derived estimate, lower bounds, code bytes and
-//! typed errors.
+//! The planner and cost model: seed variant names, the pass-shape rule,
+//! the closed form against the program-derived estimate, lower bounds,
+//! code bytes and typed errors.
 
 use ipu_kernels::{
     AmpModel, GemmShape, KernelError, Mode, PlanConfig, RowSize, Variant, build_program,
@@ -10,7 +10,7 @@ use ipu_kernels::{
 use ipu_layout::{AmpOperand, ElementOrder, MemoryClass, Precision};
 use proptest::prelude::*;
 
-use crate::support::{SEED_VARIANTS, seed_shape, seed_variants, shapes};
+use crate::support::{SEED_VARIANTS, seed_shape, seed_variants, shapes, variant};
 
 #[test]
 fn seed_variant_names() {
@@ -21,11 +21,11 @@ fn seed_variant_names() {
     assert_eq!(
         names,
         [
-            "gemm_f8_interleaved_k64_c48_r240_r244",
-            "gemm_f8_interleaved_k96_c96_r144_r148",
-            "gemm_f8_interleaved_k192_c144_r160_r164",
-            "gemm_f8_interleaved_k192_c160_r160_r164",
-            "gemm_f8_interleaved_k256_c144_r120_r124",
+            "gemm_f8_interleaved_k32_c16_r240_r244",
+            "gemm_f8_interleaved_k32_c16_r144_r148",
+            "gemm_f8_interleaved_k32_c16_r160_r164",
+            "gemm_f8_interleaved_k32_c16_r160_r164",
+            "gemm_f8_interleaved_k32_c16_r120_r124",
         ]
     );
 }
@@ -38,8 +38,8 @@ fn f16_standard_name_and_entry_symbols() {
         right_class: MemoryClass::Ipu21Standard,
         ..seed_shape(64, 48, 8)
     };
-    let v = Variant::new(&shape, 32, 32, 6, 8, &AmpModel::ipu21()).expect("valid");
-    assert_eq!(v.name(), "gemm_f16_k32_c32_r6_r8");
+    let v = Variant::new(&shape, 16, 16, 6, 8, &AmpModel::ipu21()).expect("valid");
+    assert_eq!(v.name(), "gemm_f16_k16_c16_r6_r8");
     let entries = v.entry_points();
     assert_eq!(entries.len(), 4);
     let tag = &v.key()[..8];
@@ -47,10 +47,10 @@ fn f16_standard_name_and_entry_symbols() {
     assert_eq!(
         symbols,
         [
-            format!("gemm_f16_k32_c32_r6_r8_{tag}_initialise_small"),
-            format!("gemm_f16_k32_c32_r6_r8_{tag}_accumulate_small"),
-            format!("gemm_f16_k32_c32_r6_r8_{tag}_initialise_large"),
-            format!("gemm_f16_k32_c32_r6_r8_{tag}_accumulate_large"),
+            format!("gemm_f16_k16_c16_r6_r8_{tag}_initialise_small"),
+            format!("gemm_f16_k16_c16_r6_r8_{tag}_accumulate_small"),
+            format!("gemm_f16_k16_c16_r6_r8_{tag}_initialise_large"),
+            format!("gemm_f16_k16_c16_r6_r8_{tag}_accumulate_large"),
         ]
     );
     assert_eq!(entries[0].rows, 6);
@@ -59,32 +59,26 @@ fn f16_standard_name_and_entry_symbols() {
 }
 
 #[test]
-fn planner_is_at_least_as_good_as_the_seed_blocks() {
-    // The seed kept each shard as one block; the planner may cut the
-    // columns so that workers split them, and must never estimate worse.
-    for (seed, &(k, c, rs, rl)) in seed_variants().iter().zip(&SEED_VARIANTS) {
-        let shape = seed_shape(k, c, rl);
+fn planner_gives_the_pass_shape_variant() {
+    // The coefficient registers hold one micro-inner × 16 tile, so every
+    // shape has one variant per row pair: the planner's.
+    for (seed, &(inner, columns, rs, rl)) in seed_variants().iter().zip(&SEED_VARIANTS) {
+        let shape = seed_shape(inner, columns, rl);
         let v = plan_variant(&shape, rs, rl, &PlanConfig::default()).expect("plans");
-        // The planner names only the block it keeps; the result is the
-        // variant of those blocks, name and key included.
-        let model = PlanConfig::default().model;
-        let same = Variant::new(&shape, v.k(), v.c(), rs, rl, &model).expect("the kept blocks");
-        assert_eq!(v, same);
+        assert_eq!(&v, seed);
+        assert_eq!((v.k(), v.c()), (32, 16));
         assert!(
             v.name().starts_with("gemm_") && v.key().len() == 64,
             "{v:?}"
         );
-        for mode in Mode::ALL {
-            let planned = estimate_cycles(&v, rl, mode).cycles;
-            let seeded = estimate_cycles(seed, rl, mode).cycles;
-            assert!(
-                planned <= seeded,
-                "{} {planned} vs {} {seeded}",
-                v.name(),
-                seed.name()
-            );
-        }
     }
+    let f16 = GemmShape {
+        left: Precision::F16,
+        right: Precision::F16,
+        ..seed_shape(64, 48, 8)
+    };
+    let v = plan_variant(&f16, 8, 8, &PlanConfig::default()).expect("plans");
+    assert_eq!((v.k(), v.c()), (16, 16));
 }
 
 #[test]
@@ -92,27 +86,23 @@ fn invalid_blocks_and_shapes_are_typed_errors() {
     let model = AmpModel::ipu21();
     let shape = seed_shape(64, 48, 8);
     assert!(matches!(
-        Variant::new(&shape, 48, 48, 8, 8, &model),
+        Variant::new(&shape, 64, 16, 8, 8, &model),
         Err(KernelError::InvalidBlock {
             what: "inner (k)",
-            multiple: 32,
-            ..
+            value: 64,
+            expected: 32,
         })
     ));
     assert!(matches!(
-        Variant::new(&shape, 64, 24, 8, 8, &model),
+        Variant::new(&shape, 32, 48, 8, 8, &model),
         Err(KernelError::InvalidBlock {
             what: "column (c)",
-            multiple: 16,
-            ..
+            value: 48,
+            expected: 16,
         })
     ));
     assert!(matches!(
-        Variant::new(&shape, 96, 48, 8, 8, &model),
-        Err(KernelError::InvalidBlock { limit: 64, .. })
-    ));
-    assert!(matches!(
-        Variant::new(&shape, 64, 48, 9, 8, &model),
+        Variant::new(&shape, 32, 16, 9, 8, &model),
         Err(KernelError::RowsOutOfOrder {
             rows_small: 9,
             rows_large: 8
@@ -143,14 +133,14 @@ fn invalid_blocks_and_shapes_are_typed_errors() {
         Err(KernelError::UnsupportedOutputOrder { .. })
     ));
     let tight = PlanConfig {
-        max_block_bytes: 100,
+        max_code_bytes: 100,
         ..PlanConfig::default()
     };
     assert!(matches!(
         plan_variant(&shape, 1, 1, &tight),
         Err(KernelError::NoFeasibleBlock { .. })
     ));
-    let v = Variant::new(&shape, 64, 48, 4, 8, &model).expect("valid");
+    let v = Variant::new(&shape, 32, 16, 4, 8, &model).expect("valid");
     assert!(matches!(
         build_program(&v, 5, Mode::Initialise),
         Err(KernelError::RowsNotServed { rows: 5, .. })
@@ -164,8 +154,7 @@ fn interleaved_weights_load_faster_than_standard() {
         right_class: MemoryClass::Ipu21Standard,
         ..*interleaved.shape()
     };
-    let standard =
-        Variant::new(&standard_shape, 256, 144, 120, 124, &AmpModel::ipu21()).expect("valid");
+    let standard = variant(&standard_shape, 120, 124);
     let a = estimate_cycles(&interleaved, 124, Mode::Initialise).cycles;
     let b = estimate_cycles(&standard, 124, Mode::Initialise).cycles;
     assert!(a < b, "interleaved {a} vs standard {b}");
@@ -186,19 +175,12 @@ fn seed_variant_estimates() {
     }
 }
 
-/// Random variants: random shape, random legal k and c, random row pair.
+/// Random variants: random shape, random row pair.
 fn variants() -> impl Strategy<Value = (Variant, Mode)> {
-    (shapes(), 0u32..64, 0u32..64, 0u32..20).prop_map(|((shape, mode), ki, ci, dr)| {
-        let model = AmpModel::ipu21();
-        let micro = if shape.left.is_fp8() { 32 } else { 16 };
-        let k_count = shape.inner.div_ceil(micro);
-        let c_count = shape.columns.div_ceil(16);
-        let k = micro * (1 + ki % k_count);
-        let c = 16 * (1 + ci % c_count);
+    (shapes(), 0u32..20).prop_map(|((shape, mode), dr)| {
         let r_large = shape.rows;
         let r_small = r_large.saturating_sub(dr).max(1);
-        let v = Variant::new(&shape, k, c, r_small, r_large, &model).expect("legal blocks");
-        (v, mode)
+        (variant(&shape, r_small, r_large), mode)
     })
 }
 
@@ -228,37 +210,15 @@ proptest! {
         prop_assert!(checked.is_ok(), "{:?}", checked);
     }
 
-    /// The planner returns legal blocks within its limits, and no legal
-    /// candidate has fewer estimated cycles.
+    /// The planner returns the pass shape, within its code limit.
     #[test]
-    fn planner_is_optimal_over_its_candidates((shape, _) in shapes(), dr in 0u32..5) {
+    fn planner_returns_the_pass_shape((shape, _) in shapes(), dr in 0u32..5) {
         let config = PlanConfig::default();
         let rows_small = shape.rows.saturating_sub(dr).max(1);
         let v = plan_variant(&shape, rows_small, shape.rows, &config).expect("plans");
         let micro = if shape.left.is_fp8() { 32 } else { 16 };
-        prop_assert_eq!(v.k() % micro, 0);
-        prop_assert_eq!(v.c() % 16, 0);
+        prop_assert_eq!((v.k(), v.c()), (micro, 16));
         prop_assert!(code_bytes(&v) <= config.max_code_bytes);
-        let cost = |v: &Variant| -> u64 {
-            Mode::ALL.iter().map(|&m| estimate_cycles(v, v.r_large(), m).cycles).sum()
-        };
-        let best = cost(&v);
-        let mut k = micro;
-        while k <= shape.inner.div_ceil(micro) * micro {
-            let mut c = 16;
-            while c <= shape.columns.div_ceil(16) * 16 {
-                let other = Variant::new(&shape, k, c, rows_small, shape.rows, &config.model)
-                    .expect("legal");
-                let weight = if v.arithmetic().widens_weights() { 2 } else { shape.right.element_bytes() };
-                if u64::from(k) * u64::from(c) * weight <= u64::from(config.max_block_bytes)
-                    && code_bytes(&other) <= config.max_code_bytes
-                {
-                    prop_assert!(best <= cost(&other), "k{k} c{c} beats the plan");
-                }
-                c += 16;
-            }
-            k += micro;
-        }
     }
 }
 
@@ -276,7 +236,7 @@ proptest! {
         rows_small in any::<u32>(),
     ) {
         let shape = GemmShape { rows, inner, columns, ..shape };
-        let config = PlanConfig { max_k: 64, max_c: 64, ..PlanConfig::default() };
+        let config = PlanConfig::default();
         match plan_variant(&shape, rows_small.min(rows), rows, &config) {
             Ok(v) => {
                 for mode in Mode::ALL {

@@ -3,16 +3,16 @@
 //! independent checker passes built programs and rejects known-bad ones.
 
 use ipu_kernels::{
-    AmpModel, AmpOp, AmpProgram, CheckError, GemmShape, KernelError, Mode, PROGRAM_FORMAT_VERSION,
-    Variant, build_program, check_program,
+    AmpModel, AmpOp, AmpProgram, CheckError, GemmShape, KernelError, Mode, OpSite,
+    PROGRAM_FORMAT_VERSION, Variant, WorkerId, build_program, check_program,
 };
 use ipu_layout::{AmpOperand, ElementOrder, MemoryClass, Precision};
 use proptest::prelude::*;
 
-use crate::support::{seed_shape, seed_variants, shapes};
+use crate::support::{seed_shape, seed_variants, shapes, variant};
 
 fn listing_variant() -> Variant {
-    // Two column blocks (the second narrow), two inner blocks (the second
+    // Three column slices (the last narrow), three inner slices (the last
     // short), rows fewer than workers on the small entry.
     let shape = GemmShape {
         rows: 8,
@@ -25,7 +25,7 @@ fn listing_variant() -> Variant {
         output_order: ElementOrder::Amp(AmpOperand::Output),
         right_class: MemoryClass::Ipu21Interleaved,
     };
-    Variant::new(&shape, 32, 32, 3, 8, &AmpModel::ipu21()).expect("valid")
+    Variant::new(&shape, 16, 16, 3, 8, &AmpModel::ipu21()).expect("valid")
 }
 
 #[test]
@@ -56,9 +56,29 @@ fn listing_matches_golden() {
 #[test]
 fn seed_programs_pass_the_checker() {
     for v in seed_variants() {
+        let s = v.shape();
         for entry in v.entry_points() {
             let program = build_program(&v, entry.rows, entry.mode).expect("builds");
-            assert_eq!(program.workers.len(), 6);
+            // One pass per weight tile, the FP8 path's groups over the
+            // column slices; every pass starts all six workers, which split
+            // the rows between them.
+            assert_eq!(program.groups.len() as u32, s.columns.div_ceil(16));
+            assert_eq!(
+                program.passes().count() as u32,
+                s.columns.div_ceil(16) * s.inner.div_ceil(32)
+            );
+            for pass in program.passes() {
+                assert_eq!(pass.workers.len(), 6);
+                let rows: u32 = pass
+                    .workers
+                    .iter()
+                    .map(|w| match w.ops[1] {
+                        AmpOp::StreamRows { rows, .. } => rows,
+                        _ => panic!("the second op streams rows"),
+                    })
+                    .sum();
+                assert_eq!(rows, entry.rows);
+            }
             let checked = check_program(&v, entry.rows, entry.mode, &program);
             assert!(checked.is_ok(), "{}: {checked:?}", entry.symbol);
         }
@@ -69,11 +89,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn binary_form_round_trips((shape, mode) in shapes(), ki in 0u32..4, ci in 0u32..4) {
-        let micro = if shape.left.is_fp8() { 32 } else { 16 };
-        let k = micro * (1 + ki % shape.inner.div_ceil(micro));
-        let c = 16 * (1 + ci % shape.columns.div_ceil(16));
-        let v = Variant::new(&shape, k, c, shape.rows, shape.rows, &AmpModel::ipu21()).expect("legal");
+    fn binary_form_round_trips((shape, mode) in shapes()) {
+        let v = variant(&shape, shape.rows, shape.rows);
         let program = build_program(&v, shape.rows, mode).expect("builds");
         let bytes = program.to_bytes();
         prop_assert_eq!(AmpProgram::from_bytes(&bytes).expect("parses"), program);
@@ -117,7 +134,9 @@ fn other_version_is_rejected() {
 }
 
 fn built(mode: Mode) -> (Variant, AmpProgram) {
-    let v = Variant::new(&seed_shape(64, 48, 8), 32, 32, 8, 8, &AmpModel::ipu21()).expect("valid");
+    // FP8: groups over the three column slices, two inner passes each;
+    // eight rows over six workers (2, 2, 1, 1, 1, 1).
+    let v = Variant::new(&seed_shape(64, 48, 8), 32, 16, 8, 8, &AmpModel::ipu21()).expect("valid");
     let p = build_program(&v, 8, mode).expect("builds");
     (v, p)
 }
@@ -126,18 +145,33 @@ fn errors(v: &Variant, mode: Mode, p: &AmpProgram) -> Vec<CheckError> {
     check_program(v, 8, mode, p).expect_err("the checker must reject this program")
 }
 
+/// The sites of every op error.
+fn op_sites(e: &[CheckError]) -> Vec<OpSite> {
+    e.iter()
+        .filter_map(|e| match e {
+            CheckError::Op { site, .. } => Some(*site),
+            _ => None,
+        })
+        .collect()
+}
+
+fn worker(pass: usize, w: u32, op: usize) -> OpSite {
+    OpSite::worker(pass, WorkerId::from_u32(w), op)
+}
+
 #[test]
 fn checker_rejects_a_dropped_store() {
     let (v, mut p) = built(Mode::Initialise);
-    let last = p.workers[5].ops.len() - 1;
-    p.workers[5].ops.remove(last);
+    let last = &mut p.groups[2].passes[1].workers[5].ops;
+    last.pop();
     let e = errors(&v, Mode::Initialise, &p);
     assert!(
         e.iter().any(|e| matches!(e, CheckError::Uncovered { .. })),
         "{e:?}"
     );
     assert!(
-        e.iter().any(|e| matches!(e, CheckError::Worker { .. })),
+        e.iter()
+            .any(|e| matches!(e, CheckError::Worker { pass: 5, .. })),
         "{e:?}"
     );
 }
@@ -145,30 +179,42 @@ fn checker_rejects_a_dropped_store() {
 #[test]
 fn checker_rejects_a_duplicated_worker() {
     let (v, mut p) = built(Mode::Initialise);
-    let copy = p.workers[0].clone();
-    p.workers.push(copy);
+    let pass = &mut p.groups[0].passes[0];
+    let copy = pass.workers[0].clone();
+    pass.workers.push(copy);
     let e = errors(&v, Mode::Initialise, &p);
     assert!(
         e.iter()
-            .any(|e| matches!(e, CheckError::DoubleStore { .. })),
+            .any(|e| matches!(e, CheckError::Overlap { site, .. } if site.pass == 0)),
         "{e:?}"
     );
     assert!(
-        e.iter().any(|e| matches!(e, CheckError::Worker { .. })),
+        e.iter()
+            .any(|e| matches!(e, CheckError::Worker { pass: 0, .. })),
         "{e:?}"
     );
 }
 
 #[test]
-fn checker_rejects_a_skipped_inner_block() {
+fn checker_rejects_a_skipped_inner_slice() {
     let (v, mut p) = built(Mode::Initialise);
-    // Ops: zero, (load, stream) x 2, store for each column block; drop the
-    // first inner block of worker 0.
-    p.workers[0].ops.drain(1..3);
+    // Worker 0 skips the first inner slice of the first column slice: the
+    // second pass then adds inner 32..64 to partials that hold nothing.
+    p.groups[0].passes[0].workers.remove(0);
+    let e = errors(&v, Mode::Initialise, &p);
+    assert!(op_sites(&e).contains(&worker(1, 0, 2)), "{e:?}");
+}
+
+#[test]
+fn checker_rejects_passes_outside_their_group() {
+    let (v, mut p) = built(Mode::Initialise);
+    // A pass of column slice 1 moved into the group of column slice 0.
+    let moved = p.groups[1].passes.remove(0);
+    p.groups[0].passes.push(moved);
     let e = errors(&v, Mode::Initialise, &p);
     assert!(
         e.iter()
-            .any(|e| matches!(e, CheckError::Op { worker, op: 2, .. } if worker.as_u32() == 0)),
+            .any(|e| matches!(e, CheckError::Group { group: 0, .. })),
         "{e:?}"
     );
 }
@@ -176,24 +222,38 @@ fn checker_rejects_a_skipped_inner_block() {
 #[test]
 fn checker_rejects_shifted_addresses() {
     let (v, mut p) = built(Mode::Initialise);
-    if let AmpOp::StreamRows { runs, .. } = &mut p.workers[1].ops[2] {
+    if let AmpOp::StreamRows { runs, .. } = &mut p.groups[0].passes[0].workers[1].ops[1] {
         runs[0].offset += 1;
     }
-    if let AmpOp::LoadCoefficients { runs, .. } = &mut p.workers[2].ops[1] {
-        runs[0].offset += 32;
-    }
+    p.groups[1].passes[0].coefficients.runs[0].offset += 32;
     let e = errors(&v, Mode::Initialise, &p);
-    let ops: Vec<(u32, usize)> = e
-        .iter()
-        .filter_map(|e| match e {
-            CheckError::Op { worker, op, .. } => Some((worker.as_u32(), *op)),
-            _ => None,
-        })
-        .collect();
-    assert!(ops.contains(&(1, 2)), "{e:?}");
-    // Moving the weights by one panel row still decodes as a block (inner
-    // 1..33); the checker catches it where it is streamed.
-    assert!(ops.iter().any(|&(w, _)| w == 2), "{e:?}");
+    let sites = op_sites(&e);
+    assert!(sites.contains(&worker(0, 1, 1)), "{e:?}");
+    // Moving the weights by one panel row still decodes as a tile (inner
+    // 1..33); the checker catches it where the workers stream against it.
+    assert!(
+        sites.iter().any(|s| s.pass == 2 && s.worker.is_some()),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn checker_rejects_an_oversized_tile() {
+    let shape = GemmShape {
+        left: Precision::F16,
+        right: Precision::F16,
+        ..seed_shape(64, 48, 8)
+    };
+    let v = variant(&shape, 8, 8);
+    let mut p = build_program(&v, 8, Mode::Initialise).expect("builds");
+    // The F16 weights' panels are 16 columns wide: a load of two panels'
+    // columns is a 16 x 32 tile, more than the registers hold.
+    let extra = p.groups[0].passes[1].coefficients.runs[0];
+    let load = &mut p.groups[0].passes[0].coefficients;
+    load.runs.push(extra);
+    load.columns = 32;
+    let e = errors(&v, Mode::Initialise, &p);
+    assert!(op_sites(&e).contains(&OpSite::load(0)), "{e:?}");
 }
 
 #[test]
@@ -211,15 +271,20 @@ fn checker_rejects_mode_mismatch_and_header_damage() {
     assert!(!e.is_empty());
     let (v, mut p) = built(Mode::Accumulate);
     // Zeroing instead of loading the partials loses the accumulation.
-    p.workers[3].ops[0] = AmpOp::ZeroPartials {
+    p.groups[0].passes[0].workers[3].ops[0] = AmpOp::ZeroPartials {
         rows: 1,
-        columns: 32,
+        columns: 16,
     };
     let e = errors(&v, Mode::Accumulate, &p);
-    assert!(
-        e.iter().any(|e| matches!(e, CheckError::Op { op: 0, .. })),
-        "{e:?}"
-    );
+    assert!(op_sites(&e).contains(&worker(0, 3, 0)), "{e:?}");
+    let (v, mut p) = built(Mode::Initialise);
+    // Zeroing the second inner slice's partials loses the first.
+    p.groups[0].passes[1].workers[2].ops[0] = AmpOp::ZeroPartials {
+        rows: 1,
+        columns: 16,
+    };
+    let e = errors(&v, Mode::Initialise, &p);
+    assert!(op_sites(&e).contains(&worker(1, 2, 2)), "{e:?}");
 }
 
 /// An image holding a problem's operands for `program`, and their addresses.
@@ -267,7 +332,7 @@ fn image(p: &ipu_kernels::GemmProblem, program: &AmpProgram) -> (Vec<u8>, ipu_ke
 
 /// Applies one of a handful of damaging edits to a program.
 fn mutate(program: &mut AmpProgram, pick: u64, value: u32) {
-    match (pick >> 56) % 16 {
+    match (pick >> 56) % 20 {
         0 => return program.header.rows = value,
         1 => return program.header.inner = value,
         2 => return program.header.columns = value,
@@ -275,16 +340,63 @@ fn mutate(program: &mut AmpProgram, pick: u64, value: u32) {
         4 => return program.header.alignment = value % 64,
         _ => {}
     }
-    let workers = program.workers.len() as u64;
+    let groups = program.groups.len() as u64;
+    if groups == 0 {
+        return;
+    }
+    let g = (pick % groups) as usize;
+    let passes = program.groups[g].passes.len() as u64;
+    if passes == 0 {
+        return;
+    }
+    let pi = ((pick >> 4) % passes) as usize;
+    match (pick >> 56) % 20 {
+        5 => {
+            // Move the pass to another group.
+            let pass = program.groups[g].passes.remove(pi);
+            let to = (value as usize) % program.groups.len();
+            program.groups[to].passes.push(pass);
+            return;
+        }
+        6 => {
+            let other = ((pick >> 24) % passes) as usize;
+            return program.groups[g].passes.swap(pi, other);
+        }
+        7 => {
+            let pass = program.groups[g].passes[pi].clone();
+            return program.groups[g].passes.insert(pi, pass);
+        }
+        8 => {
+            let load = &mut program.groups[g].passes[pi].coefficients;
+            match value % 3 {
+                0 => load.inner = load.inner.wrapping_add(1),
+                1 => load.columns = load.columns.wrapping_sub(1),
+                _ => {
+                    if let Some(run) = load.runs.first_mut() {
+                        run.offset = run.offset.wrapping_add(1 + value % 64);
+                    }
+                }
+            }
+            return;
+        }
+        _ => {}
+    }
+    let pass = &mut program.groups[g].passes[pi];
+    let workers = pass.workers.len() as u64;
     if workers == 0 {
         return;
     }
-    let w = &mut program.workers[(pick % workers) as usize];
+    let wi = ((pick >> 8) % workers) as usize;
+    if (pick >> 12) % 8 == 0 {
+        pass.workers.remove(wi);
+        return;
+    }
+    let w = &mut pass.workers[wi];
     let ops = w.ops.len() as u64;
     if ops == 0 {
         return;
     }
-    let i = ((pick >> 8) % ops) as usize;
+    let i = ((pick >> 20) % ops) as usize;
     match (pick >> 16) % 6 {
         0 => {
             w.ops.remove(i);
@@ -294,11 +406,10 @@ fn mutate(program: &mut AmpProgram, pick: u64, value: u32) {
             w.ops.insert(i, op);
         }
         2 => w.ops.swap(i, ((pick >> 24) % ops) as usize),
-        3 => w.worker = ipu_kernels::WorkerId::from_u32(value % 8),
+        3 => w.worker = WorkerId::from_u32(value % 8),
         _ => {
             let runs = match &mut w.ops[i] {
-                AmpOp::LoadCoefficients { runs, .. }
-                | AmpOp::LoadPartials { runs, .. }
+                AmpOp::LoadPartials { runs, .. }
                 | AmpOp::StreamRows { runs, .. }
                 | AmpOp::StorePartials { runs, .. } => runs,
                 AmpOp::ZeroPartials { rows, .. } => {
@@ -340,7 +451,7 @@ proptest! {
         value in any::<u32>(),
     ) {
         let p = crate::support::problem(shape, mode, seed);
-        let v = Variant::new(&shape, if shape.left.is_fp8() { 32 } else { 16 }, 16, shape.rows, shape.rows, &AmpModel::ipu21()).expect("legal");
+        let v = variant(&shape, shape.rows, shape.rows);
         let program = build_program(&v, shape.rows, mode).expect("builds");
         let (mut good, args) = image(&p, &program);
         ipu_kernels::emulate(&program, &mut good, ipu_kernels::image_base(), &args).expect("runs");

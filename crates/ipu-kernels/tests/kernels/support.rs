@@ -1,6 +1,6 @@
 //! Shared fixtures: the seed's five variants, shape and problem generators.
 
-use ipu_kernels::{AmpModel, GemmProblem, GemmShape, Mode, Variant};
+use ipu_kernels::{AmpModel, GemmProblem, GemmShape, Mode, Variant, pass_shape};
 use ipu_layout::{AmpOperand, ElementOrder, Fp8Format, MemoryClass, Precision};
 use proptest::prelude::*;
 
@@ -9,6 +9,14 @@ pub use ipu_kernels::siglip::{SEED_VARIANTS, seed_shape};
 /// The seed's five variants.
 pub fn seed_variants() -> Vec<Variant> {
     ipu_kernels::siglip::seed_variants(&AmpModel::ipu21()).expect("seed variants are valid")
+}
+
+/// The variant of `shape` (its pass shape) serving `r_small` and `r_large`
+/// rows under the IPU21 model.
+pub fn variant(shape: &GemmShape, r_small: u32, r_large: u32) -> Variant {
+    let model = AmpModel::ipu21();
+    let (k, c) = pass_shape(shape, &model).expect("a supported shape");
+    Variant::new(shape, k, c, r_small, r_large, &model).expect("a valid variant")
 }
 
 /// The precision combinations the AMP supports: (left, right, output).

@@ -297,3 +297,39 @@ fn every_scale_encodes_the_exactly_scaled_value() {
         }
     }
 }
+
+/// The F16 slice codecs (a vector at a time) give the element codecs'
+/// bytes and values: every code decodes alike, and random f32 bit patterns
+/// (NaNs, infinities, subnormals, ties) and every F16 midpoint encode alike.
+#[test]
+fn f16_slice_codecs_are_the_element_codecs() {
+    let codec = Precision::F16.codec();
+    let codes: Vec<u8> = (0..=u16::MAX).flat_map(|c| c.to_le_bytes()).collect();
+    let mut decoded = vec![0f32; 1 << 16];
+    codec.decode_slice(&codes, &mut decoded);
+    for (c, d) in codes.chunks_exact(2).zip(&decoded) {
+        assert_eq!(
+            d.to_bits(),
+            Precision::F16.decode_from(c).to_bits(),
+            "{c:?}"
+        );
+    }
+    let mut state = 0x9e37_79b9u32;
+    let mut values: Vec<f32> = (0..100_000)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            f32::from_bits(state)
+        })
+        .collect();
+    // Midpoints between neighbouring F16 values: the ties.
+    values.extend(decoded.windows(2).map(|w| (w[0] + w[1]) / 2.0));
+    let mut bytes = vec![0u8; 2 * values.len()];
+    codec.encode_slice(&values, &mut bytes);
+    for (&v, chunk) in values.iter().zip(bytes.chunks_exact(2)) {
+        let mut one = [0u8; 2];
+        Precision::F16.encode_into(v, &mut one);
+        assert_eq!(chunk, &one[..], "{v:e}");
+    }
+}

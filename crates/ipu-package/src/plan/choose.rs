@@ -21,7 +21,9 @@
 //! with the kernel call costed by `ipu_kernels::estimate_cycles` on the
 //! variant the build would plan for that shard, and the vector work by the
 //! profile's [`VectorModel`]. The busiest tile is the one with the largest
-//! blocks, as in the quick estimate. With `pk == 1` the result stays in the
+//! blocks, as in the quick estimate, except that the kernel call is the
+//! costlier of the shard's two row counts (the kernel's cycles are not
+//! monotone in the rows of a short shard). With `pk == 1` the result stays in the
 //! grid's blocks and its consumer's exchange moves it from there; that
 //! consumer exchanges its operands in either case, so no term is charged
 //! for it.
@@ -37,7 +39,7 @@ use ipu_kernels::{AmpModel, GemmShape, Mode, PlanConfig, estimate_cycles, plan_v
 use ipu_layout::{ElementOrder, MemoryClass};
 use ipu_target::Target;
 
-use super::gemm::{GemmEstimate, largest_block};
+use super::gemm::{GemmEstimate, largest_block, reduce_layout};
 use super::{CostModel, GemmGrid, GemmProblem, element_layout, gemm_candidates};
 use crate::profile::{VectorModel, Work};
 
@@ -109,9 +111,9 @@ impl<'a> GemmScorer<'a> {
         }
     }
 
-    /// Tile cycles of one kernel call on `rows` rows of a shard of
-    /// `inner × columns` (the largest of its group being `large` rows), or
-    /// `None` when no variant can be planned for it.
+    /// Tile cycles of the costlier kernel call of a shard of `inner ×
+    /// columns` on `small` or `large` rows, or `None` when no variant can
+    /// be planned for it.
     fn kernel_cycles(&mut self, small: u64, large: u64, inner: u64, columns: u64) -> Option<u64> {
         let key = (small, large, inner, columns);
         if let Some(&known) = self.kernels.get(&key) {
@@ -143,7 +145,13 @@ impl<'a> GemmScorer<'a> {
         };
         let small = u32::try_from(small).ok()?;
         let variant = plan_variant(&shape, small, shape.rows, &config).ok()?;
-        Some(estimate_cycles(&variant, shape.rows, Mode::Initialise).cycles)
+        // The kernel's cycles are not monotone in its rows (poplibs charges
+        // a two-row worker stream more than a three-row one, and a pass
+        // whose workers are all equally busy a tail more), so the busiest
+        // tile may hold the shorter shard.
+        let cycles = [small, shape.rows]
+            .map(|rows| estimate_cycles(&variant, rows, Mode::Initialise).cycles);
+        cycles.into_iter().max()
     }
 
     /// The kernel call [`GemmScorer::score`] costs for `grid`, as
@@ -225,20 +233,27 @@ impl<'a> GemmScorer<'a> {
                 reduce: 0,
             };
         }
-        // The partials are summed where the result rests between ops (the
-        // element layout): its largest shard receives `pk` partials of
-        // itself, and each GEMM tile sends its block of partial sums.
+        // The partials are summed where the lowering puts the result: in
+        // the grid's own blocks when the rows allow it, else where the
+        // result rests between ops (the element layout). Its largest shard
+        // receives `pk` partials of itself, and each GEMM tile sends its
+        // block of partial sums.
         let eb = p.output.element_bytes();
-        let even = per_token
-            .saturating_mul(tokens)
-            .saturating_mul(p.columns)
-            .div_ceil(u64::from(self.tiles));
-        let mut extents = p.outer.clone();
-        extents.push(p.columns);
-        let share = element_layout(&extents, p.output, self.tiles)
-            .map(|t| t.max_shard_bytes() / eb.max(1))
-            .unwrap_or(even)
-            .max(even);
+        let share = match reduce_layout(p, grid, p.output) {
+            Ok(Some(t)) => t.max_shard_bytes() / eb.max(1),
+            _ => {
+                let even = per_token
+                    .saturating_mul(tokens)
+                    .saturating_mul(p.columns)
+                    .div_ceil(u64::from(self.tiles));
+                let mut extents = p.outer.clone();
+                extents.push(p.columns);
+                element_layout(&extents, p.output, self.tiles)
+                    .map(|t| t.max_shard_bytes() / eb.max(1))
+                    .unwrap_or(even)
+                    .max(even)
+            }
+        };
         let received = share.saturating_mul(pk).saturating_mul(eb);
         let sent = large.saturating_mul(columns).saturating_mul(eb);
         let reduce_exchange = self

@@ -9,7 +9,7 @@ use super::emulate_reference;
 use crate::emulate::{
     EmulateOptions, KernelArgs, PreparedProgram, Rounding, emulate_prepared, emulate_with,
 };
-use crate::program::{AmpOp, AmpProgram, Run};
+use crate::program::{AmpOp, AmpProgram, CoefficientLoad, Pass, PassGroup, Run};
 use crate::{AmpModel, GemmShape, Mode, Variant, build_program};
 
 /// Where the test operands start: the built-in target's SRAM base.
@@ -69,8 +69,8 @@ fn fill(out: &mut [u8], precision: Precision, finite: bool, rng: &mut Bytes) {
     }
 }
 
-/// A program whose one worker streams a `7`-deep block, so that the
-/// last AMP step of every row is shorter than the group.
+/// A program of one pass whose one worker streams a `7`-deep tile, so that
+/// the last AMP step of every row is shorter than the group.
 fn ragged(program: &AmpProgram) -> AmpProgram {
     let h = program.header;
     let (el, er, eo) = (
@@ -80,19 +80,17 @@ fn ragged(program: &AmpProgram) -> AmpProgram {
     );
     let rows = h.rows.min(2);
     let row_stride = h.inner * el;
-    let mut ops = vec![
-        AmpOp::LoadCoefficients {
-            inner: 7,
-            columns: 3,
-            runs: vec![Run {
-                offset: 0,
-                bytes: 3 * er,
-                stride: 16 * er,
-                count: 7,
-            }],
-        },
-        AmpOp::ZeroPartials { rows, columns: 3 },
-    ];
+    let coefficients = CoefficientLoad {
+        inner: 7,
+        columns: 3,
+        runs: vec![Run {
+            offset: 0,
+            bytes: 3 * er,
+            stride: 16 * er,
+            count: 7,
+        }],
+    };
+    let mut ops = vec![AmpOp::ZeroPartials { rows, columns: 3 }];
     let out_runs = vec![Run {
         offset: 0,
         bytes: 3 * eo,
@@ -100,7 +98,7 @@ fn ragged(program: &AmpProgram) -> AmpProgram {
         count: rows,
     }];
     if h.mode == Mode::Accumulate {
-        ops[1] = AmpOp::LoadPartials {
+        ops[0] = AmpOp::LoadPartials {
             rows,
             columns: 3,
             runs: out_runs.clone(),
@@ -121,45 +119,74 @@ fn ragged(program: &AmpProgram) -> AmpProgram {
         columns: 3,
         runs: out_runs,
     });
-    let mut p = program.clone();
-    p.workers.truncate(1);
-    if let Some(w) = p.workers.first_mut() {
-        w.ops = ops;
+    let worker = program
+        .passes()
+        .next()
+        .and_then(|p| p.workers.first())
+        .map(|w| crate::WorkerProgram {
+            worker: w.worker,
+            ops,
+        });
+    AmpProgram {
+        header: h,
+        groups: vec![PassGroup {
+            passes: vec![Pass {
+                coefficients,
+                workers: worker.into_iter().collect(),
+            }],
+        }],
     }
-    p
 }
 
-/// Moves one run of one op by `delta` bytes (or changes its count),
-/// which the emulators must treat alike: the same error, or the same
-/// bytes.
+/// Moves one run of one op (or of a coefficient load) by `delta` bytes
+/// (or changes its count), which the emulators must treat alike: the same
+/// error, or the same bytes.
 fn damage(program: &mut AmpProgram, which: usize, delta: u32, count: bool) {
-    let ops: usize = program.workers.iter().map(|w| w.ops.len()).sum();
+    let passes: Vec<&mut Pass> = program
+        .groups
+        .iter_mut()
+        .flat_map(|g| &mut g.passes)
+        .collect();
+    let ops: usize = passes
+        .iter()
+        .map(|p| 1 + p.workers.iter().map(|w| w.ops.len()).sum::<usize>())
+        .sum();
     if ops == 0 {
         return;
     }
     let mut n = which % ops;
-    for w in &mut program.workers {
-        if n < w.ops.len() {
-            let runs = match &mut w.ops[n] {
-                AmpOp::LoadCoefficients { runs, .. }
-                | AmpOp::LoadPartials { runs, .. }
+    for pass in passes {
+        let runs = if n == 0 {
+            &mut pass.coefficients.runs
+        } else {
+            n -= 1;
+            let Some(w) = pass.workers.iter_mut().find(|w| {
+                let found = n < w.ops.len();
+                if !found {
+                    n -= w.ops.len();
+                }
+                found
+            }) else {
+                continue;
+            };
+            match &mut w.ops[n] {
+                AmpOp::LoadPartials { runs, .. }
                 | AmpOp::StreamRows { runs, .. }
                 | AmpOp::StorePartials { runs, .. } => runs,
                 AmpOp::ZeroPartials { rows, .. } => {
                     *rows = rows.wrapping_add(1);
                     return;
                 }
-            };
-            if let Some(r) = runs.first_mut() {
-                if count {
-                    r.count = r.count.wrapping_add(1);
-                } else {
-                    r.offset = r.offset.wrapping_add(delta);
-                }
             }
-            return;
+        };
+        if let Some(r) = runs.first_mut() {
+            if count {
+                r.count = r.count.wrapping_add(1);
+            } else {
+                r.offset = r.offset.wrapping_add(delta);
+            }
         }
-        n -= w.ops.len();
+        return;
     }
 }
 
@@ -171,7 +198,6 @@ struct Case {
     rows: u32,
     inner_blocks: u32,
     columns: u32,
-    blocks: (u32, u32),
     row_major_left: bool,
     amp_output: bool,
     accumulate: bool,
@@ -192,7 +218,6 @@ fn cases() -> impl Strategy<Value = Case> {
             1u32..14,
             1u32..4,
             1u32..70,
-            (0u32..4, 0u32..5),
         ),
         (
             any::<bool>(),
@@ -207,7 +232,7 @@ fn cases() -> impl Strategy<Value = Case> {
     )
         .prop_map(
             |(
-                (combo, format, scales, rows, inner_blocks, columns, blocks),
+                (combo, format, scales, rows, inner_blocks, columns),
                 (
                     row_major_left,
                     amp_output,
@@ -225,7 +250,6 @@ fn cases() -> impl Strategy<Value = Case> {
                 rows,
                 inner_blocks,
                 columns,
-                blocks,
                 row_major_left,
                 amp_output,
                 accumulate,
@@ -261,9 +285,7 @@ fn check_case(case: &Case) -> Result<(), TestCaseError> {
         right_class: MemoryClass::Ipu21Interleaved,
     };
     let model = AmpModel::ipu21();
-    let k = micro * (1 + case.blocks.0 % case.inner_blocks);
-    let c = 16 * (1 + case.blocks.1 % shape.columns.div_ceil(16));
-    let variant = Variant::new(&shape, k, c, shape.rows, shape.rows, &model)
+    let variant = Variant::new(&shape, micro, 16, shape.rows, shape.rows, &model)
         .map_err(|e| TestCaseError::fail(format!("variant: {e}")))?;
     let mode = if case.accumulate {
         Mode::Accumulate
@@ -346,7 +368,6 @@ fn finite_inputs_give_identical_bytes() {
             rows: 13,
             inner_blocks: 3,
             columns: 50,
-            blocks: (1, 1),
             row_major_left: combo == 2,
             amp_output: false,
             accumulate: true,
