@@ -154,12 +154,7 @@ pub(crate) fn codelet_operands(c: &Codelet) -> Vec<(Operand, Access)> {
             max,
             sum,
             ..
-        } => vec![
-            (scores, Read),
-            (probs, Write),
-            (max, Write),
-            (sum, Write),
-        ],
+        } => vec![(scores, Read), (probs, Write), (max, Write), (sum, Write)],
         Codelet::Transpose { input, output, .. } => vec![(input, Read), (output, Write)],
         Codelet::Zero { target, .. } => vec![(target, Clear)],
     }

@@ -328,8 +328,9 @@ impl VectorModel {
                 let blocks = out_rows
                     .div_ceil(4)
                     .saturating_mul(u64::from(s.transpose_block_instructions));
-                per(out_cols.div_ceil(4))
-                    .saturating_mul(u64::from(s.transpose_group_instructions).saturating_add(blocks))
+                per(out_cols.div_ceil(4)).saturating_mul(
+                    u64::from(s.transpose_group_instructions).saturating_add(blocks),
+                )
             }
             Work::Zero { bytes } | Work::Copy { bytes } => {
                 per(bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1))))
