@@ -325,6 +325,9 @@ pub enum StepRole {
     /// output of each block of key rows (on the vector unit, or on the AMP
     /// with the keys transposed and the softmax between the products).
     Attention,
+    /// Attention's keys transposed into the AMP's weight panels, before
+    /// its blocks on the AMP.
+    Keys,
     /// Attention blocks combined into the normalised output.
     Combine,
     /// An elementwise addition.
@@ -352,6 +355,7 @@ impl StepRole {
             StepRole::Gemm => "gemm",
             StepRole::Reduce => "reduce",
             StepRole::Attention => "attention",
+            StepRole::Keys => "attention keys",
             StepRole::Combine => "attention combine",
             StepRole::Add => "add",
             StepRole::LayerNorm => "layer_norm",

@@ -219,8 +219,9 @@ impl Lowerer<'_> {
     }
 
     /// The AMP's blocks: per tile (one pair, one query block, one key
-    /// block) the keys' transpose, the scores' GEMM, the softmax and the
-    /// blocks' GEMM, in one compute step.
+    /// block) the keys' transpose in one compute step, then in the next,
+    /// per pass over the query rows, the scores' GEMM, the softmax and the
+    /// blocks' GEMM.
     fn amp_attention_blocks(
         &mut self,
         op: OpId,
@@ -309,12 +310,12 @@ impl Lowerer<'_> {
             Precision::F32,
         )?;
 
-        let label = StepLabel::of(op, StepRole::Attention, base.as_str());
-        self.flush(&label);
-        let scale = 1.0 / (shape.head_dim() as f32).sqrt();
-        let (qeb, f32b) = (Precision::F16.element_bytes(), 4u64);
+        // The keys' transpose is a step of its own, so that the keys are
+        // dead before the scores are held.
+        let keys = StepLabel::of(op, StepRole::Keys, base.as_str());
+        self.flush(&keys);
         let mut calls = Vec::new();
-        for ((tile, _, rk, rk_w, d, dp), rows) in shards.into_iter().zip(passes) {
+        for &(tile, _, rk, rk_w, d, dp) in &shards {
             calls.push((
                 tile,
                 Codelet::Transpose {
@@ -327,6 +328,15 @@ impl Lowerer<'_> {
                     out_cols: u32_arg("columns", rk_w)?,
                 },
             ));
+        }
+        self.compute(keys, calls);
+
+        let label = StepLabel::of(op, StepRole::Attention, base.as_str());
+        self.flush(&label);
+        let scale = 1.0 / (shape.head_dim() as f32).sqrt();
+        let (qeb, f32b) = (Precision::F16.element_bytes(), 4u64);
+        let mut calls = Vec::new();
+        for ((tile, _, rk, rk_w, _, dp), rows) in shards.into_iter().zip(passes) {
             let mut first = 0u64;
             for r in rows {
                 let at = |buffer: BufferId, bytes: u64| -> Result<Operand, LowerError> {

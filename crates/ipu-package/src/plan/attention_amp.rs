@@ -4,14 +4,18 @@
 //! Each tile takes one `(batch, head)` pair, a block of `rq` query rows and
 //! a block of `rk` key rows (a multiple of 16, the AMP's F16 micro inner
 //! dimension) on the grid `pb = batch, ph = heads, gq × s`, numbered as
-//! the vector attention's (`tile = kv + s·(q + gq·(h + heads·b))`). One
-//! compute step runs, per tile:
+//! the vector attention's (`tile = kv + s·(q + gq·(h + heads·b))`). Per
+//! tile, one compute step transposes the keys (so that they are dead
+//! before the scores exist) and the next runs the rest, in passes over
+//! the query rows so that one pass's scores and probabilities are held at
+//! a time:
 //!
 //! ```text
 //! keys    [rk, d] row-major ──transpose──► keysᵀ [d₁₆, rk] Amp(Right)
-//! scores  [rq, rk] = queries [rq, d₁₆] (row-major) × keysᵀ        AMP
-//! probs   [rq, rk] F16, max, sum = softmax(scores / √d)         vector
-//! blocks  [rq, d₁₆] F32 = probs × values [rk, d₁₆] (Amp(Right))  AMP
+//! per pass of the query rows:
+//! scores  [r, rk] = queries [r, d₁₆] (row-major) × keysᵀ          AMP
+//! probs   [r, rk] F16, max, sum = softmax(scores / √d)          vector
+//! blocks  [r, d₁₆] F32 = probs × values [rk, d₁₆] (Amp(Right))   AMP
 //! ```
 //!
 //! where `d₁₆` is the head dimension rounded up to 16 (zero padding in the
@@ -86,6 +90,8 @@ pub struct AttentionCycles {
     pub clear: u64,
     /// The exchange bringing queries, keys and values.
     pub operands: u64,
+    /// The keys' transpose (AMP attention only).
+    pub keys: u64,
     /// The blocks (vector blocks, or transpose, GEMMs and softmax).
     pub blocks: u64,
     /// The exchange gathering blocks to combine (`s > 1`).
@@ -99,6 +105,7 @@ impl AttentionCycles {
     pub fn total(&self) -> u64 {
         self.clear
             .saturating_add(self.operands)
+            .saturating_add(self.keys)
             .saturating_add(self.blocks)
             .saturating_add(self.gather)
             .saturating_add(self.combine)
@@ -239,12 +246,13 @@ impl<'a> AmpAttentionScorer<'a> {
             .saturating_add(sync);
         let received = (rq + 2 * rk_data) * d * 2;
         let operands = cost.exchange_cycles(received).saturating_add(sync);
-        let mut blocks = vector
+        let keys = vector
             .cycles(&Work::Transpose {
                 out_cols: rk,
                 out_rows: dp,
             })
             .saturating_add(sync);
+        let mut blocks = sync;
         // The passes of the longest query block; a kernel serves the two
         // row counts its passes have.
         let rows: Vec<u64> = pass_rows(rq, passes).collect();
@@ -270,6 +278,7 @@ impl<'a> AmpAttentionScorer<'a> {
         Some(AttentionCycles {
             clear,
             operands,
+            keys,
             blocks,
             gather,
             combine,
@@ -277,9 +286,10 @@ impl<'a> AmpAttentionScorer<'a> {
     }
 
     /// Bytes of the largest tile at the fullest of its steps: while the
-    /// blocks run (operands, transposed keys, one pass's scores and
-    /// probabilities, the blocks and their statistics), or, with `s > 1`,
-    /// while the blocks are gathered for the combine.
+    /// keys are transposed (queries, keys, values, transposed keys), while
+    /// the blocks run (queries, values, transposed keys, one pass's scores
+    /// and probabilities, the blocks and their statistics), or, with
+    /// `s > 1`, while the blocks are gathered for the combine.
     pub fn bytes_per_tile(&self, grid: AttentionGrid, passes: u32) -> u64 {
         let a = &self.shape;
         let d = a.head_dim();
@@ -287,7 +297,8 @@ impl<'a> AmpAttentionScorer<'a> {
         let (rq, rk, _) = blocks(a, grid);
         let pass = rq.div_ceil(u64::from(passes.max(1)));
         let results = rq * dp * 4 + 2 * rq * 4;
-        let operands = rq * dp * 2 + rk * d * 2 + rk * dp * 2 + dp * rk * 2;
+        let held = rq * dp * 2 + rk * dp * 2 + dp * rk * 2;
+        let keys = held + rk * d * 2;
         let scratch = pass * rk * (self.scores.element_bytes() + 2);
         let gathered = if grid.s > 1 {
             let fine =
@@ -296,7 +307,7 @@ impl<'a> AmpAttentionScorer<'a> {
         } else {
             0
         };
-        (operands + scratch + results).max(results + gathered)
+        keys.max(held + scratch + results).max(results + gathered)
     }
 }
 
@@ -372,6 +383,7 @@ pub fn vector_attention_cycles(
     let (gather, combine) = combine_cycles(a, grid, rq, cost);
     AttentionCycles {
         clear: 0,
+        keys: 0,
         operands: cost.exchange_cycles(received).saturating_add(sync),
         blocks: block.saturating_mul(pairs).saturating_add(sync),
         gather,
@@ -394,6 +406,9 @@ pub fn choose_amp_attention(
     budget: u64,
     cost: &CostModel,
 ) -> Option<(AmpAttention, AttentionCycles, bool)> {
+    // F32 scores: F16 ones (F16 partial sums in the AMP) would halve the
+    // first product, but put the scores, and through the exponentials the
+    // result, off by more than the per-op check allows at SigLIP's size.
     let scores = Precision::F32;
     let mut scorer = AmpAttentionScorer::new(*a, scores, cost);
     // (does not fit, cycles or bytes, plan, cycles)
