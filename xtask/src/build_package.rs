@@ -47,6 +47,7 @@ use std::time::Instant;
 use ipu_alloc::{BuiltinPlacer, PlaceConfig};
 use ipu_kernels::KernelCache;
 use ipu_package::build::{BuildConfig, BuildError, Stages, build_package};
+use ipu_package::lower::{AttentionUnit, LowerConfig};
 use ipu_target::Target;
 
 use ipu_frontend::siglip::report::PrecisionReport;
@@ -119,6 +120,33 @@ pub struct Args {
     /// for `cargo xtask exchange FILE`.
     #[arg(long, value_name = "FILE", conflicts_with = "checkpoint")]
     write_phases: Option<PathBuf>,
+    /// Where attention's products run: the AMP where its steps are
+    /// estimated faster (auto), the vector unit always, or the AMP
+    /// wherever it can.
+    #[arg(long, value_enum, default_value_t = Attention::Auto)]
+    attention: Attention,
+}
+
+/// `--attention`: which unit runs attention's products.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Attention {
+    /// The AMP where its steps are estimated faster.
+    Auto,
+    /// The vector unit.
+    Vector,
+    /// The AMP wherever it can run.
+    Amp,
+}
+
+impl Attention {
+    /// The lowering's choice.
+    pub(crate) fn unit(self) -> AttentionUnit {
+        match self {
+            Attention::Auto => AttentionUnit::Auto,
+            Attention::Vector => AttentionUnit::Vector,
+            Attention::Amp => AttentionUnit::Amp,
+        }
+    }
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, String> {
@@ -154,6 +182,7 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
         out: args.out.clone(),
         write_phases: args.write_phases.clone(),
         alloc_effort: args.alloc_effort,
+        attention: args.attention.unit(),
     };
     match build_fixture(&request) {
         Ok(built) => {
@@ -185,6 +214,8 @@ pub(crate) struct FixtureBuild {
     pub write_phases: Option<PathBuf>,
     /// The placer's exact-search nodes per tile (default: PlaceConfig's).
     pub alloc_effort: Option<u64>,
+    /// Where attention's products run.
+    pub attention: AttentionUnit,
 }
 
 /// A package built and written.
@@ -299,6 +330,10 @@ pub(crate) fn build_unwritten(
     let config = BuildConfig {
         target,
         tiles: Some(tiles),
+        lower: LowerConfig {
+            attention: request.attention,
+            ..LowerConfig::default()
+        },
         ..BuildConfig::default()
     };
     let started = Instant::now();
@@ -370,6 +405,10 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
     let config = BuildConfig {
         target,
         tiles: Some(tiles),
+        lower: LowerConfig {
+            attention: args.attention.unit(),
+            ..LowerConfig::default()
+        },
         ..BuildConfig::default()
     };
     let built = package_checkpoint(&checkpoint, calibration, &options, &config, &stages);

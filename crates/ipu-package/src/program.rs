@@ -14,8 +14,9 @@
 //!
 //! Codelet operands name a buffer and a byte offset inside the calling
 //! tile's shard; placement later turns them into addresses. Every codelet
-//! but the GEMM works on row-major shards whose shapes it is given
-//! explicitly, so the simulator and the device need no layout logic.
+//! but the GEMM and the transpose (which writes an AMP operand's panels)
+//! works on row-major shards whose shapes it is given explicitly, so the
+//! simulator and the device need no layout logic.
 
 use ipu_layout::{ElementOrder, IdVec, MemoryClass, Precision, SourceView, TensorType, TileId};
 use serde::{Deserialize, Serialize};
@@ -247,6 +248,56 @@ pub enum Codelet {
         /// Elements between rows of `output`.
         output_row_stride: u32,
     },
+    /// The transpose of a 16-bit `[rows, cols]` row-major block (rows
+    /// `stride` elements apart) into an AMP weight operand: the
+    /// `[out_rows, out_cols]` matrix in `Amp(Right)` order (panels of
+    /// [`Precision::amp_panel_columns`] columns) whose element `(i, j)` is
+    /// `input[j, i]`, and zero where `i ≥ cols` or `j ≥ rows`. Attention's
+    /// keys become the right operand of the scores' GEMM this way: the
+    /// exchange moves whole words and cannot transpose 16-bit elements.
+    Transpose {
+        /// `[rows, cols]`, rows `stride` elements apart.
+        input: Operand,
+        /// `[out_rows, out_cols]` in `Amp(Right)` order, same precision.
+        output: Operand,
+        /// Source rows (the output's data columns).
+        rows: u32,
+        /// Source columns (the output's data rows).
+        cols: u32,
+        /// Elements between source rows.
+        stride: u32,
+        /// Output rows: at least `cols`.
+        out_rows: u32,
+        /// Output columns: at least `rows`.
+        out_cols: u32,
+    },
+    /// The softmax between attention's two AMP products, for `rows` rows of
+    /// scores against `columns` keys, rows `stride` elements apart in both
+    /// `scores` and `probs`. Per row: `s_j = scores_j · scale` (rounded to
+    /// F16 when `softmax_f16`), `m = max_j s_j`, `p_j = exp(s_j − m)`
+    /// rounded to F16 and written to `probs` (zeros in columns
+    /// `columns..stride`, so the next GEMM may read the whole row), and
+    /// `m` and `l = Σ_j p_j` (F32) written for [`Codelet::AttentionCombine`].
+    AttentionSoftmax {
+        /// Scores `q · k`, F32 or F16.
+        scores: Operand,
+        /// Unnormalised probabilities, F16.
+        probs: Operand,
+        /// Row maxima, F32.
+        max: Operand,
+        /// Row sums of the probabilities, F32.
+        sum: Operand,
+        /// Query rows.
+        rows: u32,
+        /// Keys (columns holding scores).
+        columns: u32,
+        /// Elements between rows of `scores` and of `probs`.
+        stride: u32,
+        /// `1 / sqrt(head_dim)`.
+        scale: f32,
+        /// Whether the scaled scores are rounded to F16.
+        softmax_f16: bool,
+    },
     /// Writes `bytes` zero bytes.
     Zero {
         /// Where.
@@ -271,8 +322,12 @@ pub enum StepRole {
     /// The sum of a GEMM's split-K partial products (with its bias).
     Reduce,
     /// Attention blocks: scores, softmax statistics and the unnormalised
-    /// output of each block of key rows.
+    /// output of each block of key rows (on the vector unit, or on the AMP
+    /// with the keys transposed and the softmax between the products).
     Attention,
+    /// Attention's keys transposed into the AMP's weight panels, before
+    /// its blocks on the AMP.
+    Keys,
     /// Attention blocks combined into the normalised output.
     Combine,
     /// An elementwise addition.
@@ -300,6 +355,7 @@ impl StepRole {
             StepRole::Gemm => "gemm",
             StepRole::Reduce => "reduce",
             StepRole::Attention => "attention",
+            StepRole::Keys => "attention keys",
             StepRole::Combine => "attention combine",
             StepRole::Add => "add",
             StepRole::LayerNorm => "layer_norm",

@@ -199,6 +199,14 @@ pub fn codelet_buffers(c: &Codelet) -> SmallVec<[BufferId; 7]> {
             output,
             ..
         } => smallvec::smallvec![out, max, sum, output],
+        Codelet::AttentionSoftmax {
+            scores,
+            probs,
+            max,
+            sum,
+            ..
+        } => smallvec::smallvec![scores, probs, max, sum],
+        Codelet::Transpose { input, output, .. } => smallvec::smallvec![input, output],
         Codelet::Zero { target, .. } => smallvec::smallvec![target],
     };
     ops.into_iter().map(|o| o.buffer).collect()

@@ -15,7 +15,7 @@
 //! allocation). How long a codelet may loop is bounded by the run's work
 //! limit, counted with `codelet_work` before the run.
 
-use ipu_layout::{Precision, TileId};
+use ipu_layout::{AmpOperand, ElementOrder, Precision, TileId};
 use ipu_package::profile::{VectorModel, Work};
 use ipu_package::program::{BufferId, Codelet, GemmEntry, GemmKernel, KernelId, Operand};
 
@@ -148,6 +148,14 @@ pub(crate) fn codelet_operands(c: &Codelet) -> Vec<(Operand, Access)> {
             output,
             ..
         } => vec![(out, Read), (max, Read), (sum, Read), (output, Write)],
+        Codelet::AttentionSoftmax {
+            scores,
+            probs,
+            max,
+            sum,
+            ..
+        } => vec![(scores, Read), (probs, Write), (max, Write), (sum, Write)],
+        Codelet::Transpose { input, output, .. } => vec![(input, Read), (output, Write)],
         Codelet::Zero { target, .. } => vec![(target, Clear)],
     }
 }
@@ -163,6 +171,8 @@ pub(crate) fn codelet_name(c: &Codelet) -> &'static str {
         Codelet::ReduceSum { .. } => "reduce_sum",
         Codelet::AttentionBlock { .. } => "attention_block",
         Codelet::AttentionCombine { .. } => "attention_combine",
+        Codelet::AttentionSoftmax { .. } => "attention_softmax",
+        Codelet::Transpose { .. } => "transpose",
         Codelet::Zero { .. } => "zero",
     }
 }
@@ -200,6 +210,10 @@ pub(crate) fn codelet_work(c: &Codelet, kernel: Option<&GemmKernel>) -> u64 {
             head_dim,
             ..
         } => product(&[blocks, q_rows, head_dim]),
+        Codelet::AttentionSoftmax { rows, stride, .. } => product(&[rows, stride]),
+        Codelet::Transpose {
+            out_rows, out_cols, ..
+        } => product(&[out_rows, out_cols]),
         Codelet::Zero { bytes, .. } => product(&[bytes]),
     }
 }
@@ -408,6 +422,27 @@ fn dot_rows(q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
     for (j, o) in out.iter_mut().enumerate().skip(done) {
         *o = dot(j);
     }
+}
+
+/// One row of [`Codelet::AttentionSoftmax`]: the probabilities of the
+/// scores `row` into `out` (zeros after them) and the row's `(max, sum)`.
+fn softmax_row(row: &[f32], scale: f32, softmax_f16: bool, out: &mut [f32]) -> (f32, f32) {
+    let f16 = Precision::F16;
+    let round = |x: f32| if softmax_f16 { f16.quantize(x) } else { x };
+    let mut mx = f32::NEG_INFINITY;
+    for (o, &x) in out.iter_mut().zip(row) {
+        *o = round(x * scale);
+        mx = mx.max(*o);
+    }
+    let mut l = 0.0f32;
+    for o in out.iter_mut().take(row.len()) {
+        *o = f16.quantize((*o - mx).exp());
+        l += *o;
+    }
+    for o in out.iter_mut().skip(row.len()) {
+        *o = 0.0;
+    }
+    (mx, l)
 }
 
 /// Runs one codelet on `tile`.
@@ -737,6 +772,87 @@ pub fn run_codelet_counted(
                 blocks: os.len() as u64,
                 q_rows: (y.len() / d.max(1)) as u64,
                 head_dim: d as u64,
+            }))
+        }
+        Codelet::AttentionSoftmax {
+            scores,
+            probs,
+            max,
+            sum,
+            rows,
+            columns,
+            stride,
+            scale,
+            softmax_f16,
+        } => {
+            let (rq, cols, stride) = (u64::from(rows), u64::from(columns), u64::from(stride));
+            if cols > stride {
+                return Err(args.fail("stride (smaller than the columns)"));
+            }
+            // Whole rows of probabilities are written; every result must
+            // fit before anything is computed.
+            check_rows(m, args, probs, rq, stride, stride)?;
+            check_values(m, args, max, rq)?;
+            check_values(m, args, sum, rq)?;
+            let s = read_rows(m, args, scores, rq, cols, stride)?;
+            let (cols, width) = (args.usize("columns", cols)?, args.usize("stride", stride)?);
+            let mut p = vec![0.0f32; args.usize("rows", rq)?.saturating_mul(width)];
+            let mut maxima = Vec::with_capacity(rq as usize);
+            let mut sums = Vec::with_capacity(rq as usize);
+            for (row, out) in s.chunks(cols.max(1)).zip(p.chunks_mut(width.max(1))) {
+                let (mx, l) = softmax_row(row, scale, softmax_f16, out);
+                maxima.push(mx);
+                sums.push(l);
+            }
+            write_values(m, args, probs, &p)?;
+            write_values(m, args, max, &maxima)?;
+            write_values(m, args, sum, &sums)?;
+            let lanes = |m: &mut _, b| lanes(m, &[b]);
+            let score_lanes = lanes(m, scores.buffer)?;
+            let prob_lanes = lanes(m, probs.buffer)?;
+            Ok(counted(Work::AttentionSoftmax {
+                rows: maxima.len() as u64,
+                columns: width as u64,
+                score_lanes,
+                prob_lanes,
+            }))
+        }
+        Codelet::Transpose {
+            input,
+            output,
+            rows,
+            cols,
+            stride,
+            out_rows,
+            out_cols,
+        } => {
+            if out_rows < cols || out_cols < rows {
+                return Err(args.fail("output extent (smaller than the transposed block)"));
+            }
+            let (r, c) = (u64::from(rows), u64::from(cols));
+            let (or, oc) = (u64::from(out_rows), u64::from(out_cols));
+            let written = args.mul("element count", or, oc)?;
+            check_values(m, args, output, written)?;
+            let x = read_rows(m, args, input, r, c, u64::from(stride))?;
+            let precision = m.precision(tile, output.buffer)?;
+            let order = ElementOrder::Amp(AmpOperand::Right);
+            let mut t = vec![0.0f32; args.usize("element count", written)?];
+            let cu = args.usize("columns", c)?;
+            for (j, row) in x.chunks(cu.max(1)).enumerate() {
+                for (i, &v) in row.iter().enumerate() {
+                    // Amp order in elements: the panel arithmetic of the
+                    // layout crate, divided back from bytes.
+                    let at = order.byte_offset(precision, &[or, oc], &[i as u64, j as u64])
+                        / precision.element_bytes();
+                    if let Some(slot) = t.get_mut(at as usize) {
+                        *slot = v;
+                    }
+                }
+            }
+            write_values(m, args, output, &t)?;
+            Ok(counted(Work::Transpose {
+                out_cols: oc,
+                out_rows: or,
             }))
         }
         Codelet::Zero { target, bytes } => {

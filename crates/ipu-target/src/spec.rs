@@ -238,6 +238,17 @@ pub struct VectorSpec {
     pub axpy_macs_per_instruction: u32,
     /// Attention, per query row and block.
     pub attention_row_instructions: u32,
+    /// The softmax between the AMP's two attention products, per vector
+    /// of scores: scaling them and taking the row maximum.
+    pub softmax_scale_instructions_per_vector: u32,
+    /// The same softmax, per vector of F16 exponentials besides the
+    /// exponential itself: subtracting the maximum, adding to the row sum
+    /// and storing.
+    pub softmax_sum_instructions_per_vector: u32,
+    /// A transpose into AMP panels, per group of four source rows.
+    pub transpose_group_instructions: u32,
+    /// The same transpose, per four-by-four block of 16-bit elements.
+    pub transpose_block_instructions: u32,
     /// Bytes one copy or clear instruction moves.
     pub copy_bytes_per_instruction: u32,
 }

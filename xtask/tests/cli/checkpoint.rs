@@ -139,6 +139,86 @@ fn the_readme_commands_turn_a_checkpoint_and_two_pngs_into_embeddings() {
     }
 }
 
+/// The golden checkpoint with its attention on the AMP and on the vector
+/// unit, run on the tile model on the golden images: both within cosine
+/// 0.995 of transformers' `pooler_output` for each image, and the
+/// `last_hidden` cosines printed beside them (the fidelity table of
+/// `docs/SIGLIP.md`).
+#[test]
+fn the_golden_checkpoint_keeps_its_fidelity_with_attention_on_the_amp() {
+    let sandbox = Sandbox::new();
+    let dir = fixture("checkpoints/siglip-vision-head");
+    let images = [
+        fixture("checkpoints/images/rgb-40x30.png"),
+        fixture("checkpoints/images/rgba-13x11.png"),
+    ];
+    let golden = read_f32(&fixture(
+        "checkpoints/siglip-vision-head/golden.safetensors",
+    ));
+    let (_, expected_pooled) = &golden["pooler_output"];
+    let (_, expected_hidden) = &golden["last_hidden_state"];
+    for unit in ["amp", "vector"] {
+        let package = sandbox.out(&format!("siglip-{unit}"));
+        sandbox
+            .xtask(&[
+                "build-package",
+                "--checkpoint",
+                &dir.to_string_lossy(),
+                "--batch",
+                "2",
+                "--tiles",
+                "16",
+                "--attention",
+                unit,
+                "--out",
+                &package.to_string_lossy(),
+                "--kernel-cache",
+                &sandbox.cache().to_string_lossy(),
+            ])
+            .succeeded();
+        let program = std::fs::read_to_string(package.join("program.json")).expect("program");
+        assert_eq!(
+            program.contains("AttentionSoftmax"),
+            unit == "amp",
+            "{unit}: the attention runs where asked"
+        );
+        let out = sandbox.out(&format!("embeddings-{unit}.safetensors"));
+        sandbox
+            .xtask(&[
+                "run-package",
+                &package.to_string_lossy(),
+                "--image",
+                &images[0].to_string_lossy(),
+                "--image",
+                &images[1].to_string_lossy(),
+                "--out",
+                &out.to_string_lossy(),
+            ])
+            .succeeded();
+        let outputs = read_f32(&out);
+        let (_, pooled) = &outputs["pooled"];
+        let (_, hidden) = &outputs["last_hidden"];
+        let rows = |x: &[f32], n: usize| -> Vec<f64> {
+            x.chunks(n)
+                .zip(expected_pooled.chunks(n))
+                .map(|(a, b)| cosine(a, b))
+                .collect()
+        };
+        let pooled_cosines = rows(pooled, 64);
+        let hidden_cosine = cosine(hidden, expected_hidden);
+        eprintln!(
+            "attention on {unit}: pooled cosine per image {pooled_cosines:?}, last_hidden cosine {hidden_cosine}"
+        );
+        for (row, c) in pooled_cosines.iter().enumerate() {
+            assert!(*c >= 0.995, "{unit}: image {row}: pooled cosine {c}");
+        }
+        assert!(
+            hidden_cosine >= 0.99,
+            "{unit}: last_hidden cosine {hidden_cosine}"
+        );
+    }
+}
+
 #[test]
 fn bad_images_and_files_are_clear_errors() {
     let sandbox = Sandbox::new();

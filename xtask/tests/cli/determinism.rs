@@ -59,6 +59,30 @@ fn manifests_are_byte_identical() {
     assert_same(&runs);
 }
 
+/// The same with attention on the AMP (its own kernels, transposes and
+/// softmaxes): one thread or two, the same package.
+#[test]
+fn amp_attention_packages_are_byte_identical_for_any_thread_count() {
+    let sandbox = Sandbox::new();
+    let tiny = fixture("tiny-2l-h64.json");
+    let runs = [("amp-jobs1", "1"), ("amp-jobs2", "2")].map(|(name, jobs)| {
+        let out = sandbox.out(name);
+        sandbox
+            .build(
+                &tiny,
+                "64",
+                &out,
+                None,
+                &["--jobs", jobs, "--attention", "amp"],
+            )
+            .succeeded();
+        (name, out)
+    });
+    let program = std::fs::read_to_string(runs[0].1.join("program.json")).expect("program");
+    assert!(program.contains("AttentionSoftmax"), "attention on the AMP");
+    assert_same(&runs);
+}
+
 #[test]
 fn timings_are_reported_but_not_packaged() {
     let sandbox = Sandbox::new();

@@ -674,6 +674,7 @@ mod tests {
                             | StepRole::Gemm
                             | StepRole::Reduce
                             | StepRole::Attention
+                            | StepRole::Keys
                             | StepRole::Combine
                     ),
                     "{label}"

@@ -250,6 +250,8 @@ fn codelet_words(c: &Codelet) -> u32 {
         Codelet::ReduceSum { .. } => 4,
         Codelet::AttentionBlock { .. } => 15,
         Codelet::AttentionCombine { .. } => 11,
+        Codelet::AttentionSoftmax { .. } => 9,
+        Codelet::Transpose { .. } => 7,
         Codelet::Zero { .. } => 2,
     }
 }

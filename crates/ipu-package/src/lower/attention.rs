@@ -1,7 +1,33 @@
-//! Lowering of attention: blockwise per (batch, head) pair on the plan's
-//! attention grid, combined flash-style when key rows are split.
+//! Lowering of attention: per (batch, head) pair on a grid of query and
+//! key blocks, either on the vector unit (one codelet per block) or on the
+//! AMP (the two products as GEMM kernel calls with the softmax between
+//! them, `crate::plan::attention_amp`), whichever the plan's step costs
+//! say is faster; combined flash-style when key rows are split.
 
 use super::*;
+
+/// The kernel of each GEMM call shape `(inner, columns, rows)` of an AMP
+/// attention, and whether the call takes its large entry.
+type AttentionKernels = HashMap<(u64, u64, u64), (KernelId, bool)>;
+
+/// Where an attention's blocks left their results, and where they are
+/// combined.
+struct Blocks {
+    /// Unnormalised outputs, F32.
+    out: BufferId,
+    /// Row maxima, F32.
+    max: BufferId,
+    /// Row sums, F32.
+    sum: BufferId,
+    /// Key blocks.
+    s: u32,
+    /// The layouts the blocks are combined in (the blocks' own when
+    /// `s == 1`).
+    out_combine: TensorType,
+    stat_combine: TensorType,
+    /// The result's layout.
+    output: TensorType,
+}
 
 impl Lowerer<'_> {
     #[allow(clippy::too_many_arguments)]
@@ -25,17 +51,55 @@ impl Lowerer<'_> {
             heads: u64::from(heads),
         };
         let eb = tq.precision().element_bytes();
-        let grid = attention_grid(
-            &shape,
-            eb,
-            self.config.tiles,
-            self.config.budget_for(op),
-            &self.config.cost,
-        );
-        tracing::debug!(op = %op, output = tout.name(), grid = ?grid, "planned attention grid");
+        let (tiles, cost) = (self.config.tiles, &self.config.cost);
+        let budget = self.config.budget_for(op);
+        let grid = attention_grid(&shape, eb, tiles, budget, cost);
+        let softmax_f16 = softmax == SoftmaxPrecision::F16;
+        let operands = [q, k, v]
+            .iter()
+            .map(|&t| g.tensor(t).precision())
+            .reduce(|a, b| if a == b { a } else { Precision::F32 })
+            .unwrap_or(Precision::F32);
+        let vector = vector_attention_cycles(&shape, grid, eb, softmax_f16, cost);
+        let amp = match self.config.attention {
+            AttentionUnit::Vector => None,
+            _ if !amp_attention_supported(&shape, operands, softmax_f16, tiles) => None,
+            unit => choose_amp_attention(&shape, tiles, budget, cost)
+                .filter(|(_, amp, fits)| {
+                    unit == AttentionUnit::Amp || (*fits && amp.total() < vector.total())
+                })
+                .map(|(plan, cycles, _)| (plan, cycles)),
+        };
+        let blocks = match amp {
+            Some((plan, cycles)) => {
+                tracing::debug!(op = %op, output = tout.name(), grid = ?plan.grid, estimated_cycles = cycles.total(), "planned attention on the AMP");
+                self.amp_attention_blocks(op, [q, k, v], &shape, plan, softmax_f16, output)?
+            }
+            None => {
+                tracing::debug!(op = %op, output = tout.name(), grid = ?grid, estimated_cycles = vector.total(), "planned attention on the vector unit");
+                self.vector_attention_blocks(op, [q, k, v], &shape, grid, softmax, output)?
+            }
+        };
+        self.attention_combine(op, output, shape.head_dim(), blocks)
+    }
+
+    /// The vector unit's blocks: one [`Codelet::AttentionBlock`] per pair
+    /// and block.
+    fn vector_attention_blocks(
+        &mut self,
+        op: OpId,
+        [q, k, v]: [TensorId; 3],
+        shape: &AttentionShape,
+        grid: AttentionGrid,
+        softmax: SoftmaxPrecision,
+        output: TensorId,
+    ) -> Result<Blocks, LowerError> {
+        let g = self.graph;
+        let (tq, tout) = (g.tensor(q), g.tensor(output));
+        let eb = tq.precision().element_bytes();
         let lay = self.layout(
             format!("attention {op}"),
-            attention_layouts(&shape, grid, tq.precision(), tout.precision()),
+            attention_layouts(shape, grid, tq.precision(), tout.precision()),
         )?;
         let kv_ty = |l: &Self, t: TensorId| {
             let tensor = g.tensor(t);
@@ -143,42 +207,295 @@ impl Lowerer<'_> {
             }
         }
         self.compute(label, calls);
+        Ok(Blocks {
+            out: out_part,
+            max: max_part,
+            sum: sum_part,
+            s: grid.s,
+            out_combine: lay.out_combine,
+            stat_combine: lay.stat_combine,
+            output: lay.output,
+        })
+    }
 
-        let (oc, mc, sc) = if grid.s == 1 {
-            (out_part, max_part, sum_part)
-        } else {
-            let oc = self.copy_to_new(
-                out_part,
-                SourceView::Whole,
-                lay.out_combine.clone(),
-                format!("{base}.blocks.gathered"),
-                Attrs::default(),
-            );
-            let mc = self.copy_to_new(
-                max_part,
-                SourceView::Whole,
-                lay.stat_combine.clone(),
-                format!("{base}.max.gathered"),
-                Attrs::default(),
-            );
-            let sc = self.copy_to_new(
-                sum_part,
-                SourceView::Whole,
-                lay.stat_combine.clone(),
-                format!("{base}.sum.gathered"),
-                Attrs::default(),
-            );
-            (oc, mc, sc)
+    /// The AMP's blocks: per tile (one pair, one query block, one key
+    /// block) the keys' transpose in one compute step, then in the next,
+    /// per pass over the query rows, the scores' GEMM, the softmax and the
+    /// blocks' GEMM.
+    fn amp_attention_blocks(
+        &mut self,
+        op: OpId,
+        [q, k, v]: [TensorId; 3],
+        shape: &AttentionShape,
+        plan: AmpAttention,
+        softmax_f16: bool,
+        output: TensorId,
+    ) -> Result<Blocks, LowerError> {
+        let tout = self.graph.tensor(output);
+        let lay = self.layout(
+            format!("attention {op}"),
+            amp_attention_layouts(shape, plan, tout.precision()),
+        )?;
+        let bq = self.ensure(q, lay.q.clone(), gemm_left_attrs(&lay.q))?;
+        let bk = self.ensure(k, lay.k.clone(), Attrs::default())?;
+        let bv = self.ensure(v, lay.v.clone(), GEMM_RIGHT)?;
+        let base = tout.name().to_owned();
+        // Every GEMM operand and output starts 32-byte aligned; the
+        // probabilities are a left operand (the AMP reads past their end)
+        // whose padding the softmax writes itself.
+        let aligned = Attrs {
+            padding_read: false,
+            tail_bytes: 0,
+            alignment: 32,
         };
-        let y = self.output(op, output, lay.output.clone())?;
+        let temporary = |l: &mut Self, name: &str, ty: &TensorType, attrs: Attrs| {
+            l.new_buffer_with(
+                format!("{base}.{name}"),
+                ty.clone(),
+                BufferRole::Temporary,
+                attrs,
+            )
+        };
+        let keys_t = temporary(self, "keys_t", &lay.keys_t, aligned);
+        let scores = temporary(self, "scores", &lay.scores, aligned);
+        let probs = temporary(
+            self,
+            "probs",
+            &lay.probs,
+            Attrs {
+                padding_read: false,
+                ..gemm_left_attrs(&lay.probs)
+            },
+        );
+        let out = temporary(self, "blocks", &lay.out_part, aligned);
+        let max = temporary(self, "max", &lay.stat_part, Attrs::default());
+        let sum = temporary(self, "sum", &lay.stat_part, Attrs::default());
+
+        // Per tile: query rows, key rows (data and padded), head columns
+        // (data and padded).
+        let mut shards = Vec::new();
+        for ((sq, sk), sv) in lay.q.shards().zip(lay.k.shards()).zip(lay.v.shards()) {
+            let rq = sq.axes[1].len();
+            let (rk, rk_w) = (sk.axes[1].len(), sk.axes[1].width);
+            let (d, dp) = (sk.axes[2].width, sv.axes[2].width);
+            if rq == 0 || rk == 0 || sq.axes[0].len() != 1 || sq.axes[2].width != dp {
+                return Err(self.unsupported(
+                    op,
+                    format!(
+                        "bug in the lowering: the AMP attention's tile {} holds {rq} query rows, {rk} keys and {} pairs",
+                        sq.tile,
+                        sq.axes[0].len()
+                    ),
+                ));
+            }
+            shards.push((sq.tile, rq, rk, rk_w, d, dp));
+        }
+        // Each tile's query rows in passes; the calls of every pass.
+        let passes: Vec<Vec<u64>> = shards
+            .iter()
+            .map(|s| pass_rows(s.1, plan.passes).collect())
+            .collect();
+        let score_kernels = self.attention_kernels(
+            shards
+                .iter()
+                .zip(&passes)
+                .flat_map(|(s, p)| p.iter().map(|&r| (r, s.5, s.3))),
+            plan.scores,
+        )?;
+        let value_kernels = self.attention_kernels(
+            shards
+                .iter()
+                .zip(&passes)
+                .flat_map(|(s, p)| p.iter().map(|&r| (r, s.3, s.5))),
+            Precision::F32,
+        )?;
+
+        // The keys' transpose is a step of its own, so that the keys are
+        // dead before the scores are held.
+        let keys = StepLabel::of(op, StepRole::Keys, base.as_str());
+        self.flush(&keys);
+        let mut calls = Vec::new();
+        for &(tile, _, rk, rk_w, d, dp) in &shards {
+            calls.push((
+                tile,
+                Codelet::Transpose {
+                    input: bk.into(),
+                    output: keys_t.into(),
+                    rows: u32_arg("rows", rk)?,
+                    cols: u32_arg("columns", d)?,
+                    stride: u32_arg("stride", d)?,
+                    out_rows: u32_arg("rows", dp)?,
+                    out_cols: u32_arg("columns", rk_w)?,
+                },
+            ));
+        }
+        self.compute(keys, calls);
+
+        let label = StepLabel::of(op, StepRole::Attention, base.as_str());
+        self.flush(&label);
+        let scale = 1.0 / (shape.head_dim() as f32).sqrt();
+        let (qeb, f32b) = (Precision::F16.element_bytes(), 4u64);
+        let mut calls = Vec::new();
+        for ((tile, _, rk, rk_w, _, dp), rows) in shards.into_iter().zip(passes) {
+            let mut first = 0u64;
+            for r in rows {
+                let at = |buffer: BufferId, bytes: u64| -> Result<Operand, LowerError> {
+                    Ok(Operand {
+                        buffer,
+                        offset: u32_arg("offset", bytes)?,
+                    })
+                };
+                let gemm = |kernels: &AttentionKernels,
+                            inner: u64,
+                            columns: u64,
+                            left: Operand,
+                            right: BufferId,
+                            output: Operand| {
+                    let (kernel, large) = kernels[&(inner, columns, r)];
+                    Codelet::Gemm {
+                        kernel,
+                        entry: GemmEntry {
+                            large,
+                            accumulate: false,
+                        },
+                        rows: r as u32,
+                        left,
+                        right: right.into(),
+                        output,
+                    }
+                };
+                let (q_at, out_at) = (at(bq, first * dp * qeb)?, at(out, first * dp * f32b)?);
+                calls.push((
+                    tile,
+                    gemm(&score_kernels, dp, rk_w, q_at, keys_t, scores.into()),
+                ));
+                calls.push((
+                    tile,
+                    Codelet::AttentionSoftmax {
+                        scores: scores.into(),
+                        probs: probs.into(),
+                        max: at(max, first * f32b)?,
+                        sum: at(sum, first * f32b)?,
+                        rows: u32_arg("rows", r)?,
+                        columns: u32_arg("columns", rk)?,
+                        stride: u32_arg("stride", rk_w)?,
+                        scale,
+                        softmax_f16,
+                    },
+                ));
+                calls.push((
+                    tile,
+                    gemm(&value_kernels, rk_w, dp, probs.into(), bv, out_at),
+                ));
+                first += r;
+            }
+        }
+        self.compute(label, calls);
+        Ok(Blocks {
+            out,
+            max,
+            sum,
+            s: plan.grid.s,
+            out_combine: lay.out_combine,
+            stat_combine: lay.stat_combine,
+            output: lay.output,
+        })
+    }
+
+    /// Registers the F16 GEMM kernels with a row-major left operand
+    /// serving calls of `(rows, inner, columns)` into `output`: per
+    /// `(inner, columns)`, one kernel for each two of its row counts
+    /// (ascending). Returns each call shape's kernel and whether it takes
+    /// the kernel's large entry.
+    fn attention_kernels(
+        &mut self,
+        calls: impl Iterator<Item = (u64, u64, u64)>,
+        output: Precision,
+    ) -> Result<AttentionKernels, LowerError> {
+        let mut groups: std::collections::BTreeMap<(u64, u64), Vec<u64>> = Default::default();
+        for (rows, inner, columns) in calls {
+            groups.entry((inner, columns)).or_default().push(rows);
+        }
+        let mut out = HashMap::new();
+        for ((inner, columns), mut rows) in groups {
+            rows.sort_unstable();
+            rows.dedup();
+            for pair in rows.chunks(2) {
+                let (small, large) = (pair[0], pair[pair.len() - 1]);
+                let spec = GemmKernel {
+                    inner: u32_arg("GEMM inner block", inner)?,
+                    columns: u32_arg("GEMM column block", columns)?,
+                    rows_small: u32_arg("GEMM rows", small)?,
+                    rows_large: u32_arg("GEMM rows", large)?,
+                    left: Precision::F16,
+                    left_order: ElementOrder::RowMajor,
+                    right: Precision::F16,
+                    output,
+                    right_class: MemoryClass::Ipu21Interleaved,
+                };
+                let found = self
+                    .program
+                    .kernels
+                    .iter()
+                    .find(|(_, k)| **k == spec)
+                    .map(|(id, _)| id);
+                let id = match found {
+                    Some(id) => id,
+                    None => self.program.kernels.push(spec),
+                };
+                out.insert((inner, columns, small), (id, small == large));
+                out.insert((inner, columns, large), (id, true));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Gathers the blocks where they are combined (when keys were split)
+    /// and combines them into `output`.
+    fn attention_combine(
+        &mut self,
+        op: OpId,
+        output: TensorId,
+        d: u64,
+        blocks: Blocks,
+    ) -> Result<(), LowerError> {
+        let tout = self.graph.tensor(output);
+        let base = tout.name().to_owned();
+        let (oc, mc, sc) = if blocks.s == 1 {
+            (blocks.out, blocks.max, blocks.sum)
+        } else {
+            let gather = |l: &mut Self, from: BufferId, ty: &TensorType, name: &str| {
+                l.copy_to_new(
+                    from,
+                    SourceView::Whole,
+                    ty.clone(),
+                    format!("{base}.{name}.gathered"),
+                    Attrs::default(),
+                )
+            };
+            (
+                gather(self, blocks.out, &blocks.out_combine, "blocks"),
+                gather(self, blocks.max, &blocks.stat_combine, "max"),
+                gather(self, blocks.sum, &blocks.stat_combine, "sum"),
+            )
+        };
+        let y = self.output(op, output, blocks.output.clone())?;
         let combine = StepLabel::of(op, StepRole::Combine, base.as_str());
         self.flush(&combine);
         let oeb = tout.precision().element_bytes();
         let mut calls = Vec::new();
-        for (so, sc_) in lay.out_combine.shards().zip(lay.stat_combine.shards()) {
-            let blocks = so.axes[0].width;
+        for ((so, sc_), sy) in blocks
+            .out_combine
+            .shards()
+            .zip(blocks.stat_combine.shards())
+            .zip(blocks.output.shards())
+        {
+            let nb = so.axes[0].width;
             let (bw, rw, hw) = (so.axes[1].width, so.axes[2].width, so.axes[3].width);
             let hl = sc_.axes[2].width;
+            // The result's rows may be narrower than the blocks' (whose
+            // head columns the AMP pads).
+            let yw = sy.axes[2].width;
             if bw * rw * hw == 0 {
                 continue;
             }
@@ -201,15 +518,15 @@ impl Lowerer<'_> {
                             },
                             output: Operand {
                                 buffer: y,
-                                offset: u32_arg("offset", ((b * rw) * hw + h * d) * oeb)?,
+                                offset: u32_arg("offset", ((b * rw) * yw + h * d) * oeb)?,
                             },
-                            blocks: u32_arg("blocks", blocks)?,
+                            blocks: u32_arg("blocks", nb)?,
                             q_rows: u32_arg("rows", rw)?,
                             head_dim: u32_arg("head dim", d)?,
                             out_block_stride: u32_arg("stride", bw * rw * hw)?,
                             out_row_stride: u32_arg("stride", hw)?,
                             stat_block_stride: u32_arg("stride", bw * hl * rw)?,
-                            output_row_stride: u32_arg("stride", hw)?,
+                            output_row_stride: u32_arg("stride", yw)?,
                         },
                     ));
                 }

@@ -28,14 +28,29 @@ use ipu_layout::{
 
 use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
-    AttentionShape, CostModel, GemmGrid, GemmProblem, attention_grid, attention_layouts,
-    choose_gemm_grid, column_parts, column_tiling, element_layout, gemm_layouts, reduce_layout,
-    replicated, row_layout, row_split, spread, tensor_type, vector_home,
+    AmpAttention, AttentionGrid, AttentionShape, CostModel, GemmGrid, GemmProblem,
+    amp_attention_layouts, amp_attention_supported, attention_grid, attention_layouts,
+    choose_amp_attention, choose_gemm_grid, column_parts, column_tiling, element_layout,
+    gemm_layouts, pass_rows, reduce_layout, replicated, row_layout, row_split, spread, tensor_type,
+    vector_attention_cycles, vector_home,
 };
 use crate::program::{
     Buffer, BufferId, BufferRole, Codelet, ComputeStep, ExchangeStep, GemmEntry, GemmKernel,
     KernelId, Operand, Program, Redistribute, RepeatStep, Step, StepLabel, StepRole,
 };
+
+/// Which unit runs attention's two products.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AttentionUnit {
+    /// The AMP where it can run the attention and its steps are estimated
+    /// to be faster than the vector unit's; the vector unit otherwise.
+    #[default]
+    Auto,
+    /// The vector unit (`Codelet::AttentionBlock`) always.
+    Vector,
+    /// The AMP wherever it can run the attention within the budget.
+    Amp,
+}
 
 /// What lowering may choose.
 #[derive(Clone, Debug)]
@@ -56,6 +71,8 @@ pub struct LowerConfig {
     /// lowers where placement failed, so that the rest of the plan keeps
     /// its cycles.
     pub op_budgets: std::collections::BTreeMap<OpId, u64>,
+    /// Where attention's products run.
+    pub attention: AttentionUnit,
 }
 
 impl LowerConfig {
@@ -77,6 +94,7 @@ impl Default for LowerConfig {
             transient_budget: 160 * 1024,
             rotate: true,
             op_budgets: std::collections::BTreeMap::new(),
+            attention: AttentionUnit::Auto,
         }
     }
 }

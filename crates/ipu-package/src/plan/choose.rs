@@ -47,11 +47,11 @@ use crate::profile::{VectorModel, Work};
 #[derive(Clone, Debug)]
 pub struct StepCosts {
     /// The target's AMP, for planning and costing kernel variants.
-    amp: AmpModel,
+    pub(crate) amp: AmpModel,
     /// The vector model of every codelet but the GEMM.
-    vector: VectorModel,
+    pub(crate) vector: VectorModel,
     /// Cycles of the sync ending every step.
-    sync_cycles: u64,
+    pub(crate) sync_cycles: u64,
 }
 
 impl StepCosts {

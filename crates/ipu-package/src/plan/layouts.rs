@@ -45,7 +45,7 @@ pub fn rotated(ty: &TensorType, rotation: u64) -> Result<TensorType, LayoutError
     TensorType::new(ty.shape().clone(), format)
 }
 
-fn split(axis: Axis, partitions: u64, block: u64, stride: u64) -> AxisTiling {
+pub(super) fn split(axis: Axis, partitions: u64, block: u64, stride: u64) -> AxisTiling {
     AxisTiling::new(axis, partitions as u32)
         .with_block(block as u32)
         .with_stride(stride as u32)
@@ -501,49 +501,7 @@ pub fn attention_layouts(
         )?;
         (out_part.clone(), stat_part.clone(), tiling)
     } else {
-        let rows = (gq * s).min(a.tq);
-        let fine_tiles = (pb * ph * rows) as u32;
-        let (fh, fb) = (rows, rows * ph);
-        let out_c = tensor_type(
-            &[s, a.batch, a.tq, a.hidden],
-            Precision::F32,
-            rm,
-            std,
-            TensorTiling::new(
-                fine_tiles,
-                1,
-                vec![
-                    split(Axis::FromStart(1), pb, 1, fb),
-                    split(Axis::FromStart(3), ph, d * heads_per, fh),
-                    split(Axis::FromStart(2), rows, 1, 1),
-                ],
-            )?,
-        )?;
-        let stat_c = tensor_type(
-            &[s, a.batch, a.heads, a.tq],
-            Precision::F32,
-            rm,
-            std,
-            TensorTiling::new(
-                fine_tiles,
-                1,
-                vec![
-                    split(Axis::FromStart(1), pb, 1, fb),
-                    split(Axis::FromStart(2), ph, heads_per, fh),
-                    split(Axis::FromStart(3), rows, 1, 1),
-                ],
-            )?,
-        )?;
-        let tiling = TensorTiling::new(
-            fine_tiles,
-            1,
-            vec![
-                split(Axis::FromStart(0), pb, 1, fb),
-                split(Axis::FromStart(2), ph, d * heads_per, fh),
-                split(Axis::FromStart(1), rows, 1, 1),
-            ],
-        )?;
-        (out_c, stat_c, tiling)
+        fine_combine(a, grid)?
     };
     let output = tensor_type(&[a.batch, a.tq, a.hidden], output, rm, std, output_tiling)?;
     Ok(AttentionLayouts {
@@ -556,4 +514,63 @@ pub fn attention_layouts(
         stat_combine,
         output,
     })
+}
+
+/// Where the blocks of an attention with `grid.s > 1` are combined: the
+/// partial outputs `[s, B, Tq, H]` and statistics `[s, B, heads, Tq]`
+/// gathered on a finer query-row split over the same tiles (query part
+/// `q' = kv + s·q`, so tile `q' + gq·s·(h + ph·b)` as before), and the
+/// result's tiling.
+pub(super) fn fine_combine(
+    a: &AttentionShape,
+    grid: AttentionGrid,
+) -> Result<(TensorType, TensorType, TensorTiling), LayoutError> {
+    let AttentionGrid { pb, ph, gq, s } = grid;
+    let (pb, ph, gq, s) = (u64::from(pb), u64::from(ph), u64::from(gq), u64::from(s));
+    let d = a.head_dim();
+    let heads_per = a.heads / ph;
+    let (rm, std) = (ElementOrder::RowMajor, MemoryClass::Ipu21Standard);
+    let rows = (gq * s).min(a.tq);
+    let fine_tiles = (pb * ph * rows) as u32;
+    let (fh, fb) = (rows, rows * ph);
+    let out_c = tensor_type(
+        &[s, a.batch, a.tq, a.hidden],
+        Precision::F32,
+        rm,
+        std,
+        TensorTiling::new(
+            fine_tiles,
+            1,
+            vec![
+                split(Axis::FromStart(1), pb, 1, fb),
+                split(Axis::FromStart(3), ph, d * heads_per, fh),
+                split(Axis::FromStart(2), rows, 1, 1),
+            ],
+        )?,
+    )?;
+    let stat_c = tensor_type(
+        &[s, a.batch, a.heads, a.tq],
+        Precision::F32,
+        rm,
+        std,
+        TensorTiling::new(
+            fine_tiles,
+            1,
+            vec![
+                split(Axis::FromStart(1), pb, 1, fb),
+                split(Axis::FromStart(2), ph, heads_per, fh),
+                split(Axis::FromStart(3), rows, 1, 1),
+            ],
+        )?,
+    )?;
+    let tiling = TensorTiling::new(
+        fine_tiles,
+        1,
+        vec![
+            split(Axis::FromStart(0), pb, 1, fb),
+            split(Axis::FromStart(2), ph, d * heads_per, fh),
+            split(Axis::FromStart(1), rows, 1, 1),
+        ],
+    )?;
+    Ok((out_c, stat_c, tiling))
 }

@@ -8,11 +8,17 @@
 //! the candidate with the smallest footprint is kept, and the caller trades
 //! cycles for memory by lowering budgets where placement failed.
 
+mod attention_amp;
 mod choose;
 mod cost;
 mod gemm;
 mod layouts;
 
+pub use attention_amp::{
+    AmpAttention, AmpAttentionLayouts, AmpAttentionScorer, AttentionCycles, KEY_BLOCK,
+    amp_attention_grids, amp_attention_layouts, amp_attention_supported, choose_amp_attention,
+    padded_head_dim, pass_rows, vector_attention_cycles,
+};
 pub use choose::{GemmOpCycles, GemmScorer, StepCosts, choose_gemm_grid};
 pub use cost::CostModel;
 pub use gemm::{

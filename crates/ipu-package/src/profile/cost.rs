@@ -19,6 +19,8 @@
 //! | layer norm | rows (or, with fewer rows than workers, parts of a row) | `layer_norm_row_instructions + vectors of a row (part) × layer_norm_instructions_per_vector` (+ parts × `layer_norm_combine_instructions_per_part` and a second worker start when split) |
 //! | attention block | query rows | `attention_row_instructions + kv × ⌈d / dot_macs⌉ + vectors of kv scores × exp + kv × ⌈d / axpy_macs⌉` |
 //! | attention combine | query rows | `attention_row_instructions + blocks × (exp + ⌈d / axpy_macs⌉) + ⌈d / axpy_macs⌉` |
+//! | attention softmax | query rows | `attention_row_instructions + vectors of a row's scores × softmax_scale + vectors of its F16 probabilities × (exp + softmax_sum)` |
+//! | transpose | groups of 4 source rows | `transpose_group + ⌈out_rows / 4⌉ × transpose_block` |
 //! | zero, on-tile copy | `copy_bytes_per_instruction` bytes | 1 |
 //!
 //! A vector is `datapath_bytes` of the wider of the elements read and
@@ -114,6 +116,25 @@ pub enum Work {
         /// Columns per head.
         head_dim: u64,
     },
+    /// The softmax between attention's AMP products.
+    AttentionSoftmax {
+        /// Query rows.
+        rows: u64,
+        /// Columns of each row read and written (keys and the zeros after
+        /// them).
+        columns: u64,
+        /// Scores per vector (F32 or F16 scores).
+        score_lanes: u32,
+        /// Probabilities per vector (F16).
+        prob_lanes: u32,
+    },
+    /// A 16-bit transpose into AMP panels.
+    Transpose {
+        /// Output columns (source rows, padding included).
+        out_cols: u64,
+        /// Output rows (source columns, padding included).
+        out_rows: u64,
+    },
     /// Zeroing bytes.
     Zero {
         /// Bytes written.
@@ -137,6 +158,8 @@ impl Work {
             Work::LayerNorm { .. } => "layer_norm",
             Work::AttentionBlock { .. } => "attention_block",
             Work::AttentionCombine { .. } => "attention_combine",
+            Work::AttentionSoftmax { .. } => "attention_softmax",
+            Work::Transpose { .. } => "transpose",
             Work::Zero { .. } => "zero",
             Work::Copy { .. } => "copy",
         }
@@ -145,7 +168,7 @@ impl Work {
 
 /// The kinds of work a tile does, in the order profiles list them: the
 /// codelets (GEMM first) and the on-tile copies of exchange steps.
-pub const CODELET_KINDS: [&str; 10] = [
+pub const CODELET_KINDS: [&str; 12] = [
     "gemm",
     "add",
     "layer_norm",
@@ -154,6 +177,8 @@ pub const CODELET_KINDS: [&str; 10] = [
     "reduce_sum",
     "attention_block",
     "attention_combine",
+    "attention_softmax",
+    "transpose",
     "zero",
     "copy",
 ];
@@ -284,6 +309,29 @@ impl VectorModel {
                         .saturating_add(scale),
                 )
             }
+            Work::AttentionSoftmax {
+                rows,
+                columns,
+                score_lanes,
+                prob_lanes,
+            } => {
+                let scale = vectors(columns, score_lanes)
+                    .saturating_mul(u64::from(s.softmax_scale_instructions_per_vector));
+                let sum = vectors(columns, prob_lanes).saturating_mul(
+                    exp.saturating_add(u64::from(s.softmax_sum_instructions_per_vector)),
+                );
+                per(rows).saturating_mul(row.saturating_add(scale).saturating_add(sum))
+            }
+            Work::Transpose { out_cols, out_rows } => {
+                // Four source rows at a time, each 4 × 4 block turned in
+                // registers (PopLibs' fast 16-bit transpose).
+                let blocks = out_rows
+                    .div_ceil(4)
+                    .saturating_mul(u64::from(s.transpose_block_instructions));
+                per(out_cols.div_ceil(4)).saturating_mul(
+                    u64::from(s.transpose_group_instructions).saturating_add(blocks),
+                )
+            }
             Work::Zero { bytes } | Work::Copy { bytes } => {
                 per(bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1))))
             }
@@ -339,6 +387,19 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             q_rows
                 .saturating_mul(blocks)
                 .saturating_mul(vectors(head_dim, lanes))
+        }
+        Work::AttentionSoftmax {
+            rows,
+            columns,
+            score_lanes,
+            prob_lanes,
+        } => rows.saturating_mul(
+            vectors(columns, score_lanes).saturating_add(vectors(columns, prob_lanes)),
+        ),
+        Work::Transpose { out_cols, out_rows } => {
+            // 16-bit elements written.
+            let lanes = (datapath_bytes / 2).max(1);
+            vectors(out_cols.saturating_mul(out_rows), lanes)
         }
         Work::Zero { bytes } | Work::Copy { bytes } => {
             bytes.div_ceil(u64::from(datapath_bytes.max(1)))
@@ -429,6 +490,24 @@ pub fn codelet_work(
             blocks: u64::from(*blocks),
             q_rows: u64::from(*q_rows),
             head_dim: u64::from(*head_dim),
+        },
+        Codelet::AttentionSoftmax {
+            scores,
+            probs,
+            rows,
+            stride,
+            ..
+        } => Work::AttentionSoftmax {
+            rows: u64::from(*rows),
+            columns: u64::from(*stride),
+            score_lanes: model.lanes(p(scores)),
+            prob_lanes: model.lanes(p(probs)),
+        },
+        Codelet::Transpose {
+            out_rows, out_cols, ..
+        } => Work::Transpose {
+            out_cols: u64::from(*out_cols),
+            out_rows: u64::from(*out_rows),
         },
         Codelet::Zero { bytes, .. } => Work::Zero {
             bytes: u64::from(*bytes),

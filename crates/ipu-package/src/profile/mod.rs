@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cost::{
     CODELET_KINDS, KernelCheck, KernelCosts, VectorModel, Work, check_kernels, codelet_work,
-    kernel_variant,
+    kernel_variant, work_floor,
 };
 pub use work::{MacCounts, ModelWork, RepeatWork};
 

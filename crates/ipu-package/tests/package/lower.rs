@@ -45,6 +45,14 @@ fn operands(c: &Codelet) -> Vec<Operand> {
             output,
             ..
         } => vec![out, max, sum, output],
+        Codelet::AttentionSoftmax {
+            scores,
+            probs,
+            max,
+            sum,
+            ..
+        } => vec![scores, probs, max, sum],
+        Codelet::Transpose { input, output, .. } => vec![input, output],
         Codelet::Zero { target, .. } => vec![target],
     }
 }

@@ -5,6 +5,7 @@
 //! packages that validated) is tested in ipu-sim, which depends on this
 //! crate.
 
+mod attention;
 mod bad_fixtures;
 mod choose;
 mod fixtures;

@@ -9,6 +9,7 @@ use ipu_package::graph::parse_fixture;
 use ipu_package::package::Package;
 use ipu_package::profile::{
     ModelWork, Profile, ProfileConfig, ProfileError, StepKind, VectorModel, Work, estimate,
+    work_floor,
 };
 use ipu_package::program::{Codelet, Step};
 use ipu_target::Target;
@@ -222,6 +223,29 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
     );
     // A call costs at least its overhead.
     assert_eq!(v.cycles(&Work::Zero { bytes: 0 }), 60 + 6 * 15);
+    // The AMP attention's softmax over 27 query rows of 160 F32 scores:
+    // per row 30 + 80 score vectors x 2 + 40 F16 vectors x (4 exp + 2);
+    // 5 rows for the busiest worker.
+    let softmax = Work::AttentionSoftmax {
+        rows: 27,
+        columns: 160,
+        score_lanes: 2,
+        prob_lanes: 4,
+    };
+    assert_eq!(
+        v.cycles(&softmax),
+        60 + 6 * (15 + 5 * (30 + 80 * 2 + 40 * 6))
+    );
+    // Its keys' transpose, 160 key rows of 72 (padded to 80) columns: 40
+    // groups of 4 rows, 7 for the busiest worker, each 4 + 20 blocks x 4.
+    let transpose = Work::Transpose {
+        out_cols: 160,
+        out_rows: 80,
+    };
+    assert_eq!(v.cycles(&transpose), 60 + 6 * (15 + 7 * (4 + 20 * 4)));
+    // Their floors: every element read and written at one vector a cycle.
+    assert_eq!(work_floor(&softmax, 8, 64), 27 * (80 + 40));
+    assert_eq!(work_floor(&transpose, 8, 64), 160 * 80 / 4);
 }
 
 proptest! {
@@ -248,6 +272,19 @@ proptest! {
                 Work::LayerNorm { rows: rows + 1, columns: hi % 5000 + lo % 5000, lanes },
             ),
             (Work::Copy { bytes: lo }, Work::Copy { bytes: hi }),
+            (
+                Work::AttentionSoftmax { rows, columns: lo % 5000, score_lanes: lanes, prob_lanes: 4 },
+                Work::AttentionSoftmax {
+                    rows: rows + 1,
+                    columns: hi % 5000 + lo % 5000,
+                    score_lanes: lanes,
+                    prob_lanes: 4,
+                },
+            ),
+            (
+                Work::Transpose { out_cols: lo % 5000, out_rows: rows },
+                Work::Transpose { out_cols: hi % 5000 + lo % 5000, out_rows: rows + 1 },
+            ),
         ];
         for (small, large) in pairs {
             prop_assert!(v.cycles(&small) <= v.cycles(&large), "{small:?} {large:?}");

@@ -8,7 +8,7 @@ use ipu_layout::TileId;
 use ipu_package::program::{BufferId, Codelet};
 
 /// The codelet kinds [`RunStats::codelets`] reports, in that order.
-pub const CODELET_KINDS: [&str; 9] = [
+pub const CODELET_KINDS: [&str; 11] = [
     "gemm",
     "add",
     "layer_norm",
@@ -17,6 +17,8 @@ pub const CODELET_KINDS: [&str; 9] = [
     "reduce_sum",
     "attention_block",
     "attention_combine",
+    "attention_softmax",
+    "transpose",
     "zero",
 ];
 
@@ -30,7 +32,9 @@ pub(super) fn codelet_kind(c: &Codelet) -> usize {
         Codelet::ReduceSum { .. } => 5,
         Codelet::AttentionBlock { .. } => 6,
         Codelet::AttentionCombine { .. } => 7,
-        Codelet::Zero { .. } => 8,
+        Codelet::AttentionSoftmax { .. } => 8,
+        Codelet::Transpose { .. } => 9,
+        Codelet::Zero { .. } => 10,
     }
 }
 
@@ -169,7 +173,7 @@ pub struct RunStats {
     /// Wall time of the compute steps.
     pub compute: Duration,
     /// Per codelet kind (indexed like [`CODELET_KINDS`]).
-    pub codelets: [KindStats; 9],
+    pub codelets: [KindStats; CODELET_KINDS.len()],
     /// Wall time of the exchange steps (row decoding, replay and on-tile
     /// copies).
     pub exchange: Duration,

@@ -4,13 +4,15 @@
 //! kernel metadata) equals the cycles the tile model counts from what it
 //! executes (the AMP programs it emulates, the elements and rows its
 //! codelets touch, the rows it replays, the copies it does), step by step
-//! in run order, with the same busiest tile for every compute step.
+//! in run order, with the same busiest tile for every compute step; and
+//! the same with attention on the AMP.
 
 use ipu_package::build::{BuildConfig, Stages, build_package};
-use ipu_package::graph::{parse_fixture, values};
+use ipu_package::graph::{Graph, parse_fixture, values};
+use ipu_package::lower::AttentionUnit;
 use ipu_package::package::Package;
 use ipu_package::profile::{Profile, StepKind};
-use ipu_package::program::{RepeatStep, Step};
+use ipu_package::program::{Codelet, RepeatStep, Step};
 use ipu_sim::tiles::{RunConfig, run_package_with};
 
 use crate::fixture_text;
@@ -52,63 +54,93 @@ fn the_estimate_equals_the_tile_models_count_on_every_small_fixture() {
     assert!(e.to_string().contains("cannot be lowered"), "{e}");
     for name in ["micro-1l-h32.json", "tiny-2l-h64.json"] {
         let graph = parse_fixture(&fixture_text(name)).expect("fixture parses");
-        let inputs = values::generate(&graph, 5);
         for tiles in [16, 64] {
-            let what = format!("{name} on {tiles} tiles");
             let config = BuildConfig {
                 tiles: Some(tiles),
                 ..BuildConfig::default()
             };
             let package: Package = build_package(&graph, &config, &Stages::in_memory())
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let profile: &Profile = package.profile.as_ref().expect("estimated");
-            let run = RunConfig {
-                check_ops: false,
-                ..RunConfig::default()
-            };
-            let (_, stats) = run_package_with(&package, &graph, &inputs, &run)
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let counted = &stats.cycles;
-            assert_eq!(counted.uncounted_gemm_calls, 0, "{what}");
-            let mut order = Vec::new();
-            run_order(&package.program.steps, &mut 0, &mut order);
-            assert_eq!(order.len(), counted.steps.len(), "{what}: step runs");
-            for (&i, c) in order.iter().zip(&counted.steps) {
-                let e = &profile.steps[i];
-                assert_eq!(e.name, c.name, "{what}: run order");
-                assert_eq!(
-                    e.kind == StepKind::Exchange,
-                    c.exchange,
-                    "{what}: {}",
-                    e.name
-                );
-                assert_eq!(
-                    e.cycles, c.cycles,
-                    "{what}: step {} ({}): estimate {} counted {}",
-                    e.index, e.name, e.cycles, c.cycles
-                );
-                if e.kind == StepKind::Compute {
-                    assert_eq!(
-                        e.busiest_tile,
-                        c.busiest_tile.map(|t| t.as_u32()),
-                        "{what}: busiest tile of {}",
-                        e.name
-                    );
-                }
-            }
-            let t = &profile.totals;
-            assert_eq!(t.cycles, counted.total, "{what}: total");
-            assert_eq!(t.compute_cycles, counted.compute, "{what}: compute");
-            assert_eq!(t.exchange_cycles, counted.exchange, "{what}: exchange");
-            assert_eq!(t.sync_cycles, counted.sync, "{what}: sync");
-            eprintln!(
-                "{what}: estimate {} cycles = tile model count {} ({} step runs)",
-                t.cycles,
-                counted.total,
-                counted.steps.len()
+                .unwrap_or_else(|e| panic!("{name} on {tiles} tiles: {e}"));
+            assert_estimate_is_the_count(&graph, &package, &format!("{name} on {tiles} tiles"));
+        }
+    }
+}
+
+/// The same with attention on the AMP (its transposes, softmaxes and
+/// GEMM calls), on tiny-2l-h64 and on micro-1l-h32 with an F16 softmax
+/// (the AMP's second product reads F16 exponentials).
+#[test]
+fn the_estimate_equals_the_tile_models_count_with_attention_on_the_amp() {
+    for (name, text) in [
+        ("tiny-2l-h64", fixture_text("tiny-2l-h64.json")),
+        (
+            "micro-1l-h32 (F16 softmax)",
+            crate::amp::micro_f16_softmax(),
+        ),
+    ] {
+        let graph = parse_fixture(&text).expect("fixture parses");
+        for tiles in [16, 64] {
+            let what = format!("{name} on {tiles} tiles, attention on the AMP");
+            let package = crate::amp::build(&graph, tiles, AttentionUnit::Amp);
+            let softmaxes = crate::amp::count_calls(&package, |c| {
+                matches!(c, Codelet::AttentionSoftmax { .. })
+            });
+            assert!(softmaxes > 0, "{what}: no AMP attention");
+            assert_estimate_is_the_count(&graph, &package, &what);
+        }
+    }
+}
+
+/// Runs `package` on the tile model and holds the estimate to its count:
+/// every step run, the busiest tile of every compute step, the totals.
+fn assert_estimate_is_the_count(graph: &Graph, package: &Package, what: &str) {
+    let inputs = values::generate(graph, 5);
+    let profile: &Profile = package.profile.as_ref().expect("estimated");
+    let run = RunConfig {
+        check_ops: false,
+        ..RunConfig::default()
+    };
+    let (_, stats) =
+        run_package_with(package, graph, &inputs, &run).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let counted = &stats.cycles;
+    assert_eq!(counted.uncounted_gemm_calls, 0, "{what}");
+    let mut order = Vec::new();
+    run_order(&package.program.steps, &mut 0, &mut order);
+    assert_eq!(order.len(), counted.steps.len(), "{what}: step runs");
+    for (&i, c) in order.iter().zip(&counted.steps) {
+        let e = &profile.steps[i];
+        assert_eq!(e.name, c.name, "{what}: run order");
+        assert_eq!(
+            e.kind == StepKind::Exchange,
+            c.exchange,
+            "{what}: {}",
+            e.name
+        );
+        assert_eq!(
+            e.cycles, c.cycles,
+            "{what}: step {} ({}): estimate {} counted {}",
+            e.index, e.name, e.cycles, c.cycles
+        );
+        if e.kind == StepKind::Compute {
+            assert_eq!(
+                e.busiest_tile,
+                c.busiest_tile.map(|t| t.as_u32()),
+                "{what}: busiest tile of {}",
+                e.name
             );
         }
     }
+    let t = &profile.totals;
+    assert_eq!(t.cycles, counted.total, "{what}: total");
+    assert_eq!(t.compute_cycles, counted.compute, "{what}: compute");
+    assert_eq!(t.exchange_cycles, counted.exchange, "{what}: exchange");
+    assert_eq!(t.sync_cycles, counted.sync, "{what}: sync");
+    eprintln!(
+        "{what}: estimate {} cycles = tile model count {} ({} step runs)",
+        t.cycles,
+        counted.total,
+        counted.steps.len()
+    );
 }
 
 /// The two accounts are independent: a phase whose recorded horizon is

@@ -30,6 +30,7 @@ use ipu_package::hostile::{
     PackageAttack, PackageFiles, attack_json, attack_package, read_package_files, resign,
     write_package_files,
 };
+use ipu_package::lower::{AttentionUnit, LowerConfig};
 use ipu_package::package::{FixtureMismatch, Limits, Package, PackageIoError, ValidationError};
 use ipu_package::program::Step;
 use proptest::prelude::*;
@@ -67,6 +68,39 @@ fn base() -> &'static PackageFiles {
         let package = build(&micro_two_layers(), 8).expect("the base package builds");
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("base");
+        package.write(&path).expect("written");
+        read_package_files(&path).expect("read back")
+    })
+}
+
+/// micro-1l-h32 with two layers and an F16 softmax, attention on the AMP
+/// (transposes, softmaxes and attention GEMM kernels) on 8 tiles.
+fn amp_base() -> &'static PackageFiles {
+    static BASE: OnceLock<PackageFiles> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let mut fixture: Value = serde_json::from_str(&micro_two_layers()).expect("json");
+        for layer in fixture["layers"].as_array_mut().expect("layers") {
+            for op in layer["ops"].as_array_mut().expect("ops") {
+                if op["op"] == "attention" {
+                    op["softmax"] = Value::from("F16");
+                }
+            }
+        }
+        let text = serde_json::to_string_pretty(&fixture).expect("text");
+        let graph = parse_fixture_for_build(&text, &ParseOptions::default()).expect("parses");
+        let config = BuildConfig {
+            tiles: Some(8),
+            lower: LowerConfig {
+                attention: AttentionUnit::Amp,
+                ..LowerConfig::default()
+            },
+            ..BuildConfig::default()
+        };
+        let stages = Stages::builtin(Box::new(MemoryStore::new()));
+        let mut package = build_package(&graph, &config, &stages).expect("the AMP base builds");
+        package.fixture = Some(text);
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("amp-base");
         package.write(&path).expect("written");
         read_package_files(&path).expect("read back")
     })
@@ -134,7 +168,12 @@ fn outcome(files: &PackageFiles) -> Result<Outcome, String> {
 
 /// The base package's files edited by `edit` and re-signed.
 fn edited(edit: impl FnOnce(&mut PackageFiles)) -> PackageFiles {
-    let mut files = base().clone();
+    edited_from(base(), edit)
+}
+
+/// `files` edited by `edit` and re-signed.
+fn edited_from(files: &PackageFiles, edit: impl FnOnce(&mut PackageFiles)) -> PackageFiles {
+    let mut files = files.clone();
     edit(&mut files);
     resign(&mut files);
     files
@@ -255,6 +294,36 @@ fn huge_element_counts_are_refused() {
                 ValidationError::OperandOutside { .. } | ValidationError::OperandSpan { .. }
             )),
             "{kind}: {found:?}"
+        );
+    }
+}
+
+#[test]
+fn the_amp_attention_codelets_validate_and_refuse_huge_or_narrow_extents() {
+    let base = amp_base();
+    assert!(matches!(outcome(base), Ok(Outcome::Ran)));
+    for (kind, fields, value) in [
+        ("Transpose", &["out_rows", "out_cols"][..], u32::MAX),
+        ("AttentionSoftmax", &["rows", "stride"][..], u32::MAX),
+        // Narrower than the data they hold.
+        ("Transpose", &["out_cols"][..], 1),
+        ("AttentionSoftmax", &["stride"][..], 1),
+    ] {
+        let files = edited_from(base, |f| {
+            json(f, "program.json", |p| {
+                let call = find_call(p, kind).expect("a call of the kind");
+                for field in fields {
+                    call[1][kind][*field] = Value::from(value);
+                }
+            });
+        });
+        let found = problems(&files);
+        assert!(
+            found.iter().any(|e| matches!(
+                e,
+                ValidationError::OperandOutside { .. } | ValidationError::OperandSpan { .. }
+            )),
+            "{kind} {fields:?} = {value}: {found:?}"
         );
     }
 }
@@ -468,7 +537,12 @@ fn a_package_without_its_limits_reads_with_the_defaults() {
 
 /// Runs one attack of `family` with `seed` and checks the property.
 fn attack(family: PackageAttack, seed: u64) -> Result<(), TestCaseError> {
-    let mut files = base().clone();
+    attack_on(base(), family, seed)
+}
+
+/// [`attack`] on `base`.
+fn attack_on(base: &PackageFiles, family: PackageAttack, seed: u64) -> Result<(), TestCaseError> {
+    let mut files = base.clone();
     let Some(what) = attack_package(&mut files, family, seed) else {
         return Ok(());
     };
@@ -512,6 +586,22 @@ proptest! {
     #[test]
     fn edited_targets_are_refused_or_run(seed in any::<u64>()) {
         attack(PackageAttack::Target, seed)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    #[test]
+    fn edited_numbers_of_an_amp_attention_package_are_refused_or_run(seed in any::<u64>()) {
+        attack_on(amp_base(), PackageAttack::Number, seed)?;
+    }
+
+    #[test]
+    fn flipped_rows_and_objects_of_an_amp_attention_package_are_refused_or_run(
+        seed in any::<u64>(),
+    ) {
+        attack_on(amp_base(), PackageAttack::Bytes, seed)?;
     }
 }
 

@@ -34,6 +34,16 @@ pub enum SpanError {
         /// Elements of one row or block.
         extent: u64,
     },
+    /// An output extent is smaller than the data written into it.
+    #[error("its {what} is {extent}, smaller than the {data} it must hold")]
+    TooSmall {
+        /// Which extent.
+        what: &'static str,
+        /// The extent given.
+        extent: u64,
+        /// The data it must hold.
+        data: u64,
+    },
 }
 
 /// One operand access of a codelet: `bytes` bytes from the operand's
@@ -290,6 +300,71 @@ pub fn codelet_accesses(
                     ),
                 ],
                 work,
+            )
+        }
+        Codelet::AttentionSoftmax {
+            scores,
+            probs,
+            max,
+            sum,
+            rows,
+            columns,
+            stride,
+            ..
+        } => {
+            // Whole rows of `stride` elements are written (the scores'
+            // columns, then zeros); the scores of `columns` keys are read.
+            let span = if columns > stride {
+                Err(SpanError::TooSmall {
+                    what: "stride",
+                    extent: u64::from(stride),
+                    data: u64::from(columns),
+                })
+            } else {
+                write_span(rows, stride, stride)
+            };
+            let rq = Ok(u64::from(rows));
+            (
+                vec![
+                    access("scores", scores, span.and(rows_span(rows, columns, stride))),
+                    access("probs", probs, span),
+                    access("max", max, rq),
+                    access("sum", sum, rq),
+                ],
+                mul(u64::from(rows), u64::from(stride)),
+            )
+        }
+        Codelet::Transpose {
+            input,
+            output,
+            rows,
+            cols,
+            stride,
+            out_rows,
+            out_cols,
+        } => {
+            let written = mul(u64::from(out_rows), u64::from(out_cols));
+            let fits = if out_rows < cols {
+                Err(SpanError::TooSmall {
+                    what: "out_rows",
+                    extent: u64::from(out_rows),
+                    data: u64::from(cols),
+                })
+            } else if out_cols < rows {
+                Err(SpanError::TooSmall {
+                    what: "out_cols",
+                    extent: u64::from(out_cols),
+                    data: u64::from(rows),
+                })
+            } else {
+                Ok(())
+            };
+            (
+                vec![
+                    access("input", input, rows_span(rows, cols, stride)),
+                    access("output", output, fits.and(written)),
+                ],
+                written,
             )
         }
         Codelet::Zero { target, bytes } => (

@@ -1,0 +1,603 @@
+//! Attention on the AMP: both products as GEMM kernel calls, the softmax
+//! between them on the vector unit.
+//!
+//! Each tile takes one `(batch, head)` pair, a block of `rq` query rows and
+//! a block of `rk` key rows (a multiple of 16, the AMP's F16 micro inner
+//! dimension) on the grid `pb = batch, ph = heads, gq × s`, numbered as
+//! the vector attention's (`tile = kv + s·(q + gq·(h + heads·b))`). Per
+//! tile, one compute step transposes the keys (so that they are dead
+//! before the scores exist) and the next runs the rest, in passes over
+//! the query rows so that one pass's scores and probabilities are held at
+//! a time:
+//!
+//! ```text
+//! keys    [rk, d] row-major ──transpose──► keysᵀ [d₁₆, rk] Amp(Right)
+//! per pass of the query rows:
+//! scores  [r, rk] = queries [r, d₁₆] (row-major) × keysᵀ          AMP
+//! probs   [r, rk] F16, max, sum = softmax(scores / √d)          vector
+//! blocks  [r, d₁₆] F32 = probs × values [rk, d₁₆] (Amp(Right))   AMP
+//! ```
+//!
+//! where `d₁₆` is the head dimension rounded up to 16 (zero padding in the
+//! queries and values, which the exchange fills without moving padding).
+//! The exchange delivers queries and values straight into the kernels'
+//! orders: with one pair per tile the head's columns of `[B, T, H]` are a
+//! tile's whole rows. Only the keys are transposed on the tile: the
+//! exchange moves 32-bit words, and the keys' transpose would move single
+//! 16-bit elements. With `s > 1` the blocks are combined flash-style
+//! exactly as the vector attention's ([`super::fine_combine`]).
+//!
+//! The grid is chosen by the steps it lowers to, costed as the package's
+//! estimate costs them: the operands' exchange (receive-bound: every byte
+//! a tile receives at one word a cycle), the clear of the queries' and
+//! values' padding, the four codelets (the GEMMs by the kernel cost model
+//! on the variants the build would plan, the transpose and the softmax by
+//! the vector model), the gather of the blocks and the combine, each step
+//! with its sync.
+
+use std::collections::HashMap;
+
+use ipu_kernels::{GemmShape, Mode, PlanConfig, estimate_cycles, plan_variant};
+use ipu_layout::{
+    AmpOperand, Axis, ElementOrder, LayoutError, MemoryClass, Precision, TensorTiling, TensorType,
+};
+
+use super::CostModel;
+use super::layouts::{AttentionGrid, AttentionShape, fine_combine, split, tensor_type};
+use crate::profile::Work;
+
+/// Key rows per block of the AMP attention: the AMP's F16 micro inner
+/// dimension, so that a block of keys is whole inner blocks of the second
+/// product and whole weight panels of the first.
+pub const KEY_BLOCK: u64 = 16;
+
+/// An attention lowered to the AMP: its grid (one pair per tile), how
+/// many passes each tile's query rows take, and the precision the scores'
+/// GEMM writes. The blocks' GEMM always writes F32, which the combine
+/// reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AmpAttention {
+    /// The grid: `pb = batch`, `ph = heads`.
+    pub grid: AttentionGrid,
+    /// Passes over each tile's query rows (split as evenly as they go):
+    /// the scores and probabilities are held for one pass at a time.
+    pub passes: u32,
+    /// Precision of the scores (the first GEMM's output).
+    pub scores: Precision,
+}
+
+impl AmpAttention {
+    /// Query rows of the longest pass of the longest query block.
+    pub fn pass_rows(&self, a: &AttentionShape) -> u64 {
+        blocks(a, self.grid)
+            .0
+            .div_ceil(u64::from(self.passes.max(1)))
+    }
+}
+
+/// The query rows of each of `passes` passes over `rows` rows: as even as
+/// they go, the longer first.
+pub fn pass_rows(rows: u64, passes: u32) -> impl Iterator<Item = u64> {
+    let n = u64::from(passes.max(1)).min(rows.max(1));
+    (0..n).map(move |i| rows / n + u64::from(i < rows % n))
+}
+
+/// The estimated cycles of an attention's steps on its busiest tile, each
+/// with its sync.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AttentionCycles {
+    /// The clear of padding the kernels read.
+    pub clear: u64,
+    /// The exchange bringing queries, keys and values.
+    pub operands: u64,
+    /// The keys' transpose (AMP attention only).
+    pub keys: u64,
+    /// The blocks (vector blocks, or transpose, GEMMs and softmax).
+    pub blocks: u64,
+    /// The exchange gathering blocks to combine (`s > 1`).
+    pub gather: u64,
+    /// The combine.
+    pub combine: u64,
+}
+
+impl AttentionCycles {
+    /// All steps.
+    pub fn total(&self) -> u64 {
+        self.clear
+            .saturating_add(self.operands)
+            .saturating_add(self.keys)
+            .saturating_add(self.blocks)
+            .saturating_add(self.gather)
+            .saturating_add(self.combine)
+    }
+}
+
+/// The head dimension rounded up to whole AMP blocks.
+pub fn padded_head_dim(a: &AttentionShape) -> u64 {
+    a.head_dim().div_ceil(KEY_BLOCK) * KEY_BLOCK
+}
+
+/// Largest blocks of a grid: `(query rows, key rows padded to KEY_BLOCK,
+/// key rows holding data)`.
+fn blocks(a: &AttentionShape, grid: AttentionGrid) -> (u64, u64, u64) {
+    let rq = a.tq.div_ceil(u64::from(grid.gq.max(1)));
+    let rk = a.tk.div_ceil(KEY_BLOCK).div_ceil(u64::from(grid.s.max(1))) * KEY_BLOCK;
+    (rq, rk, rk.min(a.tk))
+}
+
+/// Whether an attention can run on the AMP: F16 queries, keys and values,
+/// an F16 softmax (the second product's left operand is the F16
+/// exponentials, which only the F16 softmax rounds to), whole heads, and
+/// at least one tile per `(batch, head)` pair.
+pub fn amp_attention_supported(
+    a: &AttentionShape,
+    operands: Precision,
+    softmax_f16: bool,
+    tiles: u32,
+) -> bool {
+    let pairs = a.batch.saturating_mul(a.heads);
+    operands == Precision::F16
+        && softmax_f16
+        && a.heads > 0
+        && a.hidden % a.heads == 0
+        && a.head_dim() > 0
+        && a.tq > 0
+        && a.tk > 0
+        && pairs > 0
+        && pairs <= u64::from(tiles)
+}
+
+/// The grids of an AMP attention on at most `tiles` tiles: every pair on
+/// tiles of its own, each pair's `tiles / pairs` tiles split `gq × s`.
+pub fn amp_attention_grids(a: &AttentionShape, tiles: u32) -> Vec<AttentionGrid> {
+    let pairs = a.batch.saturating_mul(a.heads).max(1);
+    let groups = u64::from(tiles) / pairs;
+    let key_blocks = a.tk.div_ceil(KEY_BLOCK);
+    let mut out = Vec::new();
+    for s in 1..=groups.min(key_blocks) {
+        let gq = (groups / s).min(a.tq).max(1);
+        out.push(AttentionGrid {
+            pb: a.batch as u32,
+            ph: a.heads as u32,
+            gq: gq as u32,
+            s: s as u32,
+        });
+    }
+    out
+}
+
+/// A GEMM call the scorer costs: `(small, large, rows, inner, columns,
+/// output precision)`.
+type KernelCall = (u64, u64, u64, u64, u64, Precision);
+
+/// Costs AMP attention grids the way the package's estimate will cost
+/// their steps, remembering kernel costs by shape.
+#[derive(Debug)]
+pub struct AmpAttentionScorer<'a> {
+    shape: AttentionShape,
+    cost: &'a CostModel,
+    scores: Precision,
+    kernels: HashMap<KernelCall, Option<u64>>,
+}
+
+impl<'a> AmpAttentionScorer<'a> {
+    /// A scorer for attention `shape` whose scores are written in `scores`.
+    pub fn new(shape: AttentionShape, scores: Precision, cost: &'a CostModel) -> Self {
+        AmpAttentionScorer {
+            shape,
+            cost,
+            scores,
+            kernels: HashMap::new(),
+        }
+    }
+
+    /// Tile cycles of an F16 GEMM call on `rows` rows of `inner ×
+    /// columns` writing `output`, by the variant serving `small` and
+    /// `large` rows, or `None` when no variant can be planned.
+    fn kernel(
+        &mut self,
+        (small, large, rows): (u64, u64, u64),
+        inner: u64,
+        columns: u64,
+        output: Precision,
+    ) -> Option<u64> {
+        let key = (small, large, rows, inner, columns, output);
+        if let Some(&known) = self.kernels.get(&key) {
+            return known;
+        }
+        let shape = GemmShape {
+            rows: u32::try_from(large).ok()?,
+            inner: u32::try_from(inner).ok()?,
+            columns: u32::try_from(columns).ok()?,
+            left: Precision::F16,
+            left_order: ElementOrder::RowMajor,
+            right: Precision::F16,
+            output,
+            output_order: ElementOrder::RowMajor,
+            right_class: MemoryClass::Ipu21Interleaved,
+        };
+        let config = PlanConfig {
+            model: self.cost.steps.amp.clone(),
+            ..PlanConfig::default()
+        };
+        let cycles = match (u32::try_from(small), u32::try_from(rows)) {
+            (Ok(small), Ok(rows)) => plan_variant(&shape, small, shape.rows, &config)
+                .ok()
+                .map(|v| estimate_cycles(&v, rows, Mode::Initialise).cycles),
+            _ => None,
+        };
+        self.kernels.insert(key, cycles);
+        cycles
+    }
+
+    /// The steps of `grid` with `passes` passes over the query rows, on
+    /// its busiest tile, or `None` when a kernel cannot be planned for it.
+    pub fn score(&mut self, grid: AttentionGrid, passes: u32) -> Option<AttentionCycles> {
+        let a = self.shape;
+        let cost = self.cost;
+        let vector = &cost.steps.vector;
+        let sync = cost.steps.sync_cycles;
+        let d = a.head_dim();
+        let dp = padded_head_dim(&a);
+        let (rq, rk, rk_data) = blocks(&a, grid);
+        let zero = |bytes: u64| vector.cycles(&Work::Zero { bytes });
+        let clear = zero(rq * dp * 2)
+            .saturating_add(zero(rk * dp * 2))
+            .saturating_add(sync);
+        let received = (rq + 2 * rk_data) * d * 2;
+        let operands = cost.exchange_cycles(received).saturating_add(sync);
+        let keys = vector
+            .cycles(&Work::Transpose {
+                out_cols: rk,
+                out_rows: dp,
+            })
+            .saturating_add(sync);
+        let mut blocks = sync;
+        // The passes of the longest query block; a kernel serves the two
+        // row counts its passes have.
+        let rows: Vec<u64> = pass_rows(rq, passes).collect();
+        let (small, large) = (
+            rows.iter().copied().min().unwrap_or(1),
+            rows.iter().copied().max().unwrap_or(1),
+        );
+        for &r in &rows {
+            let scores = self.kernel((small, large, r), dp, rk, self.scores)?;
+            let values = self.kernel((small, large, r), rk, dp, Precision::F32)?;
+            let softmax = vector.cycles(&Work::AttentionSoftmax {
+                rows: r,
+                columns: rk,
+                score_lanes: vector.lanes(self.scores),
+                prob_lanes: vector.lanes(Precision::F16),
+            });
+            blocks = blocks
+                .saturating_add(scores)
+                .saturating_add(softmax)
+                .saturating_add(values);
+        }
+        let (gather, combine) = combine_cycles(&a, grid, rq, cost);
+        Some(AttentionCycles {
+            clear,
+            operands,
+            keys,
+            blocks,
+            gather,
+            combine,
+        })
+    }
+
+    /// Bytes of the largest tile at the fullest of its steps: while the
+    /// keys are transposed (queries, keys, values, transposed keys), while
+    /// the blocks run (queries, values, transposed keys, one pass's scores
+    /// and probabilities, the blocks and their statistics), or, with
+    /// `s > 1`, while the blocks are gathered for the combine.
+    pub fn bytes_per_tile(&self, grid: AttentionGrid, passes: u32) -> u64 {
+        let a = &self.shape;
+        let d = a.head_dim();
+        let dp = padded_head_dim(a);
+        let (rq, rk, _) = blocks(a, grid);
+        let pass = rq.div_ceil(u64::from(passes.max(1)));
+        let results = rq * dp * 4 + 2 * rq * 4;
+        let held = rq * dp * 2 + rk * dp * 2 + dp * rk * 2;
+        let keys = held + rk * d * 2;
+        let scratch = pass * rk * (self.scores.element_bytes() + 2);
+        let gathered = if grid.s > 1 {
+            let fine =
+                a.tq.div_ceil((u64::from(grid.gq) * u64::from(grid.s)).min(a.tq));
+            u64::from(grid.s) * fine * (d + 2) * 4
+        } else {
+            0
+        };
+        keys.max(held + scratch + results).max(results + gathered)
+    }
+}
+
+/// The gather and combine steps of an attention whose largest block has
+/// `rq` query rows: `(gather, combine)` cycles with their syncs.
+pub(crate) fn combine_cycles(
+    a: &AttentionShape,
+    grid: AttentionGrid,
+    rq: u64,
+    cost: &CostModel,
+) -> (u64, u64) {
+    let d = a.head_dim();
+    let sync = cost.steps.sync_cycles;
+    let heads_per = a.heads.div_ceil(u64::from(grid.ph.max(1)));
+    let pairs = a.batch.div_ceil(u64::from(grid.pb.max(1))) * heads_per;
+    let s = u64::from(grid.s.max(1));
+    let (gather, rows) = if s > 1 {
+        // Each block tile sends its rows; each combine tile receives `s`
+        // blocks of its finer share of them.
+        let fine = a.tq.div_ceil((u64::from(grid.gq) * s).min(a.tq));
+        let received = pairs * s * fine * (d + 2) * 4;
+        let sent = pairs * rq * (d + 2) * 4;
+        (
+            cost.exchange_cycles(received.max(sent))
+                .saturating_add(sync),
+            fine,
+        )
+    } else {
+        (0, rq)
+    };
+    let combine = cost
+        .steps
+        .vector
+        .cycles(&Work::AttentionCombine {
+            blocks: s,
+            q_rows: rows,
+            head_dim: d,
+        })
+        .saturating_mul(pairs)
+        .saturating_add(sync);
+    (gather, combine)
+}
+
+/// The steps of the vector attention on `grid` (operands in
+/// `element_bytes`, scores in F16 or F32), costed like
+/// [`AmpAttentionScorer::score`]'s, so that the two can be compared.
+pub fn vector_attention_cycles(
+    a: &AttentionShape,
+    grid: AttentionGrid,
+    element_bytes: u64,
+    softmax_f16: bool,
+    cost: &CostModel,
+) -> AttentionCycles {
+    let vector = &cost.steps.vector;
+    let sync = cost.steps.sync_cycles;
+    let d = a.head_dim();
+    let pairs =
+        a.batch.div_ceil(u64::from(grid.pb.max(1))) * a.heads.div_ceil(u64::from(grid.ph.max(1)));
+    let rq = a.tq.div_ceil(u64::from(grid.gq.max(1)));
+    let rk = a.tk.div_ceil(u64::from(grid.s.max(1)));
+    let received = pairs * (rq + 2 * rk) * d * element_bytes;
+    let score_lanes = vector.lanes(if softmax_f16 {
+        Precision::F16
+    } else {
+        Precision::F32
+    });
+    let block = vector.cycles(&Work::AttentionBlock {
+        q_rows: rq,
+        kv_rows: rk,
+        head_dim: d,
+        score_lanes,
+    });
+    let (gather, combine) = combine_cycles(a, grid, rq, cost);
+    AttentionCycles {
+        clear: 0,
+        keys: 0,
+        operands: cost.exchange_cycles(received).saturating_add(sync),
+        blocks: block.saturating_mul(pairs).saturating_add(sync),
+        gather,
+        combine,
+    }
+}
+
+/// The most passes over a tile's query rows a plan considers: beyond it
+/// the kernels' fixed costs outweigh the memory saved.
+const MAX_PASSES: u32 = 8;
+
+/// The AMP grid and passes an attention runs on: of the plans whose
+/// largest tile needs at most `budget` bytes, the one whose steps cost
+/// least (ties to fewer key blocks, then fewer passes); when none fits,
+/// the one needing the fewest bytes. With it, its steps and whether it
+/// fits. `None` when no plan can be costed.
+pub fn choose_amp_attention(
+    a: &AttentionShape,
+    tiles: u32,
+    budget: u64,
+    cost: &CostModel,
+) -> Option<(AmpAttention, AttentionCycles, bool)> {
+    // F32 scores: F16 ones (F16 partial sums in the AMP) would halve the
+    // first product, but put the scores, and through the exponentials the
+    // result, off by more than the per-op check allows at SigLIP's size.
+    let scores = Precision::F32;
+    let mut scorer = AmpAttentionScorer::new(*a, scores, cost);
+    // (does not fit, cycles or bytes, plan, cycles)
+    let mut best: Option<(bool, u64, AmpAttention, AttentionCycles)> = None;
+    for grid in amp_attention_grids(a, tiles) {
+        let rq = blocks(a, grid).0;
+        for passes in 1..=MAX_PASSES.min(u32::try_from(rq).unwrap_or(u32::MAX)) {
+            let bytes = scorer.bytes_per_tile(grid, passes);
+            let over = bytes > budget;
+            if over && best.as_ref().is_some_and(|b| !b.0) {
+                continue;
+            }
+            let Some(c) = scorer.score(grid, passes) else {
+                continue;
+            };
+            let key = (over, if over { bytes } else { c.total() });
+            if best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
+                let plan = AmpAttention {
+                    grid,
+                    passes,
+                    scores,
+                };
+                best = Some((key.0, key.1, plan, c));
+            }
+        }
+    }
+    best.map(|(over, _, plan, c)| (plan, c, !over))
+}
+
+/// The layouts of an AMP attention.
+#[derive(Clone, Debug)]
+pub struct AmpAttentionLayouts {
+    /// `[B, Tq, H]` F16, row-major, a pair's head columns padded to 16 on
+    /// each tile (the first GEMM's left operand), replicated `s` times.
+    pub q: TensorType,
+    /// `[B, Tk, H]` F16, row-major, key rows in blocks of 16, replicated
+    /// `gq` times (the transpose's source).
+    pub k: TensorType,
+    /// `[B, Tk, H]` F16 in `Amp(Right)` order, interleaved, head columns
+    /// padded to 16 (the second GEMM's right operand), replicated `gq`
+    /// times.
+    pub v: TensorType,
+    /// `[tiles, d₁₆, rk]` F16 in `Amp(Right)` order, interleaved: each
+    /// tile's transposed keys.
+    pub keys_t: TensorType,
+    /// `[tiles, rq, rk]` scores, row-major.
+    pub scores: TensorType,
+    /// `[tiles, rq, rk]` F16 probabilities, row-major.
+    pub probs: TensorType,
+    /// `[s, B, Tq, H]` F32 unnormalised blocks, head columns padded to 16
+    /// (the second GEMM's output).
+    pub out_part: TensorType,
+    /// `[s, B, heads, Tq]` F32 row maxima (and sums).
+    pub stat_part: TensorType,
+    /// The blocks where they are combined (`out_part` when `s == 1`).
+    pub out_combine: TensorType,
+    /// The statistics where they are combined.
+    pub stat_combine: TensorType,
+    /// `[B, Tq, H]` result.
+    pub output: TensorType,
+}
+
+/// Builds the layouts of `plan` for attention `a`, the result in `output`.
+pub fn amp_attention_layouts(
+    a: &AttentionShape,
+    plan: AmpAttention,
+    output: Precision,
+) -> Result<AmpAttentionLayouts, LayoutError> {
+    let grid = plan.grid;
+    let AttentionGrid { pb, ph, gq, s } = grid;
+    let (pb, ph, gq, s) = (u64::from(pb), u64::from(ph), u64::from(gq), u64::from(s));
+    let d = a.head_dim();
+    let dp = padded_head_dim(a);
+    let tiles =
+        u32::try_from(pb * ph * gq * s).map_err(|_| LayoutError::Overflow { what: "grid" })?;
+    let (st_kv, st_q, st_h, st_b) = (1, s, s * gq, s * gq * ph);
+    let (rm, std, il) = (
+        ElementOrder::RowMajor,
+        MemoryClass::Ipu21Standard,
+        MemoryClass::Ipu21Interleaved,
+    );
+    let right = ElementOrder::Amp(AmpOperand::Right);
+    let heads = |pad: u64| {
+        let mut axis = split(Axis::FromEnd(1), ph, d, st_h);
+        axis.shard_padding_multiple = pad as u32;
+        axis
+    };
+    let batch = |axis: u32| split(Axis::FromStart(axis), pb, 1, st_b);
+    let query_rows = |axis: u32| split(Axis::FromStart(axis), gq, 1, st_q);
+    let key_rows = split(Axis::FromStart(1), s, KEY_BLOCK, st_kv);
+    let q = tensor_type(
+        &[a.batch, a.tq, a.hidden],
+        Precision::F16,
+        rm,
+        std,
+        TensorTiling::new(
+            tiles,
+            s as u32,
+            vec![batch(0), heads(KEY_BLOCK), query_rows(1)],
+        )?,
+    )?;
+    let kv_tiling = |pad: u64| {
+        TensorTiling::new(
+            tiles,
+            gq as u32,
+            vec![batch(0), heads(pad), key_rows.clone()],
+        )
+    };
+    let k = tensor_type(
+        &[a.batch, a.tk, a.hidden],
+        Precision::F16,
+        rm,
+        std,
+        kv_tiling(1)?,
+    )?;
+    let v = tensor_type(
+        &[a.batch, a.tk, a.hidden],
+        Precision::F16,
+        right,
+        il,
+        kv_tiling(KEY_BLOCK)?,
+    )?;
+    let (rq, rk) = (plan.pass_rows(a), blocks(a, grid).1);
+    let scratch = |inner: u64, columns: u64, precision: Precision, order, class| {
+        tensor_type(
+            &[u64::from(tiles), inner, columns],
+            precision,
+            order,
+            class,
+            TensorTiling::new(
+                tiles,
+                1,
+                vec![split(Axis::FromStart(0), u64::from(tiles), 1, 1)],
+            )?,
+        )
+    };
+    let keys_t = scratch(dp, rk, Precision::F16, right, il)?;
+    let scores = scratch(rq, rk, plan.scores, rm, std)?;
+    let probs = scratch(rq, rk, Precision::F16, rm, std)?;
+    let out_part = tensor_type(
+        &[s, a.batch, a.tq, a.hidden],
+        Precision::F32,
+        rm,
+        std,
+        TensorTiling::new(
+            tiles,
+            1,
+            vec![
+                batch(1),
+                heads(KEY_BLOCK),
+                query_rows(2),
+                split(Axis::FromStart(0), s, 1, st_kv),
+            ],
+        )?,
+    )?;
+    let stat_part = tensor_type(
+        &[s, a.batch, a.heads, a.tq],
+        Precision::F32,
+        rm,
+        std,
+        TensorTiling::new(
+            tiles,
+            1,
+            vec![
+                batch(1),
+                split(Axis::FromStart(2), ph, 1, st_h),
+                split(Axis::FromStart(3), gq, 1, st_q),
+                split(Axis::FromStart(0), s, 1, st_kv),
+            ],
+        )?,
+    )?;
+    let (out_combine, stat_combine, output_tiling) = if s == 1 {
+        let tiling = TensorTiling::new(tiles, 1, vec![batch(0), heads(1), query_rows(1)])?;
+        (out_part.clone(), stat_part.clone(), tiling)
+    } else {
+        fine_combine(a, grid)?
+    };
+    let output = tensor_type(&[a.batch, a.tq, a.hidden], output, rm, std, output_tiling)?;
+    Ok(AmpAttentionLayouts {
+        q,
+        k,
+        v,
+        keys_t,
+        scores,
+        probs,
+        out_part,
+        stat_part,
+        out_combine,
+        stat_combine,
+        output,
+    })
+}

@@ -1,0 +1,228 @@
+//! Attention plans: the AMP attention's grids cover every (pair, query,
+//! key) once, its layouts hold what its codelets read, its memory estimate
+//! bounds the buffers it places, and SigLIP b2 gets an AMP plan within the
+//! budget that the step model prefers to the vector attention.
+
+use ipu_layout::{Precision, TileId};
+use ipu_package::graph::parse_fixture;
+use ipu_package::lower::{AttentionUnit, LowerConfig, lower};
+use ipu_package::plan::{
+    AmpAttention, AmpAttentionScorer, AttentionShape, CostModel, KEY_BLOCK, amp_attention_grids,
+    amp_attention_layouts, attention_grid, choose_amp_attention, padded_head_dim, pass_rows,
+    vector_attention_cycles,
+};
+use ipu_package::program::{Codelet, WalkEvent};
+use proptest::prelude::*;
+
+use crate::fixture_text;
+
+fn siglip_b2() -> AttentionShape {
+    AttentionShape {
+        batch: 2,
+        tq: 729,
+        tk: 729,
+        hidden: 1152,
+        heads: 16,
+    }
+}
+
+#[test]
+fn every_grid_covers_each_pair_query_and_key_once() {
+    let a = AttentionShape {
+        batch: 2,
+        tq: 37,
+        tk: 53,
+        hidden: 64,
+        heads: 4,
+    };
+    let d = a.head_dim();
+    let grids = amp_attention_grids(&a, 64);
+    assert_eq!(
+        grids.len() as u64,
+        (64 / 8u64).min(a.tk.div_ceil(KEY_BLOCK))
+    );
+    for grid in grids {
+        assert_eq!((grid.pb, grid.ph), (2, 4));
+        for passes in [1, 3] {
+            let plan = AmpAttention {
+                grid,
+                passes,
+                scores: Precision::F32,
+            };
+            let lay = amp_attention_layouts(&a, plan, Precision::F16).expect("layouts");
+            let mut seen = vec![0u8; (a.batch * a.heads * a.tq * a.tk) as usize];
+            let tiles = lay.q.tiling().tile_count();
+            for t in 0..tiles {
+                let tile = TileId::from_u32(t);
+                let (q, k, v) = (
+                    lay.q.shard(tile).unwrap(),
+                    lay.k.shard(tile).unwrap(),
+                    lay.v.shard(tile).unwrap(),
+                );
+                // One pair, whole head columns padded to the AMP's 16.
+                assert_eq!(q.axes[0].len(), 1);
+                assert_eq!(q.axes[2].len(), d);
+                assert_eq!(q.axes[2].width, padded_head_dim(&a));
+                assert_eq!(
+                    (k.axes[0].start, k.axes[2].start),
+                    (q.axes[0].start, q.axes[2].start)
+                );
+                assert_eq!(k.axes[1], v.axes[1]);
+                assert_eq!(k.axes[2].width, d);
+                assert_eq!(v.axes[2].width, padded_head_dim(&a));
+                assert_eq!(k.axes[1].width % KEY_BLOCK, 0);
+                // The scratch holds a pass of scores and probabilities, the
+                // transposed keys all of them.
+                let keys_t = lay.keys_t.shard(tile).unwrap();
+                assert!(keys_t.axes[2].width >= k.axes[1].width);
+                assert_eq!(keys_t.axes[1].width, padded_head_dim(&a));
+                let scores = lay.scores.shard(tile).unwrap();
+                let longest = pass_rows(q.axes[1].len(), passes).max().unwrap_or(0);
+                assert!(scores.axes[1].width >= longest && scores.axes[2].width >= k.axes[1].width);
+                let out = lay.out_part.shard(tile).unwrap();
+                assert_eq!(out.axes[2], q.axes[1]);
+                assert_eq!(out.axes[3].width, padded_head_dim(&a));
+                let (b, h) = (q.axes[0].start, q.axes[2].start / d);
+                for i in q.axes[1].start..q.axes[1].end {
+                    for j in k.axes[1].start..k.axes[1].end {
+                        let at = ((b * a.heads + h) * a.tq + i) * a.tk + j;
+                        seen[at as usize] += 1;
+                    }
+                }
+                // The block's statistics lie on the same tile, one per row.
+                let stat = lay.stat_part.shard(tile).unwrap();
+                assert_eq!((stat.axes[1].start, stat.axes[2].start), (b, h));
+                assert_eq!(stat.axes[3], q.axes[1]);
+                assert_eq!(stat.axes[0], out.axes[0]);
+            }
+            assert!(
+                seen.iter().all(|&n| n == 1),
+                "{grid:?}: each (pair, query, key) once"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_memory_estimate_bounds_the_buffers_of_the_blocks_step() {
+    let a = siglip_b2();
+    let cost = CostModel::ipu21();
+    let scorer = AmpAttentionScorer::new(a, Precision::F32, &cost);
+    for grid in amp_attention_grids(&a, 1472).into_iter().step_by(5) {
+        for passes in [1, 2, 4] {
+            let plan = AmpAttention {
+                grid,
+                passes,
+                scores: Precision::F32,
+            };
+            let lay = amp_attention_layouts(&a, plan, Precision::F16).expect("layouts");
+            let blocks_step = [
+                &lay.q,
+                &lay.k,
+                &lay.v,
+                &lay.keys_t,
+                &lay.scores,
+                &lay.probs,
+                &lay.out_part,
+                &lay.stat_part,
+                &lay.stat_part,
+            ]
+            .iter()
+            .map(|t| t.max_shard_bytes())
+            .sum::<u64>();
+            let estimate = scorer.bytes_per_tile(grid, passes);
+            assert!(
+                blocks_step <= estimate,
+                "{grid:?} in {passes} passes: {blocks_step} bytes placed, {estimate} estimated"
+            );
+            if grid.s > 1 {
+                let gather = lay.out_part.max_shard_bytes()
+                    + 2 * lay.stat_part.max_shard_bytes()
+                    + lay.out_combine.max_shard_bytes()
+                    + 2 * lay.stat_combine.max_shard_bytes();
+                assert!(gather <= estimate, "{grid:?}: gather {gather} > {estimate}");
+            }
+        }
+    }
+}
+
+#[test]
+fn siglip_b2_attention_runs_on_the_amp_within_the_budget() {
+    let a = siglip_b2();
+    let cost = CostModel::ipu21();
+    let budget = 160 * 1024;
+    let (plan, cycles, fits) = choose_amp_attention(&a, 1472, budget, &cost).expect("a plan");
+    assert!(fits, "{plan:?}");
+    assert_eq!((plan.grid.pb, plan.grid.ph), (2, 16));
+    assert!(plan.grid.tiles() <= 1472);
+    let scorer = AmpAttentionScorer::new(a, plan.scores, &cost);
+    assert!(scorer.bytes_per_tile(plan.grid, plan.passes) <= budget);
+    let vector = vector_attention_cycles(
+        &a,
+        attention_grid(&a, 2, 1472, budget, &cost),
+        2,
+        true,
+        &cost,
+    );
+    eprintln!("SigLIP b2 attention: AMP {plan:?} {cycles:?}, vector {vector:?}");
+    assert!(cycles.total() < vector.total());
+    // Every step is costed: the blocks cost at least both products at the
+    // AMP's F16 peak.
+    let (rq, rk) = (
+        729u64.div_ceil(u64::from(plan.grid.gq)),
+        16 * 46u64.div_ceil(u64::from(plan.grid.s)),
+    );
+    assert!(cycles.blocks >= 2 * rq * rk * padded_head_dim(&a) / 64);
+    assert!(cycles.operands > 0 && cycles.combine > 0);
+}
+
+#[test]
+fn auto_keeps_the_vector_attention_where_the_amp_is_slower_or_cannot_run() {
+    // tiny-2l-h64: the vector blocks are cheaper by the step model;
+    // micro-1l-h32's softmax is F32, which the AMP attention does not do.
+    for (name, tiles) in [("tiny-2l-h64.json", 64), ("micro-1l-h32.json", 16)] {
+        let graph = parse_fixture(&fixture_text(name)).expect("parses");
+        for (unit, amp_expected) in [
+            (AttentionUnit::Auto, false),
+            (AttentionUnit::Vector, false),
+            (AttentionUnit::Amp, name.starts_with("tiny")),
+        ] {
+            let config = LowerConfig {
+                tiles,
+                attention: unit,
+                ..LowerConfig::default()
+            };
+            let program = lower(&graph, &config).expect("lowers");
+            let mut softmax = 0;
+            let mut blocks = 0;
+            for event in program.walk() {
+                if let WalkEvent::Compute(step, _) = event {
+                    for (_, c) in &step.calls {
+                        match c {
+                            Codelet::AttentionSoftmax { .. } => softmax += 1,
+                            Codelet::AttentionBlock { .. } => blocks += 1,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            assert_eq!(softmax > 0, amp_expected, "{name} {unit:?}");
+            assert_eq!(blocks > 0, !amp_expected, "{name} {unit:?}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Passes split a block's rows evenly: they add up, the longer first,
+    /// at most one row apart.
+    #[test]
+    fn passes_split_rows_evenly(rows in 1u64..2000, passes in 1u32..12) {
+        let split: Vec<u64> = pass_rows(rows, passes).collect();
+        prop_assert_eq!(split.iter().sum::<u64>(), rows);
+        prop_assert_eq!(split.len() as u64, u64::from(passes).min(rows));
+        prop_assert!(split.windows(2).all(|w| w[0] >= w[1] && w[0] - w[1] <= 1));
+        prop_assert!(split.iter().all(|&r| r > 0));
+    }
+}

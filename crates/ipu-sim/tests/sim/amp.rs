@@ -1,0 +1,476 @@
+//! Attention on the AMP in the tile model: the transpose and softmax
+//! codelets against their definitions, element by element; small packages
+//! whose attention runs on the AMP, checked op by op against the
+//! reference and end to end; and edited arguments of the new codelets
+//! refused before they run.
+
+use std::collections::HashMap;
+
+use ipu_layout::{AmpOperand, ElementOrder, Precision, TileId};
+use ipu_package::build::{BuildConfig, Stages, build_package};
+use ipu_package::graph::{Graph, parse_fixture, values};
+use ipu_package::lower::{AttentionUnit, LowerConfig};
+use ipu_package::package::Package;
+use ipu_package::profile::{VectorModel, Work};
+use ipu_package::program::{BufferId, Codelet, GemmEntry, KernelId, Operand, WalkEvent};
+use ipu_sim::SimError;
+use ipu_sim::codelets::{CodeletMemory, run_codelet_counted};
+use ipu_sim::evaluate;
+use ipu_sim::reference::compare::{Tolerance, compare};
+use ipu_sim::tiles::{Limits, RunConfig, run_package_with};
+use serde_json::Value;
+
+use crate::fixture_text;
+
+/// micro-1l-h32 with both attentions' softmax in F16, which the AMP
+/// attention needs.
+pub fn micro_f16_softmax() -> String {
+    let mut fixture: Value =
+        serde_json::from_str(&fixture_text("micro-1l-h32.json")).expect("json");
+    for layer in fixture["layers"].as_array_mut().expect("layers") {
+        for op in layer["ops"].as_array_mut().expect("ops") {
+            if op["op"] == "attention" {
+                op["softmax"] = Value::from("F16");
+            }
+        }
+    }
+    serde_json::to_string_pretty(&fixture).expect("text")
+}
+
+/// `graph` built on `tiles` tiles with attention on `unit`.
+pub fn build(graph: &Graph, tiles: u32, unit: AttentionUnit) -> Package {
+    let config = BuildConfig {
+        tiles: Some(tiles),
+        lower: LowerConfig {
+            attention: unit,
+            ..LowerConfig::default()
+        },
+        ..BuildConfig::default()
+    };
+    build_package(graph, &config, &Stages::in_memory())
+        .unwrap_or_else(|e| panic!("{} on {tiles} tiles: {e}", graph.name()))
+}
+
+/// Calls in `package` (each repeat body once) that `pick` accepts.
+pub fn count_calls(package: &Package, pick: impl Fn(&Codelet) -> bool) -> usize {
+    package
+        .program
+        .walk()
+        .map(|event| match event {
+            WalkEvent::Compute(step, _) => step.calls.iter().filter(|(_, c)| pick(c)).count(),
+            _ => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn amp_attention_packages_pass_the_per_op_check_and_match_the_reference() {
+    for (name, text) in [
+        ("tiny-2l-h64", fixture_text("tiny-2l-h64.json")),
+        ("micro-1l-h32 (F16 softmax)", micro_f16_softmax()),
+    ] {
+        let graph = parse_fixture(&text).expect("parses");
+        let inputs = values::generate(&graph, 11);
+        let reference = evaluate(&graph, &inputs).expect("evaluates");
+        for tiles in [16, 64] {
+            let what = format!("{name} on {tiles} tiles");
+            let amp = build(&graph, tiles, AttentionUnit::Amp);
+            let vector = build(&graph, tiles, AttentionUnit::Vector);
+            for (codelet, pick) in [
+                (
+                    "transpose",
+                    &(|c: &Codelet| matches!(c, Codelet::Transpose { .. }))
+                        as &dyn Fn(&Codelet) -> bool,
+                ),
+                ("softmax", &|c: &Codelet| {
+                    matches!(c, Codelet::AttentionSoftmax { .. })
+                }),
+                ("vector block", &|c: &Codelet| {
+                    matches!(c, Codelet::AttentionBlock { .. })
+                }),
+            ] {
+                let (in_amp, in_vector) = (count_calls(&amp, pick), count_calls(&vector, pick));
+                if codelet == "vector block" {
+                    assert!(
+                        in_amp == 0 && in_vector > 0,
+                        "{what}: {codelet} {in_amp} {in_vector}"
+                    );
+                } else {
+                    assert!(
+                        in_amp > 0 && in_vector == 0,
+                        "{what}: {codelet} {in_amp} {in_vector}"
+                    );
+                }
+            }
+            // The per-op check (on by default) holds every op, attention
+            // included, to the reference on the device's own inputs.
+            let (out, stats) = run_package_with(&amp, &graph, &inputs, &RunConfig::default())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(stats.ops_checked > 0, "{what}");
+            let (vector_out, _) = run_package_with(&vector, &graph, &inputs, &RunConfig::default())
+                .unwrap_or_else(|e| panic!("{what}, vector: {e}"));
+            for output in graph.outputs() {
+                let t = graph.tensor(output);
+                let c = compare(
+                    reference.get(output).expect("reference"),
+                    out.get(output).expect("device"),
+                    Tolerance::graph(t.precision()),
+                );
+                let v = compare(
+                    reference.get(output).expect("reference"),
+                    vector_out.get(output).expect("device"),
+                    Tolerance::graph(t.precision()),
+                );
+                eprintln!(
+                    "{what} {}: AMP rms error {} max {}; vector rms error {} max {}",
+                    t.name(),
+                    c.rms_error,
+                    c.max_abs,
+                    v.rms_error,
+                    v.max_abs
+                );
+                assert!(c.pass, "{what}, {}: {c:?}", t.name());
+            }
+        }
+    }
+}
+
+/// Tile memory of one tile for calling codelets directly: each buffer a
+/// byte vector of one precision.
+struct Memory {
+    buffers: HashMap<BufferId, (Precision, Vec<u8>)>,
+}
+
+impl Memory {
+    fn new(buffers: &[(u32, Precision, usize)]) -> Memory {
+        Memory {
+            buffers: buffers
+                .iter()
+                .map(|&(id, p, bytes)| (BufferId::from_u32(id), (p, vec![0xAB; bytes])))
+                .collect(),
+        }
+    }
+
+    fn set(&mut self, id: u32, values: &[f32]) {
+        let (p, bytes) = self
+            .buffers
+            .get_mut(&BufferId::from_u32(id))
+            .expect("buffer");
+        let eb = p.element_bytes() as usize;
+        for (v, out) in values.iter().zip(bytes.chunks_exact_mut(eb)) {
+            p.encode_into(*v, out);
+        }
+    }
+
+    fn get(&self, id: u32) -> Vec<f32> {
+        let (p, bytes) = &self.buffers[&BufferId::from_u32(id)];
+        bytes
+            .chunks_exact(p.element_bytes() as usize)
+            .map(|b| p.decode_from(b))
+            .collect()
+    }
+
+    fn range(&self, tile: TileId, at: Operand, bytes: u64) -> Result<(usize, usize), SimError> {
+        let (_, data) = &self.buffers[&at.buffer];
+        let start = u64::from(at.offset);
+        match start.checked_add(bytes) {
+            Some(end) if end <= data.len() as u64 => Ok((start as usize, end as usize)),
+            _ => Err(SimError::OutOfRange {
+                tile,
+                buffer: format!("{}", at.buffer),
+                offset: start,
+                bytes,
+                limit: data.len() as u64,
+            }),
+        }
+    }
+}
+
+impl CodeletMemory for Memory {
+    fn precision(&self, _: TileId, buffer: BufferId) -> Result<Precision, SimError> {
+        Ok(self.buffers[&buffer].0)
+    }
+
+    fn read(&self, tile: TileId, at: Operand, bytes: u64) -> Result<Vec<u8>, SimError> {
+        let (s, e) = self.range(tile, at, bytes)?;
+        Ok(self.buffers[&at.buffer].1[s..e].to_vec())
+    }
+
+    fn extent(&self, tile: TileId, at: Operand, bytes: u64) -> Result<(), SimError> {
+        self.range(tile, at, bytes).map(|_| ())
+    }
+
+    fn write(&mut self, tile: TileId, at: Operand, data: &[u8]) -> Result<(), SimError> {
+        let (s, e) = self.range(tile, at, data.len() as u64)?;
+        self.buffers.get_mut(&at.buffer).expect("buffer").1[s..e].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn gemm(
+        &mut self,
+        _: TileId,
+        kernel: KernelId,
+        _: GemmEntry,
+        _: u32,
+        _: Operand,
+        _: Operand,
+        _: Operand,
+    ) -> Result<(), SimError> {
+        Err(SimError::UnknownKernel { kernel, kernels: 0 })
+    }
+}
+
+fn operand(id: u32) -> Operand {
+    Operand::from(BufferId::from_u32(id))
+}
+
+/// A value of every element, distinct and exact in F16.
+fn value(i: usize) -> f32 {
+    ((i * 37) % 211) as f32 / 16.0 - 6.0
+}
+
+#[test]
+fn the_transpose_puts_each_element_at_its_panel_position_and_zeros_the_rest() {
+    let tile = TileId::from_u32(0);
+    let model = VectorModel::new(&BuildConfig::default().target);
+    // 37 key rows of 21 columns, 24 apart, into [32, 48] AMP panels.
+    let (rows, cols, stride, out_rows, out_cols) = (37u32, 21u32, 24u32, 32u32, 48u32);
+    let input: Vec<f32> = (0..(rows * stride) as usize).map(value).collect();
+    let out_bytes = (out_rows * out_cols * 2) as usize;
+    let mut m = Memory::new(&[
+        (0, Precision::F16, input.len() * 2),
+        (1, Precision::F16, out_bytes),
+    ]);
+    m.set(0, &input);
+    let codelet = Codelet::Transpose {
+        input: operand(0),
+        output: operand(1),
+        rows,
+        cols,
+        stride,
+        out_rows,
+        out_cols,
+    };
+    let work = run_codelet_counted(&mut m, tile, &codelet, Some(&model)).expect("runs");
+    assert_eq!(
+        work,
+        Some(Work::Transpose {
+            out_cols: u64::from(out_cols),
+            out_rows: u64::from(out_rows),
+        })
+    );
+    let out = m.get(1);
+    // Element (i, j) of the [out_rows, out_cols] result, in panels of 16
+    // columns: panel j / 16 holds every row's 16 columns of it.
+    let order = ElementOrder::Amp(AmpOperand::Right);
+    let mut seen = vec![false; out.len()];
+    for i in 0..u64::from(out_rows) {
+        for j in 0..u64::from(out_cols) {
+            let at =
+                (order.byte_offset(Precision::F16, &[out_rows.into(), out_cols.into()], &[i, j])
+                    / 2) as usize;
+            let panel = (j / 16) as usize;
+            assert_eq!(
+                at,
+                panel * 16 * out_rows as usize + i as usize * 16 + (j % 16) as usize
+            );
+            let expected = if i < u64::from(cols) && j < u64::from(rows) {
+                input[j as usize * stride as usize + i as usize]
+            } else {
+                0.0
+            };
+            assert_eq!(out[at], expected, "({i}, {j})");
+            seen[at] = true;
+        }
+    }
+    assert!(seen.iter().all(|&s| s), "every output element is written");
+    // An output narrower than the data is refused, not truncated.
+    let narrow = Codelet::Transpose {
+        input: operand(0),
+        output: operand(1),
+        rows,
+        cols,
+        stride,
+        out_rows,
+        out_cols: rows - 1,
+    };
+    assert!(matches!(
+        run_codelet_counted(&mut m, tile, &narrow, None),
+        Err(SimError::Argument { .. })
+    ));
+}
+
+/// The softmax of one row as `Codelet::AttentionSoftmax` defines it,
+/// written out again here: scaled (and rounded to F16 when asked), the
+/// maximum, exponentials rounded to F16, their sum in order.
+fn softmax_by_definition(row: &[f32], scale: f32, f16: bool) -> (Vec<f32>, f32, f32) {
+    let round = |x: f32| {
+        if f16 { Precision::F16.quantize(x) } else { x }
+    };
+    let s: Vec<f32> = row.iter().map(|&x| round(x * scale)).collect();
+    let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let p: Vec<f32> = s
+        .iter()
+        .map(|&x| Precision::F16.quantize((x - m).exp()))
+        .collect();
+    let l = p.iter().fold(0.0f32, |acc, &x| acc + x);
+    (p, m, l)
+}
+
+#[test]
+fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
+    let tile = TileId::from_u32(0);
+    let model = VectorModel::new(&BuildConfig::default().target);
+    let (rows, columns, stride) = (5u32, 19u32, 32u32);
+    for (scores_precision, f16) in [
+        (Precision::F32, true),
+        (Precision::F32, false),
+        (Precision::F16, true),
+    ] {
+        let scores: Vec<f32> = (0..(rows * stride) as usize)
+            .map(|i| scores_precision.quantize(value(i) * 1.7))
+            .collect();
+        let scale = 1.0 / (72f32).sqrt();
+        let n = (rows * stride) as usize;
+        let mut m = Memory::new(&[
+            (
+                0,
+                scores_precision,
+                n * scores_precision.element_bytes() as usize,
+            ),
+            (1, Precision::F16, n * 2),
+            (2, Precision::F32, rows as usize * 4),
+            (3, Precision::F32, rows as usize * 4),
+        ]);
+        m.set(0, &scores);
+        let codelet = Codelet::AttentionSoftmax {
+            scores: operand(0),
+            probs: operand(1),
+            max: operand(2),
+            sum: operand(3),
+            rows,
+            columns,
+            stride,
+            scale,
+            softmax_f16: f16,
+        };
+        let work = run_codelet_counted(&mut m, tile, &codelet, Some(&model)).expect("runs");
+        assert_eq!(
+            work,
+            Some(Work::AttentionSoftmax {
+                rows: u64::from(rows),
+                columns: u64::from(stride),
+                score_lanes: model.lanes(scores_precision),
+                prob_lanes: model.lanes(Precision::F16),
+            })
+        );
+        let (probs, maxima, sums) = (m.get(1), m.get(2), m.get(3));
+        for r in 0..rows as usize {
+            let row = &scores[r * stride as usize..][..columns as usize];
+            let (p, mx, l) = softmax_by_definition(row, scale, f16);
+            let got = &probs[r * stride as usize..][..stride as usize];
+            assert_eq!(&got[..columns as usize], &p[..], "row {r}");
+            assert!(
+                got[columns as usize..].iter().all(|&x| x == 0.0),
+                "row {r} padding"
+            );
+            assert_eq!(maxima[r].to_bits(), mx.to_bits(), "row {r} max");
+            assert_eq!(sums[r].to_bits(), l.to_bits(), "row {r} sum");
+            // The largest score's exponential is one.
+            assert!(got.contains(&1.0));
+        }
+    }
+    // Keys beyond the stride are refused.
+    let mut m = Memory::new(&[
+        (0, Precision::F32, 4096),
+        (1, Precision::F16, 4096),
+        (2, Precision::F32, 64),
+        (3, Precision::F32, 64),
+    ]);
+    let wide = Codelet::AttentionSoftmax {
+        scores: operand(0),
+        probs: operand(1),
+        max: operand(2),
+        sum: operand(3),
+        rows: 2,
+        columns: 33,
+        stride: 32,
+        scale: 1.0,
+        softmax_f16: true,
+    };
+    assert!(matches!(
+        run_codelet_counted(&mut m, tile, &wide, None),
+        Err(SimError::Argument { .. })
+    ));
+}
+
+#[test]
+fn huge_counts_of_the_new_codelets_are_refused_before_they_run() {
+    let graph = parse_fixture(&micro_f16_softmax()).expect("parses");
+    let package = build(&graph, 16, AttentionUnit::Amp);
+    let inputs = values::generate(&graph, 3);
+    let no_limits = Limits {
+        max_tiles: u32::MAX,
+        max_steps: u64::MAX,
+        max_compute_elements: u64::MAX,
+        max_exchange_words: u64::MAX,
+    };
+    type Edit = dyn Fn(&mut Codelet) -> bool;
+    let edits: [(&str, &Edit); 3] = [
+        ("transpose", &|c| match c {
+            Codelet::Transpose {
+                out_rows, out_cols, ..
+            } => {
+                *out_rows = u32::MAX;
+                *out_cols = u32::MAX;
+                true
+            }
+            _ => false,
+        }),
+        ("softmax rows", &|c| match c {
+            Codelet::AttentionSoftmax { rows, stride, .. } => {
+                *rows = u32::MAX;
+                *stride = u32::MAX;
+                true
+            }
+            _ => false,
+        }),
+        ("softmax stride", &|c| match c {
+            Codelet::AttentionSoftmax { stride, .. } => {
+                *stride = 0;
+                true
+            }
+            _ => false,
+        }),
+    ];
+    for (what, edit) in edits {
+        for limits in [Limits::default(), no_limits] {
+            let mut p = package.clone();
+            let mut done = false;
+            for step in &mut p.program.steps {
+                if let ipu_package::program::Step::Compute(s) = step {
+                    for (_, c) in &mut s.calls {
+                        if !done {
+                            done = edit(c);
+                        }
+                    }
+                }
+            }
+            assert!(done, "{what}: a call to edit");
+            let config = RunConfig {
+                limits,
+                ..RunConfig::default()
+            };
+            let e = run_package_with(&p, &graph, &inputs, &config).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    SimError::WorkLimit { .. }
+                        | SimError::OutOfRange { .. }
+                        | SimError::Argument { .. }
+                ),
+                "{what}: {e}"
+            );
+        }
+    }
+}
