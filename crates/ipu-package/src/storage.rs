@@ -200,6 +200,12 @@ pub fn codelet_buffers(c: &Codelet) -> SmallVec<[BufferId; 7]> {
             ..
         } => smallvec::smallvec![out, max, sum, output],
         Codelet::Zero { target, .. } => smallvec::smallvec![target],
+        Codelet::Gather {
+            table,
+            indices,
+            output,
+            ..
+        } => smallvec::smallvec![table, indices, output],
     };
     ops.into_iter().map(|o| o.buffer).collect()
 }

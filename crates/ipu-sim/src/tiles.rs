@@ -584,13 +584,13 @@ impl<'p> Tiles<'p> {
         let costs = &self.costs;
         // Per tile: its calls' statistics, its device cycles and the GEMM
         // calls it could not cost.
-        type TileResult = ([KindStats; 9], u64, u64);
+        type TileResult = ([KindStats; CODELET_KINDS.len()], u64, u64);
         let results: Vec<Result<TileResult, SimError>> = self
             .images
             .par_iter_mut()
             .enumerate()
             .map(|(t, image)| {
-                let mut kinds = [KindStats::default(); 9];
+                let mut kinds = [KindStats::default(); CODELET_KINDS.len()];
                 let (mut cycles, mut uncounted) = (0u64, 0u64);
                 let list = &order[offsets[t]..offsets[t + 1]];
                 if list.is_empty() {

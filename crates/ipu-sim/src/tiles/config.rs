@@ -8,7 +8,7 @@ use ipu_layout::TileId;
 use ipu_package::program::{BufferId, Codelet};
 
 /// The codelet kinds [`RunStats::codelets`] reports, in that order.
-pub const CODELET_KINDS: [&str; 9] = [
+pub const CODELET_KINDS: [&str; 10] = [
     "gemm",
     "add",
     "layer_norm",
@@ -18,6 +18,7 @@ pub const CODELET_KINDS: [&str; 9] = [
     "attention_block",
     "attention_combine",
     "zero",
+    "gather",
 ];
 
 pub(super) fn codelet_kind(c: &Codelet) -> usize {
@@ -31,6 +32,7 @@ pub(super) fn codelet_kind(c: &Codelet) -> usize {
         Codelet::AttentionBlock { .. } => 6,
         Codelet::AttentionCombine { .. } => 7,
         Codelet::Zero { .. } => 8,
+        Codelet::Gather { .. } => 9,
     }
 }
 
@@ -169,7 +171,7 @@ pub struct RunStats {
     /// Wall time of the compute steps.
     pub compute: Duration,
     /// Per codelet kind (indexed like [`CODELET_KINDS`]).
-    pub codelets: [KindStats; 9],
+    pub codelets: [KindStats; CODELET_KINDS.len()],
     /// Wall time of the exchange steps (row decoding, replay and on-tile
     /// copies).
     pub exchange: Duration,
