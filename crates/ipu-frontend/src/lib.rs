@@ -47,7 +47,7 @@ use ipu_package::package::ModelDescription;
 pub use error::{ImageError, ImportError};
 
 /// The model families this crate reads, by their `model.json` names.
-pub const FAMILIES: &[&str] = &[siglip::FAMILY];
+pub const FAMILIES: &[&str] = &[siglip::FAMILY, siglip::text::TEXT_FAMILY];
 
 /// A packaged model of one of the families: what a run of its package
 /// needs of the front end.
@@ -56,6 +56,8 @@ pub const FAMILIES: &[&str] = &[siglip::FAMILY];
 pub enum PackagedModel {
     /// SigLIP's vision tower.
     Siglip(siglip::PackagedModel),
+    /// SigLIP's text tower (boxed: its tokenizer makes it large).
+    SiglipText(Box<siglip::text::PackagedText>),
 }
 
 /// Why a package's `model.json` cannot be used.
@@ -71,6 +73,9 @@ pub enum DescriptionError {
     /// The SigLIP front end refuses the description.
     #[error(transparent)]
     Siglip(siglip::PackagedError),
+    /// The SigLIP text front end refuses the description.
+    #[error(transparent)]
+    SiglipText(siglip::text::TextPackagedError),
 }
 
 impl PackagedModel {
@@ -84,6 +89,11 @@ impl PackagedModel {
             siglip::FAMILY => siglip::PackagedModel::from_description(description, graph)
                 .map(Self::Siglip)
                 .map_err(DescriptionError::Siglip),
+            siglip::text::TEXT_FAMILY => {
+                siglip::text::PackagedText::from_description(description, graph)
+                    .map(|m| Self::SiglipText(Box::new(m)))
+                    .map_err(DescriptionError::SiglipText)
+            }
             other => Err(DescriptionError::Family {
                 found: other.to_owned(),
             }),
@@ -99,6 +109,27 @@ impl PackagedModel {
     ) -> Result<ValueSet, ImageError> {
         match self {
             Self::Siglip(model) => model.input_values(graph, images),
+            Self::SiglipText(_) => Err(ImageError::Kind {
+                given: "images",
+                takes: "texts (--text)",
+            }),
+        }
+    }
+
+    /// The inputs of `graph` (the package's) for `texts`, one per batch
+    /// row, tokenized as the description says.
+    pub fn text_values(
+        &self,
+        graph: &Graph,
+        texts: &[String],
+        truncation: siglip::text::Truncation,
+    ) -> Result<ValueSet, ImageError> {
+        match self {
+            Self::SiglipText(model) => model.text_values(graph, texts, truncation),
+            Self::Siglip(_) => Err(ImageError::Kind {
+                given: "texts",
+                takes: "images (--image)",
+            }),
         }
     }
 
@@ -113,6 +144,7 @@ impl PackagedModel {
     ) -> Result<ValueSet, ImageError> {
         match self {
             Self::Siglip(model) => model.synthetic_input_values(graph, first),
+            Self::SiglipText(model) => model.synthetic_text_values(graph, first),
         }
     }
 }
