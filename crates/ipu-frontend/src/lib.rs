@@ -55,8 +55,8 @@ pub const FAMILIES: &[&str] = &[siglip::FAMILY, siglip::text::TEXT_FAMILY];
 #[non_exhaustive]
 pub enum PackagedModel {
     /// SigLIP's vision tower.
-    Siglip(siglip::PackagedModel),
-    /// SigLIP's text tower (boxed: its tokenizer makes it large).
+    Siglip(Box<siglip::PackagedModel>),
+    /// SigLIP's text tower.
     SiglipText(Box<siglip::text::PackagedText>),
 }
 
@@ -87,7 +87,7 @@ impl PackagedModel {
     ) -> Result<Self, DescriptionError> {
         match description.family.as_str() {
             siglip::FAMILY => siglip::PackagedModel::from_description(description, graph)
-                .map(Self::Siglip)
+                .map(|m| Self::Siglip(Box::new(m)))
                 .map_err(DescriptionError::Siglip),
             siglip::text::TEXT_FAMILY => {
                 siglip::text::PackagedText::from_description(description, graph)
@@ -113,6 +113,23 @@ impl PackagedModel {
                 given: "images",
                 takes: "texts (--text)",
             }),
+        }
+    }
+
+    /// The model's family, as `model.json` names it.
+    pub fn family(&self) -> &'static str {
+        match self {
+            Self::Siglip(_) => siglip::FAMILY,
+            Self::SiglipText(_) => siglip::text::TEXT_FAMILY,
+        }
+    }
+
+    /// SigLIP's `logit_scale` and `logit_bias`, which a text package of a
+    /// full checkpoint records.
+    pub fn logits(&self) -> Option<siglip::text::LogitParams> {
+        match self {
+            Self::SiglipText(model) => model.logits(),
+            Self::Siglip(_) => None,
         }
     }
 
