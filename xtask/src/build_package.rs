@@ -51,10 +51,13 @@ use ipu_package::lower::{AttentionUnit, LowerConfig};
 use ipu_target::Target;
 
 use ipu_frontend::siglip::report::PrecisionReport;
+use ipu_frontend::siglip::text::{
+    import_text_checkpoint, package_text, random_text_checkpoint, text_template,
+};
 use ipu_frontend::siglip::{
     Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, CheckpointPackage,
-    ImportConfig, PackageError, PrecisionPolicy, calibrate, import_checkpoint, package_checkpoint,
-    random_checkpoint,
+    GraphOptions, ImportConfig, PackageError, PrecisionPolicy, build_graph, calibrate,
+    calibrate_inputs, import_checkpoint, package_checkpoint, random_checkpoint, read_config,
 };
 use ipu_package::graph::parse_fixture;
 use ipu_package::package::Package;
@@ -74,10 +77,24 @@ pub struct Args {
     /// fixture (batch 1 unless `--batch`).
     #[arg(long, value_name = "DIR", conflicts_with = "params")]
     checkpoint: Option<PathBuf>,
+    /// Which tower of a checkpoint to build: `vision` (the default) or
+    /// `text` (a full SiglipModel holds both; a SiglipTextModel only text)
+    #[arg(long, value_enum, default_value = "vision", requires = "checkpoint")]
+    tower: Tower,
+    /// A checkpoint's precisions: `fp8` (FP8 weights and GEMM inputs with
+    /// calibrated scales, the default fixture's layout) or `f16` (every
+    /// weight F16, no FP8 cast: twice the weight bytes, for zero-shot
+    /// probabilities to transformers' accuracy)
+    #[arg(long, value_enum, default_value = "fp8", requires = "checkpoint")]
+    precision: PrecisionChoice,
     /// Calibration images for a checkpoint's FP8 activation scales
     /// (default: four built-in synthetic images).
     #[arg(long, value_name = "IMAGE", num_args = 1.., requires = "checkpoint")]
     calibrate: Vec<PathBuf>,
+    /// Calibration texts for the text tower's FP8 activation scales
+    /// (repeatable; default: eight built-in captions).
+    #[arg(long, value_name = "TEXT", requires = "checkpoint")]
+    calibrate_text: Vec<String>,
     /// With `--checkpoint`: draw the weights at random with realistic
     /// spread from this seed instead of reading them (the directory needs
     /// only config.json); for checking that a configuration fits.
@@ -147,6 +164,24 @@ impl Attention {
             Attention::Amp => AttentionUnit::Amp,
         }
     }
+}
+
+/// A checkpoint's tower.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tower {
+    /// The vision tower: images to embeddings.
+    Vision,
+    /// The text tower: texts to embeddings.
+    Text,
+}
+
+/// A checkpoint package's precisions.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrecisionChoice {
+    /// FP8 weights and GEMM inputs, calibrated.
+    Fp8,
+    /// Every weight F16, no FP8 cast.
+    F16,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, String> {
@@ -374,11 +409,48 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
     let template = parse_fixture(SIGLIP)
         .map_err(|e| format!("the embedded fixture: {e}"))
         .and_then(|g| PrecisionPolicy::from_graph(&g).map_err(|e| e.to_string()))?;
-    let import = ImportConfig {
+    if args.tower == Tower::Text {
+        if !args.calibrate.is_empty() {
+            eprintln!(
+                "error: --calibrate takes images, for the vision tower; give the text tower --calibrate-text"
+            );
+            return Ok(ExitCode::from(2));
+        }
+        return build_text(args, dir, target, text_template(template), start);
+    }
+    if !args.calibrate_text.is_empty() {
+        eprintln!(
+            "error: --calibrate-text is for --tower text; give the vision tower --calibrate images"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let mut import = ImportConfig {
         batch,
         policy: template.clone(),
         name: None,
     };
+    let template = match args.precision {
+        PrecisionChoice::Fp8 => template,
+        PrecisionChoice::F16 => {
+            let graph = match read_config(dir) {
+                Ok(config) => build_graph(
+                    &config,
+                    &GraphOptions {
+                        name: "template".to_owned(),
+                        batch: 1,
+                        policy: template.clone(),
+                    },
+                )
+                .map_err(|e| e.to_string())?,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            template.all_f16(&graph)
+        }
+    };
+    import.policy = template.clone();
     let imported = match args.random_weights {
         Some(seed) => random_checkpoint(dir, &import, seed),
         None => import_checkpoint(dir, &import),
@@ -424,6 +496,109 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
         }
         Err(e) => return Err(e.to_string()),
     };
+    package
+        .write(&args.out)
+        .map_err(|e| format!("writing the package: {e}"))?;
+    summarise(&package, &args.out, graph.name(), start);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `build-package --checkpoint DIR --tower text`: import the text tower,
+/// calibrate on the calibration texts, build, write.
+fn build_text(
+    args: &Args,
+    dir: &Path,
+    target: Target,
+    template: PrecisionPolicy,
+    start: Instant,
+) -> Result<ExitCode, String> {
+    let batch = args.batch.unwrap_or(1);
+    let mut import = ImportConfig {
+        batch,
+        policy: template.clone(),
+        name: None,
+    };
+    let imported = match args.random_weights {
+        Some(seed) => random_text_checkpoint(dir, &import, seed),
+        None => import_text_checkpoint(dir, &import),
+    };
+    let mut checkpoint = match imported {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let template = match args.precision {
+        PrecisionChoice::Fp8 => template,
+        PrecisionChoice::F16 => {
+            let policy = template.all_f16(checkpoint.graph());
+            import.policy = policy.clone();
+            checkpoint = match args.random_weights {
+                Some(seed) => random_text_checkpoint(dir, &import, seed),
+                None => import_text_checkpoint(dir, &import),
+            }
+            .map_err(|e| e.to_string())?;
+            policy
+        }
+    };
+    let name = checkpoint.graph().name().to_owned();
+    let options = CalibrationOptions::new(template);
+    let inputs = match checkpoint.calibration_inputs(&args.calibrate_text) {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            eprintln!("error: calibration text: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let calibrated = Instant::now();
+    let calibration = calibrate_inputs(&checkpoint, inputs.clone(), &options)
+        .map_err(|e| format!("calibration: {e}"))?;
+    tracing::info!(
+        inputs = inputs.len(),
+        elapsed_ms = calibrated.elapsed().as_millis() as u64,
+        "calibrated FP8 scales"
+    );
+    if !report_calibration(calibration.report(), args.strict) {
+        return Ok(ExitCode::FAILURE);
+    }
+    let tiles = args.tiles.unwrap_or(target.tile_count());
+    let mut stages = Stages::builtin(Box::new(kernel_cache(args.kernel_cache.as_deref())?));
+    set_alloc_effort(&mut stages, args.alloc_effort);
+    let config = BuildConfig {
+        target,
+        tiles: Some(tiles),
+        ..BuildConfig::default()
+    };
+    let built = package_text(
+        &checkpoint,
+        calibration,
+        &inputs,
+        &options,
+        &config,
+        &stages,
+    );
+    let CheckpointPackage { package, graph, .. } = match built {
+        Ok(built) => built,
+        Err(e @ PackageError::Build { .. }) => {
+            eprintln!("error: {e}");
+            eprintln!(
+                "result=does-not-fit-or-failed model={name} tiles={tiles} elapsed_ms={}",
+                start.elapsed().as_millis()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    if checkpoint.tokenizer().is_none() {
+        tracing::warn!("the checkpoint has no tokenizer; the package runs on token ids only");
+    }
+    if checkpoint.logits().is_none() {
+        tracing::warn!(
+            "the checkpoint has no logit_scale and logit_bias (a text-only model); \
+             the package gives embeddings but no zero-shot scores"
+        );
+    }
     package
         .write(&args.out)
         .map_err(|e| format!("writing the package: {e}"))?;

@@ -40,6 +40,7 @@ mod record_phases;
 mod report;
 mod run_package;
 mod throughput;
+mod zero_shot;
 
 /// The project's tasks: build, run, inspect and measure IPU21 packages,
 /// and run what CI runs.
@@ -67,6 +68,9 @@ enum Task {
     RunPackage(run_package::Args),
     /// Print a package's manifest summary and validate it
     InspectPackage(run_package::InspectArgs),
+    /// SigLIP zero-shot scores: run a vision and a text package on the
+    /// tile model and print every (image, label) probability
+    ZeroShot(zero_shot::Args),
     /// Time the tile model and the reference on SigLIP so400m b2 on the
     /// IPU21 (a benchmark: build with --release)
     BenchSim(bench_sim::Args),
@@ -111,6 +115,7 @@ impl Task {
             Task::BuildPackage(args) => build_package::run(&args),
             Task::RunPackage(args) => run_package::run(&args),
             Task::InspectPackage(args) => run_package::inspect(&args.package),
+            Task::ZeroShot(args) => zero_shot::run(&args),
             Task::BenchSim(args) => bench_sim::run(&args),
             Task::Profile(args) => profile::run(&args),
             Task::Throughput(args) => throughput::run(&args),

@@ -42,6 +42,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ipu_frontend::PackagedModel;
+use ipu_frontend::siglip::text::Truncation;
 use ipu_package::TensorKind;
 use ipu_package::graph::{Graph, ValueSet, parse_fixture, safetensors, values};
 use ipu_package::package::{Package, PackageIoError};
@@ -83,6 +84,14 @@ pub struct Args {
     /// checkpoint)
     #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
     image: Vec<PathBuf>,
+    /// A text for one batch row of a SigLIP text package, tokenized as its
+    /// checkpoint's tokenizer does (repeatable: one per row)
+    #[arg(long, value_name = "TEXT", conflicts_with_all = ["inputs", "image"])]
+    text: Vec<String>,
+    /// Cut a text longer than the model's sequence to its first tokens and
+    /// the end token (as transformers' truncation=True) instead of refusing it
+    #[arg(long, requires = "text")]
+    truncate: bool,
     /// The inputs: `seed` (generated from --seed; a checkpoint package
     /// runs on built-in synthetic images) or a safetensors FILE holding
     /// every graph input
@@ -119,7 +128,13 @@ struct RunArgs {
 /// What the options ask for: where the inputs come from and whether the
 /// reference runs.
 fn run_args(args: &Args) -> Result<RunArgs, String> {
+    let truncation = if args.truncate {
+        Truncation::Truncate
+    } else {
+        Truncation::Refuse
+    };
     let inputs = match (&args.inputs, args.image.is_empty()) {
+        _ if !args.text.is_empty() => Inputs::Texts(args.text.clone(), truncation),
         (_, false) => Inputs::Images(args.image.clone()),
         (Some(f), true) if f.as_os_str() != "seed" => Inputs::File(f.clone()),
         _ => Inputs::Seed,
@@ -135,7 +150,8 @@ fn run_args(args: &Args) -> Result<RunArgs, String> {
     }
     // Images in, embeddings out: the reference runs when asked. A plain
     // run (seeded or file inputs, nothing written) is a check against it.
-    let reference = args.reference || (out.is_none() && !matches!(inputs, Inputs::Images(_)));
+    let reference = args.reference
+        || (out.is_none() && !matches!(inputs, Inputs::Images(_) | Inputs::Texts(..)));
     Ok(RunArgs {
         seed: args.seed,
         inputs,
@@ -261,6 +277,9 @@ pub enum Inputs {
     /// Images, one per batch row, preprocessed as a checkpoint package's
     /// `model.json` says.
     Images(Vec<PathBuf>),
+    /// Texts, one per batch row, tokenized as a text package's
+    /// `model.json` says.
+    Texts(Vec<String>, Truncation),
 }
 
 /// A package run on the tile model and compared with the reference.
@@ -335,6 +354,17 @@ pub fn prepare(package: &Package, seed: u64, inputs: &Inputs) -> Result<(Graph, 
                 }
             }
         }
+        Inputs::Texts(texts, truncation) => {
+            let model = model.ok_or(
+                "--text needs a package built from a checkpoint's text tower \
+                 (build-package --checkpoint DIR --tower text)",
+            )?;
+            values.extend(
+                model
+                    .text_values(&graph, texts, *truncation)
+                    .map_err(|e| error_chain(&e))?,
+            );
+        }
         Inputs::Images(images) => {
             let model = model.ok_or(
                 "--image needs a package built from a checkpoint (build-package --checkpoint); \
@@ -390,6 +420,43 @@ fn input_names(graph: &Graph) -> String {
         .map(|&id| format!("`{}`", graph.tensor(id).name()))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Reads the package at `dir` and runs it on the tile model with the
+/// per-op check on `inputs`: its graph, the device's outputs and the
+/// front end's model (`zero-shot` runs both towers' packages so).
+pub(crate) fn run_checked(
+    dir: &Path,
+    inputs: &Inputs,
+) -> Result<(Graph, ValueSet, Option<PackagedModel>), String> {
+    let package = read_dir(dir).map_err(|f| f.message(dir))?;
+    let (_, model) = graph_of(&package)?;
+    let (graph, values) = {
+        let _shown = progress::activity("preparing inputs and weights");
+        prepare(&package, 0, inputs)?
+    };
+    let (device, stats) = {
+        let (config, _shown) = run_config();
+        ipu_sim::tiles::run_package_with(&package, &graph, &values, &config)
+            .map_err(|e| format!("running {}: {}", dir.display(), error_chain(&e)))?
+    };
+    eprintln!("{}: {}", dir.display(), profile(&stats));
+    Ok((graph, device, model))
+}
+
+/// Writes F32 tensors to `out` through a temporary file beside it, so
+/// `out` is whole or untouched.
+pub(crate) fn write_tensors(out: &Path, tensors: &[(&str, &[u64], &[f32])]) -> Result<(), String> {
+    let bytes = safetensors::write_f32(tensors).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut tmp = out.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, &bytes)
+        .and_then(|()| std::fs::rename(&tmp, out))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("writing {}: {e}", out.display())
+        })
 }
 
 /// Runs `package` (read from `dir`) on the tile model and the reference

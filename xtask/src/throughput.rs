@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::build_package::{BuildFailure, FixtureBuild, build_unwritten};
+use crate::build_package::{Attention, BuildFailure, FixtureBuild, build_unwritten};
 
 /// Options of `throughput`.
 #[derive(clap::Args, Debug)]
@@ -51,6 +51,9 @@ pub struct Args {
     /// `build-package --alloc-effort`).
     #[arg(long, value_name = "NODES")]
     alloc_effort: Option<u64>,
+    /// Where attention's products run (as `build-package --attention`).
+    #[arg(long, value_enum, default_value_t = Attention::Auto)]
+    attention: Attention,
 }
 
 /// One batch's outcome.
@@ -133,6 +136,7 @@ fn build(args: &Args, batch: u64) -> Result<Outcome, String> {
         out: PathBuf::new(),
         write_phases: None,
         alloc_effort: args.alloc_effort,
+        attention: args.attention.unit(),
     };
     match build_unwritten(&request) {
         Ok((built, _, _)) => {

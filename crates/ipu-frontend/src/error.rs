@@ -128,7 +128,7 @@ pub enum ImportError {
     /// describes (nor of the text tower, which is ignored).
     #[error(
         "checkpoint tensor `{name}` (shape {shape:?}, in `{file}`) is not part of the SigLIP \
-         vision tower config.json describes{}",
+         {tower} tower config.json describes{}",
         if *head_disabled { " (config.json sets vision_use_head = false)" } else { "" }
     )]
     UnexpectedTensor {
@@ -140,6 +140,8 @@ pub enum ImportError {
         file: PathBuf,
         /// Whether it is a head tensor while the config has no head.
         head_disabled: bool,
+        /// The tower imported (`vision` or `text`).
+        tower: &'static str,
     },
     /// A tensor is stored in a dtype the importer does not read.
     #[error("checkpoint tensor `{name}` is stored as {dtype}; only F32, F16 and BF16 are read")]
@@ -148,6 +150,22 @@ pub enum ImportError {
         name: String,
         /// Its dtype.
         dtype: String,
+    },
+    /// The checkpoint's tokenizer cannot be used.
+    #[error(transparent)]
+    Tokenizer {
+        /// Why.
+        #[from]
+        source: crate::siglip::text::TokenizerError,
+    },
+    /// The checkpoint's contrastive parameters cannot be read.
+    #[error(
+        "checkpoint tensor `{name}` is missing or not one number; a full SiglipModel stores \
+         logit_scale and logit_bias as [1]"
+    )]
+    LogitParameter {
+        /// The tensor.
+        name: &'static str,
     },
     /// The graph could not be built for this config, batch and policy.
     #[error("cannot build the graph: {source}")]
@@ -168,6 +186,32 @@ pub enum ImportError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ImageError {
+    /// The package's model takes another kind of input.
+    #[error("{given} were given, but this package's model takes {takes}")]
+    Kind {
+        /// What was given.
+        given: &'static str,
+        /// What the model takes.
+        takes: &'static str,
+    },
+    /// The number of texts is not the graph's batch.
+    #[error(
+        "{found} texts were given but the graph's batch is {batch}; give one text per batch row \
+         (build the package with --batch {found})"
+    )]
+    TextCount {
+        /// The graph's batch.
+        batch: u64,
+        /// Texts given.
+        found: usize,
+    },
+    /// A text cannot become token ids.
+    #[error(transparent)]
+    Tokenize {
+        /// Why.
+        #[from]
+        source: crate::siglip::text::TokenizeError,
+    },
     /// The number of images is not the graph's batch.
     #[error(
         "{found} images were given but the graph's batch is {batch}; give one image per batch row"

@@ -47,7 +47,7 @@ use ipu_package::package::ModelDescription;
 pub use error::{ImageError, ImportError};
 
 /// The model families this crate reads, by their `model.json` names.
-pub const FAMILIES: &[&str] = &[siglip::FAMILY];
+pub const FAMILIES: &[&str] = &[siglip::FAMILY, siglip::text::TEXT_FAMILY];
 
 /// A packaged model of one of the families: what a run of its package
 /// needs of the front end.
@@ -55,7 +55,9 @@ pub const FAMILIES: &[&str] = &[siglip::FAMILY];
 #[non_exhaustive]
 pub enum PackagedModel {
     /// SigLIP's vision tower.
-    Siglip(siglip::PackagedModel),
+    Siglip(Box<siglip::PackagedModel>),
+    /// SigLIP's text tower.
+    SiglipText(Box<siglip::text::PackagedText>),
 }
 
 /// Why a package's `model.json` cannot be used.
@@ -71,6 +73,9 @@ pub enum DescriptionError {
     /// The SigLIP front end refuses the description.
     #[error(transparent)]
     Siglip(siglip::PackagedError),
+    /// The SigLIP text front end refuses the description.
+    #[error(transparent)]
+    SiglipText(siglip::text::TextPackagedError),
 }
 
 impl PackagedModel {
@@ -82,8 +87,13 @@ impl PackagedModel {
     ) -> Result<Self, DescriptionError> {
         match description.family.as_str() {
             siglip::FAMILY => siglip::PackagedModel::from_description(description, graph)
-                .map(Self::Siglip)
+                .map(|m| Self::Siglip(Box::new(m)))
                 .map_err(DescriptionError::Siglip),
+            siglip::text::TEXT_FAMILY => {
+                siglip::text::PackagedText::from_description(description, graph)
+                    .map(|m| Self::SiglipText(Box::new(m)))
+                    .map_err(DescriptionError::SiglipText)
+            }
             other => Err(DescriptionError::Family {
                 found: other.to_owned(),
             }),
@@ -99,6 +109,44 @@ impl PackagedModel {
     ) -> Result<ValueSet, ImageError> {
         match self {
             Self::Siglip(model) => model.input_values(graph, images),
+            Self::SiglipText(_) => Err(ImageError::Kind {
+                given: "images",
+                takes: "texts (--text)",
+            }),
+        }
+    }
+
+    /// The model's family, as `model.json` names it.
+    pub fn family(&self) -> &'static str {
+        match self {
+            Self::Siglip(_) => siglip::FAMILY,
+            Self::SiglipText(_) => siglip::text::TEXT_FAMILY,
+        }
+    }
+
+    /// SigLIP's `logit_scale` and `logit_bias`, which a text package of a
+    /// full checkpoint records.
+    pub fn logits(&self) -> Option<siglip::text::LogitParams> {
+        match self {
+            Self::SiglipText(model) => model.logits(),
+            Self::Siglip(_) => None,
+        }
+    }
+
+    /// The inputs of `graph` (the package's) for `texts`, one per batch
+    /// row, tokenized as the description says.
+    pub fn text_values(
+        &self,
+        graph: &Graph,
+        texts: &[String],
+        truncation: siglip::text::Truncation,
+    ) -> Result<ValueSet, ImageError> {
+        match self {
+            Self::SiglipText(model) => model.text_values(graph, texts, truncation),
+            Self::Siglip(_) => Err(ImageError::Kind {
+                given: "texts",
+                takes: "images (--image)",
+            }),
         }
     }
 
@@ -113,6 +161,7 @@ impl PackagedModel {
     ) -> Result<ValueSet, ImageError> {
         match self {
             Self::Siglip(model) => model.synthetic_input_values(graph, first),
+            Self::SiglipText(model) => model.synthetic_text_values(graph, first),
         }
     }
 }

@@ -305,6 +305,32 @@ pub enum Codelet {
         /// How many.
         bytes: u32,
     },
+    /// Rows of a table shard picked by index: for each of the `rows`
+    /// indices (F32 whole numbers, contiguous), output row `r` (`cols`
+    /// elements, rows `cols` apart) is the table shard's row
+    /// `indices[r] − first_row` when that is one of its `table_rows` rows
+    /// (`cols` elements each, contiguous), else zeros; each element is
+    /// rounded once to the output's precision. An index that is not a
+    /// whole number in `0..total_rows` (the whole table's rows) faults the
+    /// tile.
+    Gather {
+        /// The table shard, `[table_rows, cols]`.
+        table: Operand,
+        /// The row numbers, `[rows]`, F32.
+        indices: Operand,
+        /// The picked rows, `[rows, cols]`.
+        output: Operand,
+        /// Indices, and output rows.
+        rows: u32,
+        /// Rows of the table shard.
+        table_rows: u32,
+        /// The table row the shard's first row is.
+        first_row: u32,
+        /// Rows of the whole table.
+        total_rows: u32,
+        /// Elements per row (the shard's padded width).
+        cols: u32,
+    },
 }
 
 /// What a step does for the operation it belongs to.
@@ -345,6 +371,10 @@ pub enum StepRole {
     EndOfRepeat,
     /// The program's outputs brought into their row layouts.
     Outputs,
+    /// Table rows picked by index (each tile its shard's rows, zeros for
+    /// the others; summed by a [`StepRole::Reduce`] step where the table's
+    /// rows are split over tiles).
+    Gather,
 }
 
 impl StepRole {
@@ -364,6 +394,7 @@ impl StepRole {
             StepRole::EnterRepeat => "enter",
             StepRole::EndOfRepeat => "end of",
             StepRole::Outputs => "outputs",
+            StepRole::Gather => "gather",
         }
     }
 }

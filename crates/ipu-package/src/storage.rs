@@ -208,6 +208,12 @@ pub fn codelet_buffers(c: &Codelet) -> SmallVec<[BufferId; 7]> {
         } => smallvec::smallvec![scores, probs, max, sum],
         Codelet::Transpose { input, output, .. } => smallvec::smallvec![input, output],
         Codelet::Zero { target, .. } => smallvec::smallvec![target],
+        Codelet::Gather {
+            table,
+            indices,
+            output,
+            ..
+        } => smallvec::smallvec![table, indices, output],
     };
     ops.into_iter().map(|o| o.buffer).collect()
 }

@@ -157,6 +157,12 @@ pub(crate) fn codelet_operands(c: &Codelet) -> Vec<(Operand, Access)> {
         } => vec![(scores, Read), (probs, Write), (max, Write), (sum, Write)],
         Codelet::Transpose { input, output, .. } => vec![(input, Read), (output, Write)],
         Codelet::Zero { target, .. } => vec![(target, Clear)],
+        Codelet::Gather {
+            table,
+            indices,
+            output,
+            ..
+        } => vec![(table, Read), (indices, Read), (output, Write)],
     }
 }
 
@@ -174,6 +180,7 @@ pub(crate) fn codelet_name(c: &Codelet) -> &'static str {
         Codelet::AttentionSoftmax { .. } => "attention_softmax",
         Codelet::Transpose { .. } => "transpose",
         Codelet::Zero { .. } => "zero",
+        Codelet::Gather { .. } => "gather",
     }
 }
 
@@ -215,6 +222,7 @@ pub(crate) fn codelet_work(c: &Codelet, kernel: Option<&GemmKernel>) -> u64 {
             out_rows, out_cols, ..
         } => product(&[out_rows, out_cols]),
         Codelet::Zero { bytes, .. } => product(&[bytes]),
+        Codelet::Gather { rows, cols, .. } => product(&[rows, cols]),
     }
 }
 
@@ -863,5 +871,102 @@ pub fn run_codelet_counted(
                 bytes: zeros.len() as u64,
             }))
         }
+        Codelet::Gather {
+            table,
+            indices,
+            output,
+            rows,
+            table_rows,
+            first_row,
+            total_rows,
+            cols,
+        } => {
+            let picked = gather(
+                m,
+                args,
+                GatherArgs {
+                    table,
+                    indices,
+                    output,
+                    rows,
+                    table_rows,
+                    first_row,
+                    total_rows,
+                    cols,
+                },
+            )?;
+            let lanes = lanes(m, &[table.buffer, output.buffer])?;
+            Ok(counted(Work::Gather {
+                rows: picked,
+                columns: u64::from(cols),
+                lanes,
+            }))
+        }
     }
+}
+
+/// The arguments of [`Codelet::Gather`].
+struct GatherArgs {
+    table: Operand,
+    indices: Operand,
+    output: Operand,
+    rows: u32,
+    table_rows: u32,
+    first_row: u32,
+    total_rows: u32,
+    cols: u32,
+}
+
+/// Runs a gather (see [`Codelet::Gather`]): every index must be a whole
+/// number below `total_rows` (else [`SimError::GatherIndex`]); returns the
+/// output rows written.
+fn gather(m: &mut impl CodeletMemory, args: &Args, g: GatherArgs) -> Result<u64, SimError> {
+    let (rows, cols) = (u64::from(g.rows), u64::from(g.cols));
+    if m.precision(args.tile, g.indices.buffer)? != Precision::F32 {
+        return Err(args.fail("indices precision (F32 row numbers)"));
+    }
+    let shard_end = u64::from(g.first_row) + u64::from(g.table_rows);
+    if shard_end > u64::from(g.total_rows) {
+        return Err(args.fail("table rows (past the table's end)"));
+    }
+    let n = args.mul("element count", rows, cols)?;
+    check_values(m, args, g.output, n)?;
+    check_values(
+        m,
+        args,
+        g.table,
+        args.mul("table elements", u64::from(g.table_rows), cols)?,
+    )?;
+    let index = read_values(m, args, g.indices, rows)?;
+    let table = read_values(
+        m,
+        args,
+        g.table,
+        args.mul("table elements", u64::from(g.table_rows), cols)?,
+    )?;
+    let c = args.usize("columns", cols)?;
+    let mut out = vec![0.0f32; args.usize("element count", n)?];
+    for (r, &x) in index.iter().enumerate() {
+        // A row number is a whole number in range; anything else (a
+        // fraction, a negative, NaN, a row past the table) faults.
+        let whole = x >= 0.0 && x.fract() == 0.0 && f64::from(x) < f64::from(g.total_rows);
+        if !whole {
+            return Err(SimError::GatherIndex {
+                tile: args.tile,
+                position: r as u64,
+                value: x,
+                rows: g.total_rows,
+            });
+        }
+        let row = x as u64;
+        if (u64::from(g.first_row)..shard_end).contains(&row) {
+            let local = (row - u64::from(g.first_row)) as usize;
+            let source = table.get(local * c..(local + 1) * c).unwrap_or(&[]);
+            if let Some(dest) = out.get_mut(r * c..(r + 1) * c) {
+                dest.copy_from_slice(source);
+            }
+        }
+    }
+    write_values(m, args, g.output, &out)?;
+    Ok(index.len() as u64)
 }

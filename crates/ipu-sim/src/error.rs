@@ -58,6 +58,23 @@ pub enum SimError {
         /// Which argument or derived size.
         what: &'static str,
     },
+    /// A gather index is not a row of its table: the input holds a token
+    /// id the model does not have (the device faults rather than read
+    /// another row).
+    #[error(
+        "{tile}: gather index {position} is {value}, not a row number of the {rows}-row table; \
+         every index must be a whole number in 0..{rows}"
+    )]
+    GatherIndex {
+        /// The tile.
+        tile: TileId,
+        /// The index's position in the index tensor.
+        position: u64,
+        /// Its value.
+        value: f32,
+        /// Rows of the table.
+        rows: u32,
+    },
     /// A value the run needs was not supplied.
     #[error("no values for {tensor}; supply every input and weight")]
     MissingValues {

@@ -33,6 +33,9 @@
 //!   row.
 //! - `cast_fp8`: the input value rounded to the output's FP8 precision.
 //! - `reshape`, `transpose`, `slice`, `broadcast`: exact data movement.
+//! - `gather`: row `indices[i]` of the table for every index, each
+//!   element rounded once; an index that is not a whole number below the
+//!   table's rows is an error ([`ReferenceError::GatherIndex`]).
 //!
 //! Computed tensors are dropped after their last reader, so memory stays
 //! near the largest live set; outputs (or, with [`Keep::All`], every
@@ -128,6 +131,21 @@ pub enum ReferenceError {
         op: OpId,
         /// How many ops the graph has.
         op_count: usize,
+    },
+    /// A gather index is not a row of its table.
+    #[error(
+        "{op}: gather index {position} is {value}, not a row number of the {rows}-row table; \
+         every index must be a whole number in 0..{rows}"
+    )]
+    GatherIndex {
+        /// The gather.
+        op: OpId,
+        /// The index's position in the index tensor.
+        position: usize,
+        /// Its value, as printed.
+        value: String,
+        /// Rows of the table.
+        rows: u64,
     },
     /// An operand was gone when an op needed it: a bug in the evaluator.
     #[error("bug in the reference evaluator: {op} found no values for {tensor}")]
@@ -371,6 +389,17 @@ fn compute<'v>(
         ),
         Op::Broadcast { input, .. } => {
             kernels::broadcast(get(*input)?, shape(*input), out_tensor.extents())
+        }
+        Op::Gather { table, indices, .. } => {
+            let (rows, d) = (shape(*table)[0], shape(*table)[1]);
+            kernels::gather(get(*table)?, get(*indices)?, rows, d as usize).map_err(
+                |(position, value)| ReferenceError::GatherIndex {
+                    op: id,
+                    position,
+                    value: value.to_string(),
+                    rows,
+                },
+            )?
         }
     };
     let q = out_tensor.precision().codec();

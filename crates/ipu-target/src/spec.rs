@@ -251,6 +251,12 @@ pub struct VectorSpec {
     pub transpose_block_instructions: u32,
     /// Bytes one copy or clear instruction moves.
     pub copy_bytes_per_instruction: u32,
+    /// A gather, per index: read it, test it against the shard's rows and
+    /// choose the source row (the table's, or zeros).
+    pub gather_row_instructions: u32,
+    /// A gather, per vector of a picked row: load, convert to the output
+    /// precision, store.
+    pub gather_instructions_per_vector: u32,
 }
 
 /// The sync of all tiles that ends every compute step and exchange phase.

@@ -211,34 +211,67 @@ fn group_of(graph: &Graph, name: &str) -> Option<&'static str> {
         Op::Gemm { bias: Some(b), .. } if *b == id => Some("bias"),
         Op::LayerNorm { scale, bias, .. } if *scale == id || *bias == id => Some("layer_norm"),
         Op::Add { left, right, .. } if *left == id || *right == id => Some("position"),
+        Op::Gather { table, .. } if *table == id => Some("token"),
         _ => None,
     })
 }
 
-/// One calibration input: its label and `patches` at batch 1.
-struct Input {
-    label: String,
-    patches: Vec<f32>,
+/// What calibration needs of a tower (the vision tower's [`Checkpoint`],
+/// the text tower's [`TextCheckpoint`](crate::siglip::text::TextCheckpoint)):
+/// its graph under a policy at batch 1, the weights of such a graph, and
+/// the name of the graph's one input.
+pub trait Calibrated {
+    /// The tower's graph at batch 1 with `policy`'s precisions.
+    fn calibration_graph(&self, policy: &PrecisionPolicy) -> Result<Graph, BuildError>;
+    /// Every weight of `graph` (a graph of this tower), f32 as stored.
+    fn weights_for(&self, graph: &Graph) -> Result<ValueSet, ImportError>;
+    /// The graph's input that calibration inputs fill.
+    fn input_name(&self) -> &'static str;
 }
 
-/// What the calibration graphs share: the checkpoint and the inputs.
-struct Runner<'a> {
-    checkpoint: &'a Checkpoint,
-    inputs: Vec<Input>,
-    softmax: SoftmaxPrecision,
-}
-
-impl Runner<'_> {
-    fn graph(&self, policy: &PrecisionPolicy) -> Result<Graph, CalibrationError> {
+impl Calibrated for Checkpoint {
+    fn calibration_graph(&self, policy: &PrecisionPolicy) -> Result<Graph, BuildError> {
         build_graph(
-            self.checkpoint.config(),
+            self.config(),
             &GraphOptions {
                 name: "calibration".to_owned(),
                 batch: 1,
                 policy: policy.clone(),
             },
         )
-        .map_err(|source| CalibrationError::Build { source })
+    }
+
+    fn weights_for(&self, graph: &Graph) -> Result<ValueSet, ImportError> {
+        Checkpoint::weights_for(self, graph)
+    }
+
+    fn input_name(&self) -> &'static str {
+        PATCHES
+    }
+}
+
+/// One calibration input: its label and the graph input's values at
+/// batch 1.
+#[derive(Clone, Debug)]
+pub struct Input {
+    /// What it is called in the report.
+    pub label: String,
+    /// The values of the tower's input.
+    pub values: Vec<f32>,
+}
+
+/// What the calibration graphs share: the tower and the inputs.
+struct Runner<'a> {
+    model: &'a dyn Calibrated,
+    inputs: Vec<Input>,
+    softmax: SoftmaxPrecision,
+}
+
+impl Runner<'_> {
+    fn graph(&self, policy: &PrecisionPolicy) -> Result<Graph, CalibrationError> {
+        self.model
+            .calibration_graph(policy)
+            .map_err(|source| CalibrationError::Build { source })
     }
 
     /// Evaluates `graph` on every input, handing each result (with the
@@ -253,13 +286,14 @@ impl Runner<'_> {
         // One value set for every input: only `patches` changes, so the
         // weights (1.7 GB of f32 for so400m) are not copied per input.
         let mut values = self
-            .checkpoint
+            .model
             .weights_for(graph)
             .map_err(|source| CalibrationError::Weights { source })?;
+        let input = self.model.input_name();
         let patches = graph
-            .tensor_by_name(PATCHES)
+            .tensor_by_name(input)
             .ok_or(CalibrationError::Missing {
-                tensor: PATCHES.to_owned(),
+                tensor: input.to_owned(),
                 what,
             })?;
         let config = ReferenceConfig {
@@ -267,7 +301,7 @@ impl Runner<'_> {
             ..ReferenceConfig::default()
         };
         for (i, input) in self.inputs.iter().enumerate() {
-            values.insert(patches, input.patches.clone());
+            values.insert(patches, input.values.clone());
             let out = evaluate_with(graph, &values, &config).map_err(|source| {
                 CalibrationError::Evaluate {
                     what,
@@ -326,7 +360,10 @@ fn inputs(
         let mut patches = Vec::new();
         patchify(checkpoint.config(), &pixels, &mut patches)
             .map_err(|source| CalibrationError::Image { source })?;
-        out.push(Input { label, patches });
+        out.push(Input {
+            label,
+            values: patches,
+        });
         Ok(())
     };
     match inputs {
@@ -369,14 +406,27 @@ pub fn calibrate(
     checkpoint: &Checkpoint,
     options: &CalibrationOptions,
 ) -> Result<Calibration, CalibrationError> {
+    calibrate_inputs(checkpoint, inputs(checkpoint, &options.inputs)?, options)
+}
+
+/// [`calibrate`] for any tower, on inputs already made (`options.inputs`
+/// is not read).
+pub fn calibrate_inputs(
+    model: &dyn Calibrated,
+    inputs: Vec<Input>,
+    options: &CalibrationOptions,
+) -> Result<Calibration, CalibrationError> {
+    if inputs.is_empty() {
+        return Err(CalibrationError::NoInputs);
+    }
     let runner = Runner {
-        checkpoint,
-        inputs: inputs(checkpoint, &options.inputs)?,
+        model,
+        inputs,
         softmax: options.template.softmax(),
     };
     let template = runner.graph(&options.template)?;
     let roles = Roles::of(&template);
-    let weights = checkpoint
+    let weights = model
         .weights_for(&template)
         .map_err(|source| CalibrationError::Weights { source })?;
     let weight_stats = weight_scales(&template, &weights, &roles)?;

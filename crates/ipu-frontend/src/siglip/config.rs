@@ -155,6 +155,17 @@ pub enum ConfigError {
         /// The value found.
         eps: f64,
     },
+    /// The config describes no such tower.
+    #[error(
+        "it describes no {tower} tower (no `{field}`); build the tower the checkpoint holds \
+         (--tower vision or --tower text)"
+    )]
+    MissingTower {
+        /// The tower asked for.
+        tower: &'static str,
+        /// The field that would describe it.
+        field: &'static str,
+    },
     /// The sizes overflow or the graph would be too large to build.
     #[error("the model is too large to build: {what}")]
     TooLarge {
@@ -263,6 +274,12 @@ impl VisionConfig {
                 .unwrap_or_else(|| serde_json::Value::Object(serde_json::Map::new())),
             None if value.get("vision_config").is_some() => value["vision_config"].clone(),
             Some("siglip_vision_model") | None => value,
+            Some("siglip_text_model") => {
+                return Err(ConfigError::MissingTower {
+                    tower: "vision",
+                    field: "vision_config",
+                });
+            }
             Some(other) => {
                 return Err(ConfigError::ModelType {
                     model_type: other.to_owned(),

@@ -111,7 +111,7 @@ pub fn build_graph(config: &VisionConfig, options: &GraphOptions) -> Result<Grap
         hidden: config.hidden(),
     };
     let x0 = b.embed(config)?;
-    let last = b.encoder(config, x0)?;
+    let last = b.encoder(&EncoderShape::of(config), x0)?;
     let post_g = b.weight("post.g", vec![config.hidden()])?;
     let post_b = b.weight("post.b", vec![config.hidden()])?;
     let last_hidden = b.tensor("last_hidden", b.rows(config.hidden()), TensorKind::Output)?;
@@ -130,17 +130,43 @@ pub fn build_graph(config: &VisionConfig, options: &GraphOptions) -> Result<Grap
     })
 }
 
-struct Builder<'a> {
-    g: GraphBuilder,
-    policy: &'a PrecisionPolicy,
-    batch: u64,
-    tokens: u64,
-    hidden: u64,
+/// What the encoder layers of a tower need of its config.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct EncoderShape {
+    /// Width of the MLP's hidden layer.
+    pub intermediate: u64,
+    /// Encoder layers.
+    pub layers: u32,
+    /// Attention heads.
+    pub heads: u32,
+    /// The LayerNorm epsilon.
+    pub eps: f32,
+}
+
+impl EncoderShape {
+    fn of(config: &VisionConfig) -> Self {
+        Self {
+            intermediate: config.intermediate(),
+            layers: config.layers(),
+            heads: config.heads(),
+            eps: config.layer_norm_eps(),
+        }
+    }
+}
+
+/// The graph under construction, with what every tower's part of it
+/// shares: the policy and the `[batch, tokens, hidden]` rows.
+pub(crate) struct Builder<'a> {
+    pub(crate) g: GraphBuilder,
+    pub(crate) policy: &'a PrecisionPolicy,
+    pub(crate) batch: u64,
+    pub(crate) tokens: u64,
+    pub(crate) hidden: u64,
 }
 
 impl Builder<'_> {
     /// `[batch, tokens, width]`.
-    fn rows(&self, width: u64) -> Vec<u64> {
+    pub(crate) fn rows(&self, width: u64) -> Vec<u64> {
         vec![self.batch, self.tokens, width]
     }
 
@@ -149,7 +175,7 @@ impl Builder<'_> {
         vec![self.batch, 1, width]
     }
 
-    fn precision(&self, name: &str) -> Result<Precision, BuildError> {
+    pub(crate) fn precision(&self, name: &str) -> Result<Precision, BuildError> {
         self.policy
             .precision(name)
             .ok_or_else(|| BuildError::NoPrecision {
@@ -158,7 +184,7 @@ impl Builder<'_> {
     }
 
     /// A tensor in the policy's precision.
-    fn tensor(
+    pub(crate) fn tensor(
         &mut self,
         name: &str,
         shape: Vec<u64>,
@@ -168,22 +194,30 @@ impl Builder<'_> {
         Ok(self.g.tensor(name, shape.as_slice(), precision, kind))
     }
 
-    fn weight(&mut self, name: &str, shape: Vec<u64>) -> Result<TensorId, BuildError> {
+    pub(crate) fn weight(&mut self, name: &str, shape: Vec<u64>) -> Result<TensorId, BuildError> {
         self.tensor(name, shape, TensorKind::Weight)
     }
 
-    fn activation(&mut self, name: &str, shape: Vec<u64>) -> Result<TensorId, BuildError> {
+    pub(crate) fn activation(
+        &mut self,
+        name: &str,
+        shape: Vec<u64>,
+    ) -> Result<TensorId, BuildError> {
         self.tensor(name, shape, TensorKind::Activation)
     }
 
     /// A tensor that must have `precision` (a view of another tensor).
-    fn view(&mut self, name: &str, shape: Vec<u64>, precision: Precision) -> TensorId {
+    pub(crate) fn view(&mut self, name: &str, shape: Vec<u64>, precision: Precision) -> TensorId {
         self.g
             .tensor(name, shape.as_slice(), precision, TensorKind::Activation)
     }
 
     /// The FP8 cast tensor `name`, if the policy has one.
-    fn cast(&mut self, name: &str, shape: Vec<u64>) -> Result<Option<TensorId>, BuildError> {
+    pub(crate) fn cast(
+        &mut self,
+        name: &str,
+        shape: Vec<u64>,
+    ) -> Result<Option<TensorId>, BuildError> {
         match self.policy.precision(name) {
             None => Ok(None),
             Some(precision) if precision.is_fp8() => Ok(Some(self.g.tensor(
@@ -201,7 +235,7 @@ impl Builder<'_> {
 
     /// Casts `input` into `cast` if there is one; the GEMM then reads the
     /// cast, else `input` itself.
-    fn cast_op(&mut self, input: TensorId, cast: Option<TensorId>) -> TensorId {
+    pub(crate) fn cast_op(&mut self, input: TensorId, cast: Option<TensorId>) -> TensorId {
         match cast {
             Some(output) => {
                 self.g.op(Op::CastFp8 { input, output });
@@ -211,7 +245,13 @@ impl Builder<'_> {
         }
     }
 
-    fn gemm(&mut self, left: TensorId, right: TensorId, bias: TensorId, output: TensorId) {
+    pub(crate) fn gemm(
+        &mut self,
+        left: TensorId,
+        right: TensorId,
+        bias: TensorId,
+        output: TensorId,
+    ) {
         self.g.op(Op::Gemm {
             left,
             right,
@@ -240,13 +280,17 @@ impl Builder<'_> {
     }
 
     /// The encoder layers as one repeat; returns the last hidden state.
-    fn encoder(&mut self, config: &VisionConfig, x0: TensorId) -> Result<TensorId, BuildError> {
-        let (h, m, eps) = (self.hidden, config.intermediate(), config.layer_norm_eps());
+    pub(crate) fn encoder(
+        &mut self,
+        config: &EncoderShape,
+        x0: TensorId,
+    ) -> Result<TensorId, BuildError> {
+        let (h, m, eps) = (self.hidden, config.intermediate, config.eps);
         let first_op = self.g.next_op();
         let first_tensor = self.g.next_tensor();
         let mut x = x0;
         let mut per_iteration = (0, 0);
-        for i in 0..config.layers() {
+        for i in 0..config.layers {
             let start = (self.g.next_op(), self.g.next_tensor());
             let n = |suffix: &str| format!("enc{i}.{suffix}");
             let ln1_g = self.weight(&n("ln1.g"), vec![h])?;
@@ -301,7 +345,7 @@ impl Builder<'_> {
                 q,
                 k,
                 v,
-                heads: config.heads(),
+                heads: config.heads,
                 softmax: self.policy.softmax(),
                 output: attn,
             });
@@ -342,7 +386,7 @@ impl Builder<'_> {
         self.g.repeat(
             Repeat::new(
                 "encoder",
-                config.layers(),
+                config.layers,
                 first_op,
                 ops,
                 first_tensor,

@@ -38,16 +38,20 @@ mod policy;
 mod processor;
 mod random;
 pub mod report;
+pub mod text;
 mod weights;
+pub mod zero_shot;
 
 use std::path::Path;
 
 pub use calibrate::{
-    Calibration, CalibrationError, CalibrationInputs, CalibrationOptions, F16Groups, calibrate,
+    Calibrated, Calibration, CalibrationError, CalibrationInputs, CalibrationOptions, F16Groups,
+    Input, calibrate, calibrate_inputs,
 };
 pub use config::{ConfigError, MAX_IMAGE_SIDE, VisionConfig, VisionParams};
 pub use graph::{BuildError, GraphOptions, build_graph};
 pub use package::{CheckpointPackage, PackageError, package_checkpoint};
+pub(crate) use packaged::first_difference;
 pub use packaged::{FAMILY, PackagedError, PackagedModel};
 pub use policy::{PolicyError, PrecisionPolicy, role};
 pub use processor::{Processor, ProcessorError, patchify};
@@ -117,30 +121,7 @@ impl Checkpoint {
     /// The weights for `graph`, another SigLIP graph of the same config
     /// (another batch or policy), matched by tensor name; f32 as stored.
     pub fn weights_for(&self, graph: &Graph) -> Result<ValueSet, ImportError> {
-        let mut set = ValueSet::new();
-        for id in graph.weights() {
-            let name = graph.tensor(id).name();
-            let values = self
-                .graph
-                .tensor_by_name(name)
-                .and_then(|own| self.weights.get(own))
-                .ok_or_else(|| ImportError::Internal {
-                    what: format!(
-                        "graph `{}` has weight `{name}`, which the checkpoint's graph lacks",
-                        graph.name()
-                    ),
-                })?;
-            if values.len() as u64 != graph.tensor(id).element_count() {
-                return Err(ImportError::Internal {
-                    what: format!(
-                        "weight `{name}` has another shape in graph `{}`",
-                        graph.name()
-                    ),
-                });
-            }
-            set.insert(id, values.to_vec());
-        }
-        Ok(set)
+        weights_by_name(&self.graph, &self.weights, graph)
     }
 
     /// The graph, the weights and the processor, by value.
@@ -158,6 +139,38 @@ impl Checkpoint {
             images,
         )
     }
+}
+
+/// The weights for `graph` from `weights` of `own` (another graph of the
+/// same tower and config), matched by tensor name.
+pub(crate) fn weights_by_name(
+    own: &Graph,
+    weights: &ValueSet,
+    graph: &Graph,
+) -> Result<ValueSet, ImportError> {
+    let mut set = ValueSet::new();
+    for id in graph.weights() {
+        let name = graph.tensor(id).name();
+        let values = own
+            .tensor_by_name(name)
+            .and_then(|o| weights.get(o))
+            .ok_or_else(|| ImportError::Internal {
+                what: format!(
+                    "graph `{}` has weight `{name}`, which the checkpoint's graph lacks",
+                    graph.name()
+                ),
+            })?;
+        if values.len() as u64 != graph.tensor(id).element_count() {
+            return Err(ImportError::Internal {
+                what: format!(
+                    "weight `{name}` has another shape in graph `{}`",
+                    graph.name()
+                ),
+            });
+        }
+        set.insert(id, values.to_vec());
+    }
+    Ok(set)
 }
 
 /// The `patches` input (`patches`, of `graph`) for `images`, one per batch
@@ -239,7 +252,7 @@ pub fn random_checkpoint(
     seed: u64,
 ) -> Result<Checkpoint, ImportError> {
     let mut checkpoint = checkpoint_without_weights(dir, options)?;
-    checkpoint.weights = random_weights(&checkpoint.config, &checkpoint.graph, seed);
+    checkpoint.weights = random_weights(checkpoint.config.hidden(), &checkpoint.graph, seed);
     tracing::info!(
         dir = %dir.display(),
         seed,

@@ -73,29 +73,7 @@ pub fn expected_tensors(config: &VisionConfig) -> Vec<(String, Vec<u64>)> {
             vec![config.tokens(), h],
         ),
     ];
-    for i in 0..config.layers() {
-        let l = |s: &str| format!("encoder.layers.{i}.{s}");
-        for (name, shape) in [
-            ("layer_norm1.weight", vec![h]),
-            ("layer_norm1.bias", vec![h]),
-            ("self_attn.q_proj.weight", vec![h, h]),
-            ("self_attn.q_proj.bias", vec![h]),
-            ("self_attn.k_proj.weight", vec![h, h]),
-            ("self_attn.k_proj.bias", vec![h]),
-            ("self_attn.v_proj.weight", vec![h, h]),
-            ("self_attn.v_proj.bias", vec![h]),
-            ("self_attn.out_proj.weight", vec![h, h]),
-            ("self_attn.out_proj.bias", vec![h]),
-            ("layer_norm2.weight", vec![h]),
-            ("layer_norm2.bias", vec![h]),
-            ("mlp.fc1.weight", vec![m, h]),
-            ("mlp.fc1.bias", vec![m]),
-            ("mlp.fc2.weight", vec![h, m]),
-            ("mlp.fc2.bias", vec![h]),
-        ] {
-            out.push((l(name), shape));
-        }
-    }
+    out.extend(encoder_tensors(config.layers(), h, m));
     out.push(("post_layernorm.weight".to_owned(), vec![h]));
     out.push(("post_layernorm.bias".to_owned(), vec![h]));
     if config.use_head() {
@@ -156,36 +134,7 @@ pub fn weight_sources(config: &VisionConfig) -> Vec<WeightSource> {
             config.tokens(),
         ),
     ];
-    for i in 0..config.layers() {
-        let g = |s: &str| format!("enc{i}.{s}");
-        let l = |s: &str| format!("encoder.layers.{i}.{s}");
-        let qkv = |kind: &str| {
-            ["q", "k", "v"]
-                .iter()
-                .map(|x| whole(l(&format!("self_attn.{x}_proj.{kind}")), h))
-                .collect::<Vec<_>>()
-        };
-        out.push(copy(g("ln1.g"), l("layer_norm1.weight"), h));
-        out.push(copy(g("ln1.b"), l("layer_norm1.bias"), h));
-        out.push(WeightSource {
-            weight: g("qkv.w"),
-            pieces: qkv("weight"),
-            layout: Layout::Transposed,
-        });
-        out.push(WeightSource {
-            weight: g("qkv.b"),
-            pieces: qkv("bias"),
-            layout: Layout::AsIs,
-        });
-        out.push(transposed(g("out.w"), l("self_attn.out_proj.weight"), h));
-        out.push(copy(g("out.b"), l("self_attn.out_proj.bias"), h));
-        out.push(copy(g("ln2.g"), l("layer_norm2.weight"), h));
-        out.push(copy(g("ln2.b"), l("layer_norm2.bias"), h));
-        out.push(transposed(g("fc1.w"), l("mlp.fc1.weight"), m));
-        out.push(copy(g("fc1.b"), l("mlp.fc1.bias"), m));
-        out.push(transposed(g("fc2.w"), l("mlp.fc2.weight"), h));
-        out.push(copy(g("fc2.b"), l("mlp.fc2.bias"), h));
-    }
+    out.extend(encoder_sources(config.layers(), h, m));
     out.push(copy("post.g".into(), "post_layernorm.weight".into(), h));
     out.push(copy("post.b".into(), "post_layernorm.bias".into(), h));
     if config.use_head() {
@@ -240,6 +189,99 @@ pub fn weight_sources(config: &VisionConfig) -> Vec<WeightSource> {
             h,
         ));
         out.push(copy("head.fc2.b".into(), "head.mlp.fc2.bias".into(), h));
+    }
+    out
+}
+
+/// The tensors of `layers` encoder layers of width `h` and MLP width `m`
+/// (`encoder.layers.{i}.…`, the same in both towers), with their shapes.
+pub(crate) fn encoder_tensors(layers: u32, h: u64, m: u64) -> Vec<(String, Vec<u64>)> {
+    let mut out = Vec::new();
+    for i in 0..layers {
+        let l = |s: &str| format!("encoder.layers.{i}.{s}");
+        for (name, shape) in [
+            ("layer_norm1.weight", vec![h]),
+            ("layer_norm1.bias", vec![h]),
+            ("self_attn.q_proj.weight", vec![h, h]),
+            ("self_attn.q_proj.bias", vec![h]),
+            ("self_attn.k_proj.weight", vec![h, h]),
+            ("self_attn.k_proj.bias", vec![h]),
+            ("self_attn.v_proj.weight", vec![h, h]),
+            ("self_attn.v_proj.bias", vec![h]),
+            ("self_attn.out_proj.weight", vec![h, h]),
+            ("self_attn.out_proj.bias", vec![h]),
+            ("layer_norm2.weight", vec![h]),
+            ("layer_norm2.bias", vec![h]),
+            ("mlp.fc1.weight", vec![m, h]),
+            ("mlp.fc1.bias", vec![m]),
+            ("mlp.fc2.weight", vec![h, m]),
+            ("mlp.fc2.bias", vec![h]),
+        ] {
+            out.push((l(name), shape));
+        }
+    }
+    out
+}
+
+/// A graph weight copied whole from one stored tensor of `rows` rows.
+pub(crate) fn copy_source(weight: String, name: String, rows: u64) -> WeightSource {
+    WeightSource {
+        weight,
+        pieces: vec![Piece {
+            name,
+            rows: 0..rows,
+        }],
+        layout: Layout::AsIs,
+    }
+}
+
+/// A graph weight that is one stored `[out, in]` linear weight of `rows`
+/// rows, transposed.
+pub(crate) fn transposed_source(weight: String, name: String, rows: u64) -> WeightSource {
+    WeightSource {
+        layout: Layout::Transposed,
+        ..copy_source(weight, name, rows)
+    }
+}
+
+/// How the graph weights of `layers` encoder layers (`enc{i}.…`) are
+/// assembled, the same in both towers.
+pub(crate) fn encoder_sources(layers: u32, h: u64, m: u64) -> Vec<WeightSource> {
+    let whole = |name: String, rows: u64| Piece {
+        name,
+        rows: 0..rows,
+    };
+    let (copy, transposed) = (copy_source, transposed_source);
+    let mut out = Vec::new();
+    for i in 0..layers {
+        let g = |s: &str| format!("enc{i}.{s}");
+        let l = |s: &str| format!("encoder.layers.{i}.{s}");
+        let qkv = |kind: &str| {
+            ["q", "k", "v"]
+                .iter()
+                .map(|x| whole(l(&format!("self_attn.{x}_proj.{kind}")), h))
+                .collect::<Vec<_>>()
+        };
+        out.push(copy(g("ln1.g"), l("layer_norm1.weight"), h));
+        out.push(copy(g("ln1.b"), l("layer_norm1.bias"), h));
+        out.push(WeightSource {
+            weight: g("qkv.w"),
+            pieces: qkv("weight"),
+            layout: Layout::Transposed,
+        });
+        out.push(WeightSource {
+            weight: g("qkv.b"),
+            pieces: qkv("bias"),
+            layout: Layout::AsIs,
+        });
+        out.push(transposed(g("out.w"), l("self_attn.out_proj.weight"), h));
+        out.push(copy(g("out.b"), l("self_attn.out_proj.bias"), h));
+        out.push(copy(g("ln2.g"), l("layer_norm2.weight"), h));
+        out.push(copy(g("ln2.b"), l("layer_norm2.bias"), h));
+        out.push(transposed(g("fc1.w"), l("mlp.fc1.weight"), m));
+        out.push(copy(g("fc1.b"), l("mlp.fc1.bias"), m));
+        out.push(transposed(g("fc2.w"), l("mlp.fc2.weight"), h));
+        out.push(copy(g("fc2.b"), l("mlp.fc2.bias"), h));
     }
     out
 }

@@ -54,6 +54,12 @@ pub enum PackageError {
         /// Why.
         source: PackagedError,
     },
+    /// The text model description could not be made.
+    #[error(transparent)]
+    TextModel {
+        /// Why.
+        source: crate::siglip::text::TextPackagedError,
+    },
     /// The checkpoint's weights do not fit the built graph: a bug here.
     #[error("the checkpoint's weights: {source}")]
     Weights {
@@ -144,7 +150,7 @@ pub fn package_checkpoint(
 }
 
 /// Whether `calibration` kept any group of weights in F16.
-fn kept_f16(calibration: &Calibration) -> bool {
+pub(crate) fn kept_f16(calibration: &Calibration) -> bool {
     calibration
         .report()
         .groups

@@ -302,7 +302,7 @@ impl PackagedModel {
 
 /// The first way `a` and `b` differ, if they do: name, tensors, ops or
 /// repeats, by id.
-fn first_difference(a: &Graph, b: &Graph) -> Option<String> {
+pub(crate) fn first_difference(a: &Graph, b: &Graph) -> Option<String> {
     if a.name() != b.name() {
         return Some("the name".to_owned());
     }

@@ -40,6 +40,8 @@ pub struct PrecisionPolicy {
     table: Option<Table>,
     /// Per-tensor overrides, consulted first.
     overrides: BTreeMap<String, Precision>,
+    /// Cast roles removed: their GEMMs read the F16 (or F32) activation.
+    uncast: std::collections::BTreeSet<String>,
     softmax: SoftmaxPrecision,
 }
 
@@ -77,6 +79,7 @@ impl PrecisionPolicy {
         Self {
             table: None,
             overrides: BTreeMap::new(),
+            uncast: Default::default(),
             softmax: SoftmaxPrecision::F32,
         }
     }
@@ -118,6 +121,7 @@ impl PrecisionPolicy {
         Ok(Self {
             table: Some(Table { by_name, by_role }),
             overrides: BTreeMap::new(),
+            uncast: Default::default(),
             softmax,
         })
     }
@@ -133,8 +137,38 @@ impl PrecisionPolicy {
                 by_role: roles.into_iter().map(|(r, p)| (r, Some(p))).collect(),
             }),
             overrides: BTreeMap::new(),
+            uncast: Default::default(),
             softmax,
         }
+    }
+
+    /// The same policy without the FP8 casts of the cast roles `roles`
+    /// (`enc{i}.ln1.y8`, `head.x8`, …): their GEMMs read F16 activations
+    /// against FP8 weights, which the AMP widens to F16 (half the FP8
+    /// rate, and no activation rounding to FP8). Roles that are not casts
+    /// are ignored.
+    pub fn without_casts<'a>(mut self, roles: impl IntoIterator<Item = &'a str>) -> Self {
+        self.uncast
+            .extend(roles.into_iter().filter(|r| is_cast(r)).map(str::to_owned));
+        self
+    }
+
+    /// The same policy with every weight of `graph` (a graph built with
+    /// this policy) in F16 and no FP8 cast: an all-F16 model, for when
+    /// FP8's rounding costs more accuracy than the use allows (zero-shot
+    /// probabilities of a model with a large logit scale) and the weights
+    /// fit twice over.
+    pub fn all_f16(self, graph: &Graph) -> Self {
+        let mut policy = self.without_casts(CAST_ROLES.iter().copied());
+        for w in graph.weights() {
+            policy = policy.with_precision(role(graph.tensor(w).name()), Precision::F16);
+        }
+        policy
+    }
+
+    /// Every cast role, as the templates name them.
+    pub fn cast_roles() -> &'static [&'static str] {
+        CAST_ROLES
     }
 
     /// The same policy with `tensor` in `precision`: a graph tensor name
@@ -154,6 +188,9 @@ impl PrecisionPolicy {
     /// Under [`PrecisionPolicy::all_f32`], F32 for every tensor except the
     /// cast tensors, which do not exist (`None`).
     pub fn precision(&self, name: &str) -> Option<Precision> {
+        if self.uncast.contains(&role(name)) {
+            return None;
+        }
         if let Some(&p) = self
             .overrides
             .get(name)
@@ -172,21 +209,22 @@ impl PrecisionPolicy {
     }
 }
 
+/// The roles of the FP8 cast tensors before GEMMs.
+const CAST_ROLES: &[&str] = &[
+    "embed.patches8",
+    "enc{i}.ln1.y8",
+    "enc{i}.attn8",
+    "enc{i}.ln2.y8",
+    "enc{i}.gelu8",
+    "head.x8",
+    "head.attn8",
+    "head.ln.y8",
+    "head.gelu8",
+];
+
 /// Whether `name` is one of the FP8 cast tensors before a GEMM.
 fn is_cast(name: &str) -> bool {
-    let role = role(name);
-    matches!(
-        role.as_str(),
-        "embed.patches8"
-            | "enc{i}.ln1.y8"
-            | "enc{i}.attn8"
-            | "enc{i}.ln2.y8"
-            | "enc{i}.gelu8"
-            | "head.x8"
-            | "head.attn8"
-            | "head.ln.y8"
-            | "head.gelu8"
-    )
+    CAST_ROLES.contains(&role(name).as_str())
 }
 
 /// The name with its layer index replaced by `{i}`: `enc12.fc1.w` →

@@ -7,7 +7,6 @@ use std::f64::consts::PI;
 use ipu_package::graph::{Graph, ValueSet};
 
 use crate::imaging::synthetic::mix;
-use crate::siglip::VisionConfig;
 
 /// Hidden channels that carry large values in [`random_weights`], as
 /// trained SigLIP checkpoints have a few (reduced modulo the hidden size).
@@ -26,7 +25,7 @@ fn normal(seed: u64, tensor: u64, index: u64) -> f32 {
 }
 
 /// Weights of realistic spread for every weight of `graph` (a SigLIP graph
-/// of `config`), drawn from `seed`, for checking that a configuration
+/// of either tower, residual stream `hidden` wide), drawn from `seed`, for checking that a configuration
 /// whose weights are not at hand builds and fits. The spreads are those
 /// of `fixtures/checkpoints/make_golden.py`: GEMM weights `N(0, 1/fan_in)`,
 /// biases `N(0, 0.02²)`, layer-norm gains `1 + N(0, 0.1²)` and offsets
@@ -35,10 +34,9 @@ fn normal(seed: u64, tensor: u64, index: u64) -> f32 {
 /// values: their patch-embedding bias is 4, every `fc2` weight column for
 /// them is scaled by 8 and their `fc2` bias is 1.5. Deterministic whatever
 /// the thread count.
-pub fn random_weights(config: &VisionConfig, graph: &Graph, seed: u64) -> ValueSet {
+pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> ValueSet {
     use rayon::prelude::*;
 
-    let hidden = config.hidden();
     let outliers: Vec<u64> = OUTLIER_CHANNELS.iter().map(|c| c % hidden).collect();
     let mut set = ValueSet::new();
     for id in graph.weights() {

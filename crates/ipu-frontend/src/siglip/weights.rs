@@ -12,9 +12,29 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::error::ImportError;
 use crate::hf::TensorStore;
 use crate::siglip::config::VisionConfig;
-use crate::siglip::names::{Layout, VISION_PREFIX, expected_tensors, is_ignored, weight_sources};
+use crate::siglip::names::{
+    Layout, VISION_PREFIX, WeightSource, expected_tensors, is_ignored, weight_sources,
+};
 use ipu_package::graph::safetensors::StoredType;
 use ipu_package::graph::{Graph, ValueSet};
+
+/// Which stored tensors make a tower's graph weights.
+pub(crate) struct Mapping {
+    /// The prefix of the tower's stored names in this checkpoint.
+    pub prefix: &'static str,
+    /// Every tensor of the tower the checkpoint must hold (names without
+    /// the prefix), with its shape.
+    pub expected: Vec<(String, Vec<u64>)>,
+    /// How every graph weight is assembled.
+    pub sources: Vec<WeightSource>,
+    /// Stored tensors of other parts of the checkpoint, not read.
+    pub ignored: fn(&str) -> bool,
+    /// Whether the config turned off a head whose tensors the checkpoint
+    /// holds (then named in the error for such a tensor).
+    pub head_disabled: bool,
+    /// The tower, for messages.
+    pub tower: &'static str,
+}
 
 /// Checks the store against the config and reads every graph weight as
 /// f32 (unrounded: the graph's precisions are for a later step to apply).
@@ -23,18 +43,36 @@ pub(crate) fn read_weights(
     config: &VisionConfig,
     graph: &Graph,
 ) -> Result<ValueSet, ImportError> {
-    let prefix = vision_prefix(store);
-    let expected = expected_tensors(config);
-    let sources = weight_sources(config);
+    let mapping = Mapping {
+        prefix: vision_prefix(store),
+        expected: expected_tensors(config),
+        sources: weight_sources(config),
+        ignored: is_ignored,
+        head_disabled: !config.use_head(),
+        tower: "vision",
+    };
+    read_mapped(store, &mapping, graph)
+}
+
+/// Checks the store against `mapping` and reads every graph weight it
+/// describes (module header).
+pub(crate) fn read_mapped(
+    store: &TensorStore,
+    mapping: &Mapping,
+    graph: &Graph,
+) -> Result<ValueSet, ImportError> {
+    let prefix = mapping.prefix;
+    let expected = &mapping.expected;
+    let sources = &mapping.sources;
     // The graph weight each expected tensor feeds, for error messages.
     let mut feeds: BTreeMap<&str, &str> = BTreeMap::new();
-    for source in &sources {
+    for source in sources {
         for piece in &source.pieces {
             feeds.entry(piece.name.as_str()).or_insert(&source.weight);
         }
     }
     let stored = store.tensors();
-    for (name, shape) in &expected {
+    for (name, shape) in expected {
         let full = format!("{prefix}{name}");
         let weight = feeds.get(name.as_str()).copied().unwrap_or("").to_owned();
         let Some(tensor) = stored.get(&full) else {
@@ -65,13 +103,14 @@ pub(crate) fn read_weights(
         let known = name
             .strip_prefix(prefix)
             .is_some_and(|short| expected_names.contains(short));
-        if !known && !is_ignored(name) {
+        if !known && !(mapping.ignored)(name) {
             let short = name.strip_prefix(prefix).unwrap_or(name);
             return Err(ImportError::UnexpectedTensor {
                 name: name.clone(),
                 shape: tensor.shape().to_vec(),
                 file: store.file_of(tensor).to_owned(),
-                head_disabled: !config.use_head() && short.starts_with("head."),
+                head_disabled: mapping.head_disabled && short.starts_with("head."),
+                tower: mapping.tower,
             });
         }
     }
@@ -79,7 +118,7 @@ pub(crate) fn read_weights(
     // Reads each stored tensor once, dropping it after its last use (the
     // head's fused in-projection feeds two graph weights).
     let mut uses: BTreeMap<&str, usize> = BTreeMap::new();
-    for source in &sources {
+    for source in sources {
         for piece in &source.pieces {
             *uses.entry(piece.name.as_str()).or_default() += 1;
         }
@@ -90,7 +129,7 @@ pub(crate) fn read_weights(
         .collect();
     let mut cache: BTreeMap<&str, Vec<f32>> = BTreeMap::new();
     let mut set = ValueSet::new();
-    for source in &sources {
+    for source in sources {
         let Some(id) = graph.tensor_by_name(&source.weight) else {
             return Err(ImportError::Internal {
                 what: format!(

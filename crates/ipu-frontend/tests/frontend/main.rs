@@ -9,6 +9,7 @@ mod calibrate;
 mod checkpoint;
 mod images;
 mod package;
+mod text;
 mod transformers;
 
 use std::path::PathBuf;

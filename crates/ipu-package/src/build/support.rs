@@ -253,6 +253,7 @@ fn codelet_words(c: &Codelet) -> u32 {
         Codelet::AttentionSoftmax { .. } => 9,
         Codelet::Transpose { .. } => 7,
         Codelet::Zero { .. } => 2,
+        Codelet::Gather { .. } => 8,
     }
 }
 

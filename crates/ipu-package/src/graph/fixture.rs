@@ -19,7 +19,7 @@
 //!           "precision": "F16" | "F32" | "F143" | "F152", "scale": -10 (FP8 only, required),
 //!           "kind": "input" | "weight" | "activation" | "output" }
 //! op:     { "op": "gemm" | "add" | "layer_norm" | "gelu" | "attention" | "cast_fp8"
-//!                 | "reshape" | "transpose" | "slice" | "broadcast",
+//!                 | "reshape" | "transpose" | "slice" | "broadcast" | "gather",
 //!           "inputs": [ tensor names ], "output": "tensor name", attributes }
 //! ```
 //!
@@ -30,7 +30,8 @@
 //! `[left, right, bias]`; add `[left, right]`; layer_norm
 //! `[input, scale, bias]` with `"eps"`; attention `[q, k, v]` with `"heads"`
 //! and `"softmax": "F16" | "F32"`; transpose `[input]` with `"perm"`; slice
-//! `[input]` with `"axis"` and `"start"`; the others `[input]`.
+//! `[input]` with `"axis"` and `"start"`; gather `[table, indices]`; the
+//! others `[input]`.
 //!
 //! A layer with `"repeat": n` is instantiated `n` times. Its tensor and op
 //! names are templates: `{i}` is the iteration index and `{i+1}` (or any

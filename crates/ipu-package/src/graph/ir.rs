@@ -288,7 +288,30 @@ pub enum Op {
         /// The result.
         output: TensorId,
     },
+    /// Rows of a table picked by index (token embeddings):
+    /// `output[i.., c] = table[indices[i..], c]`.
+    ///
+    /// `table` is `[rows, d]`; `indices` has rank ≥ 1 and precision F32,
+    /// whose elements must be whole numbers in `0..rows` (F32 holds every
+    /// integer up to 2^24 exactly, so `rows` is at most
+    /// [`MAX_GATHER_ROWS`]); `output` is `indices`' shape with `d`
+    /// appended. Each output element is the table element rounded once to
+    /// the output precision, F16 or F32. An index that is not a whole
+    /// number in range is a run-time error of the evaluator and the device
+    /// alike, never a silent clamp.
+    Gather {
+        /// The table, `[rows, d]`.
+        table: TensorId,
+        /// Row numbers, F32 whole numbers, any shape.
+        indices: TensorId,
+        /// The rows, `[indices.., d]`.
+        output: TensorId,
+    },
 }
+
+/// The most rows an [`Op::Gather`] table may have: every index below it is
+/// exact in the F32 index tensor.
+pub const MAX_GATHER_ROWS: u64 = 1 << 24;
 
 impl Op {
     /// The fixture spelling of the operation's kind.
@@ -304,11 +327,13 @@ impl Op {
             Op::Transpose { .. } => "transpose",
             Op::Slice { .. } => "slice",
             Op::Broadcast { .. } => "broadcast",
+            Op::Gather { .. } => "gather",
         }
     }
 
     /// The tensors read, in the fixture's `inputs` order (GEMM: left, right,
-    /// bias; layer norm: input, scale, bias; attention: q, k, v).
+    /// bias; layer norm: input, scale, bias; attention: q, k, v; gather:
+    /// table, indices).
     pub fn inputs(&self) -> SmallVec<[TensorId; 3]> {
         let mut inputs = SmallVec::new();
         match self {
@@ -324,6 +349,7 @@ impl Op {
                 input, scale, bias, ..
             } => inputs.extend([*input, *scale, *bias]),
             Op::Attention { q, k, v, .. } => inputs.extend([*q, *k, *v]),
+            Op::Gather { table, indices, .. } => inputs.extend([*table, *indices]),
             Op::Gelu { input, .. }
             | Op::CastFp8 { input, .. }
             | Op::Reshape { input, .. }
@@ -346,7 +372,8 @@ impl Op {
             | Op::Reshape { output, .. }
             | Op::Transpose { output, .. }
             | Op::Slice { output, .. }
-            | Op::Broadcast { output, .. } => *output,
+            | Op::Broadcast { output, .. }
+            | Op::Gather { output, .. } => *output,
         }
     }
 
@@ -393,6 +420,15 @@ impl Op {
                 *q = map(*q);
                 *k = map(*k);
                 *v = map(*v);
+                *output = map(*output);
+            }
+            Op::Gather {
+                table,
+                indices,
+                output,
+            } => {
+                *table = map(*table);
+                *indices = map(*indices);
                 *output = map(*output);
             }
             Op::Gelu { input, output }

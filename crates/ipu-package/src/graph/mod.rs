@@ -23,7 +23,8 @@ pub use fixture::{
     write_fixture,
 };
 pub use ir::{
-    Carry, Graph, GraphBuilder, Op, OpId, Repeat, SoftmaxPrecision, Tensor, TensorId, TensorKind,
+    Carry, Graph, GraphBuilder, MAX_GATHER_ROWS, Op, OpId, Repeat, SoftmaxPrecision, Tensor,
+    TensorId, TensorKind,
 };
 pub use validate::{ErrorLocation, GraphError, Slot, broadcast_shapes, validate_graph};
 pub use values::ValueSet;

@@ -96,11 +96,17 @@ pub enum ValueRole {
     Bias,
     /// A layer-norm gain: `1 +` standard deviation 0.05.
     NormScale,
-    /// An operand of an add, such as a position embedding: standard
-    /// deviation 0.02.
+    /// An operand of an add, such as a position embedding, or a gathered
+    /// table (token embeddings): standard deviation 0.02.
     Embedding,
     /// A graph input: uniform in `[-1, 1]` (normalised pixels).
     Input,
+    /// The row numbers a gather reads: whole numbers uniform in
+    /// `0..rows` (token ids).
+    Index {
+        /// Rows of the gathered table.
+        rows: u64,
+    },
     /// Anything else (for example a learned probe token): standard
     /// deviation 1.
     Other,
@@ -109,6 +115,15 @@ pub enum ValueRole {
 impl ValueRole {
     /// The role of `tensor`, from its kind and the first op that reads it.
     pub fn of(graph: &Graph, tensor: TensorId) -> ValueRole {
+        let index_of = graph.ops().values().iter().find_map(|op| match op {
+            Op::Gather { table, indices, .. } if *indices == tensor => {
+                graph.tensor(*table).extents().first().copied()
+            }
+            _ => None,
+        });
+        if let Some(rows) = index_of {
+            return ValueRole::Index { rows };
+        }
         if graph.tensors().get(tensor).map(|t| t.kind()) == Some(TensorKind::Input) {
             return ValueRole::Input;
         }
@@ -129,7 +144,7 @@ impl ValueRole {
                 },
                 (Op::Gemm { .. }, 2) | (Op::LayerNorm { .. }, 2) => ValueRole::Bias,
                 (Op::LayerNorm { .. }, 1) => ValueRole::NormScale,
-                (Op::Add { .. }, _) => ValueRole::Embedding,
+                (Op::Add { .. }, _) | (Op::Gather { .. }, 0) => ValueRole::Embedding,
                 _ => ValueRole::Other,
             };
         }
@@ -143,7 +158,7 @@ impl ValueRole {
             ValueRole::Matrix { fan_in } => (0.0, 1.0 / (fan_in as f64).sqrt()),
             ValueRole::Bias | ValueRole::Embedding => (0.0, 0.02),
             ValueRole::NormScale => (1.0, 0.05),
-            ValueRole::Input => (0.0, 1.0),
+            ValueRole::Input | ValueRole::Index { .. } => (0.0, 1.0),
             ValueRole::Other => (0.0, 1.0),
         }
     }
@@ -207,6 +222,12 @@ pub fn values_for(
             let mut rng = SplitMix64::new(key ^ (block as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             for value in chunk.iter_mut() {
                 let bits = rng.next_u64();
+                if let ValueRole::Index { rows } = role {
+                    // Whole numbers below `rows` (at most 2^24, so exact
+                    // in f32); the bias of the modulo does not matter here.
+                    *value = codec.quantize((bits % rows.max(1)) as f32);
+                    continue;
+                }
                 let z = if role == ValueRole::Input {
                     // Uniform in [-1, 1).
                     (bits >> 11) as f64 / (1u64 << 52) as f64 - 1.0

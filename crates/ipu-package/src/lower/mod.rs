@@ -18,6 +18,7 @@ use std::collections::HashMap;
 
 mod attention;
 mod elementwise;
+mod gather;
 mod gemm;
 mod repeat;
 
@@ -618,6 +619,11 @@ impl Lowerer<'_> {
             Op::Transpose { .. } => {
                 Err(self.unsupported(op, "transposes are not supported yet".into()))
             }
+            Op::Gather {
+                table,
+                indices,
+                output,
+            } => self.lower_gather(op, table, indices, output),
         }
     }
 }

@@ -18,7 +18,8 @@
 //! precision decisions), versioned by the front end and opaque to this
 //! crate. Each of `inputs` names a graph input and where its values come
 //! from: `images`, one image per row of the tensor's first axis,
-//! preprocessed as the front end's description says. A package with a
+//! preprocessed as the front end's description says, or `texts`, one text
+//! per row, tokenized as it says. A package with a
 //! model description carries the model's weights (`weights.safetensors`):
 //! values are never generated for a model imported with weights of its
 //! own.
@@ -64,6 +65,9 @@ pub enum InputSource {
     /// Image files, one per row of the tensor's first axis, preprocessed
     /// as the front end's description says.
     Images,
+    /// Texts, one per row of the tensor's first axis, turned into token
+    /// ids by the tokenizer the front end's description carries.
+    Texts,
 }
 
 /// How `model.json` contradicts the package's graph.
@@ -92,7 +96,9 @@ pub enum ModelError {
         tensor: String,
     },
     /// An input made from images has no axis to hold one image per row.
-    #[error("model.json makes `{tensor}` from images, but it has no axes to hold one per row")]
+    #[error(
+        "model.json makes `{tensor}` from images or texts, but it has no axes to hold one per row"
+    )]
     Scalar {
         /// The name.
         tensor: String,
@@ -150,7 +156,9 @@ impl ModelDescription {
             else {
                 return Err(ModelError::NotAnInput { tensor });
             };
-            if input.from == InputSource::Images && graph.tensor(id).extents().is_empty() {
+            if matches!(input.from, InputSource::Images | InputSource::Texts)
+                && graph.tensor(id).extents().is_empty()
+            {
                 return Err(ModelError::Scalar { tensor });
             }
         }

@@ -391,6 +391,17 @@ pub enum ValidationError {
         #[source]
         source: SpanError,
     },
+    /// A gather's arguments cannot describe a shard of its table: its
+    /// rows run past the table's end, or its indices are not F32.
+    #[error("step {step}: the gather on {tile} {what}")]
+    GatherArguments {
+        /// The step's name.
+        step: String,
+        /// The tile.
+        tile: TileId,
+        /// What is wrong.
+        what: String,
+    },
     /// A GEMM call's rows are not the rows of the entry it calls.
     #[error(
         "step {step}: the GEMM on {tile} calls {kernel} for {rows} rows, its entry serves {entry_rows}"

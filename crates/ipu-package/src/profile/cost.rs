@@ -22,6 +22,7 @@
 //! | attention softmax | query rows | `attention_row_instructions + vectors of a row's scores × softmax_scale + vectors of its F16 probabilities × (exp + softmax_sum)` |
 //! | transpose | groups of 4 source rows | `transpose_group + ⌈out_rows / 4⌉ × transpose_block` |
 //! | zero, on-tile copy | `copy_bytes_per_instruction` bytes | 1 |
+//! | gather | indices | `gather_row_instructions + vectors of a row × gather_instructions_per_vector` |
 //!
 //! A vector is `datapath_bytes` of the wider of the elements read and
 //! written (4 F16, 2 F32 or 8 FP8 lanes); units are dealt out evenly, so
@@ -145,6 +146,17 @@ pub enum Work {
         /// Bytes copied.
         bytes: u64,
     },
+    /// Table rows picked by index: every index costs the same, whether
+    /// its row is the shard's (copied) or not (zeros), so the cost does
+    /// not depend on the indices.
+    Gather {
+        /// Indices (output rows written).
+        rows: u64,
+        /// Elements per row.
+        columns: u64,
+        /// Elements per vector (of the wider of table and output).
+        lanes: u32,
+    },
 }
 
 impl Work {
@@ -162,13 +174,14 @@ impl Work {
             Work::Transpose { .. } => "transpose",
             Work::Zero { .. } => "zero",
             Work::Copy { .. } => "copy",
+            Work::Gather { .. } => "gather",
         }
     }
 }
 
 /// The kinds of work a tile does, in the order profiles list them: the
 /// codelets (GEMM first) and the on-tile copies of exchange steps.
-pub const CODELET_KINDS: [&str; 12] = [
+pub const CODELET_KINDS: [&str; 13] = [
     "gemm",
     "add",
     "layer_norm",
@@ -180,6 +193,7 @@ pub const CODELET_KINDS: [&str; 12] = [
     "attention_softmax",
     "transpose",
     "zero",
+    "gather",
     "copy",
 ];
 
@@ -335,6 +349,13 @@ impl VectorModel {
             Work::Zero { bytes } | Work::Copy { bytes } => {
                 per(bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1))))
             }
+            Work::Gather {
+                rows,
+                columns,
+                lanes,
+            } => per(rows).saturating_mul(u64::from(s.gather_row_instructions).saturating_add(
+                vectors(columns, lanes).saturating_mul(u64::from(s.gather_instructions_per_vector)),
+            )),
         };
         u64::from(s.call_cycles).saturating_add(
             w.saturating_mul(u64::from(s.worker_setup_instructions).saturating_add(busiest)),
@@ -404,6 +425,12 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
         Work::Zero { bytes } | Work::Copy { bytes } => {
             bytes.div_ceil(u64::from(datapath_bytes.max(1)))
         }
+        // Every output row is written, a vector at a time.
+        Work::Gather {
+            rows,
+            columns,
+            lanes,
+        } => rows.saturating_mul(vectors(columns, lanes)),
     }
 }
 
@@ -511,6 +538,17 @@ pub fn codelet_work(
         },
         Codelet::Zero { bytes, .. } => Work::Zero {
             bytes: u64::from(*bytes),
+        },
+        Codelet::Gather {
+            table,
+            output,
+            rows,
+            cols,
+            ..
+        } => Work::Gather {
+            rows: u64::from(*rows),
+            columns: u64::from(*cols),
+            lanes: model.lanes_of(&[p(table), p(output)]),
         },
     })
 }

@@ -240,6 +240,7 @@ fn every_fixture_written_back_reads_as_the_same_graph() {
         "tiny-2l-h64.json",
         "micro-1l-h32.json",
         "micro-patchify.json",
+        "micro-text-1l-h32.json",
     ] {
         let text = fixture_text(name);
         // One layer (a repeat of one iteration, whose carry the writer

@@ -54,6 +54,12 @@ fn operands(c: &Codelet) -> Vec<Operand> {
         } => vec![scores, probs, max, sum],
         Codelet::Transpose { input, output, .. } => vec![input, output],
         Codelet::Zero { target, .. } => vec![target],
+        Codelet::Gather {
+            table,
+            indices,
+            output,
+            ..
+        } => vec![table, indices, output],
     }
 }
 
@@ -121,7 +127,11 @@ fn lowered(fixture: &str, tiles: u32) -> Program {
 
 #[test]
 fn small_fixtures_lower_on_16_and_64_tiles() {
-    for fixture in ["tiny-2l-h64.json", "micro-1l-h32.json"] {
+    for fixture in [
+        "tiny-2l-h64.json",
+        "micro-1l-h32.json",
+        "micro-text-1l-h32.json",
+    ] {
         for tiles in [16, 64] {
             let p = lowered(fixture, tiles);
             assert!(check_operands(&p) > 0);
@@ -179,4 +189,50 @@ fn siglip_storage_peaks_fit_a_tile() {
             "tile {t}: interleaved peak {peak_interleaved}"
         );
     }
+}
+
+/// The token table rests split into row parts × column blocks: every
+/// table tile picks rows for every index, and the row parts' results are
+/// summed by a reduce (one part per tile of a column block at most).
+#[test]
+fn a_gather_picks_rows_on_every_table_tile_and_reduces_the_parts() {
+    use ipu_package::program::StepRole;
+    let p = lowered("micro-text-1l-h32.json", 16);
+    let mut gathers = 0;
+    let mut reduce_after_gather = false;
+    let mut last_was_gather = false;
+    for event in p.walk() {
+        if let WalkEvent::Compute(step, _) = event {
+            if step.label.role == StepRole::Gather {
+                for (_, c) in &step.calls {
+                    let Codelet::Gather {
+                        rows,
+                        table_rows,
+                        first_row,
+                        total_rows,
+                        cols,
+                        ..
+                    } = *c
+                    else {
+                        panic!("a gather step runs only gathers: {c:?}");
+                    };
+                    // 2 × 8 indices; 32 columns in blocks of 4 (FP8
+                    // table) on 8 tiles each, so 40 rows in 2 parts.
+                    assert_eq!((rows, total_rows, cols), (16, 40, 4));
+                    assert_eq!(table_rows, 20);
+                    assert_eq!(first_row % 20, 0);
+                    gathers += 1;
+                }
+                last_was_gather = true;
+            } else {
+                if last_was_gather && step.label.role == StepRole::Reduce {
+                    reduce_after_gather = true;
+                }
+                last_was_gather = false;
+            }
+        }
+    }
+    // 8 column blocks × 2 row parts fill the 16 tiles.
+    assert_eq!(gathers, 16);
+    assert!(reduce_after_gather);
 }

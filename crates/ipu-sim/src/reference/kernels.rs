@@ -467,3 +467,23 @@ pub fn slice(input: &[f32], extents: &[u64], axis: usize, start: usize, out: &[u
     }
     result
 }
+
+/// Row `indices[i]` of `table` (`rows` rows of `d`) for every index, in
+/// order; the first index that is not a whole number below `rows` is
+/// returned as `(position, value)`.
+pub fn gather(
+    table: &[f32],
+    indices: &[f32],
+    rows: u64,
+    d: usize,
+) -> Result<Vec<f32>, (usize, f32)> {
+    let mut out = Vec::with_capacity(indices.len() * d);
+    for (i, &x) in indices.iter().enumerate() {
+        if !(x >= 0.0 && x.fract() == 0.0 && f64::from(x) < rows as f64) {
+            return Err((i, x));
+        }
+        let r = x as usize;
+        out.extend_from_slice(table.get(r * d..(r + 1) * d).ok_or((i, x))?);
+    }
+    Ok(out)
+}

@@ -8,7 +8,7 @@ use ipu_layout::TileId;
 use ipu_package::program::{BufferId, Codelet};
 
 /// The codelet kinds [`RunStats::codelets`] reports, in that order.
-pub const CODELET_KINDS: [&str; 11] = [
+pub const CODELET_KINDS: [&str; 12] = [
     "gemm",
     "add",
     "layer_norm",
@@ -20,6 +20,7 @@ pub const CODELET_KINDS: [&str; 11] = [
     "attention_softmax",
     "transpose",
     "zero",
+    "gather",
 ];
 
 pub(super) fn codelet_kind(c: &Codelet) -> usize {
@@ -35,6 +36,7 @@ pub(super) fn codelet_kind(c: &Codelet) -> usize {
         Codelet::AttentionSoftmax { .. } => 8,
         Codelet::Transpose { .. } => 9,
         Codelet::Zero { .. } => 10,
+        Codelet::Gather { .. } => 11,
     }
 }
 

@@ -52,7 +52,11 @@ fn the_estimate_equals_the_tile_models_count_on_every_small_fixture() {
     let e = build_package(&patchify, &BuildConfig::default(), &Stages::in_memory())
         .expect_err("micro-patchify does not lower yet; add it to the fixtures compared here");
     assert!(e.to_string().contains("cannot be lowered"), "{e}");
-    for name in ["micro-1l-h32.json", "tiny-2l-h64.json"] {
+    for name in [
+        "micro-1l-h32.json",
+        "tiny-2l-h64.json",
+        "micro-text-1l-h32.json",
+    ] {
         let graph = parse_fixture(&fixture_text(name)).expect("fixture parses");
         for tiles in [16, 64] {
             let config = BuildConfig {

@@ -746,3 +746,68 @@ fn a_model_description_is_checked_against_the_stored_graph() {
         "{found:?}"
     );
 }
+
+/// The files of micro-text-1l-h32 (a token gather) on 8 tiles.
+fn text_base() -> &'static PackageFiles {
+    static BASE: OnceLock<PackageFiles> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let package =
+            build(&fixture_text("micro-text-1l-h32.json"), 8).expect("the text package builds");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("text");
+        package.write(&path).expect("written");
+        read_package_files(&path).expect("read back")
+    })
+}
+
+#[test]
+fn a_gather_past_its_table_or_over_unwritable_spans_is_refused() {
+    assert!(matches!(outcome(text_base()), Ok(Outcome::Ran)));
+    let gather_edit = |field: &'static str, value: Value| {
+        let mut files = text_base().clone();
+        json(&mut files, "program.json", |p| {
+            let call = find_call(p, "Gather").expect("a gather call");
+            call[1]["Gather"][field] = value;
+        });
+        resign(&mut files);
+        files
+    };
+    // Rows past the table's end: the tile model would fault.
+    let e = problems(&gather_edit("first_row", Value::from(39)));
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, ValidationError::GatherArguments { .. })),
+        "{e:?}"
+    );
+    // Indices or rows beyond the shards.
+    for (field, value) in [("rows", u64::from(u32::MAX)), ("cols", 1 << 20)] {
+        let e = problems(&gather_edit(field, Value::from(value)));
+        assert!(
+            e.iter().any(|e| matches!(
+                e,
+                ValidationError::OperandOutside { .. } | ValidationError::OperandSpan { .. }
+            ) || e.to_string().contains("work")),
+            "{field}: {e:?}"
+        );
+    }
+    // Another part of the table, in range: well formed, and the per-op
+    // check stops the run (`run` allows exactly that refusal).
+    assert!(matches!(
+        outcome(&gather_edit("first_row", Value::from(0))),
+        Ok(_)
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    #[test]
+    fn edited_numbers_of_a_text_package_are_refused_or_run(seed in any::<u64>()) {
+        let mut files = text_base().clone();
+        if let Some(what) = attack_package(&mut files, PackageAttack::Number, seed) {
+            if let Err(e) = outcome(&files) {
+                return Err(TestCaseError::fail(format!("seed {seed} ({what}): {e}")));
+            }
+        }
+    }
+}

@@ -314,3 +314,41 @@ fn tensors_beyond_the_limit_are_refused_before_allocating() {
         "{err}"
     );
 }
+
+#[test]
+fn gather_picks_rows_by_index_and_refuses_a_bad_one() {
+    let table = (0..12).map(|x| x as f32 * 0.5).collect::<Vec<_>>();
+    let g = one_op(
+        &[(&[4, 3], F32), (&[2, 2], F32)],
+        (&[2, 2, 3], F16),
+        |i, o| Op::Gather {
+            table: i[0],
+            indices: i[1],
+            output: o,
+        },
+    );
+    let out = run(&g, &[table.clone(), vec![3.0, 0.0, 0.0, 2.0]]);
+    assert_eq!(
+        out,
+        [4.5, 5.0, 5.5, 0.0, 0.5, 1.0, 0.0, 0.5, 1.0, 3.0, 3.5, 4.0]
+    );
+    for bad in [4.0, -1.0, 1.5, f32::NAN] {
+        let mut set = ipu_package::graph::values::ValueSet::new();
+        set.insert(g.inputs[0], table.clone());
+        set.insert(g.inputs[1], vec![0.0, bad, 1.0, 2.0]);
+        let e = ipu_sim::evaluate(&g.graph, &set).expect_err("a bad index is refused");
+        let text = e.to_string();
+        assert!(
+            matches!(
+                e,
+                ipu_sim::ReferenceError::GatherIndex {
+                    position: 1,
+                    rows: 4,
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(text.contains("0..4"), "{text}");
+    }
+}

@@ -19,7 +19,11 @@ fn fixture(name: &str) -> String {
 #[test]
 fn small_packages_run_and_match_the_reference() {
     let out = tempfile::tempdir().unwrap();
-    for name in ["micro-1l-h32.json", "tiny-2l-h64.json"] {
+    for name in [
+        "micro-1l-h32.json",
+        "tiny-2l-h64.json",
+        "micro-text-1l-h32.json",
+    ] {
         let graph = parse_fixture(&fixture(name)).unwrap();
         let inputs = values::generate(&graph, 11);
         let reference = evaluate(&graph, &inputs).unwrap();
@@ -263,5 +267,32 @@ fn the_progress_hook_counts_every_step_run() {
     assert_eq!(*seen, expected);
     for output in graph.outputs() {
         assert_eq!(hooked.get(output), plain.get(output));
+    }
+}
+
+/// A token id past the table faults the tile that reads it, with the
+/// index named; no output is produced from another row.
+#[test]
+fn a_token_id_past_the_table_faults_the_gather() {
+    let graph = parse_fixture(&fixture("micro-text-1l-h32.json")).unwrap();
+    let mut inputs = values::generate(&graph, 3);
+    let ids = graph.tensor_by_name("input_ids").unwrap();
+    let mut bad = inputs.get(ids).unwrap().to_vec();
+    assert!(
+        bad.iter()
+            .all(|&x| x.fract() == 0.0 && (0.0..40.0).contains(&x))
+    );
+    bad[5] = 40.0;
+    inputs.insert(ids, bad);
+    let config = BuildConfig {
+        tiles: Some(16),
+        ..BuildConfig::default()
+    };
+    let package = build_package(&graph, &config, &Stages::in_memory()).unwrap();
+    match run_package(&package, &graph, &inputs) {
+        Err(ipu_sim::SimError::GatherIndex { position, rows, .. }) => {
+            assert_eq!((position, rows), (5, 40));
+        }
+        other => panic!("expected a gather index fault, got {other:?}"),
     }
 }

@@ -4,7 +4,7 @@
 use ipu_layout::Precision;
 
 use super::{GraphError, Slot, broadcast_shapes};
-use crate::graph::{Graph, Op, OpId, TensorId};
+use crate::graph::{Graph, MAX_GATHER_ROWS, Op, OpId, TensorId};
 
 /// The checks of one op; the topology check has already made every id
 /// valid.
@@ -345,6 +345,48 @@ impl OpCheck<'_> {
                     ));
                 }
                 self.expect_same_precision(*input)
+            }
+            Op::Gather { table, indices, .. } => {
+                let &[rows, d] = self.extents(*table) else {
+                    return Err(self.shape_error(
+                        Slot::Input(0),
+                        *table,
+                        "a gather table must be [rows, d]".to_owned(),
+                    ));
+                };
+                if rows > MAX_GATHER_ROWS {
+                    return Err(self.shape_error(
+                        Slot::Input(0),
+                        *table,
+                        format!(
+                            "at most {MAX_GATHER_ROWS} rows are needed, so that every row number is exact in F32"
+                        ),
+                    ));
+                }
+                let ix = self.extents(*indices);
+                if ix.is_empty() {
+                    return Err(self.shape_error(
+                        Slot::Input(1),
+                        *indices,
+                        "gather indices need rank at least 1".to_owned(),
+                    ));
+                }
+                if self.precision(*indices) != Precision::F32 {
+                    return Err(self.precision_error(
+                        Slot::Input(1),
+                        *indices,
+                        "gather indices are row numbers held exactly in F32".to_owned(),
+                    ));
+                }
+                let mut expected = ix.to_vec();
+                expected.push(d);
+                self.expect_shape(
+                    Slot::Output,
+                    output,
+                    &expected,
+                    "for the indices' shape followed by the table's row length",
+                )?;
+                self.expect_arithmetic_output()
             }
             Op::Broadcast { input, .. } => {
                 let (x, y) = (self.extents(*input), self.extents(output));

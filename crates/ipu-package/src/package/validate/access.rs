@@ -371,5 +371,24 @@ pub fn codelet_accesses(
             vec![raw("target", target, Ok(u64::from(bytes)))],
             Ok(u64::from(bytes)),
         ),
+        Codelet::Gather {
+            table,
+            indices,
+            output,
+            rows,
+            table_rows,
+            cols,
+            ..
+        } => {
+            let n = mul(u64::from(rows), u64::from(cols));
+            (
+                vec![
+                    access("table", table, mul(u64::from(table_rows), u64::from(cols))),
+                    access("indices", indices, Ok(u64::from(rows))),
+                    access("output", output, n),
+                ],
+                n,
+            )
+        }
     }
 }

@@ -293,6 +293,36 @@ impl<'a> StepCheck<'a> {
             if let (Some((id, _)), Codelet::Gemm { entry, rows, .. }) = (kernel, codelet) {
                 self.gemm(step, tile, (id, *entry, *rows), &accesses, &spans, &resolve);
             }
+            if let Codelet::Gather {
+                indices,
+                table_rows,
+                first_row,
+                total_rows,
+                ..
+            } = *codelet
+            {
+                // The tile model faults on these; a valid package has neither.
+                let what = if u64::from(first_row) + u64::from(table_rows) > u64::from(total_rows) {
+                    Some(format!(
+                        "reads rows {first_row}..{} of a {total_rows}-row table",
+                        u64::from(first_row) + u64::from(table_rows)
+                    ))
+                } else if precision(indices) != Precision::F32 {
+                    Some(format!(
+                        "reads its indices as {}; row numbers are F32",
+                        precision(indices)
+                    ))
+                } else {
+                    None
+                };
+                if let Some(what) = what {
+                    self.errors.push(ValidationError::GatherArguments {
+                        step: step.to_owned(),
+                        tile,
+                        what,
+                    });
+                }
+            }
         }
         Some(work)
     }

@@ -1,0 +1,116 @@
+//! The SigLIP text graph, built from a [`TextConfig`], a batch (texts per
+//! run) and a [`PrecisionPolicy`].
+//!
+//! transformers' `SiglipTextModel`: token embeddings plus position
+//! embeddings, the same pre-LayerNorm encoder as the vision tower (GELU
+//! tanh, attention over every position, no mask), a final LayerNorm, and
+//! the head, a linear layer on the last position's hidden state (which
+//! may be padding: SigLIP pads every text to the sequence length). Per
+//! text, with `S` positions, hidden size `H`, projection `P`:
+//!
+//! ```text
+//! input_ids [B,S] (F32 token ids) ─ gather tok [V,H] ─ add pos [S,H] ─► x0
+//! x{i} ─ encoder layer (the vision tower's) ─► x{i+1}           (repeated per layer)
+//! x{L} ─ layer_norm post ─► last_hidden [B,S,H]                  (output)
+//! last_hidden ─ slice position S−1 ─► [B,1,H] ─(cast)─ gemm head.w [H,P] + head.b
+//!      ─► head.y [B,1,P] ─ reshape ─► pooled [B,P]                (output)
+//! ```
+//!
+//! The graph names follow the vision graph's (`enc{i}.…`, `pos`, `post.g`,
+//! `x{i}`), so the two towers share precision roles and the encoder
+//! builder; `(cast)` exists only when the policy gives `head.x8` an FP8
+//! precision.
+
+use ipu_layout::Precision;
+use ipu_package::graph::{Graph, GraphBuilder, Op, TensorKind};
+
+use crate::siglip::graph::{BuildError, Builder, EncoderShape, GraphOptions};
+use crate::siglip::text::TextConfig;
+
+/// The graph's token-id input.
+pub const INPUT_IDS: &str = "input_ids";
+
+/// Builds the SigLIP text graph for `config` (see the module header).
+pub fn build_text_graph(config: &TextConfig, options: &GraphOptions) -> Result<Graph, BuildError> {
+    let batch = options.batch;
+    if batch == 0 {
+        return Err(BuildError::Batch);
+    }
+    let widest = (3 * config.hidden()).max(config.intermediate());
+    if batch
+        .checked_mul(config.positions())
+        .and_then(|n| n.checked_mul(widest))
+        .is_none()
+    {
+        return Err(BuildError::TooLarge { batch });
+    }
+    let mut b = Builder {
+        g: GraphBuilder::new(options.name.clone()),
+        policy: &options.policy,
+        batch,
+        tokens: config.positions(),
+        hidden: config.hidden(),
+    };
+    let (s, h, p) = (config.positions(), config.hidden(), config.projection());
+    // Token ids are row numbers, exact in F32 whatever the policy.
+    let ids =
+        b.g.tensor(INPUT_IDS, [batch, s], Precision::F32, TensorKind::Input);
+    let tok = b.weight("tok", vec![config.vocab(), h])?;
+    let tok_y = b.activation("tok.y", b.rows(h))?;
+    let pos = b.weight("pos", vec![s, h])?;
+    let x0 = b.activation("x0", b.rows(h))?;
+    b.g.op(Op::Gather {
+        table: tok,
+        indices: ids,
+        output: tok_y,
+    });
+    b.g.op(Op::Add {
+        left: tok_y,
+        right: pos,
+        output: x0,
+    });
+    let shape = EncoderShape {
+        intermediate: config.intermediate(),
+        layers: config.layers(),
+        heads: config.heads(),
+        eps: config.layer_norm_eps(),
+    };
+    let last = b.encoder(&shape, x0)?;
+    let post_g = b.weight("post.g", vec![h])?;
+    let post_b = b.weight("post.b", vec![h])?;
+    let last_hidden = b.tensor("last_hidden", b.rows(h), TensorKind::Output)?;
+    b.g.op(Op::LayerNorm {
+        input: last,
+        scale: post_g,
+        bias: post_b,
+        eps: config.layer_norm_eps(),
+        output: last_hidden,
+    });
+
+    let last_p = b.precision("last_hidden")?;
+    let row = |w: u64| vec![batch, 1, w];
+    let last_row = b.view("head.last", row(h), last_p);
+    let x8 = b.cast("head.x8", row(h))?;
+    let head_w = b.weight("head.w", vec![h, p])?;
+    let head_b = b.weight("head.b", vec![p])?;
+    let head_y = b.activation("head.y", row(p))?;
+    let y_p = b.precision("head.y")?;
+    let pooled = b.g.tensor("pooled", [batch, p], y_p, TensorKind::Output);
+    b.g.op(Op::Slice {
+        input: last_hidden,
+        axis: 1,
+        start: s - 1,
+        output: last_row,
+    });
+    let left = b.cast_op(last_row, x8);
+    b.gemm(left, head_w, head_b, head_y);
+    // The reshape comes last: the lowering reads a slice and a reshape of
+    // it in one exchange only when the reshape's source is a buffer.
+    b.g.op(Op::Reshape {
+        input: head_y,
+        output: pooled,
+    });
+    b.g.finish().map_err(|source| BuildError::Graph {
+        source: Box::new(source),
+    })
+}
