@@ -591,6 +591,72 @@ impl TensorType {
         }
     }
 
+    /// Calls `f(byte_offset, bytes)` for every run of contiguous bytes of
+    /// `tile`'s shard holding padding along `axis` that lies in the data
+    /// along every other axis: the padding a kernel reading the shard's
+    /// data rows or columns in full meets (for a GEMM operand, the padding
+    /// of its inner dimension, which meets data of the other operand).
+    /// Runs come in increasing offset order, adjacent ones merged.
+    pub fn for_each_axis_padding_run(
+        &self,
+        tile: TileId,
+        axis: crate::Axis,
+        mut f: impl FnMut(u64, u64),
+    ) -> Result<(), LayoutError> {
+        let shard = self.shard(tile)?;
+        let a = axis.resolve(shard.axes.len())?;
+        let along = shard.axes[a];
+        if along.width == along.len() || shard.axes.iter().any(AxisShard::is_empty) {
+            return Ok(());
+        }
+        let g = self.geometry();
+        let eb = g.element_bytes;
+        let widths: SmallVec<[u64; 4]> = shard.axes.iter().map(|x| x.width).collect();
+        // The local box: data along every axis but `a`, padding along it.
+        let lower: SmallVec<[u64; 4]> = shard
+            .axes
+            .iter()
+            .enumerate()
+            .map(|(i, x)| if i == a { x.len() } else { 0 })
+            .collect();
+        let upper: SmallVec<[u64; 4]> = shard
+            .axes
+            .iter()
+            .enumerate()
+            .map(|(i, x)| if i == a { x.width } else { x.len() })
+            .collect();
+        let mut offsets = Vec::new();
+        let mut local = lower.clone();
+        'elements: loop {
+            offsets.push(g.local_offset(&widths, &local));
+            // The next index of the box, row-major.
+            for i in (0..local.len()).rev() {
+                local[i] += 1;
+                if local[i] < upper[i] {
+                    continue 'elements;
+                }
+                local[i] = lower[i];
+            }
+            break;
+        }
+        offsets.sort_unstable();
+        let mut run: Option<(u64, u64)> = None;
+        for o in offsets {
+            run = match run {
+                Some((start, end)) if o == end => Some((start, end + eb)),
+                Some((start, end)) => {
+                    f(start, end - start);
+                    Some((o, o + eb))
+                }
+                None => Some((o, o + eb)),
+            };
+        }
+        if let Some((start, end)) = run {
+            f(start, end - start);
+        }
+        Ok(())
+    }
+
     /// Writes the elements `tile` holds, taken from the whole tensor's
     /// row-major `values`, into `shard` (its bytes), encoded in the
     /// tensor's precision. Padding is left as it is.

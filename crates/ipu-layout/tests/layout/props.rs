@@ -276,6 +276,48 @@ proptest! {
         }
     }
 
+    /// The padding runs along an axis cover exactly the bytes of the
+    /// elements with padding along that axis and data along every other,
+    /// by the documented offset formulas, in order and merged.
+    #[test]
+    fn axis_padding_runs_are_the_padding_meeting_data(c in case(), pick in 0usize..4) {
+        let Ok(t) = c.build() else { return Ok(()) };
+        let rank = c.extents.len();
+        if rank == 0 {
+            return Ok(());
+        }
+        let a = pick % rank;
+        let eb = c.precision.element_bytes();
+        for shard in t.shards() {
+            let mut runs = Vec::new();
+            t.for_each_axis_padding_run(shard.tile, Axis::FromStart(a as u32), |o, n| runs.push((o, n)))
+                .unwrap();
+            let mut expected = std::collections::BTreeSet::new();
+            if !shard.axes.iter().any(|x| x.is_empty()) {
+                let widths: Vec<u64> = shard.axes.iter().map(|x| x.width).collect();
+                for local in all_indices(&widths) {
+                    let meets = local.iter().zip(&shard.axes).enumerate().all(|(i, (&l, x))| {
+                        if i == a { l >= x.len() } else { l < x.len() }
+                    });
+                    if meets {
+                        let o = model_offset(t.order(), t.precision(), &widths, &local);
+                        expected.extend(o..o + eb);
+                    }
+                }
+            }
+            let mut covered = std::collections::BTreeSet::new();
+            let mut last_end: Option<u64> = None;
+            for &(o, n) in &runs {
+                prop_assert!(n > 0 && o + n <= shard.bytes);
+                // In order, and adjacent runs merged.
+                prop_assert!(last_end.is_none_or(|e| o > e));
+                last_end = Some(o + n);
+                covered.extend(o..o + n);
+            }
+            prop_assert_eq!(covered, expected);
+        }
+    }
+
     #[test]
     fn rotation_moves_every_shard_up_by_its_amount(c in case()) {
         // What the unrotated tiling puts on tile t, the rotated one puts on

@@ -75,7 +75,7 @@ impl Lowerer<'_> {
             layouts.output.clone(),
             BufferRole::Temporary,
             Attrs {
-                padding_read: false,
+                padding_read: None,
                 tail_bytes: 0,
                 alignment: 32,
             },

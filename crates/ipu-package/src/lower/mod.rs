@@ -2,7 +2,10 @@
 //!
 //! Each operation is lowered in three parts: the operands it reads are
 //! brought into the layouts its plan wants (an exchange step of
-//! redistributions, preceded by clears of padding that a codelet reads),
+//! redistributions, preceded by clears of the padding a codelet reads: a
+//! GEMM kernel's operands' inner-dimension padding, which meets the other
+//! operand's data; padded rows and columns only make padded results,
+//! which nothing reads),
 //! then a compute step runs its codelets on every tile, writing the result
 //! in the layout the plan chose, which becomes the tensor's home. Slices,
 //! broadcasts and squeezes move no data: they become views that the next
@@ -152,6 +155,7 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
         steps: Vec::new(),
         body_weights: None,
         unread_clears: 0,
+        read_axis: HashMap::new(),
     };
     for input in graph.inputs() {
         let t = graph.tensor(input);
@@ -218,7 +222,9 @@ enum Home {
 /// Buffer attributes a consumer asks for.
 #[derive(Clone, Copy, Debug)]
 struct Attrs {
-    padding_read: bool,
+    /// The axis along which a codelet reads the buffer's padding, which
+    /// must then hold zeros where it meets data along the other axes.
+    padding_read: Option<Axis>,
     tail_bytes: u32,
     alignment: u32,
 }
@@ -226,14 +232,32 @@ struct Attrs {
 impl Default for Attrs {
     fn default() -> Self {
         Self {
-            padding_read: false,
+            padding_read: None,
             tail_bytes: 0,
             alignment: 8,
         }
     }
 }
 
+/// Whether a shard of `ty` has padding along `axis` (none without one).
+fn padded_along(ty: &TensorType, axis: Option<Axis>) -> bool {
+    let Some(axis) = axis else { return false };
+    ty.shards().any(|s| {
+        axis.resolve(s.axes.len())
+            .ok()
+            .and_then(|a| s.axes.get(a))
+            .is_some_and(|x| x.width != x.len())
+    })
+}
+
+/// Clears per shard at most: more runs of padding are cleared as the one
+/// span from the first to the last (data bytes in between are zeroed too,
+/// before the fill writes them), a call costing more than a few bytes.
+const MAX_CLEAR_RUNS: usize = 4;
+
 /// GEMM operands: 32-byte alignment, and the left operand's over-read.
+/// The kernel's products meet the other operand's data along the inner
+/// dimension, the left operand's last axis and the weights' first.
 fn gemm_left_attrs(ty: &TensorType) -> Attrs {
     let tail = if ty.precision() == Precision::F32 {
         32
@@ -241,14 +265,14 @@ fn gemm_left_attrs(ty: &TensorType) -> Attrs {
         16
     };
     Attrs {
-        padding_read: true,
+        padding_read: Some(Axis::FromEnd(1)),
         tail_bytes: tail,
         alignment: 32,
     }
 }
 
 const GEMM_RIGHT: Attrs = Attrs {
-    padding_read: true,
+    padding_read: Some(Axis::FromStart(0)),
     tail_bytes: 0,
     alignment: 32,
 };
@@ -270,6 +294,9 @@ struct Lowerer<'a> {
     /// Padded shards of redistribution targets whose padding nothing reads,
     /// so that no clear was issued for them.
     unread_clears: u64,
+    /// The axis along which the codelets of each buffer with read padding
+    /// read it.
+    read_axis: HashMap<BufferId, Axis>,
 }
 
 fn u32_arg(what: &str, value: u64) -> Result<u32, LowerError> {
@@ -295,15 +322,19 @@ impl Lowerer<'_> {
         role: BufferRole,
         attrs: Attrs,
     ) -> BufferId {
-        let padding_read = attrs.padding_read && ty.shards().any(|s| s.has_padding());
-        self.program.buffers.push(Buffer {
+        let padding_read = padded_along(&ty, attrs.padding_read);
+        let b = self.program.buffers.push(Buffer {
             name,
             ty,
             role,
             padding_read,
             tail_bytes: attrs.tail_bytes,
             alignment: attrs.alignment,
-        })
+        });
+        if let (true, Some(axis)) = (padding_read, attrs.padding_read) {
+            self.read_axis.insert(b, axis);
+        }
+        b
     }
 
     /// A new temporary holding `source` (read through `view`) in `ty`.
@@ -335,24 +366,40 @@ impl Lowerer<'_> {
         b
     }
 
-    /// Zeroes the whole of `b` on every tile before it is filled (only its
-    /// padding must be zero; the data is written over it).
+    /// Zeroes the padding of `b` that its codelets read (along the axis
+    /// they asked for, where it meets data along the others) on every tile
+    /// before the buffer is filled: at most [`MAX_CLEAR_RUNS`] runs a
+    /// shard, else the span covering them (the data is written over it).
     fn clear_padding(&mut self, b: BufferId) {
-        let shards: Vec<_> = self.program.buffers[b]
-            .ty
-            .shards()
-            .filter(|s| s.has_padding() && s.bytes > 0)
-            .collect();
-        for s in shards {
-            let bytes = u32::try_from(s.bytes).unwrap_or(u32::MAX);
-            self.clears.push((
-                s.tile,
-                Codelet::Zero {
-                    target: Operand::from(b),
-                    bytes,
-                },
-            ));
+        let Some(&axis) = self.read_axis.get(&b) else {
+            return;
+        };
+        let ty = &self.program.buffers[b].ty;
+        let mut clears = Vec::new();
+        for s in ty.shards() {
+            let mut runs: Vec<(u64, u64)> = Vec::new();
+            // The shard's own tile: no error is possible.
+            let _ = ty.for_each_axis_padding_run(s.tile, axis, |o, n| runs.push((o, n)));
+            if runs.len() > MAX_CLEAR_RUNS {
+                let (first, last) = (runs[0], runs[runs.len() - 1]);
+                runs = vec![(first.0, last.0 + last.1 - first.0)];
+            }
+            for (offset, bytes) in runs {
+                // Offsets and sizes are below the shard's bytes, which
+                // placement holds to 32 bits.
+                let (Ok(offset), Ok(bytes)) = (u32::try_from(offset), u32::try_from(bytes)) else {
+                    continue;
+                };
+                clears.push((
+                    s.tile,
+                    Codelet::Zero {
+                        target: Operand { buffer: b, offset },
+                        bytes,
+                    },
+                ));
+            }
         }
+        self.clears.extend(clears);
     }
 
     /// The buffer holding `tensor` in `ty`, adding a redistribution if its
@@ -369,7 +416,7 @@ impl Lowerer<'_> {
             let b = &mut self.program.buffers[source];
             b.alignment = b.alignment.max(attrs.alignment);
             b.tail_bytes = b.tail_bytes.max(attrs.tail_bytes);
-            if attrs.padding_read && ty.shards().any(|s| s.has_padding()) && !b.padding_read {
+            if padded_along(&ty, attrs.padding_read) && !b.padding_read {
                 // The home was filled without clearing its padding; copy it
                 // into a cleared buffer instead of reading stale padding.
                 let name = format!(
@@ -463,7 +510,7 @@ impl Lowerer<'_> {
             ty,
             BufferRole::Weight,
             Attrs {
-                padding_read: false,
+                padding_read: None,
                 ..attrs
             },
         );

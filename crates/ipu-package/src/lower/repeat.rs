@@ -75,7 +75,7 @@ impl Lowerer<'_> {
                 let wk = TensorId::from_u32((r.iteration_tensors(k).start + index as usize) as u32);
                 let ty = self.program.buffers[b].ty.clone();
                 let attrs = Attrs {
-                    padding_read: false,
+                    padding_read: None,
                     tail_bytes: 0,
                     alignment: self.program.buffers[b].alignment,
                 };
