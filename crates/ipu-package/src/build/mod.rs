@@ -672,7 +672,7 @@ mod tests {
                             | StepRole::Gemm
                             | StepRole::Reduce
                             | StepRole::Attention
-                            | StepRole::Keys
+                            | StepRole::Panels
                             | StepRole::Combine
                     ),
                     "{label}"
