@@ -14,7 +14,7 @@
 //!
 //! Codelet operands name a buffer and a byte offset inside the calling
 //! tile's shard; placement later turns them into addresses. Every codelet
-//! but the GEMM and the transpose (which writes an AMP operand's panels)
+//! but the GEMM and the panels (which write an AMP operand's panels)
 //! works on row-major shards whose shapes it is given explicitly, so the
 //! simulator and the device need no layout logic.
 
@@ -248,28 +248,33 @@ pub enum Codelet {
         /// Elements between rows of `output`.
         output_row_stride: u32,
     },
-    /// The transpose of a 16-bit `[rows, cols]` row-major block (rows
-    /// `stride` elements apart) into an AMP weight operand: the
-    /// `[out_rows, out_cols]` matrix in `Amp(Right)` order (panels of
+    /// A 16-bit `[rows, cols]` row-major block (rows `stride` elements
+    /// apart) written as an AMP weight operand: the `[out_rows, out_cols]`
+    /// matrix in `Amp(Right)` order (panels of
     /// [`Precision::amp_panel_columns`] columns) whose element `(i, j)` is
-    /// `input[j, i]`, and zero where `i ≥ cols` or `j ≥ rows`. Attention's
-    /// keys become the right operand of the scores' GEMM this way: the
-    /// exchange moves whole words and cannot transpose 16-bit elements.
-    Transpose {
+    /// `input[j, i]` when `transpose` (zero where `i ≥ cols` or `j ≥
+    /// rows`), else `input[i, j]` (zero where `i ≥ rows` or `j ≥ cols`).
+    /// Attention's keys (transposed) and values become the right operands
+    /// of its two GEMMs this way: the exchange moves whole words and cannot
+    /// transpose 16-bit elements, and it delivers a row in one piece where
+    /// AMP panels would cut it into one per panel.
+    Panels {
         /// `[rows, cols]`, rows `stride` elements apart.
         input: Operand,
         /// `[out_rows, out_cols]` in `Amp(Right)` order, same precision.
         output: Operand,
-        /// Source rows (the output's data columns).
+        /// Source rows.
         rows: u32,
-        /// Source columns (the output's data rows).
+        /// Source columns.
         cols: u32,
         /// Elements between source rows.
         stride: u32,
-        /// Output rows: at least `cols`.
+        /// Output rows: at least `cols` when transposing, else `rows`.
         out_rows: u32,
-        /// Output columns: at least `rows`.
+        /// Output columns: at least `rows` when transposing, else `cols`.
         out_cols: u32,
+        /// Whether the block is transposed.
+        transpose: bool,
     },
     /// The softmax between attention's two AMP products, for `rows` rows of
     /// scores against `columns` keys, rows `stride` elements apart in both
@@ -351,9 +356,9 @@ pub enum StepRole {
     /// output of each block of key rows (on the vector unit, or on the AMP
     /// with the keys transposed and the softmax between the products).
     Attention,
-    /// Attention's keys transposed into the AMP's weight panels, before
-    /// its blocks on the AMP.
-    Keys,
+    /// Attention's keys (transposed) and values written as the AMP's
+    /// weight panels, before its blocks on the AMP.
+    Panels,
     /// Attention blocks combined into the normalised output.
     Combine,
     /// An elementwise addition.
@@ -385,7 +390,7 @@ impl StepRole {
             StepRole::Gemm => "gemm",
             StepRole::Reduce => "reduce",
             StepRole::Attention => "attention",
-            StepRole::Keys => "attention keys",
+            StepRole::Panels => "attention panels",
             StepRole::Combine => "attention combine",
             StepRole::Add => "add",
             StepRole::LayerNorm => "layer_norm",

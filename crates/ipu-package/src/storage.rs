@@ -206,7 +206,7 @@ pub fn codelet_buffers(c: &Codelet) -> SmallVec<[BufferId; 7]> {
             sum,
             ..
         } => smallvec::smallvec![scores, probs, max, sum],
-        Codelet::Transpose { input, output, .. } => smallvec::smallvec![input, output],
+        Codelet::Panels { input, output, .. } => smallvec::smallvec![input, output],
         Codelet::Zero { target, .. } => smallvec::smallvec![target],
         Codelet::Gather {
             table,

@@ -155,7 +155,7 @@ pub(crate) fn codelet_operands(c: &Codelet) -> Vec<(Operand, Access)> {
             sum,
             ..
         } => vec![(scores, Read), (probs, Write), (max, Write), (sum, Write)],
-        Codelet::Transpose { input, output, .. } => vec![(input, Read), (output, Write)],
+        Codelet::Panels { input, output, .. } => vec![(input, Read), (output, Write)],
         Codelet::Zero { target, .. } => vec![(target, Clear)],
         Codelet::Gather {
             table,
@@ -178,7 +178,7 @@ pub(crate) fn codelet_name(c: &Codelet) -> &'static str {
         Codelet::AttentionBlock { .. } => "attention_block",
         Codelet::AttentionCombine { .. } => "attention_combine",
         Codelet::AttentionSoftmax { .. } => "attention_softmax",
-        Codelet::Transpose { .. } => "transpose",
+        Codelet::Panels { .. } => "panels",
         Codelet::Zero { .. } => "zero",
         Codelet::Gather { .. } => "gather",
     }
@@ -218,7 +218,7 @@ pub(crate) fn codelet_work(c: &Codelet, kernel: Option<&GemmKernel>) -> u64 {
             ..
         } => product(&[blocks, q_rows, head_dim]),
         Codelet::AttentionSoftmax { rows, stride, .. } => product(&[rows, stride]),
-        Codelet::Transpose {
+        Codelet::Panels {
             out_rows, out_cols, ..
         } => product(&[out_rows, out_cols]),
         Codelet::Zero { bytes, .. } => product(&[bytes]),
@@ -825,7 +825,7 @@ pub fn run_codelet_counted(
                 prob_lanes,
             }))
         }
-        Codelet::Transpose {
+        Codelet::Panels {
             input,
             output,
             rows,
@@ -833,9 +833,15 @@ pub fn run_codelet_counted(
             stride,
             out_rows,
             out_cols,
+            transpose,
         } => {
-            if out_rows < cols || out_cols < rows {
-                return Err(args.fail("output extent (smaller than the transposed block)"));
+            let (data_rows, data_cols) = if transpose {
+                (cols, rows)
+            } else {
+                (rows, cols)
+            };
+            if out_rows < data_rows || out_cols < data_cols {
+                return Err(args.fail("output extent (smaller than the block)"));
             }
             let (r, c) = (u64::from(rows), u64::from(cols));
             let (or, oc) = (u64::from(out_rows), u64::from(out_cols));
@@ -846,8 +852,9 @@ pub fn run_codelet_counted(
             let order = ElementOrder::Amp(AmpOperand::Right);
             let mut t = vec![0.0f32; args.usize("element count", written)?];
             let cu = args.usize("columns", c)?;
-            for (j, row) in x.chunks(cu.max(1)).enumerate() {
-                for (i, &v) in row.iter().enumerate() {
+            for (r, row) in x.chunks(cu.max(1)).enumerate() {
+                for (c, &v) in row.iter().enumerate() {
+                    let (i, j) = if transpose { (c, r) } else { (r, c) };
                     // Amp order in elements: the panel arithmetic of the
                     // layout crate, divided back from bytes.
                     let at = order.byte_offset(precision, &[or, oc], &[i as u64, j as u64])
@@ -858,9 +865,10 @@ pub fn run_codelet_counted(
                 }
             }
             write_values(m, args, output, &t)?;
-            Ok(counted(Work::Transpose {
-                out_cols: oc,
+            Ok(counted(Work::Panels {
                 out_rows: or,
+                out_cols: oc,
+                transpose,
             }))
         }
         Codelet::Zero { target, bytes } => {

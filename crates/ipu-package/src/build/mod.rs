@@ -674,7 +674,7 @@ mod tests {
                             | StepRole::Gemm
                             | StepRole::Reduce
                             | StepRole::Attention
-                            | StepRole::Keys
+                            | StepRole::Panels
                             | StepRole::Combine
                     ),
                     "{label}"

@@ -251,7 +251,7 @@ fn codelet_words(c: &Codelet) -> u32 {
         Codelet::AttentionBlock { .. } => 15,
         Codelet::AttentionCombine { .. } => 11,
         Codelet::AttentionSoftmax { .. } => 9,
-        Codelet::Transpose { .. } => 7,
+        Codelet::Panels { .. } => 8,
         Codelet::Zero { .. } => 2,
         Codelet::Gather { .. } => 8,
     }

@@ -6,6 +6,16 @@
 
 use super::*;
 
+/// Query rows below which [`AttentionUnit::Auto`] keeps an attention on
+/// the vector unit whatever the step model says: the AMP streams whole
+/// rows against each coefficient load, so a GEMM of a few rows spends its
+/// call on loads and setup and saves few cycles, while its kernels' code
+/// and its operands' exchange code take support memory on every tile it
+/// runs on, for the whole program (SigLIP's pooling head, one query row:
+/// about 6,700 cycles a run on the AMP, and support that crosses a 16 KiB
+/// memory element at batch 4, which then does not fit).
+const MIN_AMP_QUERY_ROWS: u64 = 16;
+
 /// The kernel of each GEMM call shape `(inner, columns, rows)` of an AMP
 /// attention, and whether the call takes its large entry.
 type AttentionKernels = HashMap<(u64, u64, u64), (KernelId, bool)>;
@@ -64,6 +74,7 @@ impl Lowerer<'_> {
         let amp = match self.config.attention {
             AttentionUnit::Vector => None,
             _ if !amp_attention_supported(&shape, operands, softmax_f16, tiles) => None,
+            AttentionUnit::Auto if shape.tq < MIN_AMP_QUERY_ROWS => None,
             unit => choose_amp_attention(&shape, tiles, budget, cost)
                 .filter(|(_, amp, fits)| {
                     unit == AttentionUnit::Amp || (*fits && amp.total() < vector.total())
@@ -219,9 +230,9 @@ impl Lowerer<'_> {
     }
 
     /// The AMP's blocks: per tile (one pair, one query block, one key
-    /// block) the keys' transpose in one compute step, then in the next,
-    /// per pass over the query rows, the scores' GEMM, the softmax and the
-    /// blocks' GEMM.
+    /// block) the keys' and values' panels in one compute step, then in the
+    /// next, per pass over the query rows, the scores' GEMM, the softmax
+    /// and the blocks' GEMM.
     fn amp_attention_blocks(
         &mut self,
         op: OpId,
@@ -238,7 +249,7 @@ impl Lowerer<'_> {
         )?;
         let bq = self.ensure(q, lay.q.clone(), gemm_left_attrs(&lay.q))?;
         let bk = self.ensure(k, lay.k.clone(), Attrs::default())?;
-        let bv = self.ensure(v, lay.v.clone(), GEMM_RIGHT)?;
+        let bv = self.ensure(v, lay.v.clone(), Attrs::default())?;
         let base = tout.name().to_owned();
         // Every GEMM operand and output starts 32-byte aligned; the
         // probabilities are a left operand (the AMP reads past their end)
@@ -257,6 +268,7 @@ impl Lowerer<'_> {
             )
         };
         let keys_t = temporary(self, "keys_t", &lay.keys_t, aligned);
+        let values = temporary(self, "values", &lay.values, aligned);
         let scores = temporary(self, "scores", &lay.scores, aligned);
         let probs = temporary(
             self,
@@ -274,11 +286,11 @@ impl Lowerer<'_> {
         // Per tile: query rows, key rows (data and padded), head columns
         // (data and padded).
         let mut shards = Vec::new();
-        for ((sq, sk), sv) in lay.q.shards().zip(lay.k.shards()).zip(lay.v.shards()) {
+        for (sq, sk) in lay.q.shards().zip(lay.k.shards()) {
             let rq = sq.axes[1].len();
             let (rk, rk_w) = (sk.axes[1].len(), sk.axes[1].width);
-            let (d, dp) = (sk.axes[2].width, sv.axes[2].width);
-            if rq == 0 || rk == 0 || sq.axes[0].len() != 1 || sq.axes[2].width != dp {
+            let (d, dp) = (sk.axes[2].width, sq.axes[2].width);
+            if rq == 0 || rk == 0 || sq.axes[0].len() != 1 || sq.axes[2].len() != d {
                 return Err(self.unsupported(
                     op,
                     format!(
@@ -310,26 +322,46 @@ impl Lowerer<'_> {
             Precision::F32,
         )?;
 
-        // The keys' transpose is a step of its own, so that the keys are
-        // dead before the scores are held.
-        let keys = StepLabel::of(op, StepRole::Keys, base.as_str());
-        self.flush(&keys);
+        // The panels are a step of their own, so that the row-major keys
+        // and values are dead before the scores are held.
+        let panels = StepLabel::of(op, StepRole::Panels, base.as_str());
+        self.flush(&panels);
         let mut calls = Vec::new();
         for &(tile, _, rk, rk_w, d, dp) in &shards {
+            let (rows, cols, stride) = (
+                u32_arg("rows", rk)?,
+                u32_arg("columns", d)?,
+                u32_arg("stride", d)?,
+            );
+            let (dp, rk_w) = (u32_arg("rows", dp)?, u32_arg("columns", rk_w)?);
             calls.push((
                 tile,
-                Codelet::Transpose {
+                Codelet::Panels {
                     input: bk.into(),
                     output: keys_t.into(),
-                    rows: u32_arg("rows", rk)?,
-                    cols: u32_arg("columns", d)?,
-                    stride: u32_arg("stride", d)?,
-                    out_rows: u32_arg("rows", dp)?,
-                    out_cols: u32_arg("columns", rk_w)?,
+                    rows,
+                    cols,
+                    stride,
+                    out_rows: dp,
+                    out_cols: rk_w,
+                    transpose: true,
+                },
+            ));
+            calls.push((
+                tile,
+                Codelet::Panels {
+                    input: bv.into(),
+                    output: values.into(),
+                    rows,
+                    cols,
+                    stride,
+                    out_rows: rk_w,
+                    out_cols: dp,
+                    transpose: false,
                 },
             ));
         }
-        self.compute(keys, calls);
+        self.compute(panels, calls);
 
         let label = StepLabel::of(op, StepRole::Attention, base.as_str());
         self.flush(&label);
@@ -385,7 +417,7 @@ impl Lowerer<'_> {
                 ));
                 calls.push((
                     tile,
-                    gemm(&value_kernels, rk_w, dp, probs.into(), bv, out_at),
+                    gemm(&value_kernels, rk_w, dp, probs.into(), values, out_at),
                 ));
                 first += r;
             }

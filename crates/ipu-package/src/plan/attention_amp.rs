@@ -5,13 +5,14 @@
 //! a block of `rk` key rows (a multiple of 16, the AMP's F16 micro inner
 //! dimension) on the grid `pb = batch, ph = heads, gq × s`, numbered as
 //! the vector attention's (`tile = kv + s·(q + gq·(h + heads·b))`). Per
-//! tile, one compute step transposes the keys (so that they are dead
-//! before the scores exist) and the next runs the rest, in passes over
-//! the query rows so that one pass's scores and probabilities are held at
-//! a time:
+//! tile, one compute step writes the keys (transposed) and the values as
+//! AMP weight panels (so that the row-major copies are dead before the
+//! scores exist) and the next runs the rest, in passes over the query
+//! rows so that one pass's scores and probabilities are held at a time:
 //!
 //! ```text
-//! keys    [rk, d] row-major ──transpose──► keysᵀ [d₁₆, rk] Amp(Right)
+//! keys    [rk, d] row-major ──transpose──► keysᵀ  [d₁₆, rk] Amp(Right)
+//! values  [rk, d] row-major ──panels─────► values [rk, d₁₆] Amp(Right)
 //! per pass of the query rows:
 //! scores  [r, rk] = queries [r, d₁₆] (row-major) × keysᵀ          AMP
 //! probs   [r, rk] F16, max, sum = softmax(scores / √d)          vector
@@ -19,21 +20,25 @@
 //! ```
 //!
 //! where `d₁₆` is the head dimension rounded up to 16 (zero padding in the
-//! queries and values, which the exchange fills without moving padding).
-//! The exchange delivers queries and values straight into the kernels'
-//! orders: with one pair per tile the head's columns of `[B, T, H]` are a
-//! tile's whole rows. Only the keys are transposed on the tile: the
-//! exchange moves 32-bit words, and the keys' transpose would move single
-//! 16-bit elements. With `s > 1` the blocks are combined flash-style
-//! exactly as the vector attention's ([`super::fine_combine`]).
+//! queries, cleared before the exchange fills their data, and in the
+//! panels, which the panels codelet writes). The exchange delivers the
+//! queries straight into the first kernel's row-major left operand: with
+//! one pair per tile the head's columns of `[B, T, H]` are a tile's whole
+//! rows. Keys and values arrive as row-major rows, one exchange piece
+//! each, and are written as panels on the tile: the exchange moves 32-bit
+//! words, so the keys' transpose would move single 16-bit elements, and
+//! values delivered in panels would take a piece per panel of every row,
+//! each costing the receiving tile exchange code. With `s > 1` the blocks
+//! are combined flash-style exactly as the vector attention's
+//! ([`super::fine_combine`]).
 //!
 //! The grid is chosen by the steps it lowers to, costed as the package's
 //! estimate costs them: the operands' exchange (receive-bound: every byte
-//! a tile receives at one word a cycle), the clear of the queries' and
-//! values' padding, the four codelets (the GEMMs by the kernel cost model
-//! on the variants the build would plan, the transpose and the softmax by
-//! the vector model), the gather of the blocks and the combine, each step
-//! with its sync.
+//! a tile receives at one word a cycle), the clear of the queries'
+//! padding, the codelets (the GEMMs by the kernel cost model on the
+//! variants the build would plan, the panels and the softmax by the vector
+//! model), the gather of the blocks and the combine, each step with its
+//! sync.
 
 use std::collections::HashMap;
 
@@ -90,8 +95,8 @@ pub struct AttentionCycles {
     pub clear: u64,
     /// The exchange bringing queries, keys and values.
     pub operands: u64,
-    /// The keys' transpose (AMP attention only).
-    pub keys: u64,
+    /// The keys' and values' panels (AMP attention only).
+    pub panels: u64,
     /// The blocks (vector blocks, or transpose, GEMMs and softmax).
     pub blocks: u64,
     /// The exchange gathering blocks to combine (`s > 1`).
@@ -105,7 +110,7 @@ impl AttentionCycles {
     pub fn total(&self) -> u64 {
         self.clear
             .saturating_add(self.operands)
-            .saturating_add(self.keys)
+            .saturating_add(self.panels)
             .saturating_add(self.blocks)
             .saturating_add(self.gather)
             .saturating_add(self.combine)
@@ -241,16 +246,20 @@ impl<'a> AmpAttentionScorer<'a> {
         let dp = padded_head_dim(&a);
         let (rq, rk, rk_data) = blocks(&a, grid);
         let zero = |bytes: u64| vector.cycles(&Work::Zero { bytes });
-        let clear = zero(rq * dp * 2)
-            .saturating_add(zero(rk * dp * 2))
-            .saturating_add(sync);
+        let clear = zero(rq * dp * 2).saturating_add(sync);
         let received = (rq + 2 * rk_data) * d * 2;
         let operands = cost.exchange_cycles(received).saturating_add(sync);
-        let keys = vector
-            .cycles(&Work::Transpose {
-                out_cols: rk,
+        let panels = vector
+            .cycles(&Work::Panels {
                 out_rows: dp,
+                out_cols: rk,
+                transpose: true,
             })
+            .saturating_add(vector.cycles(&Work::Panels {
+                out_rows: rk,
+                out_cols: dp,
+                transpose: false,
+            }))
             .saturating_add(sync);
         let mut blocks = sync;
         // The passes of the longest query block; a kernel serves the two
@@ -278,7 +287,7 @@ impl<'a> AmpAttentionScorer<'a> {
         Some(AttentionCycles {
             clear,
             operands,
-            keys,
+            panels,
             blocks,
             gather,
             combine,
@@ -286,10 +295,10 @@ impl<'a> AmpAttentionScorer<'a> {
     }
 
     /// Bytes of the largest tile at the fullest of its steps: while the
-    /// keys are transposed (queries, keys, values, transposed keys), while
-    /// the blocks run (queries, values, transposed keys, one pass's scores
-    /// and probabilities, the blocks and their statistics), or, with
-    /// `s > 1`, while the blocks are gathered for the combine.
+    /// panels are written (queries, keys and values, and their panels),
+    /// while the blocks run (queries, panels, one pass's scores and
+    /// probabilities, the blocks and their statistics), or, with `s > 1`,
+    /// while the blocks are gathered for the combine.
     pub fn bytes_per_tile(&self, grid: AttentionGrid, passes: u32) -> u64 {
         let a = &self.shape;
         let d = a.head_dim();
@@ -298,7 +307,7 @@ impl<'a> AmpAttentionScorer<'a> {
         let pass = rq.div_ceil(u64::from(passes.max(1)));
         let results = rq * dp * 4 + 2 * rq * 4;
         let held = rq * dp * 2 + rk * dp * 2 + dp * rk * 2;
-        let keys = held + rk * d * 2;
+        let panels = held + 2 * rk * d * 2;
         let scratch = pass * rk * (self.scores.element_bytes() + 2);
         let gathered = if grid.s > 1 {
             let fine =
@@ -307,7 +316,7 @@ impl<'a> AmpAttentionScorer<'a> {
         } else {
             0
         };
-        keys.max(held + scratch + results).max(results + gathered)
+        panels.max(held + scratch + results).max(results + gathered)
     }
 }
 
@@ -383,7 +392,7 @@ pub fn vector_attention_cycles(
     let (gather, combine) = combine_cycles(a, grid, rq, cost);
     AttentionCycles {
         clear: 0,
-        keys: 0,
+        panels: 0,
         operands: cost.exchange_cycles(received).saturating_add(sync),
         blocks: block.saturating_mul(pairs).saturating_add(sync),
         gather,
@@ -447,13 +456,15 @@ pub struct AmpAttentionLayouts {
     /// `[B, Tk, H]` F16, row-major, key rows in blocks of 16, replicated
     /// `gq` times (the transpose's source).
     pub k: TensorType,
-    /// `[B, Tk, H]` F16 in `Amp(Right)` order, interleaved, head columns
-    /// padded to 16 (the second GEMM's right operand), replicated `gq`
-    /// times.
+    /// `[B, Tk, H]` F16, row-major, key rows in blocks of 16, replicated
+    /// `gq` times (the values' panels' source).
     pub v: TensorType,
     /// `[tiles, d₁₆, rk]` F16 in `Amp(Right)` order, interleaved: each
-    /// tile's transposed keys.
+    /// tile's transposed keys (the first GEMM's right operand).
     pub keys_t: TensorType,
+    /// `[tiles, rk, d₁₆]` F16 in `Amp(Right)` order, interleaved: each
+    /// tile's values (the second GEMM's right operand).
+    pub values: TensorType,
     /// `[tiles, rq, rk]` scores, row-major.
     pub scores: TensorType,
     /// `[tiles, rq, rk]` F16 probabilities, row-major.
@@ -510,26 +521,12 @@ pub fn amp_attention_layouts(
             vec![batch(0), heads(KEY_BLOCK), query_rows(1)],
         )?,
     )?;
-    let kv_tiling = |pad: u64| {
-        TensorTiling::new(
-            tiles,
-            gq as u32,
-            vec![batch(0), heads(pad), key_rows.clone()],
-        )
-    };
-    let k = tensor_type(
+    let kv = tensor_type(
         &[a.batch, a.tk, a.hidden],
         Precision::F16,
         rm,
         std,
-        kv_tiling(1)?,
-    )?;
-    let v = tensor_type(
-        &[a.batch, a.tk, a.hidden],
-        Precision::F16,
-        right,
-        il,
-        kv_tiling(KEY_BLOCK)?,
+        TensorTiling::new(tiles, gq as u32, vec![batch(0), heads(1), key_rows])?,
     )?;
     let (rq, rk) = (plan.pass_rows(a), blocks(a, grid).1);
     let scratch = |inner: u64, columns: u64, precision: Precision, order, class| {
@@ -546,6 +543,7 @@ pub fn amp_attention_layouts(
         )
     };
     let keys_t = scratch(dp, rk, Precision::F16, right, il)?;
+    let values = scratch(rk, dp, Precision::F16, right, il)?;
     let scores = scratch(rq, rk, plan.scores, rm, std)?;
     let probs = scratch(rq, rk, Precision::F16, rm, std)?;
     let out_part = tensor_type(
@@ -589,9 +587,10 @@ pub fn amp_attention_layouts(
     let output = tensor_type(&[a.batch, a.tq, a.hidden], output, rm, std, output_tiling)?;
     Ok(AmpAttentionLayouts {
         q,
-        k,
-        v,
+        k: kv.clone(),
+        v: kv,
         keys_t,
+        values,
         scores,
         probs,
         out_part,

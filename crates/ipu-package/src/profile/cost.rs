@@ -20,7 +20,8 @@
 //! | attention block | query rows | `attention_row_instructions + kv × ⌈d / dot_macs⌉ + vectors of kv scores × exp + kv × ⌈d / axpy_macs⌉` |
 //! | attention combine | query rows | `attention_row_instructions + blocks × (exp + ⌈d / axpy_macs⌉) + ⌈d / axpy_macs⌉` |
 //! | attention softmax | query rows | `attention_row_instructions + vectors of a row's scores × softmax_scale + vectors of its F16 probabilities × (exp + softmax_sum)` |
-//! | transpose | groups of 4 source rows | `transpose_group + ⌈out_rows / 4⌉ × transpose_block` |
+//! | panels, transposed | groups of 4 source rows | `transpose_group + ⌈out_rows / 4⌉ × transpose_block` |
+//! | panels, not transposed | groups of 4 rows | `transpose_group + 4 × ⌈2 · out_cols / copy_bytes⌉` |
 //! | zero, on-tile copy | `copy_bytes_per_instruction` bytes | 1 |
 //! | gather | indices | `gather_row_instructions + vectors of a row × gather_instructions_per_vector` |
 //!
@@ -129,12 +130,14 @@ pub enum Work {
         /// Probabilities per vector (F16).
         prob_lanes: u32,
     },
-    /// A 16-bit transpose into AMP panels.
-    Transpose {
-        /// Output columns (source rows, padding included).
-        out_cols: u64,
-        /// Output rows (source columns, padding included).
+    /// A 16-bit block written as AMP panels.
+    Panels {
+        /// Output rows, padding included.
         out_rows: u64,
+        /// Output columns, padding included.
+        out_cols: u64,
+        /// Whether the block is transposed.
+        transpose: bool,
     },
     /// Zeroing bytes.
     Zero {
@@ -171,7 +174,7 @@ impl Work {
             Work::AttentionBlock { .. } => "attention_block",
             Work::AttentionCombine { .. } => "attention_combine",
             Work::AttentionSoftmax { .. } => "attention_softmax",
-            Work::Transpose { .. } => "transpose",
+            Work::Panels { .. } => "panels",
             Work::Zero { .. } => "zero",
             Work::Copy { .. } => "copy",
             Work::Gather { .. } => "gather",
@@ -191,7 +194,7 @@ pub const CODELET_KINDS: [&str; 13] = [
     "attention_block",
     "attention_combine",
     "attention_softmax",
-    "transpose",
+    "panels",
     "zero",
     "gather",
     "copy",
@@ -336,15 +339,28 @@ impl VectorModel {
                 );
                 per(rows).saturating_mul(row.saturating_add(scale).saturating_add(sum))
             }
-            Work::Transpose { out_cols, out_rows } => {
-                // Four source rows at a time, each 4 × 4 block turned in
-                // registers (PopLibs' fast 16-bit transpose).
-                let blocks = out_rows
-                    .div_ceil(4)
-                    .saturating_mul(u64::from(s.transpose_block_instructions));
-                per(out_cols.div_ceil(4)).saturating_mul(
-                    u64::from(s.transpose_group_instructions).saturating_add(blocks),
-                )
+            Work::Panels {
+                out_rows,
+                out_cols,
+                transpose,
+            } => {
+                let group = u64::from(s.transpose_group_instructions);
+                if transpose {
+                    // Four source rows at a time, each 4 × 4 block turned
+                    // in registers (PopLibs' fast 16-bit transpose).
+                    let blocks = out_rows
+                        .div_ceil(4)
+                        .saturating_mul(u64::from(s.transpose_block_instructions));
+                    per(out_cols.div_ceil(4)).saturating_mul(group.saturating_add(blocks))
+                } else {
+                    // Four rows at a time, each row's 16-bit elements
+                    // copied a copy instruction at a time.
+                    let row = out_cols
+                        .saturating_mul(2)
+                        .div_ceil(u64::from(s.copy_bytes_per_instruction.max(1)));
+                    per(out_rows.div_ceil(4))
+                        .saturating_mul(group.saturating_add(row.saturating_mul(4)))
+                }
             }
             Work::Zero { bytes } | Work::Copy { bytes } => {
                 per(bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1))))
@@ -417,7 +433,9 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
         } => rows.saturating_mul(
             vectors(columns, score_lanes).saturating_add(vectors(columns, prob_lanes)),
         ),
-        Work::Transpose { out_cols, out_rows } => {
+        Work::Panels {
+            out_rows, out_cols, ..
+        } => {
             // 16-bit elements written.
             let lanes = (datapath_bytes / 2).max(1);
             vectors(out_cols.saturating_mul(out_rows), lanes)
@@ -530,11 +548,15 @@ pub fn codelet_work(
             score_lanes: model.lanes(p(scores)),
             prob_lanes: model.lanes(p(probs)),
         },
-        Codelet::Transpose {
-            out_rows, out_cols, ..
-        } => Work::Transpose {
-            out_cols: u64::from(*out_cols),
+        Codelet::Panels {
+            out_rows,
+            out_cols,
+            transpose,
+            ..
+        } => Work::Panels {
             out_rows: u64::from(*out_rows),
+            out_cols: u64::from(*out_cols),
+            transpose: *transpose,
         },
         Codelet::Zero { bytes, .. } => Work::Zero {
             bytes: u64::from(*bytes),

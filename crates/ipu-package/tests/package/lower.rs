@@ -52,7 +52,7 @@ fn operands(c: &Codelet) -> Vec<Operand> {
             sum,
             ..
         } => vec![scores, probs, max, sum],
-        Codelet::Transpose { input, output, .. } => vec![input, output],
+        Codelet::Panels { input, output, .. } => vec![input, output],
         Codelet::Zero { target, .. } => vec![target],
         Codelet::Gather {
             table,

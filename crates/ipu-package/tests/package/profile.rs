@@ -238,11 +238,20 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
     );
     // Its keys' transpose, 160 key rows of 72 (padded to 80) columns: 40
     // groups of 4 rows, 7 for the busiest worker, each 4 + 20 blocks x 4.
-    let transpose = Work::Transpose {
-        out_cols: 160,
+    let transpose = Work::Panels {
         out_rows: 80,
+        out_cols: 160,
+        transpose: true,
     };
     assert_eq!(v.cycles(&transpose), 60 + 6 * (15 + 7 * (4 + 20 * 4)));
+    // Its values' panels, 160 rows of 80 columns: 40 groups of 4 rows, 7
+    // for the busiest worker, each 4 + 4 rows x 160 bytes / 8.
+    let values = Work::Panels {
+        out_rows: 160,
+        out_cols: 80,
+        transpose: false,
+    };
+    assert_eq!(v.cycles(&values), 60 + 6 * (15 + 7 * (4 + 4 * 20)));
     // Their floors: every element read and written at one vector a cycle.
     assert_eq!(work_floor(&softmax, 8, 64), 27 * (80 + 40));
     assert_eq!(work_floor(&transpose, 8, 64), 160 * 80 / 4);
@@ -282,8 +291,12 @@ proptest! {
                 },
             ),
             (
-                Work::Transpose { out_cols: lo % 5000, out_rows: rows },
-                Work::Transpose { out_cols: hi % 5000 + lo % 5000, out_rows: rows + 1 },
+                Work::Panels { out_rows: rows, out_cols: lo % 5000, transpose: lanes % 2 == 0 },
+                Work::Panels {
+                    out_rows: rows + 1,
+                    out_cols: hi % 5000 + lo % 5000,
+                    transpose: lanes % 2 == 0,
+                },
             ),
         ];
         for (small, large) in pairs {

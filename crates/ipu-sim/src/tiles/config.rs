@@ -18,7 +18,7 @@ pub const CODELET_KINDS: [&str; 12] = [
     "attention_block",
     "attention_combine",
     "attention_softmax",
-    "transpose",
+    "panels",
     "zero",
     "gather",
 ];
@@ -34,7 +34,7 @@ pub(super) fn codelet_kind(c: &Codelet) -> usize {
         Codelet::AttentionBlock { .. } => 6,
         Codelet::AttentionCombine { .. } => 7,
         Codelet::AttentionSoftmax { .. } => 8,
-        Codelet::Transpose { .. } => 9,
+        Codelet::Panels { .. } => 9,
         Codelet::Zero { .. } => 10,
         Codelet::Gather { .. } => 11,
     }

@@ -78,8 +78,8 @@ fn amp_attention_packages_pass_the_per_op_check_and_match_the_reference() {
             let vector = build(&graph, tiles, AttentionUnit::Vector);
             for (codelet, pick) in [
                 (
-                    "transpose",
-                    &(|c: &Codelet| matches!(c, Codelet::Transpose { .. }))
+                    "panels",
+                    &(|c: &Codelet| matches!(c, Codelet::Panels { .. }))
                         as &dyn Fn(&Codelet) -> bool,
                 ),
                 ("softmax", &|c: &Codelet| {
@@ -230,74 +230,75 @@ fn value(i: usize) -> f32 {
 }
 
 #[test]
-fn the_transpose_puts_each_element_at_its_panel_position_and_zeros_the_rest() {
+fn panels_put_each_element_at_its_panel_position_and_zeros_the_rest() {
     let tile = TileId::from_u32(0);
     let model = VectorModel::new(&BuildConfig::default().target);
-    // 37 key rows of 21 columns, 24 apart, into [32, 48] AMP panels.
-    let (rows, cols, stride, out_rows, out_cols) = (37u32, 21u32, 24u32, 32u32, 48u32);
+    // 37 rows of 21 columns, 24 apart: transposed into [32, 48] AMP panels
+    // (keys), or as they are into [48, 32] (values).
+    let (rows, cols, stride) = (37u32, 21u32, 24u32);
     let input: Vec<f32> = (0..(rows * stride) as usize).map(value).collect();
-    let out_bytes = (out_rows * out_cols * 2) as usize;
-    let mut m = Memory::new(&[
-        (0, Precision::F16, input.len() * 2),
-        (1, Precision::F16, out_bytes),
-    ]);
-    m.set(0, &input);
-    let codelet = Codelet::Transpose {
-        input: operand(0),
-        output: operand(1),
-        rows,
-        cols,
-        stride,
-        out_rows,
-        out_cols,
-    };
-    let work = run_codelet_counted(&mut m, tile, &codelet, Some(&model)).expect("runs");
-    assert_eq!(
-        work,
-        Some(Work::Transpose {
-            out_cols: u64::from(out_cols),
-            out_rows: u64::from(out_rows),
-        })
-    );
-    let out = m.get(1);
-    // Element (i, j) of the [out_rows, out_cols] result, in panels of 16
-    // columns: panel j / 16 holds every row's 16 columns of it.
-    let order = ElementOrder::Amp(AmpOperand::Right);
-    let mut seen = vec![false; out.len()];
-    for i in 0..u64::from(out_rows) {
-        for j in 0..u64::from(out_cols) {
-            let at =
-                (order.byte_offset(Precision::F16, &[out_rows.into(), out_cols.into()], &[i, j])
-                    / 2) as usize;
-            let panel = (j / 16) as usize;
-            assert_eq!(
-                at,
-                panel * 16 * out_rows as usize + i as usize * 16 + (j % 16) as usize
-            );
-            let expected = if i < u64::from(cols) && j < u64::from(rows) {
-                input[j as usize * stride as usize + i as usize]
-            } else {
-                0.0
-            };
-            assert_eq!(out[at], expected, "({i}, {j})");
-            seen[at] = true;
+    for (transpose, out_rows, out_cols) in [(true, 32u32, 48u32), (false, 48, 32)] {
+        let out_bytes = (out_rows * out_cols * 2) as usize;
+        let mut m = Memory::new(&[
+            (0, Precision::F16, input.len() * 2),
+            (1, Precision::F16, out_bytes),
+        ]);
+        m.set(0, &input);
+        let panels = |out_cols| Codelet::Panels {
+            input: operand(0),
+            output: operand(1),
+            rows,
+            cols,
+            stride,
+            out_rows,
+            out_cols,
+            transpose,
+        };
+        let work =
+            run_codelet_counted(&mut m, tile, &panels(out_cols), Some(&model)).expect("runs");
+        assert_eq!(
+            work,
+            Some(Work::Panels {
+                out_rows: u64::from(out_rows),
+                out_cols: u64::from(out_cols),
+                transpose,
+            })
+        );
+        let out = m.get(1);
+        // Element (i, j) of the [out_rows, out_cols] result, in panels of
+        // 16 columns: panel j / 16 holds every row's 16 columns of it.
+        let order = ElementOrder::Amp(AmpOperand::Right);
+        let mut seen = vec![false; out.len()];
+        for i in 0..u64::from(out_rows) {
+            for j in 0..u64::from(out_cols) {
+                let at = (order.byte_offset(
+                    Precision::F16,
+                    &[out_rows.into(), out_cols.into()],
+                    &[i, j],
+                ) / 2) as usize;
+                let panel = (j / 16) as usize;
+                assert_eq!(
+                    at,
+                    panel * 16 * out_rows as usize + i as usize * 16 + (j % 16) as usize
+                );
+                let (r, c) = if transpose { (j, i) } else { (i, j) };
+                let expected = if r < u64::from(rows) && c < u64::from(cols) {
+                    input[r as usize * stride as usize + c as usize]
+                } else {
+                    0.0
+                };
+                assert_eq!(out[at], expected, "transpose {transpose}: ({i}, {j})");
+                seen[at] = true;
+            }
         }
+        assert!(seen.iter().all(|&s| s), "every output element is written");
+        // An output narrower than the data is refused, not truncated.
+        let narrow = if transpose { rows - 1 } else { cols - 1 };
+        assert!(matches!(
+            run_codelet_counted(&mut m, tile, &panels(narrow), None),
+            Err(SimError::Argument { .. })
+        ));
     }
-    assert!(seen.iter().all(|&s| s), "every output element is written");
-    // An output narrower than the data is refused, not truncated.
-    let narrow = Codelet::Transpose {
-        input: operand(0),
-        output: operand(1),
-        rows,
-        cols,
-        stride,
-        out_rows,
-        out_cols: rows - 1,
-    };
-    assert!(matches!(
-        run_codelet_counted(&mut m, tile, &narrow, None),
-        Err(SimError::Argument { .. })
-    ));
 }
 
 /// The softmax of one row as `Codelet::AttentionSoftmax` defines it,
@@ -417,8 +418,8 @@ fn huge_counts_of_the_new_codelets_are_refused_before_they_run() {
     };
     type Edit = dyn Fn(&mut Codelet) -> bool;
     let edits: [(&str, &Edit); 3] = [
-        ("transpose", &|c| match c {
-            Codelet::Transpose {
+        ("panels", &|c| match c {
+            Codelet::Panels {
                 out_rows, out_cols, ..
             } => {
                 *out_rows = u32::MAX;

@@ -303,10 +303,10 @@ fn the_amp_attention_codelets_validate_and_refuse_huge_or_narrow_extents() {
     let base = amp_base();
     assert!(matches!(outcome(base), Ok(Outcome::Ran)));
     for (kind, fields, value) in [
-        ("Transpose", &["out_rows", "out_cols"][..], u32::MAX),
+        ("Panels", &["out_rows", "out_cols"][..], u32::MAX),
         ("AttentionSoftmax", &["rows", "stride"][..], u32::MAX),
         // Narrower than the data they hold.
-        ("Transpose", &["out_cols"][..], 1),
+        ("Panels", &["out_cols"][..], 1),
         ("AttentionSoftmax", &["stride"][..], 1),
     ] {
         let files = edited_from(base, |f| {

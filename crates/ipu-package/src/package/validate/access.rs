@@ -334,7 +334,7 @@ pub fn codelet_accesses(
                 mul(u64::from(rows), u64::from(stride)),
             )
         }
-        Codelet::Transpose {
+        Codelet::Panels {
             input,
             output,
             rows,
@@ -342,19 +342,25 @@ pub fn codelet_accesses(
             stride,
             out_rows,
             out_cols,
+            transpose,
         } => {
             let written = mul(u64::from(out_rows), u64::from(out_cols));
-            let fits = if out_rows < cols {
+            let (data_rows, data_cols) = if transpose {
+                (cols, rows)
+            } else {
+                (rows, cols)
+            };
+            let fits = if out_rows < data_rows {
                 Err(SpanError::TooSmall {
                     what: "out_rows",
                     extent: u64::from(out_rows),
-                    data: u64::from(cols),
+                    data: u64::from(data_rows),
                 })
-            } else if out_cols < rows {
+            } else if out_cols < data_cols {
                 Err(SpanError::TooSmall {
                     what: "out_cols",
                     extent: u64::from(out_cols),
-                    data: u64::from(rows),
+                    data: u64::from(data_cols),
                 })
             } else {
                 Ok(())
