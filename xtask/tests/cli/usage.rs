@@ -15,6 +15,7 @@ const TASKS: &[&str] = &[
     "build-package",
     "run-package",
     "inspect-package",
+    "zero-shot",
     "bench-sim",
     "profile",
     "report",

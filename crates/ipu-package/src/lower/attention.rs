@@ -255,7 +255,7 @@ impl Lowerer<'_> {
         // probabilities are a left operand (the AMP reads past their end)
         // whose padding the softmax writes itself.
         let aligned = Attrs {
-            padding_read: false,
+            padding_read: None,
             tail_bytes: 0,
             alignment: 32,
         };
@@ -275,7 +275,7 @@ impl Lowerer<'_> {
             "probs",
             &lay.probs,
             Attrs {
-                padding_read: false,
+                padding_read: None,
                 ..gemm_left_attrs(&lay.probs)
             },
         );
