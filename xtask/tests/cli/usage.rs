@@ -18,6 +18,7 @@ const TASKS: &[&str] = &[
     "zero-shot",
     "bench-sim",
     "profile",
+    "throughput",
     "report",
     "test",
     "exchange",
