@@ -376,6 +376,9 @@ pub enum StepRole {
     EndOfRepeat,
     /// The program's outputs brought into their row layouts.
     Outputs,
+    /// A view of a view (a reshape of a slice) copied into a buffer of its
+    /// own, in an exchange step before the one that reads it.
+    View,
     /// Table rows picked by index (each tile its shard's rows, zeros for
     /// the others; summed by a [`StepRole::Reduce`] step where the table's
     /// rows are split over tiles).
@@ -400,6 +403,7 @@ impl StepRole {
             StepRole::EndOfRepeat => "end of",
             StepRole::Outputs => "outputs",
             StepRole::Gather => "gather",
+            StepRole::View => "view",
         }
     }
 }

@@ -83,7 +83,7 @@ impl Lowerer<'_> {
         };
         let blocks = match amp {
             Some((plan, cycles)) => {
-                tracing::debug!(op = %op, output = tout.name(), grid = ?plan.grid, estimated_cycles = cycles.total(), "planned attention on the AMP");
+                tracing::debug!(op = %op, output = tout.name(), grid = ?plan.grid, passes = plan.passes, steps = ?cycles, estimated_cycles = cycles.total(), "planned attention on the AMP");
                 self.amp_attention_blocks(op, [q, k, v], &shape, plan, softmax_f16, output)?
             }
             None => {

@@ -459,6 +459,15 @@ impl Lowerer<'_> {
                 let name = format!("{}@{}", t.name(), self.program.buffers.len());
                 let m = self.copy_to_new(b, inner, ty, name, Attrs::default());
                 self.home.insert(source, Home::Buffer(m));
+                // The caller copies out of `m` next: that copy may not share
+                // an exchange step with the one filling `m`, which would
+                // read it before it is written.
+                let label = StepLabel {
+                    op: self.graph.producer(source),
+                    role: StepRole::View,
+                    name: t.name().to_owned(),
+                };
+                self.flush(&label);
                 Ok((m, view))
             }
             None => {

@@ -97,7 +97,7 @@ fn the_estimate_equals_the_tile_models_count_with_attention_on_the_amp() {
 
 /// Runs `package` on the tile model and holds the estimate to its count:
 /// every step run, the busiest tile of every compute step, the totals.
-fn assert_estimate_is_the_count(graph: &Graph, package: &Package, what: &str) {
+pub(crate) fn assert_estimate_is_the_count(graph: &Graph, package: &Package, what: &str) {
     let inputs = values::generate(graph, 5);
     let profile: &Profile = package.profile.as_ref().expect("estimated");
     let run = RunConfig {

@@ -296,3 +296,61 @@ fn a_token_id_past_the_table_faults_the_gather() {
         other => panic!("expected a gather index fault, got {other:?}"),
     }
 }
+
+/// A view of a view (a reshape of a slice, as the text tower's head reads
+/// its last token) is materialised in one exchange step and read in the
+/// next: both copies in one step would read the intermediate before it is
+/// written.
+#[test]
+fn a_reshape_of_a_slice_runs_like_the_reference() {
+    use ipu_layout::Precision::F16;
+    use ipu_package::graph::{GraphBuilder, Op, TensorKind};
+    let mut b = GraphBuilder::new("slice-reshape");
+    let x = b.tensor("x", [2, 8, 32], F16, TensorKind::Input);
+    let w = b.tensor("w", [2, 32], F16, TensorKind::Input);
+    let last = b.tensor("last", [2, 1, 32], F16, TensorKind::Activation);
+    let flat = b.tensor("flat", [2, 32], F16, TensorKind::Activation);
+    let y = b.tensor("y", [2, 32], F16, TensorKind::Output);
+    b.op(Op::Slice {
+        input: x,
+        axis: 1,
+        start: 7,
+        output: last,
+    });
+    b.op(Op::Reshape {
+        input: last,
+        output: flat,
+    });
+    b.op(Op::Add {
+        left: flat,
+        right: w,
+        output: y,
+    });
+    let graph = b.finish().unwrap();
+    let inputs = values::generate(&graph, 5);
+    let reference = evaluate(&graph, &inputs).unwrap();
+    for tiles in [4, 16] {
+        let config = BuildConfig {
+            tiles: Some(tiles),
+            ..BuildConfig::default()
+        };
+        let package = build_package(&graph, &config, &Stages::in_memory()).unwrap();
+        let view = |s: &ipu_package::program::Step| {
+            matches!(s, ipu_package::program::Step::Exchange(e)
+                if e.label.role == ipu_package::program::StepRole::View)
+        };
+        assert!(package.program.steps.iter().any(view), "no view step");
+        crate::cycles::assert_estimate_is_the_count(
+            &graph,
+            &package,
+            &format!("slice-reshape on {tiles} tiles"),
+        );
+        let device = run_package(&package, &graph, &inputs).unwrap();
+        let c = compare(
+            reference.get(y).unwrap(),
+            device.get(y).unwrap(),
+            Tolerance::graph(F16),
+        );
+        assert!(c.pass, "on {tiles} tiles: {c:?}");
+    }
+}

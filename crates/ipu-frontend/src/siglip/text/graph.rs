@@ -104,8 +104,8 @@ pub fn build_text_graph(config: &TextConfig, options: &GraphOptions) -> Result<G
     });
     let left = b.cast_op(last_row, x8);
     b.gemm(left, head_w, head_b, head_y);
-    // The reshape comes last: the lowering reads a slice and a reshape of
-    // it in one exchange only when the reshape's source is a buffer.
+    // The reshape comes last, on the head's result: the GEMM reads the
+    // slice in place, and the reshape of a buffer costs no copy.
     b.g.op(Op::Reshape {
         input: head_y,
         output: pooled,
