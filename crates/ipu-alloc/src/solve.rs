@@ -146,8 +146,10 @@ pub struct SolveConfig {
     /// it; the heuristics always finish).
     pub timeout: Option<Duration>,
     /// Run the exact search on two threads (the problem and its
-    /// time-reversed copy); the first conclusive answer wins, so the
-    /// placement found may differ between runs. Off: deterministic.
+    /// time-reversed copy). The answer is that of the earliest conclusive
+    /// run of the portfolio, so the placement does not depend on timing or
+    /// the thread count; it may differ from the one-thread search, whose
+    /// runs get the whole node budget.
     pub parallel_search: bool,
 }
 

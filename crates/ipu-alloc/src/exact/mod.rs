@@ -17,7 +17,7 @@ mod prepare;
 mod search;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use prepare::{Preorder, Prepared};
@@ -33,8 +33,29 @@ pub(crate) struct ExactBudget {
     pub max_nodes: u64,
     /// Wall-clock limit (not deterministic; only for interactive tools).
     pub deadline: Option<Instant>,
-    /// Set by a parallel search that has concluded: stop this one.
-    pub stop: Option<Arc<AtomicBool>>,
+    /// Shared with the other thread of a parallel search: stop once it has
+    /// concluded at an earlier position of the portfolio.
+    pub stop: Option<Stop>,
+}
+
+/// The stop condition of one run of a parallel portfolio: every run has a
+/// position in one global order (round, then entry), and a run stops only
+/// when a run at an earlier position has concluded, whose answer wins
+/// whatever this run finds. The answer is therefore that of the earliest
+/// conclusive position, as on one thread.
+#[derive(Clone, Debug)]
+pub(crate) struct Stop {
+    /// The earliest position that has concluded (`u64::MAX`: none yet).
+    pub best: Arc<AtomicU64>,
+    /// This run's position.
+    pub position: u64,
+}
+
+impl Stop {
+    /// Whether a run at an earlier position has concluded.
+    pub fn stopped(&self) -> bool {
+        self.best.load(Ordering::Relaxed) < self.position
+    }
 }
 
 /// What an exact search concluded.
@@ -210,11 +231,8 @@ pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
     else {
         return ExactReport::unknown(0, SearchStats::default());
     };
-    let runs: Vec<(usize, Strategy)> = STRATEGIES
-        .iter()
-        .flat_map(|&s| (0..variants.len()).map(move |v| (v, s)))
-        .collect();
-    portfolio(arena, &variants, &prepared, &runs, &budget)
+    let runs = portfolio_runs(variants.len());
+    portfolio(arena, &variants, &prepared, &runs, &budget, None).report
 }
 
 /// Stack for threads that run the search: its recursion is as deep as the
@@ -238,19 +256,16 @@ pub(crate) fn solve_exact_deep(arena: &Arena, budget: ExactBudget) -> ExactRepor
 }
 
 /// [`solve_exact`] with the portfolio split over two threads (each with a
-/// deep stack): one takes the problem, the other its time-reversed copy;
-/// the first conclusive answer stops the other. Which answer wins depends
-/// on timing, so this is for interactive tools, never for tile placement.
+/// deep stack): one takes the problem and its mirror, the other their
+/// time-reversed copies. Each thread's runs are those of the one-thread
+/// portfolio at the same positions, with the same node budgets and the
+/// same failure memos, and the answer is that of the earliest conclusive
+/// position, so the result does not depend on timing: a run stops early
+/// only when an earlier position has already concluded. A thread cut off
+/// by the deadline before reaching the winning position leaves the answer
+/// unknown rather than risk another one.
 pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
-    let stop = budget
-        .stop
-        .clone()
-        .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
-    let half = ExactBudget {
-        max_nodes: (budget.max_nodes / 2).max(1),
-        deadline: budget.deadline,
-        stop: Some(stop.clone()),
-    };
+    let best = Arc::new(AtomicU64::new(u64::MAX));
     let variants = variants(arena);
     let Some(prepared) = variants
         .iter()
@@ -259,22 +274,32 @@ pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactR
     else {
         return ExactReport::unknown(0, SearchStats::default());
     };
+    let all = portfolio_runs(variants.len());
     let run = |which: usize| {
         // Thread 0 takes the even variants, thread 1 the odd ones (the
-        // time-reversed copies).
-        let runs: Vec<(usize, Strategy)> = STRATEGIES
+        // time-reversed copies); positions stay those of the whole list.
+        let mine: Vec<Run> = all
             .iter()
-            .flat_map(|&s| {
-                (0..variants.len())
-                    .filter(move |v| v % 2 == which)
-                    .map(move |v| (v, s))
-            })
+            .copied()
+            .filter(|r| r.variant % 2 == which)
             .collect();
-        let report = portfolio(arena, &variants, &prepared, &runs, &half);
-        if !matches!(report.outcome, ExactOutcome::Unknown) {
-            stop.store(true, Ordering::Relaxed);
-        }
-        report
+        let race = Race {
+            best: best.clone(),
+            entries: all.len() as u64,
+        };
+        let thread_budget = ExactBudget {
+            max_nodes: (budget.max_nodes / 2).max(1),
+            deadline: budget.deadline,
+            stop: None,
+        };
+        portfolio(
+            arena,
+            &variants,
+            &prepared,
+            &mine,
+            &thread_budget,
+            Some(&race),
+        )
     };
     let (a, b) = std::thread::scope(|scope| {
         let spawn = |which: usize| {
@@ -285,19 +310,26 @@ pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactR
         };
         let first = spawn(0);
         let second = spawn(1);
-        let join = |h: std::io::Result<std::thread::ScopedJoinHandle<'_, ExactReport>>| match h {
-            Ok(h) => h
-                .join()
-                .unwrap_or(ExactReport::unknown(0, SearchStats::default())),
-            Err(_) => ExactReport::unknown(0, SearchStats::default()),
+        let join = |h: std::io::Result<std::thread::ScopedJoinHandle<'_, Raced>>| match h {
+            Ok(h) => h.join().unwrap_or_else(|_| Raced::lost()),
+            Err(_) => Raced::lost(),
         };
         (join(first), join(second))
     });
-    let nodes = a.nodes + b.nodes;
-    let mut stats = a.stats;
-    stats.add(&b.stats);
-    let outcome = match (a.outcome, b.outcome) {
-        (ExactOutcome::Unknown, other) | (other, _) => other,
+    let nodes = a.report.nodes + b.report.nodes;
+    let mut stats = a.report.stats;
+    stats.add(&b.report.stats);
+    // The earliest conclusive position wins, provided the other thread
+    // ran every one of its positions before it.
+    let (win, other) = if a.concluded <= b.concluded {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let outcome = if win.concluded < other.reached {
+        win.report.outcome
+    } else {
+        ExactOutcome::Unknown
     };
     ExactReport {
         outcome,
@@ -306,47 +338,122 @@ pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactR
     }
 }
 
-/// Runs `runs` (variant index, strategy) round-robin with a node budget
-/// that doubles every round.
+/// One run of the portfolio: a variant, a strategy and the entry's index
+/// in the whole list (its position within a round).
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    variant: usize,
+    strategy: Strategy,
+    entry: u64,
+}
+
+/// Every (variant, strategy) entry of the portfolio, in the order one
+/// thread tries them each round.
+fn portfolio_runs(variants: usize) -> Vec<Run> {
+    STRATEGIES
+        .iter()
+        .flat_map(|&strategy| (0..variants).map(move |variant| (variant, strategy)))
+        .enumerate()
+        .map(|(entry, (variant, strategy))| Run {
+            variant,
+            strategy,
+            entry: entry as u64,
+        })
+        .collect()
+}
+
+/// The shared state of a parallel portfolio.
+struct Race {
+    /// The earliest conclusive position so far.
+    best: Arc<AtomicU64>,
+    /// Entries per round (positions are `round * entries + entry`).
+    entries: u64,
+}
+
+/// What one thread of a parallel portfolio ended with.
+struct Raced {
+    report: ExactReport,
+    /// The position of its conclusive run (`u64::MAX`: none).
+    concluded: u64,
+    /// Every position of this thread below this one ran to its end
+    /// without concluding (`u64::MAX`: all of them).
+    reached: u64,
+}
+
+impl Raced {
+    /// A thread that could not run: it reached nothing.
+    fn lost() -> Raced {
+        Raced {
+            report: ExactReport::unknown(0, SearchStats::default()),
+            concluded: u64::MAX,
+            reached: 0,
+        }
+    }
+}
+
+/// Runs `runs` round-robin with a node budget that doubles every round;
+/// in a parallel portfolio (`race`), only until an earlier position of the
+/// other thread has concluded.
 fn portfolio(
     original: &Arena,
     variants: &[Variant],
     prepared: &[Prepared],
-    runs: &[(usize, Strategy)],
+    runs: &[Run],
     budget: &ExactBudget,
-) -> ExactReport {
+    race: Option<&Race>,
+) -> Raced {
     let mut ranks: Vec<Vec<u32>> = runs
         .iter()
-        .map(|&(v, s)| prepared[v].ranks(s.order, 0))
+        .map(|r| prepared[r.variant].ranks(r.strategy.order, 0))
         .collect();
     let mut total = 0u64;
     let mut stats = SearchStats::default();
     let mut round_index = 0u64;
     let mut memos: Vec<Memo> = variants.iter().map(|_| Memo::new()).collect();
     let mut round = FIRST_ROUND.max(2 * prepared[0].ids.len() as u64);
+    let proves = !runs.iter().all(|r| prepared[r.variant].any_partners);
+    let ended = |outcome: Option<ExactOutcome>, total, stats, position: u64| {
+        let concluded = outcome.is_some();
+        Raced {
+            report: ExactReport {
+                outcome: outcome.unwrap_or(ExactOutcome::Unknown),
+                nodes: total,
+                stats,
+            },
+            concluded: if concluded { position } else { u64::MAX },
+            reached: if concluded { u64::MAX } else { position },
+        }
+    };
     loop {
-        for (r, &(v, strategy)) in runs.iter().enumerate() {
+        for (r, run) in runs.iter().enumerate() {
+            let position = race.map_or(0, |race| {
+                round_index
+                    .saturating_mul(race.entries)
+                    .saturating_add(run.entry)
+            });
+            let stop = race.map(|race| Stop {
+                best: race.best.clone(),
+                position,
+            });
             let left = budget.max_nodes.saturating_sub(total);
-            let stopped = budget
-                .stop
-                .as_ref()
-                .is_some_and(|s| s.load(Ordering::Relaxed));
+            let stopped = stop.as_ref().is_some_and(Stop::stopped);
             if left == 0 || stopped || budget.deadline.is_some_and(|d| Instant::now() >= d) {
-                return ExactReport::unknown(total, stats);
+                return ended(None, total, stats, position);
             }
             let run_budget = ExactBudget {
                 max_nodes: round.min(left),
                 deadline: budget.deadline,
-                stop: budget.stop.clone(),
+                stop,
             };
+            let v = run.variant;
             let p = &prepared[v];
             let arena = &variants[v].arena;
-            let salt = round_index << 16 | r as u64;
+            let salt = round_index << 16 | run.entry;
             let mut search = Search::new(
                 arena,
                 p,
                 &ranks[r],
-                strategy.style,
+                run.strategy.style,
                 &run_budget,
                 &mut memos[v],
                 salt,
@@ -355,56 +462,70 @@ fn portfolio(
             total += search.nodes;
             stats.add(&search.stats);
             stats.runs += 1;
-            match step {
+            let outcome = match step {
                 Step::Found => {
-                    let mut offsets = vec![UNPLACED; original.items.len()];
-                    for (it, o) in original.items.iter().zip(offsets.iter_mut()) {
-                        if let Some(f) = it.fixed {
-                            *o = f;
-                        }
-                    }
-                    for (k, &id) in p.ids.iter().enumerate() {
-                        let at = search.offsets[k];
-                        offsets[id as usize] = if variants[v].flipped {
-                            original.mirror(at, p.size[k])
-                        } else {
-                            at
-                        };
-                    }
-                    let outcome = if place_trivial(original, &p.trivial, &mut offsets) {
-                        ExactOutcome::Found(offsets)
-                    } else {
-                        ExactOutcome::Unknown
-                    };
-                    return ExactReport {
-                        outcome,
-                        nodes: total,
-                        stats,
-                    };
+                    let offsets = original_offsets(original, &variants[v], p, &search.offsets);
+                    Some(match offsets {
+                        Some(offsets) => ExactOutcome::Found(offsets),
+                        None => ExactOutcome::Unknown,
+                    })
                 }
-                Step::Fail if !p.any_partners => {
-                    return ExactReport {
-                        outcome: ExactOutcome::Infeasible,
-                        nodes: total,
-                        stats,
-                    };
-                }
-                Step::Fail if runs.iter().all(|&(w, _)| prepared[w].any_partners) => {
+                Step::Fail if !p.any_partners => Some(ExactOutcome::Infeasible),
+                Step::Fail if !proves => {
                     // The order is not complete with partners: an exhausted
                     // run proves nothing, and neither will the others.
-                    return ExactReport::unknown(total, stats);
+                    return ended(None, total, stats, u64::MAX);
                 }
-                Step::Fail | Step::Stop => {}
+                // A run stopped by its budget ran to its end at this
+                // position; one stopped by the deadline or the race did not.
+                Step::Stop if search.nodes <= run_budget.max_nodes => {
+                    return ended(None, total, stats, position);
+                }
+                Step::Fail | Step::Stop => None,
+            };
+            if let Some(outcome) = outcome {
+                if let Some(race) = race {
+                    race.best.fetch_min(position, Ordering::Relaxed);
+                }
+                return ended(Some(outcome), total, stats, position);
             }
         }
         round = round.saturating_mul(2);
         round_index += 1;
         // Later rounds perturb the orders, so that a restart explores a
         // different part of the tree instead of repeating the last one.
-        for (r, &(v, s)) in runs.iter().enumerate() {
-            ranks[r] = prepared[v].ranks(s.order, round_index << 16 | r as u64);
+        for (r, run) in runs.iter().enumerate() {
+            ranks[r] =
+                prepared[run.variant].ranks(run.strategy.order, round_index << 16 | run.entry);
         }
     }
+}
+
+/// The placement of the original arena from a run's offsets on variant
+/// `v`: fixed items where they are, mirrored addresses turned back, and
+/// the items that conflict with nothing placed last; `None` if one of
+/// those has no room.
+fn original_offsets(
+    original: &Arena,
+    variant: &Variant,
+    p: &Prepared,
+    found: &[u64],
+) -> Option<Vec<u64>> {
+    let mut offsets = vec![UNPLACED; original.items.len()];
+    for (it, o) in original.items.iter().zip(offsets.iter_mut()) {
+        if let Some(f) = it.fixed {
+            *o = f;
+        }
+    }
+    for (k, &id) in p.ids.iter().enumerate() {
+        let at = found[k];
+        offsets[id as usize] = if variant.flipped {
+            original.mirror(at, p.size[k])
+        } else {
+            at
+        };
+    }
+    place_trivial(original, &p.trivial, &mut offsets).then_some(offsets)
 }
 
 /// Places items that conflict with nothing in time (never live or empty):

@@ -50,7 +50,6 @@ mod rules;
 pub(super) use cut::Cut;
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use smallvec::SmallVec;
@@ -292,12 +291,7 @@ impl<'a> Search<'a> {
             if self.budget.deadline.is_some_and(|d| Instant::now() >= d) {
                 return false;
             }
-            if self
-                .budget
-                .stop
-                .as_ref()
-                .is_some_and(|s| s.load(Ordering::Relaxed))
-            {
+            if self.budget.stop.as_ref().is_some_and(super::Stop::stopped) {
                 return false;
             }
         }

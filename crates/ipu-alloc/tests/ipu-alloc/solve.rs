@@ -247,6 +247,40 @@ fn near_zero_slack_instances_keep_their_cut_and_are_solved() {
     }
 }
 
+/// The two-thread exact search answers with the earliest conclusive run
+/// of its portfolio, so repeated solves on pools of different sizes give
+/// the same placement (node counts of the losing thread may differ).
+#[test]
+fn parallel_search_gives_the_same_placement_every_time() {
+    let mut searched = 0;
+    for seed in 0..3 {
+        let (p, _) = near_zero_slack_grid(seed, 60, 1 << 16, 1 << 12, 64, 10);
+        let config = SolveConfig {
+            max_nodes: 5_000_000,
+            timeout: None,
+            parallel_search: true,
+            ..SolveConfig::default()
+        };
+        let mut seen: Option<Vec<u64>> = None;
+        for threads in [2, 3, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let out = pool.install(|| p.solve(1 << 16, &config));
+            assert_eq!(out.result, SolveResult::Fits, "seed {seed}");
+            let offsets = out.offsets.unwrap();
+            p.check(1 << 16, &offsets).unwrap();
+            searched += usize::from(out.used_exact);
+            match &seen {
+                Some(first) => assert_eq!(first, &offsets, "seed {seed}, {threads} threads"),
+                None => seen = Some(offsets),
+            }
+        }
+    }
+    assert!(searched > 0, "no instance reached the exact search");
+}
+
 /// Whether any placement of `p` within `cap` exists, by trying every
 /// offset of every buffer.
 fn brute_force(p: &CsvProblem, cap: u64) -> bool {
