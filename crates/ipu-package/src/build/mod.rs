@@ -333,7 +333,10 @@ fn plan(
                     .map_or_else(|| "?".to_owned(), ToString::to_string);
                 match target {
                     Some(op) if !repeated => {
-                        let budget = lower_config.budget_for(op) / 2;
+                        let budget = match graph.op(op) {
+                            Op::Attention { .. } => lower_config.attention_budget_for(op),
+                            _ => lower_config.budget_for(op),
+                        } / 2;
                         warn!(
                             tile = culprits.tile,
                             step = %step,

@@ -62,7 +62,7 @@ impl Lowerer<'_> {
         };
         let eb = tq.precision().element_bytes();
         let (tiles, cost) = (self.config.tiles, &self.config.cost);
-        let budget = self.config.budget_for(op);
+        let budget = self.config.attention_budget_for(op);
         let grid = attention_grid(&shape, eb, tiles, budget, cost);
         let softmax_f16 = softmax == SoftmaxPrecision::F16;
         let operands = [q, k, v]

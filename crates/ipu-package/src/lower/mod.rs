@@ -80,13 +80,25 @@ pub struct LowerConfig {
 }
 
 impl LowerConfig {
-    /// The transient budget of operation `op`.
+    /// The transient budget of operation `op`, a GEMM.
     pub fn budget_for(&self, op: OpId) -> u64 {
         self.op_budgets
             .get(&op)
             .copied()
             .unwrap_or(self.transient_budget)
             .min(self.transient_budget)
+    }
+
+    /// The transient budget of operation `op`, an attention: a quarter
+    /// above `transient_budget`, because most of an attention's bytes on a
+    /// tile are one step's scores and probabilities, dead at that step's
+    /// end, where a GEMM's operands and partials stay live across its
+    /// exchange, kernel and reduce steps.
+    pub fn attention_budget_for(&self, op: OpId) -> u64 {
+        let base = self
+            .transient_budget
+            .saturating_add(self.transient_budget / 4);
+        self.op_budgets.get(&op).copied().unwrap_or(base).min(base)
     }
 }
 
