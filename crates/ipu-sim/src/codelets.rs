@@ -290,10 +290,11 @@ fn read_values(
     let p = m.precision(args.tile, at.buffer)?;
     let eb = p.element_bytes();
     let bytes = m.read(args.tile, at, args.mul("element count", count, eb)?)?;
-    Ok(bytes
-        .chunks_exact(eb as usize)
-        .map(|c| p.decode_from(c))
-        .collect())
+    // The slice codec decodes as `decode_from` does, a vector at a time.
+    let mut values = vec![0f32; bytes.len() / (eb as usize).max(1)];
+    p.codec()
+        .decode_slice(&bytes[..values.len() * eb as usize], &mut values);
+    Ok(values)
 }
 
 /// Checks that `count` elements fit at the operand before anything is
@@ -317,9 +318,8 @@ fn write_values(
     let p = m.precision(args.tile, at.buffer)?;
     let eb = p.element_bytes() as usize;
     let mut bytes = vec![0u8; values.len() * eb];
-    for (v, out) in values.iter().zip(bytes.chunks_exact_mut(eb)) {
-        p.encode_into(*v, out);
-    }
+    // The slice codec encodes as `encode_into` does, a vector at a time.
+    p.codec().encode_slice(values, &mut bytes);
     m.write(args.tile, at, &bytes)
 }
 

@@ -11,7 +11,11 @@
 //! The coefficient block is kept in the group layout ([`group_layout`]):
 //! step `g`'s coefficients of column `j` are adjacent, so one pass over the
 //! columns reads each column's coefficients of the step as one small array,
-//! and the loop has no bounds checks.
+//! and the loop has no bounds checks. F32 partials, whose step sums are
+//! not exact, instead keep the coefficients row major and run column by
+//! column ([`Block::run_row_values`]).
+
+use super::vector;
 
 /// Every product of a one-byte left code and a one-byte weight code,
 /// already rounded to the partial precision: `table[a][w]`.
@@ -215,6 +219,86 @@ impl Block {
                         }
                         *p = update(sum, r, j, g);
                     }
+                }
+            }
+        }
+    }
+
+    /// As [`Block::run_values`] for sums that are not exact (F32
+    /// partials) and a rounding that depends only on the value, with the
+    /// coefficients row major (`k × c`) instead of in the group layout.
+    ///
+    /// Every element sees the same operations in the same order as in
+    /// [`Block::run_values`]: its partial, plus each rounded product of
+    /// the step in increasing inner order, one f64 addition at a time,
+    /// then `update`. Only the order across *columns* changes — a step's
+    /// products are added to every column of a row before the next inner
+    /// element — so that the loops run over contiguous columns.
+    pub(super) fn run_row_values(
+        &self,
+        partials: &mut [f64],
+        left: &[f64],
+        coefficients: &[f64],
+        product: impl Fn(f64) -> f64,
+        update: impl Fn(f64) -> f64,
+    ) {
+        if self.rows == 0 || self.k == 0 || self.c == 0 || self.group == 0 {
+            return;
+        }
+        vector::dispatch(RowValues {
+            block: *self,
+            partials,
+            left,
+            coefficients,
+            product,
+            update,
+        });
+    }
+}
+
+/// The loop of [`Block::run_row_values`], bundled so that
+/// [`vector::dispatch`] can compile it for the host's vector extension
+/// (the loops over columns are plain slices, which the compiler turns
+/// into vector instructions of whatever width the extension has).
+struct RowValues<'a, P, U> {
+    block: Block,
+    partials: &'a mut [f64],
+    left: &'a [f64],
+    coefficients: &'a [f64],
+    product: P,
+    update: U,
+}
+
+impl<P: Fn(f64) -> f64, U: Fn(f64) -> f64> vector::WithEight for RowValues<'_, P, U> {
+    #[inline(always)]
+    fn run<E: vector::Eight>(self, _lanes: E) {
+        let RowValues {
+            block,
+            partials,
+            left,
+            coefficients,
+            product,
+            update,
+        } = self;
+        let Block {
+            rows, k, c, group, ..
+        } = block;
+        let Some(coefficients) = coefficients.get(..k * c) else {
+            return;
+        };
+        let rows_iter = left.chunks_exact(k).zip(partials.chunks_exact_mut(c));
+        for (lrow, prow) in rows_iter.take(rows) {
+            let steps = lrow.chunks(group).zip(coefficients.chunks(group * c));
+            for (a, w) in steps {
+                // Each column's running sum lives in its partial; the
+                // products are added in increasing inner order.
+                for (&a, wrow) in a.iter().zip(w.chunks_exact(c)) {
+                    for (p, &w) in prow.iter_mut().zip(wrow) {
+                        *p += product(a * w);
+                    }
+                }
+                for p in prow.iter_mut() {
+                    *p = update(*p);
                 }
             }
         }

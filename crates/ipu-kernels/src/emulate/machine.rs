@@ -9,6 +9,8 @@ use std::rc::Rc;
 use ipu_layout::{ElementOrder, Precision};
 
 use super::kernel::{self, Block};
+
+mod pending;
 use super::lanes::{LaneRows, LaneUpdate, Lanes, NEAREST_EVEN};
 use super::rounding::{
     round_f16, round_f16_on_grid, round_f32, stochastic_f16, stochastic_f32, stored, unit_random,
@@ -18,6 +20,7 @@ use crate::WorkerId;
 use crate::error::{EmulateError, OpSite, Operand};
 use crate::program::{AmpOp, AmpProgram, CoefficientLoad, ProgramHeader, Run};
 use crate::variant::Arithmetic;
+use pending::Pending;
 
 /// Runs a program whose header was checked.
 pub(super) fn run(
@@ -104,14 +107,13 @@ pub(super) fn run(
         operand_bytes: [left_bytes, right_bytes, output_bytes],
         lanes: None,
         left_rows: Vec::new(),
+        pending: Vec::new(),
     };
-    for (p, pass) in program.passes().enumerate() {
-        machine.stats.ops += 1;
-        let mut tile = machine.load_coefficients(p, &pass.coefficients)?;
-        for w in &pass.workers {
-            machine.run_worker(p, w.worker, &w.ops, &mut tile)?;
-        }
-    }
+    let ran = machine.run_passes(program);
+    // Whatever happened, the image ends with every store written.
+    let flushed = machine.flush_all();
+    ran?;
+    flushed?;
     Ok(machine.stats)
 }
 
@@ -127,6 +129,9 @@ struct Machine<'a> {
     operand_bytes: [u64; 3],
     lanes: LanesCache,
     left_rows: LeftCache,
+    /// Stores not yet written to the image, mutually disjoint, oldest
+    /// first (`pending.rs`).
+    pending: Vec<Pending>,
 }
 
 /// The coefficient state: `inner × columns` weights in the group layout of
@@ -134,6 +139,8 @@ struct Machine<'a> {
 /// codes.
 enum Coefficients {
     Values(Vec<f64>),
+    /// Exact values, row major, for [`kernel::Block::run_row_values`].
+    Rows(Vec<f64>),
     Codes(Vec<u8>),
     /// The gathered row-major bytes, laid out only if a stream needs them
     /// (one the lane kernel cannot run).
@@ -143,7 +150,15 @@ enum Coefficients {
 impl Coefficients {
     /// The layout the table and value loops read for the row-major
     /// `k × c` block `bytes` of the header's weight precision.
-    fn lay_out(bytes: &[u8], k: usize, c: usize, h: &ProgramHeader, tables: &Tables) -> Self {
+    /// F32 partials rounded to nearest take the row-major values.
+    fn lay_out(
+        bytes: &[u8],
+        k: usize,
+        c: usize,
+        h: &ProgramHeader,
+        tables: &Tables,
+        rounding: Rounding,
+    ) -> Self {
         let group = h.arithmetic.group() as usize;
         if tables.products.is_some() {
             Coefficients::Codes(kernel::group_layout(bytes, k, c, group))
@@ -154,7 +169,11 @@ impl Coefficients {
                     *v = round_f16(*v);
                 }
             }
-            Coefficients::Values(kernel::group_layout(&values, k, c, group))
+            if h.arithmetic.single_partials() && rounding == Rounding::NearestEven {
+                Coefficients::Rows(values)
+            } else {
+                Coefficients::Values(kernel::group_layout(&values, k, c, group))
+            }
         }
     }
 }
@@ -207,6 +226,18 @@ impl State {
 }
 
 impl Machine<'_> {
+    /// Every pass of `program`, in order.
+    fn run_passes(&mut self, program: &AmpProgram) -> Result<(), EmulateError> {
+        for (p, pass) in program.passes().enumerate() {
+            self.stats.ops += 1;
+            let mut tile = self.load_coefficients(p, &pass.coefficients)?;
+            for w in &pass.workers {
+                self.run_worker(p, w.worker, &w.ops, &mut tile)?;
+            }
+        }
+        Ok(())
+    }
+
     fn malformed(site: OpSite, reason: impl Into<String>) -> EmulateError {
         EmulateError::Malformed {
             site,
@@ -406,7 +437,7 @@ impl Machine<'_> {
         let coefficients = if lanes.is_some() {
             Coefficients::Bytes(bytes)
         } else {
-            Coefficients::lay_out(&bytes, k, c, h, tables)
+            Coefficients::lay_out(&bytes, k, c, h, tables, self.options.rounding)
         };
         self.stats.coefficient_bytes += load.bytes(h.right.element_bytes());
         Ok(Tile {
@@ -446,15 +477,21 @@ impl Machine<'_> {
                     columns,
                     runs,
                 } => {
-                    let bytes = self.gather(
-                        site,
-                        Operand::Output,
-                        runs,
-                        *rows,
-                        *columns,
-                        h.output.element_bytes(),
-                    )?;
-                    state.partials = tables.output.decode(&bytes);
+                    state.partials = match self.pending_values(*rows, *columns, runs) {
+                        Some(values) => values,
+                        None => {
+                            self.flush_all()?;
+                            let bytes = self.gather(
+                                site,
+                                Operand::Output,
+                                runs,
+                                *rows,
+                                *columns,
+                                h.output.element_bytes(),
+                            )?;
+                            tables.output.decode(&bytes)
+                        }
+                    };
                     self.stats.partial_bytes_read +=
                         u64::from(*rows) * u64::from(*columns) * h.output.element_bytes();
                     state.partial_dims = Some((*rows, *columns));
@@ -513,7 +550,7 @@ impl Machine<'_> {
                         ));
                     }
                     let partials = std::mem::take(&mut state.partials);
-                    self.scatter(site, runs, *rows, *columns, h.output, &partials)?;
+                    self.store_partials(site, runs, *rows, *columns, partials)?;
                     self.stats.output_bytes_written +=
                         u64::from(*rows) * u64::from(*columns) * h.output.element_bytes();
                     state.partial_dims = None;
@@ -621,7 +658,8 @@ impl Machine<'_> {
             unit_random(seed, worker, r as u64, j as u64, first_step + g)
         };
         if let Coefficients::Bytes(bytes) = &tile.coefficients {
-            tile.coefficients = Coefficients::lay_out(bytes, k, c, h, self.tables);
+            tile.coefficients =
+                Coefficients::lay_out(bytes, k, c, h, self.tables, self.options.rounding);
         }
         // One monomorphic loop per rounding choice keeps the innermost
         // operation inlined.
@@ -671,6 +709,11 @@ impl Machine<'_> {
                         })
                     }
                 }
+            }
+            (Coefficients::Rows(coefficients), _) => {
+                // Laid out so only for F32 partials rounded to nearest.
+                let left = self.tables.left.decode(left);
+                block.run_row_values(partials, &left, coefficients, round_f32, round_f32);
             }
             // Codes are only loaded when the product table exists, and
             // bytes were laid out above.
