@@ -3,7 +3,8 @@
 //! deadline).
 //!
 //! `search.rs` holds one depth-first run over canonical placements and the
-//! rules that prune it; `prepare.rs` the static data a run needs. This file
+//! rules that prune it; `prepare.rs` the static data a run needs; `stack.rs`
+//! fixes the items live throughout at the bottom first. This file
 //! is the portfolio around them: the same complete search on the problem, on
 //! its time-reversed copy and, where alignments allow, on both with
 //! addresses mirrored, under several static branching orders and two
@@ -15,6 +16,7 @@
 
 mod prepare;
 mod search;
+mod stack;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -223,6 +225,46 @@ fn variants(arena: &Arena) -> Vec<Variant> {
 
 /// Runs the exact search on `arena` within `budget`.
 pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
+    with_lifelong_stacked(arena, budget, solve_portfolio)
+}
+
+/// Runs `solve` on `arena` with its lifelong items stacked at the bottom
+/// ([`stack::stack_lifelong`]): only on the reduced arena where that loses
+/// nothing; else on the reduced arena with half the node budget first, then
+/// on `arena` with what is left, unless the first found a placement.
+fn with_lifelong_stacked(
+    arena: &Arena,
+    budget: ExactBudget,
+    solve: impl Fn(&Arena, ExactBudget) -> ExactReport,
+) -> ExactReport {
+    match stack::stack_lifelong(arena) {
+        None => solve(arena, budget),
+        Some(s) if s.exact => solve(&s.arena, budget),
+        Some(s) => {
+            let first = solve(
+                &s.arena,
+                ExactBudget {
+                    max_nodes: (budget.max_nodes / 2).max(1),
+                    ..budget.clone()
+                },
+            );
+            if matches!(first.outcome, ExactOutcome::Found(_)) {
+                return first;
+            }
+            let rest = ExactBudget {
+                max_nodes: budget.max_nodes.saturating_sub(first.nodes).max(1),
+                ..budget
+            };
+            let mut second = solve(arena, rest);
+            second.nodes = second.nodes.saturating_add(first.nodes);
+            second.stats.add(&first.stats);
+            second
+        }
+    }
+}
+
+/// The portfolio on one thread.
+fn solve_portfolio(arena: &Arena, budget: ExactBudget) -> ExactReport {
     let variants = variants(arena);
     let Some(prepared) = variants
         .iter()
@@ -265,6 +307,11 @@ pub(crate) fn solve_exact_deep(arena: &Arena, budget: ExactBudget) -> ExactRepor
 /// by the deadline before reaching the winning position leaves the answer
 /// unknown rather than risk another one.
 pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
+    with_lifelong_stacked(arena, budget, solve_portfolio_parallel)
+}
+
+/// The portfolio on two threads.
+fn solve_portfolio_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
     let best = Arc::new(AtomicU64::new(u64::MAX));
     let variants = variants(arena);
     let Some(prepared) = variants

@@ -468,3 +468,48 @@ fn a_blocked_byte_at_the_lowest_level_needs_no_item() {
     assert_eq!(out.result, SolveResult::Fits, "{out:?}");
     p.check(19, out.offsets.as_ref().unwrap()).unwrap();
 }
+
+/// `small_tight_problem` (its first five buffers) with one to three more buffers live from the first
+/// time to the last, as a repeat's stacked weights are: the exact search
+/// fixes those at the bottom first, which must lose no placement.
+fn tight_problem_with_lifelong_buffers(seed: u64) -> (CsvProblem, u64) {
+    let (mut p, _) = small_tight_problem(seed);
+    // At most five others, so that backtracking stays quick.
+    p.buffers.truncate(5);
+    let mut rng = SplitMix64::new(seed ^ 0x5eed);
+    let lower = p.buffers.iter().map(|b| b.lower).min().unwrap_or(0);
+    let upper = p.buffers.iter().map(|b| b.upper).max().unwrap_or(1);
+    for i in 0..rng.range(1, 3) {
+        p.buffers.push(CsvBuffer {
+            id: format!("w{i}"),
+            lower,
+            upper,
+            size: 2 * rng.range(1, 3),
+            alignment: [1u64, 2][rng.range(0, 1) as usize],
+            offset: None,
+        });
+    }
+    let cap = p.lower_bound() + u64::from(rng.range(0, 3) == 0);
+    (p, cap)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// With lifelong buffers: a placement passes the checker, and
+    /// "infeasible" is only said where backtracking finds nothing.
+    #[test]
+    fn verdicts_with_lifelong_buffers_agree_with_backtracking(seed in any::<u64>()) {
+        let (p, cap) = tight_problem_with_lifelong_buffers(seed);
+        let out = p.solve(cap, &SolveConfig { max_nodes: 1_000_000, timeout: None, parallel_search: false, ..SolveConfig::default() });
+        let exists = exists_by_backtracking(&p, cap);
+        match out.result {
+            SolveResult::Fits => {
+                prop_assert!(exists);
+                prop_assert!(p.check(cap, out.offsets.as_ref().unwrap()).is_ok());
+            }
+            SolveResult::Infeasible => prop_assert!(!exists, "claimed infeasible: {:?} at {}", p, cap),
+            SolveResult::Unknown => prop_assert!(false, "no verdict on a small problem: {:?}", p),
+        }
+    }
+}

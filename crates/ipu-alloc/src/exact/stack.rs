@@ -1,0 +1,184 @@
+//! A reduction before the search: items live whenever anything is live
+//! (a repeat's stacked weights, say) are fixed at the bottom of the
+//! arena, one above the other, where that loses no placement.
+//!
+//! The argument: take any placement and such an item `x` at address `a`.
+//! Nothing else is ever live in `[a, a + s)`, so every item below `a`
+//! ends at or below `a`. Moving the items whose address lies in
+//! `[b, a)` up by `s` and `x` down to `b` keeps every pair apart, and it
+//! keeps every item inside its window and aligned when
+//!
+//! - every free item's windows are one interval, all ending at the same
+//!   address (moving up never leaves them), `x`'s starting at or below `b`;
+//! - `s` is a multiple of every free item's alignment and `b` of `x`'s;
+//! - nothing lies below `b` that could straddle it: `b` is the end of a
+//!   solid block of fixed items live throughout, or the arena's base, and
+//!   no fixed item lies elsewhere;
+//! - no item has separation partners (moving changes memory elements;
+//!   with partners the reduced arena is only tried first, see [`Stacked`]).
+//!
+//! Applied item by item (the placed ones joining the solid block), so a
+//! placement of the reduced arena is one of the original and a proof that
+//! the reduced arena has none is a proof for the original. It leaves the
+//! search the transient items only: on a tile nearly full of lifelong
+//! weights, the fragmented gaps between them are what defeats it.
+
+use crate::arena::{Arena, align_up, merge_intervals};
+
+/// An arena with lifelong items fixed at the bottom.
+pub(super) struct Stacked {
+    /// The reduced arena.
+    pub arena: Arena,
+    /// Whether it loses no placement. With separation partners it may
+    /// (moving an item changes its memory elements): the reduced arena is
+    /// then only a first attempt, whose placements are the original's but
+    /// whose failure proves nothing.
+    pub exact: bool,
+}
+
+/// `arena` with its lifelong items fixed at the bottom, or `None` when the
+/// reduction does not apply or fixes nothing.
+pub(super) fn stack_lifelong(arena: &Arena) -> Option<Stacked> {
+    let exact = arena.items.iter().all(|it| it.partners.is_empty());
+    let live = || arena.items.iter().filter(|it| it.live() && it.size > 0);
+    let busy_start = live().map(|it| it.start).min()?;
+    let busy_end = live().map(|it| it.end).max()?;
+    let lifelong = |it: &crate::arena::Item| {
+        it.live() && it.size > 0 && it.start <= busy_start && it.end >= busy_end
+    };
+    // The solid block of fixed items at the bottom, and nothing fixed
+    // elsewhere.
+    let mut fixed: Vec<(u64, u64)> = Vec::new();
+    for it in live().filter(|it| it.fixed.is_some()) {
+        if !lifelong(it) {
+            return None;
+        }
+        let at = it.fixed?;
+        fixed.push((at, at.checked_add(it.size)?));
+    }
+    merge_intervals(&mut fixed);
+    let mut bottom = match fixed.as_slice() {
+        [] => arena.base,
+        [(lo, hi)] if *lo <= arena.base => *hi,
+        _ => return None,
+    };
+    // One window interval per free item, all ending at the same address.
+    let mut top = None;
+    let mut align = 1u64;
+    for it in arena.items.iter().filter(|it| it.fixed.is_none()) {
+        let (_, hi) = span(&arena.window_sets[it.windows as usize])?;
+        if *top.get_or_insert(hi) != hi {
+            return None;
+        }
+        align = align.max(it.align);
+    }
+    let mut out = arena.clone();
+    let mut order: Vec<usize> = (0..arena.items.len())
+        .filter(|&i| arena.items[i].fixed.is_none() && lifelong(&arena.items[i]))
+        .collect();
+    // Largest first, then by index: a fixed order, so the result does not
+    // depend on anything but the arena.
+    order.sort_by_key(|&i| (std::cmp::Reverse(arena.items[i].size), i));
+    let mut stacked = 0usize;
+    for i in order {
+        let it = &arena.items[i];
+        let (lo, _) = span(&arena.window_sets[it.windows as usize])?;
+        let end = bottom.checked_add(it.size)?;
+        let fits = it.size % align == 0
+            && align_up(bottom, it.align) == Some(bottom)
+            && lo <= bottom
+            && top.is_some_and(|t| end <= t)
+            && end <= arena.limit;
+        if !fits {
+            continue;
+        }
+        out.items[i].fixed = Some(bottom);
+        bottom = end;
+        stacked += 1;
+    }
+    (stacked > 0).then_some(Stacked { arena: out, exact })
+}
+
+/// The one interval a window set covers, if it is contiguous.
+fn span(windows: &[(u64, u64)]) -> Option<(u64, u64)> {
+    let (first, rest) = windows.split_first()?;
+    let mut hi = first.1;
+    for &(a, b) in rest {
+        if a != hi {
+            return None;
+        }
+        hi = b;
+    }
+    Some((first.0, hi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stack_lifelong;
+    use crate::csv::{CsvBuffer, CsvProblem};
+    use crate::exact::{ExactBudget, ExactOutcome, solve_exact};
+
+    fn buffer(id: &str, lower: u64, upper: u64, size: u64, offset: Option<u64>) -> CsvBuffer {
+        CsvBuffer {
+            id: id.into(),
+            lower,
+            upper,
+            size,
+            alignment: 1,
+            offset,
+        }
+    }
+
+    /// Lifelong buffers between zero-slack transients are fixed at the
+    /// bottom, largest first, and the search places the rest around them.
+    #[test]
+    fn lifelong_items_are_stacked_and_the_rest_placed_above() {
+        let p = CsvProblem {
+            buffers: vec![
+                buffer("t0", 0, 5, 8, None),
+                buffer("w0", 0, 10, 2, None),
+                buffer("t1", 5, 10, 3, None),
+                buffer("w1", 0, 10, 6, None),
+                buffer("t2", 5, 10, 5, None),
+            ],
+        };
+        let arena = p.arena(16);
+        let stacked = stack_lifelong(&arena).expect("two lifelong items");
+        assert!(stacked.exact);
+        let fixed: Vec<_> = stacked.arena.items.iter().map(|it| it.fixed).collect();
+        assert_eq!(fixed, [None, Some(6), None, Some(0), None]);
+        let budget = ExactBudget {
+            max_nodes: 10_000,
+            deadline: None,
+            stop: None,
+        };
+        match solve_exact(&arena, budget).outcome {
+            ExactOutcome::Found(offsets) => {
+                assert_eq!((offsets[3], offsets[1]), (0, 6));
+                assert!(p.check(16, &offsets).is_ok(), "{offsets:?}");
+            }
+            other => panic!("expected a placement, got {other:?}"),
+        }
+    }
+
+    /// A fixed item above the bottom, or separation partners, keep the
+    /// reduction from claiming it loses nothing.
+    #[test]
+    fn obstacles_above_the_bottom_stop_the_reduction() {
+        let p = CsvProblem {
+            buffers: vec![
+                buffer("f", 0, 10, 2, Some(4)),
+                buffer("w", 0, 10, 2, None),
+                buffer("t", 0, 5, 4, None),
+            ],
+        };
+        assert!(stack_lifelong(&p.arena(16)).is_none());
+        let mut arena = p.arena(16);
+        arena.items[1].fixed = None;
+        arena.items[0].fixed = None;
+        arena.items[0].partners.push(2);
+        arena.items[2].partners.push(0);
+        let stacked = stack_lifelong(&arena).expect("lifelong items");
+        assert!(!stacked.exact);
+    }
+}
