@@ -382,6 +382,31 @@ fn exists_by_backtracking(p: &CsvProblem, cap: u64) -> bool {
     go(p, cap, 0, &mut Vec::new())
 }
 
+/// Solves `p` at `cap` on one thread: a placement must pass the checker and
+/// lie between the bound and the capacity, "infeasible" is only allowed
+/// where backtracking over every offset finds nothing, and a small problem
+/// must get a verdict.
+fn verdict_agrees_with_backtracking(p: &CsvProblem, cap: u64) -> Result<(), TestCaseError> {
+    let config = SolveConfig {
+        max_nodes: 1_000_000,
+        timeout: None,
+        parallel_search: false,
+        ..SolveConfig::default()
+    };
+    let out = p.solve(cap, &config);
+    let exists = exists_by_backtracking(p, cap);
+    match out.result {
+        SolveResult::Fits => {
+            prop_assert!(exists);
+            prop_assert!(p.check(cap, out.offsets.as_ref().unwrap()).is_ok());
+            prop_assert!(out.lower_bound <= out.peak && out.peak <= cap);
+        }
+        SolveResult::Infeasible => prop_assert!(!exists, "claimed infeasible: {:?} at {}", p, cap),
+        SolveResult::Unknown => prop_assert!(false, "no verdict on a small problem: {:?}", p),
+    }
+    Ok(())
+}
+
 /// Small problems at or just above their bound: four to eight buffers
 /// with long overlapping lifetimes, sizes up to six, some aligned to 2 and
 /// some fixed (obstacles the search must step around).
@@ -417,17 +442,7 @@ proptest! {
     #[test]
     fn tight_verdicts_agree_with_backtracking(seed in any::<u64>()) {
         let (p, cap) = small_tight_problem(seed);
-        let out = p.solve(cap, &SolveConfig { max_nodes: 1_000_000, timeout: None, parallel_search: false, ..SolveConfig::default() });
-        let exists = exists_by_backtracking(&p, cap);
-        match out.result {
-            SolveResult::Fits => {
-                prop_assert!(exists);
-                prop_assert!(p.check(cap, out.offsets.as_ref().unwrap()).is_ok());
-                prop_assert!(out.lower_bound <= out.peak && out.peak <= cap);
-            }
-            SolveResult::Infeasible => prop_assert!(!exists, "claimed infeasible: {:?} at {}", p, cap),
-            SolveResult::Unknown => prop_assert!(false, "no verdict on a small problem: {:?}", p),
-        }
+        verdict_agrees_with_backtracking(&p, cap)?;
     }
 }
 
@@ -501,15 +516,6 @@ proptest! {
     #[test]
     fn verdicts_with_lifelong_buffers_agree_with_backtracking(seed in any::<u64>()) {
         let (p, cap) = tight_problem_with_lifelong_buffers(seed);
-        let out = p.solve(cap, &SolveConfig { max_nodes: 1_000_000, timeout: None, parallel_search: false, ..SolveConfig::default() });
-        let exists = exists_by_backtracking(&p, cap);
-        match out.result {
-            SolveResult::Fits => {
-                prop_assert!(exists);
-                prop_assert!(p.check(cap, out.offsets.as_ref().unwrap()).is_ok());
-            }
-            SolveResult::Infeasible => prop_assert!(!exists, "claimed infeasible: {:?} at {}", p, cap),
-            SolveResult::Unknown => prop_assert!(false, "no verdict on a small problem: {:?}", p),
-        }
+        verdict_agrees_with_backtracking(&p, cap)?;
     }
 }
