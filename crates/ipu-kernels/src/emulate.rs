@@ -52,12 +52,14 @@
 //! time, and decoded once (FP8 through a 256-entry table of
 //! `decode × 2^scale`); the coefficient block is stored group by group
 //! with each column's `group` coefficients together, so that one pass over
+//! the columns does a whole AMP step per element with no bounds checks in
 //! the loop (F32 partials keep the coefficients row major instead and add
 //! each product to a row's columns in one vector loop, the same additions
 //! per element in the same order). A worker's partials stored at the end
 //! of a pass and loaded again by the next pass over the same block are kept
 //! as values in between (`machine/pending.rs`), and written to the image
-//! before anything could read it. A [`PreparedProgram`] with FP8 rows and weights also holds
+//! before anything could read it. A [`PreparedProgram`] with FP8 rows and
+//! weights also holds
 //! the table of all 65,536 rounded products `round(a × w)`, so the
 //! innermost loop is one table load and one add per product.
 //!

@@ -115,33 +115,19 @@ fn span(windows: &[(u64, u64)]) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::stack_lifelong;
-    use crate::csv::{CsvBuffer, CsvProblem};
+    use crate::csv::CsvProblem;
     use crate::exact::{ExactBudget, ExactOutcome, solve_exact};
 
-    fn buffer(id: &str, lower: u64, upper: u64, size: u64, offset: Option<u64>) -> CsvBuffer {
-        CsvBuffer {
-            id: id.into(),
-            lower,
-            upper,
-            size,
-            alignment: 1,
-            offset,
-        }
+    fn problem(rows: &str) -> CsvProblem {
+        CsvProblem::parse(&format!("id,lower,upper,size,alignment,offset\n{rows}"))
+            .expect("a valid problem")
     }
 
     /// Lifelong buffers between zero-slack transients are fixed at the
     /// bottom, largest first, and the search places the rest around them.
     #[test]
     fn lifelong_items_are_stacked_and_the_rest_placed_above() {
-        let p = CsvProblem {
-            buffers: vec![
-                buffer("t0", 0, 5, 8, None),
-                buffer("w0", 0, 10, 2, None),
-                buffer("t1", 5, 10, 3, None),
-                buffer("w1", 0, 10, 6, None),
-                buffer("t2", 5, 10, 5, None),
-            ],
-        };
+        let p = problem("t0,0,5,8,1,\nw0,0,10,2,1,\nt1,5,10,3,1,\nw1,0,10,6,1,\nt2,5,10,5,1,\n");
         let arena = p.arena(16);
         let stacked = stack_lifelong(&arena).expect("two lifelong items");
         assert!(stacked.exact);
@@ -165,13 +151,7 @@ mod tests {
     /// reduction from claiming it loses nothing.
     #[test]
     fn obstacles_above_the_bottom_stop_the_reduction() {
-        let p = CsvProblem {
-            buffers: vec![
-                buffer("f", 0, 10, 2, Some(4)),
-                buffer("w", 0, 10, 2, None),
-                buffer("t", 0, 5, 4, None),
-            ],
-        };
+        let p = problem("f,0,10,2,1,4\nw,0,10,2,1,\nt,0,5,4,1,\n");
         assert!(stack_lifelong(&p.arena(16)).is_none());
         let mut arena = p.arena(16);
         arena.items[1].fixed = None;

@@ -4,13 +4,13 @@
 //! worker's ops: block copies, decoding, the AMP steps through `kernel.rs`,
 //! rounding and stores) and counts the work done.
 
+mod pending;
+
 use std::rc::Rc;
 
 use ipu_layout::{ElementOrder, Precision};
 
 use super::kernel::{self, Block};
-
-mod pending;
 use super::lanes::{LaneRows, LaneUpdate, Lanes, NEAREST_EVEN};
 use super::rounding::{
     round_f16, round_f16_on_grid, round_f32, stochastic_f16, stochastic_f32, stored, unit_random,
