@@ -50,6 +50,7 @@ use ipu_package::build::{BuildConfig, BuildError, Stages, build_package};
 use ipu_package::lower::{AttentionUnit, LowerConfig};
 use ipu_target::Target;
 
+use ipu_frontend::class_token::{self, family_name};
 use ipu_frontend::siglip::report::PrecisionReport;
 use ipu_frontend::siglip::text::{
     import_text_checkpoint, package_text, random_text_checkpoint, text_template,
@@ -59,6 +60,7 @@ use ipu_frontend::siglip::{
     GraphOptions, ImportConfig, PackageError, PrecisionPolicy, build_graph, calibrate,
     calibrate_inputs, import_checkpoint, package_checkpoint, random_checkpoint, read_config,
 };
+use ipu_frontend::{CheckpointKind, checkpoint_kind};
 use ipu_package::graph::parse_fixture;
 use ipu_package::package::Package;
 
@@ -72,76 +74,76 @@ pub(crate) const SIGLIP: &str = include_str!("../../fixtures/siglip-so400m-b2.js
 pub struct Args {
     /// The fixture (default: the embedded SigLIP so400m b2).
     #[arg(long, conflicts_with = "checkpoint")]
-    fixture: Option<PathBuf>,
+    pub(crate) fixture: Option<PathBuf>,
     /// A Hugging Face SigLIP checkpoint directory to build instead of a
     /// fixture (batch 1 unless `--batch`).
     #[arg(long, value_name = "DIR", conflicts_with = "params")]
-    checkpoint: Option<PathBuf>,
+    pub(crate) checkpoint: Option<PathBuf>,
     /// Which tower of a checkpoint to build: `vision` (the default) or
     /// `text` (a full SiglipModel holds both; a SiglipTextModel only text)
     #[arg(long, value_enum, default_value = "vision", requires = "checkpoint")]
-    tower: Tower,
+    pub(crate) tower: Tower,
     /// A checkpoint's precisions: `fp8` (FP8 weights and GEMM inputs with
     /// calibrated scales, the default fixture's layout) or `f16` (every
     /// weight F16, no FP8 cast: twice the weight bytes, for zero-shot
     /// probabilities to transformers' accuracy)
     #[arg(long, value_enum, default_value = "fp8", requires = "checkpoint")]
-    precision: PrecisionChoice,
+    pub(crate) precision: PrecisionChoice,
     /// Calibration images for a checkpoint's FP8 activation scales
     /// (default: four built-in synthetic images).
     #[arg(long, value_name = "IMAGE", num_args = 1.., requires = "checkpoint")]
-    calibrate: Vec<PathBuf>,
+    pub(crate) calibrate: Vec<PathBuf>,
     /// Calibration texts for the text tower's FP8 activation scales
     /// (repeatable; default: eight built-in captions).
     #[arg(long, value_name = "TEXT", requires = "checkpoint")]
-    calibrate_text: Vec<String>,
+    pub(crate) calibrate_text: Vec<String>,
     /// With `--checkpoint`: draw the weights at random with realistic
     /// spread from this seed instead of reading them (the directory needs
     /// only config.json); for checking that a configuration fits.
     #[arg(long, value_name = "SEED", requires = "checkpoint")]
-    random_weights: Option<u64>,
+    pub(crate) random_weights: Option<u64>,
     /// Refuse to write a checkpoint package in which any tensor saturates
     /// beyond the threshold on the calibration inputs.
     #[arg(long, requires = "checkpoint")]
-    strict: bool,
+    pub(crate) strict: bool,
     /// The device description (default: the built-in IPU21 of the C600).
     #[arg(long, value_name = "FILE")]
-    device: Option<PathBuf>,
+    pub(crate) device: Option<PathBuf>,
     /// Tiles to use (default: every tile of the device).
     #[arg(long)]
-    tiles: Option<u32>,
+    pub(crate) tiles: Option<u32>,
     /// Override the fixture's `batch` parameter (at least 1); short for
     /// `--param batch=B`.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    batch: Option<u64>,
+    pub(crate) batch: Option<u64>,
     /// Override a fixture parameter, e.g. `--param layers=1` (repeatable).
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
-    params: Vec<(String, u64)>,
+    pub(crate) params: Vec<(String, u64)>,
     /// Where to write the package.
     #[arg(long, default_value = "out/package")]
-    out: PathBuf,
+    pub(crate) out: PathBuf,
     /// The kernel cache root (default: $IPU_KERNEL_CACHE, then the XDG cache).
     #[arg(long)]
-    kernel_cache: Option<PathBuf>,
+    pub(crate) kernel_cache: Option<PathBuf>,
     /// Worker threads (default: all cores). The package does not depend on it.
     #[arg(long)]
-    jobs: Option<usize>,
+    pub(crate) jobs: Option<usize>,
     /// Exact-search nodes per tile that no greedy pass places (default:
     /// PlaceConfig's). A tile the search leaves undecided is reported as
     /// such, never as impossible; more nodes may place or disprove it.
     /// Counted in nodes, not time, so the package does not depend on the
     /// machine or `--jobs`.
     #[arg(long, value_name = "NODES")]
-    alloc_effort: Option<u64>,
+    pub(crate) alloc_effort: Option<u64>,
     /// Also write the exchange phases the build scheduled, as a snapshot
     /// for `cargo xtask exchange FILE`.
     #[arg(long, value_name = "FILE", conflicts_with = "checkpoint")]
-    write_phases: Option<PathBuf>,
+    pub(crate) write_phases: Option<PathBuf>,
     /// Where attention's products run: the AMP where its steps are
     /// estimated faster (auto), the vector unit always, or the AMP
     /// wherever it can.
     #[arg(long, value_enum, default_value_t = Attention::Auto)]
-    attention: Attention,
+    pub(crate) attention: Attention,
 }
 
 /// `--attention`: which unit runs attention's products.
@@ -409,6 +411,30 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
     let template = parse_fixture(SIGLIP)
         .map_err(|e| format!("the embedded fixture: {e}"))
         .and_then(|g| PrecisionPolicy::from_graph(&g).map_err(|e| e.to_string()))?;
+    let kind = match checkpoint_kind(dir) {
+        Ok(kind) => kind,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if let CheckpointKind::ClassToken(family) = kind {
+        if args.tower == Tower::Text || !args.calibrate_text.is_empty() {
+            eprintln!(
+                "error: this is a {} checkpoint; only its vision tower is imported (no --tower text, --calibrate-text)",
+                family_name(family)
+            );
+            return Ok(ExitCode::from(2));
+        }
+        return crate::build_class_token::build(
+            args,
+            dir,
+            family,
+            target,
+            class_token::template(template),
+            start,
+        );
+    }
     if args.tower == Tower::Text {
         if !args.calibrate.is_empty() {
             eprintln!(
@@ -623,7 +649,7 @@ fn run_calibration(
 /// Prints the per-tensor table and the F16 group decisions to stderr and
 /// the saturation warnings; `false` if `strict` and a tensor saturates
 /// beyond the threshold.
-fn report_calibration(report: &PrecisionReport, strict: bool) -> bool {
+pub(crate) fn report_calibration(report: &PrecisionReport, strict: bool) -> bool {
     eprintln!(
         "calibration inputs: {}",
         report.calibration.inputs.join(" ")
@@ -681,7 +707,7 @@ fn report_calibration(report: &PrecisionReport, strict: bool) -> bool {
 /// `--alloc-effort`: the built-in placer with that node budget per tile
 /// (and, as `Stages::builtin` has it, without its own check: the build
 /// runs `check_placement` on every placement).
-fn set_alloc_effort(stages: &mut Stages, nodes: Option<u64>) {
+pub(crate) fn set_alloc_effort(stages: &mut Stages, nodes: Option<u64>) {
     if let Some(nodes) = nodes {
         stages.placer = Box::new(BuiltinPlacer {
             config: PlaceConfig {
@@ -693,7 +719,7 @@ fn set_alloc_effort(stages: &mut Stages, nodes: Option<u64>) {
     }
 }
 
-fn kernel_cache(root: Option<&Path>) -> Result<KernelCache, String> {
+pub(crate) fn kernel_cache(root: Option<&Path>) -> Result<KernelCache, String> {
     match root {
         Some(root) => KernelCache::open(root.to_owned()),
         None => KernelCache::from_env(),

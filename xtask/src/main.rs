@@ -27,6 +27,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod alloc;
 mod bench_sim;
+mod build_class_token;
 mod build_package;
 mod device;
 mod exchange;

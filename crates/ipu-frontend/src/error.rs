@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use safetensors::SafeTensorError;
 
-use crate::siglip::{BuildError, ConfigError, ProcessorError};
+use crate::processor::ProcessorError;
+use crate::siglip::{BuildError, ConfigError};
 
 /// Why a checkpoint directory could not be imported.
 #[derive(Debug, thiserror::Error)]
@@ -260,6 +261,20 @@ pub enum ImageError {
         height: u32,
         /// The model's image side.
         expected: u64,
+    },
+    /// A shortest-edge resize would make the image too long to hold.
+    #[error(
+        "image `{path}` is {width}x{height}; resized to the model's shortest edge its long side \
+         would exceed {} pixels",
+        crate::processor::MAX_RESIZED_SIDE
+    )]
+    Aspect {
+        /// The file.
+        path: PathBuf,
+        /// Its width.
+        width: u64,
+        /// Its height.
+        height: u64,
     },
     /// A bug: pixel values of the wrong length reached patch extraction.
     #[error("bug in image preprocessing: {what}")]

@@ -34,9 +34,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod class_token;
 mod error;
 pub mod hf;
 pub mod imaging;
+pub mod processor;
 pub mod siglip;
 
 use std::path::Path;
@@ -47,7 +49,55 @@ use ipu_package::package::ModelDescription;
 pub use error::{ImageError, ImportError};
 
 /// The model families this crate reads, by their `model.json` names.
-pub const FAMILIES: &[&str] = &[siglip::FAMILY, siglip::text::TEXT_FAMILY];
+pub const FAMILIES: &[&str] = &[
+    siglip::FAMILY,
+    siglip::text::TEXT_FAMILY,
+    class_token::VIT_FAMILY,
+    class_token::CLIP_FAMILY,
+];
+
+/// The `model_type`s of `config.json` this crate reads.
+pub const MODEL_TYPES: &[&str] = &[
+    "siglip",
+    "siglip_vision_model",
+    "siglip_text_model",
+    "vit",
+    "clip",
+    "clip_vision_model",
+];
+
+/// Which importer reads a checkpoint, by its config's `model_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointKind {
+    /// SigLIP (`siglip`, `siglip_vision_model`, `siglip_text_model`, or
+    /// no `model_type`, as SigLIP's first exports had).
+    Siglip,
+    /// ViT or CLIP (the vision tower): [`class_token`].
+    ClassToken(class_token::Family),
+}
+
+/// The importer of the checkpoint in `dir`, from its `config.json`'s
+/// `model_type`; an unsupported type is an error naming the supported
+/// ones.
+pub fn checkpoint_kind(dir: &Path) -> Result<CheckpointKind, ImportError> {
+    let path = dir.join(hf::CONFIG_FILE);
+    let value: serde_json::Value = hf::read_json(&path)?;
+    match value.get("model_type").and_then(|m| m.as_str()) {
+        None | Some("siglip" | "siglip_vision_model" | "siglip_text_model") => {
+            Ok(CheckpointKind::Siglip)
+        }
+        Some("vit") => Ok(CheckpointKind::ClassToken(class_token::Family::Vit)),
+        Some("clip" | "clip_vision_model") => {
+            Ok(CheckpointKind::ClassToken(class_token::Family::Clip))
+        }
+        Some(other) => Err(ImportError::Config {
+            path,
+            source: siglip::ConfigError::ModelType {
+                model_type: other.to_owned(),
+            },
+        }),
+    }
+}
 
 /// A packaged model of one of the families: what a run of its package
 /// needs of the front end.
@@ -58,6 +108,8 @@ pub enum PackagedModel {
     Siglip(Box<siglip::PackagedModel>),
     /// SigLIP's text tower.
     SiglipText(Box<siglip::text::PackagedText>),
+    /// ViT or CLIP's vision tower.
+    ClassToken(Box<class_token::PackagedClassToken>),
 }
 
 /// Why a package's `model.json` cannot be used.
@@ -76,6 +128,9 @@ pub enum DescriptionError {
     /// The SigLIP text front end refuses the description.
     #[error(transparent)]
     SiglipText(siglip::text::TextPackagedError),
+    /// The ViT or CLIP front end refuses the description.
+    #[error(transparent)]
+    ClassToken(class_token::ClassTokenPackagedError),
 }
 
 impl PackagedModel {
@@ -94,6 +149,11 @@ impl PackagedModel {
                     .map(|m| Self::SiglipText(Box::new(m)))
                     .map_err(DescriptionError::SiglipText)
             }
+            class_token::VIT_FAMILY | class_token::CLIP_FAMILY => {
+                class_token::PackagedClassToken::from_description(description, graph)
+                    .map(|m| Self::ClassToken(Box::new(m)))
+                    .map_err(DescriptionError::ClassToken)
+            }
             other => Err(DescriptionError::Family {
                 found: other.to_owned(),
             }),
@@ -109,6 +169,7 @@ impl PackagedModel {
     ) -> Result<ValueSet, ImageError> {
         match self {
             Self::Siglip(model) => model.input_values(graph, images),
+            Self::ClassToken(model) => model.input_values(graph, images),
             Self::SiglipText(_) => Err(ImageError::Kind {
                 given: "images",
                 takes: "texts (--text)",
@@ -121,6 +182,7 @@ impl PackagedModel {
         match self {
             Self::Siglip(_) => siglip::FAMILY,
             Self::SiglipText(_) => siglip::text::TEXT_FAMILY,
+            Self::ClassToken(model) => model.family(),
         }
     }
 
@@ -129,7 +191,7 @@ impl PackagedModel {
     pub fn logits(&self) -> Option<siglip::text::LogitParams> {
         match self {
             Self::SiglipText(model) => model.logits(),
-            Self::Siglip(_) => None,
+            Self::Siglip(_) | Self::ClassToken(_) => None,
         }
     }
 
@@ -143,7 +205,7 @@ impl PackagedModel {
     ) -> Result<ValueSet, ImageError> {
         match self {
             Self::SiglipText(model) => model.text_values(graph, texts, truncation),
-            Self::Siglip(_) => Err(ImageError::Kind {
+            Self::Siglip(_) | Self::ClassToken(_) => Err(ImageError::Kind {
                 given: "texts",
                 takes: "images (--image)",
             }),
@@ -162,6 +224,7 @@ impl PackagedModel {
         match self {
             Self::Siglip(model) => model.synthetic_input_values(graph, first),
             Self::SiglipText(model) => model.synthetic_text_values(graph, first),
+            Self::ClassToken(model) => model.synthetic_input_values(graph, first),
         }
     }
 }

@@ -233,6 +233,26 @@ impl Rgb8 {
         &self.pixels
     }
 
+    /// The `width × height` window whose top-left pixel is (`left`,
+    /// `top`); `None` when it does not lie inside the image.
+    pub fn crop(&self, left: usize, top: usize, width: usize, height: usize) -> Option<Rgb8> {
+        let right = left.checked_add(width)?;
+        let bottom = top.checked_add(height)?;
+        if right > self.width || bottom > self.height {
+            return None;
+        }
+        let mut pixels = Vec::with_capacity(width * height * 3);
+        for y in top..bottom {
+            let row = (y * self.width + left) * 3;
+            pixels.extend_from_slice(&self.pixels[row..row + width * 3]);
+        }
+        Some(Rgb8 {
+            width,
+            height,
+            pixels,
+        })
+    }
+
     /// The image resized to `width × height` as Pillow's
     /// `Image.resize((width, height), filter)` does.
     pub fn resize(&self, width: usize, height: usize, filter: Filter) -> Rgb8 {

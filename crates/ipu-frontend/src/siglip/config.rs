@@ -97,7 +97,7 @@ impl Default for VisionParams {
 #[non_exhaustive]
 pub enum ConfigError {
     /// The text is not JSON of the expected form.
-    #[error("it is not a SigLIP config: {source}")]
+    #[error("it is not a model config of the expected form: {source}")]
     Json {
         /// The parser's finding, with line and column.
         #[source]
@@ -105,8 +105,8 @@ pub enum ConfigError {
     },
     /// The model type is not SigLIP's.
     #[error(
-        "model_type `{model_type}` is not supported; use a SigLIP checkpoint \
-         (siglip or siglip_vision_model)"
+        "model_type `{model_type}` is not supported; the model types read are {}",
+        crate::MODEL_TYPES.join(", ")
     )]
     ModelType {
         /// The model type found.
@@ -142,12 +142,25 @@ pub enum ConfigError {
     },
     /// The activation is not the graph's tanh GELU.
     #[error(
-        "hidden_act `{activation}` is not supported; the graph's GELU is the tanh \
-         approximation (gelu_pytorch_tanh or gelu_new)"
+        "hidden_act `{activation}` is not supported; this family's graph takes {}",
+        supported.join(", ")
     )]
     Activation {
         /// The activation found.
         activation: String,
+        /// The activations the family's graph has.
+        supported: &'static [&'static str],
+    },
+    /// A field has a value of the wrong type or one this importer does
+    /// not support.
+    #[error("`{field}` is {found}; {expected}")]
+    Field {
+        /// The field, by its transformers name.
+        field: &'static str,
+        /// The value found, as JSON.
+        found: String,
+        /// What is accepted.
+        expected: &'static str,
     },
     /// The LayerNorm epsilon is not a positive finite f32.
     #[error("layer_norm_eps {eps} is not a positive finite number representable in f32")]
@@ -177,52 +190,7 @@ pub enum ConfigError {
 impl VisionConfig {
     /// Validates `params`.
     pub fn new(params: &VisionParams) -> Result<Self, ConfigError> {
-        for (field, value) in [
-            ("hidden_size", params.hidden_size),
-            ("intermediate_size", params.intermediate_size),
-            ("num_hidden_layers", u64::from(params.num_hidden_layers)),
-            ("num_attention_heads", u64::from(params.num_attention_heads)),
-            ("image_size", params.image_size),
-            ("patch_size", params.patch_size),
-        ] {
-            if value == 0 {
-                return Err(ConfigError::Zero { field });
-            }
-        }
-        if params.num_channels != 3 {
-            return Err(ConfigError::Channels {
-                channels: params.num_channels,
-            });
-        }
-        if params.hidden_size % u64::from(params.num_attention_heads) != 0 {
-            return Err(ConfigError::Heads {
-                hidden: params.hidden_size,
-                heads: params.num_attention_heads,
-            });
-        }
-        if params.image_size > MAX_IMAGE_SIDE {
-            return Err(ConfigError::TooLarge {
-                what: "image_size (at most MAX_IMAGE_SIDE = 4096)",
-            });
-        }
-        if params.patch_size > params.image_size {
-            return Err(ConfigError::Patch {
-                patch: params.patch_size,
-                image: params.image_size,
-            });
-        }
-        if !matches!(params.hidden_act.as_str(), "gelu_pytorch_tanh" | "gelu_new") {
-            return Err(ConfigError::Activation {
-                activation: params.hidden_act.clone(),
-            });
-        }
-        let eps = params.layer_norm_eps as f32;
-        if !(eps.is_finite() && eps > 0.0) {
-            return Err(ConfigError::Eps {
-                eps: params.layer_norm_eps,
-            });
-        }
-        let config = Self {
+        let layer_norm_eps = check_shape(&Shape {
             hidden: params.hidden_size,
             intermediate: params.intermediate_size,
             layers: params.num_hidden_layers,
@@ -230,34 +198,25 @@ impl VisionConfig {
             channels: params.num_channels,
             image_size: params.image_size,
             patch_size: params.patch_size,
-            layer_norm_eps: eps,
+            eps: params.layer_norm_eps,
+        })?;
+        if !TANH_GELU.contains(&params.hidden_act.as_str()) {
+            return Err(ConfigError::Activation {
+                activation: params.hidden_act.clone(),
+                supported: TANH_GELU,
+            });
+        }
+        Ok(Self {
+            hidden: params.hidden_size,
+            intermediate: params.intermediate_size,
+            layers: params.num_hidden_layers,
+            heads: params.num_attention_heads,
+            channels: params.num_channels,
+            image_size: params.image_size,
+            patch_size: params.patch_size,
+            layer_norm_eps,
             use_head: params.vision_use_head,
-        };
-        // Every extent the graph and the weights use must be computable.
-        let items = u64::from(config.layers)
-            .checked_mul(ITEMS_PER_LAYER)
-            .filter(|&n| n <= MAX_GRAPH_ITEMS);
-        if items.is_none() {
-            return Err(ConfigError::TooLarge {
-                what: "num_hidden_layers",
-            });
-        }
-        let checks = [
-            config.hidden.checked_mul(3),
-            config.patch_size.checked_mul(config.patch_size),
-            config.grid().checked_mul(config.grid()),
-            config
-                .patch_size
-                .checked_mul(config.patch_size)
-                .and_then(|p| p.checked_mul(config.channels)),
-            config.hidden.checked_mul(config.intermediate),
-        ];
-        if checks.iter().any(Option::is_none) {
-            return Err(ConfigError::TooLarge {
-                what: "the sizes overflow 64 bits",
-            });
-        }
-        Ok(config)
+        })
     }
 
     /// Reads the text of a `config.json`.
@@ -379,4 +338,91 @@ impl VisionConfig {
     pub fn use_head(&self) -> bool {
         self.use_head
     }
+}
+
+/// The names transformers gives the tanh GELU, SigLIP's activation.
+pub(crate) const TANH_GELU: &[&str] = &["gelu_pytorch_tanh", "gelu_new"];
+
+/// What every vision tower's config gives: the encoder and the patch grid.
+pub(crate) struct Shape {
+    pub hidden: u64,
+    pub intermediate: u64,
+    pub layers: u32,
+    pub heads: u32,
+    pub channels: u64,
+    pub image_size: u64,
+    pub patch_size: u64,
+    pub eps: f64,
+}
+
+/// Checks `shape` as every vision family needs it (every extent positive,
+/// heads dividing the hidden size, RGB, at least one whole patch per
+/// side, a graph small enough to build, sizes whose products fit 64
+/// bits) and returns the LayerNorm epsilon as f32.
+pub(crate) fn check_shape(shape: &Shape) -> Result<f32, ConfigError> {
+    for (field, value) in [
+        ("hidden_size", shape.hidden),
+        ("intermediate_size", shape.intermediate),
+        ("num_hidden_layers", u64::from(shape.layers)),
+        ("num_attention_heads", u64::from(shape.heads)),
+        ("image_size", shape.image_size),
+        ("patch_size", shape.patch_size),
+    ] {
+        if value == 0 {
+            return Err(ConfigError::Zero { field });
+        }
+    }
+    if shape.channels != 3 {
+        return Err(ConfigError::Channels {
+            channels: shape.channels,
+        });
+    }
+    if shape.hidden % u64::from(shape.heads) != 0 {
+        return Err(ConfigError::Heads {
+            hidden: shape.hidden,
+            heads: shape.heads,
+        });
+    }
+    if shape.image_size > MAX_IMAGE_SIDE {
+        return Err(ConfigError::TooLarge {
+            what: "image_size (at most MAX_IMAGE_SIDE = 4096)",
+        });
+    }
+    if shape.patch_size > shape.image_size {
+        return Err(ConfigError::Patch {
+            patch: shape.patch_size,
+            image: shape.image_size,
+        });
+    }
+    let eps = shape.eps as f32;
+    if !(eps.is_finite() && eps > 0.0) {
+        return Err(ConfigError::Eps { eps: shape.eps });
+    }
+    // Every extent the graph and the weights use must be computable.
+    let items = u64::from(shape.layers)
+        .checked_mul(ITEMS_PER_LAYER)
+        .filter(|&n| n <= MAX_GRAPH_ITEMS);
+    if items.is_none() {
+        return Err(ConfigError::TooLarge {
+            what: "num_hidden_layers",
+        });
+    }
+    let grid = shape.image_size / shape.patch_size;
+    let checks = [
+        shape.hidden.checked_mul(4),
+        shape.patch_size.checked_mul(shape.patch_size),
+        grid.checked_mul(grid).and_then(|t| t.checked_add(1)),
+        shape
+            .patch_size
+            .checked_mul(shape.patch_size)
+            .and_then(|p| p.checked_mul(shape.channels))
+            .and_then(|p| p.checked_add(PATCH_ALIGN)),
+        shape.hidden.checked_mul(shape.intermediate),
+    ];
+    if checks.iter().any(Option::is_none) {
+        return Err(ConfigError::TooLarge {
+            what: "the sizes overflow 64 bits",
+        });
+    }
+    Ok(eps)
 }

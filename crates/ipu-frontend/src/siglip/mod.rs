@@ -29,32 +29,33 @@
 //! calibration step to choose from these values.
 
 pub mod calibrate;
-mod config;
-mod graph;
+pub(crate) mod config;
+pub(crate) mod graph;
 pub mod names;
-mod package;
+pub(crate) mod package;
 mod packaged;
-mod policy;
+pub(crate) mod policy;
 mod processor;
 mod random;
 pub mod report;
 pub mod text;
-mod weights;
+pub(crate) mod weights;
 pub mod zero_shot;
 
 use std::path::Path;
 
+pub use crate::processor::{Processor, ProcessorError};
 pub use calibrate::{
     Calibrated, Calibration, CalibrationError, CalibrationInputs, CalibrationOptions, F16Groups,
     Input, calibrate, calibrate_inputs,
 };
 pub use config::{ConfigError, MAX_IMAGE_SIDE, VisionConfig, VisionParams};
-pub use graph::{BuildError, GraphOptions, build_graph};
+pub use graph::{Activation, BuildError, GraphOptions, build_graph};
 pub use package::{CheckpointPackage, PackageError, package_checkpoint};
 pub(crate) use packaged::first_difference;
 pub use packaged::{FAMILY, PackagedError, PackagedModel};
 pub use policy::{PolicyError, PrecisionPolicy, role};
-pub use processor::{Processor, ProcessorError, patchify};
+pub use processor::patchify;
 pub use random::{OUTLIER_CHANNELS, random_weights};
 
 use crate::error::{ImageError, ImportError};

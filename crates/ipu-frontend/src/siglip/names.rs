@@ -34,6 +34,15 @@ pub enum Layout {
         /// Rows of the graph weight.
         rows: u64,
     },
+    /// The position table of a model with a class token, its pieces the
+    /// position embeddings (`tokens · width` values), the class token
+    /// (`width`) and, when `bias`, the patch convolution's bias
+    /// (`width`): row 0 is class token + position 0, every other row
+    /// position + bias (`class_token` module header).
+    ClassFold {
+        /// Whether a convolution bias is folded into the patch rows.
+        bias: bool,
+    },
 }
 
 /// Rows of a stored tensor.

@@ -11,8 +11,8 @@
 use std::time::Instant;
 
 use ipu_package::build::{BuildConfig, BuildError, Stages, build_package};
-use ipu_package::graph::{Graph, WriteError, write_fixture};
-use ipu_package::package::{Package, PackageWeights, WeightsError};
+use ipu_package::graph::{Graph, ValueSet, WriteError, write_fixture};
+use ipu_package::package::{ModelDescription, Package, PackageWeights, WeightsError};
 
 use crate::error::ImportError;
 use crate::siglip::calibrate::{Calibration, CalibrationError, CalibrationOptions, F16Groups};
@@ -60,6 +60,12 @@ pub enum PackageError {
         /// Why.
         source: crate::siglip::text::TextPackagedError,
     },
+    /// The ViT or CLIP model description could not be made.
+    #[error(transparent)]
+    ClassTokenModel {
+        /// Why.
+        source: crate::class_token::ClassTokenPackagedError,
+    },
     /// The checkpoint's weights do not fit the built graph: a bug here.
     #[error("the checkpoint's weights: {source}")]
     Weights {
@@ -101,16 +107,60 @@ pub fn package_checkpoint(
         .tensor_by_name(PATCHES)
         .and_then(|id| graph.tensor(id).extents().first().copied())
         .unwrap_or(0);
+    build_with_fallback(
+        Tower {
+            model: &|calibration| {
+                let model = PackagedModel::new(checkpoint, name, batch, calibration)
+                    .map_err(|source| PackageError::Model { source })?;
+                let graph = model
+                    .graph()
+                    .map_err(|source| PackageError::Model { source })?;
+                Ok((graph, model.description()))
+            },
+            recalibrate: &|options| calibrate(checkpoint, options),
+            weights_for: &|graph| checkpoint.weights_for(graph),
+        },
+        calibration,
+        options,
+        config,
+        stages,
+    )
+}
+
+/// A tower's graph and `model.json` under a calibration's precisions.
+pub(crate) type ModelOf<'a> =
+    &'a dyn Fn(&Calibration) -> Result<(Graph, ModelDescription), PackageError>;
+
+/// What [`build_with_fallback`] needs of a tower: its graph and
+/// description under a calibration, a calibration under other options,
+/// and its weights for a graph.
+pub(crate) struct Tower<'a> {
+    /// The graph and `model.json` of the tower with a calibration's
+    /// precisions.
+    pub model: ModelOf<'a>,
+    /// Calibrates the tower with other options.
+    pub recalibrate: &'a dyn Fn(&CalibrationOptions) -> Result<Calibration, CalibrationError>,
+    /// The tower's weights for a graph of it.
+    pub weights_for: &'a dyn Fn(&Graph) -> Result<ValueSet, ImportError>,
+}
+
+/// Builds `tower` with `calibration`'s precisions, calibrating again
+/// without F16 groups if the build does not fit with them (module header),
+/// and fills the package's weights, graph and description: what every
+/// family's packaging does.
+pub(crate) fn build_with_fallback(
+    tower: Tower<'_>,
+    calibration: Calibration,
+    options: &CalibrationOptions,
+    config: &BuildConfig,
+    stages: &Stages,
+) -> Result<CheckpointPackage, PackageError> {
     let tiles = config.tiles.unwrap_or(config.target.tile_count());
     let mut calibration = calibration;
-    let (model, graph, mut package) = loop {
-        let model = PackagedModel::new(checkpoint, name, batch, &calibration)
-            .map_err(|source| PackageError::Model { source })?;
-        let graph = model
-            .graph()
-            .map_err(|source| PackageError::Model { source })?;
+    let (description, graph, mut package) = loop {
+        let (graph, description) = (tower.model)(&calibration)?;
         match build_package(&graph, config, stages) {
-            Ok(p) => break (model, graph, p),
+            Ok(p) => break (description, graph, p),
             Err(e @ BuildError::DoesNotFit { .. }) if kept_f16(&calibration) => {
                 tracing::warn!(
                     error = %e,
@@ -121,7 +171,7 @@ pub fn package_checkpoint(
                     "with them the package did not fit on {tiles} tiles ({e})"
                 ));
                 let start = Instant::now();
-                calibration = calibrate(checkpoint, &without)
+                calibration = (tower.recalibrate)(&without)
                     .map_err(|source| PackageError::Calibration { source })?;
                 tracing::info!(
                     inputs = calibration.report().calibration.inputs.len(),
@@ -132,16 +182,14 @@ pub fn package_checkpoint(
             Err(source) => return Err(PackageError::Build { source }),
         }
     };
-    let weights = checkpoint
-        .weights_for(&graph)
-        .map_err(|source| PackageError::Weights { source })?;
+    let weights = (tower.weights_for)(&graph).map_err(|source| PackageError::Weights { source })?;
     package.weights = Some(
         PackageWeights::encode(&graph, &weights)
             .map_err(|source| PackageError::Encode { source })?,
     );
     package.fixture =
         Some(write_fixture(&graph).map_err(|source| PackageError::Fixture { source })?);
-    package.model = Some(model.description());
+    package.model = Some(description);
     Ok(CheckpointPackage {
         package,
         graph,

@@ -26,10 +26,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ImageError;
+use crate::processor::{Processor, ProcessorError};
 use crate::siglip::config::{ConfigError, VisionConfig};
 use crate::siglip::graph::{BuildError, GraphOptions, build_graph};
 use crate::siglip::policy::PrecisionPolicy;
-use crate::siglip::processor::{Processor, ProcessorError};
 use crate::siglip::report::{PrecisionReport, ReportError};
 use crate::siglip::{Calibration, Checkpoint, PATCHES, images_to_patches, synthetic_patches};
 use ipu_package::graph::{Graph, ValueSet};

@@ -23,8 +23,9 @@
 //!
 //! The cast tensors (`embed.patches8`, `enc{i}.ln1.y8`, `enc{i}.attn8`,
 //! `enc{i}.ln2.y8`, `enc{i}.gelu8`, `head.x8`, `head.attn8`,
-//! `head.ln.y8`, `head.gelu8`) exist only where the policy gives them an
-//! FP8 precision.
+//! `head.ln.y8`, `head.gelu8`, and the class-token families' `pool.x8`
+//! and `proj.x8`) exist only where the policy gives them an FP8
+//! precision.
 
 use std::collections::BTreeMap;
 
@@ -220,6 +221,9 @@ const CAST_ROLES: &[&str] = &[
     "head.attn8",
     "head.ln.y8",
     "head.gelu8",
+    // ViT's pooler and CLIP's projection (`class_token`).
+    "pool.x8",
+    "proj.x8",
 ];
 
 /// Whether `name` is one of the FP8 cast tensors before a GEMM.

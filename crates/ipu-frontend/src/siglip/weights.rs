@@ -144,7 +144,12 @@ pub(crate) fn read_mapped(
         for piece in &source.pieces {
             let shape = shapes.get(piece.name.as_str()).copied().unwrap_or(&[]);
             let len: u64 = shape.iter().skip(1).product();
-            if row_len.is_some_and(|l| l != len) {
+            // Only a transposition needs every piece's rows alike.
+            let transposes = matches!(
+                source.layout,
+                Layout::Transposed | Layout::TransposedPadded { .. }
+            );
+            if transposes && row_len.is_some_and(|l| l != len) {
                 return Err(ImportError::Internal {
                     what: format!("the pieces of `{}` differ in row length", source.weight),
                 });
@@ -195,6 +200,10 @@ pub(crate) fn read_mapped(
                 }
                 t
             }
+            Layout::ClassFold { bias } => class_fold(data, graph.tensor(id).extents(), bias)
+                .ok_or_else(|| ImportError::Internal {
+                    what: format!("the pieces of `{}` do not make its table", source.weight),
+                })?,
         };
         if values.len() as u64 != graph.tensor(id).element_count() {
             return Err(ImportError::Internal {
@@ -239,4 +248,34 @@ fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
         }
     }
     out
+}
+
+/// The position table of a class-token model from its pieces, concatenated
+/// in `data` (position embeddings `[tokens, width]`, class token `[width]`,
+/// then the convolution bias `[width]` when `bias`): row 0 gains the class
+/// token, every other row the bias (`Layout::ClassFold`). `None` when the
+/// lengths do not agree with `extents` (`[tokens, width]`).
+fn class_fold(mut data: Vec<f32>, extents: &[u64], bias: bool) -> Option<Vec<f32>> {
+    let [tokens, width] = *extents else {
+        return None;
+    };
+    let (tokens, width) = (usize::try_from(tokens).ok()?, usize::try_from(width).ok()?);
+    let table = tokens.checked_mul(width)?;
+    let extra = if bias { 2 * width } else { width };
+    if data.len() != table.checked_add(extra)? || width == 0 {
+        return None;
+    }
+    let tail = data.split_off(table);
+    let (class, conv_bias) = tail.split_at(width);
+    for (p, c) in data[..width].iter_mut().zip(class) {
+        *p += c;
+    }
+    if bias {
+        for row in data[width..].chunks_exact_mut(width) {
+            for (p, b) in row.iter_mut().zip(conv_bias) {
+                *p += b;
+            }
+        }
+    }
+    Some(data)
 }

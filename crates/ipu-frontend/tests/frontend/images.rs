@@ -254,7 +254,12 @@ fn processor_config_errors() {
             matches!(e, ProcessorError::Size { height: 32, .. })
         }),
         (r#"{"size": {"shortest_edge": 16}}"#, |e| {
-            matches!(e, ProcessorError::SizeForm)
+            matches!(
+                e,
+                ProcessorError::SizeForm {
+                    shortest_edge: false
+                }
+            )
         }),
         (r#"{"resample": 0}"#, |e| {
             matches!(e, ProcessorError::Resample { code: 0 })

@@ -7,6 +7,7 @@
 
 mod calibrate;
 mod checkpoint;
+mod class_token;
 mod images;
 mod package;
 mod text;

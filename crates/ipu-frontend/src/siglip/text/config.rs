@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use ipu_package::graph::{MAX_GATHER_ROWS, MAX_GRAPH_ITEMS};
 
-use crate::siglip::config::ConfigError;
+use crate::siglip::config::{ConfigError, TANH_GELU};
 
 /// Tensors plus ops one encoder layer adds to the graph at most.
 const ITEMS_PER_LAYER: u64 = 46;
@@ -107,9 +107,10 @@ impl TextConfig {
                 heads: params.num_attention_heads,
             });
         }
-        if !matches!(params.hidden_act.as_str(), "gelu_pytorch_tanh" | "gelu_new") {
+        if !TANH_GELU.contains(&params.hidden_act.as_str()) {
             return Err(ConfigError::Activation {
                 activation: params.hidden_act.clone(),
+                supported: TANH_GELU,
             });
         }
         let eps = params.layer_norm_eps as f32;

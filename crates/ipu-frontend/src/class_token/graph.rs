@@ -1,0 +1,244 @@
+//! The graph of a ViT or CLIP vision tower, built from a
+//! [`ClassTokenConfig`], a batch and a [`PrecisionPolicy`], with SigLIP's
+//! encoder builder and tensor names (so a SigLIP precision template
+//! applies, [`template`]). Per image, with `T` patches, hidden size `H`:
+//!
+//! ```text
+//! patches [B,1+T,P] ─(cast)─ gemm embed.w [P,H] (no bias) ─► embed.y; add pos [1+T,H] ─► x0
+//! CLIP: x0 ─ layer_norm pre ─► pre.y
+//! x{i} ─ encoder layer (SigLIP's, with the family's activation) ─► x{i+1}   (per layer)
+//! ViT:  x{L} ─ layer_norm post ─► last_hidden [B,1+T,H]                          (output)
+//!       last_hidden ─ slice token 0 ─(cast)─ gemm pool.w + pool.b ─ tanh ─ reshape ─► pooled
+//! CLIP: x{L} ─ reshape ─► last_hidden (transformers' is before post_layernorm)   (output)
+//!       last_hidden ─ slice token 0 ─ layer_norm post ─► post.y ─ reshape ─► pooled  (output)
+//!       post.y ─(cast)─ gemm proj.w (no bias) ─ reshape ─► image_embeds               (output)
+//! ```
+//!
+//! Row 0 of every image's `patches` is zeros: the class token's place
+//! (`class_token` module header). The encoder's activation op keeps the
+//! name `enc{i}.gelu` whatever the activation, so precision roles are
+//! the same in every family.
+
+use ipu_layout::Precision;
+use ipu_package::graph::{Graph, GraphBuilder, Op, TensorId, TensorKind};
+
+use crate::class_token::config::{ClassTokenConfig, Family};
+use crate::class_token::{IMAGE_EMBEDS, LAST_HIDDEN, PATCHES, POOLED};
+use crate::siglip::graph::{BuildError, Builder, EncoderShape, GraphOptions, tanh_op};
+use crate::siglip::policy::PrecisionPolicy;
+
+/// Builds the graph of `config` (see the module header).
+pub fn build_graph(config: &ClassTokenConfig, options: &GraphOptions) -> Result<Graph, BuildError> {
+    let batch = options.batch;
+    if batch == 0 {
+        return Err(BuildError::Batch);
+    }
+    let widest = (3 * config.hidden()).max(config.intermediate());
+    if batch
+        .checked_mul(config.tokens())
+        .and_then(|n| n.checked_mul(widest))
+        .is_none()
+    {
+        return Err(BuildError::TooLarge { batch });
+    }
+    let mut b = Builder {
+        g: GraphBuilder::new(options.name.clone()),
+        policy: &options.policy,
+        batch,
+        tokens: config.tokens(),
+        hidden: config.hidden(),
+    };
+    let x0 = embed(&mut b, config)?;
+    let first = match config.family() {
+        Family::Clip => {
+            let rows = b.rows(config.hidden());
+            layer_norm(&mut b, "pre", x0, rows, config)?
+        }
+        Family::Vit => x0,
+    };
+    let shape = EncoderShape {
+        activation: config.activation(),
+        intermediate: config.intermediate(),
+        layers: config.layers(),
+        heads: config.heads(),
+        eps: config.layer_norm_eps(),
+    };
+    let last = b.encoder(&shape, first)?;
+    match config.family() {
+        Family::Vit => vit_outputs(&mut b, config, last)?,
+        Family::Clip => clip_outputs(&mut b, config, last)?,
+    }
+    b.g.finish().map_err(|source| BuildError::Graph {
+        source: Box::new(source),
+    })
+}
+
+/// The patch embedding with the class token folded into the position
+/// table: `x0 = patches · embed.w + pos`.
+fn embed(b: &mut Builder<'_>, config: &ClassTokenConfig) -> Result<TensorId, BuildError> {
+    let (p, h) = (config.patch_width(), config.hidden());
+    let patches = b.tensor(PATCHES, b.rows(p), TensorKind::Input)?;
+    let patches8 = b.cast("embed.patches8", b.rows(p))?;
+    let w = b.weight("embed.w", vec![p, h])?;
+    let pos = b.weight("pos", vec![config.tokens(), h])?;
+    let y = b.activation("embed.y", b.rows(h))?;
+    let x0 = b.activation("x0", b.rows(h))?;
+    let left = b.cast_op(patches, patches8);
+    b.gemm_unbiased(left, w, y);
+    b.g.op(Op::Add {
+        left: y,
+        right: pos,
+        output: x0,
+    });
+    Ok(x0)
+}
+
+/// `name.y = layer_norm(input; name.g, name.b)` over `input`'s shape.
+fn layer_norm(
+    b: &mut Builder<'_>,
+    name: &str,
+    input: TensorId,
+    shape: Vec<u64>,
+    config: &ClassTokenConfig,
+) -> Result<TensorId, BuildError> {
+    let h = config.hidden();
+    let g = b.weight(&format!("{name}.g"), vec![h])?;
+    let bias = b.weight(&format!("{name}.b"), vec![h])?;
+    let y = b.activation(&format!("{name}.y"), shape)?;
+    b.g.op(Op::LayerNorm {
+        input,
+        scale: g,
+        bias,
+        eps: config.layer_norm_eps(),
+        output: y,
+    });
+    Ok(y)
+}
+
+/// The class token's row of `input` (`[B,1,H]`, a view of `input`'s
+/// `precision`).
+fn class_row(b: &mut Builder<'_>, input: TensorId, precision: Precision) -> TensorId {
+    let shape = vec![b.batch, 1, b.hidden];
+    let row = b.view("cls.row", shape, precision);
+    b.g.op(Op::Slice {
+        input,
+        axis: 1,
+        start: 0,
+        output: row,
+    });
+    row
+}
+
+/// `[B,1,W]` `input` (tensor `from` of the policy) as the `[B,W]` output
+/// `name`.
+fn flat_output(
+    b: &mut Builder<'_>,
+    name: &str,
+    (input, from): (TensorId, &str),
+    width: u64,
+) -> Result<(), BuildError> {
+    let precision = b.precision(from)?;
+    let output =
+        b.g.tensor(name, [b.batch, width], precision, TensorKind::Output);
+    b.g.op(Op::Reshape { input, output });
+    Ok(())
+}
+
+fn vit_outputs(
+    b: &mut Builder<'_>,
+    config: &ClassTokenConfig,
+    last: TensorId,
+) -> Result<(), BuildError> {
+    let h = config.hidden();
+    let post_g = b.weight("post.g", vec![h])?;
+    let post_b = b.weight("post.b", vec![h])?;
+    let last_hidden = b.tensor(LAST_HIDDEN, b.rows(h), TensorKind::Output)?;
+    b.g.op(Op::LayerNorm {
+        input: last,
+        scale: post_g,
+        bias: post_b,
+        eps: config.layer_norm_eps(),
+        output: last_hidden,
+    });
+    let Some(width) = config.pooler() else {
+        return Ok(());
+    };
+    let batch = b.batch;
+    let row = |w: u64| vec![batch, 1, w];
+    let precision = b.precision(LAST_HIDDEN)?;
+    let cls = class_row(b, last_hidden, precision);
+    let x8 = b.cast("pool.x8", row(h))?;
+    let w = b.weight("pool.w", vec![h, width])?;
+    let bias = b.weight("pool.b", vec![width])?;
+    let y = b.activation("pool.y", row(width))?;
+    let t = b.activation("pool.tanh", row(width))?;
+    let left = b.cast_op(cls, x8);
+    b.gemm(left, w, bias, y);
+    b.g.op(tanh_op(y, t));
+    flat_output(b, POOLED, (t, "pool.tanh"), width)?;
+    Ok(())
+}
+
+fn clip_outputs(
+    b: &mut Builder<'_>,
+    config: &ClassTokenConfig,
+    last: TensorId,
+) -> Result<(), BuildError> {
+    let h = config.hidden();
+    // transformers' last_hidden_state is the encoder's output itself.
+    let precision = b.precision(&format!("x{}", config.layers()))?;
+    let rows = b.rows(h);
+    let last_hidden =
+        b.g.tensor(LAST_HIDDEN, rows.as_slice(), precision, TensorKind::Output);
+    b.g.op(Op::Reshape {
+        input: last,
+        output: last_hidden,
+    });
+    let cls = class_row(b, last_hidden, precision);
+    let shape = vec![b.batch, 1, h];
+    let post = layer_norm(b, "post", cls, shape, config)?;
+    flat_output(b, POOLED, (post, "post.y"), h)?;
+    if let Some(d) = config.projection() {
+        let batch = b.batch;
+        let row = |w: u64| vec![batch, 1, w];
+        let x8 = b.cast("proj.x8", row(h))?;
+        let w = b.weight("proj.w", vec![h, d])?;
+        let y = b.activation("proj.y", row(d))?;
+        let left = b.cast_op(post, x8);
+        b.gemm_unbiased(left, w, y);
+        flat_output(b, IMAGE_EMBEDS, (y, "proj.y"), d)?;
+    }
+    Ok(())
+}
+
+/// The precisions of the class-token graphs' own tensors added to a SigLIP
+/// template (the default fixture's): `pre.*` like `post.*`, the pooler
+/// and the projection like the SigLIP head's first GEMM (FP8 weights, an
+/// FP8 cast before, F16 results), the tanh like the GELU.
+pub fn template(siglip: PrecisionPolicy) -> PrecisionPolicy {
+    use ipu_layout::Fp8Format;
+    let fp8 = Precision::F8 {
+        format: Fp8Format::F143,
+        scale: 0,
+    };
+    let like = |name: &str, fallback: Precision| siglip.precision(name).unwrap_or(fallback);
+    let activation = like("x0", Precision::F16);
+    let cast = like("enc{i}.ln1.y8", fp8);
+    let weight = like("enc{i}.fc1.w", fp8);
+    let bias = like("enc{i}.fc1.b", fp8);
+    let gelu = like("enc{i}.gelu", activation);
+    siglip
+        .clone()
+        .with_precision("pre.g", like("post.g", fp8))
+        .with_precision("pre.b", like("post.b", fp8))
+        .with_precision("pre.y", activation)
+        .with_precision("post.y", activation)
+        .with_precision("pool.x8", cast)
+        .with_precision("pool.w", weight)
+        .with_precision("pool.b", bias)
+        .with_precision("pool.y", activation)
+        .with_precision("pool.tanh", gelu)
+        .with_precision("proj.x8", cast)
+        .with_precision("proj.w", weight)
+        .with_precision("proj.y", activation)
+}

@@ -1,0 +1,629 @@
+//! ViT and CLIP vision checkpoints (`ipu_frontend::class_token`): config
+//! errors that name the field, the name mapping element by element
+//! (with the class token folded into the position table), preprocessing
+//! against transformers' pixel values bit for bit, the F32 graph against
+//! transformers' outputs, the FP8 build's pooled cosine, and the package
+//! description read back.
+//!
+//! The golden checkpoints `vit-tiny` and `clip-vision-tiny` are made by
+//! `fixtures/checkpoints/make_golden_class_token.py`. The fidelity test
+//! prints the table `docs/MODELS.md` quotes
+//! (`cargo test -p ipu-frontend --test frontend class_token -- --nocapture`).
+
+use std::path::{Path, PathBuf};
+
+use ipu_frontend::class_token::{
+    ClassTokenCheckpoint, ClassTokenConfig, Family, IMAGE_EMBEDS, LAST_HIDDEN, POOLED,
+    PackagedClassToken, build_graph, import_class_token, template,
+};
+use ipu_frontend::processor::{PatchGrid, patchify};
+use ipu_frontend::siglip::{
+    CalibrationInputs, CalibrationOptions, ConfigError, GraphOptions, ImportConfig,
+    PrecisionPolicy, calibrate_inputs,
+};
+use ipu_frontend::{CheckpointKind, ImportError, PackagedModel, checkpoint_kind};
+use ipu_package::graph::{ValueSet, parse_fixture};
+use ipu_sim::reference::{Tolerance, compare};
+
+use crate::checkpoint::checkpoint_dir;
+use crate::fixture_text;
+
+const FAMILIES: [(&str, Family); 2] = [
+    ("vit-tiny", Family::Vit),
+    ("clip-vision-tiny", Family::Clip),
+];
+
+fn images() -> [PathBuf; 2] {
+    [
+        checkpoint_dir("images/rgb-40x30.png"),
+        checkpoint_dir("images/rgba-13x11.png"),
+    ]
+}
+
+/// A golden F32 tensor with its shape.
+fn golden(dir: &Path, name: &str) -> Option<(Vec<usize>, Vec<f32>)> {
+    let bytes = std::fs::read(dir.join("golden.safetensors")).expect("golden file");
+    let file = safetensors::SafeTensors::deserialize(&bytes).expect("parses");
+    let view = file.tensor(name).ok()?;
+    assert_eq!(view.dtype(), safetensors::Dtype::F32);
+    let values = view
+        .data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    Some((view.shape().to_vec(), values))
+}
+
+/// A stored checkpoint tensor as f32 (the golden checkpoints are F32).
+fn stored(dir: &Path, name: &str) -> Vec<f32> {
+    let bytes = std::fs::read(dir.join("model.safetensors")).expect("weights");
+    let file = safetensors::SafeTensors::deserialize(&bytes).expect("parses");
+    let view = file
+        .tensor(name)
+        .unwrap_or_else(|_| panic!("{name} stored"));
+    view.data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn import(name: &str, family: Family, policy: PrecisionPolicy) -> ClassTokenCheckpoint {
+    import_class_token(
+        &checkpoint_dir(name),
+        family,
+        &ImportConfig {
+            batch: 2,
+            policy,
+            name: None,
+        },
+    )
+    .expect("imports")
+}
+
+fn config(text: &str, family: Family) -> Result<ClassTokenConfig, ConfigError> {
+    ClassTokenConfig::from_json(text, family)
+}
+
+#[test]
+fn configs_read_with_their_families_defaults_and_heads() {
+    let vit = config(r#"{"model_type": "vit"}"#, Family::Vit).expect("valid");
+    assert_eq!(
+        (vit.hidden(), vit.patch_size(), vit.layers()),
+        (768, 16, 12)
+    );
+    assert_eq!(vit.tokens(), 197);
+    assert_eq!(vit.layer_norm_eps(), 1e-12);
+    assert_eq!(vit.activation().hf_name(), "gelu");
+    assert_eq!(vit.pooler(), Some(768));
+    let clip = config(r#"{"model_type": "clip_vision_model"}"#, Family::Clip).expect("valid");
+    assert_eq!((clip.patch_size(), clip.tokens()), (32, 50));
+    assert_eq!(clip.activation().hf_name(), "quick_gelu");
+    assert_eq!(clip.projection(), None);
+    // A full CLIP config: the vision config, the top level's projection.
+    let full = config(
+        r#"{"model_type": "clip", "projection_dim": 768,
+            "vision_config": {"hidden_size": 1024, "patch_size": 14, "image_size": 336,
+                              "num_hidden_layers": 24, "num_attention_heads": 16,
+                              "intermediate_size": 4096, "projection_dim": 1}}"#,
+        Family::Clip,
+    )
+    .expect("valid");
+    assert_eq!(
+        (full.hidden(), full.tokens(), full.projection()),
+        (1024, 577, Some(768))
+    );
+    // The description's form reads back to the same config.
+    for c in [vit, clip, full] {
+        assert_eq!(
+            config(&c.to_json().to_string(), c.family()).expect("reads"),
+            c
+        );
+    }
+}
+
+#[test]
+fn config_errors_name_the_field_and_the_supported_types() {
+    type Expect = fn(&ConfigError) -> bool;
+    let cases: [(&str, Family, Expect); 8] = [
+        (
+            r#"{"model_type": "vit", "hidden_size": "big"}"#,
+            Family::Vit,
+            |e| {
+                matches!(
+                    e,
+                    ConfigError::Field {
+                        field: "hidden_size",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            r#"{"model_type": "vit", "qkv_bias": false}"#,
+            Family::Vit,
+            |e| {
+                matches!(
+                    e,
+                    ConfigError::Field {
+                        field: "qkv_bias",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            r#"{"model_type": "vit", "pooler_act": "relu"}"#,
+            Family::Vit,
+            |e| {
+                matches!(
+                    e,
+                    ConfigError::Field {
+                        field: "pooler_act",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            r#"{"model_type": "vit", "hidden_act": "relu"}"#,
+            Family::Vit,
+            |e| matches!(e, ConfigError::Activation { .. }),
+        ),
+        (
+            r#"{"model_type": "vit", "num_attention_heads": 0}"#,
+            Family::Vit,
+            |e| {
+                matches!(
+                    e,
+                    ConfigError::Zero {
+                        field: "num_attention_heads"
+                    }
+                )
+            },
+        ),
+        (
+            r#"{"model_type": "clip", "vision_config": 3}"#,
+            Family::Clip,
+            |e| {
+                matches!(
+                    e,
+                    ConfigError::Field {
+                        field: "vision_config",
+                        ..
+                    }
+                )
+            },
+        ),
+        (r#"{"model_type": "clip_text_model"}"#, Family::Clip, |e| {
+            matches!(e, ConfigError::MissingTower { .. })
+        }),
+        (r#"{"model_type": "dinov2"}"#, Family::Vit, |e| {
+            matches!(e, ConfigError::ModelType { .. })
+        }),
+    ];
+    for (text, family, expected) in cases {
+        let err = config(text, family).expect_err(text);
+        assert!(expected(&err), "{text}: {err:?}");
+        assert!(!err.to_string().is_empty());
+    }
+    let err = config(
+        r#"{"model_type": "vit", "hidden_size": "big"}"#,
+        Family::Vit,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("hidden_size"), "{err}");
+
+    // The dispatch names the file and every supported model type.
+    let temp = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        temp.path().join("config.json"),
+        r#"{"model_type": "dinov2"}"#,
+    )
+    .unwrap();
+    let err = checkpoint_kind(temp.path()).expect_err("unsupported");
+    let message = err.to_string();
+    assert!(matches!(err, ImportError::Config { .. }), "{err:?}");
+    for name in [
+        "config.json",
+        "dinov2",
+        "vit",
+        "clip_vision_model",
+        "siglip",
+    ] {
+        assert!(message.contains(name), "{message}");
+    }
+    for (name, family) in FAMILIES {
+        assert_eq!(
+            checkpoint_kind(&checkpoint_dir(name)).expect("reads"),
+            CheckpointKind::ClassToken(family)
+        );
+    }
+    assert_eq!(
+        checkpoint_kind(&checkpoint_dir("siglip-vision-head")).expect("reads"),
+        CheckpointKind::Siglip
+    );
+}
+
+/// `[rows, cols]` row-major transposed.
+fn transposed(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = data[r * cols + c];
+        }
+    }
+    out
+}
+
+#[test]
+fn every_weight_lands_where_the_mapping_says() {
+    for (name, family) in FAMILIES {
+        let dir = checkpoint_dir(name);
+        let checkpoint = import(name, family, PrecisionPolicy::all_f32());
+        let config = checkpoint.config();
+        let graph = checkpoint.graph();
+        let weight = |n: &str| {
+            checkpoint
+                .weights()
+                .get(graph.tensor_by_name(n).expect(n))
+                .expect(n)
+                .to_vec()
+        };
+        let (h, m) = (config.hidden() as usize, config.intermediate() as usize);
+        let (pre, conv, pos, class, bias) = match family {
+            Family::Vit => (
+                "",
+                "embeddings.patch_embeddings.projection.weight",
+                "embeddings.position_embeddings",
+                "embeddings.cls_token",
+                Some("embeddings.patch_embeddings.projection.bias"),
+            ),
+            Family::Clip => (
+                "vision_model.",
+                "embeddings.patch_embedding.weight",
+                "embeddings.position_embedding.weight",
+                "embeddings.class_embedding",
+                None,
+            ),
+        };
+        // The patch embedding: [H, 3·p²] transposed, zero rows padding it.
+        let p = config.patch_dim() as usize;
+        let mut expected = transposed(&stored(&dir, &format!("{pre}{conv}")), h, p);
+        expected.resize(config.patch_width() as usize * h, 0.0);
+        assert_eq!(weight("embed.w"), expected, "{name} embed.w");
+        // The position table: class token on row 0, the bias on the rest,
+        // each one f32 addition.
+        let table = stored(&dir, &format!("{pre}{pos}"));
+        let cls = stored(&dir, &format!("{pre}{class}"));
+        let conv_bias = bias.map(|b| stored(&dir, &format!("{pre}{b}")));
+        let folded = weight("pos");
+        assert_eq!(folded.len(), config.tokens() as usize * h);
+        for (i, (&got, &p)) in folded.iter().zip(&table).enumerate() {
+            let want = if i < h {
+                p + cls[i]
+            } else {
+                p + conv_bias.as_ref().map_or(0.0, |b| b[i % h])
+            };
+            assert_eq!(got.to_bits(), want.to_bits(), "{name} pos[{i}]");
+        }
+        // The attention projections of layer 1, concatenated.
+        let qkv = weight("enc1.qkv.w");
+        let parts: Vec<String> = match family {
+            Family::Vit => ["query", "key", "value"]
+                .iter()
+                .map(|x| format!("encoder.layer.1.attention.attention.{x}.weight"))
+                .collect(),
+            Family::Clip => ["q", "k", "v"]
+                .iter()
+                .map(|x| format!("vision_model.encoder.layers.1.self_attn.{x}_proj.weight"))
+                .collect(),
+        };
+        let stacked: Vec<f32> = parts.iter().flat_map(|n| stored(&dir, n)).collect();
+        assert_eq!(qkv, transposed(&stacked, 3 * h, h), "{name} qkv");
+        let fc2 = match family {
+            Family::Vit => "encoder.layer.0.output.dense.weight",
+            Family::Clip => "vision_model.encoder.layers.0.mlp.fc2.weight",
+        };
+        assert_eq!(weight("enc0.fc2.w"), transposed(&stored(&dir, fc2), h, m));
+        match family {
+            Family::Vit => {
+                assert_eq!(weight("post.g"), stored(&dir, "layernorm.weight"));
+                assert_eq!(
+                    weight("pool.w"),
+                    transposed(&stored(&dir, "pooler.dense.weight"), h, h)
+                );
+                assert_eq!(weight("pool.b"), stored(&dir, "pooler.dense.bias"));
+            }
+            Family::Clip => {
+                assert_eq!(
+                    weight("pre.g"),
+                    stored(&dir, "vision_model.pre_layrnorm.weight")
+                );
+                assert_eq!(
+                    weight("post.b"),
+                    stored(&dir, "vision_model.post_layernorm.bias")
+                );
+                let d = config.projection().expect("projection") as usize;
+                assert_eq!(
+                    weight("proj.w"),
+                    transposed(&stored(&dir, "visual_projection.weight"), d, h)
+                );
+            }
+        }
+        assert_eq!(checkpoint.weights().len(), graph.weights().len());
+    }
+}
+
+/// A copy of golden checkpoint `name` whose weights are `edit`ed.
+fn edited(
+    name: &str,
+    edit: impl FnOnce(&mut Vec<(String, Vec<usize>, Vec<u8>)>),
+) -> tempfile::TempDir {
+    let temp = tempfile::tempdir().expect("tempdir");
+    for file in ["config.json", "preprocessor_config.json"] {
+        std::fs::copy(checkpoint_dir(name).join(file), temp.path().join(file)).expect("copy");
+    }
+    let bytes = std::fs::read(checkpoint_dir(name).join("model.safetensors")).expect("read");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("parses");
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    edit(&mut tensors);
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, s, d)| {
+            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), d)
+                .expect("view");
+            (n.clone(), view)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &temp.path().join("model.safetensors"))
+        .expect("write");
+    temp
+}
+
+#[test]
+fn missing_extra_and_misshaped_tensors_are_named() {
+    let options = ImportConfig {
+        batch: 1,
+        policy: PrecisionPolicy::all_f32(),
+        name: None,
+    };
+    let missing = edited("clip-vision-tiny", |t| {
+        t.retain(|(n, _, _)| n != "vision_model.embeddings.class_embedding")
+    });
+    match import_class_token(missing.path(), Family::Clip, &options) {
+        Err(ImportError::MissingTensor { name, weight, .. }) => {
+            assert_eq!(name, "vision_model.embeddings.class_embedding");
+            assert_eq!(weight, "pos");
+        }
+        other => panic!("{other:?}"),
+    }
+    let extra = edited("vit-tiny", |t| {
+        t.push((
+            "encoder.layer.9.output.dense.bias".into(),
+            vec![1],
+            vec![0; 4],
+        ))
+    });
+    assert!(matches!(
+        import_class_token(extra.path(), Family::Vit, &options),
+        Err(ImportError::UnexpectedTensor { .. })
+    ));
+    let shape = edited("vit-tiny", |t| {
+        for (n, s, d) in t.iter_mut() {
+            if n == "embeddings.cls_token" {
+                *s = vec![1, 32];
+                d.truncate(32 * 4);
+            }
+        }
+    });
+    match import_class_token(shape.path(), Family::Vit, &options) {
+        Err(ImportError::Shape { name, .. }) => assert_eq!(name, "embeddings.cls_token"),
+        other => panic!("{other:?}"),
+    }
+    // Without the pooler's tensors the graph has no pooled output, and a
+    // task model's classifier is ignored.
+    let headless = edited("vit-tiny", |t| {
+        t.retain(|(n, _, _)| !n.starts_with("pooler."));
+        t.push(("classifier.weight".into(), vec![2, 32], vec![0; 256]));
+    });
+    let checkpoint = import_class_token(headless.path(), Family::Vit, &options).expect("imports");
+    assert!(checkpoint.graph().tensor_by_name(POOLED).is_none());
+    assert!(checkpoint.graph().tensor_by_name(LAST_HIDDEN).is_some());
+}
+
+#[test]
+fn preprocessing_equals_transformers_pixel_values_bit_for_bit() {
+    for (name, family) in FAMILIES {
+        let dir = checkpoint_dir(name);
+        let checkpoint = import(name, family, PrecisionPolicy::all_f32());
+        let (shape, expected) = golden(&dir, "pixel_values").expect("pixel values");
+        let side = checkpoint.config().image_size() as usize;
+        assert_eq!(shape, [2, 3, side, side]);
+        let mut got = Vec::new();
+        for image in images() {
+            got.extend(checkpoint.processor().pixel_values(&image).expect("image"));
+        }
+        let differing = got
+            .iter()
+            .zip(&expected)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(differing, 0, "{name}: {differing} pixel values differ");
+        // The graph's input: a zero class row, then the patches.
+        let input = checkpoint.input_values(&images()).expect("images");
+        let patches = input.get(checkpoint.patches()).expect("patches");
+        let width = checkpoint.config().patch_width() as usize;
+        let per_image = checkpoint.config().tokens() as usize * width;
+        assert_eq!(patches.len(), 2 * per_image);
+        assert!(patches[..width].iter().all(|&v| v == 0.0));
+        assert!(
+            patches[per_image..per_image + width]
+                .iter()
+                .all(|&v| v == 0.0)
+        );
+        let p = checkpoint.config().patch_size() as usize;
+        // Token 1 is patch (0, 0): channel 0's first row starts it.
+        assert_eq!(&patches[width..width + p], &expected[..p]);
+    }
+}
+
+const TOLERANCE: Tolerance = Tolerance {
+    abs: 0.0,
+    rel: 1e-5,
+    abs_rms: 1e-5,
+    rms: 1e-5,
+};
+
+/// The outputs transformers gives, by graph output name.
+fn golden_outputs(family: Family) -> Vec<(&'static str, &'static str)> {
+    let mut out = vec![
+        (LAST_HIDDEN, "last_hidden_state"),
+        (POOLED, "pooler_output"),
+    ];
+    if family == Family::Clip {
+        out.push((IMAGE_EMBEDS, "image_embeds"));
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs the exact GELU, quick GELU and tanh graph ops (branch act)"]
+fn f32_graphs_equal_transformers() {
+    for (name, family) in FAMILIES {
+        let dir = checkpoint_dir(name);
+        let checkpoint = import(name, family, PrecisionPolicy::all_f32());
+        let (_, pixels) = golden(&dir, "pixel_values").expect("pixel values");
+        let grid = PatchGrid {
+            side: checkpoint.config().image_size(),
+            patch: checkpoint.config().patch_size(),
+            width: checkpoint.config().patch_width(),
+            class_rows: 1,
+        };
+        let mut from_pixels = Vec::new();
+        for image in pixels.chunks_exact(pixels.len() / 2) {
+            patchify(&grid, image, &mut from_pixels).expect("patchifies");
+        }
+        let mut transformers_input = ValueSet::new();
+        transformers_input.insert(checkpoint.patches(), from_pixels);
+        let ours = checkpoint.input_values(&images()).expect("images");
+        for (label, input) in [("images", ours), ("pixel values", transformers_input)] {
+            let mut values = checkpoint.weights().clone();
+            values.extend(input);
+            let outputs = ipu_sim::evaluate(checkpoint.graph(), &values).expect("evaluates");
+            for (ours, theirs) in golden_outputs(family) {
+                let (shape, expected) = golden(&dir, theirs).expect(theirs);
+                let id = checkpoint.graph().tensor_by_name(ours).expect(ours);
+                let extents: Vec<usize> = checkpoint
+                    .graph()
+                    .tensor(id)
+                    .extents()
+                    .iter()
+                    .map(|&e| e as usize)
+                    .collect();
+                assert_eq!(extents, shape, "{name} {ours}");
+                let c = compare(&expected, outputs.get(id).expect("output"), TOLERANCE);
+                println!(
+                    "{name} {ours} from {label}: max rel {:.3e}, normalised rms {:.3e}",
+                    c.max_rel, c.rms_error
+                );
+                assert!(c.pass, "{name} {ours} from {label}: {c:?}");
+            }
+        }
+    }
+}
+
+/// The smallest per-row cosine and the relative RMS of `ours` against
+/// `theirs`, rows of `width`.
+fn fidelity(theirs: &[f32], ours: &[f32], width: usize) -> (f64, f64) {
+    let dot = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| f64::from(x) * f64::from(y))
+            .sum::<f64>()
+    };
+    let min_cos = theirs
+        .chunks(width)
+        .zip(ours.chunks(width))
+        .map(|(a, b)| dot(a, b) / (dot(a, a) * dot(b, b)).sqrt())
+        .fold(1.0, f64::min);
+    let err: f64 = theirs
+        .iter()
+        .zip(ours)
+        .map(|(&x, &y)| (f64::from(y) - f64::from(x)).powi(2))
+        .sum();
+    (min_cos, (err / dot(theirs, theirs)).sqrt())
+}
+
+/// The SigLIP fixture's precision layout with the class-token tensors.
+fn fp8_template() -> PrecisionPolicy {
+    let fixture = parse_fixture(&fixture_text("tiny-2l-h64.json")).expect("fixture");
+    template(PrecisionPolicy::from_graph(&fixture).expect("policy"))
+}
+
+/// Calibrates `checkpoint` on the synthetic images and returns the model.
+fn calibrated(checkpoint: &ClassTokenCheckpoint) -> PackagedClassToken {
+    let options = CalibrationOptions::new(fp8_template());
+    let inputs = checkpoint
+        .calibration_inputs(&CalibrationInputs::Synthetic(4))
+        .expect("inputs");
+    let calibration = calibrate_inputs(checkpoint, inputs, &options).expect("calibrates");
+    PackagedClassToken::new(checkpoint, "calibrated-b2", 2, &calibration).expect("model")
+}
+
+#[test]
+fn the_description_reads_back_to_the_same_graph_and_inputs() {
+    for (name, family) in FAMILIES {
+        let checkpoint = import(name, family, fp8_template());
+        let model = calibrated(&checkpoint);
+        let graph = model.graph().expect("graph");
+        let description = model.description();
+        let read = PackagedModel::from_description(&description, &graph).expect("reads back");
+        assert_eq!(read.family(), model.family());
+        let from_description = read.input_values(&graph, &images()).expect("images");
+        let direct = model.input_values(&graph, &images()).expect("images");
+        let patches = graph.tensor_by_name("patches").expect("patches");
+        assert_eq!(from_description.get(patches), direct.get(patches));
+        // Another graph (another batch) is refused.
+        let other = build_graph(
+            checkpoint.config(),
+            &GraphOptions {
+                name: "calibrated-b2".into(),
+                batch: 3,
+                policy: PrecisionPolicy::all_f32(),
+            },
+        )
+        .expect("builds");
+        assert!(PackagedModel::from_description(&description, &other).is_err());
+    }
+}
+
+#[test]
+#[ignore = "needs the exact GELU, quick GELU and tanh graph ops (branch act)"]
+fn calibrated_fp8_pooled_output_matches_transformers() {
+    println!("| checkpoint | output | smallest per-image cosine | relative RMS |");
+    println!("|---|---|---|---|");
+    for (name, family) in FAMILIES {
+        let dir = checkpoint_dir(name);
+        let checkpoint = import(name, family, fp8_template());
+        let model = calibrated(&checkpoint);
+        let graph = model.graph().expect("graph");
+        let mut values = checkpoint.weights_for(&graph).expect("weights");
+        values.extend(model.input_values(&graph, &images()).expect("images"));
+        let out = ipu_sim::evaluate(&graph, &values).expect("evaluates");
+        for (ours, theirs) in golden_outputs(family) {
+            let (shape, expected) = golden(&dir, theirs).expect(theirs);
+            let got = out
+                .get(graph.tensor_by_name(ours).expect(ours))
+                .expect(ours);
+            let (cosine, rms) = fidelity(&expected, got, *shape.last().expect("width"));
+            println!("| `{name}` | `{ours}` | {cosine:.6} | {rms:.2e} |");
+            if ours != LAST_HIDDEN {
+                assert!(cosine >= 0.995, "{name} {ours}: cosine {cosine}");
+            }
+        }
+    }
+}

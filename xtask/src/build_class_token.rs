@@ -1,0 +1,131 @@
+//! `build-package --checkpoint DIR` for a ViT or CLIP checkpoint
+//! (`ipu_frontend::class_token`): import (or draw random weights),
+//! calibrate on the `--calibrate` images or the built-in synthetic ones,
+//! build with the F16-group fallback, write. The flags mean what they mean
+//! for SigLIP (`build_package`).
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use ipu_frontend::class_token::{
+    Family, build_graph, import_class_token, package_class_token, random_class_token, read_config,
+};
+use ipu_frontend::siglip::{
+    CalibrationInputs, CalibrationOptions, CheckpointPackage, GraphOptions, ImportConfig,
+    PackageError, PrecisionPolicy, calibrate_inputs,
+};
+use ipu_package::build::{BuildConfig, Stages};
+use ipu_package::lower::LowerConfig;
+use ipu_target::Target;
+
+use crate::build_package::{
+    Args, PrecisionChoice, kernel_cache, report_calibration, set_alloc_effort, summarise,
+};
+
+/// Builds the `family` checkpoint in `dir` with `template`'s layout of
+/// precisions (module header).
+pub(crate) fn build(
+    args: &Args,
+    dir: &Path,
+    family: Family,
+    target: Target,
+    template: PrecisionPolicy,
+    start: Instant,
+) -> Result<ExitCode, String> {
+    let template = match args.precision {
+        PrecisionChoice::Fp8 => template,
+        PrecisionChoice::F16 => {
+            let config = match read_config(dir, family) {
+                Ok(config) => config,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            let options = GraphOptions {
+                name: "template".to_owned(),
+                batch: 1,
+                policy: template.clone(),
+            };
+            let graph = build_graph(&config, &options).map_err(|e| e.to_string())?;
+            template.all_f16(&graph)
+        }
+    };
+    let import = ImportConfig {
+        batch: args.batch.unwrap_or(1),
+        policy: template.clone(),
+        name: None,
+    };
+    let imported = match args.random_weights {
+        Some(seed) => random_class_token(dir, family, &import, seed),
+        None => import_class_token(dir, family, &import),
+    };
+    let checkpoint = match imported {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let name = checkpoint.graph().name().to_owned();
+    let mut options = CalibrationOptions::new(template);
+    if !args.calibrate.is_empty() {
+        options.inputs = CalibrationInputs::Images(args.calibrate.clone());
+    }
+    let inputs = match checkpoint.calibration_inputs(&options.inputs) {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            eprintln!("error: calibration image: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let calibrated = Instant::now();
+    let calibration = calibrate_inputs(&checkpoint, inputs.clone(), &options)
+        .map_err(|e| format!("calibration: {e}"))?;
+    tracing::info!(
+        inputs = inputs.len(),
+        elapsed_ms = calibrated.elapsed().as_millis() as u64,
+        "calibrated FP8 scales"
+    );
+    if !report_calibration(calibration.report(), args.strict) {
+        return Ok(ExitCode::FAILURE);
+    }
+    let tiles = args.tiles.unwrap_or(target.tile_count());
+    let mut stages = Stages::builtin(Box::new(kernel_cache(args.kernel_cache.as_deref())?));
+    set_alloc_effort(&mut stages, args.alloc_effort);
+    let config = BuildConfig {
+        target,
+        tiles: Some(tiles),
+        lower: LowerConfig {
+            attention: args.attention.unit(),
+            ..LowerConfig::default()
+        },
+        ..BuildConfig::default()
+    };
+    let built = package_class_token(
+        &checkpoint,
+        calibration,
+        &inputs,
+        &options,
+        &config,
+        &stages,
+    );
+    let CheckpointPackage { package, graph, .. } = match built {
+        Ok(built) => built,
+        Err(e @ PackageError::Build { .. }) => {
+            eprintln!("error: {e}");
+            eprintln!(
+                "result=does-not-fit-or-failed model={name} tiles={tiles} elapsed_ms={}",
+                start.elapsed().as_millis()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    package
+        .write(&args.out)
+        .map_err(|e| format!("writing the package: {e}"))?;
+    summarise(&package, &args.out, graph.name(), start);
+    Ok(ExitCode::SUCCESS)
+}
