@@ -12,16 +12,11 @@ use ipu_frontend::class_token::{
     Family, build_graph, import_class_token, package_class_token, random_class_token, read_config,
 };
 use ipu_frontend::siglip::{
-    CalibrationInputs, CalibrationOptions, CheckpointPackage, GraphOptions, ImportConfig,
-    PackageError, PrecisionPolicy, calibrate_inputs,
+    CalibrationInputs, CalibrationOptions, GraphOptions, ImportConfig, PrecisionPolicy,
 };
-use ipu_package::build::{BuildConfig, Stages};
-use ipu_package::lower::LowerConfig;
 use ipu_target::Target;
 
-use crate::build_package::{
-    Args, PrecisionChoice, kernel_cache, report_calibration, set_alloc_effort, summarise,
-};
+use crate::build_package::{Args, PrecisionChoice, build_and_write, calibrate_reported};
 
 /// Builds the `family` checkpoint in `dir` with `template`'s layout of
 /// precisions (module header).
@@ -80,52 +75,11 @@ pub(crate) fn build(
             return Ok(ExitCode::from(2));
         }
     };
-    let calibrated = Instant::now();
-    let calibration = calibrate_inputs(&checkpoint, inputs.clone(), &options)
-        .map_err(|e| format!("calibration: {e}"))?;
-    tracing::info!(
-        inputs = inputs.len(),
-        elapsed_ms = calibrated.elapsed().as_millis() as u64,
-        "calibrated FP8 scales"
-    );
-    if !report_calibration(calibration.report(), args.strict) {
+    let Some(calibration) = calibrate_reported(&checkpoint, &inputs, &options, args.strict)? else {
         return Ok(ExitCode::FAILURE);
-    }
-    let tiles = args.tiles.unwrap_or(target.tile_count());
-    let mut stages = Stages::builtin(Box::new(kernel_cache(args.kernel_cache.as_deref())?));
-    set_alloc_effort(&mut stages, args.alloc_effort);
-    let config = BuildConfig {
-        target,
-        tiles: Some(tiles),
-        lower: LowerConfig {
-            attention: args.attention.unit(),
-            ..LowerConfig::default()
-        },
-        ..BuildConfig::default()
     };
-    let built = package_class_token(
-        &checkpoint,
-        calibration,
-        &inputs,
-        &options,
-        &config,
-        &stages,
-    );
-    let CheckpointPackage { package, graph, .. } = match built {
-        Ok(built) => built,
-        Err(e @ PackageError::Build { .. }) => {
-            eprintln!("error: {e}");
-            eprintln!(
-                "result=does-not-fit-or-failed model={name} tiles={tiles} elapsed_ms={}",
-                start.elapsed().as_millis()
-            );
-            return Ok(ExitCode::FAILURE);
-        }
-        Err(e) => return Err(e.to_string()),
-    };
-    package
-        .write(&args.out)
-        .map_err(|e| format!("writing the package: {e}"))?;
-    summarise(&package, &args.out, graph.name(), start);
-    Ok(ExitCode::SUCCESS)
+    build_and_write(args, target, &name, start, |config, stages| {
+        package_class_token(&checkpoint, calibration, &inputs, &options, config, stages)
+            .map_err(Box::new)
+    })
 }

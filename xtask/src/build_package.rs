@@ -51,6 +51,7 @@ use ipu_package::lower::{AttentionUnit, LowerConfig};
 use ipu_target::Target;
 
 use ipu_frontend::class_token::{self, family_name};
+use ipu_frontend::siglip::calibrate::{Calibrated, Input};
 use ipu_frontend::siglip::report::PrecisionReport;
 use ipu_frontend::siglip::text::{
     import_text_checkpoint, package_text, random_text_checkpoint, text_template,
@@ -497,6 +498,22 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
     if !report_calibration(calibration.report(), args.strict) {
         return Ok(ExitCode::FAILURE);
     }
+    build_and_write(args, target, &name, start, |config, stages| {
+        package_checkpoint(&checkpoint, calibration, &options, config, stages).map_err(Box::new)
+    })
+}
+
+/// Builds a calibrated checkpoint's package with `package` (its family's
+/// packaging, given the build's config and stages) and writes it to
+/// `--out`. A build that does not fit is exit status 1 with the result
+/// line; any other failure an error.
+pub(crate) fn build_and_write(
+    args: &Args,
+    target: Target,
+    name: &str,
+    start: Instant,
+    package: impl FnOnce(&BuildConfig, &Stages) -> Result<CheckpointPackage, Box<PackageError>>,
+) -> Result<ExitCode, String> {
     let tiles = args.tiles.unwrap_or(target.tile_count());
     let mut stages = Stages::builtin(Box::new(kernel_cache(args.kernel_cache.as_deref())?));
     set_alloc_effort(&mut stages, args.alloc_effort);
@@ -509,8 +526,7 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
         },
         ..BuildConfig::default()
     };
-    let built = package_checkpoint(&checkpoint, calibration, &options, &config, &stages);
-    let CheckpointPackage { package, graph, .. } = match built {
+    let CheckpointPackage { package, graph, .. } = match package(&config, &stages).map_err(|e| *e) {
         Ok(built) => built,
         Err(e @ PackageError::Build { .. }) => {
             eprintln!("error: {e}");
@@ -527,6 +543,25 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
         .map_err(|e| format!("writing the package: {e}"))?;
     summarise(&package, &args.out, graph.name(), start);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Calibrates `model` on `inputs` and prints the report; `None` when
+/// `--strict` refuses it.
+pub(crate) fn calibrate_reported(
+    model: &dyn Calibrated,
+    inputs: &[Input],
+    options: &CalibrationOptions,
+    strict: bool,
+) -> Result<Option<Calibration>, String> {
+    let calibrated = Instant::now();
+    let calibration = calibrate_inputs(model, inputs.to_vec(), options)
+        .map_err(|e| format!("calibration: {e}"))?;
+    tracing::info!(
+        inputs = inputs.len(),
+        elapsed_ms = calibrated.elapsed().as_millis() as u64,
+        "calibrated FP8 scales"
+    );
+    Ok(report_calibration(calibration.report(), strict).then_some(calibration))
 }
 
 /// `build-package --checkpoint DIR --tower text`: import the text tower,
@@ -577,45 +612,6 @@ fn build_text(
             return Ok(ExitCode::from(2));
         }
     };
-    let calibrated = Instant::now();
-    let calibration = calibrate_inputs(&checkpoint, inputs.clone(), &options)
-        .map_err(|e| format!("calibration: {e}"))?;
-    tracing::info!(
-        inputs = inputs.len(),
-        elapsed_ms = calibrated.elapsed().as_millis() as u64,
-        "calibrated FP8 scales"
-    );
-    if !report_calibration(calibration.report(), args.strict) {
-        return Ok(ExitCode::FAILURE);
-    }
-    let tiles = args.tiles.unwrap_or(target.tile_count());
-    let mut stages = Stages::builtin(Box::new(kernel_cache(args.kernel_cache.as_deref())?));
-    set_alloc_effort(&mut stages, args.alloc_effort);
-    let config = BuildConfig {
-        target,
-        tiles: Some(tiles),
-        ..BuildConfig::default()
-    };
-    let built = package_text(
-        &checkpoint,
-        calibration,
-        &inputs,
-        &options,
-        &config,
-        &stages,
-    );
-    let CheckpointPackage { package, graph, .. } = match built {
-        Ok(built) => built,
-        Err(e @ PackageError::Build { .. }) => {
-            eprintln!("error: {e}");
-            eprintln!(
-                "result=does-not-fit-or-failed model={name} tiles={tiles} elapsed_ms={}",
-                start.elapsed().as_millis()
-            );
-            return Ok(ExitCode::FAILURE);
-        }
-        Err(e) => return Err(e.to_string()),
-    };
     if checkpoint.tokenizer().is_none() {
         tracing::warn!("the checkpoint has no tokenizer; the package runs on token ids only");
     }
@@ -625,11 +621,12 @@ fn build_text(
              the package gives embeddings but no zero-shot scores"
         );
     }
-    package
-        .write(&args.out)
-        .map_err(|e| format!("writing the package: {e}"))?;
-    summarise(&package, &args.out, graph.name(), start);
-    Ok(ExitCode::SUCCESS)
+    let Some(calibration) = calibrate_reported(&checkpoint, &inputs, &options, args.strict)? else {
+        return Ok(ExitCode::FAILURE);
+    };
+    build_and_write(args, target, &name, start, |config, stages| {
+        package_text(&checkpoint, calibration, &inputs, &options, config, stages).map_err(Box::new)
+    })
 }
 
 fn run_calibration(

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! patches [B,1+T,P] ─(cast)─ gemm embed.w [P,H] (no bias) ─► embed.y; add pos [1+T,H] ─► x0
-//! CLIP: x0 ─ layer_norm pre ─► pre.y
+//! CLIP: the sum is embed.x ─ layer_norm pre ─► x0
 //! x{i} ─ encoder layer (SigLIP's, with the family's activation) ─► x{i+1}   (per layer)
 //! ViT:  x{L} ─ layer_norm post ─► last_hidden [B,1+T,H]                          (output)
 //!       last_hidden ─ slice token 0 ─(cast)─ gemm pool.w + pool.b ─ tanh ─ reshape ─► pooled
@@ -20,7 +20,7 @@
 //! the same in every family.
 
 use ipu_layout::Precision;
-use ipu_package::graph::{Graph, GraphBuilder, Op, TensorId, TensorKind};
+use ipu_package::graph::{Graph, Op, TensorId, TensorKind};
 
 use crate::class_token::config::{ClassTokenConfig, Family};
 use crate::class_token::{IMAGE_EMBEDS, LAST_HIDDEN, PATCHES, POOLED};
@@ -29,32 +29,22 @@ use crate::siglip::policy::PrecisionPolicy;
 
 /// Builds the graph of `config` (see the module header).
 pub fn build_graph(config: &ClassTokenConfig, options: &GraphOptions) -> Result<Graph, BuildError> {
-    let batch = options.batch;
-    if batch == 0 {
-        return Err(BuildError::Batch);
-    }
-    let widest = (3 * config.hidden()).max(config.intermediate());
-    if batch
-        .checked_mul(config.tokens())
-        .and_then(|n| n.checked_mul(widest))
-        .is_none()
-    {
-        return Err(BuildError::TooLarge { batch });
-    }
-    let mut b = Builder {
-        g: GraphBuilder::new(options.name.clone()),
-        policy: &options.policy,
-        batch,
-        tokens: config.tokens(),
-        hidden: config.hidden(),
-    };
-    let x0 = embed(&mut b, config)?;
-    let first = match config.family() {
+    let mut b = Builder::start(
+        options,
+        config.tokens(),
+        config.hidden(),
+        config.intermediate(),
+    )?;
+    // The encoder's first carry is `x0` in both families (the fixture
+    // writer names a repeat's carries by iteration); CLIP's embedding sum
+    // before its pre-LayerNorm is `embed.x`.
+    let x0 = match config.family() {
+        Family::Vit => embed(&mut b, config, "x0")?,
         Family::Clip => {
+            let sum = embed(&mut b, config, "embed.x")?;
             let rows = b.rows(config.hidden());
-            layer_norm(&mut b, "pre", x0, rows, config)?
+            layer_norm(&mut b, ("pre", "x0"), sum, rows, config)?
         }
-        Family::Vit => x0,
     };
     let shape = EncoderShape {
         activation: config.activation(),
@@ -63,7 +53,7 @@ pub fn build_graph(config: &ClassTokenConfig, options: &GraphOptions) -> Result<
         heads: config.heads(),
         eps: config.layer_norm_eps(),
     };
-    let last = b.encoder(&shape, first)?;
+    let last = b.encoder(&shape, x0)?;
     match config.family() {
         Family::Vit => vit_outputs(&mut b, config, last)?,
         Family::Clip => clip_outputs(&mut b, config, last)?,
@@ -74,29 +64,33 @@ pub fn build_graph(config: &ClassTokenConfig, options: &GraphOptions) -> Result<
 }
 
 /// The patch embedding with the class token folded into the position
-/// table: `x0 = patches · embed.w + pos`.
-fn embed(b: &mut Builder<'_>, config: &ClassTokenConfig) -> Result<TensorId, BuildError> {
+/// table: `output = patches · embed.w + pos`.
+fn embed(
+    b: &mut Builder<'_>,
+    config: &ClassTokenConfig,
+    output: &str,
+) -> Result<TensorId, BuildError> {
     let (p, h) = (config.patch_width(), config.hidden());
     let patches = b.tensor(PATCHES, b.rows(p), TensorKind::Input)?;
     let patches8 = b.cast("embed.patches8", b.rows(p))?;
     let w = b.weight("embed.w", vec![p, h])?;
     let pos = b.weight("pos", vec![config.tokens(), h])?;
     let y = b.activation("embed.y", b.rows(h))?;
-    let x0 = b.activation("x0", b.rows(h))?;
+    let sum = b.activation(output, b.rows(h))?;
     let left = b.cast_op(patches, patches8);
     b.gemm_unbiased(left, w, y);
     b.g.op(Op::Add {
         left: y,
         right: pos,
-        output: x0,
+        output: sum,
     });
-    Ok(x0)
+    Ok(sum)
 }
 
-/// `name.y = layer_norm(input; name.g, name.b)` over `input`'s shape.
+/// `output = layer_norm(input; name.g, name.b)`, `input` of `shape`.
 fn layer_norm(
     b: &mut Builder<'_>,
-    name: &str,
+    (name, output): (&str, &str),
     input: TensorId,
     shape: Vec<u64>,
     config: &ClassTokenConfig,
@@ -104,7 +98,7 @@ fn layer_norm(
     let h = config.hidden();
     let g = b.weight(&format!("{name}.g"), vec![h])?;
     let bias = b.weight(&format!("{name}.b"), vec![h])?;
-    let y = b.activation(&format!("{name}.y"), shape)?;
+    let y = b.activation(output, shape)?;
     b.g.op(Op::LayerNorm {
         input,
         scale: g,
@@ -196,7 +190,7 @@ fn clip_outputs(
     });
     let cls = class_row(b, last_hidden, precision);
     let shape = vec![b.batch, 1, h];
-    let post = layer_norm(b, "post", cls, shape, config)?;
+    let post = layer_norm(b, ("post", "post.y"), cls, shape, config)?;
     flat_output(b, POOLED, (post, "post.y"), h)?;
     if let Some(d) = config.projection() {
         let batch = b.batch;
@@ -231,7 +225,7 @@ pub fn template(siglip: PrecisionPolicy) -> PrecisionPolicy {
         .clone()
         .with_precision("pre.g", like("post.g", fp8))
         .with_precision("pre.b", like("post.b", fp8))
-        .with_precision("pre.y", activation)
+        .with_precision("embed.x", activation)
         .with_precision("post.y", activation)
         .with_precision("pool.x8", cast)
         .with_precision("pool.w", weight)

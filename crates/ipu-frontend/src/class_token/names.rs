@@ -13,7 +13,8 @@
 
 use crate::class_token::config::{ClassTokenConfig, Family};
 use crate::siglip::names::{
-    Layout, Piece, WeightSource, copy_source, encoder_sources, encoder_tensors, transposed_source,
+    LayerNames, Layout, Piece, SIGLIP_LAYER, WeightSource, copy_source, encoder_sources,
+    encoder_tensors, transposed_source,
 };
 
 /// The prefix of ViT's tensors in a task model's checkpoint.
@@ -43,7 +44,12 @@ pub fn expected_tensors(config: &ClassTokenConfig, prefix: &str) -> Vec<(String,
                 ),
                 own("embeddings.patch_embeddings.projection.bias", vec![h]),
             ];
-            out.extend(vit_encoder_tensors(config.layers(), h, m));
+            out.extend(encoder_tensors(
+                layer_names(Family::Vit),
+                config.layers(),
+                h,
+                m,
+            ));
             out.push(own("layernorm.weight", vec![h]));
             out.push(own("layernorm.bias", vec![h]));
             if let Some(w) = config.pooler() {
@@ -60,7 +66,12 @@ pub fn expected_tensors(config: &ClassTokenConfig, prefix: &str) -> Vec<(String,
                 own("pre_layrnorm.weight", vec![h]),
                 own("pre_layrnorm.bias", vec![h]),
             ];
-            out.extend(encoder_tensors(config.layers(), h, m));
+            out.extend(encoder_tensors(
+                layer_names(Family::Clip),
+                config.layers(),
+                h,
+                m,
+            ));
             out.push(own("post_layernorm.weight", vec![h]));
             out.push(own("post_layernorm.bias", vec![h]));
             let mut out = named(out);
@@ -129,7 +140,12 @@ pub fn weight_sources(config: &ClassTokenConfig, prefix: &str) -> Vec<WeightSour
     };
     match config.family() {
         Family::Vit => {
-            out.extend(prefixed(vit_encoder_sources(config.layers(), h, m)));
+            out.extend(prefixed(encoder_sources(
+                layer_names(Family::Vit),
+                config.layers(),
+                h,
+                m,
+            )));
             out.push(copy_source("post.g".into(), name("layernorm.weight"), h));
             out.push(copy_source("post.b".into(), name("layernorm.bias"), h));
             if let Some(w) = config.pooler() {
@@ -144,7 +160,12 @@ pub fn weight_sources(config: &ClassTokenConfig, prefix: &str) -> Vec<WeightSour
         Family::Clip => {
             out.push(copy_source("pre.g".into(), name("pre_layrnorm.weight"), h));
             out.push(copy_source("pre.b".into(), name("pre_layrnorm.bias"), h));
-            out.extend(prefixed(encoder_sources(config.layers(), h, m)));
+            out.extend(prefixed(encoder_sources(
+                layer_names(Family::Clip),
+                config.layers(),
+                h,
+                m,
+            )));
             out.push(copy_source(
                 "post.g".into(),
                 name("post_layernorm.weight"),
@@ -159,81 +180,27 @@ pub fn weight_sources(config: &ClassTokenConfig, prefix: &str) -> Vec<WeightSour
     out
 }
 
-/// ViT's tensors of `layers` encoder layers (`encoder.layer.{i}.…`) of
-/// width `h` and MLP width `m`, with their shapes.
-fn vit_encoder_tensors(layers: u32, h: u64, m: u64) -> Vec<(String, Vec<u64>)> {
-    let mut out = Vec::new();
-    for i in 0..layers {
-        for (name, shape) in [
-            ("layernorm_before.weight", vec![h]),
-            ("layernorm_before.bias", vec![h]),
-            ("attention.attention.query.weight", vec![h, h]),
-            ("attention.attention.query.bias", vec![h]),
-            ("attention.attention.key.weight", vec![h, h]),
-            ("attention.attention.key.bias", vec![h]),
-            ("attention.attention.value.weight", vec![h, h]),
-            ("attention.attention.value.bias", vec![h]),
-            ("attention.output.dense.weight", vec![h, h]),
-            ("attention.output.dense.bias", vec![h]),
-            ("layernorm_after.weight", vec![h]),
-            ("layernorm_after.bias", vec![h]),
-            ("intermediate.dense.weight", vec![m, h]),
-            ("intermediate.dense.bias", vec![m]),
-            ("output.dense.weight", vec![h, m]),
-            ("output.dense.bias", vec![h]),
-        ] {
-            out.push((format!("encoder.layer.{i}.{name}"), shape));
-        }
-    }
-    out
-}
+/// ViT's encoder layer names.
+const VIT_LAYER: LayerNames = LayerNames {
+    layer: "encoder.layer.",
+    ln1: "layernorm_before",
+    qkv: [
+        "attention.attention.query",
+        "attention.attention.key",
+        "attention.attention.value",
+    ],
+    out: "attention.output.dense",
+    ln2: "layernorm_after",
+    fc1: "intermediate.dense",
+    fc2: "output.dense",
+};
 
-/// How the graph weights of ViT's encoder layers (`enc{i}.…`, the names
-/// SigLIP's layers have) are assembled.
-fn vit_encoder_sources(layers: u32, h: u64, m: u64) -> Vec<WeightSource> {
-    let mut out = Vec::new();
-    for i in 0..layers {
-        let g = |s: &str| format!("enc{i}.{s}");
-        let l = |s: &str| format!("encoder.layer.{i}.{s}");
-        let qkv = |kind: &str| {
-            ["query", "key", "value"]
-                .iter()
-                .map(|x| Piece {
-                    name: l(&format!("attention.attention.{x}.{kind}")),
-                    rows: 0..h,
-                })
-                .collect::<Vec<_>>()
-        };
-        out.push(copy_source(g("ln1.g"), l("layernorm_before.weight"), h));
-        out.push(copy_source(g("ln1.b"), l("layernorm_before.bias"), h));
-        out.push(WeightSource {
-            weight: g("qkv.w"),
-            pieces: qkv("weight"),
-            layout: Layout::Transposed,
-        });
-        out.push(WeightSource {
-            weight: g("qkv.b"),
-            pieces: qkv("bias"),
-            layout: Layout::AsIs,
-        });
-        out.push(transposed_source(
-            g("out.w"),
-            l("attention.output.dense.weight"),
-            h,
-        ));
-        out.push(copy_source(g("out.b"), l("attention.output.dense.bias"), h));
-        out.push(copy_source(g("ln2.g"), l("layernorm_after.weight"), h));
-        out.push(copy_source(g("ln2.b"), l("layernorm_after.bias"), h));
-        out.push(transposed_source(
-            g("fc1.w"),
-            l("intermediate.dense.weight"),
-            m,
-        ));
-        out.push(copy_source(g("fc1.b"), l("intermediate.dense.bias"), m));
-        out.push(transposed_source(g("fc2.w"), l("output.dense.weight"), h));
-        out.push(copy_source(g("fc2.b"), l("output.dense.bias"), h));
+/// The encoder layer names of `family` (CLIP's are SigLIP's).
+fn layer_names(family: Family) -> &'static LayerNames {
+    match family {
+        Family::Vit => &VIT_LAYER,
+        Family::Clip => &SIGLIP_LAYER,
     }
-    out
 }
 
 /// Whether a stored tensor of a `family` checkpoint is one the importer

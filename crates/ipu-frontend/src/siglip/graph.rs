@@ -89,27 +89,12 @@ pub enum BuildError {
 
 /// Builds the SigLIP vision graph for `config` (see the module header).
 pub fn build_graph(config: &VisionConfig, options: &GraphOptions) -> Result<Graph, BuildError> {
-    let batch = options.batch;
-    if batch == 0 {
-        return Err(BuildError::Batch);
-    }
-    // `VisionConfig` guarantees `3·hidden` fits; the widest activation is
-    // `[batch, tokens, max(3·hidden, intermediate)]`.
-    let widest = (3 * config.hidden()).max(config.intermediate());
-    if batch
-        .checked_mul(config.tokens())
-        .and_then(|n| n.checked_mul(widest))
-        .is_none()
-    {
-        return Err(BuildError::TooLarge { batch });
-    }
-    let mut b = Builder {
-        g: GraphBuilder::new(options.name.clone()),
-        policy: &options.policy,
-        batch,
-        tokens: config.tokens(),
-        hidden: config.hidden(),
-    };
+    let mut b = Builder::start(
+        options,
+        config.tokens(),
+        config.hidden(),
+        config.intermediate(),
+    )?;
     let x0 = b.embed(config)?;
     let last = b.encoder(&EncoderShape::of(config), x0)?;
     let post_g = b.weight("post.g", vec![config.hidden()])?;
@@ -223,7 +208,38 @@ pub(crate) struct Builder<'a> {
     pub(crate) hidden: u64,
 }
 
-impl Builder<'_> {
+impl<'a> Builder<'a> {
+    /// The builder of a graph of `options` whose rows are `tokens` of
+    /// `hidden` per batch row, checked: the batch positive, and the widest
+    /// activation, `[batch, tokens, max(3·hidden, intermediate)]`, within
+    /// 64 bits (a config guarantees `3·hidden` fits).
+    pub(crate) fn start(
+        options: &'a GraphOptions,
+        tokens: u64,
+        hidden: u64,
+        intermediate: u64,
+    ) -> Result<Self, BuildError> {
+        let batch = options.batch;
+        if batch == 0 {
+            return Err(BuildError::Batch);
+        }
+        let widest = (3 * hidden).max(intermediate);
+        if batch
+            .checked_mul(tokens)
+            .and_then(|n| n.checked_mul(widest))
+            .is_none()
+        {
+            return Err(BuildError::TooLarge { batch });
+        }
+        Ok(Self {
+            g: GraphBuilder::new(options.name.clone()),
+            policy: &options.policy,
+            batch,
+            tokens,
+            hidden,
+        })
+    }
+
     /// `[batch, tokens, width]`.
     pub(crate) fn rows(&self, width: u64) -> Vec<u64> {
         vec![self.batch, self.tokens, width]

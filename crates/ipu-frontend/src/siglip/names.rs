@@ -82,7 +82,7 @@ pub fn expected_tensors(config: &VisionConfig) -> Vec<(String, Vec<u64>)> {
             vec![config.tokens(), h],
         ),
     ];
-    out.extend(encoder_tensors(config.layers(), h, m));
+    out.extend(encoder_tensors(&SIGLIP_LAYER, config.layers(), h, m));
     out.push(("post_layernorm.weight".to_owned(), vec![h]));
     out.push(("post_layernorm.bias".to_owned(), vec![h]));
     if config.use_head() {
@@ -143,7 +143,7 @@ pub fn weight_sources(config: &VisionConfig) -> Vec<WeightSource> {
             config.tokens(),
         ),
     ];
-    out.extend(encoder_sources(config.layers(), h, m));
+    out.extend(encoder_sources(&SIGLIP_LAYER, config.layers(), h, m));
     out.push(copy("post.g".into(), "post_layernorm.weight".into(), h));
     out.push(copy("post.b".into(), "post_layernorm.bias".into(), h));
     if config.use_head() {
@@ -202,32 +202,62 @@ pub fn weight_sources(config: &VisionConfig) -> Vec<WeightSource> {
     out
 }
 
+/// How a family's checkpoints name one encoder layer's tensors: the
+/// layer prefix (before the index) and each module's name (before
+/// `.weight` / `.bias`). The graph's names (`enc{i}.…`) are the same in
+/// every family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LayerNames {
+    /// Before the layer index: `encoder.layers.`.
+    pub layer: &'static str,
+    /// The LayerNorm before attention.
+    pub ln1: &'static str,
+    /// The query, key and value projections, in this order.
+    pub qkv: [&'static str; 3],
+    /// The attention's output projection.
+    pub out: &'static str,
+    /// The LayerNorm before the MLP.
+    pub ln2: &'static str,
+    /// The MLP's first linear layer.
+    pub fc1: &'static str,
+    /// The MLP's second linear layer.
+    pub fc2: &'static str,
+}
+
+/// SigLIP's (and CLIP's) encoder layer names.
+pub(crate) const SIGLIP_LAYER: LayerNames = LayerNames {
+    layer: "encoder.layers.",
+    ln1: "layer_norm1",
+    qkv: ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+    out: "self_attn.out_proj",
+    ln2: "layer_norm2",
+    fc1: "mlp.fc1",
+    fc2: "mlp.fc2",
+};
+
 /// The tensors of `layers` encoder layers of width `h` and MLP width `m`
-/// (`encoder.layers.{i}.…`, the same in both towers), with their shapes.
-pub(crate) fn encoder_tensors(layers: u32, h: u64, m: u64) -> Vec<(String, Vec<u64>)> {
+/// named as `names` says, with their shapes, in a fixed order.
+pub(crate) fn encoder_tensors(
+    names: &LayerNames,
+    layers: u32,
+    h: u64,
+    m: u64,
+) -> Vec<(String, Vec<u64>)> {
     let mut out = Vec::new();
     for i in 0..layers {
-        let l = |s: &str| format!("encoder.layers.{i}.{s}");
-        for (name, shape) in [
-            ("layer_norm1.weight", vec![h]),
-            ("layer_norm1.bias", vec![h]),
-            ("self_attn.q_proj.weight", vec![h, h]),
-            ("self_attn.q_proj.bias", vec![h]),
-            ("self_attn.k_proj.weight", vec![h, h]),
-            ("self_attn.k_proj.bias", vec![h]),
-            ("self_attn.v_proj.weight", vec![h, h]),
-            ("self_attn.v_proj.bias", vec![h]),
-            ("self_attn.out_proj.weight", vec![h, h]),
-            ("self_attn.out_proj.bias", vec![h]),
-            ("layer_norm2.weight", vec![h]),
-            ("layer_norm2.bias", vec![h]),
-            ("mlp.fc1.weight", vec![m, h]),
-            ("mlp.fc1.bias", vec![m]),
-            ("mlp.fc2.weight", vec![h, m]),
-            ("mlp.fc2.bias", vec![h]),
-        ] {
-            out.push((l(name), shape));
+        let l = |module: &str, kind: &str| format!("{}{i}.{module}.{kind}", names.layer);
+        let mut add = |module: &str, weight: Vec<u64>, bias: u64| {
+            out.push((l(module, "weight"), weight));
+            out.push((l(module, "bias"), vec![bias]));
+        };
+        add(names.ln1, vec![h], h);
+        for module in names.qkv {
+            add(module, vec![h, h], h);
         }
+        add(names.out, vec![h, h], h);
+        add(names.ln2, vec![h], h);
+        add(names.fc1, vec![m, h], m);
+        add(names.fc2, vec![h, m], h);
     }
     out
 }
@@ -254,25 +284,30 @@ pub(crate) fn transposed_source(weight: String, name: String, rows: u64) -> Weig
 }
 
 /// How the graph weights of `layers` encoder layers (`enc{i}.…`) are
-/// assembled, the same in both towers.
-pub(crate) fn encoder_sources(layers: u32, h: u64, m: u64) -> Vec<WeightSource> {
-    let whole = |name: String, rows: u64| Piece {
-        name,
-        rows: 0..rows,
-    };
+/// assembled from tensors named as `names` says.
+pub(crate) fn encoder_sources(
+    names: &LayerNames,
+    layers: u32,
+    h: u64,
+    m: u64,
+) -> Vec<WeightSource> {
     let (copy, transposed) = (copy_source, transposed_source);
     let mut out = Vec::new();
     for i in 0..layers {
         let g = |s: &str| format!("enc{i}.{s}");
-        let l = |s: &str| format!("encoder.layers.{i}.{s}");
+        let l = |module: &str, kind: &str| format!("{}{i}.{module}.{kind}", names.layer);
         let qkv = |kind: &str| {
-            ["q", "k", "v"]
+            names
+                .qkv
                 .iter()
-                .map(|x| whole(l(&format!("self_attn.{x}_proj.{kind}")), h))
+                .map(|module| Piece {
+                    name: l(module, kind),
+                    rows: 0..h,
+                })
                 .collect::<Vec<_>>()
         };
-        out.push(copy(g("ln1.g"), l("layer_norm1.weight"), h));
-        out.push(copy(g("ln1.b"), l("layer_norm1.bias"), h));
+        out.push(copy(g("ln1.g"), l(names.ln1, "weight"), h));
+        out.push(copy(g("ln1.b"), l(names.ln1, "bias"), h));
         out.push(WeightSource {
             weight: g("qkv.w"),
             pieces: qkv("weight"),
@@ -283,14 +318,14 @@ pub(crate) fn encoder_sources(layers: u32, h: u64, m: u64) -> Vec<WeightSource> 
             pieces: qkv("bias"),
             layout: Layout::AsIs,
         });
-        out.push(transposed(g("out.w"), l("self_attn.out_proj.weight"), h));
-        out.push(copy(g("out.b"), l("self_attn.out_proj.bias"), h));
-        out.push(copy(g("ln2.g"), l("layer_norm2.weight"), h));
-        out.push(copy(g("ln2.b"), l("layer_norm2.bias"), h));
-        out.push(transposed(g("fc1.w"), l("mlp.fc1.weight"), m));
-        out.push(copy(g("fc1.b"), l("mlp.fc1.bias"), m));
-        out.push(transposed(g("fc2.w"), l("mlp.fc2.weight"), h));
-        out.push(copy(g("fc2.b"), l("mlp.fc2.bias"), h));
+        out.push(transposed(g("out.w"), l(names.out, "weight"), h));
+        out.push(copy(g("out.b"), l(names.out, "bias"), h));
+        out.push(copy(g("ln2.g"), l(names.ln2, "weight"), h));
+        out.push(copy(g("ln2.b"), l(names.ln2, "bias"), h));
+        out.push(transposed(g("fc1.w"), l(names.fc1, "weight"), m));
+        out.push(copy(g("fc1.b"), l(names.fc1, "bias"), m));
+        out.push(transposed(g("fc2.w"), l(names.fc2, "weight"), h));
+        out.push(copy(g("fc2.b"), l(names.fc2, "bias"), h));
     }
     out
 }

@@ -22,7 +22,7 @@
 //! precision.
 
 use ipu_layout::Precision;
-use ipu_package::graph::{Graph, GraphBuilder, Op, TensorKind};
+use ipu_package::graph::{Graph, Op, TensorKind};
 
 use crate::siglip::graph::{BuildError, Builder, EncoderShape, GraphOptions};
 use crate::siglip::text::TextConfig;
@@ -32,25 +32,13 @@ pub const INPUT_IDS: &str = "input_ids";
 
 /// Builds the SigLIP text graph for `config` (see the module header).
 pub fn build_text_graph(config: &TextConfig, options: &GraphOptions) -> Result<Graph, BuildError> {
-    let batch = options.batch;
-    if batch == 0 {
-        return Err(BuildError::Batch);
-    }
-    let widest = (3 * config.hidden()).max(config.intermediate());
-    if batch
-        .checked_mul(config.positions())
-        .and_then(|n| n.checked_mul(widest))
-        .is_none()
-    {
-        return Err(BuildError::TooLarge { batch });
-    }
-    let mut b = Builder {
-        g: GraphBuilder::new(options.name.clone()),
-        policy: &options.policy,
-        batch,
-        tokens: config.positions(),
-        hidden: config.hidden(),
-    };
+    let mut b = Builder::start(
+        options,
+        config.positions(),
+        config.hidden(),
+        config.intermediate(),
+    )?;
+    let batch = b.batch;
     let (s, h, p) = (config.positions(), config.hidden(), config.projection());
     // Token ids are row numbers, exact in F32 whatever the policy.
     let ids =

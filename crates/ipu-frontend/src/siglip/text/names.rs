@@ -7,7 +7,7 @@
 //! assembled exactly as in the vision tower ([`encoder_sources`]).
 
 use crate::siglip::names::{
-    WeightSource, copy_source, encoder_sources, encoder_tensors, transposed_source,
+    SIGLIP_LAYER, WeightSource, copy_source, encoder_sources, encoder_tensors, transposed_source,
 };
 use crate::siglip::text::TextConfig;
 
@@ -28,7 +28,12 @@ pub fn expected_text_tensors(config: &TextConfig) -> Vec<(String, Vec<u64>)> {
             vec![config.positions(), h],
         ),
     ];
-    out.extend(encoder_tensors(config.layers(), h, config.intermediate()));
+    out.extend(encoder_tensors(
+        &SIGLIP_LAYER,
+        config.layers(),
+        h,
+        config.intermediate(),
+    ));
     out.push(("final_layer_norm.weight".to_owned(), vec![h]));
     out.push(("final_layer_norm.bias".to_owned(), vec![h]));
     out.push(("head.weight".to_owned(), vec![p, h]));
@@ -52,7 +57,12 @@ pub fn text_weight_sources(config: &TextConfig) -> Vec<WeightSource> {
             config.positions(),
         ),
     ];
-    out.extend(encoder_sources(config.layers(), h, config.intermediate()));
+    out.extend(encoder_sources(
+        &SIGLIP_LAYER,
+        config.layers(),
+        h,
+        config.intermediate(),
+    ));
     out.push(copy_source(
         "post.g".into(),
         "final_layer_norm.weight".into(),
