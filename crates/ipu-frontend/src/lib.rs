@@ -130,7 +130,7 @@ pub enum DescriptionError {
     SiglipText(siglip::text::TextPackagedError),
     /// The ViT or CLIP front end refuses the description.
     #[error(transparent)]
-    ClassToken(class_token::ClassTokenPackagedError),
+    ClassToken(siglip::PackagedError),
 }
 
 impl PackagedModel {

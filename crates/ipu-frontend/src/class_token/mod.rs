@@ -49,9 +49,7 @@ use std::path::Path;
 pub use config::{ClassTokenConfig, Family};
 pub use graph::{build_graph, template};
 pub use package::package_class_token;
-pub use packaged::{
-    CLIP_FAMILY, ClassTokenPackagedError, PackagedClassToken, VIT_FAMILY, family_name,
-};
+pub use packaged::{CLIP_FAMILY, PackagedClassToken, VIT_FAMILY, family_name};
 
 use ipu_package::graph::{Graph, TensorId, ValueSet};
 
@@ -366,12 +364,7 @@ fn without_weights(
     options: &ImportConfig,
 ) -> Result<ClassTokenCheckpoint, ImportError> {
     let processor = read_processor(dir, &config)?;
-    let name = options.name.clone().unwrap_or_else(|| {
-        let stem = dir
-            .file_name()
-            .map_or_else(|| "model".into(), |n| n.to_string_lossy());
-        format!("{stem}-b{}", options.batch)
-    });
+    let name = options.graph_name(dir, "");
     let graph = build_graph(
         &config,
         &GraphOptions {

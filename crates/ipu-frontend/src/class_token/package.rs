@@ -29,10 +29,10 @@ pub fn package_class_token(
         Tower {
             model: &|calibration| {
                 let model = PackagedClassToken::new(checkpoint, name, batch, calibration)
-                    .map_err(|source| PackageError::ClassTokenModel { source })?;
+                    .map_err(|source| PackageError::Model { source })?;
                 let graph = model
                     .graph()
-                    .map_err(|source| PackageError::ClassTokenModel { source })?;
+                    .map_err(|source| PackageError::Model { source })?;
                 Ok((graph, model.description()))
             },
             recalibrate: &|options| calibrate_inputs(checkpoint, inputs.to_vec(), options),

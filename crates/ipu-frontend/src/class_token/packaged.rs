@@ -15,22 +15,20 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
 use ipu_package::graph::{Graph, ValueSet};
-use ipu_package::package::{InputSource, ModelDescription, ModelInput};
+use ipu_package::package::ModelDescription;
 
 use crate::class_token::{
-    ClassTokenCheckpoint, ClassTokenConfig, Family, PATCHES, build_graph, images_input,
-    processor_kind, synthetic_input,
+    ClassTokenCheckpoint, ClassTokenConfig, Family, build_graph, images_input, processor_kind,
+    synthetic_input,
 };
 use crate::error::ImageError;
-use crate::processor::{Processor, ProcessorError};
-use crate::siglip::config::ConfigError;
-use crate::siglip::graph::{BuildError, GraphOptions};
+use crate::processor::Processor;
+use crate::siglip::graph::GraphOptions;
+use crate::siglip::packaged::{read_image_description, same_graph, write_image_description};
 use crate::siglip::policy::PrecisionPolicy;
-use crate::siglip::report::{PrecisionReport, ReportError};
-use crate::siglip::{Calibration, first_difference};
+use crate::siglip::report::PrecisionReport;
+use crate::siglip::{Calibration, PackagedError};
 
 /// The model family of a ViT in `model.json`.
 pub const VIT_FAMILY: &str = "vit";
@@ -46,93 +44,11 @@ pub fn family_name(family: Family) -> &'static str {
 }
 
 /// The format tag of the front end's part of `model.json`.
-fn format_of(family: Family) -> String {
-    format!("ipu-frontend/{}/v1", family_name(family))
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Description {
-    format: String,
-    config: serde_json::Value,
-    preprocessor: serde_json::Value,
-    precision: PrecisionReport,
-}
-
-/// Why a package's ViT or CLIP model description cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClassTokenPackagedError {
-    /// The description is of another model family.
-    #[error(
-        "model.json describes a `{found}` model; this front end reads `{VIT_FAMILY}` and `{CLIP_FAMILY}`"
-    )]
-    Family {
-        /// The family found.
-        found: String,
-    },
-    /// The front end's part is not of the expected form.
-    #[error("model.json `frontend` is not a {family} model description: {source}")]
-    Json {
-        /// The family.
-        family: &'static str,
-        /// The parser's finding.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The front end's part is of another format.
-    #[error("model.json `frontend` has format `{found}`, this reader reads `{expected}`")]
-    Format {
-        /// The format found.
-        found: String,
-        /// The format read.
-        expected: String,
-    },
-    /// The batch is 0.
-    #[error("the batch is 0; a graph needs at least one image")]
-    Batch,
-    /// The config is not usable.
-    #[error("model.json `frontend.config`: {source}")]
-    Config {
-        /// Why.
-        #[source]
-        source: ConfigError,
-    },
-    /// The preprocessing is not usable.
-    #[error("model.json `frontend.preprocessor`: {source}")]
-    Processor {
-        /// Why.
-        #[source]
-        source: ProcessorError,
-    },
-    /// The precision table is not usable.
-    #[error("model.json `frontend.precision`: {source}")]
-    Report {
-        /// Why.
-        #[source]
-        source: ReportError,
-    },
-    /// The graph cannot be built from the description.
-    #[error("model.json: the graph cannot be built from the description: {source}")]
-    Build {
-        /// Why.
-        #[source]
-        source: BuildError,
-    },
-    /// The package's graph has no `patches` input.
-    #[error("the package's graph has no `{PATCHES}` input of shape [batch, tokens, patch]")]
-    NoPatches,
-    /// The description's inputs are not the one the model has.
-    #[error("model.json's inputs must be `{PATCHES}` from images, the model's one input")]
-    Inputs,
-    /// The description builds another graph than the package holds.
-    #[error(
-        "model.json does not describe the package's graph: {what} differs from what its config and precisions build"
-    )]
-    Mismatch {
-        /// What differs first.
-        what: String,
-    },
+fn format_of(family: Family) -> &'static str {
+    match family {
+        Family::Vit => "ipu-frontend/vit/v1",
+        Family::Clip => "ipu-frontend/clip-vision/v1",
+    }
 }
 
 /// A ViT or CLIP vision model as a package carries it (module header).
@@ -153,9 +69,9 @@ impl PackagedClassToken {
         name: &str,
         batch: u64,
         calibration: &Calibration,
-    ) -> Result<Self, ClassTokenPackagedError> {
+    ) -> Result<Self, PackagedError> {
         if batch == 0 {
-            return Err(ClassTokenPackagedError::Batch);
+            return Err(PackagedError::Batch);
         }
         Ok(Self {
             name: name.to_owned(),
@@ -172,82 +88,46 @@ impl PackagedClassToken {
     pub fn from_description(
         model: &ModelDescription,
         graph: &Graph,
-    ) -> Result<Self, ClassTokenPackagedError> {
+    ) -> Result<Self, PackagedError> {
         let family = match model.family.as_str() {
-            VIT_FAMILY => Family::Vit,
             CLIP_FAMILY => Family::Clip,
-            other => {
-                return Err(ClassTokenPackagedError::Family {
-                    found: other.to_owned(),
-                });
-            }
+            _ => Family::Vit,
         };
-        if model.inputs != inputs() {
-            return Err(ClassTokenPackagedError::Inputs);
-        }
-        let file: Description =
-            serde_json::from_value(model.frontend.clone()).map_err(|source| {
-                ClassTokenPackagedError::Json {
-                    family: family_name(family),
-                    source,
-                }
-            })?;
-        if file.format != format_of(family) {
-            return Err(ClassTokenPackagedError::Format {
-                found: file.format,
-                expected: format_of(family),
-            });
-        }
-        let config = ClassTokenConfig::from_json(&file.config.to_string(), family)
-            .map_err(|source| ClassTokenPackagedError::Config { source })?;
+        let read = read_image_description(model, graph, family_name(family), format_of(family))?;
+        let config = ClassTokenConfig::from_json(&read.config.to_string(), family)
+            .map_err(|source| PackagedError::Config { source })?;
         let processor = Processor::read(
-            &file.preprocessor.to_string(),
+            &read.preprocessor.to_string(),
             processor_kind(family),
             config.image_size(),
         )
-        .map_err(|source| ClassTokenPackagedError::Processor { source })?;
-        let policy = file
-            .precision
-            .policy()
-            .map_err(|source| ClassTokenPackagedError::Report { source })?;
-        let batch = graph
-            .tensor_by_name(PATCHES)
-            .and_then(|id| graph.tensor(id).extents().first().copied())
-            .ok_or(ClassTokenPackagedError::NoPatches)?;
+        .map_err(|source| PackagedError::Processor { source })?;
         let packaged = Self {
-            name: graph.name().to_owned(),
-            batch,
+            name: read.name,
+            batch: read.batch,
             config,
             processor,
-            report: file.precision,
-            policy,
+            report: read.report,
+            policy: read.policy,
         };
-        let built = packaged.graph()?;
-        if let Some(what) = first_difference(&built, graph) {
-            return Err(ClassTokenPackagedError::Mismatch { what });
-        }
+        same_graph(&packaged.graph()?, graph)?;
         Ok(packaged)
     }
 
     /// The package's `model.json`.
     pub fn description(&self) -> ModelDescription {
         let family = self.config.family();
-        let file = Description {
-            format: format_of(family),
-            config: self.config.to_json(),
-            preprocessor: self.processor.to_json(),
-            precision: self.report.clone(),
-        };
-        ModelDescription::new(
+        write_image_description(
             family_name(family),
-            inputs(),
-            // Strings and numbers only: serialisation cannot fail.
-            serde_json::to_value(&file).unwrap_or_default(),
+            format_of(family),
+            self.config.to_json(),
+            self.processor.to_json(),
+            &self.report,
         )
     }
 
     /// The graph the package was built from.
-    pub fn graph(&self) -> Result<Graph, ClassTokenPackagedError> {
+    pub fn graph(&self) -> Result<Graph, PackagedError> {
         build_graph(
             &self.config,
             &GraphOptions {
@@ -256,7 +136,7 @@ impl PackagedClassToken {
                 policy: self.policy.clone(),
             },
         )
-        .map_err(|source| ClassTokenPackagedError::Build { source })
+        .map_err(|source| PackagedError::Build { source })
     }
 
     /// The `patches` input of `graph` for `images`, one per batch row.
@@ -292,12 +172,4 @@ impl PackagedClassToken {
     pub fn report(&self) -> &PrecisionReport {
         &self.report
     }
-}
-
-/// The graph inputs a run makes from a user's data: `patches`, from images.
-fn inputs() -> Vec<ModelInput> {
-    vec![ModelInput {
-        tensor: PATCHES.to_owned(),
-        from: InputSource::Images,
-    }]
 }

@@ -33,7 +33,7 @@ pub(crate) mod config;
 pub(crate) mod graph;
 pub mod names;
 pub(crate) mod package;
-mod packaged;
+pub(crate) mod packaged;
 pub(crate) mod policy;
 mod processor;
 mod random;
@@ -81,6 +81,20 @@ pub struct ImportConfig {
     /// The graph's name; by default the directory's name and the batch,
     /// such as `siglip-so400m-patch14-384-b2`.
     pub name: Option<String>,
+}
+
+impl ImportConfig {
+    /// The graph's name: the one given, else the checkpoint directory's
+    /// name, `tower` (`""`, `"-text"`) and the batch, such as
+    /// `siglip-so400m-patch14-384-b2`.
+    pub(crate) fn graph_name(&self, dir: &Path, tower: &str) -> String {
+        self.name.clone().unwrap_or_else(|| {
+            let stem = dir
+                .file_name()
+                .map_or_else(|| "model".into(), |n| n.to_string_lossy());
+            format!("{stem}{tower}-b{}", self.batch)
+        })
+    }
 }
 
 /// An imported checkpoint: its config, graph, weights and processor.
@@ -271,12 +285,7 @@ fn checkpoint_without_weights(
 ) -> Result<Checkpoint, ImportError> {
     let config = read_config(dir)?;
     let processor = read_processor(dir, &config)?;
-    let name = options.name.clone().unwrap_or_else(|| {
-        let stem = dir
-            .file_name()
-            .map_or_else(|| "siglip".into(), |n| n.to_string_lossy());
-        format!("{stem}-b{}", options.batch)
-    });
+    let name = options.graph_name(dir, "");
     let graph = build_graph(
         &config,
         &GraphOptions {

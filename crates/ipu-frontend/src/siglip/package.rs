@@ -60,12 +60,6 @@ pub enum PackageError {
         /// Why.
         source: crate::siglip::text::TextPackagedError,
     },
-    /// The ViT or CLIP model description could not be made.
-    #[error(transparent)]
-    ClassTokenModel {
-        /// Why.
-        source: crate::class_token::ClassTokenPackagedError,
-    },
     /// The checkpoint's weights do not fit the built graph: a bug here.
     #[error("the checkpoint's weights: {source}")]
     Weights {

@@ -54,23 +54,29 @@ struct Description {
 #[non_exhaustive]
 pub enum PackagedError {
     /// The description is of another model family.
-    #[error("model.json describes a `{found}` model; this front end reads `{FAMILY}`")]
+    #[error("model.json describes a `{found}` model; this front end reads `{expected}`")]
     Family {
         /// The family found.
         found: String,
+        /// The family read.
+        expected: &'static str,
     },
     /// The front end's part is not of the expected form.
-    #[error("model.json `frontend` is not a SigLIP model description: {source}")]
+    #[error("model.json `frontend` is not a `{family}` model description: {source}")]
     Json {
+        /// The family.
+        family: &'static str,
         /// The parser's finding.
         #[source]
         source: serde_json::Error,
     },
     /// The front end's part is of another format.
-    #[error("model.json `frontend` has format `{found}`, this reader reads `{SIGLIP_FORMAT}`")]
+    #[error("model.json `frontend` has format `{found}`, this reader reads `{expected}`")]
     Format {
         /// The format found.
         found: String,
+        /// The format read.
+        expected: &'static str,
     },
     /// The batch is 0.
     #[error("the batch is 0; a graph needs at least one image")]
@@ -97,7 +103,7 @@ pub enum PackagedError {
         source: ReportError,
     },
     /// The graph cannot be built from the description.
-    #[error("model.json: the SigLIP graph cannot be built from the description: {source}")]
+    #[error("model.json: the graph cannot be built from the description: {source}")]
     Build {
         /// Why.
         #[source]
@@ -107,10 +113,8 @@ pub enum PackagedError {
     /// axis.
     #[error("the package's graph has no `{PATCHES}` input of shape [batch, tokens, patch]")]
     NoPatches,
-    /// The description's inputs are not the one SigLIP has.
-    #[error(
-        "model.json's inputs must be `{PATCHES}` from images, the SigLIP vision tower's one input"
-    )]
+    /// The description's inputs are not the one an image model has.
+    #[error("model.json's inputs must be `{PATCHES}` from images, the model's one input")]
     Inputs,
     /// The description builds another graph than the package holds.
     #[error(
@@ -161,69 +165,31 @@ impl PackagedModel {
         model: &ModelDescription,
         graph: &Graph,
     ) -> Result<Self, PackagedError> {
-        if model.family != FAMILY {
-            return Err(PackagedError::Family {
-                found: model.family.clone(),
-            });
-        }
-        if model.inputs != Self::inputs() {
-            return Err(PackagedError::Inputs);
-        }
-        let file: Description = serde_json::from_value(model.frontend.clone())
-            .map_err(|source| PackagedError::Json { source })?;
-        if file.format != SIGLIP_FORMAT {
-            return Err(PackagedError::Format { found: file.format });
-        }
-        let config = VisionConfig::from_json(&file.config.to_string())
+        let read = read_image_description(model, graph, FAMILY, SIGLIP_FORMAT)?;
+        let config = VisionConfig::from_json(&read.config.to_string())
             .map_err(|source| PackagedError::Config { source })?;
-        let processor = Processor::from_json(&file.preprocessor.to_string(), &config)
+        let processor = Processor::from_json(&read.preprocessor.to_string(), &config)
             .map_err(|source| PackagedError::Processor { source })?;
-        let policy = file
-            .precision
-            .policy()
-            .map_err(|source| PackagedError::Report { source })?;
-        let batch = graph
-            .tensor_by_name(PATCHES)
-            .and_then(|id| graph.tensor(id).extents().first().copied())
-            .ok_or(PackagedError::NoPatches)?;
         let packaged = Self {
-            name: graph.name().to_owned(),
-            batch,
+            name: read.name,
+            batch: read.batch,
             config,
             processor,
-            report: file.precision,
-            policy,
+            report: read.report,
+            policy: read.policy,
         };
-        let built = packaged.graph()?;
-        if let Some(what) = first_difference(&built, graph) {
-            return Err(PackagedError::Mismatch { what });
-        }
+        same_graph(&packaged.graph()?, graph)?;
         Ok(packaged)
-    }
-
-    /// The graph inputs a run makes from a user's data: `patches`, from
-    /// images.
-    fn inputs() -> Vec<ModelInput> {
-        vec![ModelInput {
-            tensor: PATCHES.to_owned(),
-            from: InputSource::Images,
-        }]
     }
 
     /// The package's `model.json`.
     pub fn description(&self) -> ModelDescription {
-        let file = Description {
-            format: SIGLIP_FORMAT.to_owned(),
-            config: self.config.to_json(),
-            preprocessor: self.processor.to_json(),
-            precision: self.report.clone(),
-        };
-        ModelDescription::new(
+        write_image_description(
             FAMILY,
-            Self::inputs(),
-            // JSON values, strings and numbers: serialisation cannot fail
-            // (a non-finite figure becomes null).
-            serde_json::to_value(&file).unwrap_or_default(),
+            SIGLIP_FORMAT,
+            self.config.to_json(),
+            self.processor.to_json(),
+            &self.report,
         )
     }
 
@@ -297,6 +263,109 @@ impl PackagedModel {
     /// The precision decisions.
     pub fn report(&self) -> &PrecisionReport {
         &self.report
+    }
+}
+
+/// What an image model's `model.json` says besides its family's config
+/// and processor (which the family parses), read by
+/// [`read_image_description`].
+pub(crate) struct ImageDescription {
+    /// The package graph's name.
+    pub name: String,
+    /// The package graph's batch.
+    pub batch: u64,
+    /// The family's config, in transformers' form.
+    pub config: serde_json::Value,
+    /// The family's processor, in transformers' form.
+    pub preprocessor: serde_json::Value,
+    /// The precision decisions.
+    pub report: PrecisionReport,
+    /// The precisions they give.
+    pub policy: PrecisionPolicy,
+}
+
+/// Reads the description (`family`, `format`) of an image model's package
+/// whose graph is `graph`: its inputs must be `patches` from images and its
+/// precision table usable; the name and batch are the graph's.
+pub(crate) fn read_image_description(
+    model: &ModelDescription,
+    graph: &Graph,
+    family: &'static str,
+    format: &'static str,
+) -> Result<ImageDescription, PackagedError> {
+    if model.family != family {
+        return Err(PackagedError::Family {
+            found: model.family.clone(),
+            expected: family,
+        });
+    }
+    if model.inputs != image_inputs() {
+        return Err(PackagedError::Inputs);
+    }
+    let file: Description = serde_json::from_value(model.frontend.clone())
+        .map_err(|source| PackagedError::Json { family, source })?;
+    if file.format != format {
+        return Err(PackagedError::Format {
+            found: file.format,
+            expected: format,
+        });
+    }
+    let policy = file
+        .precision
+        .policy()
+        .map_err(|source| PackagedError::Report { source })?;
+    let batch = graph
+        .tensor_by_name(PATCHES)
+        .and_then(|id| graph.tensor(id).extents().first().copied())
+        .ok_or(PackagedError::NoPatches)?;
+    Ok(ImageDescription {
+        name: graph.name().to_owned(),
+        batch,
+        config: file.config,
+        preprocessor: file.preprocessor,
+        report: file.precision,
+        policy,
+    })
+}
+
+/// The `model.json` of an image model (`family`, `format`) with its
+/// config, processor and precision decisions.
+pub(crate) fn write_image_description(
+    family: &str,
+    format: &str,
+    config: serde_json::Value,
+    preprocessor: serde_json::Value,
+    report: &PrecisionReport,
+) -> ModelDescription {
+    let file = Description {
+        format: format.to_owned(),
+        config,
+        preprocessor,
+        precision: report.clone(),
+    };
+    ModelDescription::new(
+        family,
+        image_inputs(),
+        // JSON values, strings and numbers: serialisation cannot fail
+        // (a non-finite figure becomes null).
+        serde_json::to_value(&file).unwrap_or_default(),
+    )
+}
+
+/// The graph inputs a run of an image model makes from a user's data:
+/// `patches`, from images.
+fn image_inputs() -> Vec<ModelInput> {
+    vec![ModelInput {
+        tensor: PATCHES.to_owned(),
+        from: InputSource::Images,
+    }]
+}
+
+/// `Ok` when `built` (from a description) is the package's `graph`.
+pub(crate) fn same_graph(built: &Graph, graph: &Graph) -> Result<(), PackagedError> {
+    match first_difference(built, graph) {
+        Some(what) => Err(PackagedError::Mismatch { what }),
+        None => Ok(()),
     }
 }
 

@@ -329,12 +329,7 @@ fn without_weights(
         Err(TokenizerError::Missing { .. }) if !tokenizer_required => None,
         Err(e) => return Err(e.into()),
     };
-    let name = options.name.clone().unwrap_or_else(|| {
-        let stem = dir
-            .file_name()
-            .map_or_else(|| "siglip".into(), |n| n.to_string_lossy());
-        format!("{stem}-text-b{}", options.batch)
-    });
+    let name = options.graph_name(dir, "-text");
     let graph = build_text_graph(
         &config,
         &GraphOptions {
