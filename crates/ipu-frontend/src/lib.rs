@@ -14,17 +14,21 @@
 //! package's fixture.json + model.json ──PackagedModel──► images → inputs (run-package)
 //! ```
 //!
-//! A model family is a module: [`siglip`] (SigLIP's vision tower) is the
-//! first. A family reads its checkpoint's config and builds its graph in
-//! code (`config.rs`, `graph.rs`), maps the checkpoint's tensor names to
-//! the graph's weights (`names.rs`, `weights.rs`), preprocesses its
-//! input (`processor.rs`), chooses its precisions (`calibrate.rs`,
-//! `policy.rs`, `report.rs`), builds its package (`package.rs`) and reads
-//! back what its packages record (`packaged.rs`). What families share is
-//! at the crate root: [`hf`] (a checkpoint directory's files and its
-//! safetensors weights, decoded by ipu-package's one decoder of stored
-//! elements), [`imaging`] (image decoding, Pillow's resize, the synthetic
-//! calibration images) and the errors of import and preprocessing.
+//! A model family is a module: [`siglip`] (SigLIP's vision and text
+//! towers) and [`class_token`] (ViT and CLIP's vision tower, which reuse
+//! SigLIP's encoder builder, precision policy, weight reader, calibration
+//! and packaging). A family reads its checkpoint's config and builds its
+//! graph in code (`config.rs`, `graph.rs`), maps the checkpoint's tensor
+//! names to the graph's weights (`names.rs`, `weights.rs`), chooses its
+//! precisions (`calibrate.rs`, `policy.rs`, `report.rs`), builds its
+//! package (`package.rs`) and reads back what its packages record
+//! (`packaged.rs`). What every family shares is at the crate root: [`hf`]
+//! (a checkpoint directory's files and its safetensors weights, decoded
+//! by ipu-package's one decoder of stored elements), [`imaging`] (image
+//! decoding, Pillow's resize, the synthetic calibration images),
+//! [`processor`] (transformers' image processors with each family's
+//! defaults, and the patch order), [`checkpoint_kind`] (which family reads
+//! a checkpoint) and the errors of import and preprocessing.
 //!
 //! A package records the family and the front end's own description of
 //! the model in `model.json`, beside the graph itself in `fixture.json`

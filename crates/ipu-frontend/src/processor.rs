@@ -45,6 +45,7 @@ use serde::Deserialize;
 use crate::error::ImageError;
 use crate::imaging::read_rgb8;
 use crate::imaging::{Filter, Rgb8};
+use crate::siglip::MAX_IMAGE_SIDE;
 
 /// CLIP's normalisation mean (of its training images, per channel):
 /// transformers' `OPENAI_CLIP_MEAN` (0.48145466, 0.4578275, 0.40821073)
@@ -55,9 +56,10 @@ pub const CLIP_MEAN: [f32; 3] = [0.481_454_67, 0.457_827_5, 0.408_210_72];
 pub const CLIP_STD: [f32; 3] = [0.268_629_55, 0.261_302_6, 0.275_777_1];
 
 /// The longest side a shortest-edge resize may produce: the resized image
-/// is held in memory (`3 · side · longest` bytes), so an extreme aspect
+/// is held in memory (`3 · shortest · longest` bytes, at most 192 MiB with
+/// the shortest edge at most [`MAX_IMAGE_SIDE`]), so an extreme aspect
 /// ratio is refused rather than allowed to exhaust it.
-pub const MAX_RESIZED_SIDE: u64 = 1 << 16;
+pub const MAX_RESIZED_SIDE: u64 = 1 << 14;
 
 /// A family's image processor: its transformers class and the defaults a
 /// `preprocessor_config.json` leaves out.
@@ -198,9 +200,10 @@ pub enum ProcessorError {
         found: usize,
     },
     /// A number is not usable (a zero or non-finite std, a non-finite
-    /// rescale factor or mean, a zero size).
+    /// rescale factor or mean, a size of 0 or above `MAX_IMAGE_SIDE`).
     #[error(
-        "`{field}` value {value} is not usable; it must be finite (and non-zero for image_std and sizes)"
+        "`{field}` value {value} is not usable; it must be finite (non-zero for image_std, \
+         1 to 4096 for sizes)"
     )]
     Value {
         /// The field.
@@ -315,14 +318,15 @@ fn target(
             _ => return Err(form),
         },
     };
-    let smallest = match target {
-        Target::Exact { height, width } => height.min(width),
-        Target::ShortestEdge(edge) => edge,
+    let (smallest, largest) = match target {
+        Target::Exact { height, width } => (height.min(width), height.max(width)),
+        Target::ShortestEdge(edge) => (edge, edge),
     };
-    if smallest == 0 {
+    // A resize target is held in memory: bounded like a model's image.
+    if smallest == 0 || largest > MAX_IMAGE_SIDE {
         return Err(ProcessorError::Value {
             field: "size",
-            value: 0.0,
+            value: if smallest == 0 { 0.0 } else { largest as f64 },
         });
     }
     Ok(target)

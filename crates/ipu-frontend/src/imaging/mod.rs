@@ -3,7 +3,7 @@
 //! Pillow's `Image.resize` reproduced bit for bit (`resample.rs`), and the
 //! built-in synthetic calibration images (`synthetic.rs`). What a family
 //! does after the resize (rescale, normalise, cut into patches) is the
-//! family's own (`siglip::Processor`).
+//! processor's (`crate::processor`).
 
 mod decode;
 mod resample;

@@ -11,9 +11,9 @@
 //!    ├── model.safetensors | model.safetensors.index.json + shards
 //!    │      TensorStore (headers only) ──read_weights (name mapping)──► ValueSet (f32 weights)
 //!    │                                                          (hf, names.rs, weights.rs)
-//!    └── preprocessor_config.json ──► Processor                              (processor.rs)
+//!    └── preprocessor_config.json ──► Processor                 (crate::processor, processor.rs)
 //! images ──read_rgb8──► Rgb8 ──resize (Pillow-exact), rescale, normalise──► pixel_values
-//!        ──patchify──► ValueSet { patches }                        (imaging, processor.rs)
+//!        ──patchify──► ValueSet { patches }              (imaging, crate::processor)
 //! Checkpoint + calibration images ──calibrate (reference evaluator)──► Calibration
 //!        ──package_checkpoint (build, F16 groups dropped if it does not fit)──► Package
 //!                                                   (calibrate.rs, report.rs, package.rs)
