@@ -11,7 +11,7 @@ use crate::support::{Sandbox, differences, fixture, snapshot};
 
 /// The F32 tensors of a safetensors file (others skipped): name →
 /// (shape, values).
-fn read_f32(path: &Path) -> BTreeMap<String, (Vec<u64>, Vec<f32>)> {
+pub(crate) fn read_f32(path: &Path) -> BTreeMap<String, (Vec<u64>, Vec<f32>)> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();

@@ -15,6 +15,7 @@
 
 mod bad_inputs;
 mod checkpoint;
+mod class_token;
 mod determinism;
 mod devices;
 mod hostile;

@@ -1,0 +1,97 @@
+//! ViT and CLIP vision checkpoints through the two commands:
+//! `build-package --checkpoint` picks the importer by `config.json`'s
+//! `model_type`, and `run-package` turns the two golden images into each
+//! family's outputs, shaped as transformers' are; an unsupported
+//! `model_type` is refused before any work, naming what is read.
+
+use crate::checkpoint::read_f32;
+use crate::support::{Sandbox, fixture};
+
+#[test]
+fn vit_and_clip_checkpoints_build_and_run_on_images() {
+    let sandbox = Sandbox::new();
+    let images = [
+        fixture("checkpoints/images/rgb-40x30.png"),
+        fixture("checkpoints/images/rgba-13x11.png"),
+    ];
+    for (name, outputs) in [
+        (
+            "vit-tiny",
+            vec![("last_hidden", vec![2, 17, 32]), ("pooled", vec![2, 32])],
+        ),
+        (
+            "clip-vision-tiny",
+            vec![
+                ("last_hidden", vec![2, 17, 32]),
+                ("pooled", vec![2, 32]),
+                ("image_embeds", vec![2, 16]),
+            ],
+        ),
+    ] {
+        let package = sandbox.out(name);
+        sandbox
+            .xtask(&[
+                "build-package",
+                "--checkpoint",
+                &fixture(&format!("checkpoints/{name}")).to_string_lossy(),
+                "--batch",
+                "2",
+                "--tiles",
+                "16",
+                "--out",
+                &package.to_string_lossy(),
+                "--kernel-cache",
+                &sandbox.cache().to_string_lossy(),
+            ])
+            .succeeded();
+        let model: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(package.join("model.json")).expect("model.json"),
+        )
+        .expect("JSON");
+        let family = if name == "vit-tiny" {
+            "vit"
+        } else {
+            "clip-vision"
+        };
+        assert_eq!(model["family"], family, "{name}");
+        let out = sandbox.out(&format!("{name}.safetensors"));
+        sandbox
+            .xtask(&[
+                "run-package",
+                &package.to_string_lossy(),
+                "--image",
+                &images[0].to_string_lossy(),
+                "--image",
+                &images[1].to_string_lossy(),
+                "--out",
+                &out.to_string_lossy(),
+            ])
+            .succeeded();
+        let written = read_f32(&out);
+        for (output, shape) in outputs {
+            let (got, values) = &written[output];
+            assert_eq!(got, &shape, "{name} {output}");
+            assert!(values.iter().all(|v| v.is_finite()), "{name} {output}");
+        }
+    }
+}
+
+#[test]
+fn an_unsupported_model_type_is_refused_naming_the_supported_ones() {
+    let sandbox = Sandbox::new();
+    let dir = sandbox.out("dinov2");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "dinov2"}"#).expect("config");
+    let outcome = sandbox.xtask(&[
+        "build-package",
+        "--checkpoint",
+        &dir.to_string_lossy(),
+        "--out",
+        &sandbox.out("never").to_string_lossy(),
+    ]);
+    outcome.failed_with("model_type `dinov2` is not supported");
+    for supported in ["vit", "clip_vision_model", "siglip"] {
+        assert!(outcome.stderr.contains(supported), "{}", outcome.describe());
+    }
+    assert!(!sandbox.out("never").exists());
+}
