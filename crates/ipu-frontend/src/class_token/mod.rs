@@ -27,9 +27,10 @@
 //! convolution has no bias). Row 0 of `x0` is then `0 + (cls + pos₀)`,
 //! the same single F32 rounding as transformers' `cls + pos₀`, bit for
 //! bit; a patch row is `conv + (bias + pos_t)` where transformers computes
-//! `(conv + bias) + pos_t`, which differs by at most one F32 rounding of
-//! the sum (relative 2⁻²⁴), far inside the 1e-5 the F32 graph is held to.
-//! The fold the task first suggested, an extra input column of ones
+//! `(conv + bias) + pos_t`: the same two f32 additions in another order,
+//! a unit or two in the last place apart (relative ~1e-7), far inside the
+//! 1e-5 the F32 graph is held to.
+//! The other fold that suggests itself, an extra input column of ones
 //! meeting an extra weight row holding the class token, computes the same
 //! but widens every patch row (and with it the FP8 cast and the GEMM's
 //! inner extent) by one element padded to four, and rounds the class token
