@@ -25,8 +25,10 @@
 //! [`build_fixture`] is the fixture build itself, with every check above;
 //! `bench-sim` and `hostile` call it too.
 //!
-//! `--checkpoint DIR` builds a Hugging Face SigLIP checkpoint instead of a
-//! fixture (`docs/SIGLIP.md`): the graph comes from its `config.json`
+//! `--checkpoint DIR` builds a Hugging Face checkpoint instead of a
+//! fixture, SigLIP's here (`docs/SIGLIP.md`), ViT's and CLIP's in
+//! `build_checkpoint` (`docs/MODELS.md`), chosen by `config.json`'s
+//! `model_type`: the graph comes from its `config.json`
 //! with the default fixture's precision layout, every FP8 scale is chosen
 //! from data (`ipu_frontend::siglip::calibrate`: weights from their
 //! values, activations from a reference run on the `--calibrate` images or
@@ -51,20 +53,20 @@ use ipu_package::lower::{AttentionUnit, LowerConfig};
 use ipu_target::Target;
 
 use ipu_frontend::class_token::{self, family_name};
-use ipu_frontend::siglip::calibrate::{Calibrated, Input};
 use ipu_frontend::siglip::report::PrecisionReport;
 use ipu_frontend::siglip::text::{
     import_text_checkpoint, package_text, random_text_checkpoint, text_template,
 };
 use ipu_frontend::siglip::{
-    Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, CheckpointPackage,
-    GraphOptions, ImportConfig, PackageError, PrecisionPolicy, build_graph, calibrate,
-    calibrate_inputs, import_checkpoint, package_checkpoint, random_checkpoint, read_config,
+    Calibration, CalibrationInputs, CalibrationOptions, Checkpoint, GraphOptions, ImportConfig,
+    PrecisionPolicy, build_graph, calibrate, import_checkpoint, package_checkpoint,
+    random_checkpoint, read_config,
 };
 use ipu_frontend::{CheckpointKind, checkpoint_kind};
 use ipu_package::graph::parse_fixture;
 use ipu_package::package::Package;
 
+use crate::build_checkpoint::{build_and_write, calibrate_reported};
 use crate::params::{merge, parse_param, resolve};
 use crate::record_phases::{self, Recorded, Recorder};
 
@@ -76,7 +78,7 @@ pub struct Args {
     /// The fixture (default: the embedded SigLIP so400m b2).
     #[arg(long, conflicts_with = "checkpoint")]
     pub(crate) fixture: Option<PathBuf>,
-    /// A Hugging Face SigLIP checkpoint directory to build instead of a
+    /// A Hugging Face checkpoint directory (SigLIP, ViT, CLIP) to build instead of a
     /// fixture (batch 1 unless `--batch`).
     #[arg(long, value_name = "DIR", conflicts_with = "params")]
     pub(crate) checkpoint: Option<PathBuf>,
@@ -427,7 +429,7 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
             );
             return Ok(ExitCode::from(2));
         }
-        return crate::build_class_token::build(
+        return crate::build_checkpoint::build_class_token(
             args,
             dir,
             family,
@@ -501,67 +503,6 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
     build_and_write(args, target, &name, start, |config, stages| {
         package_checkpoint(&checkpoint, calibration, &options, config, stages).map_err(Box::new)
     })
-}
-
-/// Builds a calibrated checkpoint's package with `package` (its family's
-/// packaging, given the build's config and stages) and writes it to
-/// `--out`. A build that does not fit is exit status 1 with the result
-/// line; any other failure an error.
-pub(crate) fn build_and_write(
-    args: &Args,
-    target: Target,
-    name: &str,
-    start: Instant,
-    package: impl FnOnce(&BuildConfig, &Stages) -> Result<CheckpointPackage, Box<PackageError>>,
-) -> Result<ExitCode, String> {
-    let tiles = args.tiles.unwrap_or(target.tile_count());
-    let mut stages = Stages::builtin(Box::new(kernel_cache(args.kernel_cache.as_deref())?));
-    set_alloc_effort(&mut stages, args.alloc_effort);
-    let config = BuildConfig {
-        target,
-        tiles: Some(tiles),
-        lower: LowerConfig {
-            attention: args.attention.unit(),
-            ..LowerConfig::default()
-        },
-        ..BuildConfig::default()
-    };
-    let CheckpointPackage { package, graph, .. } = match package(&config, &stages).map_err(|e| *e) {
-        Ok(built) => built,
-        Err(e @ PackageError::Build { .. }) => {
-            eprintln!("error: {e}");
-            eprintln!(
-                "result=does-not-fit-or-failed model={name} tiles={tiles} elapsed_ms={}",
-                start.elapsed().as_millis()
-            );
-            return Ok(ExitCode::FAILURE);
-        }
-        Err(e) => return Err(e.to_string()),
-    };
-    package
-        .write(&args.out)
-        .map_err(|e| format!("writing the package: {e}"))?;
-    summarise(&package, &args.out, graph.name(), start);
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Calibrates `model` on `inputs` and prints the report; `None` when
-/// `--strict` refuses it.
-pub(crate) fn calibrate_reported(
-    model: &dyn Calibrated,
-    inputs: &[Input],
-    options: &CalibrationOptions,
-    strict: bool,
-) -> Result<Option<Calibration>, String> {
-    let calibrated = Instant::now();
-    let calibration = calibrate_inputs(model, inputs.to_vec(), options)
-        .map_err(|e| format!("calibration: {e}"))?;
-    tracing::info!(
-        inputs = inputs.len(),
-        elapsed_ms = calibrated.elapsed().as_millis() as u64,
-        "calibrated FP8 scales"
-    );
-    Ok(report_calibration(calibration.report(), strict).then_some(calibration))
 }
 
 /// `build-package --checkpoint DIR --tower text`: import the text tower,

@@ -27,7 +27,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod alloc;
 mod bench_sim;
-mod build_class_token;
+mod build_checkpoint;
 mod build_package;
 mod device;
 mod exchange;
@@ -62,7 +62,7 @@ struct Cli {
 /// The tasks.
 #[derive(Subcommand, Debug)]
 enum Task {
-    /// Build a model fixture or a SigLIP checkpoint into a package
+    /// Build a model fixture or a Hugging Face checkpoint (SigLIP, ViT, CLIP vision) into a package
     /// (default: SigLIP so400m b2 on every tile of the IPU21)
     BuildPackage(build_package::Args),
     /// Run a package on the tile model, checked against the reference
