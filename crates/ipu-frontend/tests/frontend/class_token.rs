@@ -464,6 +464,17 @@ fn missing_extra_and_misshaped_tensors_are_named() {
     let checkpoint = import_class_token(headless.path(), Family::Vit, &options).expect("imports");
     assert!(checkpoint.graph().tensor_by_name(POOLED).is_none());
     assert!(checkpoint.graph().tensor_by_name(LAST_HIDDEN).is_some());
+    // A task model's checkpoint: the tower under `vit.`, the classifier
+    // beside it; the same weights as the plain model's.
+    let task = edited("vit-tiny", |t| {
+        for (n, _, _) in t.iter_mut() {
+            *n = format!("vit.{n}");
+        }
+        t.push(("classifier.bias".into(), vec![2], vec![0; 8]));
+    });
+    let prefixed = import_class_token(task.path(), Family::Vit, &options).expect("imports");
+    let plain = import_class_token(&checkpoint_dir("vit-tiny"), Family::Vit, &options).unwrap();
+    assert_eq!(prefixed.weights(), plain.weights());
 }
 
 #[test]
