@@ -21,7 +21,7 @@
 use ipu_layout::{ElementOrder, IdVec, MemoryClass, Precision, SourceView, TensorType, TileId};
 use serde::{Deserialize, Serialize};
 
-use crate::graph::OpId;
+use crate::graph::{Activation, OpId};
 
 mod walk;
 
@@ -152,14 +152,25 @@ pub enum Codelet {
         /// Added to the variance.
         eps: f32,
     },
-    /// GELU (tanh approximation) of `elements` elements.
-    Gelu {
+    /// An activation function of `elements` elements.
+    ///
+    /// Serialised under the name `Gelu` it had when the tanh GELU was the
+    /// only activation, with `function` left out for that one, so that
+    /// such packages read and write as before.
+    #[serde(rename = "Gelu")]
+    Activation {
         /// Argument.
         input: Operand,
         /// Result.
         output: Operand,
         /// Elements.
         elements: u32,
+        /// The function.
+        #[serde(
+            default = "gelu_tanh",
+            skip_serializing_if = "Activation::is_gelu_tanh"
+        )]
+        function: Activation,
     },
     /// Converts `elements` elements to the output buffer's precision
     /// (an FP8 cast, or any other conversion between precisions).
@@ -365,8 +376,6 @@ pub enum StepRole {
     Add,
     /// A layer normalisation.
     LayerNorm,
-    /// A GELU.
-    Gelu,
     /// A conversion between precisions (the FP8 casts).
     Convert,
     /// The values a repeat carries brought into their buffers before its
@@ -383,6 +392,10 @@ pub enum StepRole {
     /// the others; summed by a [`StepRole::Reduce`] step where the table's
     /// rows are split over tiles).
     Gather,
+    /// An activation function, serialised as the function alone (`Gelu`,
+    /// `GeluErf`, `QuickGelu`, `Tanh`).
+    #[serde(untagged)]
+    Activation(Activation),
 }
 
 impl StepRole {
@@ -397,7 +410,7 @@ impl StepRole {
             StepRole::Combine => "attention combine",
             StepRole::Add => "add",
             StepRole::LayerNorm => "layer_norm",
-            StepRole::Gelu => "gelu",
+            StepRole::Activation(function) => function.name(),
             StepRole::Convert => "cast_fp8",
             StepRole::EnterRepeat => "enter",
             StepRole::EndOfRepeat => "end of",
@@ -547,4 +560,10 @@ pub struct Program {
 /// The left order of packages written before row-major left operands.
 fn amp_left() -> ElementOrder {
     ElementOrder::Amp(ipu_layout::AmpOperand::Left)
+}
+
+/// The function of an activation codelet written without one: the tanh
+/// GELU, the only activation of packages before the others.
+fn gelu_tanh() -> Activation {
+    Activation::GeluTanh
 }

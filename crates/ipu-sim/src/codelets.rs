@@ -16,17 +16,29 @@
 //! limit, counted with `codelet_work` before the run.
 
 use ipu_layout::{AmpOperand, ElementOrder, Precision, TileId};
+use ipu_package::graph::Activation;
 use ipu_package::profile::{VectorModel, Work};
 use ipu_package::program::{BufferId, Codelet, GemmEntry, GemmKernel, KernelId, Operand};
 
 use crate::SimError;
 
-/// GELU with the tanh approximation, as the device codelet computes it in
-/// f32. Written here, not shared with the reference evaluator, so that the
-/// oracle stays independent of the model it checks.
-fn gelu(x: f32) -> f32 {
-    let inner = 0.797_884_6_f32 * (x + 0.044_715 * x * x * x);
-    0.5 * x * (1.0 + inner.tanh())
+/// An activation function as the device codelet computes it: the tanh
+/// GELU in f32, the others in f64 with libm's functions, rounded to f32
+/// once. Written here, not shared with the reference evaluator, so that
+/// the oracle stays independent of the model it checks.
+fn activation(function: Activation, x: f32) -> f32 {
+    let v = f64::from(x);
+    match function {
+        Activation::GeluTanh => {
+            let inner = 0.797_884_6_f32 * (x + 0.044_715 * x * x * x);
+            0.5 * x * (1.0 + inner.tanh())
+        }
+        Activation::GeluErf => {
+            (0.5 * v * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2))) as f32
+        }
+        Activation::QuickGelu => (v / (1.0 + libm::exp(-1.702 * v))) as f32,
+        Activation::Tanh => libm::tanh(v) as f32,
+    }
 }
 
 /// Layer normalisation of `rows` rows of `d` elements: mean and variance
@@ -120,7 +132,7 @@ pub(crate) fn codelet_operands(c: &Codelet) -> Vec<(Operand, Access)> {
             output,
             ..
         } => vec![(input, Read), (scale, Read), (bias, Read), (output, Write)],
-        Codelet::Gelu { input, output, .. }
+        Codelet::Activation { input, output, .. }
         | Codelet::Convert { input, output, .. }
         | Codelet::ReduceSum { input, output, .. } => vec![(input, Read), (output, Write)],
         Codelet::AttentionBlock {
@@ -172,7 +184,7 @@ pub(crate) fn codelet_name(c: &Codelet) -> &'static str {
         Codelet::Gemm { .. } => "gemm",
         Codelet::Add { .. } => "add",
         Codelet::LayerNorm { .. } => "layer_norm",
-        Codelet::Gelu { .. } => "gelu",
+        Codelet::Activation { function, .. } => function.name(),
         Codelet::Convert { .. } => "convert",
         Codelet::ReduceSum { .. } => "reduce_sum",
         Codelet::AttentionBlock { .. } => "attention_block",
@@ -201,7 +213,9 @@ pub(crate) fn codelet_work(c: &Codelet, kernel: Option<&GemmKernel>) -> u64 {
         Codelet::Add { rows, cols, .. } | Codelet::LayerNorm { rows, cols, .. } => {
             product(&[rows, cols])
         }
-        Codelet::Gelu { elements, .. } | Codelet::Convert { elements, .. } => product(&[elements]),
+        Codelet::Activation { elements, .. } | Codelet::Convert { elements, .. } => {
+            product(&[elements])
+        }
         Codelet::ReduceSum {
             count, elements, ..
         } => product(&[count, elements]),
@@ -553,17 +567,19 @@ pub fn run_codelet_counted(
                 lanes,
             }))
         }
-        Codelet::Gelu {
+        Codelet::Activation {
             input,
             output,
             elements,
+            function,
         } => {
             check_values(m, args, output, u64::from(elements))?;
             let x = read_values(m, args, input, u64::from(elements))?;
-            let y: Vec<f32> = x.into_iter().map(gelu).collect();
+            let y: Vec<f32> = x.into_iter().map(|v| activation(function, v)).collect();
             write_values(m, args, output, &y)?;
             let lanes = lanes(m, &[input.buffer, output.buffer])?;
-            Ok(counted(Work::Gelu {
+            Ok(counted(Work::Activation {
+                function,
                 elements: y.len() as u64,
                 lanes,
             }))

@@ -218,6 +218,12 @@ pub struct VectorSpec {
     pub add_instructions_per_vector: u32,
     /// GELU (tanh approximation), per vector.
     pub gelu_instructions_per_vector: u32,
+    /// GELU in its exact form (with the error function), per vector.
+    pub gelu_erf_instructions_per_vector: u32,
+    /// Quick GELU, `x·sigmoid(1.702·x)`, per vector.
+    pub quick_gelu_instructions_per_vector: u32,
+    /// The hyperbolic tangent, per vector.
+    pub tanh_instructions_per_vector: u32,
     /// A precision conversion, per vector.
     pub convert_instructions_per_vector: u32,
     /// A sum of partials, per partial and vector.

@@ -31,7 +31,7 @@ use ipu_layout::Precision;
 use crate::siglip::config::VisionConfig;
 use crate::siglip::policy::PrecisionPolicy;
 use ipu_package::graph::{
-    Carry, Graph, GraphBuilder, GraphError, Op, Repeat, TensorId, TensorKind,
+    Activation, Carry, Graph, GraphBuilder, GraphError, Op, Repeat, TensorId, TensorKind,
 };
 
 /// Options of [`build_graph`].
@@ -365,7 +365,8 @@ impl Builder<'_> {
             });
             let left = self.cast_op(ln2_y, ln2_y8);
             self.gemm(left, fc1_w, fc1_b, fc1);
-            self.g.op(Op::Gelu {
+            self.g.op(Op::Activation {
+                function: Activation::GeluTanh,
                 input: fc1,
                 output: gelu,
             });
@@ -473,7 +474,8 @@ impl Builder<'_> {
         });
         let left = self.cast_op(ln_y, ln_y8);
         self.gemm(left, fc1_w, fc1_b, fc1);
-        self.g.op(Op::Gelu {
+        self.g.op(Op::Activation {
+            function: Activation::GeluTanh,
             input: fc1,
             output: gelu,
         });

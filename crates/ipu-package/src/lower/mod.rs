@@ -30,7 +30,7 @@ use ipu_layout::{
     TensorType, TileId,
 };
 
-use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
+use crate::graph::{Activation, Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
     AmpAttention, AttentionGrid, AttentionShape, CostModel, GemmGrid, GemmProblem,
     amp_attention_layouts, amp_attention_supported, attention_grid, attention_layouts,
@@ -621,8 +621,12 @@ impl Lowerer<'_> {
                 eps,
                 output,
             } => self.lower_layer_norm(op, input, scale, bias, eps, output),
-            Op::Gelu { input, output } => self.lower_elementwise(op, input, output, true),
-            Op::CastFp8 { input, output } => self.lower_elementwise(op, input, output, false),
+            Op::Activation {
+                function,
+                input,
+                output,
+            } => self.lower_elementwise(op, input, output, Some(function)),
+            Op::CastFp8 { input, output } => self.lower_elementwise(op, input, output, None),
             Op::Attention {
                 q,
                 k,

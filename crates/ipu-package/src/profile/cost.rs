@@ -14,7 +14,7 @@
 //!
 //! | work | unit split over the workers | instructions per unit |
 //! |---|---|---|
-//! | add, GELU, convert | vectors of the elements | `add`/`gelu`/`convert_instructions_per_vector` |
+//! | add, activation, convert | vectors of the elements | `add`/`convert_instructions_per_vector`; per activation `gelu`/`gelu_erf`/`quick_gelu`/`tanh_instructions_per_vector` |
 //! | sum of `p` partials | vectors of one partial | `p × reduce_instructions_per_vector` |
 //! | layer norm | rows (or, with fewer rows than workers, parts of a row) | `layer_norm_row_instructions + vectors of a row (part) × layer_norm_instructions_per_vector` (+ parts × `layer_norm_combine_instructions_per_part` and a second worker start when split) |
 //! | attention block | query rows | `attention_row_instructions + kv × ⌈d / dot_macs⌉ + vectors of kv scores × exp + kv × ⌈d / axpy_macs⌉` |
@@ -52,6 +52,7 @@ use ipu_target::{Target, VectorSpec};
 use serde::{Deserialize, Serialize};
 
 use super::ProfileError;
+use crate::graph::Activation;
 use crate::package::{Package, PackageKernel};
 use crate::program::{Codelet, GemmEntry, KernelId, Program};
 
@@ -66,8 +67,10 @@ pub enum Work {
         /// Elements per vector.
         lanes: u32,
     },
-    /// GELU of each element.
-    Gelu {
+    /// An activation function of each element.
+    Activation {
+        /// The function.
+        function: Activation,
         /// Elements written.
         elements: u64,
         /// Elements per vector.
@@ -167,7 +170,7 @@ impl Work {
     pub fn kind(&self) -> &'static str {
         match self {
             Work::Add { .. } => "add",
-            Work::Gelu { .. } => "gelu",
+            Work::Activation { function, .. } => function.name(),
             Work::Convert { .. } => "convert",
             Work::Reduce { .. } => "reduce_sum",
             Work::LayerNorm { .. } => "layer_norm",
@@ -184,11 +187,14 @@ impl Work {
 
 /// The kinds of work a tile does, in the order profiles list them: the
 /// codelets (GEMM first) and the on-tile copies of exchange steps.
-pub const CODELET_KINDS: [&str; 13] = [
+pub const CODELET_KINDS: [&str; 16] = [
     "gemm",
     "add",
     "layer_norm",
     "gelu",
+    "gelu_erf",
+    "quick_gelu",
+    "tanh",
     "convert",
     "reduce_sum",
     "attention_block",
@@ -199,6 +205,17 @@ pub const CODELET_KINDS: [&str; 13] = [
     "gather",
     "copy",
 ];
+
+/// Worker instructions per vector of `function` (the device description's
+/// figure).
+fn activation_instructions(s: &VectorSpec, function: Activation) -> u32 {
+    match function {
+        Activation::GeluTanh => s.gelu_instructions_per_vector,
+        Activation::GeluErf => s.gelu_erf_instructions_per_vector,
+        Activation::QuickGelu => s.quick_gelu_instructions_per_vector,
+        Activation::Tanh => s.tanh_instructions_per_vector,
+    }
+}
 
 /// The position of `kind` in [`CODELET_KINDS`].
 pub(crate) fn kind_index(kind: &str) -> usize {
@@ -254,8 +271,12 @@ impl VectorModel {
         let busiest = match *work {
             Work::Add { elements, lanes } => per(vectors(elements, lanes))
                 .saturating_mul(u64::from(s.add_instructions_per_vector)),
-            Work::Gelu { elements, lanes } => per(vectors(elements, lanes))
-                .saturating_mul(u64::from(s.gelu_instructions_per_vector)),
+            Work::Activation {
+                function,
+                elements,
+                lanes,
+            } => per(vectors(elements, lanes))
+                .saturating_mul(u64::from(activation_instructions(s, function))),
             Work::Convert { elements, lanes } => per(vectors(elements, lanes))
                 .saturating_mul(u64::from(s.convert_instructions_per_vector)),
             Work::Reduce {
@@ -390,7 +411,9 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
     let macs = |m: u64| m.div_ceil(f16_macs_per_cycle.max(1));
     match *work {
         Work::Add { elements, lanes }
-        | Work::Gelu { elements, lanes }
+        | Work::Activation {
+            elements, lanes, ..
+        }
         | Work::Convert { elements, lanes } => vectors(elements, lanes),
         Work::Reduce {
             partials,
@@ -484,11 +507,13 @@ pub fn codelet_work(
             columns: u64::from(*cols),
             lanes: model.lanes_of(&[p(input), p(output)]),
         },
-        Codelet::Gelu {
+        Codelet::Activation {
             input,
             output,
             elements,
-        } => Work::Gelu {
+            function,
+        } => Work::Activation {
+            function: *function,
             elements: u64::from(*elements),
             lanes: model.lanes_of(&[p(input), p(output)]),
         },

@@ -4,7 +4,8 @@
 
 use ipu_layout::{Fp8Format, Precision};
 use ipu_package::graph::{
-    Graph, Op, ParseOptions, TensorKind, parse_fixture, parse_fixture_with, write_fixture,
+    Activation, Graph, Op, ParseOptions, TensorKind, parse_fixture, parse_fixture_with,
+    write_fixture,
 };
 
 use crate::fixture_text;
@@ -299,7 +300,8 @@ fn graphs_the_fixture_format_cannot_express_are_refused() {
             Repeat::new("layers", 2, OpId::from_u32(0), 1, first, 2).with_carries(vec![carry]),
         );
         let out = b.tensor("out", [2, 4], Precision::F16, TensorKind::Output);
-        b.op(Op::Gelu {
+        b.op(Op::Activation {
+            function: Activation::GeluTanh,
             input: prev,
             output: out,
         });

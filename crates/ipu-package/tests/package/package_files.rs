@@ -19,6 +19,7 @@ use ipu_layout::{
     TensorTiling, TensorType, TileId,
 };
 use ipu_package::LocalCopy;
+use ipu_package::graph::Activation;
 use ipu_package::package::{
     BufferAddresses, BuildSummary, FORMAT_VERSION, Manifest, Package, PackageIoError,
     PackageKernel, PackagePhase, PackagePlacement, PhaseInfo, RowPatch, TileSupport,
@@ -152,15 +153,16 @@ pub fn sample() -> Package {
         Step::Compute(ComputeStep {
             label: StepLabel {
                 op: None,
-                role: StepRole::Gelu,
+                role: StepRole::Activation(Activation::GeluTanh),
                 name: "y".into(),
             },
             calls: vec![(
                 TileId::from_u32(0),
-                Codelet::Gelu {
+                Codelet::Activation {
                     input: x.into(),
                     output: y.into(),
                     elements: 8,
+                    function: Activation::GeluTanh,
                 },
             )],
         }),
@@ -170,7 +172,7 @@ pub fn sample() -> Package {
             body: vec![Step::Exchange(ExchangeStep {
                 label: StepLabel {
                     op: None,
-                    role: StepRole::Gelu,
+                    role: StepRole::Activation(Activation::GeluTanh),
                     name: "x".into(),
                 },
                 copies: Vec::new(),

@@ -5,7 +5,7 @@
 
 use ipu_layout::{Precision, TileId};
 use ipu_package::build::{BuildConfig, Stages, build_package};
-use ipu_package::graph::parse_fixture;
+use ipu_package::graph::{Activation, parse_fixture};
 use ipu_package::package::Package;
 use ipu_package::profile::{
     ModelWork, Profile, ProfileConfig, ProfileError, StepKind, VectorModel, Work, estimate,
@@ -271,7 +271,14 @@ proptest! {
         let (lo, hi) = (a.min(b), a.max(b));
         let v = VectorModel::new(Target::ipu21());
         let pairs = [
-            (Work::Gelu { elements: lo, lanes }, Work::Gelu { elements: hi, lanes }),
+            (
+                Work::Activation { function: Activation::GeluTanh, elements: lo, lanes },
+                Work::Activation { function: Activation::GeluTanh, elements: hi, lanes },
+            ),
+            (
+                Work::Activation { function: Activation::GeluErf, elements: lo, lanes },
+                Work::Activation { function: Activation::GeluErf, elements: hi, lanes },
+            ),
             (
                 Work::Reduce { partials: 3, elements: lo, lanes },
                 Work::Reduce { partials: 3, elements: hi, lanes },

@@ -277,6 +277,24 @@ pub fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
 }
 
+/// GELU in its exact form, `0.5·x·(1 + erf(x/√2))`, in f64 (libm's erf,
+/// within an ulp), rounded to f32 by the caller's cast.
+pub fn gelu_erf(x: f32) -> f32 {
+    let x = f64::from(x);
+    (0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))) as f32
+}
+
+/// Quick GELU, `x·sigmoid(1.702·x) = x / (1 + exp(−1.702·x))`, in f64.
+pub fn quick_gelu(x: f32) -> f32 {
+    let x = f64::from(x);
+    (x / (1.0 + libm::exp(-1.702 * x))) as f32
+}
+
+/// The hyperbolic tangent in f64.
+pub fn tanh(x: f32) -> f32 {
+    libm::tanh(f64::from(x)) as f32
+}
+
 /// Multi-head attention; shapes as documented on `Op::Attention`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(

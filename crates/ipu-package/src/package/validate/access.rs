@@ -184,10 +184,11 @@ pub fn codelet_accesses(
                 n,
             )
         }
-        Codelet::Gelu {
+        Codelet::Activation {
             input,
             output,
             elements,
+            ..
         }
         | Codelet::Convert {
             input,
