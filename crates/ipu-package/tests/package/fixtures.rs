@@ -321,3 +321,36 @@ fn graphs_the_fixture_format_cannot_express_are_refused() {
         Err(WriteError::Brace { .. })
     ));
 }
+
+#[test]
+fn every_activation_is_written_back_by_its_name() {
+    let text = fixture_text("tiny-2l-h64.json");
+    // The existing spelling `gelu` is the tanh form.
+    let graph = parse_fixture(&text).expect("parses");
+    let functions = |g: &Graph| -> Vec<Activation> {
+        g.ops()
+            .iter()
+            .filter_map(|(_, op)| match op {
+                Op::Activation { function, .. } => Some(*function),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(functions(&graph), [Activation::GeluTanh; 3]);
+    for function in Activation::ALL {
+        let edited = text.replace(
+            "\"op\": \"gelu\"",
+            &format!("\"op\": \"{}\"", function.name()),
+        );
+        let graph = parse_fixture(&edited).expect("parses");
+        assert_eq!(functions(&graph), [function; 3]);
+        let written = write_fixture(&graph).expect("writes");
+        assert!(
+            written.contains(&format!("\"op\": \"{}\"", function.name())),
+            "{written}"
+        );
+        let back = parse_fixture(&written).expect("the written fixture parses");
+        assert_same(&graph, &back);
+        assert_eq!(functions(&back), [function; 3]);
+    }
+}
