@@ -8,8 +8,8 @@ use ipu_package::build::{BuildConfig, Stages, build_package};
 use ipu_package::graph::{Activation, parse_fixture};
 use ipu_package::package::Package;
 use ipu_package::profile::{
-    ModelWork, Profile, ProfileConfig, ProfileError, StepKind, VectorModel, Work, estimate,
-    work_floor,
+    CODELET_KINDS, ModelWork, Profile, ProfileConfig, ProfileError, StepKind, VectorModel, Work,
+    estimate, work_floor,
 };
 use ipu_package::program::{Codelet, Step};
 use ipu_target::Target;
@@ -411,4 +411,28 @@ fn damaged_packages_get_typed_errors() {
     bad.kernels.pop();
     let e = estimate(&bad, &config).expect_err("a kernel missing");
     assert!(matches!(e, ProfileError::KernelCount { .. }), "{e}");
+}
+
+#[test]
+fn each_activation_is_costed_by_its_own_figure_and_kind() {
+    let t = Target::ipu21();
+    let v = VectorModel::new(t);
+    let s = t.vector();
+    for (function, figure) in [
+        (Activation::GeluTanh, s.gelu_instructions_per_vector),
+        (Activation::GeluErf, s.gelu_erf_instructions_per_vector),
+        (Activation::QuickGelu, s.quick_gelu_instructions_per_vector),
+        (Activation::Tanh, s.tanh_instructions_per_vector),
+    ] {
+        // 1000 F16 elements: 250 vectors, 42 for the busiest of six
+        // workers, each `figure` instructions, after a prologue of 15.
+        let work = Work::Activation {
+            function,
+            elements: 1000,
+            lanes: 4,
+        };
+        assert_eq!(v.cycles(&work), 60 + 6 * (15 + 42 * u64::from(figure)));
+        assert_eq!(work.kind(), function.name());
+        assert!(CODELET_KINDS.contains(&function.name()), "{function}");
+    }
 }

@@ -267,3 +267,23 @@ impl CycleCount {
         self.steps.push(step);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_activation_is_counted_under_its_own_name() {
+        let operand = BufferId::from_u32(0).into();
+        for function in Activation::ALL {
+            let call = Codelet::Activation {
+                input: operand,
+                output: operand,
+                elements: 1,
+                function,
+            };
+            assert_eq!(CODELET_KINDS[codelet_kind(&call)], function.name());
+            assert_eq!(crate::codelets::codelet_name(&call), function.name());
+        }
+    }
+}
