@@ -25,7 +25,7 @@
 //! - `gelu`: `0.5·x·(1 + tanh(0.7978846·(x + 0.044715·x³)))` in f32.
 //! - `gelu_erf`: `0.5·x·(1 + erf(x/√2))`, `quick_gelu`:
 //!   `x / (1 + exp(−1.702·x))` and `tanh`, each in f64 (libm's functions)
-//!   and rounded to f32 once.
+//!   and rounded to f32.
 //! - `attention`: per batch, head and query row, with `p` the softmax
 //!   precision and `round_p` rounding to it (identity for F32):
 //!   `s_j = round_p(dot(q_h, k_{j,h}) · (1/sqrt(head_dim)))` with the dot an

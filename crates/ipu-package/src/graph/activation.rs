@@ -11,7 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// An element-wise activation function.
+/// An element-wise activation function. Like every op's, its f32 result
+/// is then rounded to the output tensor's precision.
 ///
 /// Serialised (in `program.json`'s step roles and codelets) by its variant
 /// name, except [`Activation::GeluTanh`], which keeps the name `Gelu` it
@@ -25,12 +26,12 @@ pub enum Activation {
     #[serde(rename = "Gelu")]
     GeluTanh,
     /// GELU in its exact form, `0.5·x·(1 + erf(x/√2))`, computed in f64
-    /// and rounded once (transformers' `gelu`).
+    /// and rounded to f32 (transformers' `gelu`).
     GeluErf,
     /// The sigmoid approximation of GELU, `x·sigmoid(1.702·x)`, computed in
-    /// f64 and rounded once (transformers' `quick_gelu`).
+    /// f64 and rounded to f32 (transformers' `quick_gelu`).
     QuickGelu,
-    /// The hyperbolic tangent, computed in f64 and rounded once.
+    /// The hyperbolic tangent, computed in f64 and rounded to f32.
     Tanh,
 }
 
