@@ -98,6 +98,11 @@ pub struct GemmEntry {
     pub accumulate: bool,
 }
 
+/// The largest scale exponent of [`Codelet::AttentionSoftmax`]'s
+/// probabilities: `2^-14` is the smallest normal F16 number, so a
+/// probability of 1 stays normal (enough for key blocks of 2^14 rows).
+pub const MAX_PROB_EXPONENT: u32 = 14;
+
 /// Work one tile does on its own memory in a compute step.
 ///
 /// Shapes are of the calling tile's shards, padding included where the
@@ -279,10 +284,13 @@ pub enum Codelet {
     /// The softmax between attention's two AMP products, for `rows` rows of
     /// scores against `columns` keys, rows `stride` elements apart in both
     /// `scores` and `probs`. Per row: `s_j = scores_j · scale` (rounded to
-    /// F16 when `softmax_f16`), `m = max_j s_j`, `p_j = exp(s_j − m)`
-    /// rounded to F16 and written to `probs` (zeros in columns
+    /// F16 when `softmax_f16`), `m = max_j s_j`, `p_j = exp(s_j − m) ·
+    /// 2^-exponent` rounded to F16 and written to `probs` (zeros in columns
     /// `columns..stride`, so the next GEMM may read the whole row), and
     /// `m` and `l = Σ_j p_j` (F32) written for [`Codelet::AttentionCombine`].
+    /// The scale `2^-exponent` (the exponential's argument lowered by
+    /// `exponent · ln 2`) bounds the next product's F16 partial sums; it
+    /// cancels in the combine, which divides by `l`.
     AttentionSoftmax {
         /// Scores `q · k`, F32 or F16.
         scores: Operand,
@@ -302,6 +310,11 @@ pub enum Codelet {
         scale: f32,
         /// Whether the scaled scores are rounded to F16.
         softmax_f16: bool,
+        /// The probabilities are scaled by `2^-exponent` (at most
+        /// [`MAX_PROB_EXPONENT`]); absent in packages from before it
+        /// existed, which means 0.
+        #[serde(default)]
+        exponent: u32,
     },
     /// Writes `bytes` zero bytes.
     Zero {

@@ -34,9 +34,9 @@ use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKi
 use crate::plan::{
     AmpAttention, AttentionGrid, AttentionShape, CostModel, GemmGrid, GemmProblem,
     amp_attention_layouts, amp_attention_supported, attention_grid, attention_layouts,
-    choose_amp_attention, choose_gemm_grid, column_parts, column_tiling, element_layout,
-    gemm_layouts, pass_rows, reduce_layout, replicated, row_layout, row_split, spread, tensor_type,
-    vector_attention_cycles, vector_home,
+    blocks_exponent, choose_amp_attention, choose_gemm_grid, column_parts, column_tiling,
+    element_layout, gemm_layouts, pass_rows, reduce_layout, replicated, row_layout, row_split,
+    spread, tensor_type, vector_attention_cycles, vector_home,
 };
 use crate::program::{
     Buffer, BufferId, BufferRole, Codelet, ComputeStep, ExchangeStep, GemmEntry, GemmKernel,

@@ -117,6 +117,8 @@ pub enum Work {
         q_rows: u64,
         /// Columns per head.
         head_dim: u64,
+        /// Partial outputs per vector as stored (F32 or F16 blocks).
+        block_lanes: u32,
     },
     /// The softmax between attention's AMP products.
     AttentionSoftmax {
@@ -319,10 +321,20 @@ impl VectorModel {
                 blocks,
                 q_rows,
                 head_dim,
+                block_lanes,
             } => {
                 let scale = head_dim.div_ceil(axpy);
+                // F16 blocks are widened to F32 before they are weighed and
+                // added, a vector at a time as the loads deliver them.
+                let widen = if u64::from(block_lanes) > axpy {
+                    vectors(head_dim, block_lanes)
+                        .saturating_mul(u64::from(s.convert_instructions_per_vector))
+                } else {
+                    0
+                };
+                let per_block = exp.saturating_add(scale).saturating_add(widen);
                 per(q_rows).saturating_mul(
-                    row.saturating_add(blocks.saturating_mul(exp.saturating_add(scale)))
+                    row.saturating_add(blocks.saturating_mul(per_block))
                         .saturating_add(scale),
                 )
             }
@@ -418,6 +430,7 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             blocks,
             q_rows,
             head_dim,
+            ..
         } => {
             // F32 partial outputs: two lanes per vector of 8 bytes.
             let lanes = (datapath_bytes / 4).max(1);
@@ -527,6 +540,7 @@ pub fn codelet_work(
             }),
         },
         Codelet::AttentionCombine {
+            out,
             blocks,
             q_rows,
             head_dim,
@@ -535,6 +549,7 @@ pub fn codelet_work(
             blocks: u64::from(*blocks),
             q_rows: u64::from(*q_rows),
             head_dim: u64::from(*head_dim),
+            block_lanes: model.lanes(p(out)),
         },
         Codelet::AttentionSoftmax {
             scores,
