@@ -98,6 +98,11 @@ pub struct GemmEntry {
     pub accumulate: bool,
 }
 
+/// A [`Codelet::Zero`] without a run count writes one run.
+fn one_run() -> u32 {
+    1
+}
+
 /// The largest scale exponent of [`Codelet::AttentionSoftmax`]'s
 /// probabilities: `2^-14` is the smallest normal F16 number, so a
 /// probability of 1 stays normal (enough for key blocks of 2^14 rows).
@@ -316,12 +321,22 @@ pub enum Codelet {
         #[serde(default)]
         exponent: u32,
     },
-    /// Writes `bytes` zero bytes.
+    /// Writes `runs` runs of `bytes` zero bytes, run `i` starting
+    /// `i · stride` bytes after `target`: one strided call clears the
+    /// padding at the end of every row of a shard.
     Zero {
-        /// Where.
+        /// Where the first run starts.
         target: Operand,
-        /// How many.
+        /// Bytes of each run.
         bytes: u32,
+        /// Runs; absent in packages from before strided clears, which
+        /// means one.
+        #[serde(default = "one_run")]
+        runs: u32,
+        /// Bytes from one run's start to the next (at least `bytes` when
+        /// `runs > 1`); absent means 0.
+        #[serde(default)]
+        stride: u32,
     },
     /// Rows of a table shard picked by index: for each of the `rows`
     /// indices (F32 whole numbers, contiguous), output row `r` (`cols`

@@ -223,7 +223,7 @@ pub(crate) fn codelet_work(c: &Codelet, kernel: Option<&GemmKernel>) -> u64 {
         Codelet::Panels {
             out_rows, out_cols, ..
         } => product(&[out_rows, out_cols]),
-        Codelet::Zero { bytes, .. } => product(&[bytes]),
+        Codelet::Zero { bytes, runs, .. } => product(&[bytes, runs]),
         Codelet::Gather { rows, cols, .. } => product(&[rows, cols]),
     }
 }
@@ -897,12 +897,29 @@ pub fn run_codelet_counted(
                 transpose,
             }))
         }
-        Codelet::Zero { target, bytes } => {
-            m.extent(tile, target, u64::from(bytes))?;
-            let zeros = vec![0u8; bytes as usize];
-            m.write(tile, target, &zeros)?;
+        Codelet::Zero {
+            target,
+            bytes,
+            runs,
+            stride,
+        } => {
+            let (bytes, stride) = (u64::from(bytes), u64::from(stride));
+            if runs > 1 && stride < bytes {
+                return Err(args.fail("stride (runs overlap)"));
+            }
+            // The last run reaches furthest: check it before writing any.
+            let last = args.mul("run offset", u64::from(runs.saturating_sub(1)), stride)?;
+            if runs > 0 {
+                m.extent(tile, args.shift(target, last, 1)?, bytes)?;
+            }
+            let zeros = vec![0u8; args.usize("bytes", bytes)?];
+            for run in 0..u64::from(runs) {
+                let at = args.shift(target, args.mul("run offset", run, stride)?, 1)?;
+                m.write(tile, at, &zeros)?;
+            }
             Ok(counted(Work::Zero {
                 bytes: zeros.len() as u64,
+                runs: u64::from(runs),
             }))
         }
         Codelet::Gather {

@@ -277,8 +277,12 @@ impl<'a> AmpAttentionScorer<'a> {
         let d = a.head_dim();
         let dp = padded_head_dim(&a);
         let (rq, rk, rk_data) = blocks(&a, grid);
-        let zero = |bytes: u64| vector.cycles(&Work::Zero { bytes });
-        let clear = zero(rq * dp * 2).saturating_add(sync);
+        let zero = |bytes: u64, runs: u64| vector.cycles(&Work::Zero { bytes, runs });
+        // The queries' padding: a strided clear of each row's end, or the
+        // whole span, whichever the lowering finds cheaper.
+        let clear = zero(rq * dp * 2, 1)
+            .min(zero((dp - d) * 2, rq))
+            .saturating_add(sync);
         let received = (rq + 2 * rk_data) * d * 2;
         let operands = cost.exchange_cycles(received).saturating_add(sync);
         let panels = vector

@@ -141,10 +141,12 @@ pub enum Work {
         /// Whether the block is transposed.
         transpose: bool,
     },
-    /// Zeroing bytes.
+    /// Zeroing runs of bytes.
     Zero {
-        /// Bytes written.
+        /// Bytes of each run.
         bytes: u64,
+        /// Runs written (1 for a plain clear).
+        runs: u64,
     },
     /// On-tile copies of an exchange step.
     Copy {
@@ -374,8 +376,19 @@ impl VectorModel {
                         .saturating_mul(group.saturating_add(row.saturating_mul(4)))
                 }
             }
-            Work::Zero { bytes } | Work::Copy { bytes } => {
+            Work::Copy { bytes } => {
                 per(bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1))))
+            }
+            Work::Zero { bytes, runs } => {
+                let stores = bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1)));
+                if runs <= 1 {
+                    // One run is split over the workers.
+                    per(stores)
+                } else {
+                    // Whole runs to each worker, each with its step.
+                    per(runs)
+                        .saturating_mul(stores.saturating_add(u64::from(s.zero_run_instructions)))
+                }
             }
             Work::Gather {
                 rows,
@@ -453,9 +466,10 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             let lanes = (datapath_bytes / 2).max(1);
             vectors(out_cols.saturating_mul(out_rows), lanes)
         }
-        Work::Zero { bytes } | Work::Copy { bytes } => {
-            bytes.div_ceil(u64::from(datapath_bytes.max(1)))
-        }
+        Work::Copy { bytes } => bytes.div_ceil(u64::from(datapath_bytes.max(1))),
+        Work::Zero { bytes, runs } => bytes
+            .saturating_mul(runs.max(1))
+            .div_ceil(u64::from(datapath_bytes.max(1))),
         // Every output row is written, a vector at a time.
         Work::Gather {
             rows,
@@ -573,8 +587,9 @@ pub fn codelet_work(
             out_cols: u64::from(*out_cols),
             transpose: *transpose,
         },
-        Codelet::Zero { bytes, .. } => Work::Zero {
+        Codelet::Zero { bytes, runs, .. } => Work::Zero {
             bytes: u64::from(*bytes),
+            runs: u64::from(*runs),
         },
         Codelet::Gather {
             table,

@@ -391,10 +391,30 @@ pub fn codelet_accesses(
                 written,
             )
         }
-        Codelet::Zero { target, bytes } => (
-            vec![raw("target", target, Ok(u64::from(bytes)))],
-            Ok(u64::from(bytes)),
-        ),
+        Codelet::Zero {
+            target,
+            bytes,
+            runs,
+            stride,
+        } => {
+            // Run `i` starts `i · stride` bytes on; runs must not overlap.
+            let span = if runs > 1 && stride < bytes {
+                Err(SpanError::TooSmall {
+                    what: "run stride in bytes",
+                    extent: u64::from(stride),
+                    data: u64::from(bytes),
+                })
+            } else if runs == 0 {
+                Ok(0)
+            } else {
+                mul(u64::from(runs - 1), u64::from(stride))
+                    .and_then(|x| x.checked_add(u64::from(bytes)).ok_or(SpanError::Overflow))
+            };
+            (
+                vec![raw("target", target, span)],
+                mul(u64::from(bytes), u64::from(runs)),
+            )
+        }
         Codelet::Gather {
             table,
             indices,
