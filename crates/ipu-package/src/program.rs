@@ -98,6 +98,16 @@ pub struct GemmEntry {
     pub accumulate: bool,
 }
 
+/// A [`Codelet::Zero`] without a run count writes one run.
+fn one_run() -> u32 {
+    1
+}
+
+/// The largest scale exponent of [`Codelet::AttentionSoftmax`]'s
+/// probabilities: `2^-14` is the smallest normal F16 number, so a
+/// probability of 1 stays normal (enough for key blocks of 2^14 rows).
+pub const MAX_PROB_EXPONENT: u32 = 14;
+
 /// Work one tile does on its own memory in a compute step.
 ///
 /// Shapes are of the calling tile's shards, padding included where the
@@ -290,10 +300,13 @@ pub enum Codelet {
     /// The softmax between attention's two AMP products, for `rows` rows of
     /// scores against `columns` keys, rows `stride` elements apart in both
     /// `scores` and `probs`. Per row: `s_j = scores_j · scale` (rounded to
-    /// F16 when `softmax_f16`), `m = max_j s_j`, `p_j = exp(s_j − m)`
-    /// rounded to F16 and written to `probs` (zeros in columns
+    /// F16 when `softmax_f16`), `m = max_j s_j`, `p_j = exp(s_j − m) ·
+    /// 2^-exponent` rounded to F16 and written to `probs` (zeros in columns
     /// `columns..stride`, so the next GEMM may read the whole row), and
     /// `m` and `l = Σ_j p_j` (F32) written for [`Codelet::AttentionCombine`].
+    /// The scale `2^-exponent` (the exponential's argument lowered by
+    /// `exponent · ln 2`) bounds the next product's F16 partial sums; it
+    /// cancels in the combine, which divides by `l`.
     AttentionSoftmax {
         /// Scores `q · k`, F32 or F16.
         scores: Operand,
@@ -313,13 +326,28 @@ pub enum Codelet {
         scale: f32,
         /// Whether the scaled scores are rounded to F16.
         softmax_f16: bool,
+        /// The probabilities are scaled by `2^-exponent` (at most
+        /// [`MAX_PROB_EXPONENT`]); absent in packages from before it
+        /// existed, which means 0.
+        #[serde(default)]
+        exponent: u32,
     },
-    /// Writes `bytes` zero bytes.
+    /// Writes `runs` runs of `bytes` zero bytes, run `i` starting
+    /// `i · stride` bytes after `target`: one strided call clears the
+    /// padding at the end of every row of a shard.
     Zero {
-        /// Where.
+        /// Where the first run starts.
         target: Operand,
-        /// How many.
+        /// Bytes of each run.
         bytes: u32,
+        /// Runs; absent in packages from before strided clears, which
+        /// means one.
+        #[serde(default = "one_run")]
+        runs: u32,
+        /// Bytes from one run's start to the next (at least `bytes` when
+        /// `runs > 1`); absent means 0.
+        #[serde(default)]
+        stride: u32,
     },
     /// Rows of a table shard picked by index: for each of the `rows`
     /// indices (F32 whole numbers, contiguous), output row `r` (`cols`

@@ -257,6 +257,9 @@ pub struct VectorSpec {
     pub transpose_block_instructions: u32,
     /// Bytes one copy or clear instruction moves.
     pub copy_bytes_per_instruction: u32,
+    /// A strided clear, per run besides its stores: the loop's step to
+    /// the next run's address.
+    pub zero_run_instructions: u32,
     /// A gather, per index: read it, test it against the shard's rows and
     /// choose the source row (the table's, or zeros).
     pub gather_row_instructions: u32,

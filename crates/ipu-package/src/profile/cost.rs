@@ -120,6 +120,8 @@ pub enum Work {
         q_rows: u64,
         /// Columns per head.
         head_dim: u64,
+        /// Partial outputs per vector as stored (F32 or F16 blocks).
+        block_lanes: u32,
     },
     /// The softmax between attention's AMP products.
     AttentionSoftmax {
@@ -142,10 +144,12 @@ pub enum Work {
         /// Whether the block is transposed.
         transpose: bool,
     },
-    /// Zeroing bytes.
+    /// Zeroing runs of bytes.
     Zero {
-        /// Bytes written.
+        /// Bytes of each run.
         bytes: u64,
+        /// Runs written (1 for a plain clear).
+        runs: u64,
     },
     /// On-tile copies of an exchange step.
     Copy {
@@ -340,10 +344,20 @@ impl VectorModel {
                 blocks,
                 q_rows,
                 head_dim,
+                block_lanes,
             } => {
                 let scale = head_dim.div_ceil(axpy);
+                // F16 blocks are widened to F32 before they are weighed and
+                // added, a vector at a time as the loads deliver them.
+                let widen = if u64::from(block_lanes) > axpy {
+                    vectors(head_dim, block_lanes)
+                        .saturating_mul(u64::from(s.convert_instructions_per_vector))
+                } else {
+                    0
+                };
+                let per_block = exp.saturating_add(scale).saturating_add(widen);
                 per(q_rows).saturating_mul(
-                    row.saturating_add(blocks.saturating_mul(exp.saturating_add(scale)))
+                    row.saturating_add(blocks.saturating_mul(per_block))
                         .saturating_add(scale),
                 )
             }
@@ -383,8 +397,19 @@ impl VectorModel {
                         .saturating_mul(group.saturating_add(row.saturating_mul(4)))
                 }
             }
-            Work::Zero { bytes } | Work::Copy { bytes } => {
+            Work::Copy { bytes } => {
                 per(bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1))))
+            }
+            Work::Zero { bytes, runs } => {
+                let stores = bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1)));
+                if runs <= 1 {
+                    // One run is split over the workers.
+                    per(stores)
+                } else {
+                    // Whole runs to each worker, each with its step.
+                    per(runs)
+                        .saturating_mul(stores.saturating_add(u64::from(s.zero_run_instructions)))
+                }
             }
             Work::Gather {
                 rows,
@@ -441,6 +466,7 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             blocks,
             q_rows,
             head_dim,
+            ..
         } => {
             // F32 partial outputs: two lanes per vector of 8 bytes.
             let lanes = (datapath_bytes / 4).max(1);
@@ -463,9 +489,10 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             let lanes = (datapath_bytes / 2).max(1);
             vectors(out_cols.saturating_mul(out_rows), lanes)
         }
-        Work::Zero { bytes } | Work::Copy { bytes } => {
-            bytes.div_ceil(u64::from(datapath_bytes.max(1)))
-        }
+        Work::Copy { bytes } => bytes.div_ceil(u64::from(datapath_bytes.max(1))),
+        Work::Zero { bytes, runs } => bytes
+            .saturating_mul(runs.max(1))
+            .div_ceil(u64::from(datapath_bytes.max(1))),
         // Every output row is written, a vector at a time.
         Work::Gather {
             rows,
@@ -552,6 +579,7 @@ pub fn codelet_work(
             }),
         },
         Codelet::AttentionCombine {
+            out,
             blocks,
             q_rows,
             head_dim,
@@ -560,6 +588,7 @@ pub fn codelet_work(
             blocks: u64::from(*blocks),
             q_rows: u64::from(*q_rows),
             head_dim: u64::from(*head_dim),
+            block_lanes: model.lanes(p(out)),
         },
         Codelet::AttentionSoftmax {
             scores,
@@ -583,8 +612,9 @@ pub fn codelet_work(
             out_cols: u64::from(*out_cols),
             transpose: *transpose,
         },
-        Codelet::Zero { bytes, .. } => Work::Zero {
+        Codelet::Zero { bytes, runs, .. } => Work::Zero {
             bytes: u64::from(*bytes),
+            runs: u64::from(*runs),
         },
         Codelet::Gather {
             table,

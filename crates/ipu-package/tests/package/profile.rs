@@ -222,7 +222,16 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
         60 + 6 * (15 + 144 * 4 + 40 + 2 * 2 + 60 / 6 + 15)
     );
     // A call costs at least its overhead.
-    assert_eq!(v.cycles(&Work::Zero { bytes: 0 }), 60 + 6 * 15);
+    assert_eq!(v.cycles(&Work::Zero { bytes: 0, runs: 1 }), 60 + 6 * 15);
+    // A strided clear of 183 rows' last 16 bytes: whole runs to each
+    // worker (31 for the busiest), 2 stores and the step of 2 each.
+    assert_eq!(
+        v.cycles(&Work::Zero {
+            bytes: 16,
+            runs: 183
+        }),
+        60 + 6 * (15 + 31 * (2 + 2))
+    );
     // The AMP attention's softmax over 27 query rows of 160 F32 scores:
     // per row 30 + 80 score vectors x 2 + 40 F16 vectors x (4 exp + 2);
     // 5 rows for the busiest worker.

@@ -350,6 +350,9 @@ fn the_amp_attention_codelets_validate_and_refuse_huge_or_narrow_extents() {
         // Narrower than the data they hold.
         ("Panels", &["out_cols"][..], 1),
         ("AttentionSoftmax", &["stride"][..], 1),
+        // A probability scale below F16's normal numbers.
+        ("AttentionSoftmax", &["exponent"][..], 15),
+        ("AttentionSoftmax", &["exponent"][..], u32::MAX),
     ] {
         let files = edited_from(base, |f| {
             json(f, "program.json", |p| {
