@@ -21,7 +21,7 @@
 use ipu_layout::{ElementOrder, IdVec, MemoryClass, Precision, SourceView, TensorType, TileId};
 use serde::{Deserialize, Serialize};
 
-use crate::graph::OpId;
+use crate::graph::{Activation, OpId};
 
 mod walk;
 
@@ -98,6 +98,16 @@ pub struct GemmEntry {
     pub accumulate: bool,
 }
 
+/// A [`Codelet::Zero`] without a run count writes one run.
+fn one_run() -> u32 {
+    1
+}
+
+/// The largest scale exponent of [`Codelet::AttentionSoftmax`]'s
+/// probabilities: `2^-14` is the smallest normal F16 number, so a
+/// probability of 1 stays normal (enough for key blocks of 2^14 rows).
+pub const MAX_PROB_EXPONENT: u32 = 14;
+
 /// Work one tile does on its own memory in a compute step.
 ///
 /// Shapes are of the calling tile's shards, padding included where the
@@ -152,14 +162,25 @@ pub enum Codelet {
         /// Added to the variance.
         eps: f32,
     },
-    /// GELU (tanh approximation) of `elements` elements.
-    Gelu {
+    /// An activation function of `elements` elements.
+    ///
+    /// Serialised under the name `Gelu` it had when the tanh GELU was the
+    /// only activation, with `function` left out for that one, so that
+    /// such packages read and write as before.
+    #[serde(rename = "Gelu")]
+    Activation {
         /// Argument.
         input: Operand,
         /// Result.
         output: Operand,
         /// Elements.
         elements: u32,
+        /// The function.
+        #[serde(
+            default = "gelu_tanh",
+            skip_serializing_if = "Activation::is_gelu_tanh"
+        )]
+        function: Activation,
     },
     /// Converts `elements` elements to the output buffer's precision
     /// (an FP8 cast, or any other conversion between precisions).
@@ -279,10 +300,13 @@ pub enum Codelet {
     /// The softmax between attention's two AMP products, for `rows` rows of
     /// scores against `columns` keys, rows `stride` elements apart in both
     /// `scores` and `probs`. Per row: `s_j = scores_j · scale` (rounded to
-    /// F16 when `softmax_f16`), `m = max_j s_j`, `p_j = exp(s_j − m)`
-    /// rounded to F16 and written to `probs` (zeros in columns
+    /// F16 when `softmax_f16`), `m = max_j s_j`, `p_j = exp(s_j − m) ·
+    /// 2^-exponent` rounded to F16 and written to `probs` (zeros in columns
     /// `columns..stride`, so the next GEMM may read the whole row), and
     /// `m` and `l = Σ_j p_j` (F32) written for [`Codelet::AttentionCombine`].
+    /// The scale `2^-exponent` (the exponential's argument lowered by
+    /// `exponent · ln 2`) bounds the next product's F16 partial sums; it
+    /// cancels in the combine, which divides by `l`.
     AttentionSoftmax {
         /// Scores `q · k`, F32 or F16.
         scores: Operand,
@@ -302,13 +326,28 @@ pub enum Codelet {
         scale: f32,
         /// Whether the scaled scores are rounded to F16.
         softmax_f16: bool,
+        /// The probabilities are scaled by `2^-exponent` (at most
+        /// [`MAX_PROB_EXPONENT`]); absent in packages from before it
+        /// existed, which means 0.
+        #[serde(default)]
+        exponent: u32,
     },
-    /// Writes `bytes` zero bytes.
+    /// Writes `runs` runs of `bytes` zero bytes, run `i` starting
+    /// `i · stride` bytes after `target`: one strided call clears the
+    /// padding at the end of every row of a shard.
     Zero {
-        /// Where.
+        /// Where the first run starts.
         target: Operand,
-        /// How many.
+        /// Bytes of each run.
         bytes: u32,
+        /// Runs; absent in packages from before strided clears, which
+        /// means one.
+        #[serde(default = "one_run")]
+        runs: u32,
+        /// Bytes from one run's start to the next (at least `bytes` when
+        /// `runs > 1`); absent means 0.
+        #[serde(default)]
+        stride: u32,
     },
     /// Rows of a table shard picked by index: for each of the `rows`
     /// indices (F32 whole numbers, contiguous), output row `r` (`cols`
@@ -365,8 +404,6 @@ pub enum StepRole {
     Add,
     /// A layer normalisation.
     LayerNorm,
-    /// A GELU.
-    Gelu,
     /// A conversion between precisions (the FP8 casts).
     Convert,
     /// The values a repeat carries brought into their buffers before its
@@ -383,6 +420,10 @@ pub enum StepRole {
     /// the others; summed by a [`StepRole::Reduce`] step where the table's
     /// rows are split over tiles).
     Gather,
+    /// An activation function, serialised as the function alone (`Gelu`,
+    /// `GeluErf`, `QuickGelu`, `Tanh`).
+    #[serde(untagged)]
+    Activation(Activation),
 }
 
 impl StepRole {
@@ -397,7 +438,7 @@ impl StepRole {
             StepRole::Combine => "attention combine",
             StepRole::Add => "add",
             StepRole::LayerNorm => "layer_norm",
-            StepRole::Gelu => "gelu",
+            StepRole::Activation(function) => function.name(),
             StepRole::Convert => "cast_fp8",
             StepRole::EnterRepeat => "enter",
             StepRole::EndOfRepeat => "end of",
@@ -547,4 +588,10 @@ pub struct Program {
 /// The left order of packages written before row-major left operands.
 fn amp_left() -> ElementOrder {
     ElementOrder::Amp(ipu_layout::AmpOperand::Left)
+}
+
+/// The function of an activation codelet written without one: the tanh
+/// GELU, the only activation of packages before the others.
+fn gelu_tanh() -> Activation {
+    Activation::GeluTanh
 }

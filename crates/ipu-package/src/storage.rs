@@ -178,7 +178,7 @@ pub fn codelet_buffers(c: &Codelet) -> SmallVec<[BufferId; 7]> {
             output,
             ..
         } => smallvec::smallvec![input, scale, bias, output],
-        Codelet::Gelu { input, output, .. } | Codelet::Convert { input, output, .. } => {
+        Codelet::Activation { input, output, .. } | Codelet::Convert { input, output, .. } => {
             smallvec::smallvec![input, output]
         }
         Codelet::ReduceSum { input, output, .. } => smallvec::smallvec![input, output],

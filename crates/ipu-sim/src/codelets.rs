@@ -16,17 +16,31 @@
 //! limit, counted with `codelet_work` before the run.
 
 use ipu_layout::{AmpOperand, ElementOrder, Precision, TileId};
+use ipu_package::graph::Activation;
 use ipu_package::profile::{VectorModel, Work};
-use ipu_package::program::{BufferId, Codelet, GemmEntry, GemmKernel, KernelId, Operand};
+use ipu_package::program::{
+    BufferId, Codelet, GemmEntry, GemmKernel, KernelId, MAX_PROB_EXPONENT, Operand,
+};
 
 use crate::SimError;
 
-/// GELU with the tanh approximation, as the device codelet computes it in
-/// f32. Written here, not shared with the reference evaluator, so that the
-/// oracle stays independent of the model it checks.
-fn gelu(x: f32) -> f32 {
-    let inner = 0.797_884_6_f32 * (x + 0.044_715 * x * x * x);
-    0.5 * x * (1.0 + inner.tanh())
+/// An activation function as the device codelet computes it: the tanh
+/// GELU in f32, the others in f64 with libm's functions, rounded to f32
+/// once. Written here, not shared with the reference evaluator, so that
+/// the oracle stays independent of the model it checks.
+fn activation(function: Activation, x: f32) -> f32 {
+    let v = f64::from(x);
+    match function {
+        Activation::GeluTanh => {
+            let inner = 0.797_884_6_f32 * (x + 0.044_715 * x * x * x);
+            0.5 * x * (1.0 + inner.tanh())
+        }
+        Activation::GeluErf => {
+            (0.5 * v * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2))) as f32
+        }
+        Activation::QuickGelu => (v / (1.0 + libm::exp(-1.702 * v))) as f32,
+        Activation::Tanh => libm::tanh(v) as f32,
+    }
 }
 
 /// Layer normalisation of `rows` rows of `d` elements: mean and variance
@@ -120,7 +134,7 @@ pub(crate) fn codelet_operands(c: &Codelet) -> Vec<(Operand, Access)> {
             output,
             ..
         } => vec![(input, Read), (scale, Read), (bias, Read), (output, Write)],
-        Codelet::Gelu { input, output, .. }
+        Codelet::Activation { input, output, .. }
         | Codelet::Convert { input, output, .. }
         | Codelet::ReduceSum { input, output, .. } => vec![(input, Read), (output, Write)],
         Codelet::AttentionBlock {
@@ -172,7 +186,7 @@ pub(crate) fn codelet_name(c: &Codelet) -> &'static str {
         Codelet::Gemm { .. } => "gemm",
         Codelet::Add { .. } => "add",
         Codelet::LayerNorm { .. } => "layer_norm",
-        Codelet::Gelu { .. } => "gelu",
+        Codelet::Activation { function, .. } => function.name(),
         Codelet::Convert { .. } => "convert",
         Codelet::ReduceSum { .. } => "reduce_sum",
         Codelet::AttentionBlock { .. } => "attention_block",
@@ -201,7 +215,9 @@ pub(crate) fn codelet_work(c: &Codelet, kernel: Option<&GemmKernel>) -> u64 {
         Codelet::Add { rows, cols, .. } | Codelet::LayerNorm { rows, cols, .. } => {
             product(&[rows, cols])
         }
-        Codelet::Gelu { elements, .. } | Codelet::Convert { elements, .. } => product(&[elements]),
+        Codelet::Activation { elements, .. } | Codelet::Convert { elements, .. } => {
+            product(&[elements])
+        }
         Codelet::ReduceSum {
             count, elements, ..
         } => product(&[count, elements]),
@@ -221,7 +237,7 @@ pub(crate) fn codelet_work(c: &Codelet, kernel: Option<&GemmKernel>) -> u64 {
         Codelet::Panels {
             out_rows, out_cols, ..
         } => product(&[out_rows, out_cols]),
-        Codelet::Zero { bytes, .. } => product(&[bytes]),
+        Codelet::Zero { bytes, runs, .. } => product(&[bytes, runs]),
         Codelet::Gather { rows, cols, .. } => product(&[rows, cols]),
     }
 }
@@ -255,11 +271,12 @@ impl Args {
     }
 
     /// The operand `elements` elements of 4 bytes further on.
-    fn shift(&self, at: Operand, elements: u64) -> Result<Operand, SimError> {
+    /// `at` moved on by `elements` elements of `element_bytes` each.
+    fn shift(&self, at: Operand, elements: u64, element_bytes: u64) -> Result<Operand, SimError> {
         let offset = self.add(
             "block offset",
             u64::from(at.offset),
-            self.mul("block offset", elements, 4)?,
+            self.mul("block offset", elements, element_bytes)?,
         )?;
         let offset = u32::try_from(offset).map_err(|_| self.fail("block offset"))?;
         Ok(Operand {
@@ -433,8 +450,15 @@ fn dot_rows(q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
 }
 
 /// One row of [`Codelet::AttentionSoftmax`]: the probabilities of the
-/// scores `row` into `out` (zeros after them) and the row's `(max, sum)`.
-fn softmax_row(row: &[f32], scale: f32, softmax_f16: bool, out: &mut [f32]) -> (f32, f32) {
+/// scores `row`, scaled by `weight` (a power of two), into `out` (zeros
+/// after them) and the row's `(max, sum)`.
+fn softmax_row(
+    row: &[f32],
+    scale: f32,
+    softmax_f16: bool,
+    weight: f32,
+    out: &mut [f32],
+) -> (f32, f32) {
     let f16 = Precision::F16;
     let round = |x: f32| if softmax_f16 { f16.quantize(x) } else { x };
     let mut mx = f32::NEG_INFINITY;
@@ -444,7 +468,10 @@ fn softmax_row(row: &[f32], scale: f32, softmax_f16: bool, out: &mut [f32]) -> (
     }
     let mut l = 0.0f32;
     for o in out.iter_mut().take(row.len()) {
-        *o = f16.quantize((*o - mx).exp());
+        // The device lowers the exponential's argument by `e · ln 2`; the
+        // model applies the power of two exactly, once, before the F16
+        // rounding.
+        *o = f16.quantize((*o - mx).exp() * weight);
         l += *o;
     }
     for o in out.iter_mut().skip(row.len()) {
@@ -553,17 +580,19 @@ pub fn run_codelet_counted(
                 lanes,
             }))
         }
-        Codelet::Gelu {
+        Codelet::Activation {
             input,
             output,
             elements,
+            function,
         } => {
             check_values(m, args, output, u64::from(elements))?;
             let x = read_values(m, args, input, u64::from(elements))?;
-            let y: Vec<f32> = x.into_iter().map(gelu).collect();
+            let y: Vec<f32> = x.into_iter().map(|v| activation(function, v)).collect();
             write_values(m, args, output, &y)?;
             let lanes = lanes(m, &[input.buffer, output.buffer])?;
-            Ok(counted(Work::Gelu {
+            Ok(counted(Work::Activation {
+                function,
                 elements: y.len() as u64,
                 lanes,
             }))
@@ -722,11 +751,13 @@ pub fn run_codelet_counted(
         } => {
             let (nb, rq, d) = (u64::from(blocks), u64::from(q_rows), u64::from(head_dim));
             check_rows(m, args, output, rq, d, u64::from(output_row_stride))?;
+            let block_lanes = lanes(m, &[out.buffer])?;
             if rq == 0 {
                 return Ok(counted(Work::AttentionCombine {
                     blocks: nb,
                     q_rows: 0,
                     head_dim: d,
+                    block_lanes,
                 }));
             }
             // Blocks must not overlap either, so that the block count cannot
@@ -737,6 +768,10 @@ pub fn run_codelet_counted(
             {
                 return Err(args.fail("block stride (blocks overlap)"));
             }
+            let eb = |o: Operand| -> Result<u64, SimError> {
+                Ok(m.precision(tile, o.buffer)?.element_bytes())
+            };
+            let (out_eb, max_eb, sum_eb) = (eb(out)?, eb(max)?, eb(sum)?);
             let mut os = Vec::new();
             let mut ms = Vec::new();
             let mut ls = Vec::new();
@@ -744,6 +779,7 @@ pub fn run_codelet_counted(
                 let out_at = args.shift(
                     out,
                     args.mul("block offset", b, u64::from(out_block_stride))?,
+                    out_eb,
                 )?;
                 let stat = args.mul("block offset", b, u64::from(stat_block_stride))?;
                 os.push(read_rows(
@@ -754,8 +790,8 @@ pub fn run_codelet_counted(
                     d,
                     u64::from(out_row_stride),
                 )?);
-                ms.push(read_values(m, args, args.shift(max, stat)?, rq)?);
-                ls.push(read_values(m, args, args.shift(sum, stat)?, rq)?);
+                ms.push(read_values(m, args, args.shift(max, stat, max_eb)?, rq)?);
+                ls.push(read_values(m, args, args.shift(sum, stat, sum_eb)?, rq)?);
             }
             let d = d as usize;
             let mut y = vec![0.0f32; rq as usize * d];
@@ -780,6 +816,7 @@ pub fn run_codelet_counted(
                 blocks: os.len() as u64,
                 q_rows: (y.len() / d.max(1)) as u64,
                 head_dim: d as u64,
+                block_lanes,
             }))
         }
         Codelet::AttentionSoftmax {
@@ -792,11 +829,16 @@ pub fn run_codelet_counted(
             stride,
             scale,
             softmax_f16,
+            exponent,
         } => {
             let (rq, cols, stride) = (u64::from(rows), u64::from(columns), u64::from(stride));
             if cols > stride {
                 return Err(args.fail("stride (smaller than the columns)"));
             }
+            if exponent > MAX_PROB_EXPONENT {
+                return Err(args.fail("probabilities' scale exponent (above 14)"));
+            }
+            let weight = 2f32.powi(-(exponent as i32));
             // Whole rows of probabilities are written; every result must
             // fit before anything is computed.
             check_rows(m, args, probs, rq, stride, stride)?;
@@ -808,7 +850,7 @@ pub fn run_codelet_counted(
             let mut maxima = Vec::with_capacity(rq as usize);
             let mut sums = Vec::with_capacity(rq as usize);
             for (row, out) in s.chunks(cols.max(1)).zip(p.chunks_mut(width.max(1))) {
-                let (mx, l) = softmax_row(row, scale, softmax_f16, out);
+                let (mx, l) = softmax_row(row, scale, softmax_f16, weight, out);
                 maxima.push(mx);
                 sums.push(l);
             }
@@ -871,12 +913,29 @@ pub fn run_codelet_counted(
                 transpose,
             }))
         }
-        Codelet::Zero { target, bytes } => {
-            m.extent(tile, target, u64::from(bytes))?;
-            let zeros = vec![0u8; bytes as usize];
-            m.write(tile, target, &zeros)?;
+        Codelet::Zero {
+            target,
+            bytes,
+            runs,
+            stride,
+        } => {
+            let (bytes, stride) = (u64::from(bytes), u64::from(stride));
+            if runs > 1 && stride < bytes {
+                return Err(args.fail("stride (runs overlap)"));
+            }
+            // The last run reaches furthest: check it before writing any.
+            let last = args.mul("run offset", u64::from(runs.saturating_sub(1)), stride)?;
+            if runs > 0 {
+                m.extent(tile, args.shift(target, last, 1)?, bytes)?;
+            }
+            let zeros = vec![0u8; args.usize("bytes", bytes)?];
+            for run in 0..u64::from(runs) {
+                let at = args.shift(target, args.mul("run offset", run, stride)?, 1)?;
+                m.write(tile, at, &zeros)?;
+            }
             Ok(counted(Work::Zero {
                 bytes: zeros.len() as u64,
+                runs: u64::from(runs),
             }))
         }
         Codelet::Gather {

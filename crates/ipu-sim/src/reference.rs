@@ -23,6 +23,9 @@
 //!   in f64; `y = (x − mean)·(1/sqrt(var + eps)) · scale + bias` in f32
 //!   with the mean and inverse root rounded to f32.
 //! - `gelu`: `0.5·x·(1 + tanh(0.7978846·(x + 0.044715·x³)))` in f32.
+//! - `gelu_erf`: `0.5·x·(1 + erf(x/√2))`, `quick_gelu`:
+//!   `x / (1 + exp(−1.702·x))` and `tanh`, each in f64 (libm's functions)
+//!   and rounded to f32.
 //! - `attention`: per batch, head and query row, with `p` the softmax
 //!   precision and `round_p` rounding to it (identity for F32):
 //!   `s_j = round_p(dot(q_h, k_{j,h}) · (1/sqrt(head_dim)))` with the dot an
@@ -52,7 +55,7 @@ use std::borrow::Cow;
 
 use ipu_layout::EntityId;
 use ipu_package::graph::values::ValueSet;
-use ipu_package::graph::{Graph, Op, OpId, TensorId};
+use ipu_package::graph::{Activation, Graph, Op, OpId, TensorId};
 
 pub use compare::{Comparison, Tolerance, compare};
 
@@ -350,10 +353,18 @@ fn compute<'v>(
             let d = *shape(*input).last().unwrap_or(&0) as usize;
             kernels::layer_norm(get(*input)?, get(*scale)?, get(*bias)?, d, *eps)
         }
-        Op::Gelu { input, .. } => {
+        Op::Activation {
+            function, input, ..
+        } => {
+            let f: fn(f32) -> f32 = match function {
+                Activation::GeluTanh => kernels::gelu,
+                Activation::GeluErf => kernels::gelu_erf,
+                Activation::QuickGelu => kernels::quick_gelu,
+                Activation::Tanh => kernels::tanh,
+            };
             // Element-wise, so the split over threads cannot change a bit.
             use rayon::prelude::*;
-            get(*input)?.par_iter().map(|&x| kernels::gelu(x)).collect()
+            get(*input)?.par_iter().map(|&x| f(x)).collect()
         }
         Op::Attention {
             q,

@@ -218,6 +218,12 @@ pub struct VectorSpec {
     pub add_instructions_per_vector: u32,
     /// GELU (tanh approximation), per vector.
     pub gelu_instructions_per_vector: u32,
+    /// GELU in its exact form (with the error function), per vector.
+    pub gelu_erf_instructions_per_vector: u32,
+    /// Quick GELU, `x·sigmoid(1.702·x)`, per vector.
+    pub quick_gelu_instructions_per_vector: u32,
+    /// The hyperbolic tangent, per vector.
+    pub tanh_instructions_per_vector: u32,
     /// A precision conversion, per vector.
     pub convert_instructions_per_vector: u32,
     /// A sum of partials, per partial and vector.
@@ -251,6 +257,9 @@ pub struct VectorSpec {
     pub transpose_block_instructions: u32,
     /// Bytes one copy or clear instruction moves.
     pub copy_bytes_per_instruction: u32,
+    /// A strided clear, per run besides its stores: the loop's step to
+    /// the next run's address.
+    pub zero_run_instructions: u32,
     /// A gather, per index: read it, test it against the shard's rows and
     /// choose the source row (the table's, or zeros).
     pub gather_row_instructions: u32,

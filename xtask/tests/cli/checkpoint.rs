@@ -67,7 +67,7 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
+pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a
         .iter()
         .zip(b)

@@ -1,10 +1,11 @@
 //! ViT and CLIP vision checkpoints through the two commands:
 //! `build-package --checkpoint` picks the importer by `config.json`'s
 //! `model_type`, and `run-package` turns the two golden images into each
-//! family's outputs, shaped as transformers' are; an unsupported
+//! family's outputs, shaped as transformers' are and, run on the tile
+//! model in FP8, within cosine 0.98 of them per image; an unsupported
 //! `model_type` is refused before any work, naming what is read.
 
-use crate::checkpoint::read_f32;
+use crate::checkpoint::{cosine, read_f32};
 use crate::support::{Sandbox, fixture};
 
 #[test]
@@ -68,10 +69,23 @@ fn vit_and_clip_checkpoints_build_and_run_on_images() {
             ])
             .succeeded();
         let written = read_f32(&out);
+        let golden = read_f32(&fixture(&format!("checkpoints/{name}/golden.safetensors")));
         for (output, shape) in outputs {
             let (got, values) = &written[output];
             assert_eq!(got, &shape, "{name} {output}");
-            assert!(values.iter().all(|v| v.is_finite()), "{name} {output}");
+            // The tile model's FP8 run against transformers, per image.
+            let theirs = match output {
+                "last_hidden" => "last_hidden_state",
+                "pooled" => "pooler_output",
+                other => other,
+            };
+            let (_, expected) = &golden[theirs];
+            let width = values.len() / 2;
+            for (image, (a, b)) in values.chunks(width).zip(expected.chunks(width)).enumerate() {
+                let c = cosine(a, b);
+                eprintln!("{name} {output} image {image}: cosine {c:.6} on the tile model");
+                assert!(c >= 0.98, "{name} {output} image {image}: cosine {c}");
+            }
         }
     }
 }

@@ -25,7 +25,7 @@
 use serde_json::{Map, Value};
 
 use crate::siglip::config::{ConfigError, Shape, check_shape};
-use crate::siglip::graph::Activation;
+use ipu_package::graph::Activation;
 
 /// The families of this module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,9 +251,9 @@ impl ClassTokenConfig {
         };
         let layer_norm_eps = check_shape(&shape)?;
         let name = fields.str("hidden_act", defaults.hidden_act)?;
-        let activation = Activation::from_hf(&name).ok_or(ConfigError::Activation {
+        let activation = crate::hf::activation(&name).ok_or(ConfigError::Activation {
             activation: name,
-            supported: Activation::NAMES,
+            supported: &crate::hf::ACTIVATION_NAMES,
         })?;
         Ok(Self {
             family,
@@ -283,7 +283,8 @@ impl ClassTokenConfig {
             "num_channels": 3,
             "image_size": self.image_size,
             "patch_size": self.patch_size,
-            "hidden_act": self.activation.hf_name(),
+            // Read from a `hidden_act`, so it has a name.
+            "hidden_act": crate::hf::activation_name(self.activation).unwrap_or_default(),
             "layer_norm_eps": f64::from(self.layer_norm_eps),
         });
         match self.family {

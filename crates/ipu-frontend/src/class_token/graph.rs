@@ -20,11 +20,11 @@
 //! the same in every family.
 
 use ipu_layout::Precision;
-use ipu_package::graph::{Graph, Op, TensorId, TensorKind};
+use ipu_package::graph::{Activation, Graph, Op, TensorId, TensorKind};
 
 use crate::class_token::config::{ClassTokenConfig, Family};
 use crate::class_token::{IMAGE_EMBEDS, LAST_HIDDEN, PATCHES, POOLED};
-use crate::siglip::graph::{BuildError, Builder, EncoderShape, GraphOptions, tanh_op};
+use crate::siglip::graph::{BuildError, Builder, EncoderShape, GraphOptions};
 use crate::siglip::policy::PrecisionPolicy;
 
 /// Builds the graph of `config` (see the module header).
@@ -168,7 +168,11 @@ fn vit_outputs(
     let t = b.activation("pool.tanh", row(width))?;
     let left = b.cast_op(cls, x8);
     b.gemm(left, w, bias, y);
-    b.g.op(tanh_op(y, t));
+    b.g.op(Op::Activation {
+        function: Activation::Tanh,
+        input: y,
+        output: t,
+    });
     flat_output(b, POOLED, (t, "pool.tanh"), width)?;
     Ok(())
 }

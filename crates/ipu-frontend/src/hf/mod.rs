@@ -1,11 +1,13 @@
 //! What every Hugging Face checkpoint directory has, whatever the model
-//! family: its file names, reading its JSON files, and its weights as a
-//! store of safetensors tensors read on demand (`store.rs`).
+//! family: its file names, reading its JSON files, its weights as a store
+//! of safetensors tensors read on demand (`store.rs`), and the names its
+//! configs give the graph's activation functions (`hidden_act`).
 
 mod store;
 
 use std::path::Path;
 
+use ipu_package::graph::Activation;
 use serde::de::DeserializeOwned;
 
 pub(crate) use store::TensorStore;
@@ -42,4 +44,34 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, ImportError> {
         path: path.to_owned(),
         source,
     })
+}
+
+/// The encoder activations transformers' configs name (`hidden_act`), with
+/// the graph's function for each.
+const ACTIVATIONS: [(&str, Activation); 4] = [
+    ("gelu", Activation::GeluErf),
+    ("gelu_pytorch_tanh", Activation::GeluTanh),
+    ("gelu_new", Activation::GeluTanh),
+    ("quick_gelu", Activation::QuickGelu),
+];
+
+/// Every `hidden_act` [`activation`] reads.
+pub const ACTIVATION_NAMES: [&str; 4] = ["gelu", "gelu_pytorch_tanh", "gelu_new", "quick_gelu"];
+
+/// The graph's function for transformers' `hidden_act` `name`, if it has
+/// one.
+pub fn activation(name: &str) -> Option<Activation> {
+    ACTIVATIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, a)| *a)
+}
+
+/// The `hidden_act` transformers writes for `function` (the first of its
+/// names), if it is an encoder activation.
+pub fn activation_name(function: Activation) -> Option<&'static str> {
+    ACTIVATIONS
+        .iter()
+        .find(|(_, a)| *a == function)
+        .map(|(n, _)| *n)
 }

@@ -31,7 +31,7 @@ use ipu_layout::Precision;
 use crate::siglip::config::VisionConfig;
 use crate::siglip::policy::PrecisionPolicy;
 use ipu_package::graph::{
-    Carry, Graph, GraphBuilder, GraphError, Op, Repeat, TensorId, TensorKind,
+    Activation, Carry, Graph, GraphBuilder, GraphError, Op, Repeat, TensorId, TensorKind,
 };
 
 /// Options of [`build_graph`].
@@ -115,66 +115,10 @@ pub fn build_graph(config: &VisionConfig, options: &GraphOptions) -> Result<Grap
     })
 }
 
-/// The MLP activation of an encoder layer, by the names transformers'
-/// configs give it (`hidden_act`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// GELU with the tanh approximation (`gelu_pytorch_tanh`, `gelu_new`):
-    /// SigLIP's.
-    GeluTanh,
-    /// Exact GELU, `x·Φ(x)` with the error function (`gelu`): ViT's.
-    GeluErf,
-    /// `x·σ(1.702·x)` (`quick_gelu`): CLIP's.
-    QuickGelu,
-}
-
-impl Activation {
-    /// The activation transformers calls `name`, if the graph has it.
-    pub fn from_hf(name: &str) -> Option<Self> {
-        match name {
-            "gelu_pytorch_tanh" | "gelu_new" => Some(Self::GeluTanh),
-            "gelu" => Some(Self::GeluErf),
-            "quick_gelu" => Some(Self::QuickGelu),
-            _ => None,
-        }
-    }
-
-    /// Every name [`Activation::from_hf`] reads.
-    pub const NAMES: &'static [&'static str] =
-        &["gelu", "gelu_pytorch_tanh", "gelu_new", "quick_gelu"];
-
-    /// The name transformers writes for it.
-    pub fn hf_name(self) -> &'static str {
-        match self {
-            Self::GeluTanh => "gelu_pytorch_tanh",
-            Self::GeluErf => "gelu",
-            Self::QuickGelu => "quick_gelu",
-        }
-    }
-
-    /// The graph op computing it from `input` into `output`.
-    pub(crate) fn op(self, input: TensorId, output: TensorId) -> Op {
-        match self {
-            Self::GeluTanh => Op::Gelu { input, output },
-            // PLACEHOLDER(act): the exact and quick GELU ops are being
-            // added to the graph; until then these build the tanh GELU,
-            // so graphs of these activations are structurally right but
-            // not numerically transformers'.
-            Self::GeluErf | Self::QuickGelu => Op::Gelu { input, output },
-        }
-    }
-}
-
-/// `tanh` from `input` into `output` (ViT's pooler).
-pub(crate) fn tanh_op(input: TensorId, output: TensorId) -> Op {
-    // PLACEHOLDER(act): the tanh op is being added to the graph.
-    Op::Gelu { input, output }
-}
-
 /// What the encoder layers of a tower need of its config.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct EncoderShape {
-    /// The MLP activation.
+    /// The MLP activation (`hidden_act`).
     pub activation: Activation,
     /// Width of the MLP's hidden layer.
     pub intermediate: u64,
@@ -450,7 +394,11 @@ impl<'a> Builder<'a> {
             });
             let left = self.cast_op(ln2_y, ln2_y8);
             self.gemm(left, fc1_w, fc1_b, fc1);
-            self.g.op(config.activation.op(fc1, gelu));
+            self.g.op(Op::Activation {
+                function: config.activation,
+                input: fc1,
+                output: gelu,
+            });
             let left = self.cast_op(gelu, gelu8);
             self.gemm(left, fc2_w, fc2_b, fc2);
             self.g.op(Op::Add {
@@ -555,7 +503,8 @@ impl<'a> Builder<'a> {
         });
         let left = self.cast_op(ln_y, ln_y8);
         self.gemm(left, fc1_w, fc1_b, fc1);
-        self.g.op(Op::Gelu {
+        self.g.op(Op::Activation {
+            function: Activation::GeluTanh,
             input: fc1,
             output: gelu,
         });

@@ -50,7 +50,7 @@ pub use calibrate::{
     Input, calibrate, calibrate_inputs,
 };
 pub use config::{ConfigError, MAX_IMAGE_SIDE, VisionConfig, VisionParams};
-pub use graph::{Activation, BuildError, GraphOptions, build_graph};
+pub use graph::{BuildError, GraphOptions, build_graph};
 pub use package::{CheckpointPackage, PackageError, package_checkpoint};
 pub(crate) use packaged::first_difference;
 pub use packaged::{FAMILY, PackagedError, PackagedModel};

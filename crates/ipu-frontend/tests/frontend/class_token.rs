@@ -22,7 +22,7 @@ use ipu_frontend::siglip::{
     PrecisionPolicy, calibrate_inputs,
 };
 use ipu_frontend::{CheckpointKind, ImportError, PackagedModel, checkpoint_kind};
-use ipu_package::graph::{ValueSet, parse_fixture};
+use ipu_package::graph::{Activation, ValueSet, parse_fixture};
 use ipu_sim::reference::{Tolerance, compare};
 
 use crate::checkpoint::checkpoint_dir;
@@ -93,11 +93,11 @@ fn configs_read_with_their_families_defaults_and_heads() {
     );
     assert_eq!(vit.tokens(), 197);
     assert_eq!(vit.layer_norm_eps(), 1e-12);
-    assert_eq!(vit.activation().hf_name(), "gelu");
+    assert_eq!(vit.activation(), Activation::GeluErf);
     assert_eq!(vit.pooler(), Some(768));
     let clip = config(r#"{"model_type": "clip_vision_model"}"#, Family::Clip).expect("valid");
     assert_eq!((clip.patch_size(), clip.tokens()), (32, 50));
-    assert_eq!(clip.activation().hf_name(), "quick_gelu");
+    assert_eq!(clip.activation(), Activation::QuickGelu);
     assert_eq!(clip.projection(), None);
     // A full CLIP config: the vision config, the top level's projection.
     let full = config(
@@ -607,7 +607,6 @@ fn golden_outputs(family: Family) -> Vec<(&'static str, &'static str)> {
 }
 
 #[test]
-#[ignore = "needs the exact GELU, quick GELU and tanh graph ops (branch act)"]
 fn f32_graphs_equal_transformers() {
     for (name, family) in FAMILIES {
         let dir = checkpoint_dir(name);
@@ -718,7 +717,6 @@ fn the_description_reads_back_to_the_same_graph_and_inputs() {
 }
 
 #[test]
-#[ignore = "needs the exact GELU, quick GELU and tanh graph ops (branch act)"]
 fn calibrated_fp8_pooled_output_matches_transformers() {
     println!("| checkpoint | output | smallest per-image cosine | relative RMS |");
     println!("|---|---|---|---|");

@@ -18,8 +18,9 @@
 //! tensor: { "name": "enc{i}.fc1.w", "shape": ["hidden", "mlp"],
 //!           "precision": "F16" | "F32" | "F143" | "F152", "scale": -10 (FP8 only, required),
 //!           "kind": "input" | "weight" | "activation" | "output" }
-//! op:     { "op": "gemm" | "add" | "layer_norm" | "gelu" | "attention" | "cast_fp8"
-//!                 | "reshape" | "transpose" | "slice" | "broadcast" | "gather",
+//! op:     { "op": "gemm" | "add" | "layer_norm" | "gelu" | "gelu_erf" | "quick_gelu"
+//!                 | "tanh" | "attention" | "cast_fp8" | "reshape" | "transpose"
+//!                 | "slice" | "broadcast" | "gather",
 //!           "inputs": [ tensor names ], "output": "tensor name", attributes }
 //! ```
 //!
@@ -31,7 +32,9 @@
 //! `[input, scale, bias]` with `"eps"`; attention `[q, k, v]` with `"heads"`
 //! and `"softmax": "F16" | "F32"`; transpose `[input]` with `"perm"`; slice
 //! `[input]` with `"axis"` and `"start"`; gather `[table, indices]`; the
-//! others `[input]`.
+//! others `[input]`. The activations are named as
+//! [`Activation::name`](crate::graph::Activation::name)
+//! says: `gelu` is GELU's tanh form, `gelu_erf` its exact form.
 //!
 //! A layer with `"repeat": n` is instantiated `n` times. Its tensor and op
 //! names are templates: `{i}` is the iteration index and `{i+1}` (or any

@@ -15,7 +15,7 @@ use std::ops::Range;
 use ipu_layout::{IdVec, Precision, TensorShape};
 use smallvec::SmallVec;
 
-use crate::graph::{GraphError, validate_graph};
+use crate::graph::{Activation, GraphError, validate_graph};
 
 ipu_layout::define_id!(
     /// A tensor of a [`Graph`].
@@ -203,10 +203,11 @@ pub enum Op {
         /// The result, same shape as `input`.
         output: TensorId,
     },
-    /// GELU with the tanh approximation,
-    /// `0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³)))`, elementwise.
+    /// An activation function (GELU in its forms, tanh), elementwise.
     /// Same shape; output precision F16 or F32.
-    Gelu {
+    Activation {
+        /// The function; [`Activation`] says what each computes.
+        function: Activation,
         /// The argument.
         input: TensorId,
         /// The result.
@@ -320,7 +321,7 @@ impl Op {
             Op::Gemm { .. } => "gemm",
             Op::Add { .. } => "add",
             Op::LayerNorm { .. } => "layer_norm",
-            Op::Gelu { .. } => "gelu",
+            Op::Activation { function, .. } => function.name(),
             Op::Attention { .. } => "attention",
             Op::CastFp8 { .. } => "cast_fp8",
             Op::Reshape { .. } => "reshape",
@@ -350,7 +351,7 @@ impl Op {
             } => inputs.extend([*input, *scale, *bias]),
             Op::Attention { q, k, v, .. } => inputs.extend([*q, *k, *v]),
             Op::Gather { table, indices, .. } => inputs.extend([*table, *indices]),
-            Op::Gelu { input, .. }
+            Op::Activation { input, .. }
             | Op::CastFp8 { input, .. }
             | Op::Reshape { input, .. }
             | Op::Transpose { input, .. }
@@ -366,7 +367,7 @@ impl Op {
             Op::Gemm { output, .. }
             | Op::Add { output, .. }
             | Op::LayerNorm { output, .. }
-            | Op::Gelu { output, .. }
+            | Op::Activation { output, .. }
             | Op::Attention { output, .. }
             | Op::CastFp8 { output, .. }
             | Op::Reshape { output, .. }
@@ -431,7 +432,7 @@ impl Op {
                 *indices = map(*indices);
                 *output = map(*output);
             }
-            Op::Gelu { input, output }
+            Op::Activation { input, output, .. }
             | Op::CastFp8 { input, output }
             | Op::Reshape { input, output }
             | Op::Transpose { input, output, .. }

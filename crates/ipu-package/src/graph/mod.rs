@@ -9,6 +9,7 @@
 //!                                          ValueSet ──► ipu-sim reference / package weights
 //! ```
 
+mod activation;
 mod buildable;
 mod fixture;
 mod ir;
@@ -16,6 +17,7 @@ pub mod safetensors;
 mod validate;
 pub mod values;
 
+pub use activation::Activation;
 pub use buildable::check_buildable;
 pub use fixture::{
     FIXTURE_SCHEMA_VERSION, FixtureError, IterationNote, MAX_GRAPH_ITEMS, ParseOptions, WriteError,

@@ -319,7 +319,7 @@ impl Lowerer<'_> {
                 .iter()
                 .zip(&passes)
                 .flat_map(|(s, p)| p.iter().map(|&r| (r, s.3, s.5))),
-            Precision::F32,
+            plan.blocks,
         )?;
 
         // The panels are a step of their own, so that the row-major keys
@@ -367,6 +367,11 @@ impl Lowerer<'_> {
         self.flush(&label);
         let scale = 1.0 / (shape.head_dim() as f32).sqrt();
         let (qeb, f32b) = (Precision::F16.element_bytes(), 4u64);
+        let beb = plan.blocks.element_bytes();
+        // One scale for every block of a row, so that it cancels in the
+        // combine: that of the longest key block.
+        let longest = shards.iter().map(|s| s.3).max().unwrap_or(0);
+        let exponent = blocks_exponent(longest, plan.blocks);
         let mut calls = Vec::new();
         for ((tile, _, rk, rk_w, _, dp), rows) in shards.into_iter().zip(passes) {
             let mut first = 0u64;
@@ -396,7 +401,7 @@ impl Lowerer<'_> {
                         output,
                     }
                 };
-                let (q_at, out_at) = (at(bq, first * dp * qeb)?, at(out, first * dp * f32b)?);
+                let (q_at, out_at) = (at(bq, first * dp * qeb)?, at(out, first * dp * beb)?);
                 calls.push((
                     tile,
                     gemm(&score_kernels, dp, rk_w, q_at, keys_t, scores.into()),
@@ -413,6 +418,7 @@ impl Lowerer<'_> {
                         stride: u32_arg("stride", rk_w)?,
                         scale,
                         softmax_f16,
+                        exponent,
                     },
                 ));
                 calls.push((
@@ -515,6 +521,7 @@ impl Lowerer<'_> {
         let combine = StepLabel::of(op, StepRole::Combine, base.as_str());
         self.flush(&combine);
         let oeb = tout.precision().element_bytes();
+        let beb = blocks.out_combine.precision().element_bytes();
         let mut calls = Vec::new();
         for ((so, sc_), sy) in blocks
             .out_combine
@@ -538,7 +545,7 @@ impl Lowerer<'_> {
                         Codelet::AttentionCombine {
                             out: Operand {
                                 buffer: oc,
-                                offset: u32_arg("offset", ((b * rw) * hw + h * d) * 4)?,
+                                offset: u32_arg("offset", ((b * rw) * hw + h * d) * beb)?,
                             },
                             max: Operand {
                                 buffer: mc,

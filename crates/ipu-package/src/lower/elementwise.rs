@@ -1,16 +1,17 @@
-//! Lowering of row-wise ops: element-wise ops (casts, GELU), adds with
-//! numpy broadcasting, and layer norm with its replicated parameters.
+//! Lowering of row-wise ops: element-wise ops (casts, activations), adds
+//! with numpy broadcasting, and layer norm with its replicated parameters.
 
 use super::*;
 
 impl Lowerer<'_> {
-    /// GELU or a precision conversion, in the input's row-major layout.
+    /// An activation (`Some` function) or a precision conversion, in the
+    /// input's row-major layout.
     pub(super) fn lower_elementwise(
         &mut self,
         op: OpId,
         input: TensorId,
         output: TensorId,
-        gelu: bool,
+        activation: Option<Activation>,
     ) -> Result<(), LowerError> {
         let g = self.graph;
         let (tin, tout) = (g.tensor(input), g.tensor(output));
@@ -50,11 +51,7 @@ impl Lowerer<'_> {
         )?;
         let x = self.ensure(input, in_ty.clone(), Attrs::default())?;
         let y = self.output(op, output, out_ty)?;
-        let role = if gelu {
-            StepRole::Gelu
-        } else {
-            StepRole::Convert
-        };
+        let role = activation.map_or(StepRole::Convert, StepRole::Activation);
         let label = StepLabel::of(op, role, tout.name());
         self.flush(&label);
         let mut calls = Vec::new();
@@ -65,18 +62,18 @@ impl Lowerer<'_> {
             }
             let elements = u32_arg("shard elements", elements)?;
             let (input, output) = (Operand::from(x), Operand::from(y));
-            let call = if gelu {
-                Codelet::Gelu {
+            let call = match activation {
+                Some(function) => Codelet::Activation {
                     input,
                     output,
                     elements,
-                }
-            } else {
-                Codelet::Convert {
+                    function,
+                },
+                None => Codelet::Convert {
                     input,
                     output,
                     elements,
-                }
+                },
             };
             calls.push((s.tile, call));
         }

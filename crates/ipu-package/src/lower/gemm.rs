@@ -299,6 +299,8 @@ impl Lowerer<'_> {
                             Codelet::Zero {
                                 target: y.into(),
                                 bytes: bytes as u32,
+                                runs: 1,
+                                stride: 0,
                             },
                         ));
                     }

@@ -30,14 +30,15 @@ use ipu_layout::{
     TensorType, TileId,
 };
 
-use crate::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
+use crate::graph::{Activation, Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
     AmpAttention, AttentionGrid, AttentionShape, CostModel, GemmGrid, GemmProblem,
     amp_attention_layouts, amp_attention_supported, attention_grid, attention_layouts,
-    choose_amp_attention, choose_gemm_grid, column_parts, column_tiling, element_layout,
-    gemm_layouts, pass_rows, reduce_layout, replicated, row_layout, row_split, spread, tensor_type,
-    vector_attention_cycles, vector_home,
+    blocks_exponent, choose_amp_attention, choose_gemm_grid, column_parts, column_tiling,
+    element_layout, gemm_layouts, pass_rows, reduce_layout, replicated, row_layout, row_split,
+    spread, tensor_type, vector_attention_cycles, vector_home,
 };
+use crate::profile::Work;
 use crate::program::{
     Buffer, BufferId, BufferRole, Codelet, ComputeStep, ExchangeStep, GemmEntry, GemmKernel,
     KernelId, Operand, Program, Redistribute, RepeatStep, Step, StepLabel, StepRole,
@@ -262,10 +263,48 @@ fn padded_along(ty: &TensorType, axis: Option<Axis>) -> bool {
     })
 }
 
-/// Clears per shard at most: more runs of padding are cleared as the one
-/// span from the first to the last (data bytes in between are zeroed too,
-/// before the fill writes them), a call costing more than a few bytes.
+/// Clear calls per shard at most: padding whose runs take more calls (after
+/// equal, equally spaced runs are joined into strided calls) is cleared as
+/// the one span from the first run to the last (data bytes in between are
+/// zeroed too, before the fill writes them), as it is where that is cheaper.
 const MAX_CLEAR_RUNS: usize = 4;
+
+/// A clear call's runs: `runs` runs of `bytes` bytes from `offset`,
+/// `stride` bytes apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ClearRuns {
+    offset: u64,
+    bytes: u64,
+    runs: u64,
+    stride: u64,
+}
+
+/// `runs` (`(offset, bytes)`, ascending and disjoint) joined into strided
+/// calls: each call takes the next runs while they have its length and
+/// its spacing.
+fn strided_runs(runs: &[(u64, u64)]) -> Vec<ClearRuns> {
+    let mut out: Vec<ClearRuns> = Vec::new();
+    for &(offset, bytes) in runs {
+        if let Some(call) = out.last_mut() {
+            let last = call
+                .offset
+                .saturating_add(call.runs.saturating_sub(1).saturating_mul(call.stride));
+            let step = offset.saturating_sub(last);
+            if call.bytes == bytes && step >= bytes && (call.runs == 1 || step == call.stride) {
+                call.stride = step;
+                call.runs += 1;
+                continue;
+            }
+        }
+        out.push(ClearRuns {
+            offset,
+            bytes,
+            runs: 1,
+            stride: 0,
+        });
+    }
+    out
+}
 
 /// GEMM operands: 32-byte alignment, and the left operand's over-read.
 /// The kernel's products meet the other operand's data along the inner
@@ -387,19 +426,48 @@ impl Lowerer<'_> {
             return;
         };
         let ty = &self.program.buffers[b].ty;
+        let vector = &self.config.cost.steps.vector;
+        let cycles = |calls: &[ClearRuns]| -> u64 {
+            calls
+                .iter()
+                .map(|c| {
+                    vector.cycles(&Work::Zero {
+                        bytes: c.bytes,
+                        runs: c.runs,
+                    })
+                })
+                .fold(0, u64::saturating_add)
+        };
         let mut clears = Vec::new();
         for s in ty.shards() {
             let mut runs: Vec<(u64, u64)> = Vec::new();
             // The shard's own tile: no error is possible.
             let _ = ty.for_each_axis_padding_run(s.tile, axis, |o, n| runs.push((o, n)));
-            if runs.len() > MAX_CLEAR_RUNS {
-                let (first, last) = (runs[0], runs[runs.len() - 1]);
-                runs = vec![(first.0, last.0 + last.1 - first.0)];
-            }
-            for (offset, bytes) in runs {
-                // Offsets and sizes are below the shard's bytes, which
-                // placement holds to 32 bits.
-                let (Ok(offset), Ok(bytes)) = (u32::try_from(offset), u32::try_from(bytes)) else {
+            let (Some(&first), Some(&last)) = (runs.first(), runs.last()) else {
+                continue;
+            };
+            let span = [ClearRuns {
+                offset: first.0,
+                bytes: last.0 + last.1 - first.0,
+                runs: 1,
+                stride: 0,
+            }];
+            let strided = strided_runs(&runs);
+            let calls: &[ClearRuns] =
+                if strided.len() <= MAX_CLEAR_RUNS && cycles(&strided) <= cycles(&span) {
+                    &strided
+                } else {
+                    &span
+                };
+            for c in calls {
+                // Offsets, sizes and strides are below the shard's bytes,
+                // which placement holds to 32 bits.
+                let (Ok(offset), Ok(bytes), Ok(runs), Ok(stride)) = (
+                    u32::try_from(c.offset),
+                    u32::try_from(c.bytes),
+                    u32::try_from(c.runs),
+                    u32::try_from(c.stride),
+                ) else {
                     continue;
                 };
                 clears.push((
@@ -407,6 +475,8 @@ impl Lowerer<'_> {
                     Codelet::Zero {
                         target: Operand { buffer: b, offset },
                         bytes,
+                        runs,
+                        stride,
                     },
                 ));
             }
@@ -621,8 +691,12 @@ impl Lowerer<'_> {
                 eps,
                 output,
             } => self.lower_layer_norm(op, input, scale, bias, eps, output),
-            Op::Gelu { input, output } => self.lower_elementwise(op, input, output, true),
-            Op::CastFp8 { input, output } => self.lower_elementwise(op, input, output, false),
+            Op::Activation {
+                function,
+                input,
+                output,
+            } => self.lower_elementwise(op, input, output, Some(function)),
+            Op::CastFp8 { input, output } => self.lower_elementwise(op, input, output, None),
             Op::Attention {
                 q,
                 k,
@@ -693,6 +767,34 @@ impl Lowerer<'_> {
                 output,
             } => self.lower_gather(op, table, indices, output),
         }
+    }
+}
+
+#[cfg(test)]
+mod clear_tests {
+    use super::{ClearRuns, strided_runs};
+
+    fn call(offset: u64, bytes: u64, runs: u64, stride: u64) -> ClearRuns {
+        ClearRuns {
+            offset,
+            bytes,
+            runs,
+            stride,
+        }
+    }
+
+    #[test]
+    fn equal_equally_spaced_runs_join_into_one_strided_call() {
+        // The last 16 bytes of five 160-byte rows.
+        let rows: Vec<(u64, u64)> = (0..5).map(|r| (r * 160 + 144, 16)).collect();
+        assert_eq!(strided_runs(&rows), vec![call(144, 16, 5, 160)]);
+        // A run of another length, or at another spacing, starts a call.
+        let mixed = [(0, 8), (32, 8), (64, 8), (80, 8), (100, 4)];
+        assert_eq!(
+            strided_runs(&mixed),
+            vec![call(0, 8, 3, 32), call(80, 8, 1, 0), call(100, 4, 1, 0)]
+        );
+        assert_eq!(strided_runs(&[]), vec![]);
     }
 }
 

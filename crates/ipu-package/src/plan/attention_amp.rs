@@ -16,8 +16,18 @@
 //! per pass of the query rows:
 //! scores  [r, rk] = queries [r, d₁₆] (row-major) × keysᵀ          AMP
 //! probs   [r, rk] F16, max, sum = softmax(scores / √d)          vector
-//! blocks  [r, d₁₆] F32 = probs × values [rk, d₁₆] (Amp(Right))   AMP
+//! blocks  [r, d₁₆] F16 = probs × values [rk, d₁₆] (Amp(Right))   AMP
 //! ```
+//!
+//! The second product keeps F16 partial sums (the AMP's full F16 rate; F32
+//! partials run at half of it). Its sums are bounded by scaling the
+//! probabilities: the softmax writes `p_j · 2^-e` with `2^e ≥ rk`
+//! ([`blocks_exponent`]), so a block's sum `Σ_j p_j 2^-e v_j` stays
+//! within the largest `|v_j|`, which F16 holds, however many keys agree.
+//! The row sums are of the same scaled probabilities, so the scale
+//! cancels in the combine's division. The first product stays F32: F16
+//! scores would be off by an F16 step of their magnitude before the
+//! exponential, which the per-op check does not allow at SigLIP's size.
 //!
 //! where `d₁₆` is the head dimension rounded up to 16 (zero padding in the
 //! queries, cleared before the exchange fills their data, and in the
@@ -57,9 +67,8 @@ use crate::profile::Work;
 pub const KEY_BLOCK: u64 = 16;
 
 /// An attention lowered to the AMP: its grid (one pair per tile), how
-/// many passes each tile's query rows take, and the precision the scores'
-/// GEMM writes. The blocks' GEMM always writes F32, which the combine
-/// reads.
+/// many passes each tile's query rows take, and the precisions its two
+/// GEMMs write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AmpAttention {
     /// The grid: `pb = batch`, `ph = heads`.
@@ -69,6 +78,9 @@ pub struct AmpAttention {
     pub passes: u32,
     /// Precision of the scores (the first GEMM's output).
     pub scores: Precision,
+    /// Precision of the unnormalised blocks (the second GEMM's output and
+    /// partial sums), which the combine reads.
+    pub blocks: Precision,
 }
 
 impl AmpAttention {
@@ -114,6 +126,18 @@ impl AttentionCycles {
             .saturating_add(self.blocks)
             .saturating_add(self.gather)
             .saturating_add(self.combine)
+    }
+}
+
+/// The `e` of the probabilities' scale `2^-e` for key blocks of `rk`
+/// rows (padded) whose products keep F16 partial sums: the least with
+/// `2^e ≥ rk`, so that `Σ_j p_j 2^-e |v_j| ≤ max |v_j|` since every
+/// `p_j ≤ 1`. Zero for F32 blocks, whose sums cannot overflow.
+pub fn blocks_exponent(rk: u64, blocks: Precision) -> u32 {
+    if blocks == Precision::F32 {
+        0
+    } else {
+        rk.max(1).next_power_of_two().trailing_zeros()
     }
 }
 
@@ -182,16 +206,24 @@ pub struct AmpAttentionScorer<'a> {
     shape: AttentionShape,
     cost: &'a CostModel,
     scores: Precision,
+    blocks: Precision,
     kernels: HashMap<KernelCall, Option<u64>>,
 }
 
 impl<'a> AmpAttentionScorer<'a> {
-    /// A scorer for attention `shape` whose scores are written in `scores`.
-    pub fn new(shape: AttentionShape, scores: Precision, cost: &'a CostModel) -> Self {
+    /// A scorer for attention `shape` whose scores are written in `scores`
+    /// and blocks in `blocks`.
+    pub fn new(
+        shape: AttentionShape,
+        scores: Precision,
+        blocks: Precision,
+        cost: &'a CostModel,
+    ) -> Self {
         AmpAttentionScorer {
             shape,
             cost,
             scores,
+            blocks,
             kernels: HashMap::new(),
         }
     }
@@ -245,8 +277,12 @@ impl<'a> AmpAttentionScorer<'a> {
         let d = a.head_dim();
         let dp = padded_head_dim(&a);
         let (rq, rk, rk_data) = blocks(&a, grid);
-        let zero = |bytes: u64| vector.cycles(&Work::Zero { bytes });
-        let clear = zero(rq * dp * 2).saturating_add(sync);
+        let zero = |bytes: u64, runs: u64| vector.cycles(&Work::Zero { bytes, runs });
+        // The queries' padding: a strided clear of each row's end, or the
+        // whole span, whichever the lowering finds cheaper.
+        let clear = zero(rq * dp * 2, 1)
+            .min(zero((dp - d) * 2, rq))
+            .saturating_add(sync);
         let received = (rq + 2 * rk_data) * d * 2;
         let operands = cost.exchange_cycles(received).saturating_add(sync);
         let panels = vector
@@ -271,7 +307,7 @@ impl<'a> AmpAttentionScorer<'a> {
         );
         for &r in &rows {
             let scores = self.kernel((small, large, r), dp, rk, self.scores)?;
-            let values = self.kernel((small, large, r), rk, dp, Precision::F32)?;
+            let values = self.kernel((small, large, r), rk, dp, self.blocks)?;
             let softmax = vector.cycles(&Work::AttentionSoftmax {
                 rows: r,
                 columns: rk,
@@ -283,7 +319,7 @@ impl<'a> AmpAttentionScorer<'a> {
                 .saturating_add(softmax)
                 .saturating_add(values);
         }
-        let (gather, combine) = combine_cycles(&a, grid, rq, cost);
+        let (gather, combine) = combine_cycles(&a, grid, rq, self.blocks, cost);
         Some(AttentionCycles {
             clear,
             operands,
@@ -305,14 +341,15 @@ impl<'a> AmpAttentionScorer<'a> {
         let dp = padded_head_dim(a);
         let (rq, rk, _) = blocks(a, grid);
         let pass = rq.div_ceil(u64::from(passes.max(1)));
-        let results = rq * dp * 4 + 2 * rq * 4;
+        let eb = self.blocks.element_bytes();
+        let results = rq * dp * eb + 2 * rq * 4;
         let held = rq * dp * 2 + rk * dp * 2 + dp * rk * 2;
         let panels = held + 2 * rk * d * 2;
         let scratch = pass * rk * (self.scores.element_bytes() + 2);
         let gathered = if grid.s > 1 {
             let fine =
                 a.tq.div_ceil((u64::from(grid.gq) * u64::from(grid.s)).min(a.tq));
-            u64::from(grid.s) * fine * (d + 2) * 4
+            u64::from(grid.s) * fine * (d * eb + 2 * 4)
         } else {
             0
         };
@@ -321,13 +358,16 @@ impl<'a> AmpAttentionScorer<'a> {
 }
 
 /// The gather and combine steps of an attention whose largest block has
-/// `rq` query rows: `(gather, combine)` cycles with their syncs.
+/// `rq` query rows and whose blocks are in `blocks`' precision (their
+/// statistics in F32): `(gather, combine)` cycles with their syncs.
 pub(crate) fn combine_cycles(
     a: &AttentionShape,
     grid: AttentionGrid,
     rq: u64,
+    blocks: Precision,
     cost: &CostModel,
 ) -> (u64, u64) {
+    let row_bytes = a.head_dim() * blocks.element_bytes() + 2 * 4;
     let d = a.head_dim();
     let sync = cost.steps.sync_cycles;
     let heads_per = a.heads.div_ceil(u64::from(grid.ph.max(1)));
@@ -337,8 +377,8 @@ pub(crate) fn combine_cycles(
         // Each block tile sends its rows; each combine tile receives `s`
         // blocks of its finer share of them.
         let fine = a.tq.div_ceil((u64::from(grid.gq) * s).min(a.tq));
-        let received = pairs * s * fine * (d + 2) * 4;
-        let sent = pairs * rq * (d + 2) * 4;
+        let received = pairs * s * fine * row_bytes;
+        let sent = pairs * rq * row_bytes;
         (
             cost.exchange_cycles(received.max(sent))
                 .saturating_add(sync),
@@ -354,6 +394,7 @@ pub(crate) fn combine_cycles(
             blocks: s,
             q_rows: rows,
             head_dim: d,
+            block_lanes: cost.steps.vector.lanes(blocks),
         })
         .saturating_mul(pairs)
         .saturating_add(sync);
@@ -389,7 +430,7 @@ pub fn vector_attention_cycles(
         head_dim: d,
         score_lanes,
     });
-    let (gather, combine) = combine_cycles(a, grid, rq, cost);
+    let (gather, combine) = combine_cycles(a, grid, rq, Precision::F32, cost);
     AttentionCycles {
         clear: 0,
         panels: 0,
@@ -415,11 +456,9 @@ pub fn choose_amp_attention(
     budget: u64,
     cost: &CostModel,
 ) -> Option<(AmpAttention, AttentionCycles, bool)> {
-    // F32 scores: F16 ones (F16 partial sums in the AMP) would halve the
-    // first product, but put the scores, and through the exponentials the
-    // result, off by more than the per-op check allows at SigLIP's size.
-    let scores = Precision::F32;
-    let mut scorer = AmpAttentionScorer::new(*a, scores, cost);
+    // F32 scores and F16 blocks: the module header says why.
+    let (scores, partial) = (Precision::F32, Precision::F16);
+    let mut scorer = AmpAttentionScorer::new(*a, scores, partial, cost);
     // (does not fit, cycles or bytes, plan, cycles)
     let mut best: Option<(bool, u64, AmpAttention, AttentionCycles)> = None;
     for grid in amp_attention_grids(a, tiles) {
@@ -439,6 +478,7 @@ pub fn choose_amp_attention(
                     grid,
                     passes,
                     scores,
+                    blocks: partial,
                 };
                 best = Some((key.0, key.1, plan, c));
             }
@@ -469,8 +509,8 @@ pub struct AmpAttentionLayouts {
     pub scores: TensorType,
     /// `[tiles, rq, rk]` F16 probabilities, row-major.
     pub probs: TensorType,
-    /// `[s, B, Tq, H]` F32 unnormalised blocks, head columns padded to 16
-    /// (the second GEMM's output).
+    /// `[s, B, Tq, H]` unnormalised blocks in the plan's `blocks`
+    /// precision, head columns padded to 16 (the second GEMM's output).
     pub out_part: TensorType,
     /// `[s, B, heads, Tq]` F32 row maxima (and sums).
     pub stat_part: TensorType,
@@ -548,7 +588,7 @@ pub fn amp_attention_layouts(
     let probs = scratch(rq, rk, Precision::F16, rm, std)?;
     let out_part = tensor_type(
         &[s, a.batch, a.tq, a.hidden],
-        Precision::F32,
+        plan.blocks,
         rm,
         std,
         TensorTiling::new(
@@ -582,7 +622,7 @@ pub fn amp_attention_layouts(
         let tiling = TensorTiling::new(tiles, 1, vec![batch(0), heads(1), query_rows(1)])?;
         (out_part.clone(), stat_part.clone(), tiling)
     } else {
-        fine_combine(a, grid)?
+        fine_combine(a, grid, plan.blocks)?
     };
     let output = tensor_type(&[a.batch, a.tq, a.hidden], output, rm, std, output_tiling)?;
     Ok(AmpAttentionLayouts {

@@ -501,7 +501,7 @@ pub fn attention_layouts(
         )?;
         (out_part.clone(), stat_part.clone(), tiling)
     } else {
-        fine_combine(a, grid)?
+        fine_combine(a, grid, Precision::F32)?
     };
     let output = tensor_type(&[a.batch, a.tq, a.hidden], output, rm, std, output_tiling)?;
     Ok(AttentionLayouts {
@@ -519,11 +519,12 @@ pub fn attention_layouts(
 /// Where the blocks of an attention with `grid.s > 1` are combined: the
 /// partial outputs `[s, B, Tq, H]` and statistics `[s, B, heads, Tq]`
 /// gathered on a finer query-row split over the same tiles (query part
-/// `q' = kv + s·q`, so tile `q' + gq·s·(h + ph·b)` as before), and the
-/// result's tiling.
+/// `q' = kv + s·q`, so tile `q' + gq·s·(h + ph·b)` as before), the
+/// partial outputs in `blocks`' precision, and the result's tiling.
 pub(super) fn fine_combine(
     a: &AttentionShape,
     grid: AttentionGrid,
+    blocks: Precision,
 ) -> Result<(TensorType, TensorType, TensorTiling), LayoutError> {
     let AttentionGrid { pb, ph, gq, s } = grid;
     let (pb, ph, gq, s) = (u64::from(pb), u64::from(ph), u64::from(gq), u64::from(s));
@@ -535,7 +536,7 @@ pub(super) fn fine_combine(
     let (fh, fb) = (rows, rows * ph);
     let out_c = tensor_type(
         &[s, a.batch, a.tq, a.hidden],
-        Precision::F32,
+        blocks,
         rm,
         std,
         TensorTiling::new(

@@ -16,8 +16,8 @@ mod layouts;
 
 pub use attention_amp::{
     AmpAttention, AmpAttentionLayouts, AmpAttentionScorer, AttentionCycles, KEY_BLOCK,
-    amp_attention_grids, amp_attention_layouts, amp_attention_supported, choose_amp_attention,
-    padded_head_dim, pass_rows, vector_attention_cycles,
+    amp_attention_grids, amp_attention_layouts, amp_attention_supported, blocks_exponent,
+    choose_amp_attention, padded_head_dim, pass_rows, vector_attention_cycles,
 };
 pub use choose::{GemmOpCycles, GemmScorer, StepCosts, choose_gemm_grid};
 pub use cost::CostModel;

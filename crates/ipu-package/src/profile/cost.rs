@@ -14,7 +14,7 @@
 //!
 //! | work | unit split over the workers | instructions per unit |
 //! |---|---|---|
-//! | add, GELU, convert | vectors of the elements | `add`/`gelu`/`convert_instructions_per_vector` |
+//! | add, activation, convert | vectors of the elements | `add`/`convert_instructions_per_vector`; per activation `gelu`/`gelu_erf`/`quick_gelu`/`tanh_instructions_per_vector` |
 //! | sum of `p` partials | vectors of one partial | `p × reduce_instructions_per_vector` |
 //! | layer norm | rows (or, with fewer rows than workers, parts of a row) | `layer_norm_row_instructions + vectors of a row (part) × layer_norm_instructions_per_vector` (+ parts × `layer_norm_combine_instructions_per_part` and a second worker start when split) |
 //! | attention block | query rows | `attention_row_instructions + kv × ⌈d / dot_macs⌉ + vectors of kv scores × exp + kv × ⌈d / axpy_macs⌉` |
@@ -52,6 +52,7 @@ use ipu_target::{Target, VectorSpec};
 use serde::{Deserialize, Serialize};
 
 use super::ProfileError;
+use crate::graph::Activation;
 use crate::package::{Package, PackageKernel};
 use crate::program::{Codelet, GemmEntry, KernelId, Program};
 
@@ -66,8 +67,10 @@ pub enum Work {
         /// Elements per vector.
         lanes: u32,
     },
-    /// GELU of each element.
-    Gelu {
+    /// An activation function of each element.
+    Activation {
+        /// The function.
+        function: Activation,
         /// Elements written.
         elements: u64,
         /// Elements per vector.
@@ -117,6 +120,8 @@ pub enum Work {
         q_rows: u64,
         /// Columns per head.
         head_dim: u64,
+        /// Partial outputs per vector as stored (F32 or F16 blocks).
+        block_lanes: u32,
     },
     /// The softmax between attention's AMP products.
     AttentionSoftmax {
@@ -139,10 +144,12 @@ pub enum Work {
         /// Whether the block is transposed.
         transpose: bool,
     },
-    /// Zeroing bytes.
+    /// Zeroing runs of bytes.
     Zero {
-        /// Bytes written.
+        /// Bytes of each run.
         bytes: u64,
+        /// Runs written (1 for a plain clear).
+        runs: u64,
     },
     /// On-tile copies of an exchange step.
     Copy {
@@ -167,7 +174,7 @@ impl Work {
     pub fn kind(&self) -> &'static str {
         match self {
             Work::Add { .. } => "add",
-            Work::Gelu { .. } => "gelu",
+            Work::Activation { function, .. } => function.name(),
             Work::Convert { .. } => "convert",
             Work::Reduce { .. } => "reduce_sum",
             Work::LayerNorm { .. } => "layer_norm",
@@ -184,11 +191,14 @@ impl Work {
 
 /// The kinds of work a tile does, in the order profiles list them: the
 /// codelets (GEMM first) and the on-tile copies of exchange steps.
-pub const CODELET_KINDS: [&str; 13] = [
+pub const CODELET_KINDS: [&str; 16] = [
     "gemm",
     "add",
     "layer_norm",
     "gelu",
+    "gelu_erf",
+    "quick_gelu",
+    "tanh",
     "convert",
     "reduce_sum",
     "attention_block",
@@ -199,6 +209,17 @@ pub const CODELET_KINDS: [&str; 13] = [
     "gather",
     "copy",
 ];
+
+/// Worker instructions per vector of `function` (the device description's
+/// figure).
+fn activation_instructions(s: &VectorSpec, function: Activation) -> u32 {
+    match function {
+        Activation::GeluTanh => s.gelu_instructions_per_vector,
+        Activation::GeluErf => s.gelu_erf_instructions_per_vector,
+        Activation::QuickGelu => s.quick_gelu_instructions_per_vector,
+        Activation::Tanh => s.tanh_instructions_per_vector,
+    }
+}
 
 /// The position of `kind` in [`CODELET_KINDS`].
 pub(crate) fn kind_index(kind: &str) -> usize {
@@ -254,8 +275,12 @@ impl VectorModel {
         let busiest = match *work {
             Work::Add { elements, lanes } => per(vectors(elements, lanes))
                 .saturating_mul(u64::from(s.add_instructions_per_vector)),
-            Work::Gelu { elements, lanes } => per(vectors(elements, lanes))
-                .saturating_mul(u64::from(s.gelu_instructions_per_vector)),
+            Work::Activation {
+                function,
+                elements,
+                lanes,
+            } => per(vectors(elements, lanes))
+                .saturating_mul(u64::from(activation_instructions(s, function))),
             Work::Convert { elements, lanes } => per(vectors(elements, lanes))
                 .saturating_mul(u64::from(s.convert_instructions_per_vector)),
             Work::Reduce {
@@ -319,10 +344,20 @@ impl VectorModel {
                 blocks,
                 q_rows,
                 head_dim,
+                block_lanes,
             } => {
                 let scale = head_dim.div_ceil(axpy);
+                // F16 blocks are widened to F32 before they are weighed and
+                // added, a vector at a time as the loads deliver them.
+                let widen = if u64::from(block_lanes) > axpy {
+                    vectors(head_dim, block_lanes)
+                        .saturating_mul(u64::from(s.convert_instructions_per_vector))
+                } else {
+                    0
+                };
+                let per_block = exp.saturating_add(scale).saturating_add(widen);
                 per(q_rows).saturating_mul(
-                    row.saturating_add(blocks.saturating_mul(exp.saturating_add(scale)))
+                    row.saturating_add(blocks.saturating_mul(per_block))
                         .saturating_add(scale),
                 )
             }
@@ -362,8 +397,19 @@ impl VectorModel {
                         .saturating_mul(group.saturating_add(row.saturating_mul(4)))
                 }
             }
-            Work::Zero { bytes } | Work::Copy { bytes } => {
+            Work::Copy { bytes } => {
                 per(bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1))))
+            }
+            Work::Zero { bytes, runs } => {
+                let stores = bytes.div_ceil(u64::from(s.copy_bytes_per_instruction.max(1)));
+                if runs <= 1 {
+                    // One run is split over the workers.
+                    per(stores)
+                } else {
+                    // Whole runs to each worker, each with its step.
+                    per(runs)
+                        .saturating_mul(stores.saturating_add(u64::from(s.zero_run_instructions)))
+                }
             }
             Work::Gather {
                 rows,
@@ -390,7 +436,9 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
     let macs = |m: u64| m.div_ceil(f16_macs_per_cycle.max(1));
     match *work {
         Work::Add { elements, lanes }
-        | Work::Gelu { elements, lanes }
+        | Work::Activation {
+            elements, lanes, ..
+        }
         | Work::Convert { elements, lanes } => vectors(elements, lanes),
         Work::Reduce {
             partials,
@@ -418,6 +466,7 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             blocks,
             q_rows,
             head_dim,
+            ..
         } => {
             // F32 partial outputs: two lanes per vector of 8 bytes.
             let lanes = (datapath_bytes / 4).max(1);
@@ -440,9 +489,10 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             let lanes = (datapath_bytes / 2).max(1);
             vectors(out_cols.saturating_mul(out_rows), lanes)
         }
-        Work::Zero { bytes } | Work::Copy { bytes } => {
-            bytes.div_ceil(u64::from(datapath_bytes.max(1)))
-        }
+        Work::Copy { bytes } => bytes.div_ceil(u64::from(datapath_bytes.max(1))),
+        Work::Zero { bytes, runs } => bytes
+            .saturating_mul(runs.max(1))
+            .div_ceil(u64::from(datapath_bytes.max(1))),
         // Every output row is written, a vector at a time.
         Work::Gather {
             rows,
@@ -484,11 +534,13 @@ pub fn codelet_work(
             columns: u64::from(*cols),
             lanes: model.lanes_of(&[p(input), p(output)]),
         },
-        Codelet::Gelu {
+        Codelet::Activation {
             input,
             output,
             elements,
-        } => Work::Gelu {
+            function,
+        } => Work::Activation {
+            function: *function,
             elements: u64::from(*elements),
             lanes: model.lanes_of(&[p(input), p(output)]),
         },
@@ -527,6 +579,7 @@ pub fn codelet_work(
             }),
         },
         Codelet::AttentionCombine {
+            out,
             blocks,
             q_rows,
             head_dim,
@@ -535,6 +588,7 @@ pub fn codelet_work(
             blocks: u64::from(*blocks),
             q_rows: u64::from(*q_rows),
             head_dim: u64::from(*head_dim),
+            block_lanes: model.lanes(p(out)),
         },
         Codelet::AttentionSoftmax {
             scores,
@@ -558,8 +612,9 @@ pub fn codelet_work(
             out_cols: u64::from(*out_cols),
             transpose: *transpose,
         },
-        Codelet::Zero { bytes, .. } => Work::Zero {
+        Codelet::Zero { bytes, runs, .. } => Work::Zero {
             bytes: u64::from(*bytes),
+            runs: u64::from(*runs),
         },
         Codelet::Gather {
             table,

@@ -349,8 +349,8 @@ impl Walker<'_> {
             other => {
                 let precision = |b: crate::program::BufferId| self.precisions[b.index()];
                 // Every codelet but the GEMM has a work.
-                let work =
-                    codelet_work(&self.vector, other, precision).unwrap_or(Work::Zero { bytes: 0 });
+                let work = codelet_work(&self.vector, other, precision)
+                    .unwrap_or(Work::Zero { bytes: 0, runs: 1 });
                 Ok(Call {
                     cycles: self.vector.cycles(&work),
                     kind: kind_index(work.kind()),

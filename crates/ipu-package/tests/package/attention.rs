@@ -48,8 +48,11 @@ fn every_grid_covers_each_pair_query_and_key_once() {
                 grid,
                 passes,
                 scores: Precision::F32,
+                blocks: Precision::F16,
             };
             let lay = amp_attention_layouts(&a, plan, Precision::F16).expect("layouts");
+            assert_eq!(lay.out_part.precision(), Precision::F16);
+            assert_eq!(lay.out_combine.precision(), Precision::F16);
             let mut seen = vec![0u8; (a.batch * a.heads * a.tq * a.tk) as usize];
             let tiles = lay.q.tiling().tile_count();
             for t in 0..tiles {
@@ -109,40 +112,43 @@ fn every_grid_covers_each_pair_query_and_key_once() {
 fn the_memory_estimate_bounds_the_buffers_of_the_blocks_step() {
     let a = siglip_b2();
     let cost = CostModel::ipu21();
-    let scorer = AmpAttentionScorer::new(a, Precision::F32, &cost);
-    for grid in amp_attention_grids(&a, 1472).into_iter().step_by(5) {
-        for passes in [1, 2, 4] {
-            let plan = AmpAttention {
-                grid,
-                passes,
-                scores: Precision::F32,
-            };
-            let lay = amp_attention_layouts(&a, plan, Precision::F16).expect("layouts");
-            let bytes = |ts: &[&ipu_layout::TensorType]| -> u64 {
-                ts.iter().map(|t| t.max_shard_bytes()).sum()
-            };
-            let panels_step = bytes(&[&lay.q, &lay.k, &lay.v, &lay.keys_t, &lay.values]);
-            let blocks_step = bytes(&[
-                &lay.q,
-                &lay.keys_t,
-                &lay.values,
-                &lay.scores,
-                &lay.probs,
-                &lay.out_part,
-                &lay.stat_part,
-                &lay.stat_part,
-            ]);
-            let estimate = scorer.bytes_per_tile(grid, passes);
-            assert!(
-                panels_step.max(blocks_step) <= estimate,
-                "{grid:?} in {passes} passes: {panels_step} and {blocks_step} bytes placed, {estimate} estimated"
-            );
-            if grid.s > 1 {
-                let gather = lay.out_part.max_shard_bytes()
-                    + 2 * lay.stat_part.max_shard_bytes()
-                    + lay.out_combine.max_shard_bytes()
-                    + 2 * lay.stat_combine.max_shard_bytes();
-                assert!(gather <= estimate, "{grid:?}: gather {gather} > {estimate}");
+    for blocks in [Precision::F32, Precision::F16] {
+        let scorer = AmpAttentionScorer::new(a, Precision::F32, blocks, &cost);
+        for grid in amp_attention_grids(&a, 1472).into_iter().step_by(5) {
+            for passes in [1, 2, 4] {
+                let plan = AmpAttention {
+                    grid,
+                    passes,
+                    scores: Precision::F32,
+                    blocks,
+                };
+                let lay = amp_attention_layouts(&a, plan, Precision::F16).expect("layouts");
+                let bytes = |ts: &[&ipu_layout::TensorType]| -> u64 {
+                    ts.iter().map(|t| t.max_shard_bytes()).sum()
+                };
+                let panels_step = bytes(&[&lay.q, &lay.k, &lay.v, &lay.keys_t, &lay.values]);
+                let blocks_step = bytes(&[
+                    &lay.q,
+                    &lay.keys_t,
+                    &lay.values,
+                    &lay.scores,
+                    &lay.probs,
+                    &lay.out_part,
+                    &lay.stat_part,
+                    &lay.stat_part,
+                ]);
+                let estimate = scorer.bytes_per_tile(grid, passes);
+                assert!(
+                    panels_step.max(blocks_step) <= estimate,
+                    "{grid:?} in {passes} passes: {panels_step} and {blocks_step} bytes placed, {estimate} estimated"
+                );
+                if grid.s > 1 {
+                    let gather = lay.out_part.max_shard_bytes()
+                        + 2 * lay.stat_part.max_shard_bytes()
+                        + lay.out_combine.max_shard_bytes()
+                        + 2 * lay.stat_combine.max_shard_bytes();
+                    assert!(gather <= estimate, "{grid:?}: gather {gather} > {estimate}");
+                }
             }
         }
     }
@@ -157,7 +163,7 @@ fn siglip_b2_attention_runs_on_the_amp_within_the_budget() {
     assert!(fits, "{plan:?}");
     assert_eq!((plan.grid.pb, plan.grid.ph), (2, 16));
     assert!(plan.grid.tiles() <= 1472);
-    let scorer = AmpAttentionScorer::new(a, plan.scores, &cost);
+    let scorer = AmpAttentionScorer::new(a, plan.scores, plan.blocks, &cost);
     assert!(scorer.bytes_per_tile(plan.grid, plan.passes) <= budget);
     let vector = vector_attention_cycles(
         &a,

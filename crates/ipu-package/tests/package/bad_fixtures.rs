@@ -453,3 +453,68 @@ proptest! {
         let _ = parse_fixture(&String::from_utf8_lossy(&corrupted));
     }
 }
+
+// The encoder body's GELU and its output tensor, by position.
+const GELU: usize = 13;
+const GELU_OUT: usize = 23;
+
+#[test]
+fn every_activation_reads_and_is_checked_like_the_gelu() {
+    for name in ["gelu", "gelu_erf", "quick_gelu", "tanh"] {
+        let graph = mutated(|v| v["layers"][1]["ops"][GELU]["op"] = json!(name)).expect(name);
+        let kinds: Vec<&str> = graph.ops().iter().map(|(_, op)| op.kind_name()).collect();
+        assert!(kinds.contains(&name), "{name}: {kinds:?}");
+        // One input only.
+        let e = rejected_at(
+            |v| {
+                v["layers"][1]["ops"][GELU]["op"] = json!(name);
+                v["layers"][1]["ops"][GELU]["inputs"] = json!(["enc{i}.fc1", "enc{i}.fc1"]);
+            },
+            "$.layers[1].ops[13].inputs",
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("{name} takes 1 inputs, found 2")),
+            "{e}"
+        );
+        // No attributes: the function is the op's name.
+        let e = rejected_at(
+            |v| {
+                v["layers"][1]["ops"][GELU]["op"] = json!(name);
+                v["layers"][1]["ops"][GELU]["approximate"] = json!("none");
+            },
+            "$.layers[1].ops[13].approximate",
+        );
+        assert!(matches!(e, FixtureError::UnknownField { .. }), "{e:?}");
+        // An FP8 result: only casts produce FP8.
+        let e = rejected_at(
+            |v| {
+                v["layers"][1]["ops"][GELU]["op"] = json!(name);
+                v["layers"][1]["tensors"][GELU_OUT]["precision"] = json!("F143");
+                v["layers"][1]["tensors"][GELU_OUT]["scale"] = json!(-4);
+            },
+            "$.layers[1].ops[13].output",
+        );
+        assert!(
+            matches!(graph_error(&e), GraphError::Precision { .. }),
+            "{e}"
+        );
+        // A result of another shape.
+        let e = rejected_at(
+            |v| {
+                v["layers"][1]["ops"][GELU]["op"] = json!(name);
+                v["layers"][1]["tensors"][GELU_OUT]["shape"] = json!(["batch", "tokens", "hidden"]);
+            },
+            "$.layers[1].ops[13].output",
+        );
+        assert!(matches!(graph_error(&e), GraphError::Shape { .. }), "{e}");
+    }
+    // The spellings are exact: no other case, no transformers aliases.
+    for other in ["Gelu", "gelu_new", "gelu_pytorch_tanh", "relu"] {
+        let e = rejected_at(
+            |v| v["layers"][1]["ops"][GELU]["op"] = json!(other),
+            "$.layers[1].ops[13].op",
+        );
+        assert!(e.to_string().contains("gelu_erf, quick_gelu, tanh"), "{e}");
+    }
+}

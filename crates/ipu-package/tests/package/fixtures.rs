@@ -4,7 +4,8 @@
 
 use ipu_layout::{Fp8Format, Precision};
 use ipu_package::graph::{
-    Graph, Op, ParseOptions, TensorKind, parse_fixture, parse_fixture_with, write_fixture,
+    Activation, Graph, Op, ParseOptions, TensorKind, parse_fixture, parse_fixture_with,
+    write_fixture,
 };
 
 use crate::fixture_text;
@@ -299,7 +300,8 @@ fn graphs_the_fixture_format_cannot_express_are_refused() {
             Repeat::new("layers", 2, OpId::from_u32(0), 1, first, 2).with_carries(vec![carry]),
         );
         let out = b.tensor("out", [2, 4], Precision::F16, TensorKind::Output);
-        b.op(Op::Gelu {
+        b.op(Op::Activation {
+            function: Activation::GeluTanh,
             input: prev,
             output: out,
         });
@@ -318,4 +320,37 @@ fn graphs_the_fixture_format_cannot_express_are_refused() {
         write_fixture(&chain(["w{0}", "w{1}"])),
         Err(WriteError::Brace { .. })
     ));
+}
+
+#[test]
+fn every_activation_is_written_back_by_its_name() {
+    let text = fixture_text("tiny-2l-h64.json");
+    // The existing spelling `gelu` is the tanh form.
+    let graph = parse_fixture(&text).expect("parses");
+    let functions = |g: &Graph| -> Vec<Activation> {
+        g.ops()
+            .iter()
+            .filter_map(|(_, op)| match op {
+                Op::Activation { function, .. } => Some(*function),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(functions(&graph), [Activation::GeluTanh; 3]);
+    for function in Activation::ALL {
+        let edited = text.replace(
+            "\"op\": \"gelu\"",
+            &format!("\"op\": \"{}\"", function.name()),
+        );
+        let graph = parse_fixture(&edited).expect("parses");
+        assert_eq!(functions(&graph), [function; 3]);
+        let written = write_fixture(&graph).expect("writes");
+        assert!(
+            written.contains(&format!("\"op\": \"{}\"", function.name())),
+            "{written}"
+        );
+        let back = parse_fixture(&written).expect("the written fixture parses");
+        assert_same(&graph, &back);
+        assert_eq!(functions(&back), [function; 3]);
+    }
 }

@@ -3,8 +3,8 @@
 
 use ipu_layout::{EntityId, Fp8Format, Precision};
 use ipu_package::graph::{
-    Carry, ErrorLocation, GraphBuilder, GraphError, Op, OpId, Repeat, Slot, SoftmaxPrecision,
-    TensorId, TensorKind, broadcast_shapes,
+    Activation, Carry, ErrorLocation, GraphBuilder, GraphError, Op, OpId, Repeat, Slot,
+    SoftmaxPrecision, TensorId, TensorKind, broadcast_shapes,
 };
 use proptest::prelude::*;
 
@@ -91,7 +91,8 @@ fn an_iteration_that_differs_is_rejected() {
     }
     // Iteration 1 uses another op kind.
     let err = chain(3, |ops| {
-        ops[2] = Op::Gelu {
+        ops[2] = Op::Activation {
+            function: Activation::GeluTanh,
             input: TensorId::from_u32(3),
             output: TensorId::from_u32(5),
         }
@@ -105,11 +106,13 @@ fn an_undeclared_carry_is_rejected() {
     let x = b.tensor("x0", [4], F16, TensorKind::Input);
     let y1 = b.tensor("x1", [4], F16, TensorKind::Activation);
     let y2 = b.tensor("x2", [4], F16, TensorKind::Output);
-    b.op(Op::Gelu {
+    b.op(Op::Activation {
+        function: Activation::GeluTanh,
         input: x,
         output: y1,
     });
-    b.op(Op::Gelu {
+    b.op(Op::Activation {
+        function: Activation::GeluTanh,
         input: y1,
         output: y2,
     });
@@ -126,11 +129,13 @@ fn an_undeclared_carry_is_rejected() {
         let x = b.tensor("x0", [4], F16, TensorKind::Input);
         let y1 = b.tensor("x1", [4], F16, TensorKind::Activation);
         let y2 = b.tensor("x2", [4], F16, TensorKind::Output);
-        b.op(Op::Gelu {
+        b.op(Op::Activation {
+            function: Activation::GeluTanh,
             input: x,
             output: y1,
         });
-        b.op(Op::Gelu {
+        b.op(Op::Activation {
+            function: Activation::GeluTanh,
             input: y1,
             output: y2,
         });
@@ -171,7 +176,8 @@ fn a_later_iteration_with_another_tensor_type_is_rejected() {
             (F16, TensorKind::Activation)
         };
         let y = b.tensor(format!("x{i}"), [4], p, kind);
-        b.op(Op::Gelu {
+        b.op(Op::Activation {
+            function: Activation::GeluTanh,
             input: prev,
             output: y,
         });
@@ -194,7 +200,8 @@ fn a_repeat_past_the_graph_is_rejected() {
     let mut b = GraphBuilder::new("short");
     let x = b.tensor("x", [4], F16, TensorKind::Input);
     let y = b.tensor("y", [4], F16, TensorKind::Output);
-    b.op(Op::Gelu {
+    b.op(Op::Activation {
+        function: Activation::GeluTanh,
         input: x,
         output: y,
     });
@@ -217,11 +224,13 @@ fn topology_errors_carry_their_ids() {
     let x = b.tensor("x", [4], F16, TensorKind::Input);
     let a = b.tensor("a", [4], F16, TensorKind::Activation);
     let y = b.tensor("y", [4], F16, TensorKind::Output);
-    b.op(Op::Gelu {
+    b.op(Op::Activation {
+        function: Activation::GeluTanh,
         input: a,
         output: y,
     });
-    b.op(Op::Gelu {
+    b.op(Op::Activation {
+        function: Activation::GeluTanh,
         input: x,
         output: a,
     });
@@ -256,7 +265,8 @@ fn topology_errors_carry_their_ids() {
     let mut b = GraphBuilder::new("g");
     let x = b.tensor("x", [4], F16, TensorKind::Input);
     let y = b.tensor("y", [4], F16, TensorKind::Activation);
-    b.op(Op::Gelu {
+    b.op(Op::Activation {
+        function: Activation::GeluTanh,
         input: x,
         output: y,
     });
@@ -266,7 +276,8 @@ fn topology_errors_carry_their_ids() {
     let mut b = GraphBuilder::new("g");
     let x = b.tensor("x", [4], F16, TensorKind::Input);
     let y = b.tensor("x", [4], F16, TensorKind::Output);
-    b.op(Op::Gelu {
+    b.op(Op::Activation {
+        function: Activation::GeluTanh,
         input: x,
         output: y,
     });

@@ -24,7 +24,7 @@ fn operands(c: &Codelet) -> Vec<Operand> {
             output,
             ..
         } => vec![input, scale, bias, output],
-        Codelet::Gelu { input, output, .. } | Codelet::Convert { input, output, .. } => {
+        Codelet::Activation { input, output, .. } | Codelet::Convert { input, output, .. } => {
             vec![input, output]
         }
         Codelet::ReduceSum { input, output, .. } => vec![input, output],

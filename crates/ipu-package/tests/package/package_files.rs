@@ -19,6 +19,7 @@ use ipu_layout::{
     TensorTiling, TensorType, TileId,
 };
 use ipu_package::LocalCopy;
+use ipu_package::graph::Activation;
 use ipu_package::package::{
     BufferAddresses, BuildSummary, FORMAT_VERSION, Manifest, Package, PackageIoError,
     PackageKernel, PackagePhase, PackagePlacement, PhaseInfo, RowPatch, TileSupport,
@@ -152,15 +153,16 @@ pub fn sample() -> Package {
         Step::Compute(ComputeStep {
             label: StepLabel {
                 op: None,
-                role: StepRole::Gelu,
+                role: StepRole::Activation(Activation::GeluTanh),
                 name: "y".into(),
             },
             calls: vec![(
                 TileId::from_u32(0),
-                Codelet::Gelu {
+                Codelet::Activation {
                     input: x.into(),
                     output: y.into(),
                     elements: 8,
+                    function: Activation::GeluTanh,
                 },
             )],
         }),
@@ -170,7 +172,7 @@ pub fn sample() -> Package {
             body: vec![Step::Exchange(ExchangeStep {
                 label: StepLabel {
                     op: None,
-                    role: StepRole::Gelu,
+                    role: StepRole::Activation(Activation::GeluTanh),
                     name: "x".into(),
                 },
                 copies: Vec::new(),
@@ -746,4 +748,54 @@ fn a_refused_write_leaves_the_earlier_package_byte_identical() {
     assert_eq!(snapshot(&dir), before);
     assert_eq!(entries(scratch.path()), ["pkg"]);
     Package::read(&dir).expect("the earlier package reads");
+}
+
+/// `program.json` spells the tanh GELU's codelet and step role as it did
+/// before the other activations (so such packages read and write the
+/// same bytes), and every function reads back as itself.
+#[test]
+fn activation_codelets_and_roles_keep_their_program_spelling() {
+    let (x, y) = (BufferId::from_u32(0), BufferId::from_u32(1));
+    let call = |function| Codelet::Activation {
+        input: x.into(),
+        output: y.into(),
+        elements: 8,
+        function,
+    };
+    let text = |c: &Codelet| serde_json::to_string(c).expect("serialises");
+    assert_eq!(
+        text(&call(Activation::GeluTanh)),
+        r#"{"Gelu":{"input":{"buffer":0,"offset":0},"output":{"buffer":1,"offset":0},"elements":8}}"#
+    );
+    assert_eq!(
+        text(&call(Activation::Tanh)),
+        r#"{"Gelu":{"input":{"buffer":0,"offset":0},"output":{"buffer":1,"offset":0},"elements":8,"function":"Tanh"}}"#
+    );
+    let role = |r: StepRole| serde_json::to_string(&r).expect("serialises");
+    assert_eq!(role(StepRole::Activation(Activation::GeluTanh)), "\"Gelu\"");
+    assert_eq!(
+        role(StepRole::Activation(Activation::GeluErf)),
+        "\"GeluErf\""
+    );
+    assert_eq!(role(StepRole::Gemm), "\"Gemm\"");
+    for function in Activation::ALL {
+        let c: Codelet = serde_json::from_str(&text(&call(function))).expect("reads");
+        assert_eq!(c, call(function));
+        let r = StepRole::Activation(function);
+        assert_eq!(
+            serde_json::from_str::<StepRole>(&role(r)).expect("reads"),
+            r
+        );
+        assert_eq!(r.name(), function.name());
+    }
+    for r in [StepRole::Gemm, StepRole::Convert, StepRole::View] {
+        assert_eq!(
+            serde_json::from_str::<StepRole>(&role(r)).expect("reads"),
+            r
+        );
+    }
+    // Unknown functions and roles are refused.
+    let unknown = r#"{"Gelu":{"input":{"buffer":0,"offset":0},"output":{"buffer":1,"offset":0},"elements":8,"function":"Relu"}}"#;
+    assert!(serde_json::from_str::<Codelet>(unknown).is_err());
+    assert!(serde_json::from_str::<StepRole>("\"Relu\"").is_err());
 }

@@ -5,11 +5,11 @@
 
 use ipu_layout::{Precision, TileId};
 use ipu_package::build::{BuildConfig, Stages, build_package};
-use ipu_package::graph::parse_fixture;
+use ipu_package::graph::{Activation, parse_fixture};
 use ipu_package::package::Package;
 use ipu_package::profile::{
-    ModelWork, Profile, ProfileConfig, ProfileError, StepKind, VectorModel, Work, estimate,
-    work_floor,
+    CODELET_KINDS, ModelWork, Profile, ProfileConfig, ProfileError, StepKind, VectorModel, Work,
+    estimate, work_floor,
 };
 use ipu_package::program::{Codelet, Step};
 use ipu_target::Target;
@@ -222,7 +222,16 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
         60 + 6 * (15 + 144 * 4 + 40 + 2 * 2 + 60 / 6 + 15)
     );
     // A call costs at least its overhead.
-    assert_eq!(v.cycles(&Work::Zero { bytes: 0 }), 60 + 6 * 15);
+    assert_eq!(v.cycles(&Work::Zero { bytes: 0, runs: 1 }), 60 + 6 * 15);
+    // A strided clear of 183 rows' last 16 bytes: whole runs to each
+    // worker (31 for the busiest), 2 stores and the step of 2 each.
+    assert_eq!(
+        v.cycles(&Work::Zero {
+            bytes: 16,
+            runs: 183
+        }),
+        60 + 6 * (15 + 31 * (2 + 2))
+    );
     // The AMP attention's softmax over 27 query rows of 160 F32 scores:
     // per row 30 + 80 score vectors x 2 + 40 F16 vectors x (4 exp + 2);
     // 5 rows for the busiest worker.
@@ -271,7 +280,14 @@ proptest! {
         let (lo, hi) = (a.min(b), a.max(b));
         let v = VectorModel::new(Target::ipu21());
         let pairs = [
-            (Work::Gelu { elements: lo, lanes }, Work::Gelu { elements: hi, lanes }),
+            (
+                Work::Activation { function: Activation::GeluTanh, elements: lo, lanes },
+                Work::Activation { function: Activation::GeluTanh, elements: hi, lanes },
+            ),
+            (
+                Work::Activation { function: Activation::GeluErf, elements: lo, lanes },
+                Work::Activation { function: Activation::GeluErf, elements: hi, lanes },
+            ),
             (
                 Work::Reduce { partials: 3, elements: lo, lanes },
                 Work::Reduce { partials: 3, elements: hi, lanes },
@@ -404,4 +420,28 @@ fn damaged_packages_get_typed_errors() {
     bad.kernels.pop();
     let e = estimate(&bad, &config).expect_err("a kernel missing");
     assert!(matches!(e, ProfileError::KernelCount { .. }), "{e}");
+}
+
+#[test]
+fn each_activation_is_costed_by_its_own_figure_and_kind() {
+    let t = Target::ipu21();
+    let v = VectorModel::new(t);
+    let s = t.vector();
+    for (function, figure) in [
+        (Activation::GeluTanh, s.gelu_instructions_per_vector),
+        (Activation::GeluErf, s.gelu_erf_instructions_per_vector),
+        (Activation::QuickGelu, s.quick_gelu_instructions_per_vector),
+        (Activation::Tanh, s.tanh_instructions_per_vector),
+    ] {
+        // 1000 F16 elements: 250 vectors, 42 for the busiest of six
+        // workers, each `figure` instructions, after a prologue of 15.
+        let work = Work::Activation {
+            function,
+            elements: 1000,
+            lanes: 4,
+        };
+        assert_eq!(v.cycles(&work), 60 + 6 * (15 + 42 * u64::from(figure)));
+        assert_eq!(work.kind(), function.name());
+        assert!(CODELET_KINDS.contains(&function.name()), "{function}");
+    }
 }

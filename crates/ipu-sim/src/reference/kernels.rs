@@ -1,9 +1,9 @@
 //! The arithmetic of every op on whole row-major tensors.
 //!
 //! These functions take validated extents (the caller has checked every
-//! length against the graph), compute in f32 in a fixed order, and return
-//! unrounded results; rounding to the output precision is the caller's
-//! single final step. Parallel loops split only over independent output
+//! length against the graph), compute in f32 (the activations other than
+//! the tanh GELU in f64) in a fixed order, and return f32 results;
+//! rounding to the output precision is the caller's single final step. Parallel loops split only over independent output
 //! rows, each computed sequentially, so results do not depend on the thread
 //! count.
 
@@ -275,6 +275,25 @@ pub fn layer_norm(input: &[f32], scale: &[f32], bias: &[f32], d: usize, eps: f32
 pub fn gelu(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// GELU in its exact form, `0.5·x·(1 + erf(x/√2))`, in f64 (libm's erf,
+/// within an ulp), rounded to f32.
+pub fn gelu_erf(x: f32) -> f32 {
+    let x = f64::from(x);
+    (0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))) as f32
+}
+
+/// Quick GELU, `x·sigmoid(1.702·x) = x / (1 + exp(−1.702·x))`, in f64,
+/// rounded to f32.
+pub fn quick_gelu(x: f32) -> f32 {
+    let x = f64::from(x);
+    (x / (1.0 + libm::exp(-1.702 * x))) as f32
+}
+
+/// The hyperbolic tangent in f64, rounded to f32.
+pub fn tanh(x: f32) -> f32 {
+    libm::tanh(f64::from(x)) as f32
 }
 
 /// Multi-head attention; shapes as documented on `Op::Attention`.

@@ -5,14 +5,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ipu_layout::TileId;
+use ipu_package::graph::Activation;
 use ipu_package::program::{BufferId, Codelet};
 
 /// The codelet kinds [`RunStats::codelets`] reports, in that order.
-pub const CODELET_KINDS: [&str; 12] = [
+pub const CODELET_KINDS: [&str; 15] = [
     "gemm",
     "add",
     "layer_norm",
     "gelu",
+    "gelu_erf",
+    "quick_gelu",
+    "tanh",
     "convert",
     "reduce_sum",
     "attention_block",
@@ -28,15 +32,20 @@ pub(super) fn codelet_kind(c: &Codelet) -> usize {
         Codelet::Gemm { .. } => 0,
         Codelet::Add { .. } => 1,
         Codelet::LayerNorm { .. } => 2,
-        Codelet::Gelu { .. } => 3,
-        Codelet::Convert { .. } => 4,
-        Codelet::ReduceSum { .. } => 5,
-        Codelet::AttentionBlock { .. } => 6,
-        Codelet::AttentionCombine { .. } => 7,
-        Codelet::AttentionSoftmax { .. } => 8,
-        Codelet::Panels { .. } => 9,
-        Codelet::Zero { .. } => 10,
-        Codelet::Gather { .. } => 11,
+        Codelet::Activation { function, .. } => match function {
+            Activation::GeluTanh => 3,
+            Activation::GeluErf => 4,
+            Activation::QuickGelu => 5,
+            Activation::Tanh => 6,
+        },
+        Codelet::Convert { .. } => 7,
+        Codelet::ReduceSum { .. } => 8,
+        Codelet::AttentionBlock { .. } => 9,
+        Codelet::AttentionCombine { .. } => 10,
+        Codelet::AttentionSoftmax { .. } => 11,
+        Codelet::Panels { .. } => 12,
+        Codelet::Zero { .. } => 13,
+        Codelet::Gather { .. } => 14,
     }
 }
 
@@ -256,5 +265,25 @@ impl CycleCount {
             self.compute = self.compute.saturating_add(work);
         }
         self.steps.push(step);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_activation_is_counted_under_its_own_name() {
+        let operand = BufferId::from_u32(0).into();
+        for function in Activation::ALL {
+            let call = Codelet::Activation {
+                input: operand,
+                output: operand,
+                elements: 1,
+                function,
+            };
+            assert_eq!(CODELET_KINDS[codelet_kind(&call)], function.name());
+            assert_eq!(crate::codelets::codelet_name(&call), function.name());
+        }
     }
 }

@@ -135,6 +135,80 @@ fn amp_attention_packages_pass_the_per_op_check_and_match_the_reference() {
     }
 }
 
+/// micro-1l-h32 with an F16 softmax and 64 tokens: enough keys for the
+/// AMP attention to split them into blocks.
+fn micro_64_tokens() -> String {
+    let mut fixture: Value = serde_json::from_str(&micro_f16_softmax()).expect("json");
+    fixture["params"]["tokens"] = Value::from(64);
+    serde_json::to_string_pretty(&fixture).expect("text")
+}
+
+/// The largest number of blocks an attention combine of `package` adds.
+fn most_blocks_combined(package: &Package) -> u32 {
+    package
+        .program
+        .walk()
+        .flat_map(|event| match event {
+            WalkEvent::Compute(step, _) => step
+                .calls
+                .iter()
+                .filter_map(|(_, c)| match c {
+                    Codelet::AttentionCombine { blocks, .. } => Some(*blocks),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Key blocks combined: the blocks' F16 partial sums, their scaled
+/// probabilities and the combine's strides in F16 elements hold to the
+/// reference op by op, and the estimate is the tile model's count.
+#[test]
+fn amp_attention_with_split_keys_matches_the_reference_and_its_estimate() {
+    let graph = parse_fixture(&micro_64_tokens()).expect("parses");
+    let inputs = values::generate(&graph, 7);
+    // A transient budget small enough that a tile cannot hold a pair's
+    // 64 keys: the plan splits them.
+    let package = [4096u64, 2048, 1024]
+        .into_iter()
+        .map(|budget| {
+            let config = BuildConfig {
+                tiles: Some(64),
+                lower: LowerConfig {
+                    attention: AttentionUnit::Amp,
+                    transient_budget: budget,
+                    ..LowerConfig::default()
+                },
+                ..BuildConfig::default()
+            };
+            build_package(&graph, &config, &Stages::in_memory()).expect("builds")
+        })
+        .find(|p| most_blocks_combined(p) > 1)
+        .expect("a budget that splits the keys");
+    let blocks_f16 = package
+        .program
+        .buffers
+        .iter()
+        .any(|(_, b)| b.name.ends_with(".blocks") && b.ty.precision() == Precision::F16);
+    assert!(blocks_f16, "the AMP attention's blocks are F16");
+    let (out, stats) = run_package_with(&package, &graph, &inputs, &RunConfig::default())
+        .unwrap_or_else(|e| panic!("split keys: {e}"));
+    assert!(stats.ops_checked > 0);
+    let reference = evaluate(&graph, &inputs).expect("evaluates");
+    for output in graph.outputs() {
+        let c = compare(
+            reference.get(output).expect("reference"),
+            out.get(output).expect("device"),
+            Tolerance::graph(graph.tensor(output).precision()),
+        );
+        assert!(c.pass, "{c:?}");
+    }
+    crate::cycles::assert_estimate_is_the_count(&graph, &package, "split keys");
+}
+
 /// Tile memory of one tile for calling codelets directly: each buffer a
 /// byte vector of one precision.
 struct Memory {
@@ -304,7 +378,14 @@ fn panels_put_each_element_at_its_panel_position_and_zeros_the_rest() {
 /// The softmax of one row as `Codelet::AttentionSoftmax` defines it,
 /// written out again here: scaled (and rounded to F16 when asked), the
 /// maximum, exponentials rounded to F16, their sum in order.
-fn softmax_by_definition(row: &[f32], scale: f32, f16: bool) -> (Vec<f32>, f32, f32) {
+/// The softmax's probabilities scaled by `2^-exponent`, their maximum
+/// and sum, as the codelet defines them.
+fn softmax_by_definition(
+    row: &[f32],
+    scale: f32,
+    f16: bool,
+    exponent: i32,
+) -> (Vec<f32>, f32, f32) {
     let round = |x: f32| {
         if f16 { Precision::F16.quantize(x) } else { x }
     };
@@ -312,7 +393,7 @@ fn softmax_by_definition(row: &[f32], scale: f32, f16: bool) -> (Vec<f32>, f32, 
     let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let p: Vec<f32> = s
         .iter()
-        .map(|&x| Precision::F16.quantize((x - m).exp()))
+        .map(|&x| Precision::F16.quantize((x - m).exp() * 2f32.powi(-exponent)))
         .collect();
     let l = p.iter().fold(0.0f32, |acc, &x| acc + x);
     (p, m, l)
@@ -323,10 +404,12 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
     let tile = TileId::from_u32(0);
     let model = VectorModel::new(&BuildConfig::default().target);
     let (rows, columns, stride) = (5u32, 19u32, 32u32);
-    for (scores_precision, f16) in [
-        (Precision::F32, true),
-        (Precision::F32, false),
-        (Precision::F16, true),
+    for (scores_precision, f16, exponent) in [
+        (Precision::F32, true, 0),
+        (Precision::F32, false, 0),
+        (Precision::F16, true, 0),
+        (Precision::F32, true, 5),
+        (Precision::F32, true, 14),
     ] {
         let scores: Vec<f32> = (0..(rows * stride) as usize)
             .map(|i| scores_precision.quantize(value(i) * 1.7))
@@ -354,6 +437,7 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
             stride,
             scale,
             softmax_f16: f16,
+            exponent,
         };
         let work = run_codelet_counted(&mut m, tile, &codelet, Some(&model)).expect("runs");
         assert_eq!(
@@ -368,7 +452,7 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
         let (probs, maxima, sums) = (m.get(1), m.get(2), m.get(3));
         for r in 0..rows as usize {
             let row = &scores[r * stride as usize..][..columns as usize];
-            let (p, mx, l) = softmax_by_definition(row, scale, f16);
+            let (p, mx, l) = softmax_by_definition(row, scale, f16, exponent as i32);
             let got = &probs[r * stride as usize..][..stride as usize];
             assert_eq!(&got[..columns as usize], &p[..], "row {r}");
             assert!(
@@ -377,8 +461,8 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
             );
             assert_eq!(maxima[r].to_bits(), mx.to_bits(), "row {r} max");
             assert_eq!(sums[r].to_bits(), l.to_bits(), "row {r} sum");
-            // The largest score's exponential is one.
-            assert!(got.contains(&1.0));
+            // The largest score's exponential is one, scaled exactly.
+            assert!(got.contains(&2f32.powi(-(exponent as i32))));
         }
     }
     // Keys beyond the stride are refused.
@@ -398,9 +482,27 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
         stride: 32,
         scale: 1.0,
         softmax_f16: true,
+        exponent: 0,
     };
     assert!(matches!(
         run_codelet_counted(&mut m, tile, &wide, None),
+        Err(SimError::Argument { .. })
+    ));
+    // So is a scale that would make every probability subnormal.
+    let tiny = Codelet::AttentionSoftmax {
+        scores: operand(0),
+        probs: operand(1),
+        max: operand(2),
+        sum: operand(3),
+        rows: 2,
+        columns: 32,
+        stride: 32,
+        scale: 1.0,
+        softmax_f16: true,
+        exponent: 15,
+    };
+    assert!(matches!(
+        run_codelet_counted(&mut m, tile, &tiny, None),
         Err(SimError::Argument { .. })
     ));
 }

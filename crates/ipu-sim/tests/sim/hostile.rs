@@ -276,6 +276,7 @@ fn huge_element_counts_are_refused() {
     // AttentionBlock with huge counts).
     for (kind, fields) in [
         ("Add", &["rows", "cols"][..]),
+        ("Gelu", &["elements"][..]),
         ("ReduceSum", &["count", "elements"][..]),
         ("AttentionBlock", &["q_rows", "kv_rows", "head_dim"][..]),
     ] {
@@ -298,6 +299,47 @@ fn huge_element_counts_are_refused() {
     }
 }
 
+/// The base package with the first activation call's `function` set to
+/// `function` (the base's are all the tanh GELU, written without one).
+fn with_activation(function: Value) -> PackageFiles {
+    edited(|f| {
+        json(f, "program.json", |p| {
+            let call = find_call(p, "Gelu").expect("an activation call");
+            assert!(call[1]["Gelu"].get("function").is_none(), "the tanh GELU");
+            call[1]["Gelu"]["function"] = function;
+        });
+    })
+}
+
+#[test]
+fn an_activation_of_another_function_is_caught_and_an_unknown_one_refused() {
+    // Another function is a well-formed program computing something else:
+    // it validates, and the per-op check stops the run.
+    let files = with_activation(Value::from("Tanh"));
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("pkg");
+    write_package_files(&path, &files).expect("written");
+    let package = Package::read_with(&path, &limits()).expect("validates");
+    let text = package.fixture.as_deref().expect("a stored fixture");
+    let graph = parse_fixture(text).expect("parses");
+    let values = values::generate(&graph, 7);
+    let run = ipu_sim::tiles::run_package(&package, &graph, &values);
+    assert!(
+        matches!(run, Err(ipu_sim::SimError::OpMismatch(_))),
+        "{:?}",
+        run.err()
+    );
+    // A function that does not exist, or is not a name, is refused when
+    // the program is read.
+    for function in [Value::from("Relu"), Value::from(3), Value::Null] {
+        let files = with_activation(function.clone());
+        assert!(
+            matches!(outcome(&files), Ok(Outcome::Refused(_))),
+            "{function}"
+        );
+    }
+}
+
 #[test]
 fn the_amp_attention_codelets_validate_and_refuse_huge_or_narrow_extents() {
     let base = amp_base();
@@ -308,6 +350,9 @@ fn the_amp_attention_codelets_validate_and_refuse_huge_or_narrow_extents() {
         // Narrower than the data they hold.
         ("Panels", &["out_cols"][..], 1),
         ("AttentionSoftmax", &["stride"][..], 1),
+        // A probability scale below F16's normal numbers.
+        ("AttentionSoftmax", &["exponent"][..], 15),
+        ("AttentionSoftmax", &["exponent"][..], u32::MAX),
     ] {
         let files = edited_from(base, |f| {
             json(f, "program.json", |p| {

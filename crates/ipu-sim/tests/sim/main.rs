@@ -6,6 +6,7 @@
 //! and fixtures (re-signed edits: a package that validates is never
 //! refused by the tile model for its structure).
 
+mod activations;
 mod amp;
 mod cycles;
 mod fixtures;

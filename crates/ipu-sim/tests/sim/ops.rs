@@ -1,7 +1,7 @@
 //! Each op on inputs whose results can be checked by hand.
 
 use ipu_layout::{Fp8Format, Precision};
-use ipu_package::graph::{Op, SoftmaxPrecision};
+use ipu_package::graph::{Activation, Op, SoftmaxPrecision};
 
 use crate::{one_op, run};
 
@@ -111,7 +111,8 @@ fn layer_norm_of_a_known_vector() {
 
 #[test]
 fn gelu_known_values() {
-    let g = one_op(&[(&[4], F32)], (&[4], F32), |i, o| Op::Gelu {
+    let g = one_op(&[(&[4], F32)], (&[4], F32), |i, o| Op::Activation {
+        function: Activation::GeluTanh,
         input: i[0],
         output: o,
     });
@@ -303,9 +304,12 @@ fn empty_inner_dimension_gives_the_bias() {
 
 #[test]
 fn tensors_beyond_the_limit_are_refused_before_allocating() {
-    let g = one_op(&[(&[1 << 33], F16)], (&[1 << 33], F16), |i, o| Op::Gelu {
-        input: i[0],
-        output: o,
+    let g = one_op(&[(&[1 << 33], F16)], (&[1 << 33], F16), |i, o| {
+        Op::Activation {
+            function: Activation::GeluTanh,
+            input: i[0],
+            output: o,
+        }
     });
     let err =
         ipu_sim::evaluate(&g.graph, &ipu_package::graph::ValueSet::new()).expect_err("too large");

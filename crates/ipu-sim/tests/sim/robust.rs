@@ -170,12 +170,40 @@ fn huge_codelet_counts_are_refused_before_they_run() {
             *bytes = u32::MAX;
         }
     };
-    let edits: [(&str, &Edit); 5] = [
+    let many_zero_runs = |p: &mut Package| {
+        if let Codelet::Zero {
+            bytes,
+            runs,
+            stride,
+            ..
+        } = codelet(p, |c| matches!(c, Codelet::Zero { .. }))
+        {
+            *bytes = 8;
+            *runs = u32::MAX;
+            *stride = 8;
+        }
+    };
+    let overlapping_zero_runs = |p: &mut Package| {
+        if let Codelet::Zero {
+            bytes,
+            runs,
+            stride,
+            ..
+        } = codelet(p, |c| matches!(c, Codelet::Zero { .. }))
+        {
+            *bytes = 64;
+            *runs = 2;
+            *stride = 8;
+        }
+    };
+    let edits: [(&str, &Edit); 7] = [
         ("add", &huge_add),
         ("reduce_sum", &huge_reduce),
         ("attention_block", &huge_attention),
         ("attention_combine", &huge_combine),
         ("zero", &huge_zero),
+        ("zero runs", &many_zero_runs),
+        ("overlapping zero runs", &overlapping_zero_runs),
     ];
     for (what, edit) in edits {
         // With the default limits, the work count refuses the ones whose

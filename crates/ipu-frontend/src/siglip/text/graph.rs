@@ -58,7 +58,7 @@ pub fn build_text_graph(config: &TextConfig, options: &GraphOptions) -> Result<G
         output: x0,
     });
     let shape = EncoderShape {
-        activation: crate::siglip::graph::Activation::GeluTanh,
+        activation: ipu_package::graph::Activation::GeluTanh,
         intermediate: config.intermediate(),
         layers: config.layers(),
         heads: config.heads(),

@@ -201,7 +201,7 @@ impl OpCheck<'_> {
                 }
                 self.expect_arithmetic_output()
             }
-            Op::Gelu { input, .. } => {
+            Op::Activation { input, .. } => {
                 self.expect_shape(
                     Slot::Output,
                     output,

@@ -17,7 +17,7 @@
 
 use ipu_layout::Precision;
 
-use crate::program::{Codelet, GemmKernel, Operand};
+use crate::program::{Codelet, GemmKernel, MAX_PROB_EXPONENT, Operand};
 
 /// Why an access has no span.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +43,16 @@ pub enum SpanError {
         extent: u64,
         /// The data it must hold.
         data: u64,
+    },
+    /// An attribute is beyond what the codelet supports.
+    #[error("its {what} is {value}, above the largest supported, {max}")]
+    TooLarge {
+        /// Which attribute.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// The largest supported.
+        max: u64,
     },
 }
 
@@ -184,10 +194,11 @@ pub fn codelet_accesses(
                 n,
             )
         }
-        Codelet::Gelu {
+        Codelet::Activation {
             input,
             output,
             elements,
+            ..
         }
         | Codelet::Convert {
             input,
@@ -264,35 +275,36 @@ pub fn codelet_accesses(
             stat_block_stride,
             output_row_stride,
         } => {
-            // Block `b` starts `b · stride` F32 words after the operand; the
-            // last block reaches furthest. Blocks must not overlap.
-            let last = |stride: u32, span: Result<u64, SpanError>| -> Result<u64, SpanError> {
-                let span = span?;
-                if blocks == 0 {
-                    return Ok(0);
-                }
-                let step = mul(u64::from(stride), 4)?;
-                if blocks > 1 && step < span {
-                    return Err(SpanError::Overlap {
-                        stride: u64::from(stride),
-                        extent: span.div_ceil(4),
-                    });
-                }
-                mul(u64::from(blocks - 1), step)?
-                    .checked_add(span)
-                    .ok_or(SpanError::Overflow)
-            };
-            let rq = u64::from(q_rows);
             let eb = |o: Operand| precision(o).element_bytes();
+            // Block `b` starts `b · stride` elements after the operand; the
+            // last block reaches furthest. Blocks must not overlap.
+            let last =
+                |o: Operand, stride: u32, span: Result<u64, SpanError>| -> Result<u64, SpanError> {
+                    let span = span?;
+                    if blocks == 0 {
+                        return Ok(0);
+                    }
+                    let step = mul(u64::from(stride), eb(o))?;
+                    if blocks > 1 && step < span {
+                        return Err(SpanError::Overlap {
+                            stride: u64::from(stride),
+                            extent: span.div_ceil(eb(o).max(1)),
+                        });
+                    }
+                    mul(u64::from(blocks - 1), step)?
+                        .checked_add(span)
+                        .ok_or(SpanError::Overflow)
+                };
+            let rq = u64::from(q_rows);
             let out_span =
                 rows_span(q_rows, head_dim, out_row_stride).and_then(|n| mul(n, eb(out)));
             let stat = |o: Operand| mul(rq, eb(o));
             let work = mul(u64::from(blocks), rq).and_then(|x| mul(x, u64::from(head_dim)));
             (
                 vec![
-                    raw("out", out, last(out_block_stride, out_span)),
-                    raw("max", max, last(stat_block_stride, stat(max))),
-                    raw("sum", sum, last(stat_block_stride, stat(sum))),
+                    raw("out", out, last(out, out_block_stride, out_span)),
+                    raw("max", max, last(max, stat_block_stride, stat(max))),
+                    raw("sum", sum, last(sum, stat_block_stride, stat(sum))),
                     access(
                         "output",
                         output,
@@ -310,6 +322,7 @@ pub fn codelet_accesses(
             rows,
             columns,
             stride,
+            exponent,
             ..
         } => {
             // Whole rows of `stride` elements are written (the scores'
@@ -319,6 +332,12 @@ pub fn codelet_accesses(
                     what: "stride",
                     extent: u64::from(stride),
                     data: u64::from(columns),
+                })
+            } else if exponent > MAX_PROB_EXPONENT {
+                Err(SpanError::TooLarge {
+                    what: "probabilities' scale exponent",
+                    value: u64::from(exponent),
+                    max: u64::from(MAX_PROB_EXPONENT),
                 })
             } else {
                 write_span(rows, stride, stride)
@@ -373,10 +392,30 @@ pub fn codelet_accesses(
                 written,
             )
         }
-        Codelet::Zero { target, bytes } => (
-            vec![raw("target", target, Ok(u64::from(bytes)))],
-            Ok(u64::from(bytes)),
-        ),
+        Codelet::Zero {
+            target,
+            bytes,
+            runs,
+            stride,
+        } => {
+            // Run `i` starts `i · stride` bytes on; runs must not overlap.
+            let span = if runs > 1 && stride < bytes {
+                Err(SpanError::TooSmall {
+                    what: "run stride in bytes",
+                    extent: u64::from(stride),
+                    data: u64::from(bytes),
+                })
+            } else if runs == 0 {
+                Ok(0)
+            } else {
+                mul(u64::from(runs - 1), u64::from(stride))
+                    .and_then(|x| x.checked_add(u64::from(bytes)).ok_or(SpanError::Overflow))
+            };
+            (
+                vec![raw("target", target, span)],
+                mul(u64::from(bytes), u64::from(runs)),
+            )
+        }
         Codelet::Gather {
             table,
             indices,
