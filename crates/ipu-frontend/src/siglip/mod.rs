@@ -156,6 +156,14 @@ impl Checkpoint {
     }
 }
 
+/// The batch of `graph`: the first extent of its input `input`, if it
+/// has that input.
+pub(crate) fn input_batch(graph: &Graph, input: &str) -> Option<u64> {
+    graph
+        .tensor_by_name(input)
+        .and_then(|id| graph.tensor(id).extents().first().copied())
+}
+
 /// The weights for `graph` from `weights` of `own` (another graph of the
 /// same tower and config), matched by tensor name.
 pub(crate) fn weights_by_name(

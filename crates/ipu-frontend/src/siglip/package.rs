@@ -97,10 +97,7 @@ pub fn package_checkpoint(
     let graph = checkpoint.graph();
     let name = graph.name();
     // The importer's graph always has its `patches` input.
-    let batch = graph
-        .tensor_by_name(PATCHES)
-        .and_then(|id| graph.tensor(id).extents().first().copied())
-        .unwrap_or(0);
+    let batch = crate::siglip::input_batch(graph, PATCHES).unwrap_or(0);
     build_with_fallback(
         Tower {
             model: &|calibration| {

@@ -314,10 +314,7 @@ pub(crate) fn read_image_description(
         .precision
         .policy()
         .map_err(|source| PackagedError::Report { source })?;
-    let batch = graph
-        .tensor_by_name(PATCHES)
-        .and_then(|id| graph.tensor(id).extents().first().copied())
-        .ok_or(PackagedError::NoPatches)?;
+    let batch = crate::siglip::input_batch(graph, PATCHES).ok_or(PackagedError::NoPatches)?;
     Ok(ImageDescription {
         name: graph.name().to_owned(),
         batch,

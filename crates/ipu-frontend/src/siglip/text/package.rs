@@ -24,10 +24,7 @@ pub fn package_text(
 ) -> Result<CheckpointPackage, PackageError> {
     let graph = checkpoint.graph();
     let name = graph.name();
-    let batch = graph
-        .tensor_by_name(INPUT_IDS)
-        .and_then(|id| graph.tensor(id).extents().first().copied())
-        .unwrap_or(0);
+    let batch = crate::siglip::input_batch(graph, INPUT_IDS).unwrap_or(0);
     build_with_fallback(
         Tower {
             model: &|calibration| {

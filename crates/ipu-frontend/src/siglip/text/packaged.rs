@@ -202,10 +202,8 @@ impl PackagedText {
             .precision
             .policy()
             .map_err(|source| TextPackagedError::Report { source })?;
-        let batch = graph
-            .tensor_by_name(INPUT_IDS)
-            .and_then(|id| graph.tensor(id).extents().first().copied())
-            .ok_or(TextPackagedError::NoInputIds)?;
+        let batch =
+            crate::siglip::input_batch(graph, INPUT_IDS).ok_or(TextPackagedError::NoInputIds)?;
         let packaged = Self {
             name: graph.name().to_owned(),
             batch,
