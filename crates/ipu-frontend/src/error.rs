@@ -125,10 +125,10 @@ pub enum ImportError {
         /// The file that holds it.
         file: PathBuf,
     },
-    /// A stored tensor is not part of the vision tower the config
-    /// describes (nor of the text tower, which is ignored).
+    /// A stored tensor is not part of the tower the config describes
+    /// (nor of the parts of the checkpoint the importer ignores).
     #[error(
-        "checkpoint tensor `{name}` (shape {shape:?}, in `{file}`) is not part of the SigLIP \
+        "checkpoint tensor `{name}` (shape {shape:?}, in `{file}`) is not part of the \
          {tower} tower config.json describes{}",
         if *head_disabled { " (config.json sets vision_use_head = false)" } else { "" }
     )]
@@ -141,7 +141,8 @@ pub enum ImportError {
         file: PathBuf,
         /// Whether it is a head tensor while the config has no head.
         head_disabled: bool,
-        /// The tower imported (`vision` or `text`).
+        /// The tower imported (`SigLIP vision`, `SigLIP text`, `ViT`,
+        /// `CLIP vision`).
         tower: &'static str,
     },
     /// A tensor is stored in a dtype the importer does not read.

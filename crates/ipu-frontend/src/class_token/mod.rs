@@ -329,7 +329,10 @@ pub fn import_class_token(
             Family::Clip => |n| names::is_ignored(Family::Clip, n),
         },
         head_disabled: false,
-        tower: "vision",
+        tower: match family {
+            Family::Vit => "ViT",
+            Family::Clip => "CLIP vision",
+        },
     };
     checkpoint.weights = read_mapped(&store, &mapping, &checkpoint.graph)?;
     tracing::info!(

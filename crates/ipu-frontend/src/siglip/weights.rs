@@ -49,7 +49,7 @@ pub(crate) fn read_weights(
         sources: weight_sources(config),
         ignored: is_ignored,
         head_disabled: !config.use_head(),
-        tower: "vision",
+        tower: "SigLIP vision",
     };
     read_mapped(store, &mapping, graph)
 }

@@ -439,10 +439,16 @@ fn missing_extra_and_misshaped_tensors_are_named() {
             vec![0; 4],
         ))
     });
-    assert!(matches!(
-        import_class_token(extra.path(), Family::Vit, &options),
-        Err(ImportError::UnexpectedTensor { .. })
-    ));
+    let err = import_class_token(extra.path(), Family::Vit, &options).expect_err("extra");
+    assert!(
+        matches!(&err, ImportError::UnexpectedTensor { tower: "ViT", .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("encoder.layer.9.output.dense.bias"),
+        "{err}"
+    );
     let shape = edited("vit-tiny", |t| {
         for (n, s, d) in t.iter_mut() {
             if n == "embeddings.cls_token" {

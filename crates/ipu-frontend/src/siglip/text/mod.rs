@@ -263,7 +263,7 @@ pub fn import_text_checkpoint(
         sources: names::text_weight_sources(&checkpoint.config),
         ignored: names::is_ignored_by_text,
         head_disabled: false,
-        tower: "text",
+        tower: "SigLIP text",
     };
     checkpoint.weights = read_mapped(&store, &mapping, &checkpoint.graph)?;
     checkpoint.logits = logit_params(&store)?;
