@@ -52,7 +52,7 @@ mod support;
 
 use std::time::Instant;
 
-use ipu_alloc::{BuiltinPlacer, MemoryMap, PlaceConfig, PlaceError, Placer};
+use ipu_alloc::{BuiltinPlacer, MemoryMap, PlaceConfig, PlaceError, Placer, Verdict};
 use ipu_exchange::{BuiltinScheduler, ExchangeScheduler, Fabric, ScheduleConfig};
 use ipu_kernels::{HostToolchain, KernelCache, KernelStore, MemoryStore, Toolchain};
 use ipu_target::Target;
@@ -62,7 +62,7 @@ use tracing::{debug, info, info_span, warn};
 pub use error::{BuildError, Culprit, Culprits};
 
 use crate::graph::{Graph, Op, OpId};
-use crate::lower::{LowerConfig, lower};
+use crate::lower::{LowerConfig, amp_attention_bytes, lower};
 use crate::package::{
     BufferAddresses, FORMAT_VERSION, Manifest, Package, PackagePhase, PackagePlacement,
 };
@@ -296,7 +296,9 @@ pub(crate) struct Planned {
 ///
 /// A replan targets the failing step: the operation that runs there (a
 /// GEMM or attention, or the GEMM whose partial sums a reduction sums) gets
-/// half its transient budget, and the rest of the plan keeps its cycles.
+/// half its transient budget (an attention on the AMP: a budget just
+/// below its plan's bytes, [`attention_replan_budget`]), and the rest of
+/// the plan keeps its cycles.
 /// Only when the step runs no such operation, or its plan no longer
 /// changes, is the budget of every operation halved. A plan whose storage
 /// is the failed one's is not placed again.
@@ -334,9 +336,13 @@ fn plan(
                 match target {
                     Some(op) if !repeated => {
                         let budget = match graph.op(op) {
-                            Op::Attention { .. } => lower_config.attention_budget_for(op),
-                            _ => lower_config.budget_for(op),
-                        } / 2;
+                            Op::Attention { .. } => attention_replan_budget(
+                                lower_config.attention_budget_for(op),
+                                amp_attention_bytes(graph, op, lower_config),
+                                proven_lack(&error),
+                            ),
+                            _ => lower_config.budget_for(op) / 2,
+                        };
                         warn!(
                             tile = culprits.tile,
                             step = %step,
@@ -362,6 +368,61 @@ fn plan(
             }
             other => return other,
         }
+    }
+}
+
+/// The bytes a failing step lacks, where the placer's lower bound proves
+/// it.
+fn proven_lack(error: &PlaceError) -> Option<u64> {
+    match error {
+        PlaceError::DoesNotFit(failure) => match failure.verdict {
+            Verdict::BoundExceeded { needs_bytes, .. } => Some(needs_bytes),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The budget a replan gives an attention whose budget was `budget` and
+/// whose AMP plan takes `planned` bytes a tile (`None`: on the vector
+/// unit): below the plan, by twice what the failing step `lacks` where the
+/// lower bound proves it and by an eighth of the plan otherwise, so that
+/// the next AMP plan (more passes, another grid) is the fastest that
+/// takes less. Halving instead can leave no AMP plan at all and move the
+/// attention to the vector unit, five times slower on SigLIP. Never
+/// below half the budget, which is also the vector attention's step.
+fn attention_replan_budget(budget: u64, planned: Option<u64>, lacks: Option<u64>) -> u64 {
+    let half = budget / 2;
+    let Some(planned) = planned else {
+        return half;
+    };
+    let cut = lacks.map_or(planned / 8, |b| b.saturating_mul(2));
+    planned.min(budget).saturating_sub(cut.max(1)).max(half)
+}
+
+#[cfg(test)]
+mod replan_tests {
+    use super::attention_replan_budget;
+
+    #[test]
+    fn an_attention_replans_just_below_its_plan() {
+        // A plan of 180,000 bytes under a 204,800-byte budget, a step
+        // short of 3,000 bytes: the next plan must take 6,000 fewer.
+        assert_eq!(
+            attention_replan_budget(204_800, Some(180_000), Some(3_000)),
+            174_000
+        );
+        // Without a proof of the shortfall, an eighth of the plan.
+        assert_eq!(
+            attention_replan_budget(204_800, Some(180_000), None),
+            157_500
+        );
+        // Never below half; on the vector unit, half.
+        assert_eq!(
+            attention_replan_budget(204_800, Some(180_000), Some(90_000)),
+            102_400
+        );
+        assert_eq!(attention_replan_budget(204_800, None, Some(3_000)), 102_400);
     }
 }
 

@@ -39,6 +39,89 @@ struct Blocks {
     output: TensorType,
 }
 
+/// The unit and plan lowering chooses for an attention.
+enum AttentionChoice {
+    /// Both products on the AMP.
+    Amp(AmpAttention, AttentionCycles),
+    /// Blocks on the vector unit.
+    Vector(AttentionGrid, AttentionCycles),
+}
+
+/// The plan of an attention of `shape` (operands in `operands`, softmax
+/// in F16 or not) under `config`'s unit, tiles, cost model and `budget`:
+/// the AMP where it is supported, fits and is estimated faster (or where
+/// the configuration asks for it), else the vector unit.
+fn choose_attention(
+    shape: &AttentionShape,
+    operands: Precision,
+    softmax_f16: bool,
+    config: &LowerConfig,
+    budget: u64,
+) -> AttentionChoice {
+    let (tiles, cost) = (config.tiles, &config.cost);
+    let eb = operands.element_bytes();
+    let grid = attention_grid(shape, eb, tiles, budget, cost);
+    let vector = vector_attention_cycles(shape, grid, eb, softmax_f16, cost);
+    let amp = match config.attention {
+        AttentionUnit::Vector => None,
+        _ if !amp_attention_supported(shape, operands, softmax_f16, tiles) => None,
+        AttentionUnit::Auto if shape.tq < MIN_AMP_QUERY_ROWS => None,
+        unit => choose_amp_attention(shape, tiles, budget, cost).filter(|(_, amp, fits)| {
+            unit == AttentionUnit::Amp || (*fits && amp.total() < vector.total())
+        }),
+    };
+    match amp {
+        Some((plan, cycles, _)) => AttentionChoice::Amp(plan, cycles),
+        None => AttentionChoice::Vector(grid, vector),
+    }
+}
+
+/// The shape of attention `op` of `graph`, its operands' common precision
+/// (F32 where they differ) and whether its softmax is F16; `None` when
+/// `op` is not an attention.
+fn attention_shape(graph: &Graph, op: OpId) -> Option<(AttentionShape, Precision, bool)> {
+    let Op::Attention {
+        q,
+        k,
+        v,
+        heads,
+        softmax,
+        ..
+    } = graph.ops().get(op)?
+    else {
+        return None;
+    };
+    let (tq, tk) = (graph.tensor(*q), graph.tensor(*k));
+    let shape = AttentionShape {
+        batch: tq.extents()[0],
+        tq: tq.extents()[1],
+        tk: tk.extents()[1],
+        hidden: tq.extents()[2],
+        heads: u64::from(*heads),
+    };
+    let operands = [q, k, v]
+        .iter()
+        .map(|&&t| graph.tensor(t).precision())
+        .reduce(|a, b| if a == b { a } else { Precision::F32 })
+        .unwrap_or(Precision::F32);
+    Some((shape, operands, *softmax == SoftmaxPrecision::F16))
+}
+
+/// The bytes a tile needs for attention `op`'s AMP plan under `config`,
+/// as its plan estimates them, or `None` when lowering would not put the
+/// attention on the AMP: what a replan must go below to change the plan.
+pub fn amp_attention_bytes(graph: &Graph, op: OpId, config: &LowerConfig) -> Option<u64> {
+    let (shape, operands, softmax_f16) = attention_shape(graph, op)?;
+    let budget = config.attention_budget_for(op);
+    match choose_attention(&shape, operands, softmax_f16, config, budget) {
+        AttentionChoice::Amp(plan, _) => Some(
+            AmpAttentionScorer::new(shape, plan.scores, plan.blocks, &config.cost)
+                .bytes_per_tile(plan.grid, plan.passes),
+        ),
+        AttentionChoice::Vector(..) => None,
+    }
+}
+
 impl Lowerer<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn lower_attention(
@@ -51,42 +134,19 @@ impl Lowerer<'_> {
         softmax: SoftmaxPrecision,
         output: TensorId,
     ) -> Result<(), LowerError> {
-        let g = self.graph;
-        let (tq, tk, tout) = (g.tensor(q), g.tensor(k), g.tensor(output));
-        let shape = AttentionShape {
-            batch: tq.extents()[0],
-            tq: tq.extents()[1],
-            tk: tk.extents()[1],
-            hidden: tq.extents()[2],
-            heads: u64::from(heads),
+        let tout = self.graph.tensor(output);
+        let Some((shape, operands, softmax_f16)) = attention_shape(self.graph, op) else {
+            return Err(self.unsupported(op, "bug in the lowering: not an attention".into()));
         };
-        let eb = tq.precision().element_bytes();
-        let (tiles, cost) = (self.config.tiles, &self.config.cost);
+        debug_assert_eq!(shape.heads, u64::from(heads));
         let budget = self.config.attention_budget_for(op);
-        let grid = attention_grid(&shape, eb, tiles, budget, cost);
-        let softmax_f16 = softmax == SoftmaxPrecision::F16;
-        let operands = [q, k, v]
-            .iter()
-            .map(|&t| g.tensor(t).precision())
-            .reduce(|a, b| if a == b { a } else { Precision::F32 })
-            .unwrap_or(Precision::F32);
-        let vector = vector_attention_cycles(&shape, grid, eb, softmax_f16, cost);
-        let amp = match self.config.attention {
-            AttentionUnit::Vector => None,
-            _ if !amp_attention_supported(&shape, operands, softmax_f16, tiles) => None,
-            AttentionUnit::Auto if shape.tq < MIN_AMP_QUERY_ROWS => None,
-            unit => choose_amp_attention(&shape, tiles, budget, cost)
-                .filter(|(_, amp, fits)| {
-                    unit == AttentionUnit::Amp || (*fits && amp.total() < vector.total())
-                })
-                .map(|(plan, cycles, _)| (plan, cycles)),
-        };
-        let blocks = match amp {
-            Some((plan, cycles)) => {
+        let choice = choose_attention(&shape, operands, softmax_f16, self.config, budget);
+        let blocks = match choice {
+            AttentionChoice::Amp(plan, cycles) => {
                 tracing::debug!(op = %op, output = tout.name(), grid = ?plan.grid, passes = plan.passes, steps = ?cycles, estimated_cycles = cycles.total(), "planned attention on the AMP");
                 self.amp_attention_blocks(op, [q, k, v], &shape, plan, softmax_f16, output)?
             }
-            None => {
+            AttentionChoice::Vector(grid, vector) => {
                 tracing::debug!(op = %op, output = tout.name(), grid = ?grid, estimated_cycles = vector.total(), "planned attention on the vector unit");
                 self.vector_attention_blocks(op, [q, k, v], &shape, grid, softmax, output)?
             }

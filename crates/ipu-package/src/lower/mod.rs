@@ -20,6 +20,8 @@
 use std::collections::HashMap;
 
 mod attention;
+
+pub use attention::amp_attention_bytes;
 mod elementwise;
 mod gather;
 mod gemm;
@@ -32,11 +34,11 @@ use ipu_layout::{
 
 use crate::graph::{Activation, Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, TensorKind};
 use crate::plan::{
-    AmpAttention, AttentionGrid, AttentionShape, CostModel, GemmGrid, GemmProblem,
-    amp_attention_layouts, amp_attention_supported, attention_grid, attention_layouts,
-    blocks_exponent, choose_amp_attention, choose_gemm_grid, column_parts, column_tiling,
-    element_layout, gemm_layouts, pass_rows, reduce_layout, replicated, row_layout, row_split,
-    spread, tensor_type, vector_attention_cycles, vector_home,
+    AmpAttention, AmpAttentionScorer, AttentionCycles, AttentionGrid, AttentionShape, CostModel,
+    GemmGrid, GemmProblem, amp_attention_layouts, amp_attention_supported, attention_grid,
+    attention_layouts, blocks_exponent, choose_amp_attention, choose_gemm_grid, column_parts,
+    column_tiling, element_layout, gemm_layouts, pass_rows, reduce_layout, replicated, row_layout,
+    row_split, spread, tensor_type, vector_attention_cycles, vector_home,
 };
 use crate::profile::Work;
 use crate::program::{
