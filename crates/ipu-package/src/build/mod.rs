@@ -389,7 +389,8 @@ fn proven_lack(error: &PlaceError) -> Option<u64> {
 /// lower bound proves it and by an eighth of the plan otherwise, so that
 /// the next AMP plan (more passes, another grid) is the fastest that
 /// takes less. Halving instead can leave no AMP plan at all and move the
-/// attention to the vector unit, five times slower on SigLIP. Never
+/// attention to the vector unit: on SigLIP b3, 1,049,046 estimated cycles
+/// a layer against 182,927 on the AMP. Never
 /// below half the budget, which is also the vector attention's step.
 fn attention_replan_budget(budget: u64, planned: Option<u64>, lacks: Option<u64>) -> u64 {
     let half = budget / 2;

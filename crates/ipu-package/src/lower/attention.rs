@@ -123,14 +123,12 @@ pub fn amp_attention_bytes(graph: &Graph, op: OpId, config: &LowerConfig) -> Opt
 }
 
 impl Lowerer<'_> {
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn lower_attention(
         &mut self,
         op: OpId,
         q: TensorId,
         k: TensorId,
         v: TensorId,
-        heads: u32,
         softmax: SoftmaxPrecision,
         output: TensorId,
     ) -> Result<(), LowerError> {
@@ -138,7 +136,6 @@ impl Lowerer<'_> {
         let Some((shape, operands, softmax_f16)) = attention_shape(self.graph, op) else {
             return Err(self.unsupported(op, "bug in the lowering: not an attention".into()));
         };
-        debug_assert_eq!(shape.heads, u64::from(heads));
         let budget = self.config.attention_budget_for(op);
         let choice = choose_attention(&shape, operands, softmax_f16, self.config, budget);
         let blocks = match choice {

@@ -703,10 +703,10 @@ impl Lowerer<'_> {
                 q,
                 k,
                 v,
-                heads,
                 softmax,
                 output,
-            } => self.lower_attention(op, q, k, v, heads, softmax, output),
+                ..
+            } => self.lower_attention(op, q, k, v, softmax, output),
             Op::Slice {
                 input,
                 axis,
