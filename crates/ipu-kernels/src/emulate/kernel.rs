@@ -224,9 +224,11 @@ impl Block {
         }
     }
 
-    /// As [`Block::run_values`] for sums that are not exact (F32
-    /// partials) and a rounding that depends only on the value, with the
-    /// coefficients row major (`k × c`) instead of in the group layout.
+    /// As [`Block::run_values`] for a rounding that depends only on the
+    /// value, with the coefficients row major (`k × c`) instead of in the
+    /// group layout. For exact sums (F16 partials) the order of a step's
+    /// additions cannot change them, so the pairwise tree of
+    /// [`Block::run_values`] and the running sum here agree.
     ///
     /// Every element sees the same operations in the same order as in
     /// [`Block::run_values`]: its partial, plus each rounded product of

@@ -150,7 +150,10 @@ enum Coefficients {
 impl Coefficients {
     /// The layout the table and value loops read for the row-major
     /// `k × c` block `bytes` of the header's weight precision.
-    /// F32 partials rounded to nearest take the row-major values.
+    /// Sums rounded to nearest take the row-major values: F32 partials add
+    /// each product in the same order either way, and an F16-partials
+    /// step's sum is exact (every term is on the 2^-24 grid and far below
+    /// 2^53 of it), so its order cannot change it.
     fn lay_out(
         bytes: &[u8],
         k: usize,
@@ -169,7 +172,7 @@ impl Coefficients {
                     *v = round_f16(*v);
                 }
             }
-            if h.arithmetic.single_partials() && rounding == Rounding::NearestEven {
+            if rounding == Rounding::NearestEven {
                 Coefficients::Rows(values)
             } else {
                 Coefficients::Values(kernel::group_layout(&values, k, c, group))
@@ -711,9 +714,19 @@ impl Machine<'_> {
                 }
             }
             (Coefficients::Rows(coefficients), _) => {
-                // Laid out so only for F32 partials rounded to nearest.
+                // Laid out so only for sums rounded to nearest.
                 let left = self.tables.left.decode(left);
-                block.run_row_values(partials, &left, coefficients, round_f32, round_f32);
+                if single {
+                    block.run_row_values(partials, &left, coefficients, round_f32, round_f32);
+                } else {
+                    block.run_row_values(
+                        partials,
+                        &left,
+                        coefficients,
+                        round_f16,
+                        round_f16_on_grid,
+                    );
+                }
             }
             // Codes are only loaded when the product table exists, and
             // bytes were laid out above.
