@@ -112,14 +112,18 @@ fn every_grid_covers_each_pair_query_and_key_once() {
 fn the_memory_estimate_bounds_the_buffers_of_the_blocks_step() {
     let a = siglip_b2();
     let cost = CostModel::ipu21();
-    for blocks in [Precision::F32, Precision::F16] {
-        let scorer = AmpAttentionScorer::new(a, Precision::F32, blocks, &cost);
+    for (scores, blocks) in [
+        (Precision::F32, Precision::F32),
+        (Precision::F32, Precision::F16),
+        (Precision::F16, Precision::F16),
+    ] {
+        let scorer = AmpAttentionScorer::new(a, scores, blocks, &cost);
         for grid in amp_attention_grids(&a, 1472).into_iter().step_by(5) {
             for passes in [1, 2, 4] {
                 let plan = AmpAttention {
                     grid,
                     passes,
-                    scores: Precision::F32,
+                    scores,
                     blocks,
                 };
                 let lay = amp_attention_layouts(&a, plan, Precision::F16).expect("layouts");
