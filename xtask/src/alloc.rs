@@ -157,6 +157,7 @@ fn method(m: Option<SolveMethod>) -> String {
         Some(SolveMethod::Trivial) => "trivial".to_owned(),
         Some(SolveMethod::Skyline) => "skyline".to_owned(),
         Some(SolveMethod::Greedy(g)) => format!("greedy-{:?}-{:?}", g.order, g.fit),
+        Some(SolveMethod::Squeaky) => "squeaky".to_owned(),
         Some(SolveMethod::Exact) => "exact".to_owned(),
         Some(other) => format!("{other:?}"),
     }

@@ -42,6 +42,7 @@ mod profile;
 mod sections;
 mod skyline;
 mod solve;
+mod squeaky;
 mod stage;
 
 pub use bound::{ClassBound, Shortfall, TileBound, lower_bound};

@@ -3,7 +3,8 @@
 //! Each tile becomes an [`Arena`]: requests are free items whose window set
 //! is their class's ranges (already split at region boundaries and cut at the
 //! loader limit by the map), reservations are fixed items, and element
-//! separation uses the map's regions. Greedy passes run first; the exact
+//! separation uses the map's regions. Greedy passes run first (fixed
+//! orders, then squeaky-wheel passes that reorder by failures); the exact
 //! search runs only on tiles where all of them fail and the lower bound does
 //! not already prove infeasibility. Tiles are independent and run in
 //! parallel; results are collected in tile order and every budget is counted
@@ -19,8 +20,9 @@ use crate::arena::{Arena, Item, Neighbours, for_each_gap, merge_intervals};
 use crate::bound::{TileBound, lower_bound};
 use crate::error::{FitFailure, LiveRange, Occupant, Verdict};
 use crate::exact::{ExactBudget, ExactOutcome, solve_exact};
-use crate::greedy::{GreedyFailure, GreedyStrategy, UNPLACED, greedy, peak_of};
+use crate::greedy::{GreedyFailure, GreedyStrategy, UNPLACED, greedy, peak_of, strategy_order};
 use crate::sections::Sections;
+use crate::squeaky::squeaky;
 use crate::{MemoryMap, PlaceError, Problem, RequestId, TileProblem, check_placement, validate};
 
 /// Budgets and switches for [`place`].
@@ -37,6 +39,10 @@ pub struct PlaceConfig {
     /// impossible. A tile left undecided is reported as
     /// [`Verdict::Unknown`](crate::Verdict::Unknown), never as impossible.
     pub exact_node_budget: u64,
+    /// Squeaky-wheel passes (greedy passes whose order puts the items that
+    /// failed first) on tiles where every greedy pass fails, before the
+    /// exact search.
+    pub squeaky_passes: u32,
     /// Tiles with more requests than this skip the exact search (its
     /// recursion depth is the request count).
     pub exact_max_requests: usize,
@@ -51,6 +57,7 @@ impl Default for PlaceConfig {
             strategies: GreedyStrategy::DEFAULT_SET[..2].to_vec(),
             fallback_strategies: GreedyStrategy::DEFAULT_SET[2..].to_vec(),
             exact_node_budget: 200_000,
+            squeaky_passes: 512,
             exact_max_requests: 1024,
             verify: true,
         }
@@ -62,6 +69,11 @@ impl Default for PlaceConfig {
 pub enum PlaceMethod {
     /// A greedy pass.
     Greedy(GreedyStrategy),
+    /// Squeaky-wheel greedy passes, placed by the last of them.
+    Squeaky {
+        /// Passes run.
+        passes: u32,
+    },
     /// The exact search, after this many nodes.
     Exact {
         /// Search nodes used.
@@ -478,6 +490,23 @@ fn place_greedy(
             &offsets,
             PlaceMethod::Greedy(strategy),
         ));
+    }
+    // Every fixed order failed: let the order learn which items need to
+    // go first, from the first strategy's order.
+    if let Some(&first) = config.strategies.first() {
+        let start = strategy_order(&arena, first.order);
+        if let Some((offsets, passes)) =
+            squeaky(&arena, &index, &start, first.fit, config.squeaky_passes)
+        {
+            return Ok(finish(
+                tile,
+                map,
+                &arena,
+                &bound,
+                &offsets,
+                PlaceMethod::Squeaky { passes },
+            ));
+        }
     }
     let failure = first_failure.unwrap_or(GreedyFailure {
         item: 0,

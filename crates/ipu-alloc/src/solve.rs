@@ -7,6 +7,7 @@
 //! skyline passes (lowest floor first; on the problem and reversed in
 //!   time) and, for problems of moderate size or with fixed buffers,
 //!   greedy passes ──► best placement; within capacity ──► Fits
+//! squeaky-wheel passes at the capacity ──► placement ──► Fits
 //! exact search at the capacity (node budget, optional deadline)
 //!   ──► placement ──► Fits | exhausted ──► Infeasible | budget ──► Unknown
 //! ```
@@ -25,8 +26,9 @@ use crate::arena::{Arena, Neighbours};
 use crate::exact::{
     ExactBudget, ExactOutcome, SearchStats, solve_exact_deep, solve_exact_parallel,
 };
-use crate::greedy::{GreedyStrategy, greedy};
+use crate::greedy::{GreedyStrategy, greedy, strategy_order};
 use crate::skyline::{SkyOrder, skyline};
+use crate::squeaky::squeaky;
 
 /// The verdict of [`CsvProblem::solve`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,6 +126,9 @@ pub enum SolveMethod {
     Skyline,
     /// A greedy pass.
     Greedy(GreedyStrategy),
+    /// Squeaky-wheel greedy passes at the capacity (the last placed
+    /// every buffer).
+    Squeaky,
     /// The exact search.
     Exact,
 }
@@ -142,6 +147,9 @@ pub struct SolveConfig {
     pub large_strategies: Vec<GreedyStrategy>,
     /// Exact-search node budget.
     pub max_nodes: u64,
+    /// Squeaky-wheel passes at the capacity, when no heuristic placement
+    /// fits (problems of at most `large_problem_buffers` buffers).
+    pub squeaky_passes: u32,
     /// Wall-clock budget for the whole solve (the exact search stops at
     /// it; the heuristics always finish).
     pub timeout: Option<Duration>,
@@ -163,6 +171,7 @@ impl Default for SolveConfig {
                 GreedyStrategy::DEFAULT_SET[0],
             ],
             max_nodes: 50_000_000,
+            squeaky_passes: 512,
             timeout: Some(Duration::from_secs(10)),
             parallel_search: true,
         }
@@ -243,6 +252,16 @@ impl CsvProblem {
             out.result = SolveResult::Fits;
             return out;
         }
+        let bounded = self.arena(capacity);
+        if self.buffers.len() <= config.large_problem_buffers {
+            if let Some(offsets) = self.squeaky(&bounded, config.squeaky_passes) {
+                out.peak = self.peak(&offsets);
+                out.offsets = Some(offsets);
+                out.method = Some(SolveMethod::Squeaky);
+                out.result = SolveResult::Fits;
+                return out;
+            }
+        }
         let budget = ExactBudget {
             max_nodes: config.max_nodes,
             deadline: config.timeout.map(|t| started + t),
@@ -251,7 +270,6 @@ impl CsvProblem {
         if budget.max_nodes == 0 || budget.deadline.is_some_and(|d| Instant::now() >= d) {
             return out;
         }
-        let bounded = self.arena(capacity);
         let report = if config.parallel_search && rayon::current_num_threads() > 1 {
             solve_exact_parallel(&bounded, budget)
         } else {
@@ -276,6 +294,17 @@ impl CsvProblem {
             }
         }
         out
+    }
+
+    /// A squeaky-wheel placement within `bounded`'s capacity from the
+    /// size-first order, checked, if `passes` passes find one.
+    fn squeaky(&self, bounded: &Arena, passes: u32) -> Option<Vec<u64>> {
+        let first = GreedyStrategy::DEFAULT_SET[0];
+        let index = Neighbours::new(&bounded.items);
+        let start = strategy_order(bounded, first.order);
+        let (offsets, _) = squeaky(bounded, &index, &start, first.fit, passes)?;
+        let peak = self.peak(&offsets);
+        self.check(peak, &offsets).is_ok().then_some(offsets)
     }
 
     /// The capacity a placement needs: the highest end of any buffer (a
