@@ -55,7 +55,7 @@ use std::borrow::Cow;
 
 use ipu_layout::EntityId;
 use ipu_package::graph::values::ValueSet;
-use ipu_package::graph::{Activation, Graph, Op, OpId, TensorId};
+use ipu_package::graph::{Activation, AttentionMask, Graph, Op, OpId, TensorId};
 
 pub use compare::{Comparison, Tolerance, compare};
 
@@ -372,6 +372,7 @@ fn compute<'v>(
             v,
             heads,
             softmax,
+            mask,
             ..
         } => {
             let (qs, ks) = (shape(*q), shape(*k));
@@ -385,6 +386,7 @@ fn compute<'v>(
                 qs[2] as usize,
                 *heads as usize,
                 softmax.precision(),
+                *mask == AttentionMask::Causal,
             )
         }
         Op::CastFp8 { input, .. } | Op::Reshape { input, .. } => get(*input)?.to_vec(),

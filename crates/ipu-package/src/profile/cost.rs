@@ -52,9 +52,9 @@ use ipu_target::{Target, VectorSpec};
 use serde::{Deserialize, Serialize};
 
 use super::ProfileError;
-use crate::graph::Activation;
+use crate::graph::{Activation, AttentionMask};
 use crate::package::{Package, PackageKernel};
-use crate::program::{Codelet, GemmEntry, KernelId, Program};
+use crate::program::{CausalRows, Codelet, GemmEntry, KernelId, Program};
 
 /// What one call of a codelet other than the GEMM does, counted in the
 /// units its cost depends on.
@@ -111,6 +111,10 @@ pub enum Work {
         head_dim: u64,
         /// Scores per vector (F16 or F32 softmax).
         score_lanes: u32,
+        /// A causal block's diagonal ([`crate::program::CausalRows::diagonal`]):
+        /// row `r` works on keys `j ≤ r + diagonal` only. Absent: every key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        diagonal: Option<i64>,
     },
     /// Combining attention blocks.
     AttentionCombine {
@@ -219,6 +223,59 @@ fn activation_instructions(s: &VectorSpec, function: Activation) -> u32 {
         Activation::QuickGelu => s.quick_gelu_instructions_per_vector,
         Activation::Tanh => s.tanh_instructions_per_vector,
     }
+}
+
+/// Query rows up to which a causal attention block's cost is counted row
+/// by row; more than a tile's memory holds, so past it only a hostile
+/// package's block, whose unmasked cost bounds it.
+const MAX_COUNTED_CAUSAL_ROWS: u64 = 1 << 18;
+
+/// Cycles of the busiest worker of a causal attention block: rows go to
+/// the `workers` round-robin (row `r` to worker `r mod workers`), row `r`
+/// costing `row_cycles` of its visible keys
+/// ([`AttentionMask::visible_keys`]).
+fn causal_busiest(
+    q_rows: u64,
+    kv_rows: u64,
+    diagonal: i64,
+    workers: u64,
+    row_cycles: impl Fn(u64) -> u64,
+) -> u64 {
+    let workers = workers.max(1);
+    let mut busiest = 0u64;
+    for first in 0..workers.min(q_rows) {
+        let mut sum = 0u64;
+        let mut r = first;
+        while r < q_rows {
+            let keys = AttentionMask::visible_keys(Some(diagonal), r, kv_rows);
+            sum = sum.saturating_add(row_cycles(keys));
+            r = r.saturating_add(workers);
+        }
+        busiest = busiest.max(sum);
+    }
+    busiest
+}
+
+/// The (query row, key) pairs a block computes: every pair unmasked, else
+/// `Σ_r visible_keys(r)` in closed form.
+pub fn visible_pairs(q_rows: u64, kv_rows: u64, diagonal: Option<i64>) -> u64 {
+    let Some(d) = diagonal else {
+        return q_rows.saturating_mul(kv_rows);
+    };
+    // Row r sees clamp(r + a, 0, kv) keys with a = d + 1: none before row
+    // `lo`, r + a from `lo` to `hi`, all from `hi` on.
+    let (q, kv, a) = (i128::from(q_rows), i128::from(kv_rows), i128::from(d) + 1);
+    let lo = (1 - a).clamp(0, q);
+    let hi = (kv - a).clamp(lo, q);
+    let n = hi - lo;
+    let total = n
+        .checked_mul(lo + hi - 1)
+        .map(|x| x / 2)
+        .and_then(|x| x.checked_add(n.checked_mul(a)?))
+        .and_then(|x| x.checked_add((q - hi).checked_mul(kv)?));
+    total
+        .and_then(|t| u64::try_from(t).ok())
+        .unwrap_or(u64::MAX)
 }
 
 /// The position of `kind` in [`CODELET_KINDS`].
@@ -330,15 +387,26 @@ impl VectorModel {
                 kv_rows,
                 head_dim,
                 score_lanes,
+                diagonal,
             } => {
-                let scores = kv_rows.saturating_mul(head_dim.div_ceil(dot));
-                let softmax = vectors(kv_rows, score_lanes).saturating_mul(exp);
-                let values = kv_rows.saturating_mul(head_dim.div_ceil(axpy));
-                per(q_rows).saturating_mul(
+                // One row against `keys` keys: its scores, softmax and
+                // weighted values.
+                let row_cycles = |keys: u64| {
+                    let scores = keys.saturating_mul(head_dim.div_ceil(dot));
+                    let softmax = vectors(keys, score_lanes).saturating_mul(exp);
+                    let values = keys.saturating_mul(head_dim.div_ceil(axpy));
                     row.saturating_add(scores)
                         .saturating_add(softmax)
-                        .saturating_add(values),
-                )
+                        .saturating_add(values)
+                };
+                match diagonal {
+                    Some(d) if q_rows <= MAX_COUNTED_CAUSAL_ROWS => {
+                        causal_busiest(q_rows, kv_rows, d, w, row_cycles)
+                    }
+                    // Unmasked, or more rows than a tile holds (then the
+                    // unmasked cost bounds it).
+                    _ => per(q_rows).saturating_mul(row_cycles(kv_rows)),
+                }
             }
             Work::AttentionCombine {
                 blocks,
@@ -455,12 +523,17 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             kv_rows,
             head_dim,
             score_lanes,
+            diagonal,
         } => {
-            let products = q_rows
-                .saturating_mul(kv_rows)
-                .saturating_mul(head_dim)
-                .saturating_mul(2);
-            macs(products).saturating_add(q_rows.saturating_mul(vectors(kv_rows, score_lanes)))
+            let pairs = visible_pairs(q_rows, kv_rows, diagonal);
+            let products = pairs.saturating_mul(head_dim).saturating_mul(2);
+            // Softmax vectors: per row over its visible keys; unmasked
+            // rows all see `kv_rows`.
+            let softmax = match diagonal {
+                None => q_rows.saturating_mul(vectors(kv_rows, score_lanes)),
+                Some(_) => vectors(pairs, score_lanes),
+            };
+            macs(products).saturating_add(softmax)
         }
         Work::AttentionCombine {
             blocks,
@@ -567,8 +640,10 @@ pub fn codelet_work(
             kv_rows,
             head_dim,
             softmax_f16,
+            causal,
             ..
         } => Work::AttentionBlock {
+            diagonal: causal.map(CausalRows::diagonal),
             q_rows: u64::from(*q_rows),
             kv_rows: u64::from(*kv_rows),
             head_dim: u64::from(*head_dim),

@@ -8,6 +8,7 @@
 
 mod activations;
 mod amp;
+mod causal;
 mod cycles;
 mod fixtures;
 mod hostile;

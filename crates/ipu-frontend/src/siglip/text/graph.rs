@@ -63,6 +63,7 @@ pub fn build_text_graph(config: &TextConfig, options: &GraphOptions) -> Result<G
         layers: config.layers(),
         heads: config.heads(),
         eps: config.layer_norm_eps(),
+        mask: ipu_package::graph::AttentionMask::None,
     };
     let last = b.encoder(&shape, x0)?;
     let post_g = b.weight("post.g", vec![h])?;
