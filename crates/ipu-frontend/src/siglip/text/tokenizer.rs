@@ -475,7 +475,15 @@ impl TextTokenizer {
                 source,
             })?;
         if strict && let Some(unk) = s.unk_id {
-            if let Some(at) = encoding.get_ids().iter().position(|&id| id == unk) {
+            // Special tokens the post-processor adds are no text's pieces
+            // (CLIP's unknown token is its end token).
+            let special = encoding.get_special_tokens_mask();
+            let unknown = encoding
+                .get_ids()
+                .iter()
+                .enumerate()
+                .position(|(i, &id)| id == unk && special.get(i) != Some(&1));
+            if let Some(at) = unknown {
                 let piece = encoding
                     .get_offsets()
                     .get(at)
