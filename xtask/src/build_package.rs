@@ -421,7 +421,18 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
             return Ok(ExitCode::from(2));
         }
     };
-    if let CheckpointKind::ClassToken(family) = kind {
+    // CLIP's text tower goes the text tower's way below, as SigLIP's.
+    let clip_text =
+        kind == CheckpointKind::ClassToken(class_token::Family::Clip) && args.tower == Tower::Text;
+    if let CheckpointKind::ClassToken(family) = kind
+        && !clip_text
+    {
+        if family == class_token::Family::Clip && !args.calibrate_text.is_empty() {
+            eprintln!(
+                "error: --calibrate-text is for --tower text; give the vision tower --calibrate images"
+            );
+            return Ok(ExitCode::from(2));
+        }
         if args.tower == Tower::Text || !args.calibrate_text.is_empty() {
             eprintln!(
                 "error: this is a {} checkpoint; only its vision tower is imported (no --tower text, --calibrate-text)",

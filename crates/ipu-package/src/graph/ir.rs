@@ -328,10 +328,14 @@ pub enum Op {
         /// The result.
         output: TensorId,
     },
-    /// Rows of a table picked by index (token embeddings):
-    /// `output[i.., c] = table[indices[i..], c]`.
+    /// Rows of a table picked by index (token embeddings, CLIP's pooled
+    /// row): `output[i.., c] = table[indices[i..], c]`.
     ///
-    /// `table` is `[rows, d]`; `indices` has rank ≥ 1 and precision F32,
+    /// `table` is `[rows, d]`, or of higher rank `[a, b, .., d]`, whose
+    /// rows are then all its leading axes numbered row-major (`rows =
+    /// a·b·…`, [`gather_table_rows`]): a `[batch, tokens, d]` activation
+    /// is a table of `batch·tokens` rows without a reshape. `indices` has
+    /// rank ≥ 1 and precision F32,
     /// whose elements must be whole numbers in `0..rows` (F32 holds every
     /// integer up to 2^24 exactly, so `rows` is at most
     /// [`MAX_GATHER_ROWS`]); `output` is `indices`' shape with `d`
@@ -352,6 +356,20 @@ pub enum Op {
 /// The most rows an [`Op::Gather`] table may have: every index below it is
 /// exact in the F32 index tensor.
 pub const MAX_GATHER_ROWS: u64 = 1 << 24;
+
+/// The rows and row width of an [`Op::Gather`] table of `extents`: the
+/// leading axes' product and the last extent; `None` below rank 2 or
+/// when the product overflows.
+pub fn gather_table_rows(extents: &[u64]) -> Option<(u64, u64)> {
+    let (&d, leading) = extents.split_last()?;
+    if leading.is_empty() {
+        return None;
+    }
+    let rows = leading
+        .iter()
+        .try_fold(1u64, |acc, &e| acc.checked_mul(e))?;
+    Some((rows, d))
+}
 
 impl Op {
     /// The fixture spelling of the operation's kind.

@@ -26,7 +26,7 @@ pub use fixture::{
 };
 pub use ir::{
     AttentionMask, Carry, Graph, GraphBuilder, MAX_GATHER_ROWS, Op, OpId, Repeat, SoftmaxPrecision,
-    Tensor, TensorId, TensorKind,
+    Tensor, TensorId, TensorKind, gather_table_rows,
 };
 pub use validate::{ErrorLocation, GraphError, Slot, broadcast_shapes, validate_graph};
 pub use values::ValueSet;

@@ -27,8 +27,7 @@
 //! (`clip.rs`):
 //!
 //! ```text
-//! last_hidden [B,S,H] ─ reshape ─► pool.table [B·S,H]
-//! pool_rows [B] (F32 row b·S + position) ─ gather pool.table ─► pooled [B,H]   (output)
+//! pool_rows [B] (F32 row b·S + position) ─ gather last_hidden ─► pooled [B,H]  (output)
 //! pooled ─(cast head.x8)─ gemm head.w [H,P] (no bias) ─► text_embeds [B,P]    (output,
 //!                                                        when projected)
 //! ```
@@ -151,24 +150,19 @@ fn clip_pooling(
     projected: bool,
 ) -> Result<(), BuildError> {
     let batch = b.batch;
-    let (s, h, p) = (config.positions(), config.hidden(), config.projection());
-    let rows = batch.checked_mul(s).ok_or(BuildError::TooLarge { batch })?;
+    let (h, p) = (config.hidden(), config.projection());
     let last_p = b.precision("last_hidden")?;
-    // Row numbers, exact in F32 (rows ≤ 2^24 is the gather's own check).
+    // Row numbers of the `[B, S, H]` hidden states as a table of `B·S`
+    // rows, exact in F32 (at most 2^24 rows is the gather's own check).
     let pool_rows = b.g.tensor(
         POOL_ROWS,
         [batch],
         ipu_layout::Precision::F32,
         TensorKind::Input,
     );
-    let table = b.view("pool.table", vec![rows, h], last_p);
     let pooled = b.g.tensor("pooled", [batch, h], last_p, TensorKind::Output);
-    b.g.op(Op::Reshape {
-        input: last_hidden,
-        output: table,
-    });
     b.g.op(Op::Gather {
-        table,
+        table: last_hidden,
         indices: pool_rows,
         output: pooled,
     });

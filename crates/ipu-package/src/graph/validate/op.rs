@@ -4,7 +4,7 @@
 use ipu_layout::Precision;
 
 use super::{GraphError, Slot, broadcast_shapes};
-use crate::graph::{AttentionMask, Graph, MAX_GATHER_ROWS, Op, OpId, TensorId};
+use crate::graph::{AttentionMask, Graph, MAX_GATHER_ROWS, Op, OpId, TensorId, gather_table_rows};
 
 /// The checks of one op; the topology check has already made every id
 /// valid.
@@ -363,11 +363,11 @@ impl OpCheck<'_> {
                 self.expect_same_precision(*input)
             }
             Op::Gather { table, indices, .. } => {
-                let &[rows, d] = self.extents(*table) else {
+                let Some((rows, d)) = gather_table_rows(self.extents(*table)) else {
                     return Err(self.shape_error(
                         Slot::Input(0),
                         *table,
-                        "a gather table must be [rows, d]".to_owned(),
+                        "a gather table must be [rows.., d] (rank at least 2)".to_owned(),
                     ));
                 };
                 if rows > MAX_GATHER_ROWS {
