@@ -15,6 +15,7 @@ mod hostile;
 mod logical;
 mod ops;
 mod oracle;
+mod pooling;
 mod props;
 mod robust;
 mod tiles;
