@@ -138,6 +138,12 @@ fn the_tokenizer_gives_clips_ids_and_the_pooled_rows_follow_them() {
         matches!(e, TokenizeError::TooLong { tokens, length: 16, .. } if tokens > 16),
         "{e}"
     );
+    // Cut when asked, the end token stays last, as transformers'
+    // truncation keeps the post-processor's special tokens.
+    let cut = t.encode(&long, POSITIONS, Truncation::Truncate).unwrap();
+    assert_eq!(cut[0].len(), POSITIONS);
+    assert_eq!(cut[0].last(), Some(&92));
+    assert_eq!(pool_position(&cut[0], 92), POSITIONS - 1);
 }
 
 #[test]

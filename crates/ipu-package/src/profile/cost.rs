@@ -52,7 +52,8 @@ use ipu_target::{Target, VectorSpec};
 use serde::{Deserialize, Serialize};
 
 use super::ProfileError;
-use crate::graph::{Activation, AttentionMask};
+use super::causal::{MAX_COUNTED_CAUSAL_ROWS, causal_busiest, visible_pairs};
+use crate::graph::Activation;
 use crate::package::{Package, PackageKernel};
 use crate::program::{CausalRows, Codelet, GemmEntry, KernelId, Program};
 
@@ -223,59 +224,6 @@ fn activation_instructions(s: &VectorSpec, function: Activation) -> u32 {
         Activation::QuickGelu => s.quick_gelu_instructions_per_vector,
         Activation::Tanh => s.tanh_instructions_per_vector,
     }
-}
-
-/// Query rows up to which a causal attention block's cost is counted row
-/// by row; more than a tile's memory holds, so past it only a hostile
-/// package's block, whose unmasked cost bounds it.
-const MAX_COUNTED_CAUSAL_ROWS: u64 = 1 << 18;
-
-/// Cycles of the busiest worker of a causal attention block: rows go to
-/// the `workers` round-robin (row `r` to worker `r mod workers`), row `r`
-/// costing `row_cycles` of its visible keys
-/// ([`AttentionMask::visible_keys`]).
-fn causal_busiest(
-    q_rows: u64,
-    kv_rows: u64,
-    diagonal: i64,
-    workers: u64,
-    row_cycles: impl Fn(u64) -> u64,
-) -> u64 {
-    let workers = workers.max(1);
-    let mut busiest = 0u64;
-    for first in 0..workers.min(q_rows) {
-        let mut sum = 0u64;
-        let mut r = first;
-        while r < q_rows {
-            let keys = AttentionMask::visible_keys(Some(diagonal), r, kv_rows);
-            sum = sum.saturating_add(row_cycles(keys));
-            r = r.saturating_add(workers);
-        }
-        busiest = busiest.max(sum);
-    }
-    busiest
-}
-
-/// The (query row, key) pairs a block computes: every pair unmasked, else
-/// `Σ_r visible_keys(r)` in closed form.
-pub fn visible_pairs(q_rows: u64, kv_rows: u64, diagonal: Option<i64>) -> u64 {
-    let Some(d) = diagonal else {
-        return q_rows.saturating_mul(kv_rows);
-    };
-    // Row r sees clamp(r + a, 0, kv) keys with a = d + 1: none before row
-    // `lo`, r + a from `lo` to `hi`, all from `hi` on.
-    let (q, kv, a) = (i128::from(q_rows), i128::from(kv_rows), i128::from(d) + 1);
-    let lo = (1 - a).clamp(0, q);
-    let hi = (kv - a).clamp(lo, q);
-    let n = hi - lo;
-    let total = n
-        .checked_mul(lo + hi - 1)
-        .map(|x| x / 2)
-        .and_then(|x| x.checked_add(n.checked_mul(a)?))
-        .and_then(|x| x.checked_add((q - hi).checked_mul(kv)?));
-    total
-        .and_then(|t| u64::try_from(t).ok())
-        .unwrap_or(u64::MAX)
 }
 
 /// The position of `kind` in [`CODELET_KINDS`].

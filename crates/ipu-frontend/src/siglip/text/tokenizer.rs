@@ -513,10 +513,14 @@ impl TextTokenizer {
                 }
                 Truncation::Truncate => {
                     let last = ids.last().copied();
+                    // The post-processor's own end token (CLIP's), or
+                    // the one appended here (SigLIP's).
+                    let ends_special =
+                        s.eos_id.is_some() || encoding.get_special_tokens_mask().last() == Some(&1);
                     ids.truncate(length);
                     // The end token stays, as transformers' truncation
                     // keeps the special tokens.
-                    if let (Some(eos), Some(slot)) = (s.eos_id.and(last), ids.last_mut()) {
+                    if let (true, Some(eos), Some(slot)) = (ends_special, last, ids.last_mut()) {
                         *slot = eos;
                     }
                 }
