@@ -567,7 +567,11 @@ fn build_text(
     if checkpoint.tokenizer().is_none() {
         tracing::warn!("the checkpoint has no tokenizer; the package runs on token ids only");
     }
-    if checkpoint.logits().is_none() && args.random_weights.is_none() {
+    let clip = matches!(
+        checkpoint.config().family(),
+        ipu_frontend::siglip::text::TextFamily::Clip { .. }
+    );
+    if checkpoint.logits().is_none() && args.random_weights.is_none() && !clip {
         tracing::warn!(
             "the checkpoint has no logit_scale and logit_bias (a text-only model); \
              the package gives embeddings but no zero-shot scores"
