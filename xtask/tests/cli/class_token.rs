@@ -157,6 +157,59 @@ fn clips_text_tower_builds_and_runs_on_texts() {
             assert!(c >= 0.98, "{output} text {text}: cosine {c}");
         }
     }
+
+    // The vision half of the same CLIPModel, and CLIP's zero-shot scores
+    // of the two towers' packages against transformers'.
+    let vision = sandbox.out("clip-vision");
+    sandbox
+        .xtask(&[
+            "build-package",
+            "--checkpoint",
+            &dir.to_string_lossy(),
+            "--batch",
+            "2",
+            "--tiles",
+            "16",
+            "--out",
+            &vision.to_string_lossy(),
+            "--kernel-cache",
+            &sandbox.cache().to_string_lossy(),
+        ])
+        .succeeded();
+    let scores = sandbox.out("clip-scores.safetensors");
+    let mut args = vec![
+        "zero-shot".to_owned(),
+        "--vision".to_owned(),
+        vision.to_string_lossy().into_owned(),
+        "--text".to_owned(),
+        package.to_string_lossy().into_owned(),
+        "--out".to_owned(),
+        scores.to_string_lossy().into_owned(),
+    ];
+    for image in ["rgb-40x30.png", "rgba-13x11.png"] {
+        args.extend([
+            "--image".to_owned(),
+            fixture(&format!("checkpoints/images/{image}"))
+                .to_string_lossy()
+                .into_owned(),
+        ]);
+    }
+    for t in &texts {
+        args.extend(["--label".to_owned(), t.clone()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    sandbox.xtask(&args).succeeded();
+    let written = read_f32(&scores);
+    let (shape, probs) = &written["probs"];
+    assert_eq!(shape, &[2, n]);
+    let (_, expected) = &golden["probs"];
+    for (k, (p, e)) in probs.iter().zip(expected).enumerate() {
+        eprintln!("clip-text-tiny zero-shot pair {k}: probability {p:.4} (transformers {e:.4})");
+        assert!((p - e).abs() <= 0.05, "pair {k}: {p} vs {e}");
+    }
+    for row in probs.chunks(texts.len()) {
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{row:?}");
+    }
 }
 
 #[test]

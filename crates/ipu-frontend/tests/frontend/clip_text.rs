@@ -12,10 +12,12 @@
 
 use std::path::{Path, PathBuf};
 
+use ipu_frontend::class_token::{Family, import_class_token};
 use ipu_frontend::siglip::text::{
     INPUT_IDS, POOL_ROWS, TEXT_EMBEDS, TextCheckpoint, TextFamily, TextTokenizer, TokenizeError,
     Truncation, build_text_graph, import_text_checkpoint, pool_position, text_template,
 };
+use ipu_frontend::siglip::zero_shot::clip_scores;
 use ipu_frontend::siglip::{
     CalibrationOptions, GraphOptions, ImportConfig, POOLED, PrecisionPolicy, calibrate_inputs,
 };
@@ -262,6 +264,80 @@ fn the_fp8_clip_text_graph_keeps_the_pooled_direction() {
     }
     // The target; the fixture reaches 0.998 for both.
     assert!(worst >= 0.995, "worst cosine {worst}");
+}
+
+#[test]
+fn clips_zero_shot_scores_equal_transformers() {
+    let golden = Golden::read();
+    let text = import(&dir(), PrecisionPolicy::all_f32()).unwrap();
+    let mut values = text.weights().clone();
+    values.extend(
+        text.input_values(&golden.texts(), Truncation::Refuse)
+            .unwrap(),
+    );
+    let out = ipu_sim::evaluate(text.graph(), &values).unwrap();
+    let text_embeds = out
+        .get(text.graph().tensor_by_name(TEXT_EMBEDS).unwrap())
+        .unwrap()
+        .to_vec();
+    // The vision half of the same CLIPModel, on the two golden images.
+    let vision = import_class_token(
+        &dir(),
+        Family::Clip,
+        &ImportConfig {
+            batch: 2,
+            policy: PrecisionPolicy::all_f32(),
+            name: None,
+        },
+    )
+    .unwrap();
+    let images =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/checkpoints/images");
+    let mut v = vision.weights().clone();
+    v.extend(
+        vision
+            .input_values(&[images.join("rgb-40x30.png"), images.join("rgba-13x11.png")])
+            .unwrap(),
+    );
+    let vout = ipu_sim::evaluate(vision.graph(), &v).unwrap();
+    let image_embeds = vout
+        .get(vision.graph().tensor_by_name("image_embeds").unwrap())
+        .unwrap()
+        .to_vec();
+    // CLIPModel.forward returns the embeddings L2-normalised.
+    let unit: Vec<f32> = image_embeds
+        .chunks(PROJECTION)
+        .flat_map(|row| {
+            let n = row
+                .iter()
+                .map(|&x| f64::from(x).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            row.iter().map(move |&x| (f64::from(x) / n) as f32)
+        })
+        .collect();
+    let c = compare(&golden.f32("image_embeds"), &unit, F32_TOLERANCE);
+    assert!(c.pass, "image_embeds: {c:?}");
+    let params = text.logits().expect("a full CLIPModel has logit_scale");
+    assert_eq!(params.logit_scale, golden.f32("logit_scale")[0]);
+    assert_eq!(params.logit_bias, 0.0);
+    let s = clip_scores(
+        &image_embeds,
+        PROJECTION,
+        &text_embeds,
+        PROJECTION,
+        params.logit_scale,
+    )
+    .unwrap();
+    assert_eq!((s.images, s.texts), (2, TEXTS));
+    for (ours, theirs) in [(&s.logits, "logits_per_image"), (&s.probs, "probs")] {
+        let c = compare(&golden.f32(theirs), ours, F32_TOLERANCE);
+        println!(
+            "clip-text-tiny F32 {theirs}: normalised rms {:.3e}; ours {ours:?}",
+            c.rms_error
+        );
+        assert!(c.pass, "{theirs}: {c:?}");
+    }
 }
 
 fn assert_one_line(e: &dyn std::fmt::Display, needles: &[&str]) {

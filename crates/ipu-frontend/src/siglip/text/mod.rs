@@ -368,6 +368,7 @@ fn import_clip_text(
         tower: "CLIP text",
     };
     checkpoint.weights = read_mapped(store, &mapping, &checkpoint.graph)?;
+    checkpoint.logits = clip_logit_scale(store)?;
     tracing::info!(
         dir = %dir.display(),
         layers = checkpoint.config.layers(),
@@ -378,6 +379,22 @@ fn import_clip_text(
         "imported CLIP text tower"
     );
     Ok(checkpoint)
+}
+
+/// A full `CLIPModel`'s `logit_scale` (bias 0: CLIP has none, and its
+/// probabilities are `zero_shot::clip_scores`' softmax), else none.
+fn clip_logit_scale(store: &TensorStore) -> Result<Option<LogitParams>, ImportError> {
+    let name = "logit_scale";
+    if !store.tensors().contains_key(name) {
+        return Ok(None);
+    }
+    match store.read(name)?.as_slice() {
+        [v] if v.is_finite() => Ok(Some(LogitParams {
+            logit_scale: *v,
+            logit_bias: 0.0,
+        })),
+        _ => Err(ImportError::LogitParameter { name }),
+    }
 }
 
 /// A text checkpoint of the config in `dir` with weights of realistic
