@@ -107,13 +107,16 @@ pub fn scores(
     })
 }
 
+/// Unit rows of embeddings.
+type UnitRows = Vec<Vec<f64>>;
+
 /// The unit rows of both towers' embeddings, which must be equally wide.
 fn both_normalised(
     image_embeds: &[f32],
     image_width: usize,
     text_embeds: &[f32],
     text_width: usize,
-) -> Result<(Vec<Vec<f64>>, Vec<Vec<f64>>), ZeroShotError> {
+) -> Result<(UnitRows, UnitRows), ZeroShotError> {
     if image_width != text_width {
         return Err(ZeroShotError::Width {
             image: image_width,
