@@ -421,7 +421,18 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
             return Ok(ExitCode::from(2));
         }
     };
-    if let CheckpointKind::ClassToken(family) = kind {
+    // CLIP's text tower goes the text tower's way below, as SigLIP's.
+    let clip_text =
+        kind == CheckpointKind::ClassToken(class_token::Family::Clip) && args.tower == Tower::Text;
+    if let CheckpointKind::ClassToken(family) = kind
+        && !clip_text
+    {
+        if family == class_token::Family::Clip && !args.calibrate_text.is_empty() {
+            eprintln!(
+                "error: --calibrate-text is for --tower text; give the vision tower --calibrate images"
+            );
+            return Ok(ExitCode::from(2));
+        }
         if args.tower == Tower::Text || !args.calibrate_text.is_empty() {
             eprintln!(
                 "error: this is a {} checkpoint; only its vision tower is imported (no --tower text, --calibrate-text)",
@@ -556,7 +567,11 @@ fn build_text(
     if checkpoint.tokenizer().is_none() {
         tracing::warn!("the checkpoint has no tokenizer; the package runs on token ids only");
     }
-    if checkpoint.logits().is_none() && args.random_weights.is_none() {
+    let clip = matches!(
+        checkpoint.config().family(),
+        ipu_frontend::siglip::text::TextFamily::Clip { .. }
+    );
+    if checkpoint.logits().is_none() && args.random_weights.is_none() && !clip {
         tracing::warn!(
             "the checkpoint has no logit_scale and logit_bias (a text-only model); \
              the package gives embeddings but no zero-shot scores"

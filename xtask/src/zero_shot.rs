@@ -13,13 +13,20 @@
 //! `SiglipModel` checkpoint). The table goes to stdout; `--out` writes
 //! `logits_per_image` and `probs` `[images, labels]`, `image_embeds` and
 //! `text_embeds` as F32 safetensors.
+//!
+//! With CLIP's packages (a `clip-vision` package and a CLIP text package,
+//! both from a full `CLIPModel`) the embeddings are `image_embeds` and
+//! `text_embeds`, and the scores CLIP's: `exp(logit_scale) · cos` and per
+//! image their softmax over the labels (`zero_shot::clip_scores`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use ipu_frontend::PackagedModel;
 use ipu_frontend::siglip::POOLED;
 use ipu_frontend::siglip::text::Truncation;
-use ipu_frontend::siglip::zero_shot::scores;
+use ipu_frontend::siglip::text::{TEXT_EMBEDS, TextFamily};
+use ipu_frontend::siglip::zero_shot::{clip_scores, scores};
 use ipu_package::graph::{Graph, ValueSet};
 
 use crate::run_package::{Inputs, run_checked, write_tensors};
@@ -50,15 +57,20 @@ pub struct Args {
     out: Option<PathBuf>,
 }
 
-/// The pooled output of a run, `[rows, width]`.
-fn pooled(graph: &Graph, device: &ValueSet, what: &str) -> Result<(Vec<f32>, usize), String> {
+/// The embedding output `name` of a run, `[rows, width]`.
+fn pooled(
+    graph: &Graph,
+    device: &ValueSet,
+    what: &str,
+    name: &str,
+) -> Result<(Vec<f32>, usize), String> {
     let id = graph
-        .tensor_by_name(POOLED)
-        .ok_or_else(|| format!("the {what} package's graph has no `{POOLED}` output"))?;
+        .tensor_by_name(name)
+        .ok_or_else(|| format!("the {what} package's graph has no `{name}` output"))?;
     let width = graph.tensor(id).extents().last().copied().unwrap_or(1) as usize;
     let values = device
         .get(id)
-        .ok_or_else(|| format!("the tile model produced no `{POOLED}` for the {what} package"))?;
+        .ok_or_else(|| format!("the tile model produced no `{name}` for the {what} package"))?;
     Ok((values.to_vec(), width))
 }
 
@@ -84,24 +96,43 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
         .ok_or_else(|| {
             format!(
                 "{}: the text package records no logit_scale and logit_bias (model.json \
-                 `frontend.logits`); build it from a full SiglipModel checkpoint",
+                 `frontend.logits`); build it from a full SiglipModel or CLIPModel checkpoint",
                 args.text.display()
             )
         })?;
+    let clip = matches!(
+        &text_model,
+        Some(PackagedModel::SiglipText(t)) if matches!(t.config().family(), TextFamily::Clip { .. })
+    );
+    let (family, model, image_name, text_name) = if clip {
+        (
+            ipu_frontend::class_token::CLIP_FAMILY,
+            "CLIP",
+            "image_embeds",
+            TEXT_EMBEDS,
+        )
+    } else {
+        (ipu_frontend::siglip::FAMILY, "SigLIP", POOLED, POOLED)
+    };
     let (vision_graph, vision_device, vision_model) =
         run_checked(&args.vision, &Inputs::Images(args.image.clone()))?;
     if let Some(m) = &vision_model
-        && m.family() != ipu_frontend::siglip::FAMILY
+        && m.family() != family
     {
         return Err(format!(
-            "{}: is a `{}` package; --vision takes a SigLIP vision package",
+            "{}: is a `{}` package; with this text package --vision takes a {model} vision package",
             args.vision.display(),
             m.family()
         ));
     }
-    let (images, image_width) = pooled(&vision_graph, &vision_device, "vision")?;
-    let (texts, text_width) = pooled(&text_graph, &text_device, "text")?;
-    let s = scores(&images, image_width, &texts, text_width, params).map_err(|e| e.to_string())?;
+    let (images, image_width) = pooled(&vision_graph, &vision_device, "vision", image_name)?;
+    let (texts, text_width) = pooled(&text_graph, &text_device, "text", text_name)?;
+    let s = if clip {
+        clip_scores(&images, image_width, &texts, text_width, params.logit_scale)
+    } else {
+        scores(&images, image_width, &texts, text_width, params)
+    }
+    .map_err(|e| e.to_string())?;
 
     println!(
         "logit_scale={} (exp {:.4}) logit_bias={}",

@@ -68,6 +68,7 @@ pub const MODEL_TYPES: &[&str] = &[
     "vit",
     "clip",
     "clip_vision_model",
+    "clip_text_model",
 ];
 
 /// Which importer reads a checkpoint, by its config's `model_type`.
@@ -76,7 +77,9 @@ pub enum CheckpointKind {
     /// SigLIP (`siglip`, `siglip_vision_model`, `siglip_text_model`, or
     /// no `model_type`, as SigLIP's first exports had).
     Siglip,
-    /// ViT or CLIP (the vision tower): [`class_token`].
+    /// ViT or CLIP: the vision tower by [`class_token`]; CLIP's text tower
+    /// (`clip_text_model`, or `clip` with `--tower text`) by
+    /// [`siglip::text`].
     ClassToken(class_token::Family),
 }
 
@@ -91,7 +94,7 @@ pub fn checkpoint_kind(dir: &Path) -> Result<CheckpointKind, ImportError> {
             Ok(CheckpointKind::Siglip)
         }
         Some("vit") => Ok(CheckpointKind::ClassToken(class_token::Family::Vit)),
-        Some("clip" | "clip_vision_model") => {
+        Some("clip" | "clip_vision_model" | "clip_text_model") => {
             Ok(CheckpointKind::ClassToken(class_token::Family::Clip))
         }
         Some(other) => Err(ImportError::Config {

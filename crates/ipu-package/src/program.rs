@@ -37,6 +37,24 @@ ipu_layout::define_id!(
     pub struct KernelId, "kernel"
 );
 
+/// Where a causal [`Codelet::AttentionBlock`]'s rows sit in the whole
+/// attention: the global indices of its first query row and first key row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CausalRows {
+    /// The block's first query row within its batch element.
+    pub q_first: u32,
+    /// The block's first key row within its batch element.
+    pub kv_first: u32,
+}
+
+impl CausalRows {
+    /// How many rows past its first key row the block's first query row
+    /// is: query row `r` sees local keys `j ≤ r + diagonal`.
+    pub fn diagonal(self) -> i64 {
+        i64::from(self.q_first) - i64::from(self.kv_first)
+    }
+}
+
 /// What a buffer holds, which decides its lifetime and who fills it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum BufferRole {
@@ -241,6 +259,14 @@ pub enum Codelet {
         scale: f32,
         /// Whether scores and exponentials are rounded to F16.
         softmax_f16: bool,
+        /// A causal mask: query row `r` sees key rows `j` with
+        /// `kv_first + j ≤ q_first + r` only (a row that sees none writes
+        /// maximum −∞, sum 0 and a zero output, which the combine
+        /// weighs 0). Absent in packages from before masks, which means
+        /// every key; left out of unmasked calls so their packages are
+        /// unchanged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        causal: Option<CausalRows>,
     },
     /// Combines `blocks` attention blocks into the normalised output
     /// `Σ_b e^{m_b − m} o_b / Σ_b e^{m_b − m} l_b` with `m = max_b m_b`.

@@ -16,10 +16,10 @@
 //! limit, counted with `codelet_work` before the run.
 
 use ipu_layout::{AmpOperand, ElementOrder, Precision, TileId};
-use ipu_package::graph::Activation;
+use ipu_package::graph::{Activation, AttentionMask};
 use ipu_package::profile::{VectorModel, Work};
 use ipu_package::program::{
-    BufferId, Codelet, GemmEntry, GemmKernel, KernelId, MAX_PROB_EXPONENT, Operand,
+    BufferId, CausalRows, Codelet, GemmEntry, GemmKernel, KernelId, MAX_PROB_EXPONENT, Operand,
 };
 
 use crate::SimError;
@@ -678,8 +678,10 @@ pub fn run_codelet_counted(
             out_stride,
             scale,
             softmax_f16,
+            causal,
         } => {
             let (rq, rk, d) = (u64::from(q_rows), u64::from(kv_rows), u64::from(head_dim));
+            let diagonal = causal.map(CausalRows::diagonal);
             // The scratch row must exist on the tile, as on the device, and
             // every result must fit before it is computed.
             m.extent(tile, workspace, args.mul("workspace bytes", rk, 4)?)?;
@@ -702,7 +704,11 @@ pub fn run_codelet_counted(
             let mut sums = Vec::with_capacity(rq as usize);
             let mut s = vec![0.0f32; rk];
             for r in 0..rq as usize {
-                dot_rows(row_of(&qv, r, d), &kv_, d, &mut s);
+                // A causal row computes its visible keys only; one that
+                // sees none keeps maximum −∞, sum 0 and a zero output.
+                let visible = AttentionMask::visible_keys(diagonal, r as u64, rk as u64) as usize;
+                let s = s.get_mut(..visible).unwrap_or(&mut []);
+                dot_rows(row_of(&qv, r, d), &kv_, d, s);
                 for sj in s.iter_mut() {
                     *sj = round(*sj * scale);
                 }
@@ -734,6 +740,7 @@ pub fn run_codelet_counted(
                 kv_rows: s.len() as u64,
                 head_dim: d as u64,
                 score_lanes,
+                diagonal,
             }))
         }
         Codelet::AttentionCombine {

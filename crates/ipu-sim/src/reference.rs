@@ -55,7 +55,7 @@ use std::borrow::Cow;
 
 use ipu_layout::EntityId;
 use ipu_package::graph::values::ValueSet;
-use ipu_package::graph::{Activation, Graph, Op, OpId, TensorId};
+use ipu_package::graph::{Activation, AttentionMask, Graph, Op, OpId, TensorId, gather_table_rows};
 
 pub use compare::{Comparison, Tolerance, compare};
 
@@ -372,6 +372,7 @@ fn compute<'v>(
             v,
             heads,
             softmax,
+            mask,
             ..
         } => {
             let (qs, ks) = (shape(*q), shape(*k));
@@ -385,6 +386,7 @@ fn compute<'v>(
                 qs[2] as usize,
                 *heads as usize,
                 softmax.precision(),
+                *mask == AttentionMask::Causal,
             )
         }
         Op::CastFp8 { input, .. } | Op::Reshape { input, .. } => get(*input)?.to_vec(),
@@ -402,7 +404,8 @@ fn compute<'v>(
             kernels::broadcast(get(*input)?, shape(*input), out_tensor.extents())
         }
         Op::Gather { table, indices, .. } => {
-            let (rows, d) = (shape(*table)[0], shape(*table)[1]);
+            // Validated: rank ≥ 2 and the rows' product fits.
+            let (rows, d) = gather_table_rows(shape(*table)).unwrap_or((0, 0));
             kernels::gather(get(*table)?, get(*indices)?, rows, d as usize).map_err(
                 |(position, value)| ReferenceError::GatherIndex {
                     op: id,

@@ -3,7 +3,10 @@
 //! `model_type`, and `run-package` turns the two golden images into each
 //! family's outputs, shaped as transformers' are and, run on the tile
 //! model in FP8, within cosine 0.98 of them per image; an unsupported
-//! `model_type` is refused before any work, naming what is read.
+//! `model_type` is refused before any work, naming what is read. CLIP's
+//! text tower (`--tower text` of a full CLIPModel checkpoint) turns texts
+//! into `last_hidden`, `pooled` and `text_embeds` within cosine 0.98 of
+//! transformers' per text.
 
 use crate::checkpoint::{cosine, read_f32};
 use crate::support::{Sandbox, fixture};
@@ -87,6 +90,125 @@ fn vit_and_clip_checkpoints_build_and_run_on_images() {
                 assert!(c >= 0.98, "{name} {output} image {image}: cosine {c}");
             }
         }
+    }
+}
+
+#[test]
+fn clips_text_tower_builds_and_runs_on_texts() {
+    let sandbox = Sandbox::new();
+    let dir = fixture("checkpoints/clip-text-tiny");
+    let golden_path = dir.join("golden.safetensors");
+    // The texts are in the golden file's metadata: its JSON header
+    // follows the header's length (8 bytes, little-endian).
+    let bytes = std::fs::read(&golden_path).expect("golden");
+    let length = u64::from_le_bytes(bytes[..8].try_into().expect("length")) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + length]).expect("header");
+    let texts: Vec<String> = serde_json::from_str(
+        header["__metadata__"]["texts"]
+            .as_str()
+            .expect("texts metadata"),
+    )
+    .expect("texts");
+    let package = sandbox.out("clip-text");
+    sandbox
+        .xtask(&[
+            "build-package",
+            "--checkpoint",
+            &dir.to_string_lossy(),
+            "--tower",
+            "text",
+            "--batch",
+            &texts.len().to_string(),
+            "--tiles",
+            "16",
+            "--out",
+            &package.to_string_lossy(),
+            "--kernel-cache",
+            &sandbox.cache().to_string_lossy(),
+        ])
+        .succeeded();
+    let out = sandbox.out("clip-text.safetensors");
+    let mut args = vec![
+        "run-package".to_owned(),
+        package.to_string_lossy().into_owned(),
+        "--out".to_owned(),
+        out.to_string_lossy().into_owned(),
+    ];
+    for t in &texts {
+        args.extend(["--text".to_owned(), t.clone()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    sandbox.xtask(&args).succeeded();
+    let written = read_f32(&out);
+    let golden = read_f32(&golden_path);
+    let n = texts.len() as u64;
+    for (output, theirs, shape) in [
+        ("last_hidden", "last_hidden_state", vec![n, 16, 32]),
+        ("pooled", "pooler_output", vec![n, 32]),
+        ("text_embeds", "text_embeds", vec![n, 16]),
+    ] {
+        let (got, values) = &written[output];
+        assert_eq!(got, &shape, "{output}");
+        let (_, expected) = &golden[theirs];
+        let width = values.len() / texts.len();
+        for (text, (a, b)) in values.chunks(width).zip(expected.chunks(width)).enumerate() {
+            let c = cosine(a, b);
+            eprintln!("clip-text-tiny {output} text {text}: cosine {c:.6} on the tile model");
+            assert!(c >= 0.98, "{output} text {text}: cosine {c}");
+        }
+    }
+
+    // The vision half of the same CLIPModel, and CLIP's zero-shot scores
+    // of the two towers' packages against transformers'.
+    let vision = sandbox.out("clip-vision");
+    sandbox
+        .xtask(&[
+            "build-package",
+            "--checkpoint",
+            &dir.to_string_lossy(),
+            "--batch",
+            "2",
+            "--tiles",
+            "16",
+            "--out",
+            &vision.to_string_lossy(),
+            "--kernel-cache",
+            &sandbox.cache().to_string_lossy(),
+        ])
+        .succeeded();
+    let scores = sandbox.out("clip-scores.safetensors");
+    let mut args = vec![
+        "zero-shot".to_owned(),
+        "--vision".to_owned(),
+        vision.to_string_lossy().into_owned(),
+        "--text".to_owned(),
+        package.to_string_lossy().into_owned(),
+        "--out".to_owned(),
+        scores.to_string_lossy().into_owned(),
+    ];
+    for image in ["rgb-40x30.png", "rgba-13x11.png"] {
+        args.extend([
+            "--image".to_owned(),
+            fixture(&format!("checkpoints/images/{image}"))
+                .to_string_lossy()
+                .into_owned(),
+        ]);
+    }
+    for t in &texts {
+        args.extend(["--label".to_owned(), t.clone()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    sandbox.xtask(&args).succeeded();
+    let written = read_f32(&scores);
+    let (shape, probs) = &written["probs"];
+    assert_eq!(shape, &[2, n]);
+    let (_, expected) = &golden["probs"];
+    for (k, (p, e)) in probs.iter().zip(expected).enumerate() {
+        eprintln!("clip-text-tiny zero-shot pair {k}: probability {p:.4} (transformers {e:.4})");
+        assert!((p - e).abs() <= 0.05, "pair {k}: {p} vs {e}");
+    }
+    for row in probs.chunks(texts.len()) {
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{row:?}");
     }
 }
 

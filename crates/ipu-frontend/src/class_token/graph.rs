@@ -52,6 +52,7 @@ pub fn build_graph(config: &ClassTokenConfig, options: &GraphOptions) -> Result<
         layers: config.layers(),
         heads: config.heads(),
         eps: config.layer_norm_eps(),
+        mask: ipu_package::graph::AttentionMask::None,
     };
     let last = b.encoder(&shape, x0)?;
     match config.family() {

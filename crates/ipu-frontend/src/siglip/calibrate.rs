@@ -47,7 +47,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use ipu_layout::Precision;
-use ipu_package::graph::{Graph, Op, SoftmaxPrecision, TensorKind, ValueSet};
+use ipu_package::graph::{Graph, Op, SoftmaxPrecision, TensorId, TensorKind, ValueSet};
 use ipu_sim::reference::Keep;
 use ipu_sim::{ReferenceConfig, ReferenceError, evaluate_with};
 
@@ -227,6 +227,11 @@ pub trait Calibrated {
     fn weights_for(&self, graph: &Graph) -> Result<ValueSet, ImportError>;
     /// The graph's input that calibration inputs fill.
     fn input_name(&self) -> &'static str;
+    /// Inputs of `graph` that follow from that input's `values` (CLIP's
+    /// pooled rows from its token ids); none by default.
+    fn derived_inputs(&self, _graph: &Graph, _values: &[f32]) -> Vec<(TensorId, Vec<f32>)> {
+        Vec::new()
+    }
 }
 
 impl Calibrated for Checkpoint {
@@ -302,6 +307,9 @@ impl Runner<'_> {
         };
         for (i, input) in self.inputs.iter().enumerate() {
             values.insert(patches, input.values.clone());
+            for (tensor, derived) in self.model.derived_inputs(graph, &input.values) {
+                values.insert(tensor, derived);
+            }
             let out = evaluate_with(graph, &values, &config).map_err(|source| {
                 CalibrationError::Evaluate {
                     what,

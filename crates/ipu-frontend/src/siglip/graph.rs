@@ -31,7 +31,8 @@ use ipu_layout::Precision;
 use crate::siglip::config::VisionConfig;
 use crate::siglip::policy::PrecisionPolicy;
 use ipu_package::graph::{
-    Activation, Carry, Graph, GraphBuilder, GraphError, Op, Repeat, TensorId, TensorKind,
+    Activation, AttentionMask, Carry, Graph, GraphBuilder, GraphError, Op, Repeat, TensorId,
+    TensorKind,
 };
 
 /// Options of [`build_graph`].
@@ -128,6 +129,8 @@ pub(crate) struct EncoderShape {
     pub heads: u32,
     /// The LayerNorm epsilon.
     pub eps: f32,
+    /// The self-attention's mask (causal in CLIP's text tower).
+    pub mask: AttentionMask,
 }
 
 impl EncoderShape {
@@ -138,6 +141,7 @@ impl EncoderShape {
             layers: config.layers(),
             heads: config.heads(),
             eps: config.layer_norm_eps(),
+            mask: AttentionMask::None,
         }
     }
 }
@@ -376,6 +380,7 @@ impl<'a> Builder<'a> {
                 v,
                 heads: config.heads,
                 softmax: self.policy.softmax(),
+                mask: config.mask,
                 output: attn,
             });
             let left = self.cast_op(attn, attn8);
@@ -490,6 +495,7 @@ impl<'a> Builder<'a> {
             v,
             heads: config.heads(),
             softmax: self.policy.softmax(),
+            mask: AttentionMask::None,
             output: attn,
         });
         let left = self.cast_op(attn, attn8);

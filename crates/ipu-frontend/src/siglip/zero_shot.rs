@@ -6,6 +6,12 @@
 //!
 //! The embeddings are the vision tower's `pooled` output and the text
 //! tower's `pooled` output, each L2-normalised; the arithmetic is in f64.
+//!
+//! CLIP's scores ([`clip_scores`], `CLIPModel.forward`'s
+//! `logits_per_image` and their softmax): `exp(logit_scale) · cos` of the
+//! projected embeddings (`image_embeds`, `text_embeds`), no bias, and per
+//! image a softmax over the texts, so one image's probabilities sum to
+//! one.
 
 use crate::siglip::text::LogitParams;
 
@@ -80,8 +86,7 @@ pub fn scores(
             text: text_width,
         });
     }
-    let images = normalised(image_embeds, image_width, "image")?;
-    let texts = normalised(text_embeds, text_width, "text")?;
+    let (images, texts) = both_normalised(image_embeds, image_width, text_embeds, text_width)?;
     let scale = f64::from(params.logit_scale).exp();
     let bias = f64::from(params.logit_bias);
     let mut logits = Vec::with_capacity(images.len() * texts.len());
@@ -102,9 +107,86 @@ pub fn scores(
     })
 }
 
+/// Unit rows of embeddings.
+type UnitRows = Vec<Vec<f64>>;
+
+/// The unit rows of both towers' embeddings, which must be equally wide.
+fn both_normalised(
+    image_embeds: &[f32],
+    image_width: usize,
+    text_embeds: &[f32],
+    text_width: usize,
+) -> Result<(UnitRows, UnitRows), ZeroShotError> {
+    if image_width != text_width {
+        return Err(ZeroShotError::Width {
+            image: image_width,
+            text: text_width,
+        });
+    }
+    Ok((
+        normalised(image_embeds, image_width, "image")?,
+        normalised(text_embeds, text_width, "text")?,
+    ))
+}
+
+/// CLIP's scores of every image against every text (module header):
+/// `exp(logit_scale) · cos` and, per image, their softmax over the texts.
+pub fn clip_scores(
+    image_embeds: &[f32],
+    image_width: usize,
+    text_embeds: &[f32],
+    text_width: usize,
+    logit_scale: f32,
+) -> Result<Scores, ZeroShotError> {
+    let (images, texts) = both_normalised(image_embeds, image_width, text_embeds, text_width)?;
+    let scale = f64::from(logit_scale).exp();
+    let mut logits = Vec::with_capacity(images.len() * texts.len());
+    let mut probs = Vec::with_capacity(logits.capacity());
+    for i in &images {
+        let row: Vec<f64> = texts
+            .iter()
+            .map(|t| scale * i.iter().zip(t).map(|(a, b)| a * b).sum::<f64>())
+            .collect();
+        // The softmax from the row's largest logit, so no term overflows.
+        let top = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = row.iter().map(|l| (l - top).exp()).sum();
+        for &l in &row {
+            logits.push(l as f32);
+            probs.push(((l - top).exp() / total) as f32);
+        }
+    }
+    Ok(Scores {
+        images: images.len(),
+        texts: texts.len(),
+        logits,
+        probs,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clip_scores_are_scaled_cosines_and_their_softmax_over_texts() {
+        let s = clip_scores(
+            &[2.0, 0.0, 0.0, 3.0],
+            2,
+            &[1.0, 0.0, 1.0, 1.0],
+            2,
+            10f32.ln(),
+        )
+        .unwrap();
+        let c = 10.0 * std::f32::consts::FRAC_1_SQRT_2;
+        for (l, e) in s.logits.iter().zip([10.0, c, 0.0, c]) {
+            assert!((l - e).abs() < 1e-5, "{l} vs {e}");
+        }
+        let p0 = 1.0 / (1.0 + (c - 10.0f32).exp());
+        assert!((s.probs[0] - p0).abs() < 1e-6);
+        for row in s.probs.chunks(2) {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        }
+    }
 
     #[test]
     fn scores_are_scaled_cosines_and_their_sigmoids() {

@@ -8,6 +8,7 @@
 mod calibrate;
 mod checkpoint;
 mod class_token;
+mod clip_text;
 mod images;
 mod package;
 mod text;

@@ -249,7 +249,8 @@ fn codelet_words(c: &Codelet) -> u32 {
         // The function picks the codelet, not an argument.
         Codelet::Activation { .. } | Codelet::Convert { .. } => 3,
         Codelet::ReduceSum { .. } => 4,
-        Codelet::AttentionBlock { .. } => 15,
+        // A causal block's two row indices are two more.
+        Codelet::AttentionBlock { causal, .. } => 15 + if causal.is_some() { 2 } else { 0 },
         Codelet::AttentionCombine { .. } => 11,
         Codelet::AttentionSoftmax { .. } => 9,
         Codelet::Panels { .. } => 8,

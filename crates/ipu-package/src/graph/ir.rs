@@ -129,6 +129,41 @@ impl Tensor {
     }
 }
 
+/// Which keys each query row of an [`Op::Attention`] may see.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AttentionMask {
+    /// Every query row sees every key.
+    #[default]
+    None,
+    /// Query row `i` sees keys `j ≤ i` only (a decoder's or CLIP text
+    /// tower's self-attention); needs `tokens_q == tokens_kv`.
+    Causal,
+}
+
+impl AttentionMask {
+    /// The fixture spelling (`None` is written by leaving the key out).
+    pub const fn name(self) -> &'static str {
+        match self {
+            AttentionMask::None => "none",
+            AttentionMask::Causal => "causal",
+        }
+    }
+
+    /// Keys visible to a query row of a block whose first query row is
+    /// `diagonal` rows past its first key row (`None` mask: all `keys`):
+    /// the keys `j` with `j ≤ row + diagonal`, clamped to `0..=keys`. The
+    /// one rule the reference, the codelets and their cost share.
+    pub fn visible_keys(diagonal: Option<i64>, row: u64, keys: u64) -> u64 {
+        match diagonal {
+            None => keys,
+            Some(d) => {
+                let last = i128::from(row) + i128::from(d) + 1;
+                u64::try_from(last.clamp(0, i128::from(keys))).unwrap_or(keys)
+            }
+        }
+    }
+}
+
 /// The arithmetic precision of an attention softmax.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SoftmaxPrecision {
@@ -213,7 +248,7 @@ pub enum Op {
         /// The result.
         output: TensorId,
     },
-    /// Multi-head scaled dot-product attention without masking.
+    /// Multi-head scaled dot-product attention, optionally causal.
     ///
     /// `q` is `[batch, tokens_q, hidden]`, `k` and `v` are
     /// `[batch, tokens_kv, hidden]`, `output` is `[batch, tokens_q, hidden]`.
@@ -223,8 +258,10 @@ pub enum Op {
     /// same columns of `output`. Per batch, head and query row:
     /// `s_j = (q·k_j) / sqrt(head_dim)`, `p = softmax(s)` computed in the
     /// `softmax` precision, `out = Σ_j p_j · v_j`. Output precision F16 or
-    /// F32. Computing it blockwise per head never needs the whole score
-    /// tensor.
+    /// F32. With [`AttentionMask::Causal`] (which needs
+    /// `tokens_q == tokens_kv`) query row `i` takes the softmax over keys
+    /// `j ≤ i` only: the others get probability 0. Computing it blockwise
+    /// per head never needs the whole score tensor.
     Attention {
         /// Queries, `[batch, tokens_q, hidden]`.
         q: TensorId,
@@ -236,6 +273,8 @@ pub enum Op {
         heads: u32,
         /// The precision the softmax is computed in.
         softmax: SoftmaxPrecision,
+        /// Which keys each query row sees.
+        mask: AttentionMask,
         /// The result, `[batch, tokens_q, hidden]`.
         output: TensorId,
     },
@@ -289,10 +328,14 @@ pub enum Op {
         /// The result.
         output: TensorId,
     },
-    /// Rows of a table picked by index (token embeddings):
-    /// `output[i.., c] = table[indices[i..], c]`.
+    /// Rows of a table picked by index (token embeddings, CLIP's pooled
+    /// row): `output[i.., c] = table[indices[i..], c]`.
     ///
-    /// `table` is `[rows, d]`; `indices` has rank ≥ 1 and precision F32,
+    /// `table` is `[rows, d]`, or of higher rank `[a, b, .., d]`, whose
+    /// rows are then all its leading axes numbered row-major (`rows =
+    /// a·b·…`, [`gather_table_rows`]): a `[batch, tokens, d]` activation
+    /// is a table of `batch·tokens` rows without a reshape. `indices` has
+    /// rank ≥ 1 and precision F32,
     /// whose elements must be whole numbers in `0..rows` (F32 holds every
     /// integer up to 2^24 exactly, so `rows` is at most
     /// [`MAX_GATHER_ROWS`]); `output` is `indices`' shape with `d`
@@ -313,6 +356,20 @@ pub enum Op {
 /// The most rows an [`Op::Gather`] table may have: every index below it is
 /// exact in the F32 index tensor.
 pub const MAX_GATHER_ROWS: u64 = 1 << 24;
+
+/// The rows and row width of an [`Op::Gather`] table of `extents`: the
+/// leading axes' product and the last extent; `None` below rank 2 or
+/// when the product overflows.
+pub fn gather_table_rows(extents: &[u64]) -> Option<(u64, u64)> {
+    let (&d, leading) = extents.split_last()?;
+    if leading.is_empty() {
+        return None;
+    }
+    let rows = leading
+        .iter()
+        .try_fold(1u64, |acc, &e| acc.checked_mul(e))?;
+    Some((rows, d))
+}
 
 impl Op {
     /// The fixture spelling of the operation's kind.

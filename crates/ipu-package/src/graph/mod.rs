@@ -25,8 +25,8 @@ pub use fixture::{
     write_fixture,
 };
 pub use ir::{
-    Carry, Graph, GraphBuilder, MAX_GATHER_ROWS, Op, OpId, Repeat, SoftmaxPrecision, Tensor,
-    TensorId, TensorKind,
+    AttentionMask, Carry, Graph, GraphBuilder, MAX_GATHER_ROWS, Op, OpId, Repeat, SoftmaxPrecision,
+    Tensor, TensorId, TensorKind, gather_table_rows,
 };
 pub use validate::{ErrorLocation, GraphError, Slot, broadcast_shapes, validate_graph};
 pub use values::ValueSet;

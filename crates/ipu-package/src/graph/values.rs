@@ -25,7 +25,7 @@ use ipu_layout::rng::SplitMix64;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::graph::{Graph, Op, TensorId, TensorKind};
+use crate::graph::{Graph, Op, TensorId, TensorKind, gather_table_rows};
 
 /// Elements per independently seeded block of the value stream.
 pub const BLOCK: usize = 1 << 16;
@@ -117,7 +117,7 @@ impl ValueRole {
     pub fn of(graph: &Graph, tensor: TensorId) -> ValueRole {
         let index_of = graph.ops().values().iter().find_map(|op| match op {
             Op::Gather { table, indices, .. } if *indices == tensor => {
-                graph.tensor(*table).extents().first().copied()
+                gather_table_rows(graph.tensor(*table).extents()).map(|(rows, _)| rows)
             }
             _ => None,
         });

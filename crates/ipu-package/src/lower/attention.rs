@@ -2,9 +2,15 @@
 //! key blocks, either on the vector unit (one codelet per block) or on the
 //! AMP (the two products as GEMM kernel calls with the softmax between
 //! them, `crate::plan::attention_amp`), whichever the plan's step costs
-//! say is faster; combined flash-style when key rows are split.
+//! say is faster; combined flash-style when key rows are split. A causal
+//! attention stays on the vector unit, whose blocks skip their masked
+//! keys: the AMP plan's score and probability panels have no mask (its
+//! softmax codelet would need the rows' positions and its GEMMs would
+//! still multiply the masked half), so it declines them.
 
 use super::*;
+use crate::graph::AttentionMask;
+use crate::program::CausalRows;
 
 /// Query rows below which [`AttentionUnit::Auto`] keeps an attention on
 /// the vector unit whatever the step model says: the AMP streams whole
@@ -39,6 +45,16 @@ struct Blocks {
     output: TensorType,
 }
 
+/// What lowering needs to know of an attention op: its shape, its
+/// operands' common precision (F32 where they differ), whether its softmax
+/// is F16 and whether it is causal.
+struct AttentionOp {
+    shape: AttentionShape,
+    operands: Precision,
+    softmax_f16: bool,
+    causal: bool,
+}
+
 /// The unit and plan lowering chooses for an attention.
 enum AttentionChoice {
     /// Both products on the AMP.
@@ -47,23 +63,24 @@ enum AttentionChoice {
     Vector(AttentionGrid, AttentionCycles),
 }
 
-/// The plan of an attention of `shape` (operands in `operands`, softmax
-/// in F16 or not) under `config`'s unit, tiles, cost model and `budget`:
-/// the AMP where it is supported, fits and is estimated faster (or where
-/// the configuration asks for it), else the vector unit.
-fn choose_attention(
-    shape: &AttentionShape,
-    operands: Precision,
-    softmax_f16: bool,
-    config: &LowerConfig,
-    budget: u64,
-) -> AttentionChoice {
+/// The plan of attention `a` under `config`'s unit, tiles, cost model
+/// and `budget`: the AMP where it is supported (never for a causal one),
+/// fits and is estimated faster (or where the configuration asks for it),
+/// else the vector unit.
+fn choose_attention(a: &AttentionOp, config: &LowerConfig, budget: u64) -> AttentionChoice {
+    let AttentionOp {
+        ref shape,
+        operands,
+        softmax_f16,
+        causal,
+    } = *a;
     let (tiles, cost) = (config.tiles, &config.cost);
     let eb = operands.element_bytes();
     let grid = attention_grid(shape, eb, tiles, budget, cost);
     let vector = vector_attention_cycles(shape, grid, eb, softmax_f16, cost);
     let amp = match config.attention {
         AttentionUnit::Vector => None,
+        _ if causal => None,
         _ if !amp_attention_supported(shape, operands, softmax_f16, tiles) => None,
         AttentionUnit::Auto if shape.tq < MIN_AMP_QUERY_ROWS => None,
         unit => choose_amp_attention(shape, tiles, budget, cost).filter(|(_, amp, fits)| {
@@ -76,16 +93,16 @@ fn choose_attention(
     }
 }
 
-/// The shape of attention `op` of `graph`, its operands' common precision
-/// (F32 where they differ) and whether its softmax is F16; `None` when
-/// `op` is not an attention.
-fn attention_shape(graph: &Graph, op: OpId) -> Option<(AttentionShape, Precision, bool)> {
+/// What lowering needs of attention `op` of `graph`; `None` when `op` is
+/// not an attention.
+fn attention_shape(graph: &Graph, op: OpId) -> Option<AttentionOp> {
     let Op::Attention {
         q,
         k,
         v,
         heads,
         softmax,
+        mask,
         ..
     } = graph.ops().get(op)?
     else {
@@ -104,18 +121,23 @@ fn attention_shape(graph: &Graph, op: OpId) -> Option<(AttentionShape, Precision
         .map(|&&t| graph.tensor(t).precision())
         .reduce(|a, b| if a == b { a } else { Precision::F32 })
         .unwrap_or(Precision::F32);
-    Some((shape, operands, *softmax == SoftmaxPrecision::F16))
+    Some(AttentionOp {
+        shape,
+        operands,
+        softmax_f16: *softmax == SoftmaxPrecision::F16,
+        causal: *mask == AttentionMask::Causal,
+    })
 }
 
 /// The bytes a tile needs for attention `op`'s AMP plan under `config`,
 /// as its plan estimates them, or `None` when lowering would not put the
 /// attention on the AMP: what a replan must go below to change the plan.
 pub fn amp_attention_bytes(graph: &Graph, op: OpId, config: &LowerConfig) -> Option<u64> {
-    let (shape, operands, softmax_f16) = attention_shape(graph, op)?;
+    let a = attention_shape(graph, op)?;
     let budget = config.attention_budget_for(op);
-    match choose_attention(&shape, operands, softmax_f16, config, budget) {
+    match choose_attention(&a, config, budget) {
         AttentionChoice::Amp(plan, _) => Some(
-            AmpAttentionScorer::new(shape, plan.scores, plan.blocks, &config.cost)
+            AmpAttentionScorer::new(a.shape, plan.scores, plan.blocks, &config.cost)
                 .bytes_per_tile(plan.grid, plan.passes),
         ),
         AttentionChoice::Vector(..) => None,
@@ -133,11 +155,12 @@ impl Lowerer<'_> {
         output: TensorId,
     ) -> Result<(), LowerError> {
         let tout = self.graph.tensor(output);
-        let Some((shape, operands, softmax_f16)) = attention_shape(self.graph, op) else {
+        let Some(a) = attention_shape(self.graph, op) else {
             return Err(self.unsupported(op, "bug in the lowering: not an attention".into()));
         };
         let budget = self.config.attention_budget_for(op);
-        let choice = choose_attention(&shape, operands, softmax_f16, self.config, budget);
+        let choice = choose_attention(&a, self.config, budget);
+        let (shape, softmax_f16) = (a.shape, a.softmax_f16);
         let blocks = match choice {
             AttentionChoice::Amp(plan, cycles) => {
                 tracing::debug!(op = %op, output = tout.name(), grid = ?plan.grid, passes = plan.passes, steps = ?cycles, estimated_cycles = cycles.total(), "planned attention on the AMP");
@@ -145,7 +168,14 @@ impl Lowerer<'_> {
             }
             AttentionChoice::Vector(grid, vector) => {
                 tracing::debug!(op = %op, output = tout.name(), grid = ?grid, estimated_cycles = vector.total(), "planned attention on the vector unit");
-                self.vector_attention_blocks(op, [q, k, v], &shape, grid, softmax, output)?
+                self.vector_attention_blocks(
+                    op,
+                    [q, k, v],
+                    &shape,
+                    grid,
+                    (softmax, a.causal),
+                    output,
+                )?
             }
         };
         self.attention_combine(op, output, shape.head_dim(), blocks)
@@ -159,7 +189,7 @@ impl Lowerer<'_> {
         [q, k, v]: [TensorId; 3],
         shape: &AttentionShape,
         grid: AttentionGrid,
-        softmax: SoftmaxPrecision,
+        (softmax, causal): (SoftmaxPrecision, bool),
         output: TensorId,
     ) -> Result<Blocks, LowerError> {
         let g = self.graph;
@@ -227,6 +257,15 @@ impl Lowerer<'_> {
             if bw * rq * rk * hw == 0 {
                 continue;
             }
+            // Where the block's rows sit: what its mask is relative to.
+            let rows = if causal {
+                Some(CausalRows {
+                    q_first: u32_arg("row", sq.axes[1].start)?,
+                    kv_first: u32_arg("row", sk.axes[1].start)?,
+                })
+            } else {
+                None
+            };
             for b in 0..bw {
                 for h in 0..hl {
                     let qo = ((b * rq) * hw + h * d) * eb;
@@ -269,6 +308,7 @@ impl Lowerer<'_> {
                             out_stride: u32_arg("stride", ow)?,
                             scale,
                             softmax_f16: softmax == SoftmaxPrecision::F16,
+                            causal: rows,
                         },
                     ));
                 }

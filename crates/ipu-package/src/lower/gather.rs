@@ -26,21 +26,31 @@
 //! and the reduce of every tile grow with the block. With one row part
 //! (more blocks than tiles), the picked rows are the output and no reduce
 //! is needed.
+//!
+//! A table of higher rank (`[batch, tokens, d]`, CLIP's pooled row) is
+//! split on its first axis only: each part holds whole `[tokens, d]`
+//! blocks, which row-major are `tokens` consecutive rows, so the codelet
+//! sees rows as for a `[rows, d]` table.
 
 use super::*;
 
 /// Rows parts and columns of a gather's table split: `(row parts, column
-/// blocks, elements per block)`.
+/// blocks, elements per block)`; `fp8_reader` when an FP8 cast reads the
+/// output in its layout, whose blocks must then be whole words of FP8 too.
 fn gather_grid(
     rows: u64,
     columns: u64,
-    table: Precision,
-    output: Precision,
+    (table, output): (Precision, Precision),
+    fp8_reader: bool,
     tiles: u32,
 ) -> (u64, u64, u64) {
     let tiles = u64::from(tiles.max(1));
-    // Elements that make whole 32-bit words in both precisions.
-    let narrowest = table.element_bytes().min(output.element_bytes()).max(1);
+    // Elements that make whole 32-bit words in every precision involved.
+    let narrowest = if fp8_reader {
+        1
+    } else {
+        table.element_bytes().min(output.element_bytes()).max(1)
+    };
     let word = (4 / narrowest).max(1);
     let mut block = word;
     if columns.div_ceil(block) > tiles {
@@ -61,12 +71,26 @@ impl Lowerer<'_> {
     ) -> Result<(), LowerError> {
         let g = self.graph;
         let (tt, ti, tout) = (g.tensor(table), g.tensor(indices), g.tensor(output));
-        let (rows, columns) = (tt.extents()[0], tt.extents()[1]);
+        // Rows per index of the first axis (1 for a `[rows, d]` table):
+        // the split is on the first axis only.
+        let Some((rows, columns)) = crate::graph::gather_table_rows(tt.extents()) else {
+            return Err(
+                self.unsupported(op, "bug in the lowering: a gather table of rank < 2".into())
+            );
+        };
+        let first_axis = tt.extents()[0];
+        let per_first = rows / first_axis.max(1);
+        // CLIP's pooled row is cast to FP8 where the gather left it.
+        let fp8_reader = g
+            .ops()
+            .values()
+            .iter()
+            .any(|o| matches!(o, Op::CastFp8 { input, .. } if *input == output));
         let (pv, ph, block) = gather_grid(
-            rows,
+            first_axis,
             columns,
-            tt.precision(),
-            tout.precision(),
+            (tt.precision(), tout.precision()),
+            fp8_reader,
             self.config.tiles,
         );
         tracing::debug!(op = %op, output = tout.name(), row_parts = pv, column_blocks = ph, block, "planned gather");
@@ -182,8 +206,8 @@ impl Lowerer<'_> {
                     indices: x.into(),
                     output: picked.into(),
                     rows: u32_arg("gather indices", ti.element_count())?,
-                    table_rows: u32_arg("gather table rows", r.len())?,
-                    first_row: u32_arg("gather first row", r.start)?,
+                    table_rows: u32_arg("gather table rows", r.len() * per_first)?,
+                    first_row: u32_arg("gather first row", r.start * per_first)?,
                     total_rows: u32_arg("gather table rows", rows)?,
                     cols: u32_arg("gather columns", c.width)?,
                 },
@@ -255,18 +279,24 @@ mod tests {
     #[test]
     fn grid_uses_word_blocks_and_spreads_rows() {
         // so400m's token table on a C600: 288 blocks of 4 columns, 5 row parts.
+        let f32 = (Precision::F32, Precision::F32);
         assert_eq!(
-            gather_grid(32000, 1152, FP8, Precision::F16, 1472),
+            gather_grid(32000, 1152, (FP8, Precision::F16), false, 1472),
             (5, 288, 4)
         );
-        // F32 output and table: one-column blocks.
-        assert_eq!(
-            gather_grid(64, 16, Precision::F32, Precision::F32, 16),
-            (1, 16, 1)
-        );
+        // F32 output and table: one-column blocks; four when an FP8 cast
+        // reads the output.
+        assert_eq!(gather_grid(64, 16, f32, false, 16), (1, 16, 1));
+        assert_eq!(gather_grid(64, 16, f32, true, 16), (4, 4, 4));
         // More blocks than tiles: wider blocks and one row part.
-        assert_eq!(gather_grid(100, 64, FP8, Precision::F16, 8), (1, 8, 8));
+        assert_eq!(
+            gather_grid(100, 64, (FP8, Precision::F16), false, 8),
+            (1, 8, 8)
+        );
         // Never more row parts than rows.
-        assert_eq!(gather_grid(2, 4, FP8, Precision::F16, 64), (2, 1, 4));
+        assert_eq!(
+            gather_grid(2, 4, (FP8, Precision::F16), false, 64),
+            (2, 1, 4)
+        );
     }
 }

@@ -434,6 +434,8 @@ pub fn vector_attention_cycles(
         kv_rows: rk,
         head_dim: d,
         score_lanes,
+        // Planned unmasked: a causal block's cost is at most this.
+        diagonal: None,
     });
     let (gather, combine) = combine_cycles(a, grid, rq, Precision::F32, cost);
     AttentionCycles {

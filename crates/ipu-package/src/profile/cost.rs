@@ -52,9 +52,10 @@ use ipu_target::{Target, VectorSpec};
 use serde::{Deserialize, Serialize};
 
 use super::ProfileError;
+use super::causal::{MAX_COUNTED_CAUSAL_ROWS, causal_busiest, visible_pairs};
 use crate::graph::Activation;
 use crate::package::{Package, PackageKernel};
-use crate::program::{Codelet, GemmEntry, KernelId, Program};
+use crate::program::{CausalRows, Codelet, GemmEntry, KernelId, Program};
 
 /// What one call of a codelet other than the GEMM does, counted in the
 /// units its cost depends on.
@@ -111,6 +112,10 @@ pub enum Work {
         head_dim: u64,
         /// Scores per vector (F16 or F32 softmax).
         score_lanes: u32,
+        /// A causal block's diagonal ([`crate::program::CausalRows::diagonal`]):
+        /// row `r` works on keys `j ≤ r + diagonal` only. Absent: every key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        diagonal: Option<i64>,
     },
     /// Combining attention blocks.
     AttentionCombine {
@@ -330,15 +335,26 @@ impl VectorModel {
                 kv_rows,
                 head_dim,
                 score_lanes,
+                diagonal,
             } => {
-                let scores = kv_rows.saturating_mul(head_dim.div_ceil(dot));
-                let softmax = vectors(kv_rows, score_lanes).saturating_mul(exp);
-                let values = kv_rows.saturating_mul(head_dim.div_ceil(axpy));
-                per(q_rows).saturating_mul(
+                // One row against `keys` keys: its scores, softmax and
+                // weighted values.
+                let row_cycles = |keys: u64| {
+                    let scores = keys.saturating_mul(head_dim.div_ceil(dot));
+                    let softmax = vectors(keys, score_lanes).saturating_mul(exp);
+                    let values = keys.saturating_mul(head_dim.div_ceil(axpy));
                     row.saturating_add(scores)
                         .saturating_add(softmax)
-                        .saturating_add(values),
-                )
+                        .saturating_add(values)
+                };
+                match diagonal {
+                    Some(d) if q_rows <= MAX_COUNTED_CAUSAL_ROWS => {
+                        causal_busiest(q_rows, kv_rows, d, w, row_cycles)
+                    }
+                    // Unmasked, or more rows than a tile holds (then the
+                    // unmasked cost bounds it).
+                    _ => per(q_rows).saturating_mul(row_cycles(kv_rows)),
+                }
             }
             Work::AttentionCombine {
                 blocks,
@@ -455,12 +471,17 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             kv_rows,
             head_dim,
             score_lanes,
+            diagonal,
         } => {
-            let products = q_rows
-                .saturating_mul(kv_rows)
-                .saturating_mul(head_dim)
-                .saturating_mul(2);
-            macs(products).saturating_add(q_rows.saturating_mul(vectors(kv_rows, score_lanes)))
+            let pairs = visible_pairs(q_rows, kv_rows, diagonal);
+            let products = pairs.saturating_mul(head_dim).saturating_mul(2);
+            // Softmax vectors: per row over its visible keys; unmasked
+            // rows all see `kv_rows`.
+            let softmax = match diagonal {
+                None => q_rows.saturating_mul(vectors(kv_rows, score_lanes)),
+                Some(_) => vectors(pairs, score_lanes),
+            };
+            macs(products).saturating_add(softmax)
         }
         Work::AttentionCombine {
             blocks,
@@ -567,8 +588,10 @@ pub fn codelet_work(
             kv_rows,
             head_dim,
             softmax_f16,
+            causal,
             ..
         } => Work::AttentionBlock {
+            diagonal: causal.map(CausalRows::diagonal),
             q_rows: u64::from(*q_rows),
             kv_rows: u64::from(*kv_rows),
             head_dim: u64::from(*head_dim),

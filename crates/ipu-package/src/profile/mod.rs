@@ -34,6 +34,7 @@
 //! byte-identical whatever the machine; rates and times are derived by
 //! readers from `clock_hz` ([`Profile::micros`]).
 
+mod causal;
 mod cost;
 mod walk;
 mod work;

@@ -4,8 +4,8 @@
 
 use ipu_layout::{Fp8Format, Precision};
 use ipu_package::graph::{
-    Activation, Graph, Op, ParseOptions, TensorKind, parse_fixture, parse_fixture_with,
-    write_fixture,
+    Activation, AttentionMask, FixtureError, Graph, Op, ParseOptions, TensorKind, parse_fixture,
+    parse_fixture_with, write_fixture,
 };
 
 use crate::fixture_text;
@@ -352,5 +352,46 @@ fn every_activation_is_written_back_by_its_name() {
         let back = parse_fixture(&written).expect("the written fixture parses");
         assert_same(&graph, &back);
         assert_eq!(functions(&back), [function; 3]);
+    }
+}
+
+#[test]
+fn an_attention_mask_is_read_written_back_and_defaults_to_none() {
+    let text = fixture_text("micro-text-1l-h32.json");
+    let masks = |g: &Graph| -> Vec<AttentionMask> {
+        g.ops()
+            .iter()
+            .filter_map(|(_, op)| match op {
+                Op::Attention { mask, .. } => Some(*mask),
+                _ => None,
+            })
+            .collect()
+    };
+    // No `mask` key: the unmasked attention, written back without one.
+    let graph = parse_fixture(&text).expect("parses");
+    assert_eq!(masks(&graph), [AttentionMask::None]);
+    assert!(!write_fixture(&graph).expect("writes").contains("\"mask\""));
+    let causal = text.replace(
+        "\"op\": \"attention\",",
+        "\"op\": \"attention\", \"mask\": \"causal\",",
+    );
+    let graph = parse_fixture(&causal).expect("parses");
+    assert_eq!(masks(&graph), [AttentionMask::Causal]);
+    let written = write_fixture(&graph).expect("writes");
+    assert!(written.contains("\"mask\": \"causal\""), "{written}");
+    let back = parse_fixture(&written).expect("the written fixture parses");
+    assert_same(&graph, &back);
+    assert_eq!(masks(&back), [AttentionMask::Causal]);
+    // An unknown mask is a typed error naming the field.
+    let bad = text.replace(
+        "\"op\": \"attention\",",
+        "\"op\": \"attention\", \"mask\": \"diagonal\",",
+    );
+    match parse_fixture(&bad) {
+        Err(FixtureError::Value { path, message }) => {
+            assert!(path.ends_with("mask"), "{path}");
+            assert!(message.contains("diagonal"), "{message}");
+        }
+        other => panic!("expected a value error, got {other:?}"),
     }
 }

@@ -362,6 +362,7 @@ fn op_rules() {
                 v,
                 heads: 2,
                 softmax: SoftmaxPrecision::F16,
+                mask: ipu_package::graph::AttentionMask::None,
                 output: y,
             }
         }),
@@ -369,6 +370,25 @@ fn op_rules() {
             slot: Slot::Input(1),
             ..
         })
+    ));
+    // A causal mask over fewer queries than keys.
+    assert!(matches!(
+        check(&|b| {
+            let q = b.tensor("q", [2, 3, 8], F16, TensorKind::Input);
+            let k = b.tensor("k", [2, 5, 8], F16, TensorKind::Input);
+            let v = b.tensor("v", [2, 5, 8], F16, TensorKind::Input);
+            let y = b.tensor("y", [2, 3, 8], F16, TensorKind::Output);
+            Op::Attention {
+                q,
+                k,
+                v,
+                heads: 2,
+                softmax: SoftmaxPrecision::F16,
+                mask: ipu_package::graph::AttentionMask::Causal,
+                output: y,
+            }
+        }),
+        Err(GraphError::Attribute { attribute, .. }) if attribute == "mask"
     ));
     // Broadcast to a shape the input does not broadcast to.
     assert!(

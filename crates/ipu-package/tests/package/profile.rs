@@ -199,6 +199,7 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
         kv_rows: 146,
         head_dim: 72,
         score_lanes: 4,
+        diagonal: None,
     };
     assert_eq!(v.cycles(&block), 60 + 6 * (15 + 14 * 8062));
     // A layer norm of 8 rows of 1152 F16: per row 40 + 288 x 4; two rows

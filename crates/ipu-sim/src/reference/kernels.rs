@@ -296,7 +296,9 @@ pub fn tanh(x: f32) -> f32 {
     libm::tanh(f64::from(x)) as f32
 }
 
-/// Multi-head attention; shapes as documented on `Op::Attention`.
+/// Multi-head attention; shapes as documented on `Op::Attention`. With
+/// `causal`, query row `i` of each batch element sees keys `j ≤ i` only:
+/// the others' scores are −∞, so their exponentials are exactly 0.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -308,6 +310,7 @@ pub fn attention(
     hidden: usize,
     heads: usize,
     softmax: Precision,
+    causal: bool,
 ) -> Vec<f32> {
     let head_dim = hidden / heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
@@ -336,6 +339,8 @@ pub fn attention(
         heads,
         head_dim,
         scale,
+        tokens_q,
+        causal,
     };
     // One task per block of query rows: each writes its own output rows.
     out.par_chunks_mut((hidden * QUERY_ROWS).max(1))
@@ -374,6 +379,8 @@ struct AttentionShape {
     heads: usize,
     head_dim: usize,
     scale: f32,
+    tokens_q: usize,
+    causal: bool,
 }
 
 impl AttentionShape {
@@ -397,9 +404,12 @@ impl AttentionShape {
             heads,
             head_dim,
             scale,
-            ..
+            tokens_q,
+            causal,
         } = *self;
         let rows = out.len() / hidden.max(1);
+        // The first row's index within its batch element.
+        let first_row = first - b * tokens_q;
         let mut p = vec![0.0f32; rows * tokens_kv];
         for h in 0..heads {
             let cols = h * head_dim..(h + 1) * head_dim;
@@ -416,9 +426,15 @@ impl AttentionShape {
                     }
                 }
             }
-            for p_row in p.chunks_exact_mut(tokens_kv.max(1)) {
+            for (r, p_row) in p.chunks_exact_mut(tokens_kv.max(1)).enumerate() {
                 for pj in p_row.iter_mut() {
                     *pj = round.quantize(*pj * scale);
+                }
+                if causal {
+                    let visible = (first_row + r + 1).min(tokens_kv);
+                    p_row[visible..]
+                        .iter_mut()
+                        .for_each(|x| *x = f32::NEG_INFINITY);
                 }
                 let max = p_row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0.0f32;

@@ -856,3 +856,76 @@ proptest! {
         }
     }
 }
+
+/// micro-1l-h32 with two layers and causal self-attention on 8 tiles:
+/// the encoder's attention blocks carry their rows (`causal`).
+fn causal_base() -> &'static PackageFiles {
+    static BASE: OnceLock<PackageFiles> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let mut fixture: Value = serde_json::from_str(&micro_two_layers()).expect("json");
+        // The encoder's self-attention; the pooling head's one query row
+        // attends every token.
+        for layer in fixture["layers"].as_array_mut().expect("layers") {
+            if layer.get("repeat").is_none() {
+                continue;
+            }
+            for op in layer["ops"].as_array_mut().expect("ops") {
+                if op["op"] == "attention" {
+                    op["mask"] = Value::from("causal");
+                }
+            }
+        }
+        let text = serde_json::to_string_pretty(&fixture).expect("text");
+        let package = build(&text, 8).expect("the causal base builds");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("causal-base");
+        package.write(&path).expect("written");
+        read_package_files(&path).expect("read back")
+    })
+}
+
+#[test]
+fn edited_causal_rows_are_refused_or_run() {
+    assert!(matches!(outcome(causal_base()), Ok(Outcome::Ran)));
+    let edits: [(&str, Value); 5] = [
+        ("q_first", Value::from(u32::MAX)),
+        ("kv_first", Value::from(u32::MAX)),
+        ("q_first", Value::from(-1)),
+        ("kv_first", Value::from(1u64 << 40)),
+        ("q_first", Value::from("0")),
+    ];
+    for (field, value) in edits {
+        let files = edited_from(causal_base(), |f| {
+            json(f, "program.json", |p| {
+                let call = find_call(p, "AttentionBlock").expect("an attention block");
+                let causal = &mut call[1]["AttentionBlock"]["causal"];
+                assert!(causal.is_object(), "the first block is causal: {causal}");
+                causal[field] = value.clone();
+            });
+        });
+        let result = outcome(&files);
+        assert!(result.is_ok(), "{field} = {value}: {result:?}");
+    }
+    // Without `causal` (a package from before masks) the blocks are
+    // unmasked: the package reads and runs, and the per-op check finds
+    // the unmasked result.
+    let files = edited_from(causal_base(), |f| {
+        json(f, "program.json", |p| {
+            let call = find_call(p, "AttentionBlock").expect("an attention block");
+            call[1]["AttentionBlock"]
+                .as_object_mut()
+                .expect("object")
+                .remove("causal");
+        });
+    });
+    assert!(outcome(&files).is_ok());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    #[test]
+    fn edited_numbers_of_a_causal_package_are_refused_or_run(seed in any::<u64>()) {
+        attack_on(causal_base(), PackageAttack::Number, seed)?;
+    }
+}

@@ -8,12 +8,14 @@
 
 mod activations;
 mod amp;
+mod causal;
 mod cycles;
 mod fixtures;
 mod hostile;
 mod logical;
 mod ops;
 mod oracle;
+mod pooling;
 mod props;
 mod robust;
 mod tiles;

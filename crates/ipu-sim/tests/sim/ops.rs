@@ -138,6 +138,7 @@ fn softmax_probe(softmax: SoftmaxPrecision, output: Precision) -> Vec<f32> {
             v: i[2],
             heads: 1,
             softmax,
+            mask: ipu_package::graph::AttentionMask::None,
             output: o,
         },
     );
@@ -194,6 +195,7 @@ fn attention_heads_use_their_own_columns() {
             v: i[2],
             heads: 2,
             softmax: SoftmaxPrecision::F32,
+            mask: ipu_package::graph::AttentionMask::None,
             output: o,
         },
     );

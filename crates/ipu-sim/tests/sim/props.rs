@@ -77,7 +77,7 @@ proptest! {
         let g = one_op(
             &[(&[1, tq as u64, hidden], F32), (&[1, tkv as u64, hidden], F32), (&[1, tkv as u64, hidden], F32)],
             (&[1, tq as u64, hidden], F32),
-            |i, o| Op::Attention { q: i[0], k: i[1], v: i[2], heads: heads as u32, softmax: SoftmaxPrecision::F32, output: o },
+            |i, o| Op::Attention { q: i[0], k: i[1], v: i[2], heads: heads as u32, softmax: SoftmaxPrecision::F32, mask: ipu_package::graph::AttentionMask::None, output: o },
         );
         let out = run(&g, &[q, k, v.clone()]);
         let h = hidden as usize;
@@ -141,7 +141,7 @@ proptest! {
         let g = one_op(
             &[(&[batch as u64, tq as u64, hidden as u64], F32), (&[batch as u64, tkv as u64, hidden as u64], F32), (&[batch as u64, tkv as u64, hidden as u64], F32)],
             (&[batch as u64, tq as u64, hidden as u64], F32),
-            |i, o| Op::Attention { q: i[0], k: i[1], v: i[2], heads: heads as u32, softmax, output: o },
+            |i, o| Op::Attention { q: i[0], k: i[1], v: i[2], heads: heads as u32, softmax, mask: ipu_package::graph::AttentionMask::None, output: o },
         );
         let out = run(&g, &[q.clone(), k.clone(), v.clone()]);
         let p = softmax.precision();

@@ -8,6 +8,12 @@
 //! Absent fields take `SiglipTextConfig`'s defaults (vocabulary 32000,
 //! hidden 768, MLP 3072, 12 layers, 12 heads, 64 positions,
 //! `gelu_pytorch_tanh`, LayerNorm eps 1e-6, projection = hidden).
+//!
+//! CLIP's text tower (`clip_text_model`, or `clip` with its `text_config`)
+//! is read by `clip.rs` into the same [`TextConfig`] with the
+//! [`TextFamily::Clip`] family: the graph then has causal attention, quick
+//! GELU, pooling at the end-of-text token and an optional bias-free
+//! projection.
 
 use serde::Deserialize;
 
@@ -22,9 +28,25 @@ const ITEMS_PER_LAYER: u64 = 46;
 /// rows, and a tokenizer pads every text to it.
 pub const MAX_POSITIONS: u64 = 1 << 16;
 
-/// A SigLIP text tower's shape, validated.
+/// Which model's text tower a [`TextConfig`] describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextFamily {
+    /// `SiglipTextModel`: full attention, tanh GELU, the head (with bias)
+    /// on the last position.
+    Siglip,
+    /// `CLIPTextModel`: causal attention, quick GELU, the pooled row at
+    /// the end-of-text token; `projected` (`CLIPTextModelWithProjection`,
+    /// `CLIPModel`) adds the bias-free `text_projection`.
+    Clip {
+        /// Whether `text_projection` makes `text_embeds`.
+        projected: bool,
+    },
+}
+
+/// A text tower's shape, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TextConfig {
+    family: TextFamily,
     vocab: u64,
     hidden: u64,
     intermediate: u64,
@@ -85,8 +107,14 @@ impl Default for TextParams {
 }
 
 impl TextConfig {
-    /// Validates `params`.
+    /// Validates `params` of a SigLIP text tower.
     pub fn new(params: &TextParams) -> Result<Self, ConfigError> {
+        Self::of_family(params, TextFamily::Siglip)
+    }
+
+    /// Validates `params` of a `family` text tower (whose activation
+    /// `hidden_act` must be the family's).
+    pub(super) fn of_family(params: &TextParams, family: TextFamily) -> Result<Self, ConfigError> {
         let projection = params.projection_size.unwrap_or(params.hidden_size);
         for (field, value) in [
             ("vocab_size", params.vocab_size),
@@ -107,10 +135,14 @@ impl TextConfig {
                 heads: params.num_attention_heads,
             });
         }
-        if !TANH_GELU.contains(&params.hidden_act.as_str()) {
+        let supported = match family {
+            TextFamily::Siglip => TANH_GELU,
+            TextFamily::Clip { .. } => super::clip::QUICK_GELU,
+        };
+        if !supported.contains(&params.hidden_act.as_str()) {
             return Err(ConfigError::Activation {
                 activation: params.hidden_act.clone(),
-                supported: TANH_GELU,
+                supported,
             });
         }
         let eps = params.layer_norm_eps as f32;
@@ -144,6 +176,7 @@ impl TextConfig {
             });
         }
         Ok(Self {
+            family,
             vocab: params.vocab_size,
             hidden: params.hidden_size,
             intermediate: params.intermediate_size,
@@ -173,6 +206,9 @@ impl TextConfig {
                 });
             }
             Some("siglip_text_model") => value,
+            Some("clip" | "clip_text_model" | "clip_vision_model") => {
+                return super::clip::clip_text_config(&value);
+            }
             Some("siglip_vision_model") | None => {
                 return Err(ConfigError::MissingTower {
                     tower: "text",
@@ -193,6 +229,9 @@ impl TextConfig {
     /// The config as a transformers `SiglipTextConfig` JSON object, every
     /// field written; [`TextConfig::from_json`] reads it back equal.
     pub fn to_json(&self) -> serde_json::Value {
+        if let TextFamily::Clip { projected } = self.family {
+            return super::clip::clip_text_json(self, projected);
+        }
         serde_json::json!({
             "model_type": "siglip_text_model",
             "vocab_size": self.vocab,
@@ -207,6 +246,29 @@ impl TextConfig {
             "pad_token_id": self.pad_token_id,
             "eos_token_id": self.eos_token_id,
         })
+    }
+
+    /// The CLIP config with the projection a checkpoint holds: `Some(p)`
+    /// for a `text_projection.weight` of `p` rows, `None` for none (the
+    /// pooled row is then the embedding). A SigLIP config is unchanged.
+    pub fn with_clip_projection(mut self, projection: Option<u64>) -> Self {
+        if let TextFamily::Clip { .. } = self.family {
+            self.family = TextFamily::Clip {
+                projected: projection.is_some(),
+            };
+            self.projection = projection.unwrap_or(self.hidden);
+        }
+        self
+    }
+
+    /// Which model's text tower it is.
+    pub fn family(&self) -> TextFamily {
+        self.family
+    }
+
+    /// The end-of-text token's id, if the config names one.
+    pub fn eos_token_id(&self) -> Option<u64> {
+        self.eos_token_id
     }
 
     /// Rows of the token table.

@@ -20,7 +20,16 @@
 //! The token embedding is a gather of table rows by token id
 //! ([`ipu_package::graph::Op::Gather`]); ids are F32 whole numbers, and
 //! the tokenizer is checked against the table's rows when it is read.
+//!
+//! CLIP's text tower (`CLIPTextModel`, `CLIPTextModelWithProjection`, the
+//! text half of `CLIPModel`) is the same pipeline with the
+//! [`TextFamily::Clip`] config (`clip.rs`): its tokenizer is its
+//! `tokenizer.json` (whose post-processor adds `<|startoftext|>` and
+//! `<|endoftext|>`), and the host adds the pooled rows
+//! ([`POOL_ROWS`]) to every input it makes from token ids
+//! ([`pool_rows_input`]).
 
+mod clip;
 mod config;
 mod graph;
 pub mod names;
@@ -33,8 +42,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub use config::{MAX_POSITIONS, TextConfig, TextParams};
-pub use graph::{INPUT_IDS, build_text_graph};
+pub use clip::pool_position;
+pub use config::{MAX_POSITIONS, TextConfig, TextFamily, TextParams};
+pub use graph::{INPUT_IDS, POOL_ROWS, TEXT_EMBEDS, build_text_graph};
 pub use package::package_text;
 pub use packaged::{PackagedText, TEXT_FAMILY, TextPackagedError};
 pub use spiece::SpieceError;
@@ -88,6 +98,30 @@ pub struct TextCheckpoint {
     input_ids: TensorId,
 }
 
+/// The [`POOL_ROWS`] input of `graph` (a CLIP text graph of `config`) for
+/// the token ids `ids` of its batch (`[batch, positions]`, F32): per
+/// text `b`, the row `b · positions + p` with `p` from [`pool_position`].
+/// `None` for a graph without that input (SigLIP's).
+pub(crate) fn pool_rows_input(
+    config: &TextConfig,
+    graph: &Graph,
+    ids: &[f32],
+) -> Option<(TensorId, Vec<f32>)> {
+    let tensor = graph.tensor_by_name(POOL_ROWS)?;
+    let eos = config.eos_token_id()?;
+    let length = usize::try_from(config.positions()).ok()?.max(1);
+    let rows = ids
+        .chunks(length)
+        .enumerate()
+        .map(|(b, row)| {
+            // Token ids are whole numbers below 2^24, exact in F32.
+            let row: Vec<u32> = row.iter().map(|&x| x as u32).collect();
+            (b * length + pool_position(&row, eos)) as f32
+        })
+        .collect();
+    Some((tensor, rows))
+}
+
 impl TextCheckpoint {
     /// The text tower's shape.
     pub fn config(&self) -> &TextConfig {
@@ -131,7 +165,14 @@ impl TextCheckpoint {
         let tokenizer = self.tokenizer.as_ref().ok_or(crate::ImageError::Internal {
             what: "the checkpoint has no tokenizer".to_owned(),
         })?;
-        ids_input(tokenizer, &self.graph, self.input_ids, texts, truncation)
+        ids_input(
+            tokenizer,
+            &self.config,
+            &self.graph,
+            self.input_ids,
+            texts,
+            truncation,
+        )
     }
 
     /// The calibration inputs: `prompts` (default [`CALIBRATION_PROMPTS`])
@@ -184,9 +225,11 @@ fn synthetic_ids(k: usize, length: usize, vocab: u64) -> Vec<f32> {
         .collect()
 }
 
-/// The `input_ids` input (`ids`, of `graph`) for `texts`.
+/// The `input_ids` input (`ids`, of `graph`, a text graph of `config`)
+/// for `texts`, with CLIP's pooled rows.
 pub(crate) fn ids_input(
     tokenizer: &TextTokenizer,
+    config: &TextConfig,
     graph: &Graph,
     ids: TensorId,
     texts: &[String],
@@ -208,6 +251,9 @@ pub(crate) fn ids_input(
         values.extend(row.into_iter().map(|i| i as f32));
     }
     let mut set = ValueSet::new();
+    if let Some((rows, pooled)) = pool_rows_input(config, graph, &values) {
+        set.insert(rows, pooled);
+    }
     set.insert(ids, values);
     Ok(set)
 }
@@ -231,6 +277,12 @@ impl Calibrated for TextCheckpoint {
     fn input_name(&self) -> &'static str {
         INPUT_IDS
     }
+
+    fn derived_inputs(&self, graph: &Graph, values: &[f32]) -> Vec<(TensorId, Vec<f32>)> {
+        pool_rows_input(&self.config, graph, values)
+            .into_iter()
+            .collect()
+    }
 }
 
 /// Reads `config.json` of the checkpoint in `dir` for its text tower.
@@ -246,8 +298,12 @@ pub fn import_text_checkpoint(
     dir: &Path,
     options: &ImportConfig,
 ) -> Result<TextCheckpoint, ImportError> {
-    let mut checkpoint = without_weights(dir, options, true)?;
     let store = TensorStore::open(dir)?;
+    let config = read_text_config(dir)?;
+    if let TextFamily::Clip { .. } = config.family() {
+        return import_clip_text(dir, options, config, &store);
+    }
+    let mut checkpoint = without_weights(dir, options, config, true)?;
     let prefix = if store
         .tensors()
         .keys()
@@ -278,6 +334,69 @@ pub fn import_text_checkpoint(
     Ok(checkpoint)
 }
 
+/// CLIP's text tower of the checkpoint in `dir` (`config` read from it):
+/// projected when the store holds `text_projection.weight`, whose rows
+/// give the projection's width.
+fn import_clip_text(
+    dir: &Path,
+    options: &ImportConfig,
+    config: TextConfig,
+    store: &TensorStore,
+) -> Result<TextCheckpoint, ImportError> {
+    let projection = store
+        .tensors()
+        .get(names::TEXT_PROJECTION)
+        .and_then(|t| t.shape().first().copied());
+    let config = config.with_clip_projection(projection);
+    let mut checkpoint = without_weights(dir, options, config, true)?;
+    let prefix = if store
+        .tensors()
+        .keys()
+        .any(|n| n.starts_with(names::TEXT_PREFIX))
+    {
+        names::TEXT_PREFIX
+    } else {
+        ""
+    };
+    let (expected, sources) = names::clip_names(&checkpoint.config, prefix);
+    let mapping = Mapping {
+        prefix: "",
+        expected,
+        sources,
+        ignored: names::is_ignored_by_clip_text,
+        head_disabled: false,
+        tower: "CLIP text",
+    };
+    checkpoint.weights = read_mapped(store, &mapping, &checkpoint.graph)?;
+    checkpoint.logits = clip_logit_scale(store)?;
+    tracing::info!(
+        dir = %dir.display(),
+        layers = checkpoint.config.layers(),
+        hidden = checkpoint.config.hidden(),
+        positions = checkpoint.config.positions(),
+        projected = projection.is_some(),
+        batch = options.batch,
+        "imported CLIP text tower"
+    );
+    Ok(checkpoint)
+}
+
+/// A full `CLIPModel`'s `logit_scale` (bias 0: CLIP has none, and its
+/// probabilities are `zero_shot::clip_scores`' softmax), else none.
+fn clip_logit_scale(store: &TensorStore) -> Result<Option<LogitParams>, ImportError> {
+    let name = "logit_scale";
+    if !store.tensors().contains_key(name) {
+        return Ok(None);
+    }
+    match store.read(name)?.as_slice() {
+        [v] if v.is_finite() => Ok(Some(LogitParams {
+            logit_scale: *v,
+            logit_bias: 0.0,
+        })),
+        _ => Err(ImportError::LogitParameter { name }),
+    }
+}
+
 /// A text checkpoint of the config in `dir` with weights of realistic
 /// spread drawn from `seed`; the tokenizer is read when the directory has
 /// one.
@@ -286,7 +405,8 @@ pub fn random_text_checkpoint(
     options: &ImportConfig,
     seed: u64,
 ) -> Result<TextCheckpoint, ImportError> {
-    let mut checkpoint = without_weights(dir, options, false)?;
+    let config = read_text_config(dir)?;
+    let mut checkpoint = without_weights(dir, options, config, false)?;
     checkpoint.weights = random_weights(checkpoint.config.hidden(), &checkpoint.graph, seed);
     Ok(checkpoint)
 }
@@ -319,9 +439,9 @@ fn logit_params(store: &TensorStore) -> Result<Option<LogitParams>, ImportError>
 fn without_weights(
     dir: &Path,
     options: &ImportConfig,
+    config: TextConfig,
     tokenizer_required: bool,
 ) -> Result<TextCheckpoint, ImportError> {
-    let config = read_text_config(dir)?;
     let config_path = dir.join(CONFIG_FILE);
     let tokenizer = match TextTokenizer::read(dir, config.vocab(), config.positions(), &config_path)
     {
@@ -357,7 +477,8 @@ fn without_weights(
 /// The precisions of the text graph's own tensors, added to a vision
 /// template (the default fixture's): the token table FP8 like every
 /// weight (its scale is calibrated), its rows F16 like every activation,
-/// the head's weight and bias FP8 and its result F16.
+/// the head's weight and bias FP8 and its result F16 (CLIP's projection
+/// result `text_embeds` too).
 pub fn text_template(vision: PrecisionPolicy) -> PrecisionPolicy {
     use ipu_layout::{Fp8Format, Precision};
     let fp8 = Precision::F8 {
@@ -375,4 +496,5 @@ pub fn text_template(vision: PrecisionPolicy) -> PrecisionPolicy {
         .with_precision("head.w", fp8)
         .with_precision("head.b", fp8)
         .with_precision("head.y", activation)
+        .with_precision(TEXT_EMBEDS, activation)
 }

@@ -30,8 +30,8 @@ use crate::siglip::graph::{BuildError, GraphOptions};
 use crate::siglip::policy::PrecisionPolicy;
 use crate::siglip::report::{PrecisionReport, ReportError};
 use crate::siglip::text::{
-    INPUT_IDS, LogitParams, TextCheckpoint, TextConfig, TextTokenizer, TokenizerSettings,
-    Truncation, build_text_graph, ids_input,
+    INPUT_IDS, LogitParams, POOL_ROWS, TextCheckpoint, TextConfig, TextFamily, TextTokenizer,
+    TokenizerSettings, Truncation, build_text_graph, ids_input,
 };
 use crate::siglip::{Calibration, first_difference};
 
@@ -118,7 +118,9 @@ pub enum TextPackagedError {
     #[error("the package's graph has no `{INPUT_IDS}` input of shape [batch, positions]")]
     NoInputIds,
     /// The description's inputs are not the one the text tower has.
-    #[error("model.json's inputs must be `{INPUT_IDS}` from texts, the text tower's one input")]
+    #[error(
+        "model.json's inputs must be `{INPUT_IDS}` from texts (and `{POOL_ROWS}` from texts for CLIP), the text tower's inputs"
+    )]
     Inputs,
     /// The description builds another graph than the package holds.
     #[error(
@@ -162,11 +164,20 @@ impl PackagedText {
         }
     }
 
-    fn inputs() -> Vec<ModelInput> {
-        vec![ModelInput {
+    /// The graph's inputs: the token ids, and for CLIP the pooled rows,
+    /// both made from the texts.
+    fn inputs(config: &TextConfig) -> Vec<ModelInput> {
+        let mut inputs = vec![ModelInput {
             tensor: INPUT_IDS.to_owned(),
             from: InputSource::Texts,
-        }]
+        }];
+        if let TextFamily::Clip { .. } = config.family() {
+            inputs.push(ModelInput {
+                tensor: POOL_ROWS.to_owned(),
+                from: InputSource::Texts,
+            });
+        }
+        inputs
     }
 
     /// Reads the description of a package whose graph is `graph` and
@@ -180,9 +191,6 @@ impl PackagedText {
                 found: model.family.clone(),
             });
         }
-        if model.inputs != Self::inputs() {
-            return Err(TextPackagedError::Inputs);
-        }
         let file: Description = serde_json::from_value(model.frontend.clone())
             .map_err(|source| TextPackagedError::Json { source })?;
         if file.format != TEXT_FORMAT {
@@ -190,6 +198,9 @@ impl PackagedText {
         }
         let config = TextConfig::from_json(&file.config.to_string())
             .map_err(|source| TextPackagedError::Config { source })?;
+        if model.inputs != Self::inputs(&config) {
+            return Err(TextPackagedError::Inputs);
+        }
         let tokenizer = match (&file.tokenizer, file.tokenizer_settings) {
             (Some(t), Some(s)) => Some(
                 TextTokenizer::from_parts(t, s)
@@ -242,7 +253,7 @@ impl PackagedText {
         };
         Ok(ModelDescription::new(
             TEXT_FAMILY,
-            Self::inputs(),
+            Self::inputs(&self.config),
             serde_json::to_value(&file)
                 .map_err(|source| TextPackagedError::WriteTokenizer { source })?,
         ))
@@ -281,7 +292,7 @@ impl PackagedText {
                    directory without one); give --inputs FILE with input_ids"
                     .to_owned(),
             })?;
-        ids_input(tokenizer, graph, ids, texts, truncation)
+        ids_input(tokenizer, &self.config, graph, ids, texts, truncation)
     }
 
     /// The `input_ids` of `graph` for the built-in calibration prompts
@@ -319,6 +330,9 @@ impl PackagedText {
             }
         }
         let mut set = ValueSet::new();
+        if let Some((rows, pooled)) = super::pool_rows_input(&self.config, graph, &values) {
+            set.insert(rows, pooled);
+        }
         set.insert(ids, values);
         Ok(set)
     }

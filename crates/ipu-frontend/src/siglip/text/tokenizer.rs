@@ -475,7 +475,15 @@ impl TextTokenizer {
                 source,
             })?;
         if strict && let Some(unk) = s.unk_id {
-            if let Some(at) = encoding.get_ids().iter().position(|&id| id == unk) {
+            // Special tokens the post-processor adds are no text's pieces
+            // (CLIP's unknown token is its end token).
+            let special = encoding.get_special_tokens_mask();
+            let unknown = encoding
+                .get_ids()
+                .iter()
+                .enumerate()
+                .position(|(i, &id)| id == unk && special.get(i) != Some(&1));
+            if let Some(at) = unknown {
                 let piece = encoding
                     .get_offsets()
                     .get(at)
@@ -505,10 +513,14 @@ impl TextTokenizer {
                 }
                 Truncation::Truncate => {
                     let last = ids.last().copied();
+                    // The post-processor's own end token (CLIP's), or
+                    // the one appended here (SigLIP's).
+                    let ends_special =
+                        s.eos_id.is_some() || encoding.get_special_tokens_mask().last() == Some(&1);
                     ids.truncate(length);
                     // The end token stays, as transformers' truncation
                     // keeps the special tokens.
-                    if let (Some(eos), Some(slot)) = (s.eos_id.and(last), ids.last_mut()) {
+                    if let (true, Some(eos), Some(slot)) = (ends_special, last, ids.last_mut()) {
                         *slot = eos;
                     }
                 }

@@ -4,7 +4,7 @@
 use ipu_layout::Precision;
 
 use super::{GraphError, Slot, broadcast_shapes};
-use crate::graph::{Graph, MAX_GATHER_ROWS, Op, OpId, TensorId};
+use crate::graph::{AttentionMask, Graph, MAX_GATHER_ROWS, Op, OpId, TensorId, gather_table_rows};
 
 /// The checks of one op; the topology check has already made every id
 /// valid.
@@ -210,7 +210,14 @@ impl OpCheck<'_> {
                 )?;
                 self.expect_arithmetic_output()
             }
-            Op::Attention { q, k, v, heads, .. } => {
+            Op::Attention {
+                q,
+                k,
+                v,
+                heads,
+                mask,
+                ..
+            } => {
                 let qs = self.extents(*q);
                 let &[batch, _, hidden] = qs else {
                     return Err(self.shape_error(
@@ -248,6 +255,15 @@ impl OpCheck<'_> {
                         "heads",
                         format!(
                             "{heads} heads must be at least 1 and divide the hidden size {hidden}"
+                        ),
+                    ));
+                }
+                let tokens_q = qs.get(1).copied().unwrap_or(0);
+                if *mask == AttentionMask::Causal && tokens_q != tokens_kv {
+                    return Err(self.attribute_error(
+                        "mask",
+                        format!(
+                            "a causal mask needs as many query rows as keys, found {tokens_q} and {tokens_kv}"
                         ),
                     ));
                 }
@@ -347,11 +363,11 @@ impl OpCheck<'_> {
                 self.expect_same_precision(*input)
             }
             Op::Gather { table, indices, .. } => {
-                let &[rows, d] = self.extents(*table) else {
+                let Some((rows, d)) = gather_table_rows(self.extents(*table)) else {
                     return Err(self.shape_error(
                         Slot::Input(0),
                         *table,
-                        "a gather table must be [rows, d]".to_owned(),
+                        "a gather table must be [rows.., d] (rank at least 2)".to_owned(),
                     ));
                 };
                 if rows > MAX_GATHER_ROWS {
