@@ -49,6 +49,15 @@ pub enum ImportError {
         #[source]
         source: ProcessorError,
     },
+    /// `--random-weights` on a configuration too large to draw weights for.
+    #[error("`{dir}`: {source}")]
+    RandomWeights {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// How many weights, against the limit.
+        #[source]
+        source: crate::siglip::TooManyWeights,
+    },
     /// The directory has no weights.
     #[error(
         "`{dir}` holds neither model.safetensors nor model.safetensors.index.json; \

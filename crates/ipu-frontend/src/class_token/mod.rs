@@ -358,7 +358,11 @@ pub fn random_class_token(
 ) -> Result<ClassTokenCheckpoint, ImportError> {
     let config = read_config(dir, family)?;
     let mut checkpoint = without_weights(dir, config, options)?;
-    checkpoint.weights = random_weights(checkpoint.config.hidden(), &checkpoint.graph, seed);
+    checkpoint.weights = random_weights(checkpoint.config.hidden(), &checkpoint.graph, seed)
+        .map_err(|source| ImportError::RandomWeights {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     Ok(checkpoint)
 }
 

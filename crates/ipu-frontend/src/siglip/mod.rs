@@ -56,7 +56,7 @@ pub(crate) use packaged::first_difference;
 pub use packaged::{FAMILY, PackagedError, PackagedModel};
 pub use policy::{PolicyError, PrecisionPolicy, role};
 pub use processor::patchify;
-pub use random::{OUTLIER_CHANNELS, random_weights};
+pub use random::{MAX_RANDOM_WEIGHT_ELEMENTS, OUTLIER_CHANNELS, TooManyWeights, random_weights};
 
 use crate::error::{ImageError, ImportError};
 use crate::hf::{CONFIG_FILE, PROCESSOR_FILE, TensorStore};
@@ -275,7 +275,11 @@ pub fn random_checkpoint(
     seed: u64,
 ) -> Result<Checkpoint, ImportError> {
     let mut checkpoint = checkpoint_without_weights(dir, options)?;
-    checkpoint.weights = random_weights(checkpoint.config.hidden(), &checkpoint.graph, seed);
+    checkpoint.weights = random_weights(checkpoint.config.hidden(), &checkpoint.graph, seed)
+        .map_err(|source| ImportError::RandomWeights {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     tracing::info!(
         dir = %dir.display(),
         seed,

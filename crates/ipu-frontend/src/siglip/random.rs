@@ -12,6 +12,25 @@ use crate::imaging::synthetic::mix;
 /// trained SigLIP checkpoints have a few (reduced modulo the hidden size).
 pub const OUTLIER_CHANNELS: [u64; 2] = [3, 17];
 
+/// The most weight elements [`random_weights`] draws: 2^30, 4 GiB of f32
+/// values on the host. The largest encoders this crate imports have under
+/// half a billion parameters; a configuration above the limit is refused
+/// before anything is allocated, rather than exhausting the host's memory.
+pub const MAX_RANDOM_WEIGHT_ELEMENTS: u64 = 1 << 30;
+
+/// A configuration whose weights are too many to draw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "its weights have {elements} elements, more than the {limit} random weights are drawn for; \
+     check the sizes in config.json"
+)]
+pub struct TooManyWeights {
+    /// The graph's weight elements (saturating).
+    pub elements: u64,
+    /// [`MAX_RANDOM_WEIGHT_ELEMENTS`].
+    pub limit: u64,
+}
+
 /// A standard normal sample from `(seed, tensor, index)`: Box–Muller on
 /// two hashed uniforms, so that every element is independent of the
 /// thread that draws it.
@@ -33,9 +52,22 @@ fn normal(seed: u64, tensor: u64, index: u64) -> f32 {
 /// `N(0, 1)`; and [`OUTLIER_CHANNELS`] of the residual stream carry large
 /// values: their patch-embedding bias is 4, every `fc2` weight column for
 /// them is scaled by 8 and their `fc2` bias is 1.5. Deterministic whatever
-/// the thread count.
-pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> ValueSet {
+/// the thread count. A graph with more than [`MAX_RANDOM_WEIGHT_ELEMENTS`]
+/// weight elements is refused before anything is drawn.
+pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> Result<ValueSet, TooManyWeights> {
     use rayon::prelude::*;
+
+    let elements = graph
+        .weights()
+        .into_iter()
+        .map(|id| graph.tensor(id).element_count())
+        .fold(0u64, u64::saturating_add);
+    if elements > MAX_RANDOM_WEIGHT_ELEMENTS {
+        return Err(TooManyWeights {
+            elements,
+            limit: MAX_RANDOM_WEIGHT_ELEMENTS,
+        });
+    }
 
     let outliers: Vec<u64> = OUTLIER_CHANNELS.iter().map(|c| c % hidden).collect();
     let mut set = ValueSet::new();
@@ -85,5 +117,5 @@ pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> ValueSet {
             });
         set.insert(id, values);
     }
-    set
+    Ok(set)
 }

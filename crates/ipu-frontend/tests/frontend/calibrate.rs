@@ -453,3 +453,36 @@ fn random_weights_have_the_documented_spread_and_calibrate() {
     let calibration = calibrated(&a);
     assert!(calibration.report().saturating().is_empty());
 }
+
+/// A configuration far beyond any encoder is refused with the weight count
+/// before a weight is drawn, instead of exhausting the host's memory.
+#[test]
+fn random_weights_refuse_a_configuration_too_large_to_draw() {
+    let temp = tempfile::tempdir().unwrap();
+    let source = checkpoint_dir("siglip-vision-head");
+    let config = std::fs::read_to_string(source.join("config.json"))
+        .unwrap()
+        .replace("\"hidden_size\": 64", "\"hidden_size\": 65536")
+        .replace(
+            "\"intermediate_size\": 256",
+            "\"intermediate_size\": 1048576",
+        );
+    std::fs::write(temp.path().join("config.json"), config).unwrap();
+    let import = ImportConfig {
+        batch: 1,
+        policy: template(),
+        name: None,
+    };
+    let err = ipu_frontend::siglip::random_checkpoint(temp.path(), &import, 5)
+        .err()
+        .expect("refused");
+    let ipu_frontend::ImportError::RandomWeights { source, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(
+        source.limit,
+        ipu_frontend::siglip::MAX_RANDOM_WEIGHT_ELEMENTS
+    );
+    assert!(source.elements > source.limit, "{err}");
+    assert!(err.to_string().contains("config.json"), "{err}");
+}

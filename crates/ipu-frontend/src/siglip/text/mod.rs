@@ -407,7 +407,11 @@ pub fn random_text_checkpoint(
 ) -> Result<TextCheckpoint, ImportError> {
     let config = read_text_config(dir)?;
     let mut checkpoint = without_weights(dir, options, config, false)?;
-    checkpoint.weights = random_weights(checkpoint.config.hidden(), &checkpoint.graph, seed);
+    checkpoint.weights = random_weights(checkpoint.config.hidden(), &checkpoint.graph, seed)
+        .map_err(|source| ImportError::RandomWeights {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     Ok(checkpoint)
 }
 
