@@ -340,32 +340,10 @@ fn clips_zero_shot_scores_equal_transformers() {
     }
 }
 
-fn assert_one_line(e: &dyn std::fmt::Display, needles: &[&str]) {
-    let text = e.to_string();
-    assert!(!text.contains('\n'), "{text}");
-    for n in needles {
-        assert!(text.contains(n), "{text} lacks {n}");
-    }
-}
-
 /// The golden checkpoint in a temporary directory with `edit` applied to
 /// its `config.json`, leaving out the files `drop` names.
 fn edited(edit: impl FnOnce(&mut serde_json::Value), drop: &[&str]) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(dir()).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if drop.iter().any(|d| name == *d) {
-            continue;
-        }
-        std::fs::copy(entry.path(), tmp.path().join(&name)).unwrap();
-    }
-    let path = tmp.path().join("config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    edit(&mut config);
-    std::fs::write(&path, config.to_string()).unwrap();
-    tmp
+    crate::edited_config(&dir(), edit, drop)
 }
 
 #[test]
@@ -374,7 +352,7 @@ fn bad_clip_text_checkpoints_get_one_line_errors_naming_the_file_and_field() {
     // The tokenizer has 93 tokens; a table of 90 rows cannot take them.
     let tmp = edited(|c| c["text_config"]["vocab_size"] = 90.into(), &[]);
     let e = import(tmp.path(), f32()).unwrap_err();
-    assert_one_line(
+    crate::assert_one_line(
         &e,
         &[
             "tokenizer.json",
@@ -389,7 +367,7 @@ fn bad_clip_text_checkpoints_get_one_line_errors_naming_the_file_and_field() {
         &[],
     );
     let e = import(tmp.path(), f32()).unwrap_err();
-    assert_one_line(
+    crate::assert_one_line(
         &e,
         &[
             "tokenizer_config.json",
@@ -400,7 +378,7 @@ fn bad_clip_text_checkpoints_get_one_line_errors_naming_the_file_and_field() {
     // No tokenizer.
     let tmp = edited(|_| {}, &["tokenizer.json"]);
     let e = import(tmp.path(), f32()).unwrap_err();
-    assert_one_line(&e, &["tokenizer.json"]);
+    crate::assert_one_line(&e, &["tokenizer.json"]);
     // A full config without its text tower.
     let tmp = edited(
         |c| {
@@ -409,9 +387,9 @@ fn bad_clip_text_checkpoints_get_one_line_errors_naming_the_file_and_field() {
         &[],
     );
     let e = import(tmp.path(), f32()).unwrap_err();
-    assert_one_line(&e, &["config.json", "text_config"]);
+    crate::assert_one_line(&e, &["config.json", "text_config"]);
     // Not CLIP's activation.
     let tmp = edited(|c| c["text_config"]["hidden_act"] = "gelu".into(), &[]);
     let e = import(tmp.path(), f32()).unwrap_err();
-    assert_one_line(&e, &["config.json", "gelu", "quick_gelu"]);
+    crate::assert_one_line(&e, &["config.json", "gelu", "quick_gelu"]);
 }

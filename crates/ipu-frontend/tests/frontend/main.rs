@@ -14,7 +14,7 @@ mod package;
 mod text;
 mod transformers;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The text of `fixtures/<name>` at the workspace root.
 pub fn fixture_text(name: &str) -> String {
@@ -22,4 +22,37 @@ pub fn fixture_text(name: &str) -> String {
         .join("../../fixtures")
         .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// Asserts that an error reads as one line naming every one of `needles`.
+pub fn assert_one_line(e: &dyn std::fmt::Display, needles: &[&str]) {
+    let text = e.to_string();
+    assert!(!text.contains('\n'), "{text}");
+    for n in needles {
+        assert!(text.contains(n), "{text} lacks {n}");
+    }
+}
+
+/// A copy of the checkpoint directory `source` in a temporary directory,
+/// without the files `drop` names, its `config.json` value `edit`ed.
+pub fn edited_config(
+    source: &Path,
+    edit: impl FnOnce(&mut serde_json::Value),
+    drop: &[&str],
+) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(source).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if drop.iter().any(|d| name == *d) {
+            continue;
+        }
+        std::fs::copy(entry.path(), tmp.path().join(&name)).unwrap();
+    }
+    let path = tmp.path().join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(&path, config.to_string()).unwrap();
+    tmp
 }

@@ -411,32 +411,10 @@ fn the_fp8_text_graph_keeps_the_pooled_direction() {
     }
 }
 
-fn assert_one_line(e: &dyn std::fmt::Display, needles: &[&str]) {
-    let text = e.to_string();
-    assert!(!text.contains('\n'), "{text}");
-    for n in needles {
-        assert!(text.contains(n), "{text} lacks {n}");
-    }
-}
-
 /// Copies the golden checkpoint into a temporary directory with
 /// `edit` applied to its `config.json` value.
 fn edited(edit: impl FnOnce(&mut serde_json::Value), drop: &[&str]) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(dir()).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if drop.iter().any(|d| name == *d) {
-            continue;
-        }
-        std::fs::copy(entry.path(), tmp.path().join(&name)).unwrap();
-    }
-    let path = tmp.path().join("config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    edit(&mut config);
-    std::fs::write(&path, config.to_string()).unwrap();
-    tmp
+    crate::edited_config(&dir(), edit, drop)
 }
 
 fn import_text(path: &Path) -> Result<TextCheckpoint, ipu_frontend::ImportError> {
@@ -455,7 +433,7 @@ fn bad_text_checkpoints_get_one_line_errors_naming_the_file_and_field() {
     // The tokenizer has 64 tokens; a table of 60 rows cannot take them.
     let tmp = edited(|c| c["text_config"]["vocab_size"] = 60.into(), &[]);
     let e = import_text(tmp.path()).unwrap_err();
-    assert_one_line(
+    crate::assert_one_line(
         &e,
         &["spiece.model", "config.json", "vocab_size 60", "64 tokens"],
     );
@@ -465,7 +443,7 @@ fn bad_text_checkpoints_get_one_line_errors_naming_the_file_and_field() {
         &[],
     );
     let e = import_text(tmp.path()).unwrap_err();
-    assert_one_line(
+    crate::assert_one_line(
         &e,
         &[
             "tokenizer_config.json",
@@ -476,7 +454,7 @@ fn bad_text_checkpoints_get_one_line_errors_naming_the_file_and_field() {
     // No tokenizer at all.
     let tmp = edited(|_| {}, &["spiece.model"]);
     let e = import_text(tmp.path()).unwrap_err();
-    assert_one_line(&e, &["spiece.model", "tokenizer.json"]);
+    crate::assert_one_line(&e, &["spiece.model", "tokenizer.json"]);
     // A vision-only config names no text tower.
     let tmp = edited(
         |c| {
@@ -486,7 +464,7 @@ fn bad_text_checkpoints_get_one_line_errors_naming_the_file_and_field() {
         &[],
     );
     let e = import_text(tmp.path()).unwrap_err();
-    assert_one_line(&e, &["config.json", "text_config", "--tower"]);
+    crate::assert_one_line(&e, &["config.json", "text_config", "--tower"]);
     // A text tower config on the vision importer.
     let tmp = edited(
         |c| {
@@ -504,5 +482,5 @@ fn bad_text_checkpoints_get_one_line_errors_naming_the_file_and_field() {
         },
     )
     .unwrap_err();
-    assert_one_line(&e, &["config.json", "vision_config", "--tower"]);
+    crate::assert_one_line(&e, &["config.json", "vision_config", "--tower"]);
 }

@@ -304,15 +304,7 @@ pub fn import_text_checkpoint(
         return import_clip_text(dir, options, config, &store);
     }
     let mut checkpoint = without_weights(dir, options, config, true)?;
-    let prefix = if store
-        .tensors()
-        .keys()
-        .any(|n| n.starts_with(names::TEXT_PREFIX))
-    {
-        names::TEXT_PREFIX
-    } else {
-        ""
-    };
+    let prefix = text_prefix(&store);
     let mapping = Mapping {
         prefix,
         expected: names::expected_text_tensors(&checkpoint.config),
@@ -334,6 +326,20 @@ pub fn import_text_checkpoint(
     Ok(checkpoint)
 }
 
+/// The prefix of the text tower's tensor names in `store`: a full
+/// checkpoint's `text_model.`, or none in a text-only one.
+fn text_prefix(store: &TensorStore) -> &'static str {
+    if store
+        .tensors()
+        .keys()
+        .any(|n| n.starts_with(names::TEXT_PREFIX))
+    {
+        names::TEXT_PREFIX
+    } else {
+        ""
+    }
+}
+
 /// CLIP's text tower of the checkpoint in `dir` (`config` read from it):
 /// projected when the store holds `text_projection.weight`, whose rows
 /// give the projection's width.
@@ -349,15 +355,7 @@ fn import_clip_text(
         .and_then(|t| t.shape().first().copied());
     let config = config.with_clip_projection(projection);
     let mut checkpoint = without_weights(dir, options, config, true)?;
-    let prefix = if store
-        .tensors()
-        .keys()
-        .any(|n| n.starts_with(names::TEXT_PREFIX))
-    {
-        names::TEXT_PREFIX
-    } else {
-        ""
-    };
+    let prefix = text_prefix(store);
     let (expected, sources) = names::clip_names(&checkpoint.config, prefix);
     let mapping = Mapping {
         prefix: "",
