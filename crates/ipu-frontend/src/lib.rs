@@ -15,7 +15,7 @@
 //! ```
 //!
 //! A model family is a module: [`siglip`] (SigLIP's vision and text
-//! towers) and [`class_token`] (ViT and CLIP's vision tower, which reuse
+//! towers) and [`class_token`] (ViT, CLIP's vision tower and DINOv2, which reuse
 //! SigLIP's encoder builder, precision policy, weight reader, calibration
 //! and packaging). A family reads its checkpoint's config and builds its
 //! graph in code (`config.rs`, `graph.rs`), maps the checkpoint's tensor
@@ -58,6 +58,7 @@ pub const FAMILIES: &[&str] = &[
     siglip::text::TEXT_FAMILY,
     class_token::VIT_FAMILY,
     class_token::CLIP_FAMILY,
+    class_token::DINOV2_FAMILY,
 ];
 
 /// The `model_type`s of `config.json` this crate reads.
@@ -68,6 +69,7 @@ pub const MODEL_TYPES: &[&str] = &[
     "vit",
     "clip",
     "clip_vision_model",
+    "dinov2",
 ];
 
 /// Which importer reads a checkpoint, by its config's `model_type`.
@@ -76,7 +78,7 @@ pub enum CheckpointKind {
     /// SigLIP (`siglip`, `siglip_vision_model`, `siglip_text_model`, or
     /// no `model_type`, as SigLIP's first exports had).
     Siglip,
-    /// ViT or CLIP (the vision tower): [`class_token`].
+    /// ViT, CLIP (the vision tower) or DINOv2: [`class_token`].
     ClassToken(class_token::Family),
 }
 
@@ -94,6 +96,7 @@ pub fn checkpoint_kind(dir: &Path) -> Result<CheckpointKind, ImportError> {
         Some("clip" | "clip_vision_model") => {
             Ok(CheckpointKind::ClassToken(class_token::Family::Clip))
         }
+        Some("dinov2") => Ok(CheckpointKind::ClassToken(class_token::Family::Dinov2)),
         Some(other) => Err(ImportError::Config {
             path,
             source: siglip::ConfigError::ModelType {
@@ -153,7 +156,7 @@ impl PackagedModel {
                     .map(|m| Self::SiglipText(Box::new(m)))
                     .map_err(DescriptionError::SiglipText)
             }
-            class_token::VIT_FAMILY | class_token::CLIP_FAMILY => {
+            class_token::VIT_FAMILY | class_token::CLIP_FAMILY | class_token::DINOV2_FAMILY => {
                 class_token::PackagedClassToken::from_description(description, graph)
                     .map(|m| Self::ClassToken(Box::new(m)))
                     .map_err(DescriptionError::ClassToken)

@@ -105,6 +105,20 @@ pub const CLIP_PROCESSOR: ProcessorKind = ProcessorKind {
     shortest_edge_and_crop: true,
 };
 
+/// DINOv2's `BitImageProcessor`: CLIP's steps (shortest-edge resize,
+/// center crop) and, as transformers' class has them, CLIP's mean and std
+/// by default (the published DINOv2 configs give ImageNet's).
+pub const DINOV2_PROCESSOR: ProcessorKind = ProcessorKind {
+    class: "BitImageProcessor",
+    resample: Filter::Bicubic,
+    mean: CLIP_MEAN,
+    std: CLIP_STD,
+    shortest_edge_and_crop: true,
+};
+
+/// `BitImageProcessor`'s default `crop_size` side.
+pub const BIT_CROP: u64 = 224;
+
 /// How the resize step sizes its output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
@@ -361,6 +375,47 @@ fn crop_side(crop: Option<&SizeField>, side: u64) -> Result<(), ProcessorError> 
 }
 
 impl Processor {
+    /// The side of the square `crop_size` of a `preprocessor_config.json`
+    /// of a family with a center crop, `None` when it gives none (or turns
+    /// the crop off): the image side of a model that takes whatever its
+    /// processor makes (DINOv2).
+    pub fn crop_side(text: &str) -> Result<Option<u64>, ProcessorError> {
+        let raw: RawProcessor =
+            serde_json::from_str(text).map_err(|source| ProcessorError::Json { source })?;
+        if raw.do_center_crop == Some(false) {
+            return Ok(None);
+        }
+        let (height, width) = match raw.crop_size {
+            None => return Ok(None),
+            Some(SizeField::One(n)) => (n, n),
+            Some(SizeField::Object(RawSize {
+                height: Some(h),
+                width: Some(w),
+                shortest_edge: None,
+                longest_edge: None,
+            })) => (h, w),
+            Some(SizeField::Object(_)) => {
+                return Err(ProcessorError::SizeForm {
+                    shortest_edge: false,
+                });
+            }
+        };
+        if height != width {
+            return Err(ProcessorError::Size {
+                height,
+                width,
+                side: height.min(width),
+            });
+        }
+        if height == 0 || height > MAX_IMAGE_SIDE {
+            return Err(ProcessorError::Value {
+                field: "crop_size",
+                value: height as f64,
+            });
+        }
+        Ok(Some(height))
+    }
+
     /// `kind`'s defaults for a model taking `side × side` images: resize
     /// to it (CLIP: shortest edge to it, then center crop), rescale by
     /// 1/255, the family's mean and std.

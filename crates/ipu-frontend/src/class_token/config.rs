@@ -1,5 +1,5 @@
-//! The model a ViT or CLIP vision checkpoint holds: `config.json` read
-//! into a validated [`ClassTokenConfig`].
+//! The model a ViT, CLIP vision or DINOv2 checkpoint holds: `config.json`
+//! read into a validated [`ClassTokenConfig`].
 //!
 //! ViT: a `ViTConfig` (`"model_type": "vit"`). CLIP: a
 //! `CLIPVisionConfig` (`"clip_vision_model"`) or a full `CLIPConfig`
@@ -8,7 +8,10 @@
 //! fields equal to their defaults, so an absent field takes the class's
 //! default (ViT: hidden 768, MLP 3072, 12 layers, 12 heads, image 224,
 //! patch 16, `gelu`, eps 1e-12; CLIP vision: the same sizes but patch 32,
-//! `quick_gelu`, eps 1e-5, projection 512). Each field is read on its own,
+//! `quick_gelu`, eps 1e-5, projection 512; DINOv2: hidden 768, `mlp_ratio`
+//! 4 (the MLP's width is `hidden · mlp_ratio`, there is no
+//! `intermediate_size`), 12 layers, 12 heads, image 224, patch 14,
+//! `gelu`, eps 1e-6). Each field is read on its own,
 //! so a value of the wrong type is an error naming the field; unknown
 //! fields are ignored.
 //!
@@ -21,6 +24,17 @@
 //! with two fields of this importer's own, `add_pooling_layer` (ViT,
 //! default true) and `with_projection` (CLIP, default true for a full
 //! `clip` config, else false), which [`ClassTokenConfig::to_json`] writes.
+//!
+//! DINOv2 (`"model_type": "dinov2"`) has no head to decide: its pooled
+//! output is the final LayerNorm's class row. Its `image_size` is the side
+//! its position table was trained for (518 for the published models),
+//! while its processor crops to another (224); transformers interpolates
+//! the table to the input's patch grid on every call. The graph takes the
+//! processor's side, which the importer reads from
+//! `preprocessor_config.json` and a config alone gives in this importer's
+//! field `input_size` (default `image_size`). `use_swiglu_ffn: true` and
+//! `qkv_bias: false` are refused by name; `layerscale_value` is only an
+//! initial value (the checkpoint holds the scales) and is not read.
 
 use serde_json::{Map, Value};
 
@@ -34,6 +48,10 @@ pub enum Family {
     Vit,
     /// CLIP's vision tower.
     Clip,
+    /// `Dinov2Model`: no pooler (the pooled output is the final
+    /// LayerNorm's class row), layer scale, a position table interpolated
+    /// to the processor's image size.
+    Dinov2,
 }
 
 /// A ViT or CLIP vision tower's shape, validated like SigLIP's
@@ -45,7 +63,11 @@ pub struct ClassTokenConfig {
     intermediate: u64,
     layers: u32,
     heads: u32,
+    /// The side the position table was made for (`image_size`).
     image_size: u64,
+    /// The side of the images the graph takes: `image_size` for ViT and
+    /// CLIP; for DINOv2 the processor's crop (module header).
+    input_size: u64,
     patch_size: u64,
     layer_norm_eps: f32,
     activation: Activation,
@@ -138,6 +160,16 @@ const CLIP_DEFAULTS: Defaults = Defaults {
     layer_norm_eps: 1e-5,
 };
 
+const DINOV2_DEFAULTS: Defaults = Defaults {
+    patch_size: 14,
+    hidden_act: "gelu",
+    layer_norm_eps: 1e-6,
+};
+
+/// `Dinov2Config`'s default `mlp_ratio`: the MLP is this many times wider
+/// than the residual stream.
+const DINOV2_MLP_RATIO: u64 = 4;
+
 /// CLIP's default `projection_dim`.
 const CLIP_PROJECTION: u64 = 512;
 
@@ -174,6 +206,7 @@ impl ClassTokenConfig {
                 };
                 Self::clip(&Fields(vision), projection, with)
             }
+            (Family::Dinov2, Some("dinov2") | None) => Self::dinov2(&Fields(top)),
             (_, Some("clip_text_model")) => Err(ConfigError::MissingTower {
                 tower: "vision",
                 field: "vision_config",
@@ -185,13 +218,7 @@ impl ClassTokenConfig {
     }
 
     fn vit(fields: &Fields<'_>) -> Result<Self, ConfigError> {
-        if !fields.bool("qkv_bias", true)? {
-            return Err(ConfigError::Field {
-                field: "qkv_bias",
-                found: "false".to_owned(),
-                expected: "the importer reads query, key and value biases (true)",
-            });
-        }
+        check_qkv_bias(fields)?;
         let act = fields.str("pooler_act", "tanh")?;
         if act != "tanh" {
             return Err(ConfigError::Field {
@@ -200,7 +227,8 @@ impl ClassTokenConfig {
                 expected: "the graph's pooler activation is tanh",
             });
         }
-        let mut config = Self::common(fields, Family::Vit, &VIT_DEFAULTS)?;
+        let intermediate = fields.u64("intermediate_size", 3072)?;
+        let mut config = Self::common(fields, Family::Vit, &VIT_DEFAULTS, intermediate)?;
         let width = fields.optional_u64("pooler_output_size")?;
         if width == Some(0) {
             return Err(ConfigError::Zero {
@@ -218,10 +246,62 @@ impl ClassTokenConfig {
                 field: "projection_dim",
             });
         }
-        let mut config = Self::common(fields, Family::Clip, &CLIP_DEFAULTS)?;
+        let intermediate = fields.u64("intermediate_size", 3072)?;
+        let mut config = Self::common(fields, Family::Clip, &CLIP_DEFAULTS, intermediate)?;
         config.head_width = projection;
         config.head = with;
         config.check_head()
+    }
+
+    fn dinov2(fields: &Fields<'_>) -> Result<Self, ConfigError> {
+        check_qkv_bias(fields)?;
+        if fields.bool("use_swiglu_ffn", false)? {
+            return Err(ConfigError::Field {
+                field: "use_swiglu_ffn",
+                found: "true".to_owned(),
+                expected: "the graph's MLP is fc1, GELU, fc2 (false); SwiGLU is not supported",
+            });
+        }
+        // transformers: `int(hidden_size * mlp_ratio)`; the published
+        // models' ratio is a whole number.
+        let ratio = fields.u64("mlp_ratio", DINOV2_MLP_RATIO)?;
+        if ratio == 0 {
+            return Err(ConfigError::Zero { field: "mlp_ratio" });
+        }
+        let hidden = fields.u64("hidden_size", 768)?;
+        let intermediate = hidden
+            .checked_mul(ratio)
+            .ok_or(ConfigError::TooLarge { what: "mlp_ratio" })?;
+        let mut config = Self::common(fields, Family::Dinov2, &DINOV2_DEFAULTS, intermediate)?;
+        let input = fields.u64("input_size", config.image_size)?;
+        config = config.with_input_size(input)?;
+        Ok(config)
+    }
+
+    /// The same config for images of `side × side` pixels: DINOv2's
+    /// position table is interpolated to their patch grid. ViT and CLIP
+    /// take only their `image_size`.
+    pub fn with_input_size(mut self, side: u64) -> Result<Self, ConfigError> {
+        if side == self.input_size {
+            return Ok(self);
+        }
+        if self.family != Family::Dinov2 {
+            return Err(ConfigError::Field {
+                field: "input_size",
+                found: side.to_string(),
+                expected: "only DINOv2 takes images of another size than image_size",
+            });
+        }
+        check_side(side, self.patch_size)?;
+        let grid = side / self.patch_size;
+        // grid ≤ MAX_IMAGE_SIDE, so grid² + 1 fits; the table must too.
+        if (grid * grid + 1).checked_mul(self.hidden).is_none() {
+            return Err(ConfigError::TooLarge {
+                what: "input_size's position table",
+            });
+        }
+        self.input_size = side;
+        Ok(self)
     }
 
     /// The head's weight, `hidden · head_width`, must be computable.
@@ -238,10 +318,11 @@ impl ClassTokenConfig {
         fields: &Fields<'_>,
         family: Family,
         defaults: &Defaults,
+        intermediate: u64,
     ) -> Result<Self, ConfigError> {
         let shape = Shape {
             hidden: fields.u64("hidden_size", 768)?,
-            intermediate: fields.u64("intermediate_size", 3072)?,
+            intermediate,
             layers: fields.u32("num_hidden_layers", 12)?,
             heads: fields.u32("num_attention_heads", 12)?,
             channels: fields.u64("num_channels", 3)?,
@@ -262,6 +343,7 @@ impl ClassTokenConfig {
             layers: shape.layers,
             heads: shape.heads,
             image_size: shape.image_size,
+            input_size: shape.image_size,
             patch_size: shape.patch_size,
             layer_norm_eps,
             activation,
@@ -299,6 +381,17 @@ impl ClassTokenConfig {
                 out["model_type"] = "clip_vision_model".into();
                 out["with_projection"] = self.head.into();
                 out["projection_dim"] = self.head_width.into();
+            }
+            Family::Dinov2 => {
+                let map = out.as_object_mut();
+                if let Some(map) = map {
+                    map.remove("intermediate_size");
+                }
+                out["model_type"] = "dinov2".into();
+                out["mlp_ratio"] = (self.intermediate / self.hidden).into();
+                out["qkv_bias"] = true.into();
+                out["use_swiglu_ffn"] = false.into();
+                out["input_size"] = self.input_size.into();
             }
         }
         out
@@ -347,8 +440,20 @@ impl ClassTokenConfig {
         self.patch_size
     }
 
+    /// Side of the square images the graph takes: the processor's output
+    /// (`image_size` except for DINOv2).
+    pub fn input_size(&self) -> u64 {
+        self.input_size
+    }
+
     /// Patches per image side (the convolution's "valid" padding).
     pub fn grid(&self) -> u64 {
+        self.input_size / self.patch_size
+    }
+
+    /// Patches per side of the stored position table: `image_size /
+    /// patch_size` (transformers' `num_patches`).
+    pub fn table_grid(&self) -> u64 {
         self.image_size / self.patch_size
     }
 
@@ -386,8 +491,45 @@ impl ClassTokenConfig {
         (self.family == Family::Vit && self.head).then_some(self.head_width)
     }
 
+    /// Whether the model has a pooled output: ViT only with its pooler;
+    /// CLIP (the post-LayerNorm class row) and DINOv2 (the final
+    /// LayerNorm's class row) always.
+    pub fn has_pooled(&self) -> bool {
+        self.family != Family::Vit || self.head
+    }
+
     /// CLIP: the image projection's width, if the model has one.
     pub fn projection(&self) -> Option<u64> {
         (self.family == Family::Clip && self.head).then_some(self.head_width)
     }
+}
+
+/// ViT and DINOv2 read query, key and value biases.
+fn check_qkv_bias(fields: &Fields<'_>) -> Result<(), ConfigError> {
+    if fields.bool("qkv_bias", true)? {
+        return Ok(());
+    }
+    Err(ConfigError::Field {
+        field: "qkv_bias",
+        found: "false".to_owned(),
+        expected: "the importer reads query, key and value biases (true)",
+    })
+}
+
+/// An input image side: at least one patch, at most `MAX_IMAGE_SIDE`.
+fn check_side(side: u64, patch: u64) -> Result<(), ConfigError> {
+    if side == 0 {
+        return Err(ConfigError::Zero {
+            field: "input_size",
+        });
+    }
+    if side > crate::siglip::MAX_IMAGE_SIDE {
+        return Err(ConfigError::TooLarge {
+            what: "input_size (at most MAX_IMAGE_SIDE = 4096)",
+        });
+    }
+    if patch > side {
+        return Err(ConfigError::Patch { patch, image: side });
+    }
+    Ok(())
 }

@@ -42,6 +42,18 @@ pub enum Layout {
     ClassFold {
         /// Whether a convolution bias is folded into the patch rows.
         bias: bool,
+        /// The stored table's patch grid side and the graph's, when they
+        /// differ: the patch rows are resampled bicubically from the one
+        /// to the other first (DINOv2, `class_token::interpolate`).
+        resample: Option<(u64, u64)>,
+    },
+    /// A linear layer's `[out, in]` weight transposed to `[in, out]` (or,
+    /// when not `transposed`, its bias `[out]` as it is), its last piece
+    /// `out` per-output scales each output row is multiplied by first:
+    /// DINOv2's layer scale folded into the GEMM before it.
+    RowScaled {
+        /// Whether the scaled rows are then transposed (a weight).
+        transposed: bool,
     },
 }
 

@@ -200,10 +200,20 @@ pub(crate) fn read_mapped(
                 }
                 t
             }
-            Layout::ClassFold { bias } => class_fold(data, graph.tensor(id).extents(), bias)
-                .ok_or_else(|| ImportError::Internal {
-                    what: format!("the pieces of `{}` do not make its table", source.weight),
-                })?,
+            Layout::ClassFold { bias, resample } => {
+                class_fold(data, graph.tensor(id).extents(), bias, resample).ok_or_else(|| {
+                    ImportError::Internal {
+                        what: format!("the pieces of `{}` do not make its table", source.weight),
+                    }
+                })?
+            }
+            Layout::RowScaled { transposed } => {
+                row_scaled(data, graph.tensor(id).extents(), transposed).ok_or_else(|| {
+                    ImportError::Internal {
+                        what: format!("the pieces of `{}` do not scale its rows", source.weight),
+                    }
+                })?
+            }
         };
         if values.len() as u64 != graph.tensor(id).element_count() {
             return Err(ImportError::Internal {
@@ -251,21 +261,42 @@ fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 /// The position table of a class-token model from its pieces, concatenated
-/// in `data` (position embeddings `[tokens, width]`, class token `[width]`,
-/// then the convolution bias `[width]` when `bias`): row 0 gains the class
-/// token, every other row the bias (`Layout::ClassFold`). `None` when the
-/// lengths do not agree with `extents` (`[tokens, width]`).
-fn class_fold(mut data: Vec<f32>, extents: &[u64], bias: bool) -> Option<Vec<f32>> {
+/// in `data` (position embeddings `[stored tokens, width]`, class token
+/// `[width]`, then the convolution bias `[width]` when `bias`): the patch
+/// rows resampled from a `from × from` grid to `to × to` when `resample`
+/// is `(from, to)`, then row 0 gains the class token and every other row
+/// the bias (`Layout::ClassFold`). `None` when the lengths do not agree
+/// with `extents` (`[tokens, width]`).
+fn class_fold(
+    mut data: Vec<f32>,
+    extents: &[u64],
+    bias: bool,
+    resample: Option<(u64, u64)>,
+) -> Option<Vec<f32>> {
     let [tokens, width] = *extents else {
         return None;
     };
     let (tokens, width) = (usize::try_from(tokens).ok()?, usize::try_from(width).ok()?);
-    let table = tokens.checked_mul(width)?;
+    let stored_tokens = match resample {
+        None => tokens,
+        Some((from, _)) => usize::try_from(from).ok()?.checked_pow(2)?.checked_add(1)?,
+    };
+    let table = stored_tokens.checked_mul(width)?;
     let extra = if bias { 2 * width } else { width };
     if data.len() != table.checked_add(extra)? || width == 0 {
         return None;
     }
     let tail = data.split_off(table);
+    if let Some((from, to)) = resample {
+        let (from, to) = (usize::try_from(from).ok()?, usize::try_from(to).ok()?);
+        if to.checked_pow(2)?.checked_add(1)? != tokens {
+            return None;
+        }
+        let patches = data.split_off(width);
+        data.extend(crate::class_token::interpolate::bicubic_grid(
+            &patches, from, to, width,
+        )?);
+    }
     let (class, conv_bias) = tail.split_at(width);
     for (p, c) in data[..width].iter_mut().zip(class) {
         *p += c;
@@ -278,4 +309,31 @@ fn class_fold(mut data: Vec<f32>, extents: &[u64], bias: bool) -> Option<Vec<f32
         }
     }
     Some(data)
+}
+
+/// A linear layer's weight or bias with each output row scaled
+/// (`Layout::RowScaled`): `data` holds the stored `[out, k]` values (`k`
+/// is `in` for a weight, 1 for a bias) and then the `out` scales, and
+/// `extents` are the graph tensor's (`[in, out]` or `[out]`). Each value
+/// is multiplied by its row's scale once, in f32, so a scaled weight is
+/// the correctly rounded product (`docs/MODELS.md`, layer scale). `None`
+/// when the lengths do not agree.
+fn row_scaled(mut data: Vec<f32>, extents: &[u64], transposed: bool) -> Option<Vec<f32>> {
+    let out = usize::try_from(*extents.last()?).ok()?;
+    let values = data.len().checked_sub(out)?;
+    if out == 0 || values % out != 0 {
+        return None;
+    }
+    let scales = data.split_off(values);
+    let k = values / out;
+    for (row, &scale) in data.chunks_exact_mut(k.max(1)).zip(&scales) {
+        for v in row {
+            *v *= scale;
+        }
+    }
+    Some(if transposed {
+        transpose(&data, out, k)
+    } else {
+        data
+    })
 }

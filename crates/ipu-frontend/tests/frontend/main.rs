@@ -8,6 +8,7 @@
 mod calibrate;
 mod checkpoint;
 mod class_token;
+mod dinov2;
 mod images;
 mod package;
 mod text;
