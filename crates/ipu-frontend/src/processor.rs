@@ -4,11 +4,12 @@
 //!
 //! The steps are those of transformers' image processors with their
 //! Pillow backend (`SiglipImageProcessorPil`, `ViTImageProcessorPil`,
-//! `CLIPImageProcessorPil`; the same steps as transformers 4's
-//! `SiglipImageProcessor`, `ViTImageProcessor`, `CLIPImageProcessor`), in
+//! `CLIPImageProcessorPil`, DINOv2's `BitImageProcessorPil`; the same steps
+//! as transformers 4's `SiglipImageProcessor`, `ViTImageProcessor`,
+//! `CLIPImageProcessor`, `BitImageProcessor`), in
 //! order: convert to RGB ([`read_rgb8`]); resize with the `resample`
 //! filter ([`Rgb8::resize`], Pillow's arithmetic exactly) either to
-//! `size`'s height and width or, for CLIP, so that the shortest edge is
+//! `size`'s height and width or, for CLIP and DINOv2, so that the shortest edge is
 //! `size.shortest_edge` (the long edge `⌊shortest · long / short⌋`, the
 //! aspect kept); center crop to `crop_size` (CLIP: top-left corner at
 //! `⌊(H − h) / 2⌋, ⌊(W − w) / 2⌋`); rescale (`f32(u8 · rescale_factor)`

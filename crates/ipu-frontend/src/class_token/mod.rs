@@ -1,7 +1,8 @@
 //! Vision transformers with a class token: ViT (`ViTModel`,
-//! `"model_type": "vit"`) and CLIP's vision tower (`CLIPVisionModel`,
-//! `CLIPVisionModelWithProjection`, or the vision half of a `CLIPModel`),
-//! imported from a Hugging Face checkpoint as SigLIP's tower is
+//! `"model_type": "vit"`), CLIP's vision tower (`CLIPVisionModel`,
+//! `CLIPVisionModelWithProjection`, or the vision half of a `CLIPModel`)
+//! and DINOv2 (`Dinov2Model`, `"dinov2"`), imported from a Hugging Face
+//! checkpoint as SigLIP's tower is
 //! (`siglip`), sharing its encoder builder, precision policy, weight
 //! reader, calibration and packaging; what differs is here.
 //!
@@ -38,6 +39,12 @@
 //! table costs nothing and keeps the class token with the tensor that is
 //! already added per row, whose precision calibration decides on its own
 //! (the `position` F16 group).
+//!
+//! **DINOv2** adds two folds at import, so that its graph is ViT's with
+//! another output: its layer scales multiply the columns of the GEMM
+//! before them (`names::with_layer_scale`), and its position table, made
+//! for `image_size` but used at the processor's crop, is resampled to the
+//! input's patch grid as transformers does on every call ([`interpolate`]).
 
 mod config;
 mod graph;

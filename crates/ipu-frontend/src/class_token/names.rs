@@ -1,4 +1,4 @@
-//! The name mappings of ViT and CLIP's vision tower: which transformers
+//! The name mappings of ViT, CLIP's vision tower and DINOv2: which transformers
 //! tensors make each graph weight (the tables of `docs/MODELS.md`), in the
 //! form SigLIP's mapping uses ([`WeightSource`]).
 //!
@@ -9,7 +9,11 @@
 //! it; CLIP's `visual_projection.weight` is never prefixed. Both patch
 //! convolutions are `[H, 3, p, p]` filters flattened as SigLIP's; the
 //! position table `pos` is assembled by [`Layout::ClassFold`] from the
-//! position embeddings, the class token and (ViT) the convolution bias.
+//! position embeddings, the class token and (ViT, DINOv2) the convolution
+//! bias. DINOv2's names are ViT's with its own layer modules (`norm1`,
+//! `mlp.fc1`, ...) and prefix `dinov2.`; its table is interpolated when
+//! its grid is not the input's, and its layer scales are read with the
+//! GEMM each scales ([`Layout::RowScaled`]).
 
 use crate::class_token::config::{ClassTokenConfig, Family};
 use crate::siglip::names::{
