@@ -70,6 +70,7 @@ pub const MODEL_TYPES: &[&str] = &[
     "clip",
     "clip_vision_model",
     "dinov2",
+    "dinov2_with_registers",
 ];
 
 /// Which importer reads a checkpoint, by its config's `model_type`.
@@ -96,7 +97,9 @@ pub fn checkpoint_kind(dir: &Path) -> Result<CheckpointKind, ImportError> {
         Some("clip" | "clip_vision_model") => {
             Ok(CheckpointKind::ClassToken(class_token::Family::Clip))
         }
-        Some("dinov2") => Ok(CheckpointKind::ClassToken(class_token::Family::Dinov2)),
+        Some("dinov2" | "dinov2_with_registers") => {
+            Ok(CheckpointKind::ClassToken(class_token::Family::Dinov2))
+        }
         Some(other) => Err(ImportError::Config {
             path,
             source: siglip::ConfigError::ModelType {

@@ -76,6 +76,9 @@ pub struct ClassTokenConfig {
     head_width: u64,
     /// Whether the model has the head: ViT's pooler, CLIP's projection.
     head: bool,
+    /// DINOv2 with registers (`dinov2_with_registers`): its register
+    /// tokens, placed after the class token; `None` for every other model.
+    registers: Option<u64>,
 }
 
 /// The JSON object a config's fields are read from, naming each field in
@@ -166,6 +169,15 @@ const DINOV2_DEFAULTS: Defaults = Defaults {
     layer_norm_eps: 1e-6,
 };
 
+/// `Dinov2WithRegistersConfig`'s defaults: DINOv2's, but patch 16.
+const DINOV2_REGISTERS_DEFAULTS: Defaults = Defaults {
+    patch_size: 16,
+    ..DINOV2_DEFAULTS
+};
+
+/// `Dinov2WithRegistersConfig`'s default `num_register_tokens`.
+const DINOV2_REGISTERS: u64 = 4;
+
 /// `Dinov2Config`'s default `mlp_ratio`: the MLP is this many times wider
 /// than the residual stream.
 const DINOV2_MLP_RATIO: u64 = 4;
@@ -206,7 +218,12 @@ impl ClassTokenConfig {
                 };
                 Self::clip(&Fields(vision), projection, with)
             }
-            (Family::Dinov2, Some("dinov2") | None) => Self::dinov2(&Fields(top)),
+            (Family::Dinov2, Some("dinov2") | None) => Self::dinov2(&Fields(top), None),
+            (Family::Dinov2, Some("dinov2_with_registers")) => {
+                let fields = Fields(top);
+                let registers = fields.u64("num_register_tokens", DINOV2_REGISTERS)?;
+                Self::dinov2(&fields, Some(registers))
+            }
             (_, Some("clip_text_model")) => Err(ConfigError::MissingTower {
                 tower: "vision",
                 field: "vision_config",
@@ -253,7 +270,7 @@ impl ClassTokenConfig {
         config.check_head()
     }
 
-    fn dinov2(fields: &Fields<'_>) -> Result<Self, ConfigError> {
+    fn dinov2(fields: &Fields<'_>, registers: Option<u64>) -> Result<Self, ConfigError> {
         check_qkv_bias(fields)?;
         if fields.bool("use_swiglu_ffn", false)? {
             return Err(ConfigError::Field {
@@ -272,7 +289,20 @@ impl ClassTokenConfig {
         let intermediate = hidden
             .checked_mul(ratio)
             .ok_or(ConfigError::TooLarge { what: "mlp_ratio" })?;
-        let mut config = Self::common(fields, Family::Dinov2, &DINOV2_DEFAULTS, intermediate)?;
+        let defaults = if registers.is_some() {
+            &DINOV2_REGISTERS_DEFAULTS
+        } else {
+            &DINOV2_DEFAULTS
+        };
+        let mut config = Self::common(fields, Family::Dinov2, defaults, intermediate)?;
+        // At most one per patch of the largest image: the token count
+        // stays computable.
+        if registers.is_some_and(|r| r > crate::siglip::MAX_IMAGE_SIDE.pow(2)) {
+            return Err(ConfigError::TooLarge {
+                what: "num_register_tokens",
+            });
+        }
+        config.registers = registers;
         let input = fields.u64("input_size", config.image_size)?;
         config = config.with_input_size(input)?;
         Ok(config)
@@ -295,7 +325,10 @@ impl ClassTokenConfig {
         check_side(side, self.patch_size)?;
         let grid = side / self.patch_size;
         // grid ≤ MAX_IMAGE_SIDE, so grid² + 1 fits; the table must too.
-        if (grid * grid + 1).checked_mul(self.hidden).is_none() {
+        if (grid * grid + self.class_rows())
+            .checked_mul(self.hidden)
+            .is_none()
+        {
             return Err(ConfigError::TooLarge {
                 what: "input_size's position table",
             });
@@ -349,6 +382,7 @@ impl ClassTokenConfig {
             activation,
             head_width: 0,
             head: false,
+            registers: None,
         })
     }
 
@@ -388,6 +422,10 @@ impl ClassTokenConfig {
                     map.remove("intermediate_size");
                 }
                 out["model_type"] = "dinov2".into();
+                if let Some(r) = self.registers {
+                    out["model_type"] = "dinov2_with_registers".into();
+                    out["num_register_tokens"] = r.into();
+                }
                 out["mlp_ratio"] = (self.intermediate / self.hidden).into();
                 out["qkv_bias"] = true.into();
                 out["use_swiglu_ffn"] = false.into();
@@ -457,9 +495,22 @@ impl ClassTokenConfig {
         self.image_size / self.patch_size
     }
 
-    /// Tokens per image: the class token and `grid²` patches.
+    /// Tokens per image: the class token, DINOv2's register tokens and
+    /// `grid²` patches.
     pub fn tokens(&self) -> u64 {
-        self.grid() * self.grid() + 1
+        self.grid() * self.grid() + self.class_rows()
+    }
+
+    /// The tokens before the patches: the class token and DINOv2's
+    /// register tokens.
+    pub fn class_rows(&self) -> u64 {
+        1 + self.registers.unwrap_or(0)
+    }
+
+    /// DINOv2 with registers: its register tokens (`None` for a model
+    /// without, DINOv2 or another family).
+    pub fn registers(&self) -> Option<u64> {
+        self.registers
     }
 
     /// Elements of one patch vector: `3 · patch_size²`.

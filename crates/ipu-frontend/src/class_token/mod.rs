@@ -208,7 +208,7 @@ pub(crate) fn patch_grid(config: &ClassTokenConfig) -> PatchGrid {
         side: config.input_size(),
         patch: config.patch_size(),
         width: config.patch_width(),
-        class_rows: 1,
+        class_rows: config.class_rows(),
     }
 }
 

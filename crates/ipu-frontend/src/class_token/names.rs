@@ -17,7 +17,7 @@
 
 use crate::class_token::config::{ClassTokenConfig, Family};
 use crate::siglip::names::{
-    LayerNames, Layout, Piece, SIGLIP_LAYER, WeightSource, copy_source, encoder_sources,
+    LayerNames, Layout, Piece, Resample, SIGLIP_LAYER, WeightSource, copy_source, encoder_sources,
     encoder_tensors, transposed_source,
 };
 
@@ -98,6 +98,9 @@ pub fn expected_tensors(config: &ClassTokenConfig, prefix: &str) -> Vec<(String,
                 ),
                 own("embeddings.patch_embeddings.projection.bias", vec![h]),
             ];
+            if let Some(r) = config.registers() {
+                out.push(own(REGISTER_TOKENS, vec![1, r, h]));
+            }
             for (i, layer) in encoder_tensors(&DINOV2_LAYER, config.layers(), h, m)
                 .chunks(LAYER_TENSORS)
                 .enumerate()
@@ -113,6 +116,9 @@ pub fn expected_tensors(config: &ClassTokenConfig, prefix: &str) -> Vec<(String,
         }
     }
 }
+
+/// DINOv2 with registers: the register tokens `[1, R, H]`.
+const REGISTER_TOKENS: &str = "embeddings.register_tokens";
 
 /// Stored tensors of one encoder layer in `encoder_tensors`' list: a
 /// weight and a bias for each of its eight modules.
@@ -161,7 +167,13 @@ pub fn weight_sources(config: &ClassTokenConfig, prefix: &str) -> Vec<WeightSour
     };
     let fold_bias = bias.is_some();
     let (from, to) = (config.table_grid(), config.grid());
-    let resample = (from != to).then_some((from, to));
+    let resample = (from != to).then_some(Resample {
+        from,
+        to,
+        antialias: config.registers().is_some(),
+    });
+    let registers = config.registers().unwrap_or(0);
+    let register_piece = (registers > 0).then(|| whole(name(REGISTER_TOKENS), 1));
     let mut out = vec![
         WeightSource {
             weight: "embed.w".into(),
@@ -172,10 +184,15 @@ pub fn weight_sources(config: &ClassTokenConfig, prefix: &str) -> Vec<WeightSour
         },
         WeightSource {
             weight: "pos".into(),
-            pieces: [pos, class].into_iter().chain(bias).collect(),
+            pieces: [pos, class]
+                .into_iter()
+                .chain(bias)
+                .chain(register_piece)
+                .collect(),
             layout: Layout::ClassFold {
                 bias: fold_bias,
                 resample,
+                registers,
             },
         },
     ];

@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use ipu_frontend::class_token::interpolate::bicubic_grid;
+use ipu_frontend::class_token::interpolate::{bicubic_grid, bicubic_grid_antialiased};
 use ipu_frontend::class_token::{
     ClassTokenConfig, Family, LAST_HIDDEN, POOLED, build_graph, read_config,
 };
@@ -26,6 +26,8 @@ use crate::class_token::{
 };
 
 const TINY: &str = "dinov2-tiny";
+/// `Dinov2WithRegistersModel` with 2 register tokens, otherwise as `TINY`.
+const REGISTERS: &str = "dinov2-registers-tiny";
 
 fn config(text: &str) -> Result<ClassTokenConfig, ConfigError> {
     ClassTokenConfig::from_json(text, Family::Dinov2)
@@ -55,9 +57,21 @@ fn dinov2_configs_read_with_transformers_defaults() {
     for c in [c, large] {
         assert_eq!(config(&c.to_json().to_string()).expect("reads"), c);
     }
+    for name in [TINY, REGISTERS] {
+        assert_eq!(
+            checkpoint_kind(&checkpoint_dir(name)).expect("kind"),
+            CheckpointKind::ClassToken(Family::Dinov2)
+        );
+    }
+    // With registers: 4 by default, patch 16 (Dinov2WithRegistersConfig).
+    let r = config(r#"{"model_type": "dinov2_with_registers"}"#).expect("valid");
+    assert_eq!((r.registers(), r.patch_size()), (Some(4), 16));
+    assert_eq!((r.class_rows(), r.tokens()), (5, 14 * 14 + 5));
+    assert_eq!(config(&r.to_json().to_string()).expect("reads"), r);
+    let tiny = read_config(&checkpoint_dir(REGISTERS), Family::Dinov2).expect("reads");
     assert_eq!(
-        checkpoint_kind(&checkpoint_dir(TINY)).expect("kind"),
-        CheckpointKind::ClassToken(Family::Dinov2)
+        (tiny.registers(), tiny.grid(), tiny.tokens()),
+        (Some(2), 6, 39)
     );
 }
 
@@ -163,6 +177,11 @@ fn bicubic_interpolation_equals_torch() {
         // torch's kernel sums in an order of its own: a few units in the
         // last place of f32 (at most 6.5e-7 of the largest value here).
         assert!(err <= 1e-6, "{from}->{to}: {err}");
+        let want = interpolation_golden(&format!("bicubic_aa.{from}.{to}"));
+        let got = bicubic_grid_antialiased(&table, from, to, width).expect("sizes agree");
+        let err = relative_max(&want, &got);
+        println!("antialiased {from}->{to}: largest difference {err:.2e} of the largest value");
+        assert!(err <= 1e-6, "antialiased {from}->{to}: {err}");
     }
 }
 
@@ -230,6 +249,39 @@ fn the_mapping_interpolates_the_table_and_folds_the_layer_scales() {
 }
 
 #[test]
+fn register_tokens_go_between_the_class_row_and_the_patches() {
+    let dir = checkpoint_dir(REGISTERS);
+    let checkpoint = import(REGISTERS, Family::Dinov2, PrecisionPolicy::all_f32());
+    let graph = checkpoint.graph();
+    let pos = checkpoint
+        .weights()
+        .get(graph.tensor_by_name("pos").expect("pos"))
+        .expect("pos")
+        .to_vec();
+    let h = checkpoint.config().hidden() as usize;
+    let (_, table) = golden(&dir, "interpolated_position_embeddings").expect("table");
+    let cls = stored(&dir, "embeddings.cls_token");
+    let bias = stored(&dir, "embeddings.patch_embeddings.projection.bias");
+    let registers = stored(&dir, "embeddings.register_tokens");
+    assert_eq!(pos.len(), 39 * h);
+    let row0: Vec<f32> = table[..h].iter().zip(&cls).map(|(p, c)| p + c).collect();
+    assert_eq!(&pos[..h], &row0[..]);
+    assert_eq!(&pos[h..3 * h], &registers[..], "registers as stored");
+    let patches: Vec<f32> = table[h..]
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| p + bias[i % h])
+        .collect();
+    assert!(relative_max(&patches, &pos[3 * h..]) <= 1e-6);
+    // The input: three zero rows (class, two registers), then patches.
+    let input = checkpoint.input_values(&images()).expect("images");
+    let rows = input.get(checkpoint.patches()).expect("patches");
+    let width = checkpoint.config().patch_width() as usize;
+    assert!(rows[..3 * width].iter().all(|&v| v == 0.0));
+    assert!(rows[3 * width..4 * width].iter().any(|&v| v != 0.0));
+}
+
+#[test]
 fn dinov2_preprocessing_equals_transformers_pixel_values_bit_for_bit() {
     let dir = checkpoint_dir(TINY);
     let checkpoint = import(TINY, Family::Dinov2, PrecisionPolicy::all_f32());
@@ -248,9 +300,15 @@ fn dinov2_preprocessing_equals_transformers_pixel_values_bit_for_bit() {
 }
 
 #[test]
-fn dinov2_f32_graph_equals_transformers() {
-    let dir = checkpoint_dir(TINY);
-    let checkpoint = import(TINY, Family::Dinov2, PrecisionPolicy::all_f32());
+fn dinov2_f32_graphs_equal_transformers() {
+    for name in [TINY, REGISTERS] {
+        f32_graph_equals_transformers(name);
+    }
+}
+
+fn f32_graph_equals_transformers(name: &str) {
+    let dir = checkpoint_dir(name);
+    let checkpoint = import(name, Family::Dinov2, PrecisionPolicy::all_f32());
     let mut values = checkpoint.weights().clone();
     values.extend(checkpoint.input_values(&images()).expect("images"));
     let outputs = ipu_sim::evaluate(checkpoint.graph(), &values).expect("evaluates");
@@ -270,7 +328,7 @@ fn dinov2_f32_graph_equals_transformers() {
         assert_eq!(extents, shape, "{ours}");
         let c = compare(&expected, outputs.get(id).expect("output"), TOLERANCE);
         println!(
-            "{TINY} {ours}: max rel {:.3e}, normalised rms {:.3e}",
+            "{name} {ours}: max rel {:.3e}, normalised rms {:.3e}",
             c.max_rel, c.rms_error
         );
         assert!(c.pass, "{ours}: {c:?}");
