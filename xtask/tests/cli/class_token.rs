@@ -9,7 +9,7 @@ use crate::checkpoint::{cosine, read_f32};
 use crate::support::{Sandbox, fixture};
 
 /// A golden checkpoint's graph outputs with their shapes at batch 2.
-type Outputs = Vec<(&'static str, Vec<usize>)>;
+type Outputs = Vec<(&'static str, Vec<u64>)>;
 
 #[test]
 fn vit_and_clip_checkpoints_build_and_run_on_images() {

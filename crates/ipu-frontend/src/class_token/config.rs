@@ -35,6 +35,9 @@
 //! field `input_size` (default `image_size`). `use_swiglu_ffn: true` and
 //! `qkv_bias: false` are refused by name; `layerscale_value` is only an
 //! initial value (the checkpoint holds the scales) and is not read.
+//! `"model_type": "dinov2_with_registers"` is the same family with
+//! `num_register_tokens` (default 4) and `Dinov2WithRegistersConfig`'s
+//! default patch 16.
 
 use serde_json::{Map, Value};
 
@@ -48,9 +51,10 @@ pub enum Family {
     Vit,
     /// CLIP's vision tower.
     Clip,
-    /// `Dinov2Model`: no pooler (the pooled output is the final
-    /// LayerNorm's class row), layer scale, a position table interpolated
-    /// to the processor's image size.
+    /// `Dinov2Model` and `Dinov2WithRegistersModel`: no pooler (the
+    /// pooled output is the final LayerNorm's class row), layer scale, a
+    /// position table interpolated to the processor's image size, and
+    /// (with registers) register tokens after the class token.
     Dinov2,
 }
 

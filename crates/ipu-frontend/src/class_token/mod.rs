@@ -1,7 +1,8 @@
 //! Vision transformers with a class token: ViT (`ViTModel`,
 //! `"model_type": "vit"`), CLIP's vision tower (`CLIPVisionModel`,
 //! `CLIPVisionModelWithProjection`, or the vision half of a `CLIPModel`)
-//! and DINOv2 (`Dinov2Model`, `"dinov2"`), imported from a Hugging Face
+//! and DINOv2 (`Dinov2Model`, `"dinov2"`; `Dinov2WithRegistersModel`,
+//! `"dinov2_with_registers"`), imported from a Hugging Face
 //! checkpoint as SigLIP's tower is
 //! (`siglip`), sharing its encoder builder, precision policy, weight
 //! reader, calibration and packaging; what differs is here.
@@ -45,6 +46,9 @@
 //! before them (`names::with_layer_scale`), and its position table, made
 //! for `image_size` but used at the processor's crop, is resampled to the
 //! input's patch grid as transformers does on every call ([`interpolate`]).
+//! DINOv2 with registers puts its register tokens after the class token,
+//! without positions: more zero rows in `patches` (`class_rows`), and
+//! the stored tokens as their rows of `pos`.
 
 mod config;
 mod graph;
@@ -276,7 +280,7 @@ fn input_tensor(graph: &Graph) -> Result<TensorId, ImageError> {
         })
 }
 
-/// Reads `config.json` of the checkpoint in `dir` as `family`'s. DINOV2
+/// Reads `config.json` of the checkpoint in `dir` as `family`'s. DINOv2
 /// takes the images its processor makes: the side of
 /// `preprocessor_config.json`'s `crop_size` (`BitImageProcessor`'s 224
 /// when it gives none, or there is no such file).
