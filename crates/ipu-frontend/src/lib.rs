@@ -15,7 +15,7 @@
 //! ```
 //!
 //! A model family is a module: [`siglip`] (SigLIP's vision and text
-//! towers) and [`class_token`] (ViT and CLIP's vision tower, which reuse
+//! towers) and [`class_token`] (ViT, CLIP's vision tower and DINOv2, which reuse
 //! SigLIP's encoder builder, precision policy, weight reader, calibration
 //! and packaging). A family reads its checkpoint's config and builds its
 //! graph in code (`config.rs`, `graph.rs`), maps the checkpoint's tensor
@@ -58,6 +58,7 @@ pub const FAMILIES: &[&str] = &[
     siglip::text::TEXT_FAMILY,
     class_token::VIT_FAMILY,
     class_token::CLIP_FAMILY,
+    class_token::DINOV2_FAMILY,
 ];
 
 /// The `model_type`s of `config.json` this crate reads.
@@ -69,6 +70,8 @@ pub const MODEL_TYPES: &[&str] = &[
     "clip",
     "clip_vision_model",
     "clip_text_model",
+    "dinov2",
+    "dinov2_with_registers",
 ];
 
 /// Which importer reads a checkpoint, by its config's `model_type`.
@@ -77,8 +80,8 @@ pub enum CheckpointKind {
     /// SigLIP (`siglip`, `siglip_vision_model`, `siglip_text_model`, or
     /// no `model_type`, as SigLIP's first exports had).
     Siglip,
-    /// ViT or CLIP: the vision tower by [`class_token`]; CLIP's text tower
-    /// (`clip_text_model`, or `clip` with `--tower text`) by
+    /// ViT, CLIP or DINOv2: the vision tower by [`class_token`]; CLIP's
+    /// text tower (`clip_text_model`, or `clip` with `--tower text`) by
     /// [`siglip::text`].
     ClassToken(class_token::Family),
 }
@@ -96,6 +99,9 @@ pub fn checkpoint_kind(dir: &Path) -> Result<CheckpointKind, ImportError> {
         Some("vit") => Ok(CheckpointKind::ClassToken(class_token::Family::Vit)),
         Some("clip" | "clip_vision_model" | "clip_text_model") => {
             Ok(CheckpointKind::ClassToken(class_token::Family::Clip))
+        }
+        Some("dinov2" | "dinov2_with_registers") => {
+            Ok(CheckpointKind::ClassToken(class_token::Family::Dinov2))
         }
         Some(other) => Err(ImportError::Config {
             path,
@@ -156,7 +162,7 @@ impl PackagedModel {
                     .map(|m| Self::SiglipText(Box::new(m)))
                     .map_err(DescriptionError::SiglipText)
             }
-            class_token::VIT_FAMILY | class_token::CLIP_FAMILY => {
+            class_token::VIT_FAMILY | class_token::CLIP_FAMILY | class_token::DINOV2_FAMILY => {
                 class_token::PackagedClassToken::from_description(description, graph)
                     .map(|m| Self::ClassToken(Box::new(m)))
                     .map_err(DescriptionError::ClassToken)

@@ -4,11 +4,12 @@
 //!
 //! The steps are those of transformers' image processors with their
 //! Pillow backend (`SiglipImageProcessorPil`, `ViTImageProcessorPil`,
-//! `CLIPImageProcessorPil`; the same steps as transformers 4's
-//! `SiglipImageProcessor`, `ViTImageProcessor`, `CLIPImageProcessor`), in
+//! `CLIPImageProcessorPil`, DINOv2's `BitImageProcessorPil`; the same steps
+//! as transformers 4's `SiglipImageProcessor`, `ViTImageProcessor`,
+//! `CLIPImageProcessor`, `BitImageProcessor`), in
 //! order: convert to RGB ([`read_rgb8`]); resize with the `resample`
 //! filter ([`Rgb8::resize`], Pillow's arithmetic exactly) either to
-//! `size`'s height and width or, for CLIP, so that the shortest edge is
+//! `size`'s height and width or, for CLIP and DINOv2, so that the shortest edge is
 //! `size.shortest_edge` (the long edge `⌊shortest · long / short⌋`, the
 //! aspect kept); center crop to `crop_size` (CLIP: top-left corner at
 //! `⌊(H − h) / 2⌋, ⌊(W − w) / 2⌋`); rescale (`f32(u8 · rescale_factor)`
@@ -104,6 +105,20 @@ pub const CLIP_PROCESSOR: ProcessorKind = ProcessorKind {
     std: CLIP_STD,
     shortest_edge_and_crop: true,
 };
+
+/// DINOv2's `BitImageProcessor`: CLIP's steps (shortest-edge resize,
+/// center crop) and, as transformers' class has them, CLIP's mean and std
+/// by default (the published DINOv2 configs give ImageNet's).
+pub const DINOV2_PROCESSOR: ProcessorKind = ProcessorKind {
+    class: "BitImageProcessor",
+    resample: Filter::Bicubic,
+    mean: CLIP_MEAN,
+    std: CLIP_STD,
+    shortest_edge_and_crop: true,
+};
+
+/// `BitImageProcessor`'s default `crop_size` side.
+pub const BIT_CROP: u64 = 224;
 
 /// How the resize step sizes its output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -361,6 +376,47 @@ fn crop_side(crop: Option<&SizeField>, side: u64) -> Result<(), ProcessorError> 
 }
 
 impl Processor {
+    /// The side of the square `crop_size` of a `preprocessor_config.json`
+    /// of a family with a center crop, `None` when it gives none (or turns
+    /// the crop off): the image side of a model that takes whatever its
+    /// processor makes (DINOv2).
+    pub fn crop_side(text: &str) -> Result<Option<u64>, ProcessorError> {
+        let raw: RawProcessor =
+            serde_json::from_str(text).map_err(|source| ProcessorError::Json { source })?;
+        if raw.do_center_crop == Some(false) {
+            return Ok(None);
+        }
+        let (height, width) = match raw.crop_size {
+            None => return Ok(None),
+            Some(SizeField::One(n)) => (n, n),
+            Some(SizeField::Object(RawSize {
+                height: Some(h),
+                width: Some(w),
+                shortest_edge: None,
+                longest_edge: None,
+            })) => (h, w),
+            Some(SizeField::Object(_)) => {
+                return Err(ProcessorError::SizeForm {
+                    shortest_edge: false,
+                });
+            }
+        };
+        if height != width {
+            return Err(ProcessorError::Size {
+                height,
+                width,
+                side: height.min(width),
+            });
+        }
+        if height == 0 || height > MAX_IMAGE_SIDE {
+            return Err(ProcessorError::Value {
+                field: "crop_size",
+                value: height as f64,
+            });
+        }
+        Ok(Some(height))
+    }
+
     /// `kind`'s defaults for a model taking `side × side` images: resize
     /// to it (CLIP: shortest edge to it, then center crop), rescale by
     /// 1/255, the family's mean and std.

@@ -1,5 +1,5 @@
-//! The model a ViT or CLIP vision checkpoint holds: `config.json` read
-//! into a validated [`ClassTokenConfig`].
+//! The model a ViT, CLIP vision or DINOv2 checkpoint holds: `config.json`
+//! read into a validated [`ClassTokenConfig`].
 //!
 //! ViT: a `ViTConfig` (`"model_type": "vit"`). CLIP: a
 //! `CLIPVisionConfig` (`"clip_vision_model"`) or a full `CLIPConfig`
@@ -8,7 +8,10 @@
 //! fields equal to their defaults, so an absent field takes the class's
 //! default (ViT: hidden 768, MLP 3072, 12 layers, 12 heads, image 224,
 //! patch 16, `gelu`, eps 1e-12; CLIP vision: the same sizes but patch 32,
-//! `quick_gelu`, eps 1e-5, projection 512). Each field is read on its own,
+//! `quick_gelu`, eps 1e-5, projection 512; DINOv2: hidden 768, `mlp_ratio`
+//! 4 (the MLP's width is `hidden · mlp_ratio`, there is no
+//! `intermediate_size`), 12 layers, 12 heads, image 224, patch 14,
+//! `gelu`, eps 1e-6). Each field is read on its own,
 //! so a value of the wrong type is an error naming the field; unknown
 //! fields are ignored.
 //!
@@ -21,6 +24,20 @@
 //! with two fields of this importer's own, `add_pooling_layer` (ViT,
 //! default true) and `with_projection` (CLIP, default true for a full
 //! `clip` config, else false), which [`ClassTokenConfig::to_json`] writes.
+//!
+//! DINOv2 (`"model_type": "dinov2"`) has no head to decide: its pooled
+//! output is the final LayerNorm's class row. Its `image_size` is the side
+//! its position table was trained for (518 for the published models),
+//! while its processor crops to another (224); transformers interpolates
+//! the table to the input's patch grid on every call. The graph takes the
+//! processor's side, which the importer reads from
+//! `preprocessor_config.json` and a config alone gives in this importer's
+//! field `input_size` (default `image_size`). `use_swiglu_ffn: true` and
+//! `qkv_bias: false` are refused by name; `layerscale_value` is only an
+//! initial value (the checkpoint holds the scales) and is not read.
+//! `"model_type": "dinov2_with_registers"` is the same family with
+//! `num_register_tokens` (default 4) and `Dinov2WithRegistersConfig`'s
+//! default patch 16.
 
 use serde_json::{Map, Value};
 
@@ -34,6 +51,11 @@ pub enum Family {
     Vit,
     /// CLIP's vision tower.
     Clip,
+    /// `Dinov2Model` and `Dinov2WithRegistersModel`: no pooler (the
+    /// pooled output is the final LayerNorm's class row), layer scale, a
+    /// position table interpolated to the processor's image size, and
+    /// (with registers) register tokens after the class token.
+    Dinov2,
 }
 
 /// A ViT or CLIP vision tower's shape, validated like SigLIP's
@@ -45,7 +67,11 @@ pub struct ClassTokenConfig {
     intermediate: u64,
     layers: u32,
     heads: u32,
+    /// The side the position table was made for (`image_size`).
     image_size: u64,
+    /// The side of the images the graph takes: `image_size` for ViT and
+    /// CLIP; for DINOv2 the processor's crop (module header).
+    input_size: u64,
     patch_size: u64,
     layer_norm_eps: f32,
     activation: Activation,
@@ -54,6 +80,9 @@ pub struct ClassTokenConfig {
     head_width: u64,
     /// Whether the model has the head: ViT's pooler, CLIP's projection.
     head: bool,
+    /// DINOv2 with registers (`dinov2_with_registers`): its register
+    /// tokens, placed after the class token; `None` for every other model.
+    registers: Option<u64>,
 }
 
 /// The JSON object a config's fields are read from, naming each field in
@@ -138,6 +167,25 @@ const CLIP_DEFAULTS: Defaults = Defaults {
     layer_norm_eps: 1e-5,
 };
 
+const DINOV2_DEFAULTS: Defaults = Defaults {
+    patch_size: 14,
+    hidden_act: "gelu",
+    layer_norm_eps: 1e-6,
+};
+
+/// `Dinov2WithRegistersConfig`'s defaults: DINOv2's, but patch 16.
+const DINOV2_REGISTERS_DEFAULTS: Defaults = Defaults {
+    patch_size: 16,
+    ..DINOV2_DEFAULTS
+};
+
+/// `Dinov2WithRegistersConfig`'s default `num_register_tokens`.
+const DINOV2_REGISTERS: u64 = 4;
+
+/// `Dinov2Config`'s default `mlp_ratio`: the MLP is this many times wider
+/// than the residual stream.
+const DINOV2_MLP_RATIO: u64 = 4;
+
 /// CLIP's default `projection_dim`.
 const CLIP_PROJECTION: u64 = 512;
 
@@ -174,6 +222,12 @@ impl ClassTokenConfig {
                 };
                 Self::clip(&Fields(vision), projection, with)
             }
+            (Family::Dinov2, Some("dinov2") | None) => Self::dinov2(&Fields(top), None),
+            (Family::Dinov2, Some("dinov2_with_registers")) => {
+                let fields = Fields(top);
+                let registers = fields.u64("num_register_tokens", DINOV2_REGISTERS)?;
+                Self::dinov2(&fields, Some(registers))
+            }
             (_, Some("clip_text_model")) => Err(ConfigError::MissingTower {
                 tower: "vision",
                 field: "vision_config",
@@ -185,13 +239,7 @@ impl ClassTokenConfig {
     }
 
     fn vit(fields: &Fields<'_>) -> Result<Self, ConfigError> {
-        if !fields.bool("qkv_bias", true)? {
-            return Err(ConfigError::Field {
-                field: "qkv_bias",
-                found: "false".to_owned(),
-                expected: "the importer reads query, key and value biases (true)",
-            });
-        }
+        check_qkv_bias(fields)?;
         let act = fields.str("pooler_act", "tanh")?;
         if act != "tanh" {
             return Err(ConfigError::Field {
@@ -200,7 +248,8 @@ impl ClassTokenConfig {
                 expected: "the graph's pooler activation is tanh",
             });
         }
-        let mut config = Self::common(fields, Family::Vit, &VIT_DEFAULTS)?;
+        let intermediate = fields.u64("intermediate_size", 3072)?;
+        let mut config = Self::common(fields, Family::Vit, &VIT_DEFAULTS, intermediate)?;
         let width = fields.optional_u64("pooler_output_size")?;
         if width == Some(0) {
             return Err(ConfigError::Zero {
@@ -218,10 +267,78 @@ impl ClassTokenConfig {
                 field: "projection_dim",
             });
         }
-        let mut config = Self::common(fields, Family::Clip, &CLIP_DEFAULTS)?;
+        let intermediate = fields.u64("intermediate_size", 3072)?;
+        let mut config = Self::common(fields, Family::Clip, &CLIP_DEFAULTS, intermediate)?;
         config.head_width = projection;
         config.head = with;
         config.check_head()
+    }
+
+    fn dinov2(fields: &Fields<'_>, registers: Option<u64>) -> Result<Self, ConfigError> {
+        check_qkv_bias(fields)?;
+        if fields.bool("use_swiglu_ffn", false)? {
+            return Err(ConfigError::Field {
+                field: "use_swiglu_ffn",
+                found: "true".to_owned(),
+                expected: "the graph's MLP is fc1, GELU, fc2 (false); SwiGLU is not supported",
+            });
+        }
+        // transformers: `int(hidden_size * mlp_ratio)`; the published
+        // models' ratio is a whole number.
+        let ratio = fields.u64("mlp_ratio", DINOV2_MLP_RATIO)?;
+        if ratio == 0 {
+            return Err(ConfigError::Zero { field: "mlp_ratio" });
+        }
+        let hidden = fields.u64("hidden_size", 768)?;
+        let intermediate = hidden
+            .checked_mul(ratio)
+            .ok_or(ConfigError::TooLarge { what: "mlp_ratio" })?;
+        let defaults = if registers.is_some() {
+            &DINOV2_REGISTERS_DEFAULTS
+        } else {
+            &DINOV2_DEFAULTS
+        };
+        let mut config = Self::common(fields, Family::Dinov2, defaults, intermediate)?;
+        // At most one per patch of the largest image: the token count
+        // stays computable.
+        if registers.is_some_and(|r| r > crate::siglip::MAX_IMAGE_SIDE.pow(2)) {
+            return Err(ConfigError::TooLarge {
+                what: "num_register_tokens",
+            });
+        }
+        config.registers = registers;
+        let input = fields.u64("input_size", config.image_size)?;
+        config = config.with_input_size(input)?;
+        Ok(config)
+    }
+
+    /// The same config for images of `side × side` pixels: DINOv2's
+    /// position table is interpolated to their patch grid. ViT and CLIP
+    /// take only their `image_size`.
+    pub fn with_input_size(mut self, side: u64) -> Result<Self, ConfigError> {
+        if side == self.input_size {
+            return Ok(self);
+        }
+        if self.family != Family::Dinov2 {
+            return Err(ConfigError::Field {
+                field: "input_size",
+                found: side.to_string(),
+                expected: "only DINOv2 takes images of another size than image_size",
+            });
+        }
+        check_side(side, self.patch_size)?;
+        let grid = side / self.patch_size;
+        // grid ≤ MAX_IMAGE_SIDE, so grid² + 1 fits; the table must too.
+        if (grid * grid + self.class_rows())
+            .checked_mul(self.hidden)
+            .is_none()
+        {
+            return Err(ConfigError::TooLarge {
+                what: "input_size's position table",
+            });
+        }
+        self.input_size = side;
+        Ok(self)
     }
 
     /// The head's weight, `hidden · head_width`, must be computable.
@@ -238,10 +355,11 @@ impl ClassTokenConfig {
         fields: &Fields<'_>,
         family: Family,
         defaults: &Defaults,
+        intermediate: u64,
     ) -> Result<Self, ConfigError> {
         let shape = Shape {
             hidden: fields.u64("hidden_size", 768)?,
-            intermediate: fields.u64("intermediate_size", 3072)?,
+            intermediate,
             layers: fields.u32("num_hidden_layers", 12)?,
             heads: fields.u32("num_attention_heads", 12)?,
             channels: fields.u64("num_channels", 3)?,
@@ -262,11 +380,13 @@ impl ClassTokenConfig {
             layers: shape.layers,
             heads: shape.heads,
             image_size: shape.image_size,
+            input_size: shape.image_size,
             patch_size: shape.patch_size,
             layer_norm_eps,
             activation,
             head_width: 0,
             head: false,
+            registers: None,
         })
     }
 
@@ -299,6 +419,21 @@ impl ClassTokenConfig {
                 out["model_type"] = "clip_vision_model".into();
                 out["with_projection"] = self.head.into();
                 out["projection_dim"] = self.head_width.into();
+            }
+            Family::Dinov2 => {
+                let map = out.as_object_mut();
+                if let Some(map) = map {
+                    map.remove("intermediate_size");
+                }
+                out["model_type"] = "dinov2".into();
+                if let Some(r) = self.registers {
+                    out["model_type"] = "dinov2_with_registers".into();
+                    out["num_register_tokens"] = r.into();
+                }
+                out["mlp_ratio"] = (self.intermediate / self.hidden).into();
+                out["qkv_bias"] = true.into();
+                out["use_swiglu_ffn"] = false.into();
+                out["input_size"] = self.input_size.into();
             }
         }
         out
@@ -347,14 +482,39 @@ impl ClassTokenConfig {
         self.patch_size
     }
 
+    /// Side of the square images the graph takes: the processor's output
+    /// (`image_size` except for DINOv2).
+    pub fn input_size(&self) -> u64 {
+        self.input_size
+    }
+
     /// Patches per image side (the convolution's "valid" padding).
     pub fn grid(&self) -> u64 {
+        self.input_size / self.patch_size
+    }
+
+    /// Patches per side of the stored position table: `image_size /
+    /// patch_size` (transformers' `num_patches`).
+    pub fn table_grid(&self) -> u64 {
         self.image_size / self.patch_size
     }
 
-    /// Tokens per image: the class token and `grid²` patches.
+    /// Tokens per image: the class token, DINOv2's register tokens and
+    /// `grid²` patches.
     pub fn tokens(&self) -> u64 {
-        self.grid() * self.grid() + 1
+        self.grid() * self.grid() + self.class_rows()
+    }
+
+    /// The tokens before the patches: the class token and DINOv2's
+    /// register tokens.
+    pub fn class_rows(&self) -> u64 {
+        1 + self.registers.unwrap_or(0)
+    }
+
+    /// DINOv2 with registers: its register tokens (`None` for a model
+    /// without, DINOv2 or another family).
+    pub fn registers(&self) -> Option<u64> {
+        self.registers
     }
 
     /// Elements of one patch vector: `3 · patch_size²`.
@@ -386,8 +546,45 @@ impl ClassTokenConfig {
         (self.family == Family::Vit && self.head).then_some(self.head_width)
     }
 
+    /// Whether the model has a pooled output: ViT only with its pooler;
+    /// CLIP (the post-LayerNorm class row) and DINOv2 (the final
+    /// LayerNorm's class row) always.
+    pub fn has_pooled(&self) -> bool {
+        self.family != Family::Vit || self.head
+    }
+
     /// CLIP: the image projection's width, if the model has one.
     pub fn projection(&self) -> Option<u64> {
         (self.family == Family::Clip && self.head).then_some(self.head_width)
     }
+}
+
+/// ViT and DINOv2 read query, key and value biases.
+fn check_qkv_bias(fields: &Fields<'_>) -> Result<(), ConfigError> {
+    if fields.bool("qkv_bias", true)? {
+        return Ok(());
+    }
+    Err(ConfigError::Field {
+        field: "qkv_bias",
+        found: "false".to_owned(),
+        expected: "the importer reads query, key and value biases (true)",
+    })
+}
+
+/// An input image side: at least one patch, at most `MAX_IMAGE_SIDE`.
+fn check_side(side: u64, patch: u64) -> Result<(), ConfigError> {
+    if side == 0 {
+        return Err(ConfigError::Zero {
+            field: "input_size",
+        });
+    }
+    if side > crate::siglip::MAX_IMAGE_SIDE {
+        return Err(ConfigError::TooLarge {
+            what: "input_size (at most MAX_IMAGE_SIDE = 4096)",
+        });
+    }
+    if patch > side {
+        return Err(ConfigError::Patch { patch, image: side });
+    }
+    Ok(())
 }

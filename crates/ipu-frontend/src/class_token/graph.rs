@@ -1,4 +1,4 @@
-//! The graph of a ViT or CLIP vision tower, built from a
+//! The graph of a ViT, CLIP vision or DINOv2 tower, built from a
 //! [`ClassTokenConfig`], a batch and a [`PrecisionPolicy`], with SigLIP's
 //! encoder builder and tensor names (so a SigLIP precision template
 //! applies, [`template`]). Per image, with `T` patches, hidden size `H`:
@@ -9,6 +9,7 @@
 //! x{i} ─ encoder layer (SigLIP's, with the family's activation) ─► x{i+1}   (per layer)
 //! ViT:  x{L} ─ layer_norm post ─► last_hidden [B,1+T,H]                          (output)
 //!       last_hidden ─ slice token 0 ─(cast)─ gemm pool.w + pool.b ─ tanh ─ reshape ─► pooled
+//! DINOv2: x{L} ─ layer_norm post ─► last_hidden; slice token 0 ─ reshape ─► pooled (outputs)
 //! CLIP: x{L} ─ reshape ─► last_hidden (transformers' is before post_layernorm)   (output)
 //!       last_hidden ─ slice token 0 ─ layer_norm post ─► post.y ─ reshape ─► pooled  (output)
 //!       post.y ─(cast)─ gemm proj.w (no bias) ─ reshape ─► image_embeds               (output)
@@ -39,7 +40,7 @@ pub fn build_graph(config: &ClassTokenConfig, options: &GraphOptions) -> Result<
     // writer names a repeat's carries by iteration); CLIP's embedding sum
     // before its pre-LayerNorm is `embed.x`.
     let x0 = match config.family() {
-        Family::Vit => embed(&mut b, config, "x0")?,
+        Family::Vit | Family::Dinov2 => embed(&mut b, config, "x0")?,
         Family::Clip => {
             let sum = embed(&mut b, config, "embed.x")?;
             let rows = b.rows(config.hidden());
@@ -58,6 +59,12 @@ pub fn build_graph(config: &ClassTokenConfig, options: &GraphOptions) -> Result<
     match config.family() {
         Family::Vit => vit_outputs(&mut b, config, last)?,
         Family::Clip => clip_outputs(&mut b, config, last)?,
+        Family::Dinov2 => {
+            let last_hidden = final_layer_norm(&mut b, config, last)?;
+            let precision = b.precision(LAST_HIDDEN)?;
+            let cls = class_row(&mut b, last_hidden, precision);
+            flat_output(&mut b, POOLED, (cls, LAST_HIDDEN), config.hidden())?;
+        }
     }
     b.g.finish().map_err(|source| BuildError::Graph {
         source: Box::new(source),
@@ -139,11 +146,13 @@ fn flat_output(
     Ok(())
 }
 
-fn vit_outputs(
+/// ViT's and DINOv2's `last_hidden`: the final LayerNorm of the encoder's
+/// output.
+fn final_layer_norm(
     b: &mut Builder<'_>,
     config: &ClassTokenConfig,
     last: TensorId,
-) -> Result<(), BuildError> {
+) -> Result<TensorId, BuildError> {
     let h = config.hidden();
     let post_g = b.weight("post.g", vec![h])?;
     let post_b = b.weight("post.b", vec![h])?;
@@ -155,6 +164,16 @@ fn vit_outputs(
         eps: config.layer_norm_eps(),
         output: last_hidden,
     });
+    Ok(last_hidden)
+}
+
+fn vit_outputs(
+    b: &mut Builder<'_>,
+    config: &ClassTokenConfig,
+    last: TensorId,
+) -> Result<(), BuildError> {
+    let h = config.hidden();
+    let last_hidden = final_layer_norm(b, config, last)?;
     let Some(width) = config.pooler() else {
         return Ok(());
     };

@@ -1,7 +1,9 @@
 //! Vision transformers with a class token: ViT (`ViTModel`,
-//! `"model_type": "vit"`) and CLIP's vision tower (`CLIPVisionModel`,
-//! `CLIPVisionModelWithProjection`, or the vision half of a `CLIPModel`),
-//! imported from a Hugging Face checkpoint as SigLIP's tower is
+//! `"model_type": "vit"`), CLIP's vision tower (`CLIPVisionModel`,
+//! `CLIPVisionModelWithProjection`, or the vision half of a `CLIPModel`)
+//! and DINOv2 (`Dinov2Model`, `"dinov2"`; `Dinov2WithRegistersModel`,
+//! `"dinov2_with_registers"`), imported from a Hugging Face
+//! checkpoint as SigLIP's tower is
 //! (`siglip`), sharing its encoder builder, precision policy, weight
 //! reader, calibration and packaging; what differs is here.
 //!
@@ -38,9 +40,19 @@
 //! table costs nothing and keeps the class token with the tensor that is
 //! already added per row, whose precision calibration decides on its own
 //! (the `position` F16 group).
+//!
+//! **DINOv2** adds two folds at import, so that its graph is ViT's with
+//! another output: its layer scales multiply the columns of the GEMM
+//! before them (`names::with_layer_scale`), and its position table, made
+//! for `image_size` but used at the processor's crop, is resampled to the
+//! input's patch grid as transformers does on every call ([`interpolate`]).
+//! DINOv2 with registers puts its register tokens after the class token,
+//! without positions: more zero rows in `patches` (`class_rows`), and
+//! the stored tokens as their rows of `pos`.
 
 mod config;
 mod graph;
+pub mod interpolate;
 pub mod names;
 mod package;
 mod packaged;
@@ -50,7 +62,7 @@ use std::path::Path;
 pub use config::{ClassTokenConfig, Family};
 pub use graph::{build_graph, template};
 pub use package::package_class_token;
-pub use packaged::{CLIP_FAMILY, PackagedClassToken, VIT_FAMILY, family_name};
+pub use packaged::{CLIP_FAMILY, DINOV2_FAMILY, PackagedClassToken, VIT_FAMILY, family_name};
 
 use ipu_package::graph::{Graph, TensorId, ValueSet};
 
@@ -58,7 +70,8 @@ use crate::error::{ImageError, ImportError};
 use crate::hf::{CONFIG_FILE, PROCESSOR_FILE, TensorStore};
 use crate::imaging;
 use crate::processor::{
-    CLIP_PROCESSOR, PatchGrid, Processor, ProcessorKind, VIT_PROCESSOR, patchify,
+    BIT_CROP, CLIP_PROCESSOR, DINOV2_PROCESSOR, PatchGrid, Processor, ProcessorKind, VIT_PROCESSOR,
+    patchify,
 };
 use crate::siglip::calibrate::{Calibrated, CalibrationInputs, Input};
 use crate::siglip::graph::{BuildError, GraphOptions};
@@ -71,7 +84,7 @@ pub const PATCHES: &str = "patches";
 /// The output that is transformers' `last_hidden_state`.
 pub const LAST_HIDDEN: &str = "last_hidden";
 /// The output that is transformers' `pooler_output` (ViT with a pooler;
-/// CLIP always).
+/// CLIP and DINOv2 always).
 pub const POOLED: &str = "pooled";
 /// The output that is transformers' `image_embeds` (CLIP with
 /// `visual_projection`).
@@ -82,6 +95,7 @@ pub fn processor_kind(family: Family) -> ProcessorKind {
     match family {
         Family::Vit => VIT_PROCESSOR,
         Family::Clip => CLIP_PROCESSOR,
+        Family::Dinov2 => DINOV2_PROCESSOR,
     }
 }
 
@@ -195,10 +209,10 @@ impl Calibrated for ClassTokenCheckpoint {
 /// The patch grid of `config`'s graph input: a class row, then patches.
 pub(crate) fn patch_grid(config: &ClassTokenConfig) -> PatchGrid {
     PatchGrid {
-        side: config.image_size(),
+        side: config.input_size(),
         patch: config.patch_size(),
         width: config.patch_width(),
-        class_rows: 1,
+        class_rows: config.class_rows(),
     }
 }
 
@@ -206,7 +220,7 @@ pub(crate) fn patch_grid(config: &ClassTokenConfig) -> PatchGrid {
 /// maps to itself (a shortest-edge resize of a square to its side and a
 /// center crop of the whole).
 fn synthetic_side(config: &ClassTokenConfig) -> usize {
-    usize::try_from(config.image_size()).unwrap_or(usize::MAX)
+    usize::try_from(config.input_size()).unwrap_or(usize::MAX)
 }
 
 /// The `patches` input of `graph` for `images`, one per batch row.
@@ -266,11 +280,30 @@ fn input_tensor(graph: &Graph) -> Result<TensorId, ImageError> {
         })
 }
 
-/// Reads `config.json` of the checkpoint in `dir` as `family`'s.
+/// Reads `config.json` of the checkpoint in `dir` as `family`'s. DINOv2
+/// takes the images its processor makes: the side of
+/// `preprocessor_config.json`'s `crop_size` (`BitImageProcessor`'s 224
+/// when it gives none, or there is no such file).
 pub fn read_config(dir: &Path, family: Family) -> Result<ClassTokenConfig, ImportError> {
     let path = dir.join(CONFIG_FILE);
     let text = crate::hf::read_text(&path)?;
-    ClassTokenConfig::from_json(&text, family)
+    let config =
+        ClassTokenConfig::from_json(&text, family).map_err(|source| ImportError::Config {
+            path: path.clone(),
+            source,
+        })?;
+    if family != Family::Dinov2 {
+        return Ok(config);
+    }
+    let side = match crate::hf::read_optional(dir, PROCESSOR_FILE)? {
+        None => None,
+        Some(text) => Processor::crop_side(&text).map_err(|source| ImportError::Processor {
+            path: dir.join(PROCESSOR_FILE),
+            source,
+        })?,
+    };
+    config
+        .with_input_size(side.unwrap_or(BIT_CROP))
         .map_err(|source| ImportError::Config { path, source })
 }
 
@@ -279,8 +312,8 @@ pub fn read_config(dir: &Path, family: Family) -> Result<ClassTokenConfig, Impor
 pub fn read_processor(dir: &Path, config: &ClassTokenConfig) -> Result<Processor, ImportError> {
     let kind = processor_kind(config.family());
     match crate::hf::read_optional(dir, PROCESSOR_FILE)? {
-        None => Ok(Processor::defaults(kind, config.image_size())),
-        Some(text) => Processor::read(&text, kind, config.image_size()).map_err(|source| {
+        None => Ok(Processor::defaults(kind, config.input_size())),
+        Some(text) => Processor::read(&text, kind, config.input_size()).map_err(|source| {
             ImportError::Processor {
                 path: dir.join(PROCESSOR_FILE),
                 source,
@@ -294,6 +327,7 @@ fn prefix(store: &TensorStore, family: Family) -> &'static str {
     let prefix = match family {
         Family::Vit => names::VIT_PREFIX,
         Family::Clip => names::CLIP_PREFIX,
+        Family::Dinov2 => names::DINOV2_PREFIX,
     };
     if store.tensors().keys().any(|n| n.starts_with(prefix)) {
         prefix
@@ -317,6 +351,7 @@ pub fn import_class_token(
     let head = match family {
         Family::Vit => stored.contains_key(&format!("{prefix}pooler.dense.weight")),
         Family::Clip => stored.contains_key(names::PROJECTION),
+        Family::Dinov2 => false,
     };
     let config = config.with_head(head);
     let mut checkpoint = without_weights(dir, config, options)?;
@@ -327,11 +362,13 @@ pub fn import_class_token(
         ignored: match family {
             Family::Vit => |n| names::is_ignored(Family::Vit, n),
             Family::Clip => |n| names::is_ignored(Family::Clip, n),
+            Family::Dinov2 => |n| names::is_ignored(Family::Dinov2, n),
         },
         head_disabled: false,
         tower: match family {
             Family::Vit => "ViT",
             Family::Clip => "CLIP vision",
+            Family::Dinov2 => "DINOv2",
         },
     };
     checkpoint.weights = read_mapped(&store, &mapping, &checkpoint.graph)?;

@@ -1,6 +1,6 @@
-//! A ViT or CLIP vision model as a package carries it: the graph as
-//! `fixture.json` and the model description `model.json` of family
-//! [`VIT_FAMILY`] or [`CLIP_FAMILY`], whose front-end part is this
+//! A ViT, CLIP vision or DINOv2 model as a package carries it: the graph
+//! as `fixture.json` and the model description `model.json` of family
+//! [`VIT_FAMILY`], [`CLIP_FAMILY`] or [`DINOV2_FAMILY`], whose front-end part is this
 //! module's, in the form of SigLIP's (`siglip::PackagedModel`):
 //!
 //! ```json
@@ -34,12 +34,15 @@ use crate::siglip::{Calibration, PackagedError};
 pub const VIT_FAMILY: &str = "vit";
 /// The model family of CLIP's vision tower in `model.json`.
 pub const CLIP_FAMILY: &str = "clip-vision";
+/// The model family of DINOv2 in `model.json`.
+pub const DINOV2_FAMILY: &str = "dinov2";
 
 /// The `model.json` family of `family`.
 pub fn family_name(family: Family) -> &'static str {
     match family {
         Family::Vit => VIT_FAMILY,
         Family::Clip => CLIP_FAMILY,
+        Family::Dinov2 => DINOV2_FAMILY,
     }
 }
 
@@ -48,6 +51,7 @@ fn format_of(family: Family) -> &'static str {
     match family {
         Family::Vit => "ipu-frontend/vit/v1",
         Family::Clip => "ipu-frontend/clip-vision/v1",
+        Family::Dinov2 => "ipu-frontend/dinov2/v1",
     }
 }
 
@@ -91,6 +95,7 @@ impl PackagedClassToken {
     ) -> Result<Self, PackagedError> {
         let family = match model.family.as_str() {
             CLIP_FAMILY => Family::Clip,
+            DINOV2_FAMILY => Family::Dinov2,
             _ => Family::Vit,
         };
         let read = read_image_description(model, graph, family_name(family), format_of(family))?;
@@ -99,7 +104,7 @@ impl PackagedClassToken {
         let processor = Processor::read(
             &read.preprocessor.to_string(),
             processor_kind(family),
-            config.image_size(),
+            config.input_size(),
         )
         .map_err(|source| PackagedError::Processor { source })?;
         let packaged = Self {

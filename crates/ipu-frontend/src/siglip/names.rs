@@ -42,7 +42,33 @@ pub enum Layout {
     ClassFold {
         /// Whether a convolution bias is folded into the patch rows.
         bias: bool,
+        /// How the stored table's patch rows are resampled to the graph's
+        /// grid first, when the grids differ (DINOv2).
+        resample: Option<Resample>,
+        /// Rows placed after row 0 as they are stored, with no position
+        /// added: DINOv2's register tokens, the last piece.
+        registers: u64,
     },
+    /// A linear layer's `[out, in]` weight transposed to `[in, out]` (or,
+    /// when not `transposed`, its bias `[out]` as it is), its last piece
+    /// `out` per-output scales each output row is multiplied by first:
+    /// DINOv2's layer scale folded into the GEMM before it.
+    RowScaled {
+        /// Whether the scaled rows are then transposed (a weight).
+        transposed: bool,
+    },
+}
+
+/// A square position table's resampling (`class_token::interpolate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resample {
+    /// The stored table's patch grid side.
+    pub from: u64,
+    /// The graph's patch grid side.
+    pub to: u64,
+    /// torch's `antialias=True` (DINOv2 with registers) rather than plain
+    /// bicubic (DINOv2).
+    pub antialias: bool,
 }
 
 /// Rows of a stored tensor.

@@ -13,7 +13,7 @@ use crate::error::ImportError;
 use crate::hf::TensorStore;
 use crate::siglip::config::VisionConfig;
 use crate::siglip::names::{
-    Layout, VISION_PREFIX, WeightSource, expected_tensors, is_ignored, weight_sources,
+    Layout, Resample, VISION_PREFIX, WeightSource, expected_tensors, is_ignored, weight_sources,
 };
 use ipu_package::graph::safetensors::StoredType;
 use ipu_package::graph::{Graph, ValueSet};
@@ -200,10 +200,29 @@ pub(crate) fn read_mapped(
                 }
                 t
             }
-            Layout::ClassFold { bias } => class_fold(data, graph.tensor(id).extents(), bias)
-                .ok_or_else(|| ImportError::Internal {
-                    what: format!("the pieces of `{}` do not make its table", source.weight),
-                })?,
+            Layout::ClassFold {
+                bias,
+                resample,
+                registers,
+            } => class_fold(
+                data,
+                graph.tensor(id).extents(),
+                Fold {
+                    bias,
+                    resample,
+                    registers,
+                },
+            )
+            .ok_or_else(|| ImportError::Internal {
+                what: format!("the pieces of `{}` do not make its table", source.weight),
+            })?,
+            Layout::RowScaled { transposed } => {
+                row_scaled(data, graph.tensor(id).extents(), transposed).ok_or_else(|| {
+                    ImportError::Internal {
+                        what: format!("the pieces of `{}` do not scale its rows", source.weight),
+                    }
+                })?
+            }
         };
         if values.len() as u64 != graph.tensor(id).element_count() {
             return Err(ImportError::Internal {
@@ -250,32 +269,95 @@ fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
+/// What [`class_fold`] does besides adding the class token.
+struct Fold {
+    bias: bool,
+    resample: Option<Resample>,
+    registers: u64,
+}
+
 /// The position table of a class-token model from its pieces, concatenated
-/// in `data` (position embeddings `[tokens, width]`, class token `[width]`,
-/// then the convolution bias `[width]` when `bias`): row 0 gains the class
-/// token, every other row the bias (`Layout::ClassFold`). `None` when the
+/// in `data` (position embeddings `[stored tokens, width]`, class token
+/// `[width]`, the convolution bias `[width]` when `fold.bias`, then
+/// `fold.registers` register tokens `[registers, width]`): the patch rows
+/// resampled to the graph's grid when `fold.resample` says so, row 0 gains
+/// the class token and every patch row the bias, and the register tokens
+/// go between row 0 and the patches (`Layout::ClassFold`). `None` when the
 /// lengths do not agree with `extents` (`[tokens, width]`).
-fn class_fold(mut data: Vec<f32>, extents: &[u64], bias: bool) -> Option<Vec<f32>> {
+fn class_fold(mut data: Vec<f32>, extents: &[u64], fold: Fold) -> Option<Vec<f32>> {
     let [tokens, width] = *extents else {
         return None;
     };
     let (tokens, width) = (usize::try_from(tokens).ok()?, usize::try_from(width).ok()?);
-    let table = tokens.checked_mul(width)?;
-    let extra = if bias { 2 * width } else { width };
+    let registers = usize::try_from(fold.registers).ok()?;
+    let positions = tokens.checked_sub(registers)?;
+    let stored_tokens = match fold.resample {
+        None => positions,
+        Some(r) => usize::try_from(r.from)
+            .ok()?
+            .checked_pow(2)?
+            .checked_add(1)?,
+    };
+    let table = stored_tokens.checked_mul(width)?;
+    let extra = (usize::from(fold.bias) + 1 + registers).checked_mul(width)?;
     if data.len() != table.checked_add(extra)? || width == 0 {
         return None;
     }
-    let tail = data.split_off(table);
+    let mut tail = data.split_off(table);
+    let register_rows = tail.split_off((1 + usize::from(fold.bias)) * width);
+    if let Some(r) = fold.resample {
+        let (from, to) = (usize::try_from(r.from).ok()?, usize::try_from(r.to).ok()?);
+        if to.checked_pow(2)?.checked_add(1)? != positions {
+            return None;
+        }
+        let patches = data.split_off(width);
+        let resampled = if r.antialias {
+            crate::class_token::interpolate::bicubic_grid_antialiased(&patches, from, to, width)
+        } else {
+            crate::class_token::interpolate::bicubic_grid(&patches, from, to, width)
+        };
+        data.extend(resampled?);
+    }
     let (class, conv_bias) = tail.split_at(width);
     for (p, c) in data[..width].iter_mut().zip(class) {
         *p += c;
     }
-    if bias {
+    if fold.bias {
         for row in data[width..].chunks_exact_mut(width) {
             for (p, b) in row.iter_mut().zip(conv_bias) {
                 *p += b;
             }
         }
     }
+    let patches = data.split_off(width);
+    data.extend(register_rows);
+    data.extend(patches);
     Some(data)
+}
+
+/// A linear layer's weight or bias with each output row scaled
+/// (`Layout::RowScaled`): `data` holds the stored `[out, k]` values (`k`
+/// is `in` for a weight, 1 for a bias) and then the `out` scales, and
+/// `extents` are the graph tensor's (`[in, out]` or `[out]`). Each value
+/// is multiplied by its row's scale once, in f32, so a scaled weight is
+/// the correctly rounded product (`docs/MODELS.md`, layer scale). `None`
+/// when the lengths do not agree.
+fn row_scaled(mut data: Vec<f32>, extents: &[u64], transposed: bool) -> Option<Vec<f32>> {
+    let out = usize::try_from(*extents.last()?).ok()?;
+    let values = data.len().checked_sub(out)?;
+    if out == 0 || values % out != 0 {
+        return None;
+    }
+    let scales = data.split_off(values);
+    let k = values / out;
+    for (row, &scale) in data.chunks_exact_mut(k.max(1)).zip(&scales) {
+        for v in row {
+            *v *= scale;
+        }
+    }
+    Some(if transposed {
+        transpose(&data, out, k)
+    } else {
+        data
+    })
 }

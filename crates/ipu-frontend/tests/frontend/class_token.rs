@@ -33,7 +33,7 @@ const FAMILIES: [(&str, Family); 2] = [
     ("clip-vision-tiny", Family::Clip),
 ];
 
-fn images() -> [PathBuf; 2] {
+pub(crate) fn images() -> [PathBuf; 2] {
     [
         checkpoint_dir("images/rgb-40x30.png"),
         checkpoint_dir("images/rgba-13x11.png"),
@@ -41,7 +41,7 @@ fn images() -> [PathBuf; 2] {
 }
 
 /// A golden F32 tensor with its shape.
-fn golden(dir: &Path, name: &str) -> Option<(Vec<usize>, Vec<f32>)> {
+pub(crate) fn golden(dir: &Path, name: &str) -> Option<(Vec<usize>, Vec<f32>)> {
     let bytes = std::fs::read(dir.join("golden.safetensors")).expect("golden file");
     let file = safetensors::SafeTensors::deserialize(&bytes).expect("parses");
     let view = file.tensor(name).ok()?;
@@ -55,7 +55,7 @@ fn golden(dir: &Path, name: &str) -> Option<(Vec<usize>, Vec<f32>)> {
 }
 
 /// A stored checkpoint tensor as f32 (the golden checkpoints are F32).
-fn stored(dir: &Path, name: &str) -> Vec<f32> {
+pub(crate) fn stored(dir: &Path, name: &str) -> Vec<f32> {
     let bytes = std::fs::read(dir.join("model.safetensors")).expect("weights");
     let file = safetensors::SafeTensors::deserialize(&bytes).expect("parses");
     let view = file
@@ -67,7 +67,7 @@ fn stored(dir: &Path, name: &str) -> Vec<f32> {
         .collect()
 }
 
-fn import(name: &str, family: Family, policy: PrecisionPolicy) -> ClassTokenCheckpoint {
+pub(crate) fn import(name: &str, family: Family, policy: PrecisionPolicy) -> ClassTokenCheckpoint {
     import_class_token(
         &checkpoint_dir(name),
         family,
@@ -228,7 +228,7 @@ fn config_errors_name_the_field_and_the_supported_types() {
         (r#"{"model_type": "clip_text_model"}"#, Family::Clip, |e| {
             matches!(e, ConfigError::MissingTower { .. })
         }),
-        (r#"{"model_type": "dinov2"}"#, Family::Vit, |e| {
+        (r#"{"model_type": "swin"}"#, Family::Vit, |e| {
             matches!(e, ConfigError::ModelType { .. })
         }),
     ];
@@ -246,16 +246,13 @@ fn config_errors_name_the_field_and_the_supported_types() {
 
     // The dispatch names the file and every supported model type.
     let temp = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        temp.path().join("config.json"),
-        r#"{"model_type": "dinov2"}"#,
-    )
-    .unwrap();
+    std::fs::write(temp.path().join("config.json"), r#"{"model_type": "swin"}"#).unwrap();
     let err = checkpoint_kind(temp.path()).expect_err("unsupported");
     let message = err.to_string();
     assert!(matches!(err, ImportError::Config { .. }), "{err:?}");
     for name in [
         "config.json",
+        "swin",
         "dinov2",
         "vit",
         "clip_vision_model",
@@ -276,7 +273,7 @@ fn config_errors_name_the_field_and_the_supported_types() {
 }
 
 /// `[rows, cols]` row-major transposed.
-fn transposed(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+pub(crate) fn transposed(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     let mut out = vec![0.0; data.len()];
     for r in 0..rows {
         for c in 0..cols {
@@ -302,7 +299,7 @@ fn every_weight_lands_where_the_mapping_says() {
         };
         let (h, m) = (config.hidden() as usize, config.intermediate() as usize);
         let (pre, conv, pos, class, bias) = match family {
-            Family::Vit => (
+            Family::Vit | Family::Dinov2 => (
                 "",
                 "embeddings.patch_embeddings.projection.weight",
                 "embeddings.position_embeddings",
@@ -340,7 +337,7 @@ fn every_weight_lands_where_the_mapping_says() {
         // The attention projections of layer 1, concatenated.
         let qkv = weight("enc1.qkv.w");
         let parts: Vec<String> = match family {
-            Family::Vit => ["query", "key", "value"]
+            Family::Vit | Family::Dinov2 => ["query", "key", "value"]
                 .iter()
                 .map(|x| format!("encoder.layer.1.attention.attention.{x}.weight"))
                 .collect(),
@@ -354,6 +351,7 @@ fn every_weight_lands_where_the_mapping_says() {
         let fc2 = match family {
             Family::Vit => "encoder.layer.0.output.dense.weight",
             Family::Clip => "vision_model.encoder.layers.0.mlp.fc2.weight",
+            Family::Dinov2 => unreachable!("dinov2.rs checks DINOv2's scaled GEMMs"),
         };
         assert_eq!(weight("enc0.fc2.w"), transposed(&stored(&dir, fc2), h, m));
         match family {
@@ -380,6 +378,7 @@ fn every_weight_lands_where_the_mapping_says() {
                     transposed(&stored(&dir, "visual_projection.weight"), d, h)
                 );
             }
+            Family::Dinov2 => unreachable!("dinov2.rs checks DINOv2's mapping"),
         }
         assert_eq!(checkpoint.weights().len(), graph.weights().len());
     }
@@ -593,7 +592,7 @@ fn clip_processor_configs_are_checked() {
     ));
 }
 
-const TOLERANCE: Tolerance = Tolerance {
+pub(crate) const TOLERANCE: Tolerance = Tolerance {
     abs: 0.0,
     rel: 1e-5,
     abs_rms: 1e-5,
@@ -659,7 +658,7 @@ fn f32_graphs_equal_transformers() {
 
 /// The smallest per-row cosine and the relative RMS of `ours` against
 /// `theirs`, rows of `width`.
-fn fidelity(theirs: &[f32], ours: &[f32], width: usize) -> (f64, f64) {
+pub(crate) fn fidelity(theirs: &[f32], ours: &[f32], width: usize) -> (f64, f64) {
     let dot = |a: &[f32], b: &[f32]| {
         a.iter()
             .zip(b)
@@ -680,13 +679,13 @@ fn fidelity(theirs: &[f32], ours: &[f32], width: usize) -> (f64, f64) {
 }
 
 /// The SigLIP fixture's precision layout with the class-token tensors.
-fn fp8_template() -> PrecisionPolicy {
+pub(crate) fn fp8_template() -> PrecisionPolicy {
     let fixture = parse_fixture(&fixture_text("tiny-2l-h64.json")).expect("fixture");
     template(PrecisionPolicy::from_graph(&fixture).expect("policy"))
 }
 
 /// Calibrates `checkpoint` on the synthetic images and returns the model.
-fn calibrated(checkpoint: &ClassTokenCheckpoint) -> PackagedClassToken {
+pub(crate) fn calibrated(checkpoint: &ClassTokenCheckpoint) -> PackagedClassToken {
     let options = CalibrationOptions::new(fp8_template());
     let inputs = checkpoint
         .calibration_inputs(&CalibrationInputs::Synthetic(4))

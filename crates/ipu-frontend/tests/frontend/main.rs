@@ -9,6 +9,7 @@ mod calibrate;
 mod checkpoint;
 mod class_token;
 mod clip_text;
+mod dinov2;
 mod images;
 mod package;
 mod text;
