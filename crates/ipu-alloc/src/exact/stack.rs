@@ -15,7 +15,10 @@
 //!   solid block of fixed items live throughout, or the arena's base, and
 //!   no fixed item lies elsewhere;
 //! - no item has separation partners (moving changes memory elements;
-//!   with partners the reduced arena is only tried first, see [`Stacked`]).
+//!   with partners the reduced arena is only tried first, see [`Stacked`]);
+//! - no window set is split where memory regions meet (an item moved up
+//!   could straddle the boundary; with such sets, too, the reduced arena
+//!   is only tried first), and each fixed item lies inside one window.
 //!
 //! Applied item by item (the placed ones joining the solid block), so a
 //! placement of the reduced arena is one of the original and a proof that
@@ -39,7 +42,13 @@ pub(super) struct Stacked {
 /// `arena` with its lifelong items fixed at the bottom, or `None` when the
 /// reduction does not apply or fixes nothing.
 pub(super) fn stack_lifelong(arena: &Arena) -> Option<Stacked> {
-    let exact = arena.items.iter().all(|it| it.partners.is_empty());
+    // Moving items up by `s` keeps them inside their windows only when
+    // each window set is one interval: a set split where memory regions
+    // meet (touching intervals) has a boundary an item must not straddle,
+    // which moving it may make it do. With such sets the reduced arena is
+    // only a first attempt.
+    let exact = arena.items.iter().all(|it| it.partners.is_empty())
+        && arena.window_sets.iter().all(|set| set.len() <= 1);
     let live = || arena.items.iter().filter(|it| it.live() && it.size > 0);
     let busy_start = live().map(|it| it.start).min()?;
     let busy_end = live().map(|it| it.end).max()?;
@@ -82,11 +91,14 @@ pub(super) fn stack_lifelong(arena: &Arena) -> Option<Stacked> {
     let mut stacked = 0usize;
     for i in order {
         let it = &arena.items[i];
-        let (lo, _) = span(&arena.window_sets[it.windows as usize])?;
+        let windows = &arena.window_sets[it.windows as usize];
         let end = bottom.checked_add(it.size)?;
+        // Inside one window: touching windows meet at a region boundary,
+        // which an item may not straddle.
+        let inside = windows.iter().any(|&(lo, hi)| lo <= bottom && end <= hi);
         let fits = it.size % align == 0
             && align_up(bottom, it.align) == Some(bottom)
-            && lo <= bottom
+            && inside
             && top.is_some_and(|t| end <= t)
             && end <= arena.limit;
         if !fits {
@@ -145,6 +157,23 @@ mod tests {
             }
             other => panic!("expected a placement, got {other:?}"),
         }
+    }
+
+    /// Windows split where memory regions meet: a lifelong item is not
+    /// fixed across the boundary, and the reduction claims nothing.
+    #[test]
+    fn lifelong_items_do_not_straddle_a_region_boundary() {
+        let p = problem("w0,0,10,6,1,\nw1,0,10,6,1,\nt,0,5,2,1,\n");
+        let mut arena = p.arena(16);
+        for set in &mut arena.window_sets {
+            *set = vec![(0, 8), (8, 16)];
+        }
+        let stacked = stack_lifelong(&arena).expect("one lifelong item fits below 8");
+        assert!(!stacked.exact);
+        let fixed: Vec<_> = stacked.arena.items.iter().map(|it| it.fixed).collect();
+        // w0 at 0; w1 would end at 12 across the boundary at 8, so it stays
+        // free for the search.
+        assert_eq!(fixed, [Some(0), None, None]);
     }
 
     /// A fixed item above the bottom, or separation partners, keep the
