@@ -592,7 +592,7 @@ fn clip_processor_configs_are_checked() {
     ));
 }
 
-pub(crate) const TOLERANCE: Tolerance = Tolerance {
+const TOLERANCE: Tolerance = Tolerance {
     abs: 0.0,
     rel: 1e-5,
     abs_rms: 1e-5,
@@ -609,6 +609,36 @@ fn golden_outputs(family: Family) -> Vec<(&'static str, &'static str)> {
         out.push((IMAGE_EMBEDS, "image_embeds"));
     }
     out
+}
+
+/// Asserts that each graph output of `pairs` (ours, transformers' name)
+/// in `outputs` has the golden tensor's shape and equals it within the
+/// F32 tolerance, printing the errors under `context`.
+pub(crate) fn assert_outputs_equal_golden(
+    dir: &Path,
+    checkpoint: &ClassTokenCheckpoint,
+    outputs: &ValueSet,
+    pairs: &[(&str, &str)],
+    context: &str,
+) {
+    for &(ours, theirs) in pairs {
+        let (shape, expected) = golden(dir, theirs).expect(theirs);
+        let id = checkpoint.graph().tensor_by_name(ours).expect(ours);
+        let extents: Vec<usize> = checkpoint
+            .graph()
+            .tensor(id)
+            .extents()
+            .iter()
+            .map(|&e| e as usize)
+            .collect();
+        assert_eq!(extents, shape, "{context} {ours}");
+        let c = compare(&expected, outputs.get(id).expect("output"), TOLERANCE);
+        println!(
+            "{context} {ours}: max rel {:.3e}, normalised rms {:.3e}",
+            c.max_rel, c.rms_error
+        );
+        assert!(c.pass, "{context} {ours}: {c:?}");
+    }
 }
 
 #[test]
@@ -634,24 +664,14 @@ fn f32_graphs_equal_transformers() {
             let mut values = checkpoint.weights().clone();
             values.extend(input);
             let outputs = ipu_sim::evaluate(checkpoint.graph(), &values).expect("evaluates");
-            for (ours, theirs) in golden_outputs(family) {
-                let (shape, expected) = golden(&dir, theirs).expect(theirs);
-                let id = checkpoint.graph().tensor_by_name(ours).expect(ours);
-                let extents: Vec<usize> = checkpoint
-                    .graph()
-                    .tensor(id)
-                    .extents()
-                    .iter()
-                    .map(|&e| e as usize)
-                    .collect();
-                assert_eq!(extents, shape, "{name} {ours}");
-                let c = compare(&expected, outputs.get(id).expect("output"), TOLERANCE);
-                println!(
-                    "{name} {ours} from {label}: max rel {:.3e}, normalised rms {:.3e}",
-                    c.max_rel, c.rms_error
-                );
-                assert!(c.pass, "{name} {ours} from {label}: {c:?}");
-            }
+            let context = format!("{name} from {label}");
+            assert_outputs_equal_golden(
+                &dir,
+                &checkpoint,
+                &outputs,
+                &golden_outputs(family),
+                &context,
+            );
         }
     }
 }

@@ -24,7 +24,7 @@ use ipu_frontend::siglip::{
 use ipu_package::graph::{AttentionMask, Op, ValueSet, parse_fixture};
 use ipu_sim::reference::{Tolerance, compare};
 
-use crate::fixture_text;
+use crate::{cosine, fixture_text};
 
 const TEXTS: usize = 3;
 const POSITIONS: usize = 16;
@@ -48,13 +48,7 @@ impl Golden {
     }
 
     fn f32(&self, name: &str) -> Vec<f32> {
-        let file = safetensors::SafeTensors::deserialize(&self.bytes).unwrap();
-        let view = file.tensor(name).unwrap();
-        assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
-        view.data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
+        crate::golden_f32(&self.bytes, name)
     }
 
     fn ids(&self) -> Vec<Vec<u32>> {
@@ -95,17 +89,6 @@ const F32_TOLERANCE: Tolerance = Tolerance {
     abs_rms: 0.0,
     rms: 1e-5,
 };
-
-/// Cosine of two rows.
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| f64::from(x) * f64::from(y))
-        .sum();
-    let n = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
-    dot / (n(a) * n(b))
-}
 
 #[test]
 fn the_tokenizer_gives_clips_ids_and_the_pooled_rows_follow_them() {

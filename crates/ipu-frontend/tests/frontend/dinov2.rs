@@ -18,11 +18,11 @@ use ipu_frontend::class_token::{
 use ipu_frontend::siglip::{ConfigError, GraphOptions, PrecisionPolicy};
 use ipu_frontend::{CheckpointKind, PackagedModel, checkpoint_kind};
 use ipu_package::graph::{Activation, ValueSet};
-use ipu_sim::reference::compare;
 
 use crate::checkpoint::checkpoint_dir;
 use crate::class_token::{
-    TOLERANCE, calibrated, fidelity, fp8_template, golden, images, import, stored, transposed,
+    assert_outputs_equal_golden, calibrated, fidelity, fp8_template, golden, images, import,
+    stored, transposed,
 };
 
 const TINY: &str = "dinov2-tiny";
@@ -312,27 +312,16 @@ fn f32_graph_equals_transformers(name: &str) {
     let mut values = checkpoint.weights().clone();
     values.extend(checkpoint.input_values(&images()).expect("images"));
     let outputs = ipu_sim::evaluate(checkpoint.graph(), &values).expect("evaluates");
-    for (ours, theirs) in [
-        (LAST_HIDDEN, "last_hidden_state"),
-        (POOLED, "pooler_output"),
-    ] {
-        let (shape, expected) = golden(&dir, theirs).expect(theirs);
-        let id = checkpoint.graph().tensor_by_name(ours).expect(ours);
-        let extents: Vec<usize> = checkpoint
-            .graph()
-            .tensor(id)
-            .extents()
-            .iter()
-            .map(|&e| e as usize)
-            .collect();
-        assert_eq!(extents, shape, "{ours}");
-        let c = compare(&expected, outputs.get(id).expect("output"), TOLERANCE);
-        println!(
-            "{name} {ours}: max rel {:.3e}, normalised rms {:.3e}",
-            c.max_rel, c.rms_error
-        );
-        assert!(c.pass, "{ours}: {c:?}");
-    }
+    assert_outputs_equal_golden(
+        &dir,
+        &checkpoint,
+        &outputs,
+        &[
+            (LAST_HIDDEN, "last_hidden_state"),
+            (POOLED, "pooler_output"),
+        ],
+        name,
+    );
 }
 
 #[test]

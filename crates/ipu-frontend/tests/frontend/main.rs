@@ -57,3 +57,25 @@ pub fn edited_config(
     std::fs::write(&path, config.to_string()).unwrap();
     tmp
 }
+
+/// The cosine of two vectors, in f64.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| f64::from(x) * f64::from(y))
+        .sum();
+    let n = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    dot / (n(a) * n(b))
+}
+
+/// The F32 tensor `name` of a golden safetensors file's `bytes`.
+pub fn golden_f32(bytes: &[u8], name: &str) -> Vec<f32> {
+    let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let view = file.tensor(name).unwrap();
+    assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
+    view.data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}

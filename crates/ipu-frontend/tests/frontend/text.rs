@@ -24,7 +24,7 @@ use ipu_package::build::{BuildConfig, Stages};
 use ipu_package::graph::{Graph, ValueSet, parse_fixture};
 use ipu_sim::reference::{Tolerance, compare};
 
-use crate::fixture_text;
+use crate::{cosine, fixture_text};
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/checkpoints/siglip-zero-shot")
@@ -48,13 +48,7 @@ impl Golden {
     }
 
     fn f32(&self, name: &str) -> Vec<f32> {
-        let file = safetensors::SafeTensors::deserialize(&self.bytes).unwrap();
-        let view = file.tensor(name).unwrap();
-        assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
-        view.data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
+        crate::golden_f32(&self.bytes, name)
     }
 
     /// An I64 tensor's rows of `width`.
@@ -108,17 +102,6 @@ fn output(graph: &Graph, values: &ValueSet, name: &str) -> Vec<f32> {
     out.get(graph.tensor_by_name(name).unwrap())
         .unwrap()
         .to_vec()
-}
-
-/// Cosine of two rows.
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| f64::from(x) * f64::from(y))
-        .sum();
-    let n = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
-    dot / (n(a) * n(b))
 }
 
 #[test]
