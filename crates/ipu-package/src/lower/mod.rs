@@ -772,6 +772,28 @@ impl Lowerer<'_> {
     }
 }
 
+/// Rows (the product of every padded width but the last) and columns of a shard.
+fn rows_cols(widths: &[u64]) -> (u64, u64) {
+    match widths.split_last() {
+        Some((&cols, outer)) => (outer.iter().product(), cols),
+        None => (1, 1),
+    }
+}
+
+/// Every non-empty shard of `ty` as `(tile, rows, columns)`: the shape a
+/// row-wise codelet sees.
+fn shard_rows(ty: &TensorType) -> Result<Vec<(TileId, u32, u32)>, LowerError> {
+    let mut out = Vec::new();
+    for s in ty.shards() {
+        let widths: Vec<u64> = s.axes.iter().map(|a| a.width).collect();
+        let (rows, cols) = rows_cols(&widths);
+        if rows * cols != 0 {
+            out.push((s.tile, u32_arg("rows", rows)?, u32_arg("columns", cols)?));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod clear_tests {
     use super::{ClearRuns, strided_runs};
@@ -798,26 +820,4 @@ mod clear_tests {
         );
         assert_eq!(strided_runs(&[]), vec![]);
     }
-}
-
-/// Rows (the product of every padded width but the last) and columns of a shard.
-fn rows_cols(widths: &[u64]) -> (u64, u64) {
-    match widths.split_last() {
-        Some((&cols, outer)) => (outer.iter().product(), cols),
-        None => (1, 1),
-    }
-}
-
-/// Every non-empty shard of `ty` as `(tile, rows, columns)`: the shape a
-/// row-wise codelet sees.
-fn shard_rows(ty: &TensorType) -> Result<Vec<(TileId, u32, u32)>, LowerError> {
-    let mut out = Vec::new();
-    for s in ty.shards() {
-        let widths: Vec<u64> = s.axes.iter().map(|a| a.width).collect();
-        let (rows, cols) = rows_cols(&widths);
-        if rows * cols != 0 {
-            out.push((s.tile, u32_arg("rows", rows)?, u32_arg("columns", cols)?));
-        }
-    }
-    Ok(out)
 }
