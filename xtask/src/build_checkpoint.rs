@@ -14,8 +14,8 @@ use ipu_frontend::class_token::{
 };
 use ipu_frontend::siglip::calibrate::{Calibrated, Input};
 use ipu_frontend::siglip::{
-    Calibration, CalibrationInputs, CalibrationOptions, CheckpointPackage, GraphOptions,
-    ImportConfig, PackageError, PrecisionPolicy, calibrate_inputs,
+    Calibration, CalibrationOptions, CheckpointPackage, GraphOptions, ImportConfig, PackageError,
+    PrecisionPolicy, calibrate_inputs,
 };
 use ipu_package::build::{BuildConfig, Stages};
 use ipu_package::lower::LowerConfig;
@@ -71,10 +71,7 @@ pub(crate) fn build_class_token(
         }
     };
     let name = checkpoint.graph().name().to_owned();
-    let mut options = CalibrationOptions::new(template);
-    if !args.calibrate.is_empty() {
-        options.inputs = CalibrationInputs::Images(args.calibrate.clone());
-    }
+    let options = args.calibration_options(template);
     let inputs = match checkpoint.calibration_inputs(&options.inputs) {
         Ok(inputs) => inputs,
         Err(e) => {

@@ -105,6 +105,13 @@ pub struct Args {
     /// only config.json); for checking that a configuration fits.
     #[arg(long, value_name = "SEED", requires = "checkpoint")]
     pub(crate) random_weights: Option<u64>,
+    /// A checkpoint package's fidelity target: every output's cosine with
+    /// the F32 model's at least this (default 0.995). Where FP8 misses it
+    /// on the calibration inputs (with headroom for other inputs: they
+    /// must reach 1 − (1 − COSINE)/2), GEMM operands are raised to F16 by
+    /// measurement, and the precision report says which. `0` sets none.
+    #[arg(long, value_name = "COSINE", requires = "checkpoint", value_parser = parse_cosine)]
+    pub(crate) min_cosine: Option<f64>,
     /// Refuse to write a checkpoint package in which any tensor saturates
     /// beyond the threshold on the calibration inputs.
     #[arg(long, requires = "checkpoint")]
@@ -168,6 +175,33 @@ impl Attention {
             Attention::Vector => AttentionUnit::Vector,
             Attention::Amp => AttentionUnit::Amp,
         }
+    }
+}
+
+/// `--min-cosine`: a number in [0, 1].
+fn parse_cosine(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|e| format!("`{text}` is not a number: {e}"))?;
+    if (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!("{value} is not a cosine in [0, 1]"))
+    }
+}
+
+impl Args {
+    /// The calibration options for `template`: the defaults with
+    /// `--calibrate` images and `--min-cosine`.
+    pub(crate) fn calibration_options(&self, template: PrecisionPolicy) -> CalibrationOptions {
+        let mut options = CalibrationOptions::new(template);
+        if !self.calibrate.is_empty() {
+            options.inputs = CalibrationInputs::Images(self.calibrate.clone());
+        }
+        if let Some(c) = self.min_cosine {
+            options.min_cosine = (c > 0.0).then_some(c);
+        }
+        options
     }
 }
 
@@ -503,10 +537,7 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
         }
     };
     let name = checkpoint.graph().name().to_owned();
-    let mut options = CalibrationOptions::new(template);
-    if !args.calibrate.is_empty() {
-        options.inputs = CalibrationInputs::Images(args.calibrate.clone());
-    }
+    let options = args.calibration_options(template);
     let calibration = run_calibration(&checkpoint, &options)?;
     if !report_calibration(calibration.report(), args.strict) {
         return Ok(ExitCode::FAILURE);
@@ -556,7 +587,7 @@ fn build_text(
         }
     };
     let name = checkpoint.graph().name().to_owned();
-    let options = CalibrationOptions::new(template);
+    let options = args.calibration_options(template);
     let inputs = match checkpoint.calibration_inputs(&args.calibrate_text) {
         Ok(inputs) => inputs,
         Err(e) => {
@@ -630,10 +661,27 @@ pub(crate) fn report_calibration(report: &PrecisionReport, strict: bool) -> bool
     for g in &report.groups {
         eprintln!("f16 group {}: {} ({})", g.group, g.decision, g.reason);
     }
+    if let Some(f) = &report.fidelity {
+        for o in f.operands.iter().filter(|o| o.decision == "F16") {
+            eprintln!(
+                "f16 operand {} {}: cosine alone {:.6}, with the earlier ones {}",
+                o.operand,
+                o.role,
+                o.cosine_alone,
+                o.cosine_with_earlier
+                    .map_or_else(|| "-".to_owned(), |c| format!("{c:.6}"))
+            );
+        }
+        eprintln!("fidelity: {}", f.reason);
+    }
     for o in &report.outputs {
         eprintln!(
-            "calibration output {}: relative_rms={:.4} cosine={:.6} vs the F32 graph",
-            o.output, o.relative_rms, o.cosine
+            "calibration output {}: relative_rms={:.4} cosine={:.6} smallest per-input cosine={} vs the F32 graph",
+            o.output,
+            o.relative_rms,
+            o.cosine,
+            o.smallest_cosine
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.6}"))
         );
     }
     let saturating = report.saturating();

@@ -2,7 +2,9 @@
 //! `build-package --checkpoint` picks the importer by `config.json`'s
 //! `model_type`, and `run-package` turns the two golden images into each
 //! family's outputs, shaped as transformers' are and, run on the tile
-//! model in FP8, within cosine 0.98 of them per image; an unsupported
+//! model in FP8 with the default fidelity target, within cosine 0.995 of
+//! them per image (the target; `last_hidden` over the whole image); an
+//! unsupported
 //! `model_type` is refused before any work, naming what is read. CLIP's
 //! text tower (`--tower text` of a full CLIPModel checkpoint) turns texts
 //! into `last_hidden`, `pooled` and `text_embeds` within cosine 0.98 of
@@ -104,7 +106,7 @@ fn build_and_run(checkpoints: &[(&str, &str, Outputs)]) {
             for (image, (a, b)) in values.chunks(width).zip(expected.chunks(width)).enumerate() {
                 let c = cosine(a, b);
                 eprintln!("{name} {output} image {image}: cosine {c:.6} on the tile model");
-                assert!(c >= 0.98, "{name} {output} image {image}: cosine {c}");
+                assert!(c >= 0.995, "{name} {output} image {image}: cosine {c}");
             }
         }
     }

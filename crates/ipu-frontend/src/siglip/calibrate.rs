@@ -7,6 +7,8 @@
 //!   calibration images ──F32 graph, batch 1, every tensor kept──►
 //!       largest magnitude of every FP8 cast's input per role ──► activation scales
 //!   all-FP8 graph, and each F16 group alone ──outputs vs F32──► F16 groups kept
+//!   that graph ──smallest per-input output cosine vs the fidelity target──►
+//!       GEMM operands raised to F16 where it is missed (`fidelity`)
 //!   final graph ──every tensor kept──► per-cast saturation and error, report
 //! ```
 //!
@@ -32,6 +34,11 @@
 //!   vectors and one `[tokens, hidden]` table, a fraction of a percent of
 //!   the weights, and a caller whose build does not fit calibrates again
 //!   with [`F16Groups::Refused`], which records why (`build-package` does).
+//! - **Fidelity target** ([`CalibrationOptions::min_cosine`], 0.995 by
+//!   default): every output's cosine with the F32 graph's, per
+//!   calibration input, must reach the target with headroom; where FP8
+//!   does not, GEMM operands (weights, activation casts, the groups left
+//!   in FP8) are raised to F16 by measurement (module `fidelity`).
 //! - **Report**: the final graph runs on the calibration inputs once more;
 //!   each cast's saturated fraction and error (`‖cast − input‖ / ‖input‖`)
 //!   are measured there, and F16 activations are checked for overflow.
@@ -51,8 +58,11 @@ use ipu_package::graph::{Graph, Op, SoftmaxPrecision, TensorId, TensorKind, Valu
 use ipu_sim::reference::Keep;
 use ipu_sim::{ReferenceConfig, ReferenceError, evaluate_with};
 
+mod fidelity;
 mod measure;
 mod records;
+
+pub use fidelity::{FIDELITY_HEADROOM, MIN_COSINE};
 
 use measure::{F16_MAX, OutputStats, Stats, finite, fp8_scale, limit, quantised, relative};
 
@@ -96,8 +106,15 @@ pub struct CalibrationOptions {
     /// Saturated fraction above which a tensor is reported.
     pub saturation_threshold: f64,
     /// Whether GEMM biases, layer-norm parameters and position embeddings
-    /// may stay in F16.
+    /// may stay in F16, and GEMM operands be raised to F16 for
+    /// `min_cosine`.
     pub f16_groups: F16Groups,
+    /// The fidelity target for the images a package runs on: every
+    /// output's cosine with the F32 graph's at least this
+    /// ([`MIN_COSINE`] by default). The calibration inputs must reach it
+    /// with [`FIDELITY_HEADROOM`]; where FP8 does not, GEMM operands are
+    /// raised to F16 (module `fidelity`). `None` for no target.
+    pub min_cosine: Option<f64>,
 }
 
 /// Whether the F16 groups are considered.
@@ -118,6 +135,7 @@ impl CalibrationOptions {
             inputs: CalibrationInputs::Synthetic(crate::imaging::SYNTHETIC_IMAGES),
             saturation_threshold: SATURATION_THRESHOLD,
             f16_groups: F16Groups::Measure,
+            min_cosine: Some(MIN_COSINE),
         }
     }
 }
@@ -450,15 +468,39 @@ pub fn calibrate_inputs(
         worst(&baseline),
         &f32_run.outputs,
     )?;
-    let final_graph = runner.graph(&choice.policy)?;
-    let (measured, output_stats) = measure_final(&runner, &final_graph, &f32_run.outputs)?;
+    let mut final_graph = runner.graph(&choice.policy)?;
+    let (mut measured, mut output_stats) = measure_final(&runner, &final_graph, &f32_run.outputs)?;
+    let raised = fidelity::raise(
+        &runner,
+        &fidelity::Start {
+            template: &template,
+            roles: &roles,
+            weight_stats: &weight_stats,
+            kept: &choice.kept,
+            groups: &candidates,
+            policy: &choice.policy,
+            cosine: fidelity::smallest_cosine(&output_stats).0,
+            worst_input: fidelity::smallest_cosine(&output_stats).1,
+        },
+        options.min_cosine,
+        &options.f16_groups,
+        &f32_run.outputs,
+    )?;
+    let mut kept = choice.kept.clone();
+    if raised.policy != choice.policy {
+        final_graph = runner.graph(&raised.policy)?;
+        (measured, output_stats) = measure_final(&runner, &final_graph, &f32_run.outputs)?;
+        for r in &raised.weights {
+            kept.insert(r.clone(), fidelity::GROUP);
+        }
+    }
     let tensors = records::tensor_records(&records::Measured {
         final_graph: &final_graph,
         template: &template,
         weights: &weights,
         roles: &roles,
         weight_stats: &weight_stats,
-        kept: &choice.kept,
+        kept: &kept,
         cast_precision: &cast_precision,
         cast_max: &f32_run.cast_max,
         measured: &measured,
@@ -470,6 +512,7 @@ pub fn calibrate_inputs(
             relative_rms: relative(s.err2, s.ref2),
             cosine: s.cosine(),
             all_fp8_relative_rms: baseline.get(name).map_or(0.0, |b| relative(b.err2, b.ref2)),
+            smallest_cosine: s.worst.map(|(c, _)| finite(c)),
         })
         .collect();
     let report = PrecisionReport {
@@ -487,6 +530,7 @@ pub fn calibrate_inputs(
         },
         outputs,
         groups: choice.records,
+        fidelity: Some(raised.record),
         tensors,
     };
     // The report is the policy's one source: rebuild the policy from it.
@@ -661,9 +705,9 @@ struct GroupChoice {
 
 /// An F16 candidate group: its FP8 weight roles and the bytes F16 adds.
 struct Candidate {
-    group: &'static str,
-    roles: Vec<String>,
-    extra_bytes: u64,
+    pub(super) group: &'static str,
+    pub(super) roles: Vec<String>,
+    pub(super) extra_bytes: u64,
 }
 
 /// The F16 candidate groups of the template's FP8 weight roles, by name.

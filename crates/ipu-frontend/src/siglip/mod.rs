@@ -47,7 +47,7 @@ use std::path::Path;
 pub use crate::processor::{Processor, ProcessorError};
 pub use calibrate::{
     Calibrated, Calibration, CalibrationError, CalibrationInputs, CalibrationOptions, F16Groups,
-    Input, calibrate, calibrate_inputs,
+    FIDELITY_HEADROOM, Input, MIN_COSINE, calibrate, calibrate_inputs,
 };
 pub use config::{ConfigError, MAX_IMAGE_SIDE, VisionConfig, VisionParams};
 pub use graph::{BuildError, GraphOptions, build_graph};

@@ -1,10 +1,11 @@
 //! A calibrated checkpoint built into a package, with the front end's
-//! policy for the F16 groups: calibration keeps a group of small weights
-//! in F16 where it lowers the outputs' error, without knowing whether the
-//! memory allows it; when the build does not fit with F16 groups kept,
-//! calibration runs again with them refused ([`F16Groups::Refused`], the
-//! reason recorded in the precision report) and the build is tried once
-//! more. The package then carries the checkpoint's weights in the graph's
+//! policy for F16 exceptions: calibration keeps a group of small weights
+//! in F16 where it lowers the outputs' error, and raises GEMM operands to
+//! F16 where FP8 misses the fidelity target, without knowing whether the
+//! memory allows it; when the build does not fit with them, calibration
+//! runs again with both refused ([`F16Groups::Refused`], the reason
+//! recorded in the precision report: the target may then be missed) and
+//! the build is tried once more. The package then carries the checkpoint's weights in the graph's
 //! precisions (`weights.safetensors`), the graph (`fixture.json`, written
 //! by `write_fixture`) and the model description (`model.json`).
 

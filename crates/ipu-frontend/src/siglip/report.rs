@@ -16,6 +16,8 @@
 //!  "calibration": {"inputs": ["a.png", ...], "saturation_threshold": 0.001, ...},
 //!  "outputs": [{"output": "pooled", "relative_rms": 0.02, "cosine": 0.9998, ...}],
 //!  "groups": [{"group": "bias", "roles": [...], "decision": "F16", ...}],
+//!  "fidelity": {"min_cosine": 0.995, "required": 0.9975, "before": 0.9941, "after": 0.9978, "met": true,
+//!               "operands": [{"operand": "weights", "role": "embed.w", ...}], ...},
 //!  "tensors": [{"tensor": "enc{i}.fc1.w", "kind": "weight", "precision": "F143",
 //!               "scale": -9, "elements": 32768, "max_abs": 0.41, "saturated": 0.0,
 //!               "error": 0.021, "fp8_error": null, "reason": "..."}]}
@@ -47,6 +49,10 @@ pub struct PrecisionReport {
     pub outputs: Vec<OutputRecord>,
     /// The F16 candidates and what keeping each group in F16 measured.
     pub groups: Vec<GroupRecord>,
+    /// The fidelity target and the GEMM operands raised to F16 to meet
+    /// it (absent in reports written before the target existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fidelity: Option<FidelityRecord>,
     /// Every tensor role of the graph, in graph order.
     pub tensors: Vec<TensorRecord>,
 }
@@ -81,6 +87,10 @@ pub struct OutputRecord {
     pub cosine: f64,
     /// The relative RMS error with every F16 candidate in FP8.
     pub all_fp8_relative_rms: f64,
+    /// The smallest cosine of one calibration input's output (absent in
+    /// reports written before it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smallest_cosine: Option<f64>,
 }
 
 /// A group of small weights that may stay in F16.
@@ -102,6 +112,52 @@ pub struct GroupRecord {
     pub decision: String,
     /// Why.
     pub reason: String,
+}
+
+/// The fidelity target: every output's cosine with the F32 graph's, on
+/// each calibration input, at least `required`; and the GEMM operand
+/// roles raised from FP8 to F16 to reach it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FidelityRecord {
+    /// The target for images the package runs on; `null` when none was
+    /// set.
+    pub min_cosine: Option<f64>,
+    /// What the calibration inputs must reach for it, with headroom for
+    /// unseen images: `1 − (1 − min_cosine) / 2`.
+    pub required: Option<f64>,
+    /// The smallest per-input output cosine before any operand was raised
+    /// (FP8 with the F16 groups decided).
+    pub before: f64,
+    /// The same with the package's precisions.
+    pub after: f64,
+    /// Whether `after` meets the target.
+    pub met: bool,
+    /// Each candidate, in the order tried.
+    pub operands: Vec<OperandRecord>,
+    /// What was done, in a sentence.
+    pub reason: String,
+}
+
+/// A GEMM operand role that may be raised from FP8 to F16.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperandRecord {
+    /// `weights` (a GEMM weight role stored in F16, the casts its GEMMs
+    /// read removed), `activations` (an FP8 cast role removed: the GEMM
+    /// reads the F16 activation) or `group` (an F16 group's roles).
+    pub operand: String,
+    /// The role (`enc{i}.fc2.w`, `enc{i}.ln1.y8`), or the group's name.
+    pub role: String,
+    /// Weight bytes F16 adds (0 for activations).
+    pub extra_bytes: u64,
+    /// The smallest per-input output cosine with this role alone raised.
+    pub cosine_alone: f64,
+    /// The same with it and every role raised before it; `null` when not
+    /// tried.
+    pub cosine_with_earlier: Option<f64>,
+    /// `F16` or `FP8`.
+    pub decision: String,
 }
 
 /// One tensor role's precision and what calibration measured for it.

@@ -124,31 +124,67 @@ pub(super) fn quantised(precision: Precision, x: &[f32]) -> Vec<f32> {
     x.iter().map(|&v| q.quantize(v)).collect()
 }
 
-/// Per output: accumulated error against the F32 graph.
+/// Per output: accumulated error against the F32 graph, over every
+/// calibration input, and the smallest cosine of one input's output.
 #[derive(Clone, Debug, Default)]
 pub(super) struct OutputStats {
     pub(super) err2: f64,
     pub(super) ref2: f64,
     pub(super) ours2: f64,
     pub(super) dot: f64,
+    /// The smallest per-input cosine and that input's index (in the
+    /// order added); `None` before the first input.
+    pub(super) worst: Option<(f64, usize)>,
+    /// Inputs added.
+    pub(super) inputs: usize,
 }
 
 impl OutputStats {
+    /// Adds one calibration input's output.
     pub(super) fn add(&mut self, reference: &[f32], ours: &[f32]) {
+        let mut one = Sums::default();
         for (&r, &d) in reference.iter().zip(ours) {
             let (r, d) = (f64::from(r), f64::from(d));
-            self.err2 += (d - r) * (d - r);
-            self.ref2 += r * r;
-            self.ours2 += d * d;
-            self.dot += d * r;
+            one.err2 += (d - r) * (d - r);
+            one.ref2 += r * r;
+            one.ours2 += d * d;
+            one.dot += d * r;
         }
+        self.err2 += one.err2;
+        self.ref2 += one.ref2;
+        self.ours2 += one.ours2;
+        self.dot += one.dot;
+        let c = cosine(one.dot, one.ref2, one.ours2, one.err2);
+        if self.worst.is_none_or(|(w, _)| c < w) {
+            self.worst = Some((c, self.inputs));
+        }
+        self.inputs += 1;
     }
 
+    /// The cosine over every input's values together.
     pub(super) fn cosine(&self) -> f64 {
-        let norm = (self.ref2 * self.ours2).sqrt();
-        let c = self.dot / norm;
-        if norm > 0.0 && c.is_finite() { c } else { 0.0 }
+        cosine(self.dot, self.ref2, self.ours2, self.err2)
     }
+}
+
+#[derive(Default)]
+struct Sums {
+    err2: f64,
+    ref2: f64,
+    ours2: f64,
+    dot: f64,
+}
+
+/// The cosine of two vectors from their dot product and squared norms:
+/// 1 for two zero vectors (nothing differs, `err2` = 0), 0 where it is
+/// not finite or one side alone is zero.
+fn cosine(dot: f64, ref2: f64, ours2: f64, err2: f64) -> f64 {
+    if ref2 == 0.0 && ours2 == 0.0 && err2 == 0.0 {
+        return 1.0;
+    }
+    let norm = (ref2 * ours2).sqrt();
+    let c = dot / norm;
+    if norm > 0.0 && c.is_finite() { c } else { 0.0 }
 }
 
 #[cfg(test)]
@@ -194,5 +230,23 @@ mod tests {
         assert_eq!(relative(1.0, 0.0), 1.0);
         assert_eq!(finite(f64::NAN), f64::MAX);
         assert_eq!(finite(f64::NEG_INFINITY), f64::MIN);
+    }
+
+    #[test]
+    fn output_statistics_keep_the_worst_inputs_cosine() {
+        let mut s = OutputStats::default();
+        assert_eq!(s.worst, None);
+        s.add(&[1.0, 0.0], &[1.0, 0.0]);
+        assert_eq!(s.worst, Some((1.0, 0)));
+        // Orthogonal on the second input: that input's cosine is 0, the
+        // pooled one is not.
+        s.add(&[1.0, 0.0], &[0.0, 1.0]);
+        s.add(&[1.0, 0.0], &[1.0, 1.0]);
+        assert_eq!(s.worst, Some((0.0, 1)));
+        assert!((s.cosine() - 2.0 / 12f64.sqrt()).abs() < 1e-12);
+        // Two zero outputs agree.
+        let mut z = OutputStats::default();
+        z.add(&[0.0; 3], &[0.0; 3]);
+        assert_eq!(z.worst, Some((1.0, 0)));
     }
 }

@@ -107,7 +107,11 @@ pub(super) fn tensor_records(m: &Measured<'_>) -> Vec<TensorRecord> {
                         f16,
                         Some(f16.error()),
                         Some(fp8_stats.error()),
-                        format!("F16: group `{group}` kept in F16 (see groups)"),
+                        if *group == super::fidelity::GROUP {
+                            "F16: raised from FP8 for the fidelity target (see fidelity)".to_owned()
+                        } else {
+                            format!("F16: group `{group}` kept in F16 (see groups)")
+                        },
                     )
                 } else if precision.is_fp8() {
                     record(
