@@ -517,3 +517,38 @@ fn checkpoint_packages_are_byte_identical_whatever_the_thread_count() {
         differences("--jobs 1", &built[0], "--jobs 2", &built[1])
     );
 }
+
+/// `--min-cosine` takes a cosine in [0, 1]; anything else is clap's
+/// usage error naming the flag, before any work and with nothing
+/// written.
+#[test]
+fn a_fidelity_target_outside_zero_to_one_is_refused() {
+    let sandbox = Sandbox::new();
+    let dir = fixture("checkpoints/vit-tiny")
+        .to_string_lossy()
+        .into_owned();
+    for (value, needle) in [
+        ("1.5", "not a cosine in [0, 1]"),
+        ("-0.1", "not a cosine in [0, 1]"),
+        ("NaN", "not a cosine in [0, 1]"),
+        ("high", "is not a number"),
+    ] {
+        let out = sandbox.out(value);
+        let flag = format!("--min-cosine={value}");
+        let outcome = sandbox.xtask(&[
+            "build-package",
+            "--checkpoint",
+            &dir,
+            &flag,
+            "--out",
+            &out.to_string_lossy(),
+        ]);
+        assert_eq!(outcome.status.code(), Some(2), "{}", outcome.describe());
+        assert!(
+            outcome.stderr.contains("--min-cosine") && outcome.stderr.contains(needle),
+            "{}",
+            outcome.describe()
+        );
+        assert!(!out.exists(), "{value}: {} was written", out.display());
+    }
+}
