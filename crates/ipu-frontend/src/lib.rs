@@ -56,6 +56,7 @@ pub use error::{ImageError, ImportError};
 pub const FAMILIES: &[&str] = &[
     siglip::FAMILY,
     siglip::text::TEXT_FAMILY,
+    siglip::text::CLIP_TEXT_FAMILY,
     class_token::VIT_FAMILY,
     class_token::CLIP_FAMILY,
     class_token::DINOV2_FAMILY,
@@ -157,7 +158,7 @@ impl PackagedModel {
             siglip::FAMILY => siglip::PackagedModel::from_description(description, graph)
                 .map(|m| Self::Siglip(Box::new(m)))
                 .map_err(DescriptionError::Siglip),
-            siglip::text::TEXT_FAMILY => {
+            siglip::text::TEXT_FAMILY | siglip::text::CLIP_TEXT_FAMILY => {
                 siglip::text::PackagedText::from_description(description, graph)
                     .map(|m| Self::SiglipText(Box::new(m)))
                     .map_err(DescriptionError::SiglipText)
@@ -194,7 +195,7 @@ impl PackagedModel {
     pub fn family(&self) -> &'static str {
         match self {
             Self::Siglip(_) => siglip::FAMILY,
-            Self::SiglipText(_) => siglip::text::TEXT_FAMILY,
+            Self::SiglipText(model) => model.family(),
             Self::ClassToken(model) => model.family(),
         }
     }

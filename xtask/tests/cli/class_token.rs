@@ -146,6 +146,11 @@ fn clips_text_tower_builds_and_runs_on_texts() {
             &sandbox.cache().to_string_lossy(),
         ])
         .succeeded();
+    // The package names its family as CLIP's text tower.
+    let model: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(package.join("model.json")).expect("model.json"))
+            .expect("model.json is JSON");
+    assert_eq!(model["family"], "clip-text", "{model}");
     let out = sandbox.out("clip-text.safetensors");
     let mut args = vec![
         "run-package".to_owned(),

@@ -296,6 +296,20 @@ fn zero_shot_on_the_tile_model(precisions: Precisions) -> (f64, f64, Vec<f32>) {
     // The package's description reads back to the graph it holds.
     let model = built.package.model.as_ref().unwrap();
     let packaged = PackagedText::from_description(model, &built.graph).unwrap();
+    assert_eq!(model.family, ipu_frontend::siglip::text::TEXT_FAMILY);
+    // A description naming the CLIP text family over SigLIP's config is
+    // refused, naming both.
+    let mut renamed = model.clone();
+    renamed.family = ipu_frontend::siglip::text::CLIP_TEXT_FAMILY.to_owned();
+    let e = PackagedText::from_description(&renamed, &built.graph).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ipu_frontend::siglip::text::TextPackagedError::FamilyConfig { .. }
+        ),
+        "{e}"
+    );
+    crate::assert_one_line(&e, &["clip-text", "siglip-text"]);
     let mut values = text.weights_for(&built.graph).unwrap();
     values.extend(
         packaged

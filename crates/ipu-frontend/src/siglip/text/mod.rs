@@ -46,7 +46,7 @@ pub use clip::pool_position;
 pub use config::{MAX_POSITIONS, TextConfig, TextFamily, TextParams};
 pub use graph::{INPUT_IDS, POOL_ROWS, TEXT_EMBEDS, build_text_graph};
 pub use package::package_text;
-pub use packaged::{PackagedText, TEXT_FAMILY, TextPackagedError};
+pub use packaged::{CLIP_TEXT_FAMILY, PackagedText, TEXT_FAMILY, TextPackagedError};
 pub use spiece::SpieceError;
 pub use tokenizer::{
     SPIECE_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, TextTokenizer, TokenizeError,

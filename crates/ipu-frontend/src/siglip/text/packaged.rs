@@ -37,6 +37,17 @@ use crate::siglip::{Calibration, first_difference};
 
 /// The model family of a SigLIP text tower in `model.json`.
 pub const TEXT_FAMILY: &str = "siglip-text";
+/// The model family of a CLIP text tower in `model.json` (the same
+/// front end: its config says which tower it is).
+pub const CLIP_TEXT_FAMILY: &str = "clip-text";
+
+/// The family name of a text tower with `config`.
+fn family_of(config: &TextConfig) -> &'static str {
+    match config.family() {
+        TextFamily::Clip { .. } => CLIP_TEXT_FAMILY,
+        _ => TEXT_FAMILY,
+    }
+}
 /// The format tag of the front end's part of `model.json`.
 pub const TEXT_FORMAT: &str = "ipu-frontend/siglip-text/v1";
 
@@ -56,10 +67,20 @@ struct Description {
 #[non_exhaustive]
 pub enum TextPackagedError {
     /// The description is of another model family.
-    #[error("model.json describes a `{found}` model; this front end reads `{TEXT_FAMILY}`")]
+    #[error(
+        "model.json describes a `{found}` model; this front end reads `{TEXT_FAMILY}` and `{CLIP_TEXT_FAMILY}`"
+    )]
     Family {
         /// The family found.
         found: String,
+    },
+    /// The family named disagrees with the config the description holds.
+    #[error("model.json names the family `{found}`, but its config is a `{config}` text tower")]
+    FamilyConfig {
+        /// The family named.
+        found: String,
+        /// The family the config is.
+        config: &'static str,
     },
     /// The front end's part is not of the expected form.
     #[error("model.json `frontend` is not a SigLIP text model description: {source}")]
@@ -186,7 +207,7 @@ impl PackagedText {
         model: &ModelDescription,
         graph: &Graph,
     ) -> Result<Self, TextPackagedError> {
-        if model.family != TEXT_FAMILY {
+        if model.family != TEXT_FAMILY && model.family != CLIP_TEXT_FAMILY {
             return Err(TextPackagedError::Family {
                 found: model.family.clone(),
             });
@@ -198,6 +219,12 @@ impl PackagedText {
         }
         let config = TextConfig::from_json(&file.config.to_string())
             .map_err(|source| TextPackagedError::Config { source })?;
+        if model.family != family_of(&config) {
+            return Err(TextPackagedError::FamilyConfig {
+                found: model.family.clone(),
+                config: family_of(&config),
+            });
+        }
         if model.inputs != Self::inputs(&config) {
             return Err(TextPackagedError::Inputs);
         }
@@ -252,11 +279,17 @@ impl PackagedText {
             precision: self.report.clone(),
         };
         Ok(ModelDescription::new(
-            TEXT_FAMILY,
+            self.family(),
             Self::inputs(&self.config),
             serde_json::to_value(&file)
                 .map_err(|source| TextPackagedError::WriteTokenizer { source })?,
         ))
+    }
+
+    /// The family `model.json` names: [`TEXT_FAMILY`] or
+    /// [`CLIP_TEXT_FAMILY`], by the config.
+    pub fn family(&self) -> &'static str {
+        family_of(&self.config)
     }
 
     /// The graph the package was built from.
