@@ -38,8 +38,10 @@
 //! per-tensor table (precision, scale, saturated fraction, quantisation
 //! error) goes to stderr; a tensor saturating beyond the threshold is a
 //! warning, and with `--strict` an error (exit status 1, nothing
-//! written). If the build does not fit with F16 groups kept, calibration
-//! runs again without them and the package records why
+//! written). Calibration holds the package to a fidelity target
+//! (`--min-cosine`), raising GEMM operands to F16 where FP8 misses it. If
+//! the build does not fit with F16 groups kept or operands raised,
+//! calibration runs again without them and the package records why
 //! (`ipu_frontend::siglip::package_checkpoint`).
 
 use std::path::{Path, PathBuf};

@@ -156,11 +156,11 @@ pub(crate) fn build_with_fallback(
             Err(e @ BuildError::DoesNotFit { .. }) if kept_f16(&calibration) => {
                 tracing::warn!(
                     error = %e,
-                    "does not fit with F16 groups; calibrating again without them"
+                    "does not fit with F16 groups or raised operands; calibrating again without them"
                 );
                 let mut without = options.clone();
                 without.f16_groups = F16Groups::Refused(format!(
-                    "with them the package did not fit on {tiles} tiles ({e})"
+                    "with F16 exceptions the package did not fit on {tiles} tiles ({e})"
                 ));
                 let start = Instant::now();
                 calibration = (tower.recalibrate)(&without)
@@ -189,11 +189,13 @@ pub(crate) fn build_with_fallback(
     })
 }
 
-/// Whether `calibration` kept any group of weights in F16.
+/// Whether `calibration` kept any group of weights in F16 or raised any
+/// GEMM operand to F16 for the fidelity target.
 pub(crate) fn kept_f16(calibration: &Calibration) -> bool {
-    calibration
-        .report()
-        .groups
-        .iter()
-        .any(|g| g.decision == "F16")
+    let report = calibration.report();
+    report.groups.iter().any(|g| g.decision == "F16")
+        || report
+            .fidelity
+            .as_ref()
+            .is_some_and(|f| f.operands.iter().any(|o| o.decision == "F16"))
 }

@@ -154,6 +154,18 @@ fn a_build_that_does_not_fit_with_f16_groups_is_calibrated_again_without_them() 
             group.reason
         );
     }
+    // Nor is any operand raised for the fidelity target: F16 is refused
+    // as a whole, and the record says why when FP8 misses the target.
+    let fidelity = report.fidelity.as_ref().expect("a fidelity record");
+    assert!(
+        fidelity.operands.iter().all(|o| o.decision == "FP8"),
+        "{fidelity:?}"
+    );
+    assert!(
+        fidelity.met || fidelity.reason.contains("did not fit on 16 tiles"),
+        "{}",
+        fidelity.reason
+    );
     // The package records the calibration it was built with.
     let model = built.package.model.as_ref().expect("described");
     assert_eq!(
