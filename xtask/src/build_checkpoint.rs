@@ -79,7 +79,7 @@ pub(crate) fn build_class_token(
             return Ok(ExitCode::from(2));
         }
     };
-    let Some(calibration) = calibrate_reported(&checkpoint, &inputs, &options, args.strict)? else {
+    let Some(calibration) = calibrate_reported(args, &checkpoint, &inputs, &options)? else {
         return Ok(ExitCode::FAILURE);
     };
     build_and_write(args, target, &name, start, |config, stages| {
@@ -130,14 +130,18 @@ pub(crate) fn build_and_write(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Calibrates `model` on `inputs` and prints the report; `None` when
-/// `--strict` refuses it.
+/// Calibrates `model` on `inputs` (or takes `--precisions`' calibration)
+/// and prints the report; `None` when `--strict` refuses it.
 pub(crate) fn calibrate_reported(
+    args: &Args,
     model: &dyn Calibrated,
     inputs: &[Input],
     options: &CalibrationOptions,
-    strict: bool,
 ) -> Result<Option<Calibration>, String> {
+    let strict = args.strict;
+    if let Some(given) = args.given_calibration()? {
+        return Ok(report_calibration(given.report(), strict).then_some(given));
+    }
     let calibrated = Instant::now();
     let calibration = calibrate_inputs(model, inputs.to_vec(), options)
         .map_err(|e| format!("calibration: {e}"))?;

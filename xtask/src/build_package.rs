@@ -114,6 +114,17 @@ pub struct Args {
     /// measurement, and the precision report says which. `0` sets none.
     #[arg(long, value_name = "COSINE", requires = "checkpoint", value_parser = parse_cosine)]
     pub(crate) min_cosine: Option<f64>,
+    /// Take a checkpoint's precisions from an earlier package of it (its
+    /// directory or its model.json) instead of calibrating: to build the
+    /// same checkpoint at another batch or on other tiles. Built as they
+    /// are: a build that does not fit is not calibrated again.
+    #[arg(
+        long,
+        value_name = "PACKAGE",
+        requires = "checkpoint",
+        conflicts_with_all = ["calibrate", "calibrate_text", "min_cosine", "precision"]
+    )]
+    pub(crate) precisions: Option<PathBuf>,
     /// Refuse to write a checkpoint package in which any tensor saturates
     /// beyond the threshold on the calibration inputs.
     #[arg(long, requires = "checkpoint")]
@@ -194,7 +205,8 @@ fn parse_cosine(text: &str) -> Result<f64, String> {
 
 impl Args {
     /// The calibration options for `template`: the defaults with
-    /// `--calibrate` images and `--min-cosine`.
+    /// `--calibrate` images and `--min-cosine`; with `--precisions`, F16
+    /// refused (the precisions are given, not measured).
     pub(crate) fn calibration_options(&self, template: PrecisionPolicy) -> CalibrationOptions {
         let mut options = CalibrationOptions::new(template);
         if !self.calibrate.is_empty() {
@@ -203,7 +215,40 @@ impl Args {
         if let Some(c) = self.min_cosine {
             options.min_cosine = (c > 0.0).then_some(c);
         }
+        if let Some(p) = &self.precisions {
+            options.f16_groups = ipu_frontend::siglip::F16Groups::Refused(format!(
+                "the precisions are {}'s",
+                p.display()
+            ));
+        }
         options
+    }
+
+    /// With `--precisions`, the calibration that package records.
+    pub(crate) fn given_calibration(&self) -> Result<Option<Calibration>, String> {
+        let Some(path) = &self.precisions else {
+            return Ok(None);
+        };
+        let file = if path.is_dir() {
+            path.join("model.json")
+        } else {
+            path.clone()
+        };
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| format!("--precisions: cannot read {}: {e}", file.display()))?;
+        let model: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| format!("--precisions: {} is not JSON: {e}", file.display()))?;
+        let report: PrecisionReport =
+            serde_json::from_value(model["frontend"]["precision"].clone()).map_err(|e| {
+                format!(
+                    "--precisions: {} has no precision report (`frontend.precision`): {e}",
+                    file.display()
+                )
+            })?;
+        let calibration = Calibration::from_report(report)
+            .map_err(|e| format!("--precisions: {}: {e}", file.display()))?;
+        tracing::info!(file = %file.display(), "precisions taken from an earlier package");
+        Ok(Some(calibration))
     }
 }
 
@@ -540,7 +585,10 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
     };
     let name = checkpoint.graph().name().to_owned();
     let options = args.calibration_options(template);
-    let calibration = run_calibration(&checkpoint, &options)?;
+    let calibration = match args.given_calibration()? {
+        Some(c) => c,
+        None => run_calibration(&checkpoint, &options)?,
+    };
     if !report_calibration(calibration.report(), args.strict) {
         return Ok(ExitCode::FAILURE);
     }
@@ -610,7 +658,7 @@ fn build_text(
              the package gives embeddings but no zero-shot scores"
         );
     }
-    let Some(calibration) = calibrate_reported(&checkpoint, &inputs, &options, args.strict)? else {
+    let Some(calibration) = calibrate_reported(args, &checkpoint, &inputs, &options)? else {
         return Ok(ExitCode::FAILURE);
     };
     build_and_write(args, target, &name, start, |config, stages| {

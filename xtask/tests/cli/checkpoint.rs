@@ -552,3 +552,90 @@ fn a_fidelity_target_outside_zero_to_one_is_refused() {
         assert!(!out.exists(), "{value}: {} was written", out.display());
     }
 }
+
+/// `--precisions PACKAGE` builds a checkpoint with an earlier package's
+/// precisions instead of calibrating: the same package again, byte for
+/// byte, at the same batch, and a package at another batch that runs.
+/// A file that is not a package's `model.json` is a clear error, nothing
+/// written.
+#[test]
+fn precisions_from_an_earlier_package_rebuild_it_without_calibrating() {
+    let sandbox = Sandbox::new();
+    let dir = fixture("checkpoints/vit-tiny")
+        .to_string_lossy()
+        .into_owned();
+    let cache = sandbox.cache().to_string_lossy().into_owned();
+    let build = |out: &std::path::Path, batch: &str, extra: &[&str]| {
+        let out = out.to_string_lossy().into_owned();
+        let mut args = vec![
+            "build-package",
+            "--checkpoint",
+            &dir,
+            "--batch",
+            batch,
+            "--tiles",
+            "16",
+            "--out",
+            &out,
+            "--kernel-cache",
+            &cache,
+        ];
+        args.extend_from_slice(extra);
+        sandbox.xtask_logging(&args, Some("info"))
+    };
+    let first = sandbox.out("first");
+    let outcome = build(&first, "2", &[]);
+    outcome.succeeded();
+    assert!(
+        outcome.stderr.contains("calibrated FP8 scales"),
+        "{}",
+        outcome.describe()
+    );
+    let first_path = first.to_string_lossy().into_owned();
+    let again = sandbox.out("again");
+    let outcome = build(&again, "2", &["--precisions", &first_path]);
+    outcome.succeeded();
+    assert!(
+        !outcome.stderr.contains("calibrated FP8 scales")
+            && outcome
+                .stderr
+                .contains("precisions taken from an earlier package"),
+        "{}",
+        outcome.describe()
+    );
+    assert_eq!(snapshot(&first), snapshot(&again));
+    let larger = sandbox.out("larger");
+    build(&larger, "3", &["--precisions", &first_path]).succeeded();
+    let png = fixture("checkpoints/images/rgb-40x30.png")
+        .to_string_lossy()
+        .into_owned();
+    let written = sandbox
+        .out("larger.safetensors")
+        .to_string_lossy()
+        .into_owned();
+    sandbox
+        .xtask(&[
+            "run-package",
+            &larger.to_string_lossy(),
+            "--image",
+            &png,
+            "--image",
+            &png,
+            "--image",
+            &png,
+            "--out",
+            &written,
+        ])
+        .succeeded();
+    // Not a package's model.json: the fixture's config.json.
+    let config = format!("{dir}/config.json");
+    let bad = sandbox.out("bad");
+    let outcome = build(&bad, "2", &["--precisions", &config]);
+    assert_ne!(outcome.status.code(), Some(0), "{}", outcome.describe());
+    assert!(
+        outcome.stderr.contains("--precisions") && outcome.stderr.contains("config.json"),
+        "{}",
+        outcome.describe()
+    );
+    assert!(!bad.exists());
+}

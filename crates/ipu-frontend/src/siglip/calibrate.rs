@@ -211,6 +211,16 @@ pub struct Calibration {
 }
 
 impl Calibration {
+    /// The calibration a precision report records (an earlier package's
+    /// `model.json`), to build the same checkpoint again without
+    /// calibrating: at another batch, or on other tiles.
+    pub fn from_report(
+        report: PrecisionReport,
+    ) -> Result<Self, crate::siglip::report::ReportError> {
+        let policy = report.policy()?;
+        Ok(Self { policy, report })
+    }
+
     /// The chosen precisions, for [`build_graph`].
     pub fn policy(&self) -> &PrecisionPolicy {
         &self.policy

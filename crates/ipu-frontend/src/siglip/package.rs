@@ -153,7 +153,11 @@ pub(crate) fn build_with_fallback(
         let (graph, description) = (tower.model)(&calibration)?;
         match build_package(&graph, config, stages) {
             Ok(p) => break (description, graph, p),
-            Err(e @ BuildError::DoesNotFit { .. }) if kept_f16(&calibration) => {
+            // With F16 refused by the options, the precisions were given
+            // (not measured here) and are built as they are.
+            Err(e @ BuildError::DoesNotFit { .. })
+                if kept_f16(&calibration) && options.f16_groups == F16Groups::Measure =>
+            {
                 tracing::warn!(
                     error = %e,
                     "does not fit with F16 groups or raised operands; calibrating again without them"
