@@ -741,25 +741,42 @@ fn the_description_reads_back_to_the_same_graph_and_inputs() {
     }
 }
 
+/// Each golden output of `model` (the reference evaluation on the two
+/// golden images) against transformers': the smallest per-row cosine
+/// and the relative RMS.
+fn against_golden(
+    checkpoint: &ClassTokenCheckpoint,
+    model: &PackagedClassToken,
+    name: &str,
+    family: Family,
+) -> Vec<(&'static str, f64, f64)> {
+    let dir = checkpoint_dir(name);
+    let graph = model.graph().expect("graph");
+    let mut values = checkpoint.weights_for(&graph).expect("weights");
+    values.extend(model.input_values(&graph, &images()).expect("images"));
+    let out = ipu_sim::evaluate(&graph, &values).expect("evaluates");
+    golden_outputs(family)
+        .into_iter()
+        .map(|(ours, theirs)| {
+            let (shape, expected) = golden(&dir, theirs).expect(theirs);
+            let got = out
+                .get(graph.tensor_by_name(ours).expect(ours))
+                .expect(ours);
+            let (cosine, rms) = fidelity(&expected, got, *shape.last().expect("width"));
+            (ours, cosine, rms)
+        })
+        .collect()
+}
+
 #[test]
 fn calibrated_fp8_pooled_output_matches_transformers() {
     println!("| checkpoint | output | smallest per-image cosine | relative RMS |");
     println!("|---|---|---|---|");
     let mut worst = Vec::new();
     for (name, family) in FAMILIES {
-        let dir = checkpoint_dir(name);
         let checkpoint = import(name, family, fp8_template());
         let model = calibrated(&checkpoint);
-        let graph = model.graph().expect("graph");
-        let mut values = checkpoint.weights_for(&graph).expect("weights");
-        values.extend(model.input_values(&graph, &images()).expect("images"));
-        let out = ipu_sim::evaluate(&graph, &values).expect("evaluates");
-        for (ours, theirs) in golden_outputs(family) {
-            let (shape, expected) = golden(&dir, theirs).expect(theirs);
-            let got = out
-                .get(graph.tensor_by_name(ours).expect(ours))
-                .expect(ours);
-            let (cosine, rms) = fidelity(&expected, got, *shape.last().expect("width"));
+        for (ours, cosine, rms) in against_golden(&checkpoint, &model, name, family) {
             println!("| `{name}` | `{ours}` | {cosine:.6} | {rms:.2e} |");
             worst.push((name, ours, cosine, rms));
         }
@@ -797,7 +814,6 @@ fn calibrate_with(
 #[test]
 fn a_fidelity_target_fp8_misses_raises_operands_until_it_is_met() {
     for (name, family) in FAMILIES {
-        let dir = checkpoint_dir(name);
         let checkpoint = import(name, family, fp8_template());
         let calibration = calibrate_with(&checkpoint, |o| o.min_cosine = Some(0.998));
         let report = calibration.report();
@@ -835,16 +851,7 @@ fn a_fidelity_target_fp8_misses_raises_operands_until_it_is_met() {
 
         let model =
             PackagedClassToken::new(&checkpoint, "raised-b2", 2, &calibration).expect("model");
-        let graph = model.graph().expect("graph");
-        let mut values = checkpoint.weights_for(&graph).expect("weights");
-        values.extend(model.input_values(&graph, &images()).expect("images"));
-        let out = ipu_sim::evaluate(&graph, &values).expect("evaluates");
-        for (ours, theirs) in golden_outputs(family) {
-            let (shape, expected) = golden(&dir, theirs).expect(theirs);
-            let got = out
-                .get(graph.tensor_by_name(ours).expect(ours))
-                .expect(ours);
-            let (cosine, rms) = fidelity(&expected, got, *shape.last().expect("width"));
+        for (ours, cosine, rms) in against_golden(&checkpoint, &model, name, family) {
             println!("| `{name}` (--min-cosine 0.998) | `{ours}` | {cosine:.6} | {rms:.2e} |");
             if ours != LAST_HIDDEN {
                 assert!(cosine >= 0.995, "{name} {ours}: cosine {cosine}");
