@@ -203,3 +203,65 @@ pub(crate) fn kept_f16(calibration: &Calibration) -> bool {
             .as_ref()
             .is_some_and(|f| f.operands.iter().any(|o| o.decision == "F16"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::siglip::report::{
+        CalibrationRecord, FidelityRecord, GroupRecord, OperandRecord, PRECISION_FORMAT,
+        PrecisionReport,
+    };
+
+    /// A report whose one group and one operand have these decisions.
+    fn calibration(group: &str, operand: &str) -> Calibration {
+        let report = PrecisionReport {
+            format: PRECISION_FORMAT.to_owned(),
+            softmax: "F16".to_owned(),
+            calibration: CalibrationRecord {
+                inputs: vec!["synthetic-0".to_owned()],
+                saturation_threshold: 1e-3,
+                activation_headroom: 2.0,
+                f16_min_gain: 0.01,
+            },
+            outputs: Vec::new(),
+            groups: vec![GroupRecord {
+                group: "bias".to_owned(),
+                roles: vec!["enc{i}.fc1.b".to_owned()],
+                extra_bytes: 64,
+                error_fp8: 0.1,
+                error_f16: Some(0.1),
+                decision: group.to_owned(),
+                reason: "a test".to_owned(),
+            }],
+            fidelity: Some(FidelityRecord {
+                min_cosine: Some(0.995),
+                required: Some(0.9975),
+                before: 0.99,
+                after: 0.998,
+                met: true,
+                operands: vec![OperandRecord {
+                    operand: "weights".to_owned(),
+                    role: "enc{i}.fc2.w".to_owned(),
+                    extra_bytes: 4096,
+                    cosine_alone: 0.998,
+                    cosine_with_earlier: Some(0.998),
+                    decision: operand.to_owned(),
+                }],
+                reason: "a test".to_owned(),
+            }),
+            tensors: Vec::new(),
+        };
+        Calibration::from_report(report).expect("an empty table reads back")
+    }
+
+    /// A build that does not fit is calibrated again when the calibration
+    /// kept a group or raised an operand, either alone, and not when it
+    /// did neither.
+    #[test]
+    fn raised_operands_count_as_f16_exceptions_as_groups_do() {
+        assert!(kept_f16(&calibration("F16", "FP8")));
+        assert!(kept_f16(&calibration("FP8", "F16")));
+        assert!(kept_f16(&calibration("F16", "F16")));
+        assert!(!kept_f16(&calibration("FP8", "FP8")));
+    }
+}
