@@ -66,7 +66,7 @@ use ipu_frontend::siglip::{
 };
 use ipu_frontend::{CheckpointKind, checkpoint_kind};
 use ipu_package::graph::parse_fixture;
-use ipu_package::package::Package;
+use ipu_package::package::{ModelDescription, Package};
 
 use crate::build_checkpoint::{build_and_write, calibrate_reported};
 use crate::params::{merge, parse_param, resolve};
@@ -236,15 +236,18 @@ impl Args {
         };
         let text = std::fs::read_to_string(&file)
             .map_err(|e| format!("--precisions: cannot read {}: {e}", file.display()))?;
-        let model: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| format!("--precisions: {} is not JSON: {e}", file.display()))?;
-        let report: PrecisionReport =
-            serde_json::from_value(model["frontend"]["precision"].clone()).map_err(|e| {
-                format!(
-                    "--precisions: {} has no precision report (`frontend.precision`): {e}",
-                    file.display()
-                )
-            })?;
+        let model = ModelDescription::from_json(&text).map_err(|e| {
+            format!(
+                "--precisions: {} is not a package's model.json: {e}",
+                file.display()
+            )
+        })?;
+        let report = PrecisionReport::of_model(&model).map_err(|e| {
+            format!(
+                "--precisions: {} has no precision report: {e}",
+                file.display()
+            )
+        })?;
         let calibration = Calibration::from_report(report)
             .map_err(|e| format!("--precisions: {}: {e}", file.display()))?;
         tracing::info!(file = %file.display(), "precisions taken from an earlier package");

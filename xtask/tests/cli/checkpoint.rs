@@ -249,21 +249,7 @@ fn the_golden_checkpoint_keeps_its_fidelity_with_attention_on_the_amp() {
     for unit in ["amp", "vector"] {
         let package = sandbox.out(&format!("siglip-{unit}"));
         sandbox
-            .xtask(&[
-                "build-package",
-                "--checkpoint",
-                &dir.to_string_lossy(),
-                "--batch",
-                "2",
-                "--tiles",
-                "16",
-                "--attention",
-                unit,
-                "--out",
-                &package.to_string_lossy(),
-                "--kernel-cache",
-                &sandbox.cache().to_string_lossy(),
-            ])
+            .build_checkpoint(&dir, "2", &package, &["--attention", unit])
             .succeeded();
         let program = std::fs::read_to_string(package.join("program.json")).expect("program");
         assert_eq!(
@@ -314,19 +300,7 @@ fn bad_images_and_files_are_clear_errors() {
     let package = sandbox.out("siglip");
     let dir = fixture("checkpoints/siglip-vision-head");
     sandbox
-        .xtask(&[
-            "build-package",
-            "--checkpoint",
-            &dir.to_string_lossy(),
-            "--batch",
-            "2",
-            "--tiles",
-            "16",
-            "--out",
-            &package.to_string_lossy(),
-            "--kernel-cache",
-            &sandbox.cache().to_string_lossy(),
-        ])
+        .build_checkpoint(&dir, "2", &package, &[])
         .succeeded();
     let package = package.to_string_lossy().into_owned();
     let png = fixture("checkpoints/images/rgb-40x30.png")
@@ -392,28 +366,7 @@ fn strict_refuses_a_checkpoint_that_saturates_and_a_plain_build_warns() {
     )
     .unwrap();
     let out = sandbox.out("loud");
-    let build = |extra: &[&str]| {
-        let (dir, out, cache) = (
-            dir.to_string_lossy().into_owned(),
-            out.to_string_lossy().into_owned(),
-            sandbox.cache().to_string_lossy().into_owned(),
-        );
-        let mut args = vec![
-            "build-package",
-            "--checkpoint",
-            &dir,
-            "--batch",
-            "2",
-            "--tiles",
-            "16",
-            "--out",
-            &out,
-            "--kernel-cache",
-            &cache,
-        ];
-        args.extend_from_slice(extra);
-        sandbox.xtask(&args)
-    };
+    let build = |extra: &[&str]| sandbox.build_checkpoint(&dir, "2", &out, extra);
     build(&["--strict"]).failed_with("--strict");
     assert!(!out.exists(), "--strict wrote a package");
     let plain = build(&[]);
@@ -483,30 +436,12 @@ fn an_inputs_file_holds_inputs_only_and_all_of_them() {
 #[test]
 fn checkpoint_packages_are_byte_identical_whatever_the_thread_count() {
     let sandbox = Sandbox::new();
-    let dir = fixture("checkpoints/siglip-vision-head")
-        .to_string_lossy()
-        .into_owned();
-    let cache = sandbox.cache().to_string_lossy().into_owned();
+    let dir = fixture("checkpoints/siglip-vision-head");
     let mut built = Vec::new();
     for jobs in ["1", "2"] {
         let out = sandbox.out(&format!("jobs{jobs}"));
-        let out_text = out.to_string_lossy().into_owned();
         sandbox
-            .xtask(&[
-                "build-package",
-                "--checkpoint",
-                &dir,
-                "--batch",
-                "2",
-                "--tiles",
-                "16",
-                "--out",
-                &out_text,
-                "--kernel-cache",
-                &cache,
-                "--jobs",
-                jobs,
-            ])
+            .build_checkpoint(&dir, "2", &out, &["--jobs", jobs])
             .succeeded();
         built.push(snapshot(&out));
     }
@@ -561,27 +496,9 @@ fn a_fidelity_target_outside_zero_to_one_is_refused() {
 #[test]
 fn precisions_from_an_earlier_package_rebuild_it_without_calibrating() {
     let sandbox = Sandbox::new();
-    let dir = fixture("checkpoints/vit-tiny")
-        .to_string_lossy()
-        .into_owned();
-    let cache = sandbox.cache().to_string_lossy().into_owned();
-    let build = |out: &std::path::Path, batch: &str, extra: &[&str]| {
-        let out = out.to_string_lossy().into_owned();
-        let mut args = vec![
-            "build-package",
-            "--checkpoint",
-            &dir,
-            "--batch",
-            batch,
-            "--tiles",
-            "16",
-            "--out",
-            &out,
-            "--kernel-cache",
-            &cache,
-        ];
-        args.extend_from_slice(extra);
-        sandbox.xtask_logging(&args, Some("info"))
+    let dir = fixture("checkpoints/vit-tiny");
+    let build = |out: &Path, batch: &str, extra: &[&str]| {
+        sandbox.build_checkpoint_logging(&dir, batch, out, extra, Some("info"))
     };
     let first = sandbox.out("first");
     let outcome = build(&first, "2", &[]);
@@ -628,7 +545,7 @@ fn precisions_from_an_earlier_package_rebuild_it_without_calibrating() {
         ])
         .succeeded();
     // Not a package's model.json: the fixture's config.json.
-    let config = format!("{dir}/config.json");
+    let config = dir.join("config.json").to_string_lossy().into_owned();
     let bad = sandbox.out("bad");
     let outcome = build(&bad, "2", &["--precisions", &config]);
     assert_ne!(outcome.status.code(), Some(0), "{}", outcome.describe());

@@ -58,19 +58,7 @@ fn build_and_run(checkpoints: &[(&str, &str, Outputs)]) {
     for (name, family, outputs) in checkpoints {
         let package = sandbox.out(name);
         sandbox
-            .xtask(&[
-                "build-package",
-                "--checkpoint",
-                &fixture(&format!("checkpoints/{name}")).to_string_lossy(),
-                "--batch",
-                "2",
-                "--tiles",
-                "16",
-                "--out",
-                &package.to_string_lossy(),
-                "--kernel-cache",
-                &sandbox.cache().to_string_lossy(),
-            ])
+            .build_checkpoint(&fixture(&format!("checkpoints/{name}")), "2", &package, &[])
             .succeeded();
         let model: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(package.join("model.json")).expect("model.json"),
@@ -130,21 +118,12 @@ fn clips_text_tower_builds_and_runs_on_texts() {
     .expect("texts");
     let package = sandbox.out("clip-text");
     sandbox
-        .xtask(&[
-            "build-package",
-            "--checkpoint",
-            &dir.to_string_lossy(),
-            "--tower",
-            "text",
-            "--batch",
+        .build_checkpoint(
+            &dir,
             &texts.len().to_string(),
-            "--tiles",
-            "16",
-            "--out",
-            &package.to_string_lossy(),
-            "--kernel-cache",
-            &sandbox.cache().to_string_lossy(),
-        ])
+            &package,
+            &["--tower", "text"],
+        )
         .succeeded();
     // The package names its family as CLIP's text tower.
     let model: serde_json::Value =
@@ -186,19 +165,7 @@ fn clips_text_tower_builds_and_runs_on_texts() {
     // of the two towers' packages against transformers'.
     let vision = sandbox.out("clip-vision");
     sandbox
-        .xtask(&[
-            "build-package",
-            "--checkpoint",
-            &dir.to_string_lossy(),
-            "--batch",
-            "2",
-            "--tiles",
-            "16",
-            "--out",
-            &vision.to_string_lossy(),
-            "--kernel-cache",
-            &sandbox.cache().to_string_lossy(),
-        ])
+        .build_checkpoint(&dir, "2", &vision, &[])
         .succeeded();
     let scores = sandbox.out("clip-scores.safetensors");
     let mut args = vec![

@@ -102,6 +102,44 @@ impl Sandbox {
         self.xtask(&args)
     }
 
+    /// `build-package` of the checkpoint directory `dir` at `batch` on 16
+    /// tiles into `out`, with the sandbox's kernel cache and `extra`
+    /// arguments, logging as [`Sandbox::xtask`] does.
+    pub fn build_checkpoint(&self, dir: &Path, batch: &str, out: &Path, extra: &[&str]) -> Outcome {
+        self.build_checkpoint_logging(dir, batch, out, extra, Some("warn"))
+    }
+
+    /// [`Sandbox::build_checkpoint`] with `RUST_LOG` set to `rust_log`, or
+    /// unset.
+    pub fn build_checkpoint_logging(
+        &self,
+        dir: &Path,
+        batch: &str,
+        out: &Path,
+        extra: &[&str],
+        rust_log: Option<&str>,
+    ) -> Outcome {
+        let dir = dir.to_string_lossy();
+        let out = out.to_string_lossy();
+        let cache = self.cache();
+        let cache = cache.to_string_lossy();
+        let mut args = vec![
+            "build-package",
+            "--checkpoint",
+            &dir,
+            "--batch",
+            batch,
+            "--tiles",
+            "16",
+            "--out",
+            &out,
+            "--kernel-cache",
+            &cache,
+        ];
+        args.extend_from_slice(extra);
+        self.xtask_logging(&args, rust_log)
+    }
+
     /// Builds `fixture` on `tiles` tiles into `work/<name>` and returns its
     /// path; the build must succeed.
     pub fn good_package(&self, fixture_name: &str, tiles: &str, name: &str) -> PathBuf {

@@ -233,6 +233,18 @@ impl Calibration {
     }
 }
 
+/// The tensor `id` is a view of, if a view op (slice, broadcast, reshape,
+/// transpose: each keeps its input's precision) produces it.
+fn view_source(graph: &Graph, id: TensorId) -> Option<TensorId> {
+    graph.producer(id).and_then(|op| match graph.op(op) {
+        Op::Slice { input, .. }
+        | Op::Broadcast { input, .. }
+        | Op::Reshape { input, .. }
+        | Op::Transpose { input, .. } => Some(*input),
+        _ => None,
+    })
+}
+
 /// What calibration needs of a tower (the vision tower's [`Checkpoint`],
 /// the text tower's [`TextCheckpoint`](crate::siglip::text::TextCheckpoint)):
 /// its graph under a policy at batch 1, the weights of such a graph, and
@@ -469,6 +481,7 @@ pub fn calibrate_inputs(
     )?;
     let mut final_graph = runner.graph(&choice.policy)?;
     let (mut measured, mut output_stats) = measure_final(&runner, &final_graph, &f32_run.outputs)?;
+    let (start_cosine, worst_input) = fidelity::smallest_cosine(&output_stats);
     let raised = fidelity::raise(
         &runner,
         &fidelity::Start {
@@ -478,8 +491,8 @@ pub fn calibrate_inputs(
             kept: &choice.kept,
             groups: &candidates,
             policy: &choice.policy,
-            cosine: fidelity::smallest_cosine(&output_stats).0,
-            worst_input: fidelity::smallest_cosine(&output_stats).1,
+            cosine: start_cosine,
+            worst_input,
         },
         options.min_cosine,
         &options.f16_groups,

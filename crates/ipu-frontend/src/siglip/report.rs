@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::siglip::policy::PrecisionPolicy;
 use ipu_package::graph::SoftmaxPrecision;
+use ipu_package::package::ModelDescription;
 
 /// The format tag of the precision report.
 pub const PRECISION_FORMAT: &str = "ipu-backend/precision/v1";
@@ -124,7 +125,8 @@ pub struct FidelityRecord {
     /// set.
     pub min_cosine: Option<f64>,
     /// What the calibration inputs must reach for it, with headroom for
-    /// unseen images: `1 − (1 − min_cosine) / 2`.
+    /// unseen images: `1 − (1 − min_cosine) /`
+    /// [`FIDELITY_HEADROOM`](crate::siglip::FIDELITY_HEADROOM).
     pub required: Option<f64>,
     /// The smallest per-input output cosine before any operand was raised
     /// (FP8 with the F16 groups decided).
@@ -149,7 +151,8 @@ pub struct OperandRecord {
     pub operand: String,
     /// The role (`enc{i}.fc2.w`, `enc{i}.ln1.y8`), or the group's name.
     pub role: String,
-    /// Weight bytes F16 adds (0 for activations).
+    /// Weight bytes F16 adds, its GEMMs' weight operands raised with it
+    /// included (0 for activations).
     pub extra_bytes: u64,
     /// The smallest per-input output cosine with this role alone raised.
     pub cosine_alone: f64,
@@ -250,6 +253,12 @@ fn parse_precision(name: &str, scale: Option<i8>) -> Option<Precision> {
 }
 
 impl PrecisionReport {
+    /// The report a package's `model.json` carries: every family's part
+    /// of it holds the report under `precision`.
+    pub fn of_model(model: &ModelDescription) -> Result<Self, serde_json::Error> {
+        Self::deserialize(&model.frontend["precision"])
+    }
+
     /// The precision policy the report's table gives.
     pub fn policy(&self) -> Result<PrecisionPolicy, ReportError> {
         if self.format != PRECISION_FORMAT {

@@ -482,24 +482,35 @@ fn missing_extra_and_misshaped_tensors_are_named() {
     assert_eq!(prefixed.weights(), plain.weights());
 }
 
+/// Asserts that `checkpoint`'s preprocessing of the two golden images
+/// equals transformers' pixel values (`[2, 3, side, side]`) bit for bit,
+/// and returns those values.
+pub(crate) fn assert_pixel_values_equal_golden(
+    name: &str,
+    checkpoint: &ClassTokenCheckpoint,
+    side: usize,
+) -> Vec<f32> {
+    let (shape, expected) = golden(&checkpoint_dir(name), "pixel_values").expect("pixel values");
+    assert_eq!(shape, [2, 3, side, side], "{name}");
+    let mut got = Vec::new();
+    for image in images() {
+        got.extend(checkpoint.processor().pixel_values(&image).expect("image"));
+    }
+    let differing = got
+        .iter()
+        .zip(&expected)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(differing, 0, "{name}: {differing} pixel values differ");
+    expected
+}
+
 #[test]
 fn preprocessing_equals_transformers_pixel_values_bit_for_bit() {
     for (name, family) in FAMILIES {
-        let dir = checkpoint_dir(name);
         let checkpoint = import(name, family, PrecisionPolicy::all_f32());
-        let (shape, expected) = golden(&dir, "pixel_values").expect("pixel values");
         let side = checkpoint.config().image_size() as usize;
-        assert_eq!(shape, [2, 3, side, side]);
-        let mut got = Vec::new();
-        for image in images() {
-            got.extend(checkpoint.processor().pixel_values(&image).expect("image"));
-        }
-        let differing = got
-            .iter()
-            .zip(&expected)
-            .filter(|(a, b)| a.to_bits() != b.to_bits())
-            .count();
-        assert_eq!(differing, 0, "{name}: {differing} pixel values differ");
+        let expected = assert_pixel_values_equal_golden(name, &checkpoint, side);
         // The graph's input: a zero class row, then the patches.
         let input = checkpoint.input_values(&images()).expect("images");
         let patches = input.get(checkpoint.patches()).expect("patches");

@@ -21,8 +21,8 @@ use ipu_package::graph::{Activation, ValueSet};
 
 use crate::checkpoint::checkpoint_dir;
 use crate::class_token::{
-    assert_outputs_equal_golden, calibrated, fidelity, fp8_template, golden, images, import,
-    stored, transposed,
+    assert_outputs_equal_golden, assert_pixel_values_equal_golden, calibrated, fidelity,
+    fp8_template, golden, images, import, stored, transposed,
 };
 
 const TINY: &str = "dinov2-tiny";
@@ -283,20 +283,8 @@ fn register_tokens_go_between_the_class_row_and_the_patches() {
 
 #[test]
 fn dinov2_preprocessing_equals_transformers_pixel_values_bit_for_bit() {
-    let dir = checkpoint_dir(TINY);
     let checkpoint = import(TINY, Family::Dinov2, PrecisionPolicy::all_f32());
-    let (shape, expected) = golden(&dir, "pixel_values").expect("pixel values");
-    assert_eq!(shape, [2, 3, 24, 24]);
-    let mut got = Vec::new();
-    for image in images() {
-        got.extend(checkpoint.processor().pixel_values(&image).expect("image"));
-    }
-    let differing = got
-        .iter()
-        .zip(&expected)
-        .filter(|(a, b)| a.to_bits() != b.to_bits())
-        .count();
-    assert_eq!(differing, 0, "{differing} pixel values differ");
+    assert_pixel_values_equal_golden(TINY, &checkpoint, 24);
 }
 
 #[test]

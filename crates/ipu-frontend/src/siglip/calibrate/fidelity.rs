@@ -44,7 +44,7 @@ use ipu_layout::Precision;
 use ipu_package::graph::{Graph, Op, TensorId};
 
 use super::measure::{OutputStats, finite};
-use super::{CalibrationError, Candidate, F16Groups, Roles, Runner, WeightScales};
+use super::{CalibrationError, Candidate, F16Groups, Roles, Runner, WeightScales, view_source};
 use crate::siglip::policy::{PrecisionPolicy, role};
 use crate::siglip::report::{FidelityRecord, OperandRecord};
 
@@ -79,9 +79,8 @@ pub(super) fn smallest_cosine(stats: &BTreeMap<String, OutputStats>) -> (f64, us
 /// An operand role that may be raised to F16.
 #[derive(Clone, Debug)]
 enum Operand {
-    /// A GEMM weight role, F16 instead of FP8, with its extra bytes and
-    /// the cast roles its GEMMs read: those go too, since the AMP
-    /// multiplies F16 weights only by F16 activations.
+    /// A GEMM weight role, F16 instead of FP8, with the weight bytes F16
+    /// adds and its GEMMs' FP8 left operands, which go to F16 too.
     Weights {
         role: String,
         extra_bytes: u64,
@@ -90,9 +89,8 @@ enum Operand {
     /// An FP8 cast role, removed.
     Activations(String),
     /// An F16 candidate group the groups' own test left in FP8 (it gained
-    /// too little alone), with its roles and extra bytes.
-    /// Any of its roles a GEMM multiplies takes that GEMM's partners
-    /// along, as for `Weights`.
+    /// too little alone), with its roles, the weight bytes F16 adds, and
+    /// the FP8 left operands of the GEMMs that multiply any of its roles.
     Group {
         group: &'static str,
         roles: Vec<String>,
@@ -206,6 +204,23 @@ fn candidates(start: &Start<'_>) -> Vec<Operand> {
             }
         }
     }
+    // Bytes F16 adds to a role: one a weight element.
+    let bytes_of = |r: &String| -> u64 {
+        roles.members[r]
+            .iter()
+            .filter_map(|n| template.tensor_by_name(n))
+            .map(|id| template.tensor(id).element_count())
+            .sum()
+    };
+    let partner_bytes = |partners: &[Partner]| -> u64 {
+        partners
+            .iter()
+            .map(|p| match p {
+                Partner::Weight(r) => bytes_of(r),
+                Partner::Cast(_) => 0,
+            })
+            .sum()
+    };
     let partners_of = |weight_roles: &[String]| {
         let mut out: Vec<Partner> = Vec::new();
         for p in weight_roles
@@ -227,42 +242,32 @@ fn candidates(start: &Start<'_>) -> Vec<Operand> {
             && !kept.contains_key(r)
             && weight_stats.get(r).is_some_and(|(p, _)| p.is_fp8())
         {
-            let extra_bytes: u64 = roles.members[r]
-                .iter()
-                .filter_map(|n| template.tensor_by_name(n))
-                .map(|id| template.tensor(id).element_count())
-                .sum();
+            let partners = partners_of(std::slice::from_ref(r));
             out.push(Operand::Weights {
                 role: r.clone(),
-                extra_bytes,
-                partners: partners_of(std::slice::from_ref(r)),
+                extra_bytes: bytes_of(r) + partner_bytes(&partners),
+                partners,
             });
         }
     }
     for g in groups {
         if g.roles.iter().all(|r| !kept.contains_key(r)) {
+            let partners = partners_of(&g.roles);
             out.push(Operand::Group {
                 group: g.group,
                 roles: g.roles.clone(),
-                extra_bytes: g.extra_bytes,
-                partners: partners_of(&g.roles),
+                extra_bytes: g.extra_bytes + partner_bytes(&partners),
+                partners,
             });
         }
     }
     out
 }
 
-/// The tensor `id` is a view of (through slices, broadcasts, reshapes
-/// and transposes, which keep their input's precision), or `id`.
+/// The tensor `id` is a view of through any chain of view ops, or `id`.
 fn viewed(graph: &Graph, mut id: TensorId) -> TensorId {
-    while let Some(op) = graph.producer(id) {
-        match graph.op(op) {
-            Op::Slice { input, .. }
-            | Op::Broadcast { input, .. }
-            | Op::Reshape { input, .. }
-            | Op::Transpose { input, .. } => id = *input,
-            _ => break,
-        }
+    while let Some(source) = view_source(graph, id) {
+        id = source;
     }
     id
 }

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use ipu_layout::Precision;
-use ipu_package::graph::{Graph, Op, TensorKind, ValueSet};
+use ipu_package::graph::{Graph, TensorKind, ValueSet};
 
 use super::measure::{F16_MAX, Stats, finite, quantised};
-use super::{ACTIVATION_HEADROOM, Roles, WeightScales};
+use super::{ACTIVATION_HEADROOM, Roles, WeightScales, view_source};
 use crate::siglip::policy::role;
 use crate::siglip::report::{TensorRecord, precision_name};
 
@@ -71,15 +71,7 @@ pub(super) fn tensor_records(m: &Measured<'_>) -> Vec<TensorRecord> {
             fp8_error: fp8_error.map(finite),
             reason,
         };
-        let view_of = final_graph
-            .producer(id)
-            .and_then(|op| match final_graph.op(op) {
-                Op::Slice { input, .. }
-                | Op::Broadcast { input, .. }
-                | Op::Reshape { input, .. }
-                | Op::Transpose { input, .. } => Some(final_graph.tensor(*input).name().to_owned()),
-                _ => None,
-            });
+        let view_of = view_source(final_graph, id).map(|v| final_graph.tensor(v).name().to_owned());
         let entry = match t.kind() {
             _ if view_of.is_some() => record(
                 "view",
