@@ -30,7 +30,8 @@ impl Lowerer<'_> {
             layouts = self.layout(format!("GEMM {op}"), layouts.rotated(spread(op.as_u32())))?;
         }
         let x = self.ensure(left, layouts.left.clone(), gemm_left_attrs(&layouts.left))?;
-        let resident = self.weight_home(right, layouts.right_resident.clone(), GEMM_RIGHT);
+        let resting = self.balanced_resting(right, &problem, chosen, &layouts.right_resident)?;
+        let resident = self.weight_home(right, resting, GEMM_RIGHT);
         let w = if self.program.buffers[resident].ty == layouts.right {
             resident
         } else {

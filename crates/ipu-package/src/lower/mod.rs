@@ -26,6 +26,7 @@ mod elementwise;
 mod gather;
 mod gemm;
 mod repeat;
+mod resting;
 
 use ipu_layout::{
     Axis, AxisTiling, ElementOrder, LayoutError, MemoryClass, Precision, SourceView, TensorTiling,
@@ -169,6 +170,8 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
         clears: Vec::new(),
         steps: Vec::new(),
         body_weights: None,
+        body: None,
+        resting: resting::RestingBytes::new(config.tiles),
         unread_clears: 0,
         read_axis: HashMap::new(),
     };
@@ -222,6 +225,8 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
         removed = l.unread_clears,
         "eliminated unread padding clears"
     );
+    let (tile, bytes) = l.resting.fullest();
+    tracing::info!(tile, bytes, "weights at rest on the fullest tile");
     Ok(l.program)
 }
 
@@ -344,6 +349,10 @@ struct Lowerer<'a> {
     steps: Vec<Step>,
     /// Weight buffers created while lowering a repeat body.
     body_weights: Option<Vec<(BufferId, TensorId)>>,
+    /// The repeat whose body is being lowered.
+    body: Option<&'a Repeat>,
+    /// Bytes of weights at rest on each tile so far.
+    resting: resting::RestingBytes,
     /// Padded shards of redistribution targets whose padding nothing reads,
     /// so that no clear was issued for them.
     unread_clears: u64,
@@ -598,6 +607,8 @@ impl Lowerer<'_> {
             return *b;
         }
         let name = self.graph.tensor(tensor).name().to_owned();
+        let copies = self.resting_copies(tensor);
+        self.resting.add(&ty, copies);
         let b = self.new_buffer_with(
             name,
             ty,

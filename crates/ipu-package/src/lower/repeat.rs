@@ -4,8 +4,8 @@
 
 use super::*;
 
-impl Lowerer<'_> {
-    pub(super) fn lower_repeat(&mut self, r: &Repeat) -> Result<(), LowerError> {
+impl<'a> Lowerer<'a> {
+    pub(super) fn lower_repeat(&mut self, r: &'a Repeat) -> Result<(), LowerError> {
         let g = self.graph;
         let first = r.iteration_ops(0);
         let second = r.iteration_ops(1);
@@ -52,9 +52,11 @@ impl Lowerer<'_> {
 
         let outer = std::mem::take(&mut self.steps);
         self.body_weights = Some(Vec::new());
+        self.body = Some(r);
         for op in first {
             self.lower_op(OpId::from_u32(op as u32))?;
         }
+        self.body = None;
         self.flush(&StepLabel {
             op: None,
             role: StepRole::EndOfRepeat,

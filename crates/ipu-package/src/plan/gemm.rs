@@ -377,43 +377,88 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
 /// `kp × np ≤ tiles` with the smallest largest shard (then the most tiles)
 /// is chosen, and the GEMM's row blocks receive their copies by exchange.
 fn resident_tiling(problem: &GemmProblem, grid: GemmGrid) -> Result<TensorTiling, LayoutError> {
+    let mut tilings = resident_tilings(problem, grid)?;
+    // Never empty: `kp = 1` is always a candidate.
+    Ok(tilings.swap_remove(0))
+}
+
+/// Every resting tiling of [`resident_tiling`]'s kind whose largest shard is
+/// the smallest possible, the one it takes first, then by `kp`. They differ
+/// in which tiles hold the larger shards of a ragged split, which is what
+/// [`resting_candidates`] lets the lowering choose between.
+fn resident_tilings(
+    problem: &GemmProblem,
+    grid: GemmGrid,
+) -> Result<Vec<TensorTiling>, LayoutError> {
     let GemmGrid { pm, pn, pk } = grid;
     let micro = problem.micro_inner();
     let tiles = u32::try_from(grid.tiles()).map_err(|_| LayoutError::Overflow { what: "grid" })?;
     if pm == 1 {
-        return TensorTiling::new(
+        return Ok(vec![TensorTiling::new(
             tiles,
             1,
             vec![
                 axis(Axis::FromStart(0), pk, micro, u64::from(pn)),
                 axis(Axis::FromStart(1), pn, problem.column_block(), 1),
             ],
-        );
+        )?]);
     }
     let kblocks = problem.inner.div_ceil(micro).max(1);
     let nblocks = problem.columns.div_ceil(problem.column_block()).max(1);
-    let mut best = (0u64, u64::MAX, 1u64, 1u64);
-    for kp in 1..=kblocks.min(u64::from(tiles)) {
-        let np = (u64::from(tiles) / kp).min(nblocks);
-        let used = kp * np;
-        let k_block = kblocks.div_ceil(kp) * micro;
-        let n_block = nblocks.div_ceil(np) * problem.column_block();
-        let largest = k_block * n_block;
-        // The largest shard decides a tile's load; among equal largest
-        // shards, use more tiles.
-        if best.0 == 0 || (largest, u64::MAX - used) < (best.1, u64::MAX - best.0) {
-            best = (used, largest, kp, np);
-        }
-    }
-    let (used, _, kp, np) = best;
-    TensorTiling::new(
-        used as u32,
-        1,
-        vec![
-            axis(Axis::FromStart(0), kp as u32, micro, np),
-            axis(Axis::FromStart(1), np as u32, problem.column_block(), 1),
-        ],
-    )
+    // (largest shard, tiles unused, kp, np) of every split.
+    let mut splits: Vec<(u64, u64, u64, u64)> = (1..=kblocks.min(u64::from(tiles)))
+        .map(|kp| {
+            let np = (u64::from(tiles) / kp).min(nblocks);
+            let k_block = kblocks.div_ceil(kp) * micro;
+            let n_block = nblocks.div_ceil(np) * problem.column_block();
+            (k_block * n_block, u64::MAX - kp * np, kp, np)
+        })
+        .collect();
+    splits.sort_unstable();
+    let smallest = splits.first().map_or(0, |s| s.0);
+    splits
+        .into_iter()
+        .take_while(|s| s.0 == smallest)
+        .map(|(_, _, kp, np)| {
+            TensorTiling::new(
+                (kp * np) as u32,
+                1,
+                vec![
+                    axis(Axis::FromStart(0), kp as u32, micro, np),
+                    axis(Axis::FromStart(1), np as u32, problem.column_block(), 1),
+                ],
+            )
+        })
+        .collect()
+}
+
+/// The types GEMM weights on `grid` may rest in, [`GemmLayouts::right_resident`]
+/// first: with `pm == 1` only that one (the AMP reads the weights where they
+/// rest); otherwise every resting tiling with the smallest largest shard,
+/// unrotated. All hold the same bytes on their fullest tile; a caller
+/// placing several GEMMs' weights picks the one (and the rotation) that
+/// keeps the tiles' total resting bytes even.
+pub fn resting_candidates(
+    problem: &GemmProblem,
+    grid: GemmGrid,
+) -> Result<Vec<TensorType>, LayoutError> {
+    let memory_class = if grid.pm == 1 {
+        MemoryClass::Ipu21Interleaved
+    } else {
+        MemoryClass::Ipu21Standard
+    };
+    resident_tilings(problem, grid)?
+        .into_iter()
+        .map(|tiling| {
+            tensor(
+                vec![problem.inner, problem.columns],
+                problem.right,
+                ElementOrder::Amp(AmpOperand::Right),
+                memory_class,
+                tiling,
+            )
+        })
+        .collect()
 }
 
 /// Where the `pk` partial sums of a GEMM on `grid` are reduced: the result
