@@ -17,13 +17,24 @@ impl Lowerer<'_> {
         let (tl, tr, tout) = (g.tensor(left), g.tensor(right), g.tensor(output));
         let problem = GemmProblem::of(tl, tr, tout, &self.config.cost);
         let budget = self.config.budget_for(op);
-        let (chosen, steps) = choose_gemm_grid(
-            &problem,
-            self.config.tiles,
-            budget,
-            bias.is_some(),
-            &self.config.cost,
-        );
+        let choose = |budget| {
+            choose_gemm_grid(
+                &problem,
+                self.config.tiles,
+                budget,
+                bias.is_some(),
+                &self.config.cost,
+            )
+        };
+        let (mut chosen, mut steps) = choose(budget);
+        if let Some(stretch) = self.config.stretch_budget_for(op) {
+            let (grid, costs) = choose(stretch);
+            let gain = steps.total().saturating_sub(costs.total());
+            if gain.saturating_mul(100) >= steps.total().saturating_mul(STRETCH_GAIN_PERCENT) {
+                tracing::debug!(op = %op, output = tout.name(), budget = stretch, ?grid, "a GEMM takes the stretched budget");
+                (chosen, steps) = (grid, costs);
+            }
+        }
         tracing::debug!(op = %op, output = tout.name(), grid = ?chosen, estimated_cycles = steps.total(), "planned GEMM grid");
         let mut layouts = self.layout(format!("GEMM {op}"), gemm_layouts(&problem, chosen))?;
         if self.config.rotate {

@@ -93,6 +93,20 @@ impl LowerConfig {
             .min(self.transient_budget)
     }
 
+    /// A larger budget GEMM `op` may take where its plan there is at least
+    /// [`STRETCH_GAIN_PERCENT`] % faster than within [`Self::budget_for`]:
+    /// [`STRETCH_PERCENT`] % of the transient budget, none for an operation
+    /// a replan gave a budget of its own. At SigLIP so400m's batch 2 no
+    /// GEMM gains that much; at batch 4 the QKV and first MLP GEMMs
+    /// otherwise split their rows 27 ways and run at 1.8 × their floor
+    /// (docs/PROFILE.md, "A larger budget where it buys cycles").
+    pub fn stretch_budget_for(&self, op: OpId) -> Option<u64> {
+        if self.op_budgets.contains_key(&op) {
+            return None;
+        }
+        Some(self.transient_budget.saturating_mul(STRETCH_PERCENT) / 100)
+    }
+
     /// The transient budget of operation `op`, an attention: a quarter
     /// above `transient_budget`, because most of an attention's bytes on a
     /// tile are one step's scores and probabilities, dead at that step's
@@ -105,6 +119,14 @@ impl LowerConfig {
         self.op_budgets.get(&op).copied().unwrap_or(base).min(base)
     }
 }
+
+/// The stretched budget of a GEMM, in percent of the transient budget
+/// ([`LowerConfig::stretch_budget_for`]).
+pub const STRETCH_PERCENT: u64 = 140;
+
+/// How much faster, in percent, a GEMM's plan in the stretched budget must
+/// be to take it: enough that memory goes only where it buys cycles.
+pub const STRETCH_GAIN_PERCENT: u64 = 5;
 
 impl Default for LowerConfig {
     fn default() -> Self {

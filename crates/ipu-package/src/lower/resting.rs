@@ -157,7 +157,10 @@ mod tests {
         // A candidate on fewer tiles leaves the others as they are.
         let candidates = vec![vec![4, 4, 4], vec![2, 2, 3, 3]];
         assert_eq!(resting.best(&candidates, 1), Some((1, 0)));
-        assert_eq!(resting.fullest_with(&candidates[1], 0, u64::MAX), Some((5, 4)));
+        assert_eq!(
+            resting.fullest_with(&candidates[1], 0, u64::MAX),
+            Some((5, 4))
+        );
         assert_eq!(resting.fullest_with(&candidates[0], 0, 6), None);
         assert_eq!(resting.fullest(), (0, 3));
     }

@@ -22,7 +22,8 @@ pub use attention_amp::{
 pub use choose::{GemmOpCycles, GemmScorer, StepCosts, choose_gemm_grid};
 pub use cost::CostModel;
 pub use gemm::{
-    GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates, gemm_layouts, reduce_layout, resting_candidates,
+    GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates, gemm_layouts, reduce_layout,
+    resting_candidates,
 };
 pub use layouts::{
     AttentionGrid, AttentionLayouts, AttentionShape, attention_grid, attention_layouts,

@@ -14,7 +14,7 @@ use ipu_package::profile::StepKind;
 use ipu_target::Target;
 
 use crate::fixture_text;
-use crate::plan::siglip_gemms;
+use crate::plan::{siglip_gemms, siglip_gemms_at};
 
 #[test]
 fn the_chosen_grid_is_the_cheapest_fitting_candidate_and_above_its_bound() {
@@ -183,4 +183,48 @@ fn extreme_sizes_and_empty_splits_score_without_overflow() {
             "{pm}×{pn}×{pk}: a reduce only with pk > 1"
         );
     }
+}
+
+/// The stretched budget (`LowerConfig::stretch_budget_for`) is taken only
+/// where it buys at least `STRETCH_GAIN_PERCENT` % of a GEMM's cycles:
+/// never at SigLIP's batch 2, whose package it leaves alone, and for the
+/// QKV and first MLP GEMMs at batch 4, which within the plain budget split
+/// their rows 27 ways. A stretched plan is never slower and stays within
+/// the stretched budget; a replanned operation gets no stretch.
+#[test]
+fn the_stretched_budget_is_taken_only_where_it_buys_cycles() {
+    use ipu_package::OpId;
+    use ipu_package::lower::{LowerConfig, STRETCH_GAIN_PERCENT};
+
+    let cost = CostModel::ipu21();
+    let config = LowerConfig::default();
+    let op = OpId::from_u32(0);
+    let budget = config.budget_for(op);
+    let stretch = config.stretch_budget_for(op).expect("no replan");
+    assert!(stretch > budget);
+    let mut taken = Vec::new();
+    for batch in [2, 4] {
+        for (name, problem) in siglip_gemms_at(batch) {
+            let (_, plain) = choose_gemm_grid(&problem, 1472, budget, true, &cost);
+            let (grid, wide) = choose_gemm_grid(&problem, 1472, stretch, true, &cost);
+            assert!(wide.total() <= plain.total(), "b{batch} {name}");
+            let candidates = gemm_candidates(&problem, 1472, &cost);
+            let (_, quick) = candidates
+                .iter()
+                .find(|(g, _)| *g == grid)
+                .expect("a candidate");
+            assert!(
+                quick.transient_bytes <= stretch,
+                "b{batch} {name}: {grid:?}"
+            );
+            let gain = plain.total() - wide.total();
+            if gain * 100 >= plain.total() * STRETCH_GAIN_PERCENT {
+                taken.push((batch, name));
+            }
+        }
+    }
+    assert_eq!(taken, [(4, "qkv"), (4, "fc1")]);
+    let mut replanned = LowerConfig::default();
+    replanned.op_budgets.insert(op, budget / 2);
+    assert_eq!(replanned.stretch_budget_for(op), None);
 }

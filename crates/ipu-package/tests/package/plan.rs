@@ -18,8 +18,13 @@ fn fp8() -> Precision {
 /// SigLIP so400m's GEMMs at batch 2: the patch embedding and the four of
 /// an encoder layer.
 pub(crate) fn siglip_gemms() -> Vec<(&'static str, GemmProblem)> {
+    siglip_gemms_at(2)
+}
+
+/// SigLIP so400m's GEMMs at `batch` images.
+pub(crate) fn siglip_gemms_at(batch: u64) -> Vec<(&'static str, GemmProblem)> {
     let problem = |inner, columns| GemmProblem {
-        outer: vec![2, 729],
+        outer: vec![batch, 729],
         inner,
         columns,
         left: fp8(),
