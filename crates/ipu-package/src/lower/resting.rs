@@ -7,11 +7,12 @@
 //! matters for memory: a layer's weights rest for the whole run, once per
 //! iteration of a repeated layer, and each GEMM's ragged split puts its
 //! larger shards on some tiles. Taken alone, every GEMM of a SigLIP layer
-//! puts them on the same tiles (12 KiB a layer where the average is about
-//! 10 KiB: 27 layers make that 55 KiB on the fullest tile). The lowering
-//! therefore keeps the bytes at rest per tile and gives each new GEMM's
-//! weights the candidate and rotation that leave the fullest tile lowest,
-//! then the fewest tiles at that level.
+//! puts them on the same tiles: 12 KiB a layer where the average is about
+//! 10 KiB, and 11 can be had. The lowering therefore keeps the bytes at
+//! rest per tile and gives each new GEMM's weights the candidate and
+//! rotation that leave the fullest tile lowest, then the fewest tiles at
+//! that level: on SigLIP b2 the fullest tile rests 322,304 bytes where it
+//! rested 351,696 (docs/PROFILE.md, "Resting weights, balanced").
 
 use super::*;
 use crate::plan::{GemmGrid, GemmProblem, resting_candidates, rotated};
