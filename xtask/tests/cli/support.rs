@@ -83,23 +83,21 @@ impl Sandbox {
         cache: Option<&Path>,
         extra: &[&str],
     ) -> Outcome {
-        let cache = cache.map_or_else(|| self.cache(), Path::to_owned);
+        self.build_logging(fixture, tiles, out, cache, extra, Some("warn"))
+    }
+
+    /// [`Sandbox::build`] with `RUST_LOG` set to `rust_log`, or unset.
+    pub fn build_logging(
+        &self,
+        fixture: &Path,
+        tiles: &str,
+        out: &Path,
+        cache: Option<&Path>,
+        extra: &[&str],
+        rust_log: Option<&str>,
+    ) -> Outcome {
         let fixture = fixture.to_string_lossy();
-        let out = out.to_string_lossy();
-        let cache = cache.to_string_lossy();
-        let mut args = vec![
-            "build-package",
-            "--fixture",
-            &fixture,
-            "--tiles",
-            tiles,
-            "--out",
-            &out,
-            "--kernel-cache",
-            &cache,
-        ];
-        args.extend_from_slice(extra);
-        self.xtask(&args)
+        self.build_package(&["--fixture", &fixture], tiles, out, cache, extra, rust_log)
     }
 
     /// `build-package` of the checkpoint directory `dir` at `batch` on 16
@@ -120,22 +118,27 @@ impl Sandbox {
         rust_log: Option<&str>,
     ) -> Outcome {
         let dir = dir.to_string_lossy();
+        let source = ["--checkpoint", &dir, "--batch", batch];
+        self.build_package(&source, "16", out, None, extra, rust_log)
+    }
+
+    /// `build-package` of what `source` names on `tiles` tiles into `out`,
+    /// with the sandbox's kernel cache (or `cache`) and `extra` arguments.
+    fn build_package(
+        &self,
+        source: &[&str],
+        tiles: &str,
+        out: &Path,
+        cache: Option<&Path>,
+        extra: &[&str],
+        rust_log: Option<&str>,
+    ) -> Outcome {
+        let cache = cache.map_or_else(|| self.cache(), Path::to_owned);
         let out = out.to_string_lossy();
-        let cache = self.cache();
         let cache = cache.to_string_lossy();
-        let mut args = vec![
-            "build-package",
-            "--checkpoint",
-            &dir,
-            "--batch",
-            batch,
-            "--tiles",
-            "16",
-            "--out",
-            &out,
-            "--kernel-cache",
-            &cache,
-        ];
+        let mut args = vec!["build-package"];
+        args.extend_from_slice(source);
+        args.extend_from_slice(&["--tiles", tiles, "--out", &out, "--kernel-cache", &cache]);
         args.extend_from_slice(extra);
         self.xtask_logging(&args, rust_log)
     }

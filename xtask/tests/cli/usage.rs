@@ -259,25 +259,9 @@ fn values_that_do_not_parse_exit_two() {
 fn a_plain_build_logs_no_events_and_verbose_brings_them_back() {
     let sandbox = Sandbox::new();
     let micro = fixture("micro-1l-h32.json");
-    let micro = micro.to_string_lossy();
-    let cache = sandbox.cache();
-    let cache = cache.to_string_lossy();
     let build = |extra: &[&str], rust_log: Option<&str>| {
         let out = sandbox.out("micro");
-        let out = out.to_string_lossy();
-        let mut args = vec![
-            "build-package",
-            "--fixture",
-            &micro,
-            "--tiles",
-            "16",
-            "--out",
-            &out,
-            "--kernel-cache",
-            &cache,
-        ];
-        args.extend_from_slice(extra);
-        let outcome = sandbox.xtask_logging(&args, rust_log);
+        let outcome = sandbox.build_logging(&micro, "16", &out, None, extra, rust_log);
         outcome.succeeded();
         // The summary is printed whatever the logging.
         for line in ["result=fits ", "phases "] {

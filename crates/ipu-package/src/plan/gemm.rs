@@ -325,26 +325,14 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
         axis(Axis::FromStart(1), pn, problem.column_block(), s_n),
     ];
     let right = tensor(
-        right_shape.clone(),
+        right_shape,
         problem.right,
         ElementOrder::Amp(AmpOperand::Right),
         MemoryClass::Ipu21Interleaved,
         TensorTiling::new(tiles, pm, right_axes)?,
     )?;
-    // With `pm == 1` the resting weights are the AMP's operand and need
-    // interleaved memory; otherwise they are only the source of its copies
-    // and may rest in any memory, leaving interleaved room for those copies.
-    let right_resident = tensor(
-        right_shape,
-        problem.right,
-        ElementOrder::Amp(AmpOperand::Right),
-        if pm == 1 {
-            MemoryClass::Ipu21Interleaved
-        } else {
-            MemoryClass::Ipu21Standard
-        },
-        resident_tiling(problem, grid)?,
-    )?;
+    // Never empty: `kp = 1` is always a candidate.
+    let right_resident = resting_candidates(problem, grid)?.swap_remove(0);
 
     let mut out_shape = problem.outer.clone();
     out_shape.push(problem.columns);
@@ -371,20 +359,13 @@ pub fn gemm_layouts(problem: &GemmProblem, grid: GemmGrid) -> Result<GemmLayouts
     })
 }
 
-/// The tiling weights rest in between uses: each element once, spread as
-/// evenly as the AMP blocks allow over the grid's tiles. With `pm == 1` it
-/// is the GEMM's own layout, so the weights never move; otherwise the split
-/// `kp × np ≤ tiles` with the smallest largest shard (then the most tiles)
-/// is chosen, and the GEMM's row blocks receive their copies by exchange.
-fn resident_tiling(problem: &GemmProblem, grid: GemmGrid) -> Result<TensorTiling, LayoutError> {
-    let mut tilings = resident_tilings(problem, grid)?;
-    // Never empty: `kp = 1` is always a candidate.
-    Ok(tilings.swap_remove(0))
-}
-
-/// Every resting tiling of [`resident_tiling`]'s kind whose largest shard is
-/// the smallest possible, the one it takes first, then by `kp`. They differ
-/// in which tiles hold the larger shards of a ragged split, which is what
+/// The tilings weights may rest in between uses: each element once, spread
+/// as evenly as the AMP blocks allow over the grid's tiles. With `pm == 1`
+/// only the GEMM's own layout, so the weights never move; otherwise every
+/// split `kp × np ≤ tiles` whose largest shard is the smallest possible,
+/// the one using the most tiles first, then by `kp`, and the GEMM's row
+/// blocks receive their copies by exchange. They differ in which tiles
+/// hold the larger shards of a ragged split, which is what
 /// [`resting_candidates`] lets the lowering choose between.
 fn resident_tilings(
     problem: &GemmProblem,
@@ -442,6 +423,9 @@ pub fn resting_candidates(
     problem: &GemmProblem,
     grid: GemmGrid,
 ) -> Result<Vec<TensorType>, LayoutError> {
+    // With `pm == 1` the resting weights are the AMP's operand and need
+    // interleaved memory; otherwise they are only the source of its copies
+    // and may rest in any memory, leaving interleaved room for those copies.
     let memory_class = if grid.pm == 1 {
         MemoryClass::Ipu21Interleaved
     } else {
