@@ -25,11 +25,10 @@ const MAX_METADATA_BYTES: usize = 1 << 20;
 impl CompiledKernel {
     /// The kernel as one value for a [`KernelStore`](crate::KernelStore).
     pub fn to_bytes(&self) -> Result<Vec<u8>, KernelError> {
-        let metadata = serde_json::to_vec(&self.metadata).map_err(|e| KernelError::Metadata {
-            reason: e.to_string(),
-        })?;
-        let length = u32::try_from(metadata.len()).map_err(|_| KernelError::Metadata {
-            reason: format!("{} bytes of metadata", metadata.len()),
+        let metadata = serde_json::to_vec(&self.metadata)
+            .map_err(|source| KernelError::Metadata { source })?;
+        let length = u32::try_from(metadata.len()).map_err(|_| KernelError::MetadataTooLarge {
+            bytes: metadata.len(),
         })?;
         let mut out = Vec::with_capacity(14 + metadata.len() + self.object.len());
         out.extend_from_slice(ENTRY_MAGIC);
@@ -72,7 +71,7 @@ impl CompiledKernel {
         }
         let (metadata, object) = rest.split_at(length);
         let metadata = serde_json::from_slice(metadata)
-            .map_err(|e| malformed(format!("its metadata does not parse: {e}")))?;
+            .map_err(|source| KernelError::EntryMetadata { source })?;
         Ok(CompiledKernel {
             metadata,
             object: object.to_vec(),

@@ -154,6 +154,22 @@ pub enum KernelError {
         /// The underlying problem.
         reason: String,
     },
+    /// The ELF writer could not write a kernel object.
+    #[error("kernel object could not be written: {source}")]
+    ObjectWrite {
+        /// The ELF writer's error.
+        #[source]
+        source: object::build::Error,
+    },
+    /// A kernel object's bytes do not read as the ELF they should be.
+    #[error("kernel object {what}: {source}")]
+    ObjectRead {
+        /// What is wrong with the object.
+        what: &'static str,
+        /// The ELF reader's error.
+        #[source]
+        source: object::read::Error,
+    },
     /// A kernel cache path could not be determined.
     #[error(
         "no kernel cache directory: set IPU_KERNEL_CACHE, XDG_CACHE_HOME or HOME, or open a cache explicitly"
@@ -174,6 +190,14 @@ pub enum KernelError {
     MalformedEntry {
         /// What was wrong.
         reason: String,
+    },
+    /// A stored kernel entry's framing is sound but its metadata is not
+    /// `kernel.json`.
+    #[error("a stored kernel entry is malformed: its metadata does not parse: {source}")]
+    EntryMetadata {
+        /// The JSON reader's error.
+        #[source]
+        source: serde_json::Error,
     },
     /// A toolchain gave a program count that is not the variant's entry
     /// count.
@@ -238,10 +262,20 @@ pub enum KernelError {
         errors: Vec<KernelCheckError>,
     },
     /// Metadata could not be serialised (a bug in this crate).
-    #[error("kernel metadata could not be serialised: {reason}; this is a bug in ipu-kernels")]
+    #[error("kernel metadata could not be serialised: {source}; this is a bug in ipu-kernels")]
     Metadata {
-        /// The serializer's message.
-        reason: String,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Metadata is too long for a stored entry's 32-bit length field.
+    #[error(
+        "kernel metadata of {bytes} bytes does not fit a stored entry's 32-bit length; \
+         this is a bug in ipu-kernels"
+    )]
+    MetadataTooLarge {
+        /// The serialised metadata's bytes.
+        bytes: usize,
     },
 }
 

@@ -343,10 +343,8 @@ fn write_object(
         }
     }
     let mut out = Vec::new();
-    b.write(&mut out).map_err(|e| KernelError::Object {
-        what: "could not be written",
-        reason: e.to_string(),
-    })?;
+    b.write(&mut out)
+        .map_err(|source| KernelError::ObjectWrite { source })?;
     Ok(out)
 }
 
@@ -355,8 +353,11 @@ fn write_object(
 /// program has its entry symbol.
 pub fn programs_from_object(object_bytes: &[u8]) -> Result<Vec<(String, AmpProgram)>, KernelError> {
     let bad = |what: &'static str, reason: String| KernelError::Object { what, reason };
+    let unreadable = |what: &'static str| {
+        move |source: object::read::Error| KernelError::ObjectRead { what, source }
+    };
     let file = ElfFile32::<Endianness>::parse(object_bytes)
-        .map_err(|e| bad("is not an ELF32 object", e.to_string()))?;
+        .map_err(unreadable("is not an ELF32 object"))?;
     let machine = file.elf_header().e_machine(file.endian());
     if machine.0 != EM_GRAPHCORE_IPU {
         return Err(bad(
@@ -372,7 +373,7 @@ pub fn programs_from_object(object_bytes: &[u8]) -> Result<Vec<(String, AmpProgr
     })?;
     let data = section
         .data()
-        .map_err(|e| bad("has an unreadable AMP section", e.to_string()))?;
+        .map_err(unreadable("has an unreadable AMP section"))?;
     let symbols: Vec<String> = file
         .symbols()
         .filter_map(|s| s.name().ok().map(str::to_owned))

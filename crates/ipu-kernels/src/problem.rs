@@ -61,12 +61,22 @@ pub enum ProblemError {
         found: usize,
     },
     /// ipu-layout rejected an operand description.
-    #[error("operand {what} layout: {reason}")]
+    #[error("operand {what} layout: {source}")]
     Layout {
         /// Which operand.
         what: &'static str,
         /// The layout error.
-        reason: String,
+        #[source]
+        source: ipu_layout::LayoutError,
+    },
+    /// An output element's layout puts it on no tile of the single-tile
+    /// problem.
+    #[error("operand element layout: element ({row}, {column}) is not on the tile")]
+    ElementOffTile {
+        /// The element's row.
+        row: u32,
+        /// The element's column.
+        column: u32,
     },
 }
 
@@ -105,10 +115,7 @@ fn single_tile_type(
     precision: Precision,
     order: ElementOrder,
 ) -> Result<TensorType, ProblemError> {
-    let err = |e: ipu_layout::LayoutError| ProblemError::Layout {
-        what,
-        reason: e.to_string(),
-    };
+    let err = |source| ProblemError::Layout { what, source };
     TensorType::new(
         TensorShape::new([u64::from(rows), u64::from(columns)]),
         TensorFormat {
@@ -186,13 +193,10 @@ pub fn unpack_matrix(
 fn element_offset(ty: &TensorType, r: u32, c: u32) -> Result<usize, ProblemError> {
     match ty.element_offset(TileId::from_u32(0), &[u64::from(r), u64::from(c)]) {
         Ok(Some(o)) => Ok(o as usize),
-        Ok(None) => Err(ProblemError::Layout {
+        Ok(None) => Err(ProblemError::ElementOffTile { row: r, column: c }),
+        Err(source) => Err(ProblemError::Layout {
             what: "element",
-            reason: format!("element ({r}, {c}) is not on the tile"),
-        }),
-        Err(e) => Err(ProblemError::Layout {
-            what: "element",
-            reason: e.to_string(),
+            source,
         }),
     }
 }

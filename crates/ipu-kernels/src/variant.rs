@@ -377,11 +377,7 @@ impl Variant {
         };
         self.key = match serde_json::to_vec(&spec) {
             Ok(bytes) => hex(&Sha256::digest(&bytes)),
-            Err(e) => {
-                return Err(KernelError::Metadata {
-                    reason: e.to_string(),
-                });
-            }
+            Err(source) => return Err(KernelError::Metadata { source }),
         };
         Ok(self)
     }

@@ -201,6 +201,21 @@ fn a_wrong_value_from_a_store_is_refused() {
     // Bytes that are no entry at all.
     let errors = fetch_stored(&v, &key, b"not a kernel");
     assert!(matches!(errors[..], [KernelCheckError::Undecodable(_)]));
+    // A sound frame around metadata that is not JSON: the JSON reader's
+    // error is kept as the cause.
+    let mut framed = b"IPUKERN\0".to_vec();
+    framed.extend_from_slice(&1u16.to_le_bytes());
+    framed.extend_from_slice(&4u32.to_le_bytes());
+    framed.extend_from_slice(b"{,}]");
+    let errors = fetch_stored(&v, &key, &framed);
+    match &errors[..] {
+        [KernelCheckError::Undecodable(e @ KernelError::EntryMetadata { .. })] => {
+            let cause = std::error::Error::source(e).expect("a cause");
+            assert!(cause.is::<serde_json::Error>(), "{e}");
+            assert!(e.to_string().contains("its metadata does not parse"), "{e}");
+        }
+        other => panic!("not an entry metadata error: {other:?}"),
+    }
     // One byte of the object altered, the metadata left.
     let mut altered = good.clone();
     let middle = altered.object.len() / 2;

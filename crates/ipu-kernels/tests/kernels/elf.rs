@@ -112,6 +112,19 @@ fn damaged_objects_are_rejected() {
     for cut in [0, 16, object.len() / 2, object.len() - 1] {
         assert!(programs_from_object(&object[..cut]).is_err(), "cut {cut}");
     }
+    // No ELF header at all: the ELF reader's error is kept as the cause.
+    match programs_from_object(&object[..16]) {
+        Err(
+            e @ KernelError::ObjectRead {
+                what: "is not an ELF32 object",
+                ..
+            },
+        ) => {
+            let cause = std::error::Error::source(&e).expect("a cause");
+            assert!(cause.is::<object::read::Error>(), "{e}");
+        }
+        other => panic!("not an ELF read error: {other:?}"),
+    }
     // Another machine number.
     let mut other = object.clone();
     other[18] = 3;

@@ -73,11 +73,8 @@ pub(super) fn compile_kernels(
             }
             let k = fetched.kernel;
             // `kernel.json` as the disk cache once wrote it.
-            let metadata = serde_json::to_string_pretty(&k.metadata).map_err(|e| {
-                kernel_error(ipu_kernels::KernelError::Metadata {
-                    reason: e.to_string(),
-                })
-            })?;
+            let metadata = serde_json::to_string_pretty(&k.metadata)
+                .map_err(|source| kernel_error(ipu_kernels::KernelError::Metadata { source }))?;
             Ok(PackageKernel {
                 name: format!("{}_{}", v.name(), &fetched.key.as_str()[..8]),
                 entries,
