@@ -83,18 +83,19 @@ pub struct ParseOptions {
 
 /// Why a fixture was rejected. Every variant but [`FixtureError::Json`]
 /// carries the JSON path of the offending field.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FixtureError {
     /// The text is not valid JSON.
-    #[error("malformed JSON at line {line}, column {column}: {message}")]
+    #[error("malformed JSON at line {line}, column {column}: {source}")]
     Json {
         /// 1-based line.
         line: usize,
         /// 1-based column.
         column: usize,
-        /// serde_json's description.
-        message: String,
+        /// The JSON reader's error.
+        #[source]
+        source: serde_json::Error,
     },
     /// The schema version is not one this parser reads.
     #[error(
@@ -257,11 +258,7 @@ pub fn parse_fixture_bounded(
     options: &ParseOptions,
     max_items: u64,
 ) -> Result<Graph, FixtureError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| FixtureError::Json {
-        line: e.line(),
-        column: e.column(),
-        message: e.to_string(),
-    })?;
+    let value: Value = serde_json::from_str(text).map_err(json_error)?;
     let parser = Parser {
         max_items: max_items.min(MAX_GRAPH_ITEMS),
         ..Parser::default()
@@ -274,17 +271,22 @@ pub fn parse_fixture_bounded(
 /// path of the offending field: `build-package` parses this way, so a
 /// fixture or parameter the build cannot take is refused before any work.
 pub fn parse_fixture_for_build(text: &str, options: &ParseOptions) -> Result<Graph, FixtureError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| FixtureError::Json {
-        line: e.line(),
-        column: e.column(),
-        message: e.to_string(),
-    })?;
+    let value: Value = serde_json::from_str(text).map_err(json_error)?;
     let parser = Parser {
         max_items: MAX_GRAPH_ITEMS,
         for_build: true,
         ..Parser::default()
     };
     parser.parse(&value, options)
+}
+
+/// The error of fixture text that is not JSON, with its place.
+fn json_error(source: serde_json::Error) -> FixtureError {
+    FixtureError::Json {
+        line: source.line(),
+        column: source.column(),
+        source,
+    }
 }
 
 /// Where each tensor and op came from, for error paths.

@@ -25,6 +25,34 @@ pub enum PackageIoError {
         /// What is wrong.
         reason: String,
     },
+    /// A JSON file does not parse as the format says, or a part of the
+    /// package cannot be written as JSON.
+    #[error("{path}: {source}")]
+    Json {
+        /// The path.
+        path: PathBuf,
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A text file is not UTF-8.
+    #[error("{path}: not UTF-8: {source}")]
+    Utf8 {
+        /// The path.
+        path: PathBuf,
+        /// Where the bytes stop being UTF-8.
+        #[source]
+        source: std::string::FromUtf8Error,
+    },
+    /// `profile.json` is not a profile.
+    #[error("{path}: {source}")]
+    Profile {
+        /// The path.
+        path: PathBuf,
+        /// The cause (boxed: a profile error is large).
+        #[source]
+        source: Box<crate::profile::ProfileError>,
+    },
     /// `exchange.bin` is not what the format says.
     #[error("{path}: {source}")]
     Rows {

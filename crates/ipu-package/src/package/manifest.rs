@@ -107,8 +107,11 @@ pub(super) fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest, Pack
         path: path.to_owned(),
         reason,
     };
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| format(e.to_string()))?;
+    let json = |source| PackageIoError::Json {
+        path: path.to_owned(),
+        source,
+    };
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(json)?;
     // Versions 1 and 2 kept the version at the top level.
     let version = value
         .pointer("/manifest/format_version")
@@ -122,14 +125,13 @@ pub(super) fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest, Pack
             supported: FORMAT_VERSION,
         });
     }
-    let file: ManifestFile<Manifest> =
-        serde_json::from_value(value).map_err(|e| format(e.to_string()))?;
+    let file: ManifestFile<Manifest> = serde_json::from_value(value).map_err(json)?;
     if !is_sha256_hex(&file.manifest_sha256) {
         return Err(format(
             "manifest_sha256 is not 64 lowercase hex digits".into(),
         ));
     }
-    let found = digest(&file.manifest).map_err(|e| format(e.to_string()))?;
+    let found = digest(&file.manifest).map_err(json)?;
     if found != file.manifest_sha256 {
         return Err(PackageIoError::Digest {
             path: path.to_owned(),

@@ -200,8 +200,14 @@ impl Package {
             reason,
         };
         let text = |rel: &str| -> Result<String, PackageIoError> {
-            String::from_utf8(file(rel)?.to_vec())
-                .map_err(|e| format(rel, format!("not UTF-8: {e}")))
+            String::from_utf8(file(rel)?.to_vec()).map_err(|source| PackageIoError::Utf8 {
+                path: dir.join(rel),
+                source,
+            })
+        };
+        let unparsable = |rel: &str| {
+            let path = dir.join(rel);
+            move |source| PackageIoError::Json { path, source }
         };
         let json = |rel: &str| -> Result<&[u8], PackageIoError> { file(rel) };
         let target = ipu_target::Target::from_toml(&text("target.toml")?).map_err(|source| {
@@ -225,12 +231,12 @@ impl Package {
             }]));
         }
         scan_program(json("program.json")?, tiles, limits).map_err(invalid)?;
-        let program: Program = serde_json::from_slice(json("program.json")?)
-            .map_err(|e| format("program.json", e.to_string()))?;
+        let program: Program =
+            serde_json::from_slice(json("program.json")?).map_err(unparsable("program.json"))?;
         let placement: PackagePlacement = serde_json::from_slice(json("placement.json")?)
-            .map_err(|e| format("placement.json", e.to_string()))?;
-        let infos: Vec<PhaseInfo> = serde_json::from_slice(json("phases.json")?)
-            .map_err(|e| format("phases.json", e.to_string()))?;
+            .map_err(unparsable("placement.json"))?;
+        let infos: Vec<PhaseInfo> =
+            serde_json::from_slice(json("phases.json")?).map_err(unparsable("phases.json"))?;
         let rows = decode_rows(file("exchange.bin")?).map_err(|source| PackageIoError::Rows {
             path: dir.join("exchange.bin"),
             source,
@@ -246,8 +252,8 @@ impl Package {
             .zip(rows)
             .map(|(info, rows)| PackagePhase { info, rows })
             .collect();
-        let mut kernels: Vec<PackageKernel> = serde_json::from_slice(json("kernels.json")?)
-            .map_err(|e| format("kernels.json", e.to_string()))?;
+        let mut kernels: Vec<PackageKernel> =
+            serde_json::from_slice(json("kernels.json")?).map_err(unparsable("kernels.json"))?;
         for k in &mut kernels {
             if entry_name_problem(&format!("{KERNELS}/{}.o", k.name)).is_some() {
                 return Err(format(
@@ -261,10 +267,12 @@ impl Package {
         let memory_profile = text("memory-profile.json")?;
         let profile = if content.contains_key("profile.json") {
             let text = text("profile.json")?;
-            Some(
-                crate::profile::Profile::from_json(&text)
-                    .map_err(|e| format("profile.json", e.to_string()))?,
-            )
+            Some(crate::profile::Profile::from_json(&text).map_err(|source| {
+                PackageIoError::Profile {
+                    path: dir.join("profile.json"),
+                    source: Box::new(source),
+                }
+            })?)
         } else {
             None
         };
@@ -274,10 +282,7 @@ impl Package {
             None
         };
         let model = if content.contains_key(MODEL_FILE) {
-            Some(
-                ModelDescription::from_json(&text(MODEL_FILE)?)
-                    .map_err(|e| format(MODEL_FILE, e.to_string()))?,
-            )
+            Some(ModelDescription::from_json(&text(MODEL_FILE)?).map_err(unparsable(MODEL_FILE))?)
         } else {
             None
         };

@@ -239,9 +239,9 @@ type Files<'a> = Vec<(String, Cow<'a, [u8]>)>;
 /// weights are tens of megabytes at SigLIP scale), the rest serialised.
 fn files(package: &Package) -> Result<Files<'_>, PackageIoError> {
     let json = |name: &str, r: Result<Vec<u8>, serde_json::Error>| {
-        r.map_err(|e| PackageIoError::Format {
+        r.map_err(|source| PackageIoError::Json {
             path: PathBuf::from(name),
-            reason: e.to_string(),
+            source,
         })
     };
     // The four large parts (tens of megabytes at SigLIP scale) are
@@ -434,9 +434,9 @@ impl Package {
             ..self.manifest.clone()
         };
         let path = staging.join(MANIFEST);
-        let text = manifest_text(&manifest).map_err(|e| PackageIoError::Format {
+        let text = manifest_text(&manifest).map_err(|source| PackageIoError::Json {
             path: path.clone(),
-            reason: e.to_string(),
+            source,
         })?;
         stop(MANIFEST)?;
         (ops.write)(&path, &text).map_err(io(&path))?;

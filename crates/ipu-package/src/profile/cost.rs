@@ -658,9 +658,9 @@ pub fn codelet_work(
 /// required to have the key recorded there.
 pub fn kernel_variant(kernel: &PackageKernel, model: &AmpModel) -> Result<Variant, ProfileError> {
     let meta: KernelMetadata =
-        serde_json::from_str(&kernel.metadata).map_err(|e| ProfileError::KernelMetadata {
+        serde_json::from_str(&kernel.metadata).map_err(|source| ProfileError::KernelMetadata {
             kernel: kernel.name.clone(),
-            reason: e.to_string(),
+            source,
         })?;
     let variant = Variant::new(
         &meta.shape,
@@ -795,9 +795,9 @@ pub fn check_kernels(package: &Package, costs: &KernelCosts) -> Result<KernelChe
     let mut check = KernelCheck::default();
     for (k, (variant, estimates)) in package.kernels.iter().zip(&costs.kernels) {
         let meta: KernelMetadata =
-            serde_json::from_str(&k.metadata).map_err(|e| ProfileError::KernelMetadata {
+            serde_json::from_str(&k.metadata).map_err(|source| ProfileError::KernelMetadata {
                 kernel: k.name.clone(),
-                reason: e.to_string(),
+                source,
             })?;
         let programs =
             programs_from_object(&k.object).map_err(|source| ProfileError::KernelObject {

@@ -87,12 +87,13 @@ pub enum ProfileError {
         specs: usize,
     },
     /// A kernel's `kernel.json` does not parse.
-    #[error("the metadata of kernel {kernel} does not parse: {reason}")]
+    #[error("the metadata of kernel {kernel} does not parse: {source}")]
     KernelMetadata {
         /// The kernel.
         kernel: String,
-        /// The parser's message.
-        reason: String,
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
     },
     /// A kernel's metadata describes no valid variant for the target.
     #[error("kernel {kernel} describes no valid variant for the package's target: {source}")]
@@ -192,6 +193,13 @@ pub enum ProfileError {
     Format {
         /// What is wrong.
         reason: String,
+    },
+    /// `profile.json` is not JSON of the profile's form.
+    #[error("profile.json is not an {PROFILE_SCHEMA} profile: {source}")]
+    Json {
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
     },
 }
 
@@ -477,9 +485,8 @@ impl Profile {
 
     /// Reads a profile from `profile.json` text.
     pub fn from_json(text: &str) -> Result<Profile, ProfileError> {
-        let p: Profile = serde_json::from_str(text).map_err(|e| ProfileError::Format {
-            reason: e.to_string(),
-        })?;
+        let p: Profile =
+            serde_json::from_str(text).map_err(|source| ProfileError::Json { source })?;
         if p.schema != PROFILE_SCHEMA {
             return Err(ProfileError::Format {
                 reason: format!("its schema is {:?}", p.schema),

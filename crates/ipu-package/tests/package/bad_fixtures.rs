@@ -56,6 +56,9 @@ fn malformed_json_gives_line_and_column() {
         "{err:?}"
     );
     assert!(err.to_string().contains("line 1, column 22"), "{err}");
+    // The JSON reader's error is kept as the cause.
+    let cause = std::error::Error::source(&err).expect("a cause");
+    assert!(cause.is::<serde_json::Error>(), "{err}");
 }
 
 #[test]

@@ -626,6 +626,43 @@ fn a_kernel_the_manifest_does_not_list_is_refused() {
 }
 
 #[test]
+fn a_file_that_is_not_json_is_refused_with_the_parsers_error() {
+    let scratch = Scratch::new("not-json");
+    let dir = scratch.path().join("pkg");
+    sample().write(&dir).expect("write");
+    // kernels.json edited on purpose (same size, digests made right) so
+    // that only its JSON is wrong.
+    let index = std::fs::read_to_string(dir.join("kernels.json")).expect("read the index");
+    let edited = index.replacen("\"name\":\"k1\"", "\"name\"!\"k1\"", 1);
+    assert_ne!(index, edited);
+    std::fs::write(dir.join("kernels.json"), &edited).expect("write the index");
+    let text = manifest_text(&dir).replace(
+        &sha256_hex(index.as_bytes()),
+        &sha256_hex(edited.as_bytes()),
+    );
+    std::fs::write(dir.join("manifest.json"), resign(&text)).expect("write the manifest");
+    let e = read_err(&dir);
+    match &e {
+        PackageIoError::Json { path, source } => {
+            assert_eq!(path, &dir.join("kernels.json"));
+            assert!(source.is_syntax(), "{e}");
+        }
+        e => panic!("not a JSON error: {e}"),
+    }
+    let cause = std::error::Error::source(&e).expect("a cause");
+    assert!(cause.is::<serde_json::Error>(), "{e}");
+    // A cut manifest is refused the same way, naming the manifest.
+    std::fs::write(dir.join("manifest.json"), &text[..text.len() / 2]).expect("write");
+    match read_err(&dir) {
+        PackageIoError::Json { path, source } => {
+            assert_eq!(path, dir.join("manifest.json"));
+            assert!(source.is_eof(), "{source}");
+        }
+        e => panic!("not a JSON error: {e}"),
+    }
+}
+
+#[test]
 fn a_kernel_name_that_is_not_a_file_name_is_refused() {
     let scratch = Scratch::new("kernel-names");
     for (name, reason) in [
