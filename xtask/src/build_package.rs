@@ -52,7 +52,7 @@ use ipu_alloc::{BuiltinPlacer, PlaceConfig};
 use ipu_kernels::KernelCache;
 use ipu_package::build::{BuildConfig, BuildError, Stages, build_package};
 use ipu_package::lower::{AttentionUnit, LowerConfig};
-use ipu_target::Target;
+use ipu_target::{Target, TargetError};
 
 use ipu_frontend::class_token::{self, family_name};
 use ipu_frontend::siglip::report::PrecisionReport;
@@ -65,11 +65,12 @@ use ipu_frontend::siglip::{
     random_checkpoint, read_config,
 };
 use ipu_frontend::{CheckpointKind, checkpoint_kind};
+use ipu_package::PackageIoError;
 use ipu_package::graph::parse_fixture;
 use ipu_package::package::{ModelDescription, Package};
 
 use crate::build_checkpoint::{build_and_write, calibrate_reported};
-use crate::params::{merge, parse_param, resolve};
+use crate::params::{ParamError, merge, parse_param, resolve};
 use crate::record_phases::{self, Recorded, Recorder};
 
 /// The embedded default workload.
@@ -284,7 +285,7 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
         check_out(&args.out)?;
         let target = match crate::device::read(args.device.as_deref()) {
             Ok(t) => t,
-            Err(e) => return BuildFailure::Usage(e.to_string()).report(),
+            Err(e) => return BuildFailure::Device(e).report(),
         };
         if let Err(e) = check_tiles(args.tiles, &target) {
             return BuildFailure::Usage(e).report();
@@ -358,12 +359,19 @@ pub(crate) struct Built {
 pub(crate) enum BuildFailure {
     /// The request is wrong, found before any work (exit status 2).
     Usage(String),
+    /// The device description does not read (exit status 2).
+    Device(TargetError),
+    /// The parameter overrides or the fixture are refused before any work
+    /// (exit status 2 when the command line is at fault).
+    Params(ParamError),
     /// The pipeline refused or failed; `result` is the summary line saying
     /// so (exit status 1).
     Build {
         error: Box<BuildError>,
         result: String,
     },
+    /// The built package could not be written (exit status 1).
+    Write(PackageIoError),
     /// Anything else (exit status 1).
     Other(String),
 }
@@ -377,12 +385,26 @@ impl BuildFailure {
                 eprintln!("error: {message}");
                 Ok(ExitCode::from(2))
             }
+            failure @ (BuildFailure::Device(_) | BuildFailure::Params(_)) if failure.is_usage() => {
+                eprintln!("error: {failure}");
+                Ok(ExitCode::from(2))
+            }
             BuildFailure::Build { error, result } => {
                 eprintln!("error: {error}");
                 eprintln!("{result}");
                 Ok(ExitCode::FAILURE)
             }
             BuildFailure::Other(message) => Err(message),
+            failure => Err(failure.to_string()),
+        }
+    }
+
+    /// Whether the command line is at fault (exit status 2).
+    fn is_usage(&self) -> bool {
+        match self {
+            BuildFailure::Usage(_) | BuildFailure::Device(_) => true,
+            BuildFailure::Params(e) => e.is_usage(),
+            BuildFailure::Build { .. } | BuildFailure::Write(_) | BuildFailure::Other(_) => false,
         }
     }
 }
@@ -391,7 +413,10 @@ impl std::fmt::Display for BuildFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BuildFailure::Usage(m) | BuildFailure::Other(m) => f.write_str(m),
+            BuildFailure::Device(e) => write!(f, "{e}"),
+            BuildFailure::Params(e) => write!(f, "{e}"),
             BuildFailure::Build { error, .. } => write!(f, "{error}"),
+            BuildFailure::Write(e) => write!(f, "writing the package: {e}"),
         }
     }
 }
@@ -408,7 +433,7 @@ pub(crate) fn build_fixture(request: &FixtureBuild) -> Result<Built, BuildFailur
     built
         .package
         .write(&request.out)
-        .map_err(|e| BuildFailure::Other(format!("writing the package: {e}")))?;
+        .map_err(BuildFailure::Write)?;
     if let (Some(phases), Some(file)) = (&recorded, &request.write_phases) {
         let count = record_phases::write(phases, tiles, file).map_err(BuildFailure::Other)?;
         eprintln!("wrote {count} exchange phases to {}", file.display());
@@ -422,19 +447,16 @@ pub(crate) fn build_fixture(request: &FixtureBuild) -> Result<Built, BuildFailur
 pub(crate) fn build_unwritten(
     request: &FixtureBuild,
 ) -> Result<(Built, Option<Recorded>, u32), BuildFailure> {
-    let target = crate::device::read(request.device.as_deref())
-        .map_err(|e| BuildFailure::Usage(e.to_string()))?;
+    let target = crate::device::read(request.device.as_deref()).map_err(BuildFailure::Device)?;
     check_tiles(request.tiles, &target).map_err(BuildFailure::Usage)?;
     let text = match &request.fixture {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|e| BuildFailure::Other(format!("cannot read {}: {e}", path.display())))?,
         None => SIGLIP.to_owned(),
     };
-    let (graph, stored) = match merge(&request.overrides).and_then(|o| resolve(&text, &o)) {
-        Ok(resolved) => resolved,
-        Err(e) if e.is_usage() => return Err(BuildFailure::Usage(e.to_string())),
-        Err(e) => return Err(BuildFailure::Other(e.to_string())),
-    };
+    let (graph, stored) = merge(&request.overrides)
+        .and_then(|o| resolve(&text, &o))
+        .map_err(BuildFailure::Params)?;
     let cache = kernel_cache(request.kernel_cache.as_deref()).map_err(BuildFailure::Other)?;
     let mut stages = Stages::builtin(Box::new(cache));
     set_alloc_effort(&mut stages, request.alloc_effort);

@@ -33,6 +33,7 @@ pub enum ParamError {
         /// The value given.
         value: u64,
         /// The parser's complaint.
+        #[source]
         reason: FixtureError,
     },
     /// Each override alone is accepted, together they are not.
@@ -41,6 +42,7 @@ pub enum ParamError {
         /// Every override, as `NAME=VALUE` separated by spaces.
         given: String,
         /// The parser's complaint.
+        #[source]
         reason: FixtureError,
     },
     /// The same parameter is given two different values.
@@ -55,17 +57,31 @@ pub enum ParamError {
     },
     /// The fixture itself is bad (whatever the overrides).
     #[error("fixture: {0}")]
-    Fixture(FixtureError),
-    /// Rewriting the fixture's parameters failed or changed the graph.
+    Fixture(#[source] FixtureError),
+    /// Rewriting the fixture's parameters changed the graph, or the
+    /// fixture has no `params` object to rewrite.
     #[error("storing the fixture with its overrides: {0}")]
-    Store(String),
+    Store(&'static str),
+    /// The fixture text could not be read or written back as JSON to
+    /// rewrite its parameters.
+    #[error("storing the fixture with its overrides: {0}")]
+    StoreJson(#[source] serde_json::Error),
+    /// The fixture with its parameters rewritten does not parse.
+    #[error("storing the fixture with its overrides: {0}")]
+    StoreParse(#[source] FixtureError),
 }
 
 impl ParamError {
     /// Whether the command line is at fault (exit status 2), not the
     /// fixture.
     pub fn is_usage(&self) -> bool {
-        !matches!(self, ParamError::Fixture(_) | ParamError::Store(_))
+        !matches!(
+            self,
+            ParamError::Fixture(_)
+                | ParamError::Store(_)
+                | ParamError::StoreJson(_)
+                | ParamError::StoreParse(_)
+        )
     }
 }
 
@@ -126,10 +142,10 @@ pub fn resolve(text: &str, overrides: &[(String, u64)]) -> Result<(Graph, String
         Err(e) => return Err(blame(text, overrides, e)),
     };
     let stored = rewrite_params(text, overrides)?;
-    let reparsed = parse_fixture(&stored).map_err(|e| ParamError::Store(e.to_string()))?;
+    let reparsed = parse_fixture(&stored).map_err(ParamError::StoreParse)?;
     if !same_graph(&graph, &reparsed) {
         return Err(ParamError::Store(
-            "the rewritten fixture parses to a different graph".to_owned(),
+            "the rewritten fixture parses to a different graph",
         ));
     }
     Ok((graph, stored))
@@ -166,17 +182,15 @@ fn blame(text: &str, overrides: &[(String, u64)], error: FixtureError) -> ParamE
 
 /// `text` with `params.NAME` set to each override's value.
 fn rewrite_params(text: &str, overrides: &[(String, u64)]) -> Result<String, ParamError> {
-    let mut value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| ParamError::Store(e.to_string()))?;
+    let mut value: serde_json::Value = serde_json::from_str(text).map_err(ParamError::StoreJson)?;
     let params = value
         .get_mut("params")
         .and_then(serde_json::Value::as_object_mut)
-        .ok_or_else(|| ParamError::Store("the fixture has no `params` object".to_owned()))?;
+        .ok_or(ParamError::Store("the fixture has no `params` object"))?;
     for (name, v) in overrides {
         params.insert(name.clone(), serde_json::Value::from(*v));
     }
-    let mut out =
-        serde_json::to_string_pretty(&value).map_err(|e| ParamError::Store(e.to_string()))?;
+    let mut out = serde_json::to_string_pretty(&value).map_err(ParamError::StoreJson)?;
     out.push('\n');
     Ok(out)
 }
@@ -235,5 +249,19 @@ mod tests {
         assert!(e.to_string().starts_with("--param layers=0"), "{e}");
         let e = merge(&[("batch".to_owned(), 1), ("batch".to_owned(), 2)]).unwrap_err();
         assert!(e.is_usage() && e.to_string().contains("`batch`"), "{e}");
+    }
+
+    #[test]
+    fn the_fixtures_complaint_is_kept_as_the_cause() {
+        let e = resolve(MICRO, &[("layers".to_owned(), 0)]).unwrap_err();
+        let cause = std::error::Error::source(&e).expect("a cause");
+        assert!(cause.is::<FixtureError>(), "{e}");
+        // Rewriting text that is not JSON keeps the JSON reader's error.
+        let e = rewrite_params("{", &[("layers".to_owned(), 1)]).unwrap_err();
+        assert!(!e.is_usage());
+        assert!(
+            matches!(e, ParamError::StoreJson(ref j) if j.is_eof()),
+            "{e}"
+        );
     }
 }
