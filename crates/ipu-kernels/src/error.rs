@@ -146,7 +146,8 @@ pub enum KernelError {
         /// The newest version this build reads.
         supported: u16,
     },
-    /// A kernel object could not be written or read.
+    /// A kernel object is too large to write, or reads but is not the
+    /// object it should be.
     #[error("kernel object {what}: {reason}")]
     Object {
         /// What was being done.
