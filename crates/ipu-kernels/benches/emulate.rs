@@ -1,7 +1,8 @@
 //! Wall time of GEMM emulation on the shard shapes the tile model runs for
 //! SigLIP so400m (FP8 rows and weights into F16 partials, row-major left
-//! operand), through [`emulate_with`] (decoded values) and through a
-//! [`PreparedProgram`] (the product table), with throughput in MACs.
+//! operand; and the attention's F16 products), through [`emulate_with`]
+//! (decoded values) and through a [`PreparedProgram`] (the product table),
+//! with throughput in MACs.
 //!
 //! Run with `cargo bench -p ipu-kernels --bench emulate`.
 
@@ -16,8 +17,13 @@ use ipu_kernels::{
 use ipu_layout::{ElementOrder, Fp8Format, MemoryClass, Precision};
 
 /// `(rows, inner, columns)` of shards the SigLIP package uses (the
-/// QKV/out/fc1 and fc2 GEMMs on 1472 tiles).
+/// QKV/out/fc1 and fc2 GEMMs on 1472 tiles), FP8 × FP8.
 const SHARDS: [(u32, u32, u32); 3] = [(162, 192, 64), (182, 288, 16), (72, 128, 32)];
+
+/// `(rows, inner, columns)` of the attention's two F16 × F16 products on
+/// one tile of the SigLIP b2 package: a pass of 105 query rows against a
+/// block of 128 keys (head dimension 72, padded to 80).
+const ATTENTION: [(u32, u32, u32); 2] = [(105, 80, 128), (105, 128, 80)];
 
 fn emulation(c: &mut Criterion) {
     let model = AmpModel::ipu21();
@@ -26,13 +32,15 @@ fn emulation(c: &mut Criterion) {
         scale,
     };
     let mut group = c.benchmark_group("emulate");
-    for (rows, inner, columns) in SHARDS {
+    let fp8 = SHARDS.map(|(r, k, c)| (r, k, c, f8(-4), f8(-11), ""));
+    let f16 = ATTENTION.map(|(r, k, c)| (r, k, c, Precision::F16, Precision::F16, "/f16"));
+    for (rows, inner, columns, left, right, suffix) in fp8.into_iter().chain(f16) {
         let shape = GemmShape {
             rows,
             inner,
             columns,
-            left: f8(-4),
-            right: f8(-11),
+            left,
+            right,
             output: Precision::F16,
             left_order: ElementOrder::RowMajor,
             output_order: ElementOrder::RowMajor,
@@ -46,7 +54,8 @@ fn emulation(c: &mut Criterion) {
         let right_at = align(lb + u64::from(program.header.left_tail_bytes));
         let output_at = align(right_at + rb);
         let size = align(output_at + ob) as usize;
-        // Finite FP8 codes and small F16 partials, from a fixed LCG.
+        // Finite FP8 codes (or F16 values of magnitude in [0.5, 2)) and small
+        // F16 partials, from a fixed LCG.
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let mut image: Vec<u8> = (0..size)
             .map(|_| {
@@ -57,6 +66,11 @@ fn emulation(c: &mut Criterion) {
                 if b == 0x80 { 0 } else { b }
             })
             .collect();
+        if left == Precision::F16 {
+            for e in image[..output_at as usize].chunks_exact_mut(2) {
+                e[1] = (e[1] & 0x87) | 0x38;
+            }
+        }
         for e in image[output_at as usize..].chunks_exact_mut(2) {
             e[1] &= 0x3b;
         }
@@ -68,7 +82,7 @@ fn emulation(c: &mut Criterion) {
         let options = EmulateOptions::default();
         let macs = u64::from(rows) * u64::from(inner) * u64::from(columns);
         group.throughput(Throughput::Elements(macs));
-        let name = format!("{rows}x{inner}x{columns}");
+        let name = format!("{rows}x{inner}x{columns}{suffix}");
         group.bench_function(format!("{name}/values"), |b| {
             let mut memory = image.clone();
             b.iter(|| emulate_with(&program, &mut memory, image_base(), &args, &options).unwrap())

@@ -78,7 +78,15 @@
 //! gives the table loop's bytes there (its tests hold it to them); the
 //! weights and the decoded rows are shared by the workers and column
 //! blocks that load them again.
+//!
+//! F16 rows into F16 partials rounded to nearest (attention's products)
+//! run on the F16 lane kernel (`half.rs`) the same way: eight columns at
+//! a time, each product rounded to F16 by one addition of a constant
+//! built from its exponent, the same operations per element as the
+//! scalar loop, where a row's sums cannot overflow
+//! (`cargo bench -p ipu-kernels --bench emulate -- f16`).
 
+mod half;
 mod kernel;
 mod lanes;
 mod machine;

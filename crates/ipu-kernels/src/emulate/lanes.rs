@@ -329,7 +329,7 @@ impl<U: Fn(f64, usize, usize, u64) -> f64> vector::WithEight for LaneRun<'_, U> 
 /// at most `max_product` each: none is −0 or not finite, and the largest
 /// can grow by at most `8 · max_product` and a rounding (at most one F16
 /// unit, 32 below 65536) per step.
-fn partials_stay_in_range(partials: &[f64], steps: usize, max_product: f64) -> bool {
+pub(super) fn partials_stay_in_range(partials: &[f64], steps: usize, max_product: f64) -> bool {
     // One pass, eight lanes at a time: every stream of every pass checks
     // its partials. A NaN fails the bound (`NaN < x` is false), and −0 is
     // flagged by its bits.

@@ -10,6 +10,7 @@ use std::rc::Rc;
 
 use ipu_layout::{ElementOrder, Precision};
 
+use super::half::{HalfRows, finite_max_abs};
 use super::kernel::{self, Block};
 use super::lanes::{LaneRows, LaneUpdate, Lanes, NEAREST_EVEN};
 use super::rounding::{
@@ -139,8 +140,10 @@ struct Machine<'a> {
 /// codes.
 enum Coefficients {
     Values(Vec<f64>),
-    /// Exact values, row major, for [`kernel::Block::run_row_values`].
-    Rows(Vec<f64>),
+    /// Exact values, row major, for [`kernel::Block::run_row_values`] and
+    /// the F16 lane kernel, with their largest magnitude (`None` when one
+    /// is not finite).
+    Rows(Vec<f64>, Option<f64>),
     Codes(Vec<u8>),
     /// The gathered row-major bytes, laid out only if a stream needs them
     /// (one the lane kernel cannot run).
@@ -173,7 +176,8 @@ impl Coefficients {
                 }
             }
             if rounding == Rounding::NearestEven {
-                Coefficients::Rows(values)
+                let max_abs = finite_max_abs(&values);
+                Coefficients::Rows(values, max_abs)
             } else {
                 Coefficients::Values(kernel::group_layout(&values, k, c, group))
             }
@@ -713,10 +717,22 @@ impl Machine<'_> {
                     }
                 }
             }
-            (Coefficients::Rows(coefficients), _) => {
+            (Coefficients::Rows(coefficients, weights_max), _) => {
                 // Laid out so only for sums rounded to nearest.
                 let left = self.tables.left.decode(left);
-                if single {
+                let half = match (weights_max, finite_max_abs(&left)) {
+                    (Some(weights_max), Some(left_max)) => Some(HalfRows {
+                        block,
+                        left: &left,
+                        weights: coefficients,
+                        left_max,
+                        weights_max: *weights_max,
+                    }),
+                    _ => None,
+                };
+                if let Some(half) = half.filter(|h| h.apply(partials)) {
+                    half.run(partials);
+                } else if single {
                     block.run_row_values(partials, &left, coefficients, round_f32, round_f32);
                 } else {
                     block.run_row_values(

@@ -1,5 +1,5 @@
-//! Eight f64 lanes on the host's vector extensions, for the lane kernel
-//! (`lanes.rs`): one AVX-512 register, two AVX2 registers, or plain arrays
+//! Eight f64 lanes on the host's vector extensions, for the lane kernels
+//! (`lanes.rs`, `half.rs`): one AVX-512 register, two AVX2 registers, or plain arrays
 //! on the baseline instruction set. The crate is compiled for the
 //! baseline, where the kernel's eight-wide arithmetic takes four times the
 //! instructions it takes with AVX-512; [`dispatch`] picks the widest set
@@ -30,6 +30,9 @@ pub(super) trait Eight: Copy {
     fn add_u(self, a: Self::U, b: Self::U) -> Self::U;
     fn sub_u(self, a: Self::U, b: Self::U) -> Self::U;
     fn and_u(self, a: Self::U, b: Self::U) -> Self::U;
+    fn or_u(self, a: Self::U, b: Self::U) -> Self::U;
+    /// The larger of each pair of lanes; neither may be NaN.
+    fn max(self, a: Self::F, b: Self::F) -> Self::F;
     /// Each lane shifted right by [`F16_DROPPED_BITS`].
     fn shr_dropped(self, a: Self::U) -> Self::U;
     fn bits(self, a: Self::F) -> Self::U;
@@ -44,6 +47,33 @@ pub(super) trait Eight: Copy {
         let half = self.splat_u((1u64 << (F16_DROPPED_BITS - 1)) - 1);
         let keep = self.splat_u(!((1u64 << F16_DROPPED_BITS) - 1));
         self.with_bits(self.and_u(self.add_u(self.add_u(bits, half), lsb), keep))
+    }
+
+    /// `round_f16` on each lane of finite `x` below 65520 in magnitude:
+    /// the nearest F16, ties to even, subnormals and signed zeros
+    /// included.
+    ///
+    /// Adding `C = 1.5 · 2^(e+42)`, with `2^e ≤ |x| < 2^(e+1)` and `e`
+    /// raised to F16's smallest normal exponent −14, puts `x + C` in
+    /// `[2^(e+42), 2^(e+43))`, whose f64 spacing is `2^(e−10)`: F16's
+    /// spacing at `x` (and `2^-24` below the normal range). So the one
+    /// IEEE addition rounds `x` to F16, ties to even (`C` is an even
+    /// multiple of the spacing), and subtracting `C` again is exact. `C`
+    /// is built from `x`'s exponent bits; a result of zero takes `x`'s
+    /// sign back, as rounding does.
+    #[inline(always)]
+    fn round_f16(self, x: Self::F) -> Self::F {
+        const SIGN: u64 = 1 << 63;
+        const EXPONENT: u64 = 0x7ff << 52;
+        // 1.5 · 2^(−14 + 42): the constant for F16's subnormal range.
+        const SUBNORMAL_C: f64 = 402_653_184.0;
+        let bits = self.bits(x);
+        let exponent = self.and_u(bits, self.splat_u(EXPONENT));
+        let c = self.add_u(exponent, self.splat_u((42 << 52) | (1 << 51)));
+        let c = self.max(self.with_bits(c), self.splat(SUBNORMAL_C));
+        let rounded = self.sub(self.add(x, c), c);
+        let sign = self.and_u(bits, self.splat_u(SIGN));
+        self.with_bits(self.or_u(self.bits(rounded), sign))
     }
 }
 
@@ -95,6 +125,14 @@ impl Eight for Portable {
     #[inline(always)]
     fn sub_u(self, a: [u64; 8], b: [u64; 8]) -> [u64; 8] {
         std::array::from_fn(|l| a[l].wrapping_sub(b[l]))
+    }
+    #[inline(always)]
+    fn or_u(self, a: [u64; 8], b: [u64; 8]) -> [u64; 8] {
+        std::array::from_fn(|i| a[i] | b[i])
+    }
+    #[inline(always)]
+    fn max(self, a: [f64; 8], b: [f64; 8]) -> [f64; 8] {
+        std::array::from_fn(|i| a[i].max(b[i]))
     }
     #[inline(always)]
     fn and_u(self, a: [u64; 8], b: [u64; 8]) -> [u64; 8] {
@@ -171,6 +209,14 @@ mod x86 {
             self.and_u64x8(a, b)
         }
         #[inline(always)]
+        fn or_u(self, a: u64x8, b: u64x8) -> u64x8 {
+            self.or_u64x8(a, b)
+        }
+        #[inline(always)]
+        fn max(self, a: f64x8, b: f64x8) -> f64x8 {
+            self.max_f64x8(a, b)
+        }
+        #[inline(always)]
         fn shr_dropped(self, a: u64x8) -> u64x8 {
             self.shr_const_u64x8::<F16_DROPPED_BITS>(a)
         }
@@ -232,6 +278,14 @@ mod x86 {
         #[inline(always)]
         fn and_u(self, a: [u64x4; 2], b: [u64x4; 2]) -> [u64x4; 2] {
             [0, 1].map(|h| self.and_u64x4(a[h], b[h]))
+        }
+        #[inline(always)]
+        fn or_u(self, a: [u64x4; 2], b: [u64x4; 2]) -> [u64x4; 2] {
+            [0, 1].map(|h| self.or_u64x4(a[h], b[h]))
+        }
+        #[inline(always)]
+        fn max(self, a: [f64x4; 2], b: [f64x4; 2]) -> [f64x4; 2] {
+            [0, 1].map(|h| self.max_f64x4(a[h], b[h]))
         }
         #[inline(always)]
         fn shr_dropped(self, a: [u64x4; 2]) -> [u64x4; 2] {
