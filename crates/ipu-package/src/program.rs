@@ -270,8 +270,16 @@ pub enum Codelet {
     },
     /// Combines `blocks` attention blocks into the normalised output
     /// `Σ_b e^{m_b − m} o_b / Σ_b e^{m_b − m} l_b` with `m = max_b m_b`.
+    ///
+    /// The arithmetic follows the blocks' precision. F32 blocks are
+    /// weighed, added and divided in F32. F16 blocks (the AMP attention's)
+    /// are combined in F16: each weight `e^{m_b − m}` is rounded to F16,
+    /// every product and sum of the row is rounded to F16, and the row is
+    /// multiplied by the F16 reciprocal of its total (the total itself,
+    /// one scalar a row, stays F32). Its output is F16 and is cast to FP8
+    /// for the next GEMM, a far coarser rounding than the combine's.
     AttentionCombine {
-        /// Unnormalised outputs, F32: block `b`, row `r` at
+        /// Unnormalised outputs, F32 or F16: block `b`, row `r` at
         /// `b · out_block_stride + r · out_row_stride`.
         out: Operand,
         /// Row maxima, F32: block `b`, row `r` at `b · stat_block_stride + r`.

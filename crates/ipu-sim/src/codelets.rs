@@ -24,6 +24,10 @@ use ipu_package::program::{
 
 use crate::SimError;
 
+mod attention;
+
+use attention::{combine_row_f16, combine_row_f32, dot_rows, row_of, softmax_row};
+
 /// An activation function as the device codelet computes it: the tanh
 /// GELU in f32, the others in f64 with libm's functions, rounded to f32
 /// once. Written here, not shared with the reference evaluator, so that
@@ -414,72 +418,6 @@ fn write_rows(
     Ok(())
 }
 
-/// Row `j` of `d` elements of a row-major block (empty past its end).
-fn row_of(x: &[f32], j: usize, d: usize) -> &[f32] {
-    x.get(j * d..(j + 1) * d).unwrap_or(&[])
-}
-
-/// The dot products of `q` with the rows of `keys` (`d` values each) into
-/// `out`, each summed from 0 left to right in f32, as a fold over the
-/// pairs gives. Eight sums run side by side, so that each waits only on its
-/// own previous addition: the same operations in the same order per sum.
-fn dot_rows(q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
-    let dot = |j: usize| {
-        q.iter()
-            .zip(row_of(keys, j, d))
-            .fold(0.0f32, |acc, (&a, &b)| acc + a * b)
-    };
-    let mut done = 0;
-    for (block, chunk) in out.chunks_exact_mut(8).enumerate() {
-        let rows: [&[f32]; 8] = std::array::from_fn(|i| row_of(keys, block * 8 + i, d));
-        if q.len() != d || rows.iter().any(|r| r.len() != d) {
-            break;
-        }
-        let mut acc = [0.0f32; 8];
-        for (l, &a) in q.iter().enumerate() {
-            for (s, row) in acc.iter_mut().zip(&rows) {
-                *s += a * row[l];
-            }
-        }
-        chunk.copy_from_slice(&acc);
-        done += 8;
-    }
-    for (j, o) in out.iter_mut().enumerate().skip(done) {
-        *o = dot(j);
-    }
-}
-
-/// One row of [`Codelet::AttentionSoftmax`]: the probabilities of the
-/// scores `row`, scaled by `weight` (a power of two), into `out` (zeros
-/// after them) and the row's `(max, sum)`.
-fn softmax_row(
-    row: &[f32],
-    scale: f32,
-    softmax_f16: bool,
-    weight: f32,
-    out: &mut [f32],
-) -> (f32, f32) {
-    let f16 = Precision::F16;
-    let round = |x: f32| if softmax_f16 { f16.quantize(x) } else { x };
-    let mut mx = f32::NEG_INFINITY;
-    for (o, &x) in out.iter_mut().zip(row) {
-        *o = round(x * scale);
-        mx = mx.max(*o);
-    }
-    let mut l = 0.0f32;
-    for o in out.iter_mut().take(row.len()) {
-        // The device lowers the exponential's argument by `e · ln 2`; the
-        // model applies the power of two exactly, once, before the F16
-        // rounding.
-        *o = f16.quantize((*o - mx).exp() * weight);
-        l += *o;
-    }
-    for o in out.iter_mut().skip(row.len()) {
-        *o = 0.0;
-    }
-    (mx, l)
-}
-
 /// Runs one codelet on `tile`.
 pub fn run_codelet(
     m: &mut impl CodeletMemory,
@@ -801,21 +739,20 @@ pub fn run_codelet_counted(
                 ls.push(read_values(m, args, args.shift(sum, stat, sum_eb)?, rq)?);
             }
             let d = d as usize;
+            let in_f16 = m.precision(tile, out.buffer)? == Precision::F16;
             let mut y = vec![0.0f32; rq as usize * d];
             for r in 0..rq as usize {
                 let at = |x: &[f32]| x.get(r).copied().unwrap_or(f32::NAN);
                 let mx = ms.iter().map(|m| at(m)).fold(f32::NEG_INFINITY, f32::max);
-                let mut total = 0.0f32;
                 let yr = y.get_mut(r * d..(r + 1) * d).unwrap_or(&mut []);
-                for ((o, m), l) in os.iter().zip(&ms).zip(&ls) {
-                    let w = (at(m) - mx).exp();
-                    total += w * at(l);
-                    for (x, &o) in yr.iter_mut().zip(o.get(r * d..(r + 1) * d).unwrap_or(&[])) {
-                        *x += w * o;
-                    }
-                }
-                for x in yr.iter_mut() {
-                    *x /= total;
+                let blocks = os.iter().zip(&ms).zip(&ls).map(|((o, m), l)| {
+                    let weight = (at(m) - mx).exp();
+                    (weight, at(l), o.get(r * d..(r + 1) * d).unwrap_or(&[]))
+                });
+                if in_f16 {
+                    combine_row_f16(yr, blocks);
+                } else {
+                    combine_row_f32(yr, blocks);
                 }
             }
             write_rows(m, args, output, &y, d as u64, u64::from(output_row_stride))?;

@@ -244,6 +244,10 @@ pub struct VectorSpec {
     pub axpy_macs_per_instruction: u32,
     /// Attention, per query row and block.
     pub attention_row_instructions: u32,
+    /// The combine of F16 attention blocks, per vector of a block's row:
+    /// multiplying it by the block's weight and adding it to the row's
+    /// sum, in F16.
+    pub combine_f16_instructions_per_vector: u32,
     /// The softmax between the AMP's two attention products, per vector
     /// of scores: scaling them and taking the row maximum.
     pub softmax_scale_instructions_per_vector: u32,

@@ -18,7 +18,8 @@
 //! | sum of `p` partials | vectors of one partial | `p × reduce_instructions_per_vector` |
 //! | layer norm | rows (or, with fewer rows than workers, parts of a row) | `layer_norm_row_instructions + vectors of a row (part) × layer_norm_instructions_per_vector` (+ parts × `layer_norm_combine_instructions_per_part` and a second worker start when split) |
 //! | attention block | query rows | `attention_row_instructions + kv × ⌈d / dot_macs⌉ + vectors of kv scores × exp + kv × ⌈d / axpy_macs⌉` |
-//! | attention combine | query rows | `attention_row_instructions + blocks × (exp + ⌈d / axpy_macs⌉) + ⌈d / axpy_macs⌉` |
+//! | attention combine, F32 blocks | query rows | `attention_row_instructions + blocks × (exp + ⌈d / axpy_macs⌉) + ⌈d / axpy_macs⌉` |
+//! | attention combine, F16 blocks (in F16) | query rows | `attention_row_instructions + blocks × (exp + vectors of d × combine_f16) + vectors of d × add` |
 //! | attention softmax | query rows | `attention_row_instructions + vectors of a row's scores × softmax_scale + vectors of its F16 probabilities × (exp + softmax_sum)` |
 //! | panels, transposed | groups of 4 source rows | `transpose_group + ⌈out_rows / 4⌉ × transpose_block` |
 //! | panels, not transposed | groups of 4 rows | `transpose_group + 4 × ⌈2 · out_cols / copy_bytes⌉` |
@@ -56,6 +57,14 @@ use super::causal::{MAX_COUNTED_CAUSAL_ROWS, causal_busiest, visible_pairs};
 use crate::graph::Activation;
 use crate::package::{Package, PackageKernel};
 use crate::program::{CausalRows, Codelet, GemmEntry, KernelId, Program};
+
+/// Whether an attention combine of blocks stored `block_lanes` to a
+/// vector of `datapath_bytes` works in F16 (blocks of 16-bit elements)
+/// rather than F32: the arithmetic follows the blocks' precision
+/// ([`crate::program::Codelet::AttentionCombine`]).
+pub fn combines_in_f16(block_lanes: u32, datapath_bytes: u32) -> bool {
+    u64::from(block_lanes) * 2 == u64::from(datapath_bytes)
+}
 
 /// What one call of a codelet other than the GEMM does, counted in the
 /// units its cost depends on.
@@ -362,16 +371,19 @@ impl VectorModel {
                 head_dim,
                 block_lanes,
             } => {
-                let scale = head_dim.div_ceil(axpy);
-                // F16 blocks are widened to F32 before they are weighed and
-                // added, a vector at a time as the loads deliver them.
-                let widen = if u64::from(block_lanes) > axpy {
-                    vectors(head_dim, block_lanes)
-                        .saturating_mul(u64::from(s.convert_instructions_per_vector))
+                // F32 blocks are weighed and added by F32 axpys and divided
+                // by the row's sum likewise; F16 blocks in F16, four lanes
+                // a vector, and multiplied by the sum's reciprocal.
+                let (weigh, scale) = if combines_in_f16(block_lanes, s.datapath_bytes) {
+                    let v = vectors(head_dim, block_lanes);
+                    (
+                        v.saturating_mul(u64::from(s.combine_f16_instructions_per_vector)),
+                        v.saturating_mul(u64::from(s.add_instructions_per_vector)),
+                    )
                 } else {
-                    0
+                    (head_dim.div_ceil(axpy), head_dim.div_ceil(axpy))
                 };
-                let per_block = exp.saturating_add(scale).saturating_add(widen);
+                let per_block = exp.saturating_add(weigh);
                 per(q_rows).saturating_mul(
                     row.saturating_add(blocks.saturating_mul(per_block))
                         .saturating_add(scale),
@@ -487,10 +499,15 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             blocks,
             q_rows,
             head_dim,
-            ..
+            block_lanes,
         } => {
-            // F32 partial outputs: two lanes per vector of 8 bytes.
-            let lanes = (datapath_bytes / 4).max(1);
+            // A vector of each block's row, in the arithmetic's lanes
+            // (two F32 lanes a vector of 8 bytes, or the F16 blocks' own).
+            let lanes = if combines_in_f16(block_lanes, datapath_bytes) {
+                block_lanes
+            } else {
+                (datapath_bytes / 4).max(1)
+            };
             q_rows
                 .saturating_mul(blocks)
                 .saturating_mul(vectors(head_dim, lanes))
