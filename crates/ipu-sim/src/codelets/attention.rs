@@ -122,7 +122,7 @@ mod tests {
     use super::*;
 
     /// Blocks `(weight, row sum, row)` for the combine helpers.
-    fn blocks<'a>(b: &'a [(f32, f32, Vec<f32>)]) -> impl Iterator<Item = (f32, f32, &'a [f32])> {
+    fn blocks(b: &[(f32, f32, Vec<f32>)]) -> impl Iterator<Item = (f32, f32, &[f32])> {
         b.iter().map(|(w, l, o)| (*w, *l, o.as_slice()))
     }
 
