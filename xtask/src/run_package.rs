@@ -536,8 +536,13 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     let mut line = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
-        line.push_str(": ");
-        line.push_str(&c.to_string());
+        // Many errors already quote their cause in their own message; a
+        // cause the line already says is not said twice.
+        let text = c.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
         cause = c.source();
     }
     line
@@ -618,4 +623,41 @@ pub fn inspect(dir: &Path) -> Result<ExitCode, String> {
     }
     println!("valid=true");
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    /// An error with a message and an optional cause.
+    #[derive(Debug)]
+    struct Layer(String, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    /// Causes a message leaves out are appended; one it quotes is not
+    /// repeated.
+    #[test]
+    fn every_cause_is_said_once() {
+        let root = Layer("bad ELF header".into(), None);
+        let quoting = Layer(
+            "kernel object k3: bad ELF header".into(),
+            Some(Box::new(root)),
+        );
+        let outer = Layer("running tile 4".into(), Some(Box::new(quoting)));
+        assert_eq!(
+            error_chain(&outer),
+            "running tile 4: kernel object k3: bad ELF header"
+        );
+    }
 }
