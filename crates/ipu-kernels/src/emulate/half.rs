@@ -60,7 +60,10 @@ impl HalfRows<'_> {
     /// below the normal range), and each step's rounding adds at most
     /// half of F16's largest spacing below 65536 (16). The row's sum of
     /// `|a_t|` is taken, not `k` times the largest: attention's scores
-    /// would fail the coarser bound where its rows are far from it.
+    /// would fail the coarser bound where its rows are far from it. The
+    /// products' growth is allowed `2^-10`, twice their rounding's, which
+    /// also covers the rounding of the bound's own f64 arithmetic (below
+    /// `k · 2^-53` of it).
     pub(super) fn apply(&self, partials: &[f64]) -> bool {
         let Block {
             rows, k, c, group, ..
@@ -87,7 +90,7 @@ impl HalfRows<'_> {
                 return false;
             };
             let growth: f64 = a.iter().map(|v| v.abs()).sum::<f64>() * self.weights_max;
-            start + growth * (1.0 + 2f64.powi(-11)) + rounding < F16_OVERFLOW
+            start + growth * (1.0 + 2f64.powi(-10)) + rounding < F16_OVERFLOW
         })
     }
 
