@@ -17,7 +17,7 @@
 
 use ipu_layout::{AmpOperand, ElementOrder, Precision, TileId};
 use ipu_package::graph::{Activation, AttentionMask};
-use ipu_package::profile::{VectorModel, Work};
+use ipu_package::profile::{VectorModel, Work, combines_in_f16};
 use ipu_package::program::{
     BufferId, CausalRows, Codelet, GemmEntry, GemmKernel, KernelId, MAX_PROB_EXPONENT, Operand,
 };
@@ -696,13 +696,13 @@ pub fn run_codelet_counted(
         } => {
             let (nb, rq, d) = (u64::from(blocks), u64::from(q_rows), u64::from(head_dim));
             check_rows(m, args, output, rq, d, u64::from(output_row_stride))?;
-            let block_lanes = lanes(m, &[out.buffer])?;
+            let block_precision = m.precision(tile, out.buffer)?;
             if rq == 0 {
                 return Ok(counted(Work::AttentionCombine {
                     blocks: nb,
                     q_rows: 0,
                     head_dim: d,
-                    block_lanes,
+                    block_precision,
                 }));
             }
             // Blocks must not overlap either, so that the block count cannot
@@ -739,7 +739,7 @@ pub fn run_codelet_counted(
                 ls.push(read_values(m, args, args.shift(sum, stat, sum_eb)?, rq)?);
             }
             let d = d as usize;
-            let in_f16 = m.precision(tile, out.buffer)? == Precision::F16;
+            let in_f16 = combines_in_f16(block_precision);
             let mut y = vec![0.0f32; rq as usize * d];
             for r in 0..rq as usize {
                 let at = |x: &[f32]| x.get(r).copied().unwrap_or(f32::NAN);
@@ -760,7 +760,7 @@ pub fn run_codelet_counted(
                 blocks: os.len() as u64,
                 q_rows: (y.len() / d.max(1)) as u64,
                 head_dim: d as u64,
-                block_lanes,
+                block_precision,
             }))
         }
         Codelet::AttentionSoftmax {

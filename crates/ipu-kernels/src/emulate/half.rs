@@ -15,23 +15,9 @@
 //! or meets a non-finite value takes the scalar loop.
 
 use super::kernel::Block;
+use super::lanes::{F16_OVERFLOW, finite_max_abs};
 use super::rounding::{round_f16, round_f16_significand};
 use super::vector::{self, Eight};
-
-/// The largest product magnitude below which rounding it to F16 cannot
-/// overflow (halfway between 65504 and 65536).
-const F16_OVERFLOW: f64 = 65520.0;
-
-/// The largest magnitude of `values`, or `None` when one is not finite.
-pub(super) fn finite_max_abs(values: &[f64]) -> Option<f64> {
-    let mut max = 0.0f64;
-    let mut finite = true;
-    for v in values {
-        finite &= v.is_finite();
-        max = max.max(v.abs());
-    }
-    finite.then_some(max)
-}
 
 /// One stream for the F16 lane kernel: its shape, decoded rows and
 /// row-major weights with their largest magnitudes.

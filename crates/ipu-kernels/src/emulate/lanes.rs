@@ -20,7 +20,7 @@ const MAGIC: f64 = 6_755_399_441_055_744.0;
 const GRID: f64 = 16_777_216.0;
 /// The largest product magnitude below which rounding an FP8 product to
 /// F16 cannot overflow (halfway between 65504 and 65536).
-const F16_OVERFLOW: f64 = 65520.0;
+pub(super) const F16_OVERFLOW: f64 = 65520.0;
 
 /// The weights of an FP8 × FP8 block with F16 partials, for the lane
 /// kernel ([`Block::run_lanes`]), scaled by `2^24`: for each step `g` and
@@ -58,15 +58,20 @@ impl Lanes {
                 }
             }
         }
-        // Separate passes, without a chain of dependent maxima.
-        let finite = block.iter().all(|v| v.is_finite());
-        let max_abs = largest_magnitude(block);
-        finite.then_some(Self {
+        let max_abs = finite_max_abs(block)?;
+        Some(Self {
             values,
             columns,
             max_abs,
         })
     }
+}
+
+/// The largest magnitude of `values`, or `None` when one is not finite;
+/// in separate passes, without a chain of dependent maxima.
+pub(super) fn finite_max_abs(values: &[f64]) -> Option<f64> {
+    let finite = values.iter().all(|v| v.is_finite());
+    finite.then(|| largest_magnitude(values))
 }
 
 /// The largest magnitude in `values` (NaN ignored), over eight running
@@ -329,7 +334,7 @@ impl<U: Fn(f64, usize, usize, u64) -> f64> vector::WithEight for LaneRun<'_, U> 
 /// at most `max_product` each: none is −0 or not finite, and the largest
 /// can grow by at most `8 · max_product` and a rounding (at most one F16
 /// unit, 32 below 65536) per step.
-pub(super) fn partials_stay_in_range(partials: &[f64], steps: usize, max_product: f64) -> bool {
+fn partials_stay_in_range(partials: &[f64], steps: usize, max_product: f64) -> bool {
     // One pass, eight lanes at a time: every stream of every pass checks
     // its partials. A NaN fails the bound (`NaN < x` is false), and −0 is
     // flagged by its bits.

@@ -10,9 +10,9 @@ use std::rc::Rc;
 
 use ipu_layout::{ElementOrder, Precision};
 
-use super::half::{HalfRows, finite_max_abs};
+use super::half::HalfRows;
 use super::kernel::{self, Block};
-use super::lanes::{LaneRows, LaneUpdate, Lanes, NEAREST_EVEN};
+use super::lanes::{LaneRows, LaneUpdate, Lanes, NEAREST_EVEN, finite_max_abs};
 use super::rounding::{
     round_f16, round_f16_on_grid, round_f32, stochastic_f16, stochastic_f32, stored, unit_random,
 };
@@ -720,7 +720,10 @@ impl Machine<'_> {
             (Coefficients::Rows(coefficients, weights_max), _) => {
                 // Laid out so only for sums rounded to nearest.
                 let left = self.tables.left.decode(left);
-                let half = match (weights_max, finite_max_abs(&left)) {
+                // F32 partials never take the F16 lane kernel: spare them
+                // the scan of the rows.
+                let left_max = if single { None } else { finite_max_abs(&left) };
+                let half = match (weights_max, left_max) {
                     (Some(weights_max), Some(left_max)) => Some(HalfRows {
                         block,
                         left: &left,

@@ -399,7 +399,7 @@ pub(crate) fn combine_cycles(
             blocks: s,
             q_rows: rows,
             head_dim: d,
-            block_lanes: cost.steps.vector.lanes(blocks),
+            block_precision: blocks,
         })
         .saturating_mul(pairs)
         .saturating_add(sync);

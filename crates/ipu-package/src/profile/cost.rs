@@ -58,12 +58,12 @@ use crate::graph::Activation;
 use crate::package::{Package, PackageKernel};
 use crate::program::{CausalRows, Codelet, GemmEntry, KernelId, Program};
 
-/// Whether an attention combine of blocks stored `block_lanes` to a
-/// vector of `datapath_bytes` works in F16 (blocks of 16-bit elements)
+/// Whether an attention combine of blocks stored in `blocks` works in F16
 /// rather than F32: the arithmetic follows the blocks' precision
-/// ([`crate::program::Codelet::AttentionCombine`]).
-pub fn combines_in_f16(block_lanes: u32, datapath_bytes: u32) -> bool {
-    u64::from(block_lanes) * 2 == u64::from(datapath_bytes)
+/// ([`crate::program::Codelet::AttentionCombine`]). The one rule the tile
+/// model's codelet and its cost share.
+pub fn combines_in_f16(blocks: Precision) -> bool {
+    blocks == Precision::F16
 }
 
 /// What one call of a codelet other than the GEMM does, counted in the
@@ -134,8 +134,9 @@ pub enum Work {
         q_rows: u64,
         /// Columns per head.
         head_dim: u64,
-        /// Partial outputs per vector as stored (F32 or F16 blocks).
-        block_lanes: u32,
+        /// The precision the partial outputs are stored in: F32, or F16
+        /// (combined in F16, [`combines_in_f16`]).
+        block_precision: Precision,
     },
     /// The softmax between attention's AMP products.
     AttentionSoftmax {
@@ -369,13 +370,14 @@ impl VectorModel {
                 blocks,
                 q_rows,
                 head_dim,
-                block_lanes,
+                block_precision,
             } => {
                 // F32 blocks are weighed and added by F32 axpys and divided
-                // by the row's sum likewise; F16 blocks in F16, four lanes
-                // a vector, and multiplied by the sum's reciprocal.
-                let (weigh, scale) = if combines_in_f16(block_lanes, s.datapath_bytes) {
-                    let v = vectors(head_dim, block_lanes);
+                // by the row's sum likewise; F16 blocks in F16, a vector of
+                // the blocks' lanes at a time, and multiplied by the sum's
+                // reciprocal (a vector multiply costs what an add does).
+                let (weigh, scale) = if combines_in_f16(block_precision) {
+                    let v = vectors(head_dim, self.lanes(block_precision));
                     (
                         v.saturating_mul(u64::from(s.combine_f16_instructions_per_vector)),
                         v.saturating_mul(u64::from(s.add_instructions_per_vector)),
@@ -499,15 +501,16 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             blocks,
             q_rows,
             head_dim,
-            block_lanes,
+            block_precision,
         } => {
-            // A vector of each block's row, in the arithmetic's lanes
-            // (two F32 lanes a vector of 8 bytes, or the F16 blocks' own).
-            let lanes = if combines_in_f16(block_lanes, datapath_bytes) {
-                block_lanes
+            // A vector of each block's row, in the arithmetic's lanes: F32,
+            // or the F16 blocks' own.
+            let element_bytes = if combines_in_f16(block_precision) {
+                u32::try_from(block_precision.element_bytes()).unwrap_or(u32::MAX)
             } else {
-                (datapath_bytes / 4).max(1)
+                4
             };
+            let lanes = (datapath_bytes / element_bytes).max(1);
             q_rows
                 .saturating_mul(blocks)
                 .saturating_mul(vectors(head_dim, lanes))
@@ -628,7 +631,7 @@ pub fn codelet_work(
             blocks: u64::from(*blocks),
             q_rows: u64::from(*q_rows),
             head_dim: u64::from(*head_dim),
-            block_lanes: model.lanes(p(out)),
+            block_precision: p(out),
         },
         Codelet::AttentionSoftmax {
             scores,

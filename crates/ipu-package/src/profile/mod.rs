@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cost::{
     CODELET_KINDS, KernelCheck, KernelCosts, VectorModel, Work, check_kernels, codelet_work,
-    kernel_variant, work_floor,
+    combines_in_f16, kernel_variant, work_floor,
 };
 pub use work::{MacCounts, ModelWork, RepeatWork};
 
