@@ -16,17 +16,18 @@
 //! limit, counted with `codelet_work` before the run.
 
 use ipu_layout::{AmpOperand, ElementOrder, Precision, TileId};
-use ipu_package::graph::{Activation, AttentionMask};
-use ipu_package::profile::{VectorModel, Work, combines_in_f16};
-use ipu_package::program::{
-    BufferId, CausalRows, Codelet, GemmEntry, GemmKernel, KernelId, MAX_PROB_EXPONENT, Operand,
-};
+use ipu_package::graph::Activation;
+use ipu_package::profile::{VectorModel, Work};
+use ipu_package::program::{BufferId, Codelet, GemmEntry, GemmKernel, KernelId, Operand};
 
 use crate::SimError;
 
 mod attention;
+mod gather;
+mod io;
 
-use attention::{combine_row_f16, combine_row_f32, dot_rows, row_of, softmax_row};
+use gather::{GatherArgs, gather};
+use io::{Args, check_values, read_rows, read_values, write_values};
 
 /// An activation function as the device codelet computes it: the tanh
 /// GELU in f32, the others in f64 with libm's functions, rounded to f32
@@ -246,176 +247,32 @@ pub(crate) fn codelet_work(c: &Codelet, kernel: Option<&GemmKernel>) -> u64 {
     }
 }
 
-/// Checked arithmetic on codelet arguments, failing with the codelet and
-/// the argument named.
-struct Args {
+/// What a codelet run counts in: the device's vector model, when the run
+/// counts its work.
+#[derive(Clone, Copy)]
+struct Counter<'a> {
     tile: TileId,
-    codelet: &'static str,
+    model: Option<&'a VectorModel>,
 }
 
-impl Args {
-    fn fail(&self, what: &'static str) -> SimError {
-        SimError::Argument {
-            tile: self.tile,
-            codelet: self.codelet,
-            what,
+impl Counter<'_> {
+    /// Lanes per vector for the precisions of `buffers` (1 when not
+    /// counting).
+    fn lanes(&self, m: &impl CodeletMemory, buffers: &[BufferId]) -> Result<u32, SimError> {
+        let Some(model) = self.model else {
+            return Ok(1);
+        };
+        let mut precisions = Vec::with_capacity(buffers.len());
+        for &b in buffers {
+            precisions.push(m.precision(self.tile, b)?);
         }
+        Ok(model.lanes_of(&precisions))
     }
 
-    fn mul(&self, what: &'static str, a: u64, b: u64) -> Result<u64, SimError> {
-        a.checked_mul(b).ok_or_else(|| self.fail(what))
+    /// `work`, when counting.
+    fn counted(&self, work: Work) -> Option<Work> {
+        self.model.map(|_| work)
     }
-
-    fn add(&self, what: &'static str, a: u64, b: u64) -> Result<u64, SimError> {
-        a.checked_add(b).ok_or_else(|| self.fail(what))
-    }
-
-    fn usize(&self, what: &'static str, a: u64) -> Result<usize, SimError> {
-        usize::try_from(a).map_err(|_| self.fail(what))
-    }
-
-    /// The operand `elements` elements of 4 bytes further on.
-    /// `at` moved on by `elements` elements of `element_bytes` each.
-    fn shift(&self, at: Operand, elements: u64, element_bytes: u64) -> Result<Operand, SimError> {
-        let offset = self.add(
-            "block offset",
-            u64::from(at.offset),
-            self.mul("block offset", elements, element_bytes)?,
-        )?;
-        let offset = u32::try_from(offset).map_err(|_| self.fail("block offset"))?;
-        Ok(Operand {
-            buffer: at.buffer,
-            offset,
-        })
-    }
-
-    /// Elements spanned by `rows` rows of `cols` elements, `stride` apart,
-    /// which must not overlap.
-    fn span(&self, rows: u64, cols: u64, stride: u64) -> Result<u64, SimError> {
-        if rows > 1 && stride < cols {
-            return Err(self.fail("row stride (rows overlap)"));
-        }
-        if rows == 0 {
-            return Ok(0);
-        }
-        self.add("row span", self.mul("row span", rows - 1, stride)?, cols)
-    }
-}
-
-fn read_values(
-    m: &impl CodeletMemory,
-    args: &Args,
-    at: Operand,
-    count: u64,
-) -> Result<Vec<f32>, SimError> {
-    let p = m.precision(args.tile, at.buffer)?;
-    let eb = p.element_bytes();
-    let bytes = m.read(args.tile, at, args.mul("element count", count, eb)?)?;
-    // The slice codec decodes as `decode_from` does, a vector at a time.
-    let mut values = vec![0f32; bytes.len() / (eb as usize).max(1)];
-    p.codec()
-        .decode_slice(&bytes[..values.len() * eb as usize], &mut values);
-    Ok(values)
-}
-
-/// Checks that `count` elements fit at the operand before anything is
-/// allocated for them.
-fn check_values(
-    m: &impl CodeletMemory,
-    args: &Args,
-    at: Operand,
-    count: u64,
-) -> Result<(), SimError> {
-    let eb = m.precision(args.tile, at.buffer)?.element_bytes();
-    m.extent(args.tile, at, args.mul("element count", count, eb)?)
-}
-
-fn write_values(
-    m: &mut impl CodeletMemory,
-    args: &Args,
-    at: Operand,
-    values: &[f32],
-) -> Result<(), SimError> {
-    let p = m.precision(args.tile, at.buffer)?;
-    let eb = p.element_bytes() as usize;
-    let mut bytes = vec![0u8; values.len() * eb];
-    // The slice codec encodes as `encode_into` does, a vector at a time.
-    p.codec().encode_slice(values, &mut bytes);
-    m.write(args.tile, at, &bytes)
-}
-
-/// Reads `rows` rows of `cols` elements, rows `stride` elements apart.
-fn read_rows(
-    m: &impl CodeletMemory,
-    args: &Args,
-    at: Operand,
-    rows: u64,
-    cols: u64,
-    stride: u64,
-) -> Result<Vec<f32>, SimError> {
-    let span = args.span(rows, cols, stride)?;
-    if rows == 0 {
-        return Ok(Vec::new());
-    }
-    let all = read_values(m, args, at, span)?;
-    // Rows do not overlap, so `rows × cols ≤ span` elements were read.
-    let (cols, stride) = (
-        args.usize("columns", cols)?,
-        args.usize("row stride", stride)?,
-    );
-    let mut out = Vec::with_capacity(all.len());
-    for r in 0..args.usize("rows", rows)? {
-        let start = r * stride;
-        out.extend_from_slice(all.get(start..start + cols).unwrap_or(&[]));
-    }
-    Ok(out)
-}
-
-/// Checks the extent of `rows` strided rows before they are computed.
-fn check_rows(
-    m: &impl CodeletMemory,
-    args: &Args,
-    at: Operand,
-    rows: u64,
-    cols: u64,
-    stride: u64,
-) -> Result<(), SimError> {
-    let span = args.span(rows, cols, stride)?;
-    check_values(m, args, at, span)
-}
-
-/// Writes rows into a strided destination, leaving the gaps as they are.
-fn write_rows(
-    m: &mut impl CodeletMemory,
-    args: &Args,
-    at: Operand,
-    values: &[f32],
-    cols: u64,
-    stride: u64,
-) -> Result<(), SimError> {
-    let eb = m.precision(args.tile, at.buffer)?.element_bytes();
-    let row_bytes = args.mul("row offset", stride, eb)?;
-    for (r, row) in values
-        .chunks(args.usize("columns", cols.max(1))?)
-        .enumerate()
-    {
-        let offset = args.add(
-            "row offset",
-            u64::from(at.offset),
-            args.mul("row offset", r as u64, row_bytes)?,
-        )?;
-        let offset = u32::try_from(offset).map_err(|_| args.fail("row offset"))?;
-        write_values(
-            m,
-            args,
-            Operand {
-                buffer: at.buffer,
-                offset,
-            },
-            row,
-        )?;
-    }
-    Ok(())
 }
 
 /// Runs one codelet on `tile`.
@@ -444,19 +301,7 @@ pub fn run_codelet_counted(
         codelet: codelet_name(codelet),
     };
     let args = &args;
-    // Lanes per vector for the precisions a codelet touches, when counting.
-    let lanes = |m: &mut _, buffers: &[BufferId]| -> Result<u32, SimError> {
-        let Some(model) = model else {
-            return Ok(1);
-        };
-        let m: &mut _ = m;
-        let mut precisions = Vec::with_capacity(buffers.len());
-        for &b in buffers {
-            precisions.push(CodeletMemory::precision(m, tile, b)?);
-        }
-        Ok(model.lanes_of(&precisions))
-    };
-    let counted = |work: Work| model.map(|_| work);
+    let counter = Counter { tile, model };
     match *codelet {
         Codelet::Gemm {
             kernel,
@@ -489,8 +334,8 @@ pub fn run_codelet_counted(
                 xa.iter().zip(&xb).map(|(&x, &y)| x + y).collect()
             };
             write_values(m, args, out, &sum)?;
-            let lanes = lanes(m, &[a.buffer, b.buffer, out.buffer])?;
-            Ok(counted(Work::Add {
+            let lanes = counter.lanes(m, &[a.buffer, b.buffer, out.buffer])?;
+            Ok(counter.counted(Work::Add {
                 elements: sum.len() as u64,
                 lanes,
             }))
@@ -511,8 +356,8 @@ pub fn run_codelet_counted(
             let b = read_values(m, args, bias, u64::from(cols))?;
             let y = layer_norm(&x, &g, &b, cols as usize, eps);
             write_values(m, args, output, &y)?;
-            let lanes = lanes(m, &[input.buffer, output.buffer])?;
-            Ok(counted(Work::LayerNorm {
+            let lanes = counter.lanes(m, &[input.buffer, output.buffer])?;
+            Ok(counter.counted(Work::LayerNorm {
                 rows: x.chunks((cols as usize).max(1)).count() as u64,
                 columns: u64::from(cols),
                 lanes,
@@ -528,8 +373,8 @@ pub fn run_codelet_counted(
             let x = read_values(m, args, input, u64::from(elements))?;
             let y: Vec<f32> = x.into_iter().map(|v| activation(function, v)).collect();
             write_values(m, args, output, &y)?;
-            let lanes = lanes(m, &[input.buffer, output.buffer])?;
-            Ok(counted(Work::Activation {
+            let lanes = counter.lanes(m, &[input.buffer, output.buffer])?;
+            Ok(counter.counted(Work::Activation {
                 function,
                 elements: y.len() as u64,
                 lanes,
@@ -558,16 +403,16 @@ pub fn run_codelet_counted(
                     .map(|h| table[usize::from(u16::from_le_bytes([h[0], h[1]]))])
                     .collect();
                 m.write(tile, output, &codes)?;
-                let lanes = lanes(m, &[input.buffer, output.buffer])?;
-                return Ok(counted(Work::Convert {
+                let lanes = counter.lanes(m, &[input.buffer, output.buffer])?;
+                return Ok(counter.counted(Work::Convert {
                     elements: codes.len() as u64,
                     lanes,
                 }));
             }
             let x = read_values(m, args, input, u64::from(elements))?;
             write_values(m, args, output, &x)?;
-            let lanes = lanes(m, &[input.buffer, output.buffer])?;
-            Ok(counted(Work::Convert {
+            let lanes = counter.lanes(m, &[input.buffer, output.buffer])?;
+            Ok(counter.counted(Work::Convert {
                 elements: x.len() as u64,
                 lanes,
             }))
@@ -593,224 +438,16 @@ pub fn run_codelet_counted(
                 }
             }
             write_values(m, args, output, &sum)?;
-            let lanes = lanes(m, &[input.buffer, output.buffer])?;
-            Ok(counted(Work::Reduce {
+            let lanes = counter.lanes(m, &[input.buffer, output.buffer])?;
+            Ok(counter.counted(Work::Reduce {
                 partials,
                 elements: sum.len() as u64,
                 lanes,
             }))
         }
-        Codelet::AttentionBlock {
-            q,
-            k,
-            v,
-            out,
-            max,
-            sum,
-            workspace,
-            q_rows,
-            kv_rows,
-            head_dim,
-            q_stride,
-            kv_stride,
-            out_stride,
-            scale,
-            softmax_f16,
-            causal,
-        } => {
-            let (rq, rk, d) = (u64::from(q_rows), u64::from(kv_rows), u64::from(head_dim));
-            let diagonal = causal.map(CausalRows::diagonal);
-            // The scratch row must exist on the tile, as on the device, and
-            // every result must fit before it is computed.
-            m.extent(tile, workspace, args.mul("workspace bytes", rk, 4)?)?;
-            check_rows(m, args, out, rq, d, u64::from(out_stride))?;
-            check_values(m, args, max, rq)?;
-            check_values(m, args, sum, rq)?;
-            let qv = read_rows(m, args, q, rq, d, u64::from(q_stride))?;
-            let kv_ = read_rows(m, args, k, rk, d, u64::from(kv_stride))?;
-            let vv = read_rows(m, args, v, rk, d, u64::from(kv_stride))?;
-            let round = |x: f32| {
-                if softmax_f16 {
-                    Precision::F16.quantize(x)
-                } else {
-                    x
-                }
-            };
-            let (rk, d) = (rk as usize, d as usize);
-            let mut o = vec![0.0f32; rq as usize * d];
-            let mut maxima = Vec::with_capacity(rq as usize);
-            let mut sums = Vec::with_capacity(rq as usize);
-            let mut s = vec![0.0f32; rk];
-            for r in 0..rq as usize {
-                // A causal row computes its visible keys only; one that
-                // sees none keeps maximum −∞, sum 0 and a zero output.
-                let visible = AttentionMask::visible_keys(diagonal, r as u64, rk as u64) as usize;
-                let s = s.get_mut(..visible).unwrap_or(&mut []);
-                dot_rows(row_of(&qv, r, d), &kv_, d, s);
-                for sj in s.iter_mut() {
-                    *sj = round(*sj * scale);
-                }
-                let mx = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut l = 0.0f32;
-                let orow = o.get_mut(r * d..(r + 1) * d).unwrap_or(&mut []);
-                for (j, &sj) in s.iter().enumerate() {
-                    let e = round((sj - mx).exp());
-                    l += e;
-                    for (x, &vj) in orow.iter_mut().zip(row_of(&vv, j, d)) {
-                        *x += e * vj;
-                    }
-                }
-                maxima.push(mx);
-                sums.push(l);
-            }
-            write_rows(m, args, out, &o, d as u64, u64::from(out_stride))?;
-            write_values(m, args, max, &maxima)?;
-            write_values(m, args, sum, &sums)?;
-            let score_lanes = model.map_or(1, |model| {
-                model.lanes(if softmax_f16 {
-                    Precision::F16
-                } else {
-                    Precision::F32
-                })
-            });
-            Ok(counted(Work::AttentionBlock {
-                q_rows: maxima.len() as u64,
-                kv_rows: s.len() as u64,
-                head_dim: d as u64,
-                score_lanes,
-                diagonal,
-            }))
-        }
-        Codelet::AttentionCombine {
-            out,
-            max,
-            sum,
-            output,
-            blocks,
-            q_rows,
-            head_dim,
-            out_block_stride,
-            out_row_stride,
-            stat_block_stride,
-            output_row_stride,
-        } => {
-            let (nb, rq, d) = (u64::from(blocks), u64::from(q_rows), u64::from(head_dim));
-            check_rows(m, args, output, rq, d, u64::from(output_row_stride))?;
-            let block_precision = m.precision(tile, out.buffer)?;
-            if rq == 0 {
-                return Ok(counted(Work::AttentionCombine {
-                    blocks: nb,
-                    q_rows: 0,
-                    head_dim: d,
-                    block_precision,
-                }));
-            }
-            // Blocks must not overlap either, so that the block count cannot
-            // multiply one small read into a large allocation.
-            let block_span = args.span(rq, d, u64::from(out_row_stride))?;
-            if nb > 1
-                && (u64::from(out_block_stride) < block_span || u64::from(stat_block_stride) < rq)
-            {
-                return Err(args.fail("block stride (blocks overlap)"));
-            }
-            let eb = |o: Operand| -> Result<u64, SimError> {
-                Ok(m.precision(tile, o.buffer)?.element_bytes())
-            };
-            let (out_eb, max_eb, sum_eb) = (eb(out)?, eb(max)?, eb(sum)?);
-            let mut os = Vec::new();
-            let mut ms = Vec::new();
-            let mut ls = Vec::new();
-            for b in 0..nb {
-                let out_at = args.shift(
-                    out,
-                    args.mul("block offset", b, u64::from(out_block_stride))?,
-                    out_eb,
-                )?;
-                let stat = args.mul("block offset", b, u64::from(stat_block_stride))?;
-                os.push(read_rows(
-                    m,
-                    args,
-                    out_at,
-                    rq,
-                    d,
-                    u64::from(out_row_stride),
-                )?);
-                ms.push(read_values(m, args, args.shift(max, stat, max_eb)?, rq)?);
-                ls.push(read_values(m, args, args.shift(sum, stat, sum_eb)?, rq)?);
-            }
-            let d = d as usize;
-            let in_f16 = combines_in_f16(block_precision);
-            let mut y = vec![0.0f32; rq as usize * d];
-            for r in 0..rq as usize {
-                let at = |x: &[f32]| x.get(r).copied().unwrap_or(f32::NAN);
-                let mx = ms.iter().map(|m| at(m)).fold(f32::NEG_INFINITY, f32::max);
-                let yr = y.get_mut(r * d..(r + 1) * d).unwrap_or(&mut []);
-                let blocks = os.iter().zip(&ms).zip(&ls).map(|((o, m), l)| {
-                    let weight = (at(m) - mx).exp();
-                    (weight, at(l), o.get(r * d..(r + 1) * d).unwrap_or(&[]))
-                });
-                if in_f16 {
-                    combine_row_f16(yr, blocks);
-                } else {
-                    combine_row_f32(yr, blocks);
-                }
-            }
-            write_rows(m, args, output, &y, d as u64, u64::from(output_row_stride))?;
-            Ok(counted(Work::AttentionCombine {
-                blocks: os.len() as u64,
-                q_rows: (y.len() / d.max(1)) as u64,
-                head_dim: d as u64,
-                block_precision,
-            }))
-        }
-        Codelet::AttentionSoftmax {
-            scores,
-            probs,
-            max,
-            sum,
-            rows,
-            columns,
-            stride,
-            scale,
-            softmax_f16,
-            exponent,
-        } => {
-            let (rq, cols, stride) = (u64::from(rows), u64::from(columns), u64::from(stride));
-            if cols > stride {
-                return Err(args.fail("stride (smaller than the columns)"));
-            }
-            if exponent > MAX_PROB_EXPONENT {
-                return Err(args.fail("probabilities' scale exponent (above 14)"));
-            }
-            let weight = 2f32.powi(-(exponent as i32));
-            // Whole rows of probabilities are written; every result must
-            // fit before anything is computed.
-            check_rows(m, args, probs, rq, stride, stride)?;
-            check_values(m, args, max, rq)?;
-            check_values(m, args, sum, rq)?;
-            let s = read_rows(m, args, scores, rq, cols, stride)?;
-            let (cols, width) = (args.usize("columns", cols)?, args.usize("stride", stride)?);
-            let mut p = vec![0.0f32; args.usize("rows", rq)?.saturating_mul(width)];
-            let mut maxima = Vec::with_capacity(rq as usize);
-            let mut sums = Vec::with_capacity(rq as usize);
-            for (row, out) in s.chunks(cols.max(1)).zip(p.chunks_mut(width.max(1))) {
-                let (mx, l) = softmax_row(row, scale, softmax_f16, weight, out);
-                maxima.push(mx);
-                sums.push(l);
-            }
-            write_values(m, args, probs, &p)?;
-            write_values(m, args, max, &maxima)?;
-            write_values(m, args, sum, &sums)?;
-            let lanes = |m: &mut _, b| lanes(m, &[b]);
-            let score_lanes = lanes(m, scores.buffer)?;
-            let prob_lanes = lanes(m, probs.buffer)?;
-            Ok(counted(Work::AttentionSoftmax {
-                rows: maxima.len() as u64,
-                columns: width as u64,
-                score_lanes,
-                prob_lanes,
-            }))
-        }
+        Codelet::AttentionBlock { .. } => attention::block(m, args, counter, codelet),
+        Codelet::AttentionCombine { .. } => attention::combine(m, args, counter, codelet),
+        Codelet::AttentionSoftmax { .. } => attention::softmax(m, args, counter, codelet),
         Codelet::Panels {
             input,
             output,
@@ -851,7 +488,7 @@ pub fn run_codelet_counted(
                 }
             }
             write_values(m, args, output, &t)?;
-            Ok(counted(Work::Panels {
+            Ok(counter.counted(Work::Panels {
                 out_rows: or,
                 out_cols: oc,
                 transpose,
@@ -877,7 +514,7 @@ pub fn run_codelet_counted(
                 let at = args.shift(target, args.mul("run offset", run, stride)?, 1)?;
                 m.write(tile, at, &zeros)?;
             }
-            Ok(counted(Work::Zero {
+            Ok(counter.counted(Work::Zero {
                 bytes: zeros.len() as u64,
                 runs: u64::from(runs),
             }))
@@ -906,78 +543,12 @@ pub fn run_codelet_counted(
                     cols,
                 },
             )?;
-            let lanes = lanes(m, &[table.buffer, output.buffer])?;
-            Ok(counted(Work::Gather {
+            let lanes = counter.lanes(m, &[table.buffer, output.buffer])?;
+            Ok(counter.counted(Work::Gather {
                 rows: picked,
                 columns: u64::from(cols),
                 lanes,
             }))
         }
     }
-}
-
-/// The arguments of [`Codelet::Gather`].
-struct GatherArgs {
-    table: Operand,
-    indices: Operand,
-    output: Operand,
-    rows: u32,
-    table_rows: u32,
-    first_row: u32,
-    total_rows: u32,
-    cols: u32,
-}
-
-/// Runs a gather (see [`Codelet::Gather`]): every index must be a whole
-/// number below `total_rows` (else [`SimError::GatherIndex`]); returns the
-/// output rows written.
-fn gather(m: &mut impl CodeletMemory, args: &Args, g: GatherArgs) -> Result<u64, SimError> {
-    let (rows, cols) = (u64::from(g.rows), u64::from(g.cols));
-    if m.precision(args.tile, g.indices.buffer)? != Precision::F32 {
-        return Err(args.fail("indices precision (F32 row numbers)"));
-    }
-    let shard_end = u64::from(g.first_row) + u64::from(g.table_rows);
-    if shard_end > u64::from(g.total_rows) {
-        return Err(args.fail("table rows (past the table's end)"));
-    }
-    let n = args.mul("element count", rows, cols)?;
-    check_values(m, args, g.output, n)?;
-    check_values(
-        m,
-        args,
-        g.table,
-        args.mul("table elements", u64::from(g.table_rows), cols)?,
-    )?;
-    let index = read_values(m, args, g.indices, rows)?;
-    let table = read_values(
-        m,
-        args,
-        g.table,
-        args.mul("table elements", u64::from(g.table_rows), cols)?,
-    )?;
-    let c = args.usize("columns", cols)?;
-    let mut out = vec![0.0f32; args.usize("element count", n)?];
-    for (r, &x) in index.iter().enumerate() {
-        // A row number is a whole number in range; anything else (a
-        // fraction, a negative, NaN, a row past the table) faults.
-        let whole = x >= 0.0 && x.fract() == 0.0 && f64::from(x) < f64::from(g.total_rows);
-        if !whole {
-            return Err(SimError::GatherIndex {
-                tile: args.tile,
-                position: r as u64,
-                value: x,
-                rows: g.total_rows,
-            });
-        }
-        let row = x as u64;
-        if (u64::from(g.first_row)..shard_end).contains(&row) {
-            let local = (row - u64::from(g.first_row)) as usize;
-            let source = table.get(local * c..(local + 1) * c).unwrap_or(&[]);
-            if let Some(dest) = out.get_mut(r * c..(r + 1) * c) {
-                dest.copy_from_slice(source);
-            }
-        }
-    }
-    write_values(m, args, g.output, &out)?;
-    Ok(index.len() as u64)
 }
