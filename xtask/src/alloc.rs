@@ -11,6 +11,9 @@
 //! `fits`. `--output` writes the best placement
 //! as a CSV solution file.
 //!
+//! `alloc tile FILE.json [--nodes N] [--device FILE]` places one tile's
+//! problem as the build's placer does (`alloc_tile`).
+//!
 //! `alloc bench [--quick] [--timeout SECONDS] [--class NAME] [--write DIR]`
 //! prints the figures the allocator is judged by: a table per class of the
 //! exact search's zero-slack and near-zero-slack instances (`generate::
@@ -49,6 +52,10 @@ enum AllocCommand {
     /// suites, ML-shaped traces and a SigLIP-scale whole chip (build with
     /// --release)
     Bench(BenchArgs),
+    /// Place one tile's problem as the build's placer does (a file that
+    /// `build-package --write-failed-tile` wrote), with as many
+    /// exact-search nodes as asked
+    Tile(crate::alloc_tile::TileArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -86,6 +93,7 @@ struct BenchArgs {
 pub fn alloc(args: &Args) -> Result<ExitCode, String> {
     let args = match &args.command {
         Some(AllocCommand::Bench(bench_args)) => return bench(bench_args),
+        Some(AllocCommand::Tile(tile_args)) => return crate::alloc_tile::alloc_tile(tile_args),
         None => &args.solve,
     };
     // clap requires both without a subcommand.

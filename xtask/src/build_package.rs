@@ -20,7 +20,9 @@
 //! `--alloc-effort NODES` gives the placer's exact search that many nodes
 //! on each tile no greedy pass places. A build that fails placement says
 //! whether a tile was proved impossible (with the step and bytes of the
-//! proof) or left undecided within that budget.
+//! proof) or left undecided within that budget; `--write-failed-tile FILE`
+//! then writes that tile's placement problem, which `cargo xtask alloc
+//! tile FILE` places again in seconds, with as many nodes as asked.
 //!
 //! [`build_fixture`] is the fixture build itself, with every check above;
 //! `bench-sim` and `hostile` call it too.
@@ -48,7 +50,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ipu_alloc::{BuiltinPlacer, PlaceConfig};
+use ipu_alloc::{BuiltinPlacer, PlaceConfig, TileProblem};
 use ipu_kernels::KernelCache;
 use ipu_package::build::{BuildConfig, BuildError, Stages, build_package};
 use ipu_package::lower::{AttentionUnit, LowerConfig};
@@ -163,6 +165,11 @@ pub struct Args {
     /// for `cargo xtask exchange FILE`.
     #[arg(long, value_name = "FILE", conflicts_with = "checkpoint")]
     pub(crate) write_phases: Option<PathBuf>,
+    /// If placement fails, write the failing tile's placement problem
+    /// (its support reservation and every request, JSON) to FILE, for
+    /// `cargo xtask alloc tile FILE`.
+    #[arg(long, value_name = "FILE", conflicts_with = "checkpoint")]
+    pub(crate) write_failed_tile: Option<PathBuf>,
     /// Where attention's products run: the AMP where its steps are
     /// estimated faster (auto), the vector unit always, or the AMP
     /// wherever it can.
@@ -314,7 +321,29 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
             summarise(&built.package, &request.out, &built.model, built.started);
             Ok(ExitCode::SUCCESS)
         }
-        Err(failure) => failure.report(),
+        Err(failure) => {
+            if let (Some(file), Some(tile)) = (&args.write_failed_tile, failure.failed_tile()) {
+                write_failed_tile(file, tile);
+            }
+            failure.report()
+        }
+    }
+}
+
+/// Writes the tile problem of a failed placement to `file` as JSON, or
+/// says why it could not; the build's own failure is reported either way.
+fn write_failed_tile(file: &Path, tile: &TileProblem) {
+    let written = serde_json::to_string(tile)
+        .map_err(|e| e.to_string())
+        .and_then(|text| std::fs::write(file, text).map_err(|e| e.to_string()));
+    match written {
+        Ok(()) => eprintln!(
+            "wrote the placement problem of {} to {} (`cargo xtask alloc tile {}`)",
+            tile.tile,
+            file.display(),
+            file.display()
+        ),
+        Err(e) => eprintln!("warning: cannot write {}: {e}", file.display()),
     }
 }
 
@@ -377,6 +406,18 @@ pub(crate) enum BuildFailure {
 }
 
 impl BuildFailure {
+    /// The placement problem of the tile that did not fit, when placement
+    /// is what failed.
+    pub(crate) fn failed_tile(&self) -> Option<&TileProblem> {
+        match self {
+            BuildFailure::Build { error, .. } => match error.as_ref() {
+                BuildError::DoesNotFit { culprits, .. } => culprits.problem.as_deref(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Prints the failure as `build-package` reports it and gives its exit
     /// status (`Err` for the task's `error:` line).
     pub(crate) fn report(self) -> Result<ExitCode, String> {

@@ -26,6 +26,7 @@ use std::process::{Command, ExitCode};
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod alloc;
+mod alloc_tile;
 mod bench_sim;
 mod build_checkpoint;
 mod build_package;

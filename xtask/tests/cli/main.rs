@@ -13,6 +13,7 @@
 //! Only the small fixtures are built (well under a second each), never the
 //! default SigLIP workload.
 
+mod alloc_tile;
 mod bad_inputs;
 mod checkpoint;
 mod class_token;

@@ -32,6 +32,7 @@ const TASKS: &[&str] = &[
 /// Tasks with subcommands of their own, each `TASK SUBCOMMAND`.
 const SUBCOMMANDS: &[&[&str]] = &[
     &["alloc", "bench"],
+    &["alloc", "tile"],
     &["hostile-case", "package"],
     &["hostile-case", "inspect"],
     &["hostile-case", "fixture"],

@@ -1,6 +1,6 @@
 //! Why a build failed: one typed error that keeps every cause.
 
-use ipu_alloc::{PlaceError, PlacementCheckError};
+use ipu_alloc::{PlaceError, PlacementCheckError, TileProblem};
 use ipu_exchange::{ExchangeCheckError, FabricError, ScheduleError};
 use ipu_kernels::KernelError;
 use ipu_layout::TileId;
@@ -49,8 +49,9 @@ pub enum BuildError {
         /// The placer's report (of the first failing tile).
         #[source]
         error: Box<PlaceError>,
-        /// The largest buffers live on that tile at the failing step.
-        culprits: Culprits,
+        /// The largest buffers live on that tile at the failing step, and
+        /// the tile's placement problem.
+        culprits: Box<Culprits>,
     },
     /// The placer failed for another reason.
     #[error("placer {placer}: {source}")]
@@ -251,6 +252,12 @@ pub struct Culprits {
     pub support_bytes: u32,
     /// The largest live buffers, largest first (at most six).
     pub largest: Vec<Culprit>,
+    /// The tile's placement problem as the placer was given it (its
+    /// support reservation and every request), so that the failure can
+    /// be reproduced, or given more search, without building again:
+    /// `cargo xtask build-package --write-failed-tile FILE` writes it and
+    /// `cargo xtask alloc tile FILE` places it.
+    pub problem: Option<Box<TileProblem>>,
 }
 
 impl std::fmt::Display for Culprits {

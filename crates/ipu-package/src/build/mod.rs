@@ -452,7 +452,7 @@ struct Replans {
 /// storage is the same would fail the same way.
 struct FailedPlan {
     tiles: Vec<crate::storage::TileStorage>,
-    culprits: Culprits,
+    culprits: Box<Culprits>,
     error: Box<PlaceError>,
     /// Whether the last plan came back unchanged.
     repeated: bool,
@@ -650,7 +650,7 @@ impl BuildError {
     ) -> BuildError {
         match error {
             PlaceError::DoesNotFit(f) => BuildError::DoesNotFit {
-                culprits: culprits(&f),
+                culprits: Box::new(culprits(&f)),
                 error: Box::new(PlaceError::DoesNotFit(f)),
             },
             other => BuildError::Place {

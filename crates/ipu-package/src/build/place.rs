@@ -71,7 +71,9 @@ pub(super) fn place_storage(
                 Verdict::BoundExceeded { step, .. } => step,
                 _ => f.step,
             };
-            culprits(program, storage, f.tile.index(), step, reserved)
+            let mut c = culprits(program, storage, f.tile.index(), step, reserved);
+            c.problem = problem.tiles.get(f.tile.index()).cloned().map(Box::new);
+            c
         })
     })?;
     if verify && let Err(errors) = ipu_alloc::check_placement(&problem, &placement) {
