@@ -4,7 +4,9 @@
 //! is their class's ranges (already split at region boundaries and cut at the
 //! loader limit by the map), reservations are fixed items, and element
 //! separation uses the map's regions. Greedy passes run first (fixed
-//! orders, then squeaky-wheel passes that reorder by failures); the exact
+//! orders; the same with the items live throughout kept to their class's
+//! highest window, [`resident_high`]; then squeaky-wheel passes that
+//! reorder by failures); the exact
 //! search runs only on tiles where all of them fail and the lower bound does
 //! not already prove infeasibility. Tiles are independent and run in
 //! parallel; results are collected in tile order and every budget is counted
@@ -69,6 +71,9 @@ impl Default for PlaceConfig {
 pub enum PlaceMethod {
     /// A greedy pass.
     Greedy(GreedyStrategy),
+    /// A greedy pass with every item live throughout the tile's steps kept
+    /// to the highest window of its class ([`resident_high`]).
+    ResidentHigh(GreedyStrategy),
     /// Squeaky-wheel greedy passes, placed by the last of them.
     Squeaky {
         /// Passes run.
@@ -491,6 +496,29 @@ fn place_greedy(
             PlaceMethod::Greedy(strategy),
         ));
     }
+    // Items live throughout kept out of the lower windows, which are then
+    // left to the short-lived ones.
+    if let Some(high) = resident_high(&arena) {
+        let high_index = Neighbours::new(&high.items);
+        for &strategy in config
+            .strategies
+            .iter()
+            .chain(fallback.into_iter().flatten())
+        {
+            if let Ok(offsets) = greedy(&high, &high_index, strategy) {
+                // The windows only narrowed: the addresses hold for the
+                // tile's own arena.
+                return Ok(finish(
+                    tile,
+                    map,
+                    &arena,
+                    &bound,
+                    &offsets,
+                    PlaceMethod::ResidentHigh(strategy),
+                ));
+            }
+        }
+    }
     // Every fixed order failed: let the order learn which items need to
     // go first, from the first strategy's order.
     if let Some(&first) = config.strategies.first() {
@@ -517,6 +545,51 @@ fn place_greedy(
         arena,
         failure,
     }))
+}
+
+/// `arena` with every free item that is live in every section and may lie
+/// in more than one window kept to the highest of them (a new window set
+/// each), or `None` when there is no such item.
+///
+/// On a tile with two regions a greedy pass puts long-lived items, which
+/// it takes first, at the lowest addresses: in the small region the code
+/// also needs. The short-lived items, each step's operands and results,
+/// then have to fit among them twice over: SigLIP so400m's batch 5 left a
+/// tile whose weights, stacked for all 27 layers, took the region below
+/// its interleaved one, undecided by 1,000,000 search nodes; with the
+/// weights kept high, a greedy pass places it at once. Any placement found
+/// so is one of the tile's own, since windows only narrow.
+fn resident_high(arena: &Arena) -> Option<Arena> {
+    let mut high = arena.clone();
+    let mut narrowed: Vec<(u32, u32)> = Vec::new();
+    let mut changed = false;
+    for it in high.items.iter_mut() {
+        if it.fixed.is_some() || it.start != 0 || it.end != arena.sections {
+            continue;
+        }
+        let set = it.windows;
+        let Some(windows) = arena.window_sets.get(set as usize) else {
+            continue;
+        };
+        let Some(&last) = windows.last() else {
+            continue;
+        };
+        if windows.len() < 2 {
+            continue;
+        }
+        let new = match narrowed.iter().find(|&&(from, _)| from == set) {
+            Some(&(_, to)) => to,
+            None => {
+                let to = high.window_sets.len() as u32;
+                high.window_sets.push(vec![last]);
+                narrowed.push((set, to));
+                to
+            }
+        };
+        it.windows = new;
+        changed = true;
+    }
+    changed.then_some(high)
 }
 
 /// The exact search of [`place_tile`] on a tile no greedy pass placed,
