@@ -168,7 +168,7 @@ pub struct Args {
     /// If placement fails, write the failing tile's placement problem
     /// (its support reservation and every request, JSON) to FILE, for
     /// `cargo xtask alloc tile FILE`.
-    #[arg(long, value_name = "FILE", conflicts_with = "checkpoint")]
+    #[arg(long, value_name = "FILE")]
     pub(crate) write_failed_tile: Option<PathBuf>,
     /// Where attention's products run: the AMP where its steps are
     /// estimated faster (auto), the vector unit always, or the AMP
@@ -332,7 +332,7 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
 
 /// Writes the tile problem of a failed placement to `file` as JSON, or
 /// says why it could not; the build's own failure is reported either way.
-fn write_failed_tile(file: &Path, tile: &TileProblem) {
+pub(crate) fn write_failed_tile(file: &Path, tile: &TileProblem) {
     let written = serde_json::to_string(tile)
         .map_err(|e| e.to_string())
         .and_then(|text| std::fs::write(file, text).map_err(|e| e.to_string()));

@@ -95,3 +95,41 @@ fn alloc_tile_refuses_what_is_not_a_tile_problem() {
         .xtask(&["alloc", "tile", &sandbox.out("missing.json").to_string_lossy()])
         .failed_with("cannot read");
 }
+
+/// A checkpoint's build writes its failed tile too: ViT-tiny at batch 128
+/// on one tile.
+#[test]
+fn a_checkpoint_build_writes_its_failed_tile() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.out("tile.json");
+    let (dir, out, cache) = (
+        fixture("checkpoints/vit-tiny"),
+        sandbox.out("package"),
+        sandbox.cache(),
+    );
+    let outcome = sandbox.xtask(&[
+        "build-package",
+        "--checkpoint",
+        &dir.to_string_lossy(),
+        "--batch",
+        "128",
+        "--tiles",
+        "1",
+        "--out",
+        &out.to_string_lossy(),
+        "--kernel-cache",
+        &cache.to_string_lossy(),
+        "--write-failed-tile",
+        &file.to_string_lossy(),
+    ]);
+    outcome.failed_with("the workload does not fit");
+    assert!(!out.exists(), "{}", outcome.describe());
+    let again = sandbox.xtask(&["alloc", "tile", &file.to_string_lossy()]);
+    again.failed_with("tile0 did not place");
+    assert!(
+        again.stdout.starts_with("result=infeasible tile=tile0 ")
+            || again.stdout.starts_with("result=undecided tile=tile0 "),
+        "{}",
+        again.describe()
+    );
+}
