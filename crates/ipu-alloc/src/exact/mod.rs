@@ -17,6 +17,7 @@
 mod prepare;
 mod search;
 mod stack;
+mod sweep;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use std::time::Instant;
 
 use prepare::{Preorder, Prepared};
 use search::{Memo, RunStyle, Search, Step};
+use sweep::{Sweep, SweepMemo};
 
 use crate::arena::{Arena, align_up, for_each_gap, merge_intervals};
 use crate::greedy::UNPLACED;
@@ -117,6 +119,8 @@ pub struct SearchStats {
     pub closed: u64,
     /// Nodes failed by the cut test (a knapsack below a window boundary).
     pub cut: u64,
+    /// Nodes of time sweeps (see `sweep.rs`), included in the total.
+    pub sweep: u64,
 }
 
 impl SearchStats {
@@ -133,6 +137,7 @@ impl SearchStats {
         self.no_children += o.no_children;
         self.closed += o.closed;
         self.cut += o.cut;
+        self.sweep += o.sweep;
     }
 }
 
@@ -391,19 +396,27 @@ fn solve_portfolio_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
 struct Run {
     variant: usize,
     strategy: Strategy,
+    /// A time sweep ([`sweep`]) rather than the address-ordered search
+    /// (`strategy` is then unused).
+    sweep: bool,
     entry: u64,
 }
 
-/// Every (variant, strategy) entry of the portfolio, in the order one
-/// thread tries them each round.
+/// Every entry of the portfolio, in the order one thread tries them each
+/// round: the time sweep on every variant, then every (strategy, variant)
+/// of the address-ordered search.
 fn portfolio_runs(variants: usize) -> Vec<Run> {
-    STRATEGIES
+    let sweeps = (0..variants).map(|variant| (variant, STRATEGIES[0], true));
+    let searches = STRATEGIES
         .iter()
-        .flat_map(|&strategy| (0..variants).map(move |variant| (variant, strategy)))
+        .flat_map(|&strategy| (0..variants).map(move |variant| (variant, strategy, false)));
+    sweeps
+        .chain(searches)
         .enumerate()
-        .map(|(entry, (variant, strategy))| Run {
+        .map(|(entry, (variant, strategy, sweep))| Run {
             variant,
             strategy,
+            sweep,
             entry: entry as u64,
         })
         .collect()
@@ -451,8 +464,18 @@ fn portfolio(
 ) -> Raced {
     let mut ranks: Vec<Vec<u32>> = runs
         .iter()
-        .map(|r| prepared[r.variant].ranks(r.strategy.order, 0))
+        .map(|r| {
+            if r.sweep {
+                Vec::new()
+            } else {
+                prepared[r.variant].ranks(r.strategy.order, 0)
+            }
+        })
         .collect();
+    let mut sweep_memos: Vec<SweepMemo> = variants.iter().map(|_| SweepMemo::default()).collect();
+    // Variants whose sweep does not apply, or ran to its end without a
+    // proof: later rounds skip them.
+    let mut sweep_done = vec![false; variants.len()];
     let mut total = 0u64;
     let mut stats = SearchStats::default();
     let mut round_index = 0u64;
@@ -494,6 +517,41 @@ fn portfolio(
             };
             let v = run.variant;
             let p = &prepared[v];
+            if run.sweep {
+                if sweep_done[v] {
+                    continue;
+                }
+                let Some(mut sweep) = Sweep::new(p, &run_budget, &mut sweep_memos[v]) else {
+                    sweep_done[v] = true;
+                    continue;
+                };
+                let step = sweep.run();
+                total += sweep.nodes;
+                stats.runs += 1;
+                stats.sweep += sweep.nodes;
+                let outcome = match step {
+                    Step::Found => Some(
+                        original_offsets(original, &variants[v], p, &sweep.offsets)
+                            .map_or(ExactOutcome::Unknown, ExactOutcome::Found),
+                    ),
+                    Step::Fail if sweep.complete() => Some(ExactOutcome::Infeasible),
+                    Step::Fail => {
+                        sweep_done[v] = true;
+                        None
+                    }
+                    Step::Stop if sweep.nodes <= run_budget.max_nodes => {
+                        return ended(None, total, stats, position);
+                    }
+                    Step::Stop => None,
+                };
+                if let Some(outcome) = outcome {
+                    if let Some(race) = race {
+                        race.best.fetch_min(position, Ordering::Relaxed);
+                    }
+                    return ended(Some(outcome), total, stats, position);
+                }
+                continue;
+            }
             let arena = &variants[v].arena;
             let salt = round_index << 16 | run.entry;
             let mut search = Search::new(
@@ -541,7 +599,7 @@ fn portfolio(
         round_index += 1;
         // Later rounds perturb the orders, so that a restart explores a
         // different part of the tree instead of repeating the last one.
-        for (r, run) in runs.iter().enumerate() {
+        for (r, run) in runs.iter().enumerate().filter(|(_, run)| !run.sweep) {
             ranks[r] =
                 prepared[run.variant].ranks(run.strategy.order, round_index << 16 | run.entry);
         }
