@@ -17,7 +17,7 @@
 mod prepare;
 mod search;
 mod stack;
-mod sweep;
+mod valley;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use prepare::{Preorder, Prepared};
 use search::{Memo, RunStyle, Search, Step};
-use sweep::{Sweep, SweepMemo};
+use valley::{Valley, ValleyMemo};
 
 use crate::arena::{Arena, align_up, for_each_gap, merge_intervals};
 use crate::greedy::UNPLACED;
@@ -119,8 +119,9 @@ pub struct SearchStats {
     pub closed: u64,
     /// Nodes failed by the cut test (a knapsack below a window boundary).
     pub cut: u64,
-    /// Nodes of time sweeps (see `sweep.rs`), included in the total.
-    pub sweep: u64,
+    /// Nodes of the valley-local search (`valley.rs`), included in the
+    /// total.
+    pub local: u64,
 }
 
 impl SearchStats {
@@ -137,7 +138,7 @@ impl SearchStats {
         self.no_children += o.no_children;
         self.closed += o.closed;
         self.cut += o.cut;
-        self.sweep += o.sweep;
+        self.local += o.local;
     }
 }
 
@@ -396,27 +397,40 @@ fn solve_portfolio_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
 struct Run {
     variant: usize,
     strategy: Strategy,
-    /// A time sweep ([`sweep`]) rather than the address-ordered search
-    /// (`strategy` is then unused).
-    sweep: bool,
+    kind: Kind,
     entry: u64,
 }
 
+/// Which search a portfolio entry runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// The address-ordered search (`search.rs`) with the entry's strategy.
+    Search,
+    /// The valley-local search (`valley.rs`), branching on the edge with
+    /// the fewest candidates (`local: false`) or staying in the leftmost
+    /// valley unless another edge is forced (`local: true`); the entry's
+    /// strategy is unused.
+    Valley { local: bool },
+}
+
 /// Every entry of the portfolio, in the order one thread tries them each
-/// round: the time sweep on every variant, then every (strategy, variant)
-/// of the address-ordered search.
+/// round: the valley-local search, both branching rules, on the problem and
+/// its time-reversed copy (mirrored addresses change nothing for it), then
+/// every (strategy, variant) of the address-ordered search.
 fn portfolio_runs(variants: usize) -> Vec<Run> {
-    let sweeps = (0..variants).map(|variant| (variant, STRATEGIES[0], true));
+    let valleys = [false, true].into_iter().flat_map(move |local| {
+        (0..variants.min(2)).map(move |variant| (variant, STRATEGIES[0], Kind::Valley { local }))
+    });
     let searches = STRATEGIES
         .iter()
-        .flat_map(|&strategy| (0..variants).map(move |variant| (variant, strategy, false)));
-    sweeps
+        .flat_map(|&strategy| (0..variants).map(move |variant| (variant, strategy, Kind::Search)));
+    valleys
         .chain(searches)
         .enumerate()
-        .map(|(entry, (variant, strategy, sweep))| Run {
+        .map(|(entry, (variant, strategy, kind))| Run {
             variant,
             strategy,
-            sweep,
+            kind,
             entry: entry as u64,
         })
         .collect()
@@ -465,17 +479,17 @@ fn portfolio(
     let mut ranks: Vec<Vec<u32>> = runs
         .iter()
         .map(|r| {
-            if r.sweep {
-                Vec::new()
-            } else {
+            if r.kind == Kind::Search {
                 prepared[r.variant].ranks(r.strategy.order, 0)
+            } else {
+                Vec::new()
             }
         })
         .collect();
-    let mut sweep_memos: Vec<SweepMemo> = variants.iter().map(|_| SweepMemo::default()).collect();
-    // Variants whose sweep does not apply, or ran to its end without a
-    // proof: later rounds skip them.
-    let mut sweep_done = vec![false; variants.len()];
+    let mut valley_memos: Vec<ValleyMemo> = variants.iter().map(|_| ValleyMemo::new()).collect();
+    // Variants where the valley search does not apply: later rounds skip
+    // them.
+    let mut valley_done = vec![false; variants.len()];
     let mut total = 0u64;
     let mut stats = SearchStats::default();
     let mut round_index = 0u64;
@@ -517,29 +531,28 @@ fn portfolio(
             };
             let v = run.variant;
             let p = &prepared[v];
-            if run.sweep {
-                if sweep_done[v] {
+            if let Kind::Valley { local } = run.kind {
+                if valley_done[v] {
                     continue;
                 }
-                let Some(mut sweep) = Sweep::new(p, &run_budget, &mut sweep_memos[v]) else {
-                    sweep_done[v] = true;
+                let arena = &variants[v].arena;
+                let Some(mut valley) =
+                    Valley::new(arena, p, &run_budget, local, &mut valley_memos[v])
+                else {
+                    valley_done[v] = true;
                     continue;
                 };
-                let step = sweep.run();
-                total += sweep.nodes;
+                let step = valley.run();
+                total += valley.nodes;
                 stats.runs += 1;
-                stats.sweep += sweep.nodes;
+                stats.local += valley.nodes;
                 let outcome = match step {
                     Step::Found => Some(
-                        original_offsets(original, &variants[v], p, &sweep.offsets)
+                        original_offsets(original, &variants[v], p, &valley.offsets)
                             .map_or(ExactOutcome::Unknown, ExactOutcome::Found),
                     ),
-                    Step::Fail if sweep.complete() => Some(ExactOutcome::Infeasible),
-                    Step::Fail => {
-                        sweep_done[v] = true;
-                        None
-                    }
-                    Step::Stop if sweep.nodes <= run_budget.max_nodes => {
+                    Step::Fail => Some(ExactOutcome::Infeasible),
+                    Step::Stop if valley.nodes <= run_budget.max_nodes => {
                         return ended(None, total, stats, position);
                     }
                     Step::Stop => None,
@@ -599,7 +612,11 @@ fn portfolio(
         round_index += 1;
         // Later rounds perturb the orders, so that a restart explores a
         // different part of the tree instead of repeating the last one.
-        for (r, run) in runs.iter().enumerate().filter(|(_, run)| !run.sweep) {
+        for (r, run) in runs
+            .iter()
+            .enumerate()
+            .filter(|(_, run)| run.kind == Kind::Search)
+        {
             ranks[r] =
                 prepared[run.variant].ranks(run.strategy.order, round_index << 16 | run.entry);
         }
