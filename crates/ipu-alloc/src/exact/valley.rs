@@ -237,14 +237,18 @@ impl<'a> Valley<'a> {
                 _ => return None,
             }
         }
-        let mut live = sky.iter().map(|&h| h - w0).collect::<Vec<u64>>();
+        let room = w1.checked_sub(w0)?;
+        let mut live = sky
+            .iter()
+            .map(|&h| h.checked_sub(w0))
+            .collect::<Option<Vec<u64>>>()?;
         for k in 0..m {
             for s in p.start[k]..p.end[k] {
                 let l = &mut live[s as usize];
                 *l = l.checked_add(p.size[k])?;
             }
         }
-        if live.iter().any(|&l| l != w1 - w0) {
+        if live.iter().any(|&l| l != room) {
             return None;
         }
         let mut by_start = vec![Vec::new(); p.sections];
