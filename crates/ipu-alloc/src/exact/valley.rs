@@ -568,6 +568,27 @@ mod tests {
     }
 
     #[test]
+    fn the_portfolio_answers_alike_on_one_thread_and_two() {
+        use crate::exact::{ExactOutcome, solve_exact_deep, solve_exact_parallel};
+        let (problem, _) = zero_slack_grid(4002, 300, 1 << 20, 1 << 20, 1024);
+        let arena = problem.arena(1 << 20);
+        let budget = || ExactBudget {
+            max_nodes: 2_000_000,
+            deadline: None,
+            stop: None,
+        };
+        let one = solve_exact_deep(&arena, budget());
+        let two = solve_exact_parallel(&arena, budget());
+        match (one.outcome, two.outcome) {
+            (ExactOutcome::Found(a), ExactOutcome::Found(b)) => {
+                assert_eq!(a, b);
+                problem.check(1 << 20, &a).expect("checked placement");
+            }
+            other => panic!("expected two placements, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn a_conflict_without_slack_is_proved_and_slack_is_declined() {
         // Two 2-byte buffers aligned to 4 in 4 bytes: both need address 0.
         let problem = CsvProblem::parse("a,0,2,2,4\nb,0,2,2,4\n").expect("parse");
