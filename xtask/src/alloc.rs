@@ -18,7 +18,8 @@
 //! prints the figures the allocator is judged by: a table per class of the
 //! exact search's zero-slack and near-zero-slack instances (`generate::
 //! exact_classes`: verdict, wall and CPU time, nodes and where the search's
-//! nodes failed) and a summary of fits / proved impossible / unknown per
+//! nodes failed, and the valley search's own nodes, of which eight count
+//! as one in the nodes column) and a summary of fits / proved impossible / unknown per
 //! class, then per
 //! ML-shaped trace (bound, achieved, ratio, time), and the time to place a
 //! SigLIP-scale whole-chip problem. `--write DIR` also writes the suites'
@@ -341,7 +342,7 @@ struct ClassVerdicts {
 fn exact_class(class: &SuiteClass, timeout: Duration) -> Result<ClassVerdicts, String> {
     println!("## {}: {}", class.name, class.about);
     println!(
-        "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9} {:>7} {:>11} {:>5}  failed by: valley release memo no-child dominance section cut; closed",
+        "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9} {:>7} {:>11} {:>5}  failed by: valley release memo no-child dominance section cut; closed; valley-search nodes",
         "instance", "buffers", "capacity", "bound", "result", "wall_ms", "cpu_ms", "nodes", "runs"
     );
     let mut v = ClassVerdicts::default();
@@ -379,7 +380,7 @@ fn exact_class(class: &SuiteClass, timeout: Duration) -> Result<ClassVerdicts, S
         }
         let s = out.search;
         println!(
-            "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9.1} {:>7} {:>11} {:>5}  {} {} {} {} {} {} {}; {}",
+            "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9.1} {:>7} {:>11} {:>5}  {} {} {} {} {} {} {}; {}; {}",
             inst.name,
             inst.problem.buffers.len(),
             inst.capacity,
@@ -396,7 +397,8 @@ fn exact_class(class: &SuiteClass, timeout: Duration) -> Result<ClassVerdicts, S
             s.dominance,
             s.section,
             s.cut,
-            s.closed
+            s.closed,
+            s.local
         );
     }
     println!(

@@ -4,19 +4,23 @@
 //!
 //! `search.rs` holds one depth-first run over canonical placements and the
 //! rules that prune it; `prepare.rs` the static data a run needs; `stack.rs`
-//! fixes the items live throughout at the bottom first. This file
-//! is the portfolio around them: the same complete search on the problem, on
-//! its time-reversed copy and, where alignments allow, on both with
-//! addresses mirrored, under several static branching orders and two
-//! branching rules, each run restarted with a growing node budget. Zero-slack
-//! instances are often easy in one orientation or order and hard in
-//! another; any run that finishes is conclusive. Runs on one copy share
-//! their failure memo, so a restart does not prove again what an earlier
-//! run proved.
+//! fixes the items live throughout at the bottom first; `valley.rs` a
+//! second complete search for arenas full in every section, which branches
+//! in any valley of the skyline rather than at the lowest level. This file
+//! is the portfolio around them: the valley search (two branching rules,
+//! Luby restarts) on the problem and its time-reversed copy, then the
+//! address-ordered search on both and, where alignments allow, on both
+//! with addresses mirrored, under several static branching orders and two
+//! branching rules, each run restarted with a growing node budget.
+//! Zero-slack instances are often easy in one orientation or order and
+//! hard in another; any run that finishes is conclusive. Runs on one copy
+//! share their failure memo, so a restart does not prove again what an
+//! earlier run proved.
 
 mod prepare;
 mod search;
 mod stack;
+mod valley;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +28,7 @@ use std::time::Instant;
 
 use prepare::{Preorder, Prepared};
 use search::{Memo, RunStyle, Search, Step};
+use valley::ValleyMemo;
 
 use crate::arena::{Arena, align_up, for_each_gap, merge_intervals};
 use crate::greedy::UNPLACED;
@@ -117,6 +122,9 @@ pub struct SearchStats {
     pub closed: u64,
     /// Nodes failed by the cut test (a knapsack below a window boundary).
     pub cut: u64,
+    /// Nodes of the valley-local search (`valley.rs`), included in the
+    /// total.
+    pub local: u64,
 }
 
 impl SearchStats {
@@ -133,6 +141,7 @@ impl SearchStats {
         self.no_children += o.no_children;
         self.closed += o.closed;
         self.cut += o.cut;
+        self.local += o.local;
     }
 }
 
@@ -183,6 +192,15 @@ const STRATEGIES: [Strategy; 5] = [
     strategy(Preorder::LengthAreaTotal, false, false, false),
     sections(Preorder::TotalLengthArea, false, true),
 ];
+
+/// The valley-local search's node budget per node of a round: its nodes
+/// cost about a tenth of the address-ordered search's.
+const VALLEY_NODES_PER_NODE: u64 = 8;
+
+/// The seed of a run: its round and entry.
+fn salt_of(round: u64, entry: u64) -> u64 {
+    round << 16 | entry
+}
 
 /// Nodes of the first round of the portfolio.
 const FIRST_ROUND: u64 = 1024;
@@ -391,19 +409,40 @@ fn solve_portfolio_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
 struct Run {
     variant: usize,
     strategy: Strategy,
+    kind: Kind,
     entry: u64,
 }
 
-/// Every (variant, strategy) entry of the portfolio, in the order one
-/// thread tries them each round.
+/// Which search a portfolio entry runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// The address-ordered search (`search.rs`) with the entry's strategy.
+    Search,
+    /// The valley-local search (`valley.rs`), branching on the edge with
+    /// the fewest candidates (`local: false`) or staying in the leftmost
+    /// valley unless another edge is forced (`local: true`); the entry's
+    /// strategy is unused.
+    Valley { local: bool },
+}
+
+/// Every entry of the portfolio, in the order one thread tries them each
+/// round: the valley-local search, both branching rules, on the problem and
+/// its time-reversed copy (mirrored addresses change nothing for it), then
+/// every (strategy, variant) of the address-ordered search.
 fn portfolio_runs(variants: usize) -> Vec<Run> {
-    STRATEGIES
+    let valleys = [false, true].into_iter().flat_map(move |local| {
+        (0..variants.min(2)).map(move |variant| (variant, STRATEGIES[0], Kind::Valley { local }))
+    });
+    let searches = STRATEGIES
         .iter()
-        .flat_map(|&strategy| (0..variants).map(move |variant| (variant, strategy)))
+        .flat_map(|&strategy| (0..variants).map(move |variant| (variant, strategy, Kind::Search)));
+    valleys
+        .chain(searches)
         .enumerate()
-        .map(|(entry, (variant, strategy))| Run {
+        .map(|(entry, (variant, strategy, kind))| Run {
             variant,
             strategy,
+            kind,
             entry: entry as u64,
         })
         .collect()
@@ -451,8 +490,18 @@ fn portfolio(
 ) -> Raced {
     let mut ranks: Vec<Vec<u32>> = runs
         .iter()
-        .map(|r| prepared[r.variant].ranks(r.strategy.order, 0))
+        .map(|r| {
+            if r.kind == Kind::Search {
+                prepared[r.variant].ranks(r.strategy.order, 0)
+            } else {
+                Vec::new()
+            }
+        })
         .collect();
+    let mut valley_memos: Vec<ValleyMemo> = variants.iter().map(|_| ValleyMemo::new()).collect();
+    // Variants where the valley search does not apply: later rounds skip
+    // them.
+    let mut valley_done = vec![false; variants.len()];
     let mut total = 0u64;
     let mut stats = SearchStats::default();
     let mut round_index = 0u64;
@@ -494,8 +543,47 @@ fn portfolio(
             };
             let v = run.variant;
             let p = &prepared[v];
+            if let Kind::Valley { local } = run.kind {
+                if valley_done[v] {
+                    continue;
+                }
+                let arena = &variants[v].arena;
+                let seed = u64::from(local) << 63 | salt_of(round_index, run.entry);
+                let weighted = ExactBudget {
+                    max_nodes: run_budget.max_nodes.saturating_mul(VALLEY_NODES_PER_NODE),
+                    ..run_budget.clone()
+                };
+                let Some(valley) =
+                    valley::restarts(arena, p, &weighted, local, &mut valley_memos[v], seed)
+                else {
+                    valley_done[v] = true;
+                    continue;
+                };
+                total += valley.nodes.min(weighted.max_nodes) / VALLEY_NODES_PER_NODE;
+                stats.runs += 1;
+                stats.local += valley.nodes.min(weighted.max_nodes);
+                let step = valley.step;
+                let outcome = match step {
+                    Step::Found => Some(
+                        original_offsets(original, &variants[v], p, &valley.offsets)
+                            .map_or(ExactOutcome::Unknown, ExactOutcome::Found),
+                    ),
+                    Step::Fail => Some(ExactOutcome::Infeasible),
+                    Step::Stop if valley.nodes <= weighted.max_nodes => {
+                        return ended(None, total, stats, position);
+                    }
+                    Step::Stop => None,
+                };
+                if let Some(outcome) = outcome {
+                    if let Some(race) = race {
+                        race.best.fetch_min(position, Ordering::Relaxed);
+                    }
+                    return ended(Some(outcome), total, stats, position);
+                }
+                continue;
+            }
             let arena = &variants[v].arena;
-            let salt = round_index << 16 | run.entry;
+            let salt = salt_of(round_index, run.entry);
             let mut search = Search::new(
                 arena,
                 p,
@@ -541,7 +629,11 @@ fn portfolio(
         round_index += 1;
         // Later rounds perturb the orders, so that a restart explores a
         // different part of the tree instead of repeating the last one.
-        for (r, run) in runs.iter().enumerate() {
+        for (r, run) in runs
+            .iter()
+            .enumerate()
+            .filter(|(_, run)| run.kind == Kind::Search)
+        {
             ranks[r] =
                 prepared[run.variant].ranks(run.strategy.order, round_index << 16 | run.entry);
         }
