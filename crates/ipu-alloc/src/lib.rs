@@ -39,6 +39,7 @@ mod map;
 mod place;
 mod problem;
 mod profile;
+mod regions;
 mod sections;
 mod skyline;
 mod solve;

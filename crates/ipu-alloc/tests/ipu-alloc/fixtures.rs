@@ -1,7 +1,8 @@
 //! The allocation fixtures in `fixtures/alloc`: zero-slack CSV instances
 //! (capacity 1 MiB, optimum at the bound), the seed's failing tile, and a
 //! tile of SigLIP so400m at batch 5 (`build-package --batch 5
-//! --write-failed-tile`) that the exact search left undecided.
+//! --write-failed-tile`) and one of its text tower at batch 42 that the
+//! exact search left undecided.
 
 use ipu_alloc::{
     CsvProblem, MemoryMap, PlaceConfig, PlaceError, PlaceMethod, Problem, SolveConfig, SolveResult,
@@ -13,6 +14,8 @@ const N300: &str = include_str!("../../../../fixtures/alloc/zero-slack-n300-seed
 const N450: &str = include_str!("../../../../fixtures/alloc/zero-slack-n450-seed3.csv");
 const SEED_TILE: &str = include_str!("../../../../fixtures/alloc/seed-tile69.json");
 const SIGLIP_B5_TILE: &str = include_str!("../../../../fixtures/alloc/siglip-b5-tile723.json");
+const SIGLIP_TEXT_B42_TILE: &str =
+    include_str!("../../../../fixtures/alloc/siglip-text-b42-tile1186.json");
 
 #[test]
 fn zero_slack_fixtures_have_their_bound_at_the_capacity() {
@@ -89,4 +92,33 @@ fn a_tile_whose_resident_weights_crowd_the_lower_region_places_with_them_high() 
     }
     let bound = placed.bound().expect("a bound").peak_with_reservations;
     assert!(bound <= placed.achieved_peak_bytes());
+}
+
+/// SigLIP so400m's text tower at batch 42, tile 1186: the live bytes fit
+/// at every step, but no split of the requests between region 0 (beside
+/// the support) and region 1 fits every step, so the tile is impossible;
+/// the exact search alone stopped at its budget, undecided.
+#[test]
+fn a_tile_no_split_between_the_regions_fits_is_proved_impossible() {
+    let tile: TileProblem = serde_json::from_str(SIGLIP_TEXT_B42_TILE).unwrap();
+    let problem = Problem {
+        map: MemoryMap::ipu21(),
+        tiles: vec![tile],
+    };
+    let Err(PlaceError::DoesNotFit(f)) = place(&problem, &PlaceConfig::default()) else {
+        panic!("the tile must not fit");
+    };
+    assert_eq!(f.tile.as_u32(), 1186);
+    let Verdict::Exhausted {
+        relaxed,
+        live_bytes,
+        usable_bytes,
+        ..
+    } = f.verdict
+    else {
+        panic!("expected a proof by search, got {}", f.verdict);
+    };
+    assert!(relaxed);
+    // Not a proof the lower bound could give: the bytes fit.
+    assert!(live_bytes <= usable_bytes);
 }
