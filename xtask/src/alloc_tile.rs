@@ -19,9 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ipu_alloc::{
-    MemoryMap, PlaceConfig, PlaceError, Problem, TileProblem, check_placement, place,
-};
+use ipu_alloc::{MemoryMap, PlaceConfig, PlaceError, Problem, TileProblem, check_placement, place};
 
 /// Options of `alloc tile`.
 #[derive(clap::Args, Debug)]

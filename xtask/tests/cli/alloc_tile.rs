@@ -47,7 +47,9 @@ fn a_failed_placement_is_written_and_placed_again_with_the_same_verdict() {
     // above its support reservation.
     let text = std::fs::read_to_string(&file).expect("the tile problem");
     let mut tile: Value = serde_json::from_str(&text).expect("JSON");
-    let reserved_end = tile["reservations"][0]["end"].as_u64().expect("a reservation");
+    let reserved_end = tile["reservations"][0]["end"]
+        .as_u64()
+        .expect("a reservation");
     let requests = tile["requests"].as_array_mut().expect("requests");
     requests.retain(|r| r["bytes"].as_u64().is_some_and(|b| b <= 4096));
     for r in requests.iter_mut() {
@@ -92,7 +94,11 @@ fn alloc_tile_refuses_what_is_not_a_tile_problem() {
         .failed_with("not a power of two");
 
     sandbox
-        .xtask(&["alloc", "tile", &sandbox.out("missing.json").to_string_lossy()])
+        .xtask(&[
+            "alloc",
+            "tile",
+            &sandbox.out("missing.json").to_string_lossy(),
+        ])
         .failed_with("cannot read");
 }
 
