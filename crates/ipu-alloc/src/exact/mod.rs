@@ -45,6 +45,26 @@ pub(crate) struct ExactBudget {
     pub stop: Option<Stop>,
 }
 
+impl ExactBudget {
+    /// Whether a run that has used `nodes` nodes may go on: within the node
+    /// budget and, checked every 1,024 nodes, before the deadline and not
+    /// told to stop.
+    pub(crate) fn allows(&self, nodes: u64) -> bool {
+        if nodes > self.max_nodes {
+            return false;
+        }
+        if nodes % 1024 == 0 {
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            if self.stop.as_ref().is_some_and(Stop::stopped) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// The stop condition of one run of a parallel portfolio: every run has a
 /// position in one global order (round, then entry), and a run stops only
 /// when a run at an earlier position has concluded, whose answer wins

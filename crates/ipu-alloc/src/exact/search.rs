@@ -50,7 +50,6 @@ mod rules;
 pub(super) use cut::Cut;
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use smallvec::SmallVec;
 
@@ -284,18 +283,7 @@ impl<'a> Search<'a> {
 
     fn tick(&mut self) -> bool {
         self.nodes += 1;
-        if self.nodes > self.budget.max_nodes {
-            return false;
-        }
-        if self.nodes % 1024 == 0 {
-            if self.budget.deadline.is_some_and(|d| Instant::now() >= d) {
-                return false;
-            }
-            if self.budget.stop.as_ref().is_some_and(super::Stop::stopped) {
-                return false;
-            }
-        }
-        true
+        self.budget.allows(self.nodes)
     }
 
     /// Unblocked bytes of section `s` at or above `x`.

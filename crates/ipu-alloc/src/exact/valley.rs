@@ -59,7 +59,6 @@
 //! caller like any other.
 
 use std::collections::HashSet;
-use std::time::Instant;
 
 use smallvec::SmallVec;
 
@@ -293,18 +292,7 @@ impl<'a> Valley<'a> {
 
     fn tick(&mut self) -> bool {
         self.nodes += 1;
-        if self.nodes > self.budget.max_nodes {
-            return false;
-        }
-        if self.nodes % 1024 == 0 {
-            if self.budget.deadline.is_some_and(|d| Instant::now() >= d) {
-                return false;
-            }
-            if self.budget.stop.as_ref().is_some_and(super::Stop::stopped) {
-                return false;
-            }
-        }
-        true
+        self.budget.allows(self.nodes)
     }
 
     fn dfs(&mut self) -> Step {
