@@ -17,7 +17,7 @@ use ipu_frontend::siglip::{
     Calibration, CalibrationOptions, CheckpointPackage, GraphOptions, ImportConfig, PackageError,
     PrecisionPolicy, calibrate_inputs,
 };
-use ipu_package::build::{BuildConfig, BuildError, Stages};
+use ipu_package::build::{BuildConfig, Stages};
 use ipu_package::lower::LowerConfig;
 use ipu_target::Target;
 
@@ -114,13 +114,8 @@ pub(crate) fn build_and_write(
     let CheckpointPackage { package, graph, .. } = match package(&config, &stages).map_err(|e| *e) {
         Ok(built) => built,
         Err(e @ PackageError::Build { .. }) => {
-            if let (
-                Some(file),
-                PackageError::Build {
-                    source: BuildError::DoesNotFit { culprits, .. },
-                },
-            ) = (&args.write_failed_tile, &e)
-                && let Some(tile) = culprits.problem.as_deref()
+            if let (Some(file), PackageError::Build { source }) = (&args.write_failed_tile, &e)
+                && let Some(tile) = source.failed_tile()
             {
                 crate::build_package::write_failed_tile(file, tile);
             }

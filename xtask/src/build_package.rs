@@ -410,10 +410,7 @@ impl BuildFailure {
     /// is what failed.
     pub(crate) fn failed_tile(&self) -> Option<&TileProblem> {
         match self {
-            BuildFailure::Build { error, .. } => match error.as_ref() {
-                BuildError::DoesNotFit { culprits, .. } => culprits.problem.as_deref(),
-                _ => None,
-            },
+            BuildFailure::Build { error, .. } => error.failed_tile(),
             _ => None,
         }
     }

@@ -63,7 +63,9 @@ pub enum Verdict {
         /// Search nodes of the proof.
         nodes: u64,
         /// The proof ignored separation partners (a placement without them
-        /// does not exist, so none with them does).
+        /// does not exist, so none with them does); the region relaxation's
+        /// proof (no split of the requests between the windows fits every
+        /// step) ignores alignment and order too.
         relaxed: bool,
         /// The class of the tightest step (`None`: all classes).
         class: Option<MemoryClass>,

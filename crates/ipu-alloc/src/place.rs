@@ -562,8 +562,8 @@ fn place_greedy(
 /// so is one of the tile's own, since windows only narrow.
 fn resident_high(arena: &Arena) -> Option<Arena> {
     let mut high = arena.clone();
+    // Each narrowed window set, `(from, to)`.
     let mut narrowed: Vec<(u32, u32)> = Vec::new();
-    let mut changed = false;
     for it in high.items.iter_mut() {
         if it.fixed.is_some() || it.start != 0 || it.end != arena.sections {
             continue;
@@ -588,9 +588,8 @@ fn resident_high(arena: &Arena) -> Option<Arena> {
             }
         };
         it.windows = new;
-        changed = true;
     }
-    changed.then_some(high)
+    (!narrowed.is_empty()).then_some(high)
 }
 
 /// The exact search of [`place_tile`] on a tile no greedy pass placed,
@@ -608,8 +607,9 @@ fn place_exact(
     } = pending;
     let mut search = SearchEnd::NotRun;
     // No split of the items between the windows fits every step: a proof
-    // the search below could only reach by exhausting the placements.
-    let split = if bound.proves_infeasible() {
+    // the search below could only reach by exhausting the placements. Like
+    // the search, it recurses an item deep, so it takes the same tiles.
+    let split = if bound.proves_infeasible() || tile.requests.len() > config.exact_max_requests {
         None
     } else {
         let nodes = config

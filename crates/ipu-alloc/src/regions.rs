@@ -11,9 +11,8 @@
 //! proof ignores alignment, separation and where in its window an item
 //! sits, each of which only makes placing harder.
 //!
-//! On IPU21 the two windows of standard memory are the 128 KiB or so of
-//! region 0 beside the support memory and the 415 KiB of region 1, which
-//! interleaved items must use. SigLIP so400m's text tower at batch 42 left
+//! On IPU21 standard memory has two windows, region 0 beside the support
+//! memory and region 1, which interleaved items must use. SigLIP so400m's text tower at batch 42 left
 //! such a tile (1186) undecided after 200,000 exact-search nodes; no split
 //! of its 71 requests fits, which this search shows in a few nodes.
 //!

@@ -655,7 +655,7 @@ fn portfolio(
             .filter(|(_, run)| run.kind == Kind::Search)
         {
             ranks[r] =
-                prepared[run.variant].ranks(run.strategy.order, round_index << 16 | run.entry);
+                prepared[run.variant].ranks(run.strategy.order, salt_of(round_index, run.entry));
         }
     }
 }

@@ -260,6 +260,17 @@ pub struct Culprits {
     pub problem: Option<Box<TileProblem>>,
 }
 
+impl BuildError {
+    /// The placement problem of the tile that did not fit, when placement
+    /// is what failed ([`Culprits::problem`]).
+    pub fn failed_tile(&self) -> Option<&TileProblem> {
+        match self {
+            BuildError::DoesNotFit { culprits, .. } => culprits.problem.as_deref(),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Display for Culprits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
