@@ -14,7 +14,8 @@
 //! `alloc tile FILE.json [--nodes N] [--device FILE]` places one tile's
 //! problem as the build's placer does (`alloc_tile`).
 //!
-//! `alloc bench [--quick] [--timeout SECONDS] [--class NAME] [--write DIR]`
+//! `alloc bench [--quick] [--timeout SECONDS] [--class NAME] [--sizes N,...]
+//! [--seeds N] [--write DIR]`
 //! prints the figures the allocator is judged by: a table per class of the
 //! exact search's zero-slack and near-zero-slack instances (`generate::
 //! exact_classes`: verdict, wall and CPU time, nodes and where the search's
@@ -30,7 +31,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ipu_alloc::generate::{SuiteClass, exact_classes, ml_trace_suite, siglip_like};
+use ipu_alloc::generate::{
+    CLASS_SIZES, SuiteClass, exact_classes_with, ml_trace_suite, siglip_like,
+};
 use ipu_alloc::{
     CsvProblem, PlaceConfig, SolveConfig, SolveMethod, SolveOutcome, SolveResult, place,
 };
@@ -85,9 +88,19 @@ struct BenchArgs {
     /// Also write the suites' instances as CSV files into DIR.
     #[arg(long, value_name = "DIR")]
     write: Option<PathBuf>,
-    /// Run only the exact-search classes whose name contains this.
+    /// Run only the exact-search class of this name, or if none has it,
+    /// the classes whose name contains it.
     #[arg(long, value_name = "NAME")]
     class: Option<String>,
+    /// Buffer counts of the exact-search instances (default: 150, 300,
+    /// 600 and 1000).
+    #[arg(long, value_delimiter = ',', value_name = "N,...",
+          value_parser = clap::value_parser!(u16).range(2..=20000))]
+    sizes: Vec<u16>,
+    /// Instances per exact-search class and size, from as many seeds (the
+    /// first is the one the tables quote).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    seeds: u16,
 }
 
 pub fn alloc(args: &Args) -> Result<ExitCode, String> {
@@ -211,9 +224,18 @@ fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
     } else {
         args.timeout
     })?;
-    let mut classes = exact_classes();
+    let sizes: Vec<usize> = if args.sizes.is_empty() {
+        CLASS_SIZES.to_vec()
+    } else {
+        args.sizes.iter().map(|&n| usize::from(n)).collect()
+    };
+    let mut classes = exact_classes_with(&sizes, usize::from(args.seeds));
     if let Some(name) = &args.class {
-        classes.retain(|c| c.name.contains(name.as_str()));
+        if classes.iter().any(|c| c.name == name.as_str()) {
+            classes.retain(|c| c.name == name.as_str());
+        } else {
+            classes.retain(|c| c.name.contains(name.as_str()));
+        }
     }
     if args.quick {
         for c in &mut classes {

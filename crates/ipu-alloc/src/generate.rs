@@ -22,7 +22,9 @@
 
 mod classes;
 
-pub use classes::{CLASS_SIZES, SuiteClass, exact_classes, interval_graph, ml_zero_slack};
+pub use classes::{
+    CLASS_SIZES, SuiteClass, exact_classes, exact_classes_with, interval_graph, ml_zero_slack,
+};
 
 use ipu_layout::rng::SplitMix64;
 use ipu_layout::{MemoryClass, TileId};

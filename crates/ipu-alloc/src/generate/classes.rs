@@ -39,15 +39,30 @@ pub struct SuiteClass {
 pub const CLASS_SIZES: [usize; 4] = [150, 300, 600, 1000];
 
 /// Every class of the exact-search benchmark, zero-slack then
-/// near-zero-slack, each over [`CLASS_SIZES`].
+/// near-zero-slack, each over [`CLASS_SIZES`]: one instance per size.
 pub fn exact_classes() -> Vec<SuiteClass> {
+    exact_classes_with(&CLASS_SIZES, 1)
+}
+
+/// The classes of [`exact_classes`] over buffer counts `sizes`, with
+/// `seeds` instances per class and size drawn from as many seeds. Over
+/// [`CLASS_SIZES`], the first draw is the instance [`exact_classes`] has;
+/// later draws are named with `-s2`, `-s3`, ...
+pub fn exact_classes_with(sizes: &[usize], seeds: usize) -> Vec<SuiteClass> {
     let mib = 1u64 << 20;
-    let each = |seed: u64, make: &dyn Fn(u64, usize) -> SuiteInstance| {
-        CLASS_SIZES
-            .iter()
-            .enumerate()
-            .map(|(k, &n)| make(seed + k as u64, n))
-            .collect::<Vec<_>>()
+    let each = |base: u64, make: &dyn Fn(u64, usize) -> SuiteInstance| {
+        let mut out = Vec::new();
+        for (k, &n) in sizes.iter().enumerate() {
+            for j in 0..seeds.max(1) {
+                // Seeds of later draws lie far from every class's base.
+                let mut inst = make(base + k as u64 + ((j as u64) << 20), n);
+                if j > 0 {
+                    inst.name = format!("{}-s{}", inst.name, j + 1);
+                }
+                out.push(inst);
+            }
+        }
+        out
     };
     let named = |prefix: &str, n: usize, problem: CsvProblem, capacity: u64| SuiteInstance {
         name: format!("{prefix}-n{n}"),

@@ -1,7 +1,9 @@
 //! The exact search's benchmark classes: their shapes and witnesses, and
 //! bounded solves of the smallest instance of each class.
 
-use ipu_alloc::generate::{CLASS_SIZES, exact_classes, ml_zero_slack, zero_slack_grid};
+use ipu_alloc::generate::{
+    CLASS_SIZES, exact_classes, exact_classes_with, ml_zero_slack, zero_slack_grid,
+};
 use ipu_alloc::{SolveConfig, SolveResult};
 
 #[test]
@@ -27,6 +29,25 @@ fn every_class_has_its_sizes_and_a_capacity_at_or_above_its_bound() {
             );
             if class.zero_slack {
                 assert_eq!(bound, inst.capacity, "{}", inst.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn seeded_classes_keep_the_first_draw_and_add_distinct_ones() {
+    let one = exact_classes();
+    let three = exact_classes_with(&CLASS_SIZES, 3);
+    for (a, b) in one.iter().zip(&three) {
+        assert_eq!(b.instances.len(), 3 * a.instances.len(), "{}", a.name);
+        for (k, inst) in a.instances.iter().enumerate() {
+            let first = &b.instances[3 * k];
+            assert_eq!(first.name, inst.name);
+            assert_eq!(first.problem.to_csv(None), inst.problem.to_csv(None));
+            let others = &b.instances[3 * k + 1..3 * k + 3];
+            assert_eq!(others[0].name, format!("{}-s2", inst.name));
+            for other in others {
+                assert_ne!(other.problem.to_csv(None), inst.problem.to_csv(None));
             }
         }
     }
