@@ -218,6 +218,16 @@ fn seconds(s: f64) -> Result<Duration, String> {
     }
 }
 
+/// Keeps the class named `name`, or if there is none, the classes whose
+/// name contains it.
+fn select_classes(classes: &mut Vec<SuiteClass>, name: &str) {
+    if classes.iter().any(|c| c.name == name) {
+        classes.retain(|c| c.name == name);
+    } else {
+        classes.retain(|c| c.name.contains(name));
+    }
+}
+
 fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
     let timeout = seconds(if args.quick {
         args.timeout.min(2.0)
@@ -231,11 +241,7 @@ fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
     };
     let mut classes = exact_classes_with(&sizes, usize::from(args.seeds));
     if let Some(name) = &args.class {
-        if classes.iter().any(|c| c.name == name.as_str()) {
-            classes.retain(|c| c.name == name.as_str());
-        } else {
-            classes.retain(|c| c.name.contains(name.as_str()));
-        }
+        select_classes(&mut classes, name);
     }
     if args.quick {
         for c in &mut classes {
@@ -458,4 +464,30 @@ fn cpu_ms_since(start: Option<Duration>) -> String {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::select_classes;
+    use ipu_alloc::generate::exact_classes_with;
+
+    fn selected(name: &str) -> Vec<&'static str> {
+        let mut classes = exact_classes_with(&[20], 1);
+        select_classes(&mut classes, name);
+        classes.iter().map(|c| c.name).collect()
+    }
+
+    #[test]
+    fn a_class_name_selects_that_class_and_a_fragment_every_match() {
+        assert_eq!(selected("guillotine"), ["guillotine"]);
+        assert_eq!(
+            selected("guill"),
+            ["guillotine", "guillotine-byte", "guillotine-near"]
+        );
+        assert_eq!(
+            selected("near"),
+            ["guillotine-near", "interval-near", "ml-near"]
+        );
+        assert!(selected("nothing").is_empty());
+    }
 }
