@@ -94,7 +94,7 @@ use super::search::Step;
 use crate::arena::Arena;
 use crate::greedy::UNPLACED;
 
-/// Failed states remembered at most (16 bytes each, plus table overhead).
+/// Failed states remembered at most (24 bytes each, plus table overhead).
 const FAILED_LIMIT: usize = 1 << 21;
 
 /// Failed states (skyline and unplaced set digests) with the sections
