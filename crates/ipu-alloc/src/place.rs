@@ -458,17 +458,9 @@ fn place_greedy(
     let index = Neighbours::new(&arena.items);
     let mut best: Option<(u64, Vec<u64>, GreedyStrategy)> = None;
     let mut first_failure: Option<GreedyFailure> = None;
-    let fallback = if config.fallback_strategies.is_empty() {
-        None
-    } else {
-        Some(&config.fallback_strategies)
-    };
-    for (k, &strategy) in config
-        .strategies
-        .iter()
-        .chain(fallback.into_iter().flatten())
-        .enumerate()
-    {
+    // The primary strategies, then the fallbacks.
+    let passes = || config.strategies.iter().chain(&config.fallback_strategies);
+    for (k, &strategy) in passes().enumerate() {
         // Fallback passes run only while no primary pass has succeeded.
         if k >= config.strategies.len() && best.is_some() {
             break;
@@ -501,11 +493,7 @@ fn place_greedy(
     // left to the short-lived ones.
     if let Some(high) = resident_high(&arena) {
         let high_index = Neighbours::new(&high.items);
-        for &strategy in config
-            .strategies
-            .iter()
-            .chain(fallback.into_iter().flatten())
-        {
+        for &strategy in passes() {
             if let Ok(offsets) = greedy(&high, &high_index, strategy) {
                 // The windows only narrowed: the addresses hold for the
                 // tile's own arena.

@@ -111,12 +111,17 @@ type Reason = (u32, u32);
 struct Edge {
     /// The valley's height.
     level: u64,
-    /// The valley's sections with its walls.
-    region: Reason,
     /// The valley's sections.
     valley: (usize, usize),
     /// The edge is the valley's first section (else its last).
     from_left: bool,
+}
+
+/// The sections of valley `a..b` with its walls: what a test of the valley
+/// reads (`sections` in all).
+fn valley_region((a, b): (usize, usize), sections: usize) -> Reason {
+    // Sections fit in `u32`: the prepared arena indexes them so.
+    (a.saturating_sub(1) as u32, (b + 1).min(sections) as u32)
 }
 
 /// A set of sections a failure depends on (a bit per section).
@@ -405,7 +410,8 @@ impl<'a> Valley<'a> {
                 }
                 // Shuffled or largest first, then stably by fit.
                 children.sort_by_key(|&k| self.fit_rank(&edge, k));
-                self.try_children(edge.level, edge.region, &children)
+                let region = valley_region(edge.valley, self.sky.len());
+                self.try_children(edge.level, region, &children)
             }
         };
         if result == Step::Fail {
@@ -423,7 +429,8 @@ impl<'a> Valley<'a> {
     /// children would change nothing it depends on). Otherwise the node's
     /// failure depends on its edge's sections and its children's.
     fn try_children(&mut self, level: u64, region: Reason, children: &[u32]) -> Step {
-        let mut why = Sections::range(self.sky.len(), region);
+        // Built at the first failed child: most nodes never need it.
+        let mut why: Option<Sections> = None;
         for &k in children {
             self.apply(k, level);
             let r = self.dfs();
@@ -438,9 +445,10 @@ impl<'a> Valley<'a> {
             if !self.reason.meets(s0 as usize, s1 as usize) {
                 return Step::Fail;
             }
-            why.union(&self.reason);
+            why.get_or_insert_with(|| Sections::range(self.sky.len(), region))
+                .union(&self.reason);
         }
-        self.reason = why;
+        self.reason = why.unwrap_or_else(|| Sections::range(self.sky.len(), region));
         Step::Fail
     }
 
@@ -464,9 +472,7 @@ impl<'a> Valley<'a> {
             // the others ran when they last changed (it only prunes).
             let near = self.recent.is_none_or(|(s0, s1)| a <= s1 && s0 <= b);
             if valley {
-                // The valley and its walls (sections fit in `u32`: the
-                // prepared arena indexes them so).
-                let region = (a.saturating_sub(1) as u32, (b + 1).min(sections) as u32);
+                let region = valley_region((a, b), sections);
                 if near && !self.valley_ok(a, b, h) {
                     return Err(region);
                 }
@@ -483,7 +489,6 @@ impl<'a> Valley<'a> {
                     if better {
                         let edge = Edge {
                             level: h,
-                            region,
                             valley: (a, b),
                             from_left,
                         };
