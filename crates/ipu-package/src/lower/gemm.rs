@@ -18,7 +18,7 @@ impl Lowerer<'_> {
         let problem = GemmProblem::of(tl, tr, tout, &self.config.cost);
         let budget = self.config.budget_for(op);
         let choose = |budget| {
-            choose_gemm_grid(
+            choose_gemm_plan(
                 &problem,
                 self.config.tiles,
                 budget,
@@ -26,20 +26,22 @@ impl Lowerer<'_> {
                 &self.config.cost,
             )
         };
-        let (mut chosen, mut steps) = choose(budget);
+        let mut plan = choose(budget);
         if let Some(stretch) = self.config.stretch_budget_for(op) {
-            let (grid, costs) = choose(stretch);
-            let gain = steps.total().saturating_sub(costs.total());
-            if gain.saturating_mul(100) >= steps.total().saturating_mul(STRETCH_GAIN_PERCENT) {
-                tracing::debug!(op = %op, output = tout.name(), budget = stretch, ?grid, "a GEMM takes the stretched budget");
-                (chosen, steps) = (grid, costs);
+            let wide = choose(stretch);
+            let (narrow_total, wide_total) = (plan.cycles.total(), wide.cycles.total());
+            let gain = narrow_total.saturating_sub(wide_total);
+            if gain.saturating_mul(100) >= narrow_total.saturating_mul(STRETCH_GAIN_PERCENT) {
+                tracing::debug!(op = %op, output = tout.name(), budget = stretch, grid = ?wide.grid, "a GEMM takes the stretched budget");
+                plan = wide;
             }
         }
-        tracing::debug!(op = %op, output = tout.name(), grid = ?chosen, estimated_cycles = steps.total(), "planned GEMM grid");
-        let mut layouts = self.layout(format!("GEMM {op}"), gemm_layouts(&problem, chosen))?;
-        if self.config.rotate {
-            layouts = self.layout(format!("GEMM {op}"), layouts.rotated(spread(op.as_u32())))?;
+        let chosen = plan.grid;
+        tracing::debug!(op = %op, output = tout.name(), grid = ?chosen, windows = plan.windows.len(), estimated_cycles = plan.cycles.total(), "planned GEMM grid");
+        if plan.windows.len() > 1 {
+            return self.lower_gemm_windows(op, left, right, bias, output, &problem, &plan);
         }
+        let layouts = self.gemm_layouts_of(op, &problem, chosen)?;
         let x = self.ensure(left, layouts.left.clone(), gemm_left_attrs(&layouts.left))?;
         let resting = self.balanced_resting(right, &problem, chosen, &layouts.right_resident)?;
         let resident = self.weight_home(right, resting, GEMM_RIGHT);
@@ -49,13 +51,10 @@ impl Lowerer<'_> {
             self.ensure(right, layouts.right.clone(), GEMM_RIGHT)?
         };
         let label = StepLabel::of(op, StepRole::Gemm, tout.name());
-        let kernels = self.gemm_calls(&layouts.left, &layouts.output, &problem, x, w)?;
+        let kernels = self.gemm_calls(&layouts.left, &layouts.output, &problem, x, w, false)?;
 
         if chosen.pk == 1 {
-            let y = self.output(op, output, layouts.output.clone())?;
-            // The AMP kernel writes its output at 32-byte aligned addresses.
-            let buffer = &mut self.program.buffers[y];
-            buffer.alignment = buffer.alignment.max(32);
+            let y = self.gemm_result(op, output, &layouts.output)?;
             let bias_buffer = match bias {
                 Some(b) => Some(self.gemm_bias(op, b, &layouts.output, chosen)?),
                 None => None,
@@ -63,44 +62,172 @@ impl Lowerer<'_> {
             self.flush(&label);
             let mut calls = kernels(y);
             if let Some(bb) = bias_buffer {
-                for (tile, rows, cols) in shard_rows(&layouts.output)? {
-                    calls.push((
-                        tile,
-                        Codelet::Add {
-                            a: y.into(),
-                            b: bb.into(),
-                            out: y.into(),
-                            rows,
-                            cols,
-                            broadcast_rows: true,
-                        },
-                    ));
-                }
+                calls.extend(bias_calls(y, bb, &layouts.output)?);
             }
             self.compute(label, calls);
             return Ok(());
         }
 
-        // Partial sums, reduced where each tile holds whole rows.
-        let partial = self.new_buffer_with(
-            format!("{}.partial", tout.name()),
-            layouts.output.clone(),
+        let partial = self.gemm_partials(tout.name(), &layouts.output);
+        self.flush(&label);
+        let calls = kernels(partial);
+        self.compute(label, calls);
+        self.reduce_partials(op, &problem, chosen, partial, bias, output)
+    }
+
+    /// A split-K GEMM run in windows of its inner dimension
+    /// ([`crate::plan::choose_gemm_plan`]): the weights rest whole; each
+    /// window copies its columns of the left operand and its rows of the
+    /// weights into the grid's layout and runs its kernels, the first
+    /// writing the partial sums, the others adding to them; the reduction
+    /// then sums them as for a GEMM run whole.
+    /// A window's operands are live only for its exchange and kernel
+    /// steps, so a tile holds one window's operands at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn lower_gemm_windows(
+        &mut self,
+        op: OpId,
+        left: TensorId,
+        right: TensorId,
+        bias: Option<TensorId>,
+        output: TensorId,
+        problem: &GemmProblem,
+        plan: &GemmChoice,
+    ) -> Result<(), LowerError> {
+        let g = self.graph;
+        let tout = g.tensor(output);
+        let grid = plan.grid;
+        let whole = self.gemm_layouts_of(op, problem, grid)?;
+        let resting = self.balanced_resting(right, problem, grid, &whole.right_resident)?;
+        let resident = self.weight_home(right, resting, GEMM_RIGHT);
+        let (mut source, mut view) = self.materialised(left)?;
+        let left_rank = g.tensor(left).extents().len();
+        if window_view(&view, left_rank, 0).is_none() {
+            // A view windows cannot compose with: materialise it first, in
+            // a step of its own (a copy may not read what its own exchange
+            // step writes).
+            let t = g.tensor(left);
+            let ty = self.layout(
+                format!("view {}", t.name()),
+                row_layout(t.extents(), t.precision(), self.config.tiles),
+            )?;
+            let name = format!("{}@{}", t.name(), self.program.buffers.len());
+            source = self.copy_to_new(source, view, ty, name, Attrs::default());
+            view = SourceView::Whole;
+            self.flush(&StepLabel {
+                op: Some(op),
+                role: StepRole::View,
+                name: t.name().to_owned(),
+            });
+        }
+        if grid.pk == 1 {
+            return Err(self.unsupported(
+                op,
+                "bug in the lowering: only split-K grids run in inner windows".into(),
+            ));
+        }
+        let partial = self.gemm_partials(tout.name(), &whole.output);
+        let label = StepLabel::of(op, StepRole::Gemm, tout.name());
+        for (i, &(start, length)) in plan.windows.iter().enumerate() {
+            let part = GemmProblem {
+                inner: length,
+                ..problem.clone()
+            };
+            let layouts = self.gemm_layouts_of(op, &part, grid)?;
+            if layouts.output != whole.output {
+                return Err(self.unsupported(
+                    op,
+                    "bug in the lowering: an inner window's result is laid out unlike the whole GEMM's".into(),
+                ));
+            }
+            let Some(columns) = window_view(&view, left_rank, start) else {
+                return Err(self.unsupported(
+                    op,
+                    "bug in the lowering: a materialised left operand has no inner window".into(),
+                ));
+            };
+            let x = self.copy_to_new(
+                source,
+                columns,
+                layouts.left.clone(),
+                format!("{}@{}", g.tensor(left).name(), self.program.buffers.len()),
+                gemm_left_attrs(&layouts.left),
+            );
+            let w = self.copy_to_new(
+                resident,
+                SourceView::Window(vec![start, 0]),
+                layouts.right.clone(),
+                format!("{}@{}", g.tensor(right).name(), self.program.buffers.len()),
+                GEMM_RIGHT,
+            );
+            let kernels = self.gemm_calls(&layouts.left, &layouts.output, &part, x, w, i > 0)?;
+            self.flush(&label);
+            let calls = kernels(partial);
+            self.compute(label.clone(), calls);
+        }
+        self.reduce_partials(op, problem, grid, partial, bias, output)
+    }
+
+    /// The grid's layouts of `problem`, rotated like every GEMM's.
+    fn gemm_layouts_of(
+        &self,
+        op: OpId,
+        problem: &GemmProblem,
+        grid: GemmGrid,
+    ) -> Result<GemmLayouts, LowerError> {
+        let layouts = self.layout(format!("GEMM {op}"), gemm_layouts(problem, grid))?;
+        if self.config.rotate {
+            return self.layout(format!("GEMM {op}"), layouts.rotated(spread(op.as_u32())));
+        }
+        Ok(layouts)
+    }
+
+    /// The buffer a GEMM with `pk == 1` writes its result into.
+    fn gemm_result(
+        &mut self,
+        op: OpId,
+        output: TensorId,
+        ty: &TensorType,
+    ) -> Result<BufferId, LowerError> {
+        let y = self.output(op, output, ty.clone())?;
+        // The AMP kernel writes its output at 32-byte aligned addresses.
+        let buffer = &mut self.program.buffers[y];
+        buffer.alignment = buffer.alignment.max(32);
+        Ok(y)
+    }
+
+    /// The buffer a split-K GEMM writes its partial sums into.
+    fn gemm_partials(&mut self, name: &str, ty: &TensorType) -> BufferId {
+        self.new_buffer_with(
+            format!("{name}.partial"),
+            ty.clone(),
             BufferRole::Temporary,
             Attrs {
                 padding_read: None,
                 tail_bytes: 0,
                 alignment: 32,
             },
-        );
-        self.flush(&label);
-        let calls = kernels(partial);
-        self.compute(label, calls);
+        )
+    }
+
+    /// Sums the `pk` partial sums of a split-K GEMM where each tile holds
+    /// whole rows, adding the bias there.
+    fn reduce_partials(
+        &mut self,
+        op: OpId,
+        problem: &GemmProblem,
+        chosen: GemmGrid,
+        partial: BufferId,
+        bias: Option<TensorId>,
+        output: TensorId,
+    ) -> Result<(), LowerError> {
+        let tout = self.graph.tensor(output);
         // Reduce in the grid's own blocks where the rows allow it (few,
         // large fragments), else on an element layout. The reduction is
         // rotated like the GEMM so that it lands on the partials' tiles.
         let in_grid = self.layout(
             format!("output of {op}"),
-            reduce_layout(&problem, chosen, tout.precision()),
+            reduce_layout(problem, chosen, tout.precision()),
         )?;
         let out_ty = match in_grid {
             Some(ty) if self.config.rotate => self.layout(
@@ -247,7 +374,8 @@ impl Lowerer<'_> {
     }
 
     /// Registers the GEMM kernels of every tile's shard and returns a
-    /// function making the calls for an output buffer.
+    /// function making the calls for an output buffer, which they
+    /// initialise or, with `accumulate`, add to.
     pub(super) fn gemm_calls(
         &mut self,
         left: &TensorType,
@@ -255,6 +383,7 @@ impl Lowerer<'_> {
         problem: &GemmProblem,
         x: BufferId,
         w: BufferId,
+        accumulate: bool,
     ) -> Result<impl FnOnce(BufferId) -> Vec<(TileId, Codelet)> + use<>, LowerError> {
         // Per tile: rows, inner and columns of its shards.
         let mut shards = Vec::new();
@@ -304,8 +433,10 @@ impl Lowerer<'_> {
             let mut calls = Vec::new();
             for (tile, rows, inner, columns, bytes) in shards {
                 if rows * inner * columns == 0 {
-                    if bytes > 0 {
-                        // An empty inner block contributes zeros.
+                    // An empty inner block contributes zeros: they are
+                    // written where the kernel would have initialised the
+                    // result, and nothing where it would have added to it.
+                    if bytes > 0 && !accumulate {
                         calls.push((
                             tile,
                             Codelet::Zero {
@@ -325,7 +456,7 @@ impl Lowerer<'_> {
                         kernel,
                         entry: GemmEntry {
                             large: rows == large,
-                            accumulate: false,
+                            accumulate,
                         },
                         rows: rows as u32,
                         left: x.into(),
@@ -336,5 +467,49 @@ impl Lowerer<'_> {
             }
             calls
         })
+    }
+}
+
+/// The bias row added to every row of a `pk == 1` GEMM's result `y`.
+fn bias_calls(
+    y: BufferId,
+    bias: BufferId,
+    output: &TensorType,
+) -> Result<Vec<(TileId, Codelet)>, LowerError> {
+    Ok(shard_rows(output)?
+        .into_iter()
+        .map(|(tile, rows, cols)| {
+            (
+                tile,
+                Codelet::Add {
+                    a: y.into(),
+                    b: bias.into(),
+                    out: y.into(),
+                    rows,
+                    cols,
+                    broadcast_rows: true,
+                },
+            )
+        })
+        .collect())
+}
+
+/// `view` of a rank-`rank` left operand moved `start` elements along its
+/// last (inner) axis: the view an inner window reads. `None` for a view
+/// that is not a window (a squeeze).
+fn window_view(view: &SourceView, rank: usize, start: u64) -> Option<SourceView> {
+    match view {
+        SourceView::Whole => {
+            let mut origin = vec![0; rank];
+            *origin.last_mut()? += start;
+            Some(SourceView::Window(origin))
+        }
+        SourceView::Window(origin) => {
+            let mut origin = origin.clone();
+            let last = origin.last_mut()?;
+            *last = last.checked_add(start)?;
+            Some(SourceView::Window(origin))
+        }
+        SourceView::Squeeze => None,
     }
 }

@@ -96,6 +96,10 @@ pub struct GemmScorer<'a> {
     bias: bool,
     cost: &'a CostModel,
     kernels: HashMap<(u64, u64, u64, u64), Option<u64>>,
+    /// Whether the weights are copied into the grid's layout even with
+    /// `pm == 1` (a GEMM run in inner windows: the weights rest whole, each
+    /// window's rows are copied out of them).
+    copy_weights: bool,
 }
 
 impl<'a> GemmScorer<'a> {
@@ -108,6 +112,16 @@ impl<'a> GemmScorer<'a> {
             bias,
             cost,
             kernels: HashMap::new(),
+            copy_weights: false,
+        }
+    }
+
+    /// The scorer of one inner window of a GEMM run in windows: its
+    /// weights are copied whatever the grid.
+    fn for_window(problem: &'a GemmProblem, tiles: u32, bias: bool, cost: &'a CostModel) -> Self {
+        GemmScorer {
+            copy_weights: true,
+            ..GemmScorer::new(problem, tiles, bias, cost)
         }
     }
 
@@ -202,7 +216,7 @@ impl<'a> GemmScorer<'a> {
         let left = large
             .saturating_mul(inner)
             .saturating_mul(p.left.element_bytes());
-        let right = if pm > 1 {
+        let right = if pm > 1 || self.copy_weights {
             inner
                 .saturating_mul(columns)
                 .saturating_mul(p.right.element_bytes())
@@ -289,37 +303,219 @@ pub fn choose_gemm_grid(
 ) -> (GemmGrid, GemmOpCycles) {
     let candidates = gemm_candidates(problem, tiles, cost);
     let mut scorer = GemmScorer::new(problem, tiles, bias, cost);
+    cheapest_within(&candidates, &mut scorer, budget)
+        .or_else(|| {
+            let (grid, e) = candidates.iter().min_by_key(|(_, e)| e.transient_bytes)?;
+            scorer.prepare(std::iter::once(*grid));
+            Some((*grid, scorer.score(*grid, e)))
+        })
+        .unwrap_or((
+            GemmGrid {
+                pm: 1,
+                pn: 1,
+                pk: 1,
+            },
+            GemmOpCycles::default(),
+        ))
+}
+
+/// Of `candidates`, the one within `budget` bytes whose steps cost least
+/// (ties by their order), or `None` when none is within it.
+fn cheapest_within(
+    candidates: &[(GemmGrid, GemmEstimate)],
+    scorer: &mut GemmScorer<'_>,
+    budget: u64,
+) -> Option<(GemmGrid, GemmOpCycles)> {
     let fitting: Vec<_> = candidates
         .iter()
         .filter(|(_, e)| e.transient_bytes <= budget)
         .collect();
     // The candidates' kernels are planned together, in parallel; the
     // choice below then only looks them up.
-    if fitting.is_empty() {
-        let least = candidates.iter().min_by_key(|(_, e)| e.transient_bytes);
-        scorer.prepare(least.map(|(grid, _)| *grid).into_iter());
-    } else {
-        scorer.prepare(fitting.iter().map(|(grid, _)| *grid));
-    }
-    let chosen = if fitting.is_empty() {
-        candidates
+    scorer.prepare(fitting.iter().map(|(grid, _)| *grid));
+    fitting
+        .into_iter()
+        .enumerate()
+        .map(|(rank, (grid, e))| (scorer.score(*grid, e), rank, *grid))
+        .min_by_key(|(c, rank, _)| (c.total(), *rank))
+        .map(|(c, _, grid)| (grid, c))
+}
+
+/// The most inner windows [`choose_gemm_plan`] runs a GEMM in.
+pub const MAX_INNER_WINDOWS: u32 = 8;
+
+/// How a GEMM runs: on one grid, over its whole inner dimension at once or
+/// in windows of it one after another.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GemmChoice {
+    /// The grid every window runs on.
+    pub grid: GemmGrid,
+    /// The windows of the inner dimension, `(start, length)` in order; one
+    /// window is the whole of it. Each window brings its rows of both
+    /// operands to the grid and its kernels add into the same result, so
+    /// the operands' bytes on a tile are a window's, not the whole GEMM's.
+    pub windows: Vec<(u64, u64)>,
+    /// The steps' cycles, summed over the windows.
+    pub cycles: GemmOpCycles,
+    /// The bytes a window's operands, result and partial sums take on the
+    /// busiest tile by the quick estimate (the whole GEMM's with one
+    /// window), with the weights' copy of a windowed grid of one row block.
+    pub bytes: u64,
+}
+
+/// `inner` in `count` windows of whole `micro` blocks, all but the last of
+/// one length, or `None` when that many windows would leave one empty.
+pub fn inner_windows(inner: u64, micro: u64, count: u32) -> Option<Vec<(u64, u64)>> {
+    let count = u64::from(count);
+    let micro = micro.max(1);
+    let length = inner
+        .div_ceil(micro)
+        .div_ceil(count.max(1))
+        .checked_mul(micro)?;
+    let windows: Vec<(u64, u64)> = (0..count)
+        .map_while(|w| {
+            let start = w.checked_mul(length)?;
+            (start < inner).then(|| (start, length.min(inner - start)))
+        })
+        .collect();
+    (windows.len() as u64 == count).then_some(windows)
+}
+
+/// How a GEMM runs within `budget` bytes per tile: the grid of
+/// [`choose_gemm_grid`] where one fits; where none does, the cheapest grid
+/// that fits when the inner dimension runs in 2 to [`MAX_INNER_WINDOWS`]
+/// windows one after another (each window's operands on a tile at a time;
+/// the result, its partial sums and the reduction as before); where none
+/// fits that way either, the plan needing the fewest bytes of all.
+///
+/// Windows trade cycles for memory far more cheaply than a smaller grid
+/// budget everywhere: every window pays its own operand exchange, kernel
+/// call and sync, but the AMP runs the same rows.
+pub fn choose_gemm_plan(
+    problem: &GemmProblem,
+    tiles: u32,
+    budget: u64,
+    bias: bool,
+    cost: &CostModel,
+) -> GemmChoice {
+    let candidates = gemm_candidates(problem, tiles, cost);
+    let whole = |(grid, cycles): (GemmGrid, GemmOpCycles)| GemmChoice {
+        grid,
+        windows: vec![(0, problem.inner)],
+        cycles,
+        bytes: candidates
             .iter()
-            .min_by_key(|(_, e)| e.transient_bytes)
-            .map(|(grid, e)| (*grid, scorer.score(*grid, e)))
-    } else {
-        fitting
-            .into_iter()
-            .enumerate()
-            .map(|(rank, (grid, e))| (scorer.score(*grid, e), rank, *grid))
-            .min_by_key(|(c, rank, _)| (c.total(), *rank))
-            .map(|(c, _, grid)| (grid, c))
+            .find(|(g, _)| *g == grid)
+            .map_or(0, |(_, e)| e.transient_bytes),
     };
-    chosen.unwrap_or((
-        GemmGrid {
-            pm: 1,
-            pn: 1,
-            pk: 1,
+    let mut scorer = GemmScorer::new(problem, tiles, bias, cost);
+    if let Some(fits) = cheapest_within(&candidates, &mut scorer, budget) {
+        return whole(fits);
+    }
+    let mut best: Option<(u64, GemmChoice)> = None;
+    let mut least: Option<(u64, GemmChoice)> = candidates
+        .iter()
+        .min_by_key(|(_, e)| e.transient_bytes)
+        .map(|(grid, e)| {
+            scorer.prepare(std::iter::once(*grid));
+            (e.transient_bytes, whole((*grid, scorer.score(*grid, e))))
+        });
+    for count in 2..=MAX_INNER_WINDOWS {
+        let Some(windows) = inner_windows(problem.inner, problem.micro_inner(), count) else {
+            break;
+        };
+        for choice in windowed_plans(problem, tiles, bias, cost, &windows) {
+            let (bytes, total) = (choice.bytes, choice.cycles.total());
+            if bytes <= budget && best.as_ref().is_none_or(|(t, _)| total < *t) {
+                best = Some((total, choice.clone()));
+            }
+            if least.as_ref().is_none_or(|(b, _)| bytes < *b) {
+                least = Some((bytes, choice));
+            }
+        }
+    }
+    best.or(least).map_or_else(
+        || {
+            whole((
+                GemmGrid {
+                    pm: 1,
+                    pn: 1,
+                    pk: 1,
+                },
+                GemmOpCycles::default(),
+            ))
         },
-        GemmOpCycles::default(),
-    ))
+        |(_, choice)| choice,
+    )
+}
+
+/// Every plan of `problem` in `windows`: each grid a candidate of its
+/// first window that its last can run on too.
+///
+/// Only split-K grids (`pk > 1`) run in windows: their windows add into
+/// partial sums, a temporary the reduction reads once the last window has
+/// run, so the result's buffer is written once, as every other op's is
+/// (the per-op check reads a result when a step first writes it).
+fn windowed_plans(
+    problem: &GemmProblem,
+    tiles: u32,
+    bias: bool,
+    cost: &CostModel,
+    windows: &[(u64, u64)],
+) -> Vec<GemmChoice> {
+    let (Some(&(_, first_len)), Some(&(_, last_len))) = (windows.first(), windows.last()) else {
+        return Vec::new();
+    };
+    let with_inner = |inner| GemmProblem {
+        inner,
+        ..problem.clone()
+    };
+    let (first, last) = (with_inner(first_len), with_inner(last_len));
+    let last_grids: HashMap<GemmGrid, GemmEstimate> =
+        gemm_candidates(&last, tiles, cost).into_iter().collect();
+    // The bias is added once, after the last window.
+    let mut first_scorer = GemmScorer::for_window(&first, tiles, false, cost);
+    let mut last_scorer = GemmScorer::for_window(&last, tiles, bias, cost);
+    let candidates: Vec<_> = gemm_candidates(&first, tiles, cost)
+        .into_iter()
+        .filter(|(grid, _)| grid.pk > 1)
+        .filter_map(|(grid, e)| Some((grid, e, *last_grids.get(&grid)?)))
+        .collect();
+    first_scorer.prepare(candidates.iter().map(|(g, _, _)| *g));
+    last_scorer.prepare(candidates.iter().map(|(g, _, _)| *g));
+    let repeats = windows.len().saturating_sub(1) as u64;
+    candidates
+        .into_iter()
+        .map(|(grid, e, last_e)| {
+            let a = first_scorer.score(grid, &e);
+            let b = last_scorer.score(grid, &last_e);
+            // The weights rest whole and each window copies its rows of
+            // them even where `pm == 1`.
+            let right = if grid.pm == 1 {
+                let columns =
+                    largest_block(problem.columns, u64::from(grid.pn), problem.column_block());
+                let inner = largest_block(first_len, u64::from(grid.pk), problem.micro_inner());
+                inner
+                    .saturating_mul(columns)
+                    .saturating_mul(problem.right.element_bytes())
+            } else {
+                0
+            };
+            let cycles = GemmOpCycles {
+                operands: a
+                    .operands
+                    .saturating_mul(repeats)
+                    .saturating_add(b.operands),
+                gemm: a.gemm.saturating_mul(repeats).saturating_add(b.gemm),
+                reduce_exchange: b.reduce_exchange,
+                reduce: b.reduce,
+            };
+            GemmChoice {
+                grid,
+                windows: windows.to_vec(),
+                cycles,
+                bytes: e.transient_bytes.saturating_add(right),
+            }
+        })
+        .collect()
 }

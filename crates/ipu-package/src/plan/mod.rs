@@ -19,7 +19,10 @@ pub use attention_amp::{
     amp_attention_grids, amp_attention_layouts, amp_attention_supported, blocks_exponent,
     choose_amp_attention, padded_head_dim, pass_rows, vector_attention_cycles,
 };
-pub use choose::{GemmOpCycles, GemmScorer, StepCosts, choose_gemm_grid};
+pub use choose::{
+    GemmChoice, GemmOpCycles, GemmScorer, MAX_INNER_WINDOWS, StepCosts, choose_gemm_grid,
+    choose_gemm_plan, inner_windows,
+};
 pub use cost::CostModel;
 pub use gemm::{
     GemmEstimate, GemmGrid, GemmLayouts, GemmProblem, gemm_candidates, gemm_layouts, reduce_layout,

@@ -7,8 +7,8 @@ use ipu_layout::Precision;
 use ipu_package::build::{BuildConfig, Stages, build_package};
 use ipu_package::graph::{Op, parse_fixture};
 use ipu_package::plan::{
-    CostModel, GemmEstimate, GemmGrid, GemmOpCycles, GemmProblem, GemmScorer, choose_gemm_grid,
-    gemm_candidates,
+    CostModel, GemmEstimate, GemmGrid, GemmOpCycles, GemmProblem, GemmScorer, MAX_INNER_WINDOWS,
+    choose_gemm_grid, choose_gemm_plan, gemm_candidates, inner_windows,
 };
 use ipu_package::profile::StepKind;
 use ipu_target::Target;
@@ -227,4 +227,171 @@ fn the_stretched_budget_is_taken_only_where_it_buys_cycles() {
     let mut replanned = LowerConfig::default();
     replanned.op_budgets.insert(op, budget / 2);
     assert_eq!(replanned.stretch_budget_for(op), None);
+}
+
+/// Inner windows cover the inner dimension in order, each starting on a
+/// whole micro block, all but the last of one length, exactly `count` of
+/// them or none.
+#[test]
+fn inner_windows_cover_the_inner_dimension_in_whole_blocks() {
+    for inner in [1u64, 31, 32, 33, 288, 1152, 4304] {
+        for micro in [16u64, 32] {
+            for count in 1..=MAX_INNER_WINDOWS {
+                let Some(windows) = inner_windows(inner, micro, count) else {
+                    // Only when there are fewer blocks than windows, or
+                    // equal windows would leave the last one empty.
+                    let blocks = inner.div_ceil(micro);
+                    let length = blocks.div_ceil(u64::from(count)) * micro;
+                    assert!(
+                        length * (u64::from(count) - 1) >= inner,
+                        "{inner} {micro} {count}"
+                    );
+                    continue;
+                };
+                assert_eq!(windows.len(), count as usize);
+                let mut next = 0;
+                for (i, &(start, length)) in windows.iter().enumerate() {
+                    assert_eq!(start, next, "{inner} {micro} {count}");
+                    assert_eq!(start % micro, 0);
+                    assert!(length > 0);
+                    if i + 1 < windows.len() {
+                        assert_eq!(length, windows[0].1);
+                    }
+                    next = start + length;
+                }
+                assert_eq!(next, inner, "{inner} {micro} {count}");
+            }
+        }
+    }
+}
+
+/// The bytes a window of `problem` takes on grid `grid` by the quick
+/// estimate, with the weights' copy of a grid of one row block (`None`:
+/// the grid is not a candidate of that window).
+fn window_bytes(
+    problem: &GemmProblem,
+    inner: u64,
+    grid: GemmGrid,
+    cost: &CostModel,
+) -> Option<u64> {
+    let window = GemmProblem {
+        inner,
+        ..problem.clone()
+    };
+    let (_, e) = *gemm_candidates(&window, 1472, cost)
+        .iter()
+        .find(|(g, _)| *g == grid)?;
+    let block = |extent: u64, parts: u32| extent.div_ceil(32).div_ceil(u64::from(parts)) * 32;
+    let weights = if grid.pm == 1 {
+        block(inner, grid.pk) * block(problem.columns, grid.pn)
+    } else {
+        0
+    };
+    Some(e.transient_bytes + weights)
+}
+
+/// Where some grid fits its budget whole, a GEMM runs whole on
+/// `choose_gemm_grid`'s grid (every SigLIP GEMM at batch 2 and the default
+/// budget). Where none does (SigLIP's GEMMs under half that budget, the
+/// replan of a batch-5 build's first MLP GEMM), it runs in inner windows on a split-K grid, whose
+/// window fits where any windowed plan's does, never faster than its MACs
+/// at the AMP's peak nor than the best grid without a budget.
+#[test]
+fn a_gemm_no_grid_fits_whole_runs_in_inner_windows() {
+    let cost = CostModel::ipu21();
+    let mut windowed = Vec::new();
+    for (batch, budget) in [(2, 160 * 1024), (2, 80 * 1024), (5, 80 * 1024)] {
+        for (name, problem) in siglip_gemms_at(batch) {
+            let plan = choose_gemm_plan(&problem, 1472, budget, true, &cost);
+            let least_whole = gemm_candidates(&problem, 1472, &cost)
+                .iter()
+                .map(|(_, e)| e.transient_bytes)
+                .min()
+                .expect("candidates");
+            if least_whole <= budget {
+                assert_eq!(plan.windows, [(0, problem.inner)], "b{batch} {name}");
+                let whole = choose_gemm_grid(&problem, 1472, budget, true, &cost);
+                assert_eq!((plan.grid, plan.cycles), whole, "b{batch} {name}");
+                assert!(plan.bytes <= budget);
+                continue;
+            }
+            let what = format!(
+                "b{batch} {name}: {:?} in {} windows",
+                plan.grid,
+                plan.windows.len()
+            );
+            // An independent scan: does any windowed plan fit?
+            let any_fits = (2..=MAX_INNER_WINDOWS).any(|count| {
+                let Some(windows) = inner_windows(problem.inner, problem.micro_inner(), count)
+                else {
+                    return false;
+                };
+                let (first, last) = (windows[0].1, windows[windows.len() - 1].1);
+                gemm_candidates(
+                    &GemmProblem {
+                        inner: first,
+                        ..problem.clone()
+                    },
+                    1472,
+                    &cost,
+                )
+                .iter()
+                .filter(|(g, _)| g.pk > 1)
+                .any(|&(g, _)| {
+                    window_bytes(&problem, last, g, &cost).is_some()
+                        && window_bytes(&problem, first, g, &cost).is_some_and(|b| b <= budget)
+                })
+            });
+            assert_eq!(
+                plan.bytes <= budget,
+                any_fits,
+                "{what}: {} bytes",
+                plan.bytes
+            );
+            if !any_fits {
+                // Then the plan needing the fewest bytes of all, which no
+                // whole grid beats.
+                assert!(plan.bytes <= least_whole, "{what}");
+            }
+            if plan.windows.len() == 1 {
+                continue;
+            }
+            assert!(plan.grid.pk > 1, "{what}");
+            let count = u32::try_from(plan.windows.len()).expect("few");
+            assert_eq!(
+                Some(plan.windows.clone()),
+                inner_windows(problem.inner, problem.micro_inner(), count),
+                "{what}"
+            );
+            assert_eq!(
+                window_bytes(&problem, plan.windows[0].1, plan.grid, &cost),
+                Some(plan.bytes),
+                "{what}"
+            );
+            // Lower bounds: the busiest tile's MACs at the AMP's FP8 peak,
+            // window by window, and the best grid with memory to spare.
+            let block =
+                |extent: u64, parts: u32| extent.div_ceil(32).div_ceil(u64::from(parts)) * 32;
+            let rows = batch * 729u64.div_ceil(u64::from(plan.grid.pm));
+            let columns = block(problem.columns, plan.grid.pn);
+            let macs: u64 = plan
+                .windows
+                .iter()
+                .map(|&(_, length)| rows * block(length, plan.grid.pk) * columns)
+                .sum();
+            assert!(
+                macs.div_ceil(cost.fp8_macs_per_cycle) <= plan.cycles.gemm,
+                "{what}"
+            );
+            let (_, free) = choose_gemm_grid(&problem, 1472, u64::MAX, true, &cost);
+            assert!(free.total() <= plan.cycles.total(), "{what}");
+            windowed.push((batch, budget, name));
+        }
+    }
+    // At batch 2 and the default budget every GEMM runs whole.
+    assert!(windowed.contains(&(5, 80 * 1024, "fc1")), "{windowed:?}");
+    assert!(
+        !windowed.iter().any(|&(_, budget, _)| budget == 160 * 1024),
+        "{windowed:?}"
+    );
 }

@@ -20,6 +20,7 @@ mod props;
 mod robust;
 mod tiles;
 mod tolerance;
+mod windows;
 
 use ipu_layout::Precision;
 use ipu_package::graph::values::ValueSet;
