@@ -201,6 +201,7 @@ fn build(out: &Path, layers: u64, cache: Option<&Path>) -> Result<(), String> {
         out: out.to_owned(),
         write_phases: None,
         alloc_effort: None,
+        max_replans: None,
         attention: ipu_package::lower::AttentionUnit::Auto,
     };
     eprintln!(

@@ -102,6 +102,7 @@ pub(crate) fn build_and_write(
     let tiles = args.tiles.unwrap_or(target.tile_count());
     let mut stages = Stages::builtin(Box::new(kernel_cache(args.kernel_cache.as_deref())?));
     set_alloc_effort(&mut stages, args.alloc_effort);
+    let defaults = BuildConfig::default();
     let config = BuildConfig {
         target,
         tiles: Some(tiles),
@@ -109,7 +110,8 @@ pub(crate) fn build_and_write(
             attention: args.attention.unit(),
             ..LowerConfig::default()
         },
-        ..BuildConfig::default()
+        max_replans: args.max_replans.unwrap_or(defaults.max_replans),
+        ..defaults
     };
     let CheckpointPackage { package, graph, .. } = match package(&config, &stages).map_err(|e| *e) {
         Ok(built) => built,

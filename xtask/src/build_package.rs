@@ -23,6 +23,8 @@
 //! proof) or left undecided within that budget; `--write-failed-tile FILE`
 //! then writes that tile's placement problem, which `cargo xtask alloc
 //! tile FILE` places again in seconds, with as many nodes as asked.
+//! `--max-replans N` lets a build whose placement fails plan again with
+//! less memory up to N times instead of BuildConfig's default.
 //!
 //! [`build_fixture`] is the fixture build itself, with every check above;
 //! `bench-sim` and `hostile` call it too.
@@ -161,6 +163,12 @@ pub struct Args {
     /// machine or `--jobs`.
     #[arg(long, value_name = "NODES")]
     pub(crate) alloc_effort: Option<u64>,
+    /// How many times a build whose placement fails is planned again with
+    /// less memory where it failed (default: BuildConfig's, 3). Each
+    /// replan trades cycles for memory; a batch that needs more of them
+    /// fits slowly, or not at all.
+    #[arg(long, value_name = "N")]
+    pub(crate) max_replans: Option<u32>,
     /// Also write the exchange phases the build scheduled, as a snapshot
     /// for `cargo xtask exchange FILE`.
     #[arg(long, value_name = "FILE", conflicts_with = "checkpoint")]
@@ -314,6 +322,7 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
         out: args.out.clone(),
         write_phases: args.write_phases.clone(),
         alloc_effort: args.alloc_effort,
+        max_replans: args.max_replans,
         attention: args.attention.unit(),
     };
     match build_fixture(&request) {
@@ -368,6 +377,8 @@ pub(crate) struct FixtureBuild {
     pub write_phases: Option<PathBuf>,
     /// The placer's exact-search nodes per tile (default: PlaceConfig's).
     pub alloc_effort: Option<u64>,
+    /// Replans after a failed placement (default: BuildConfig's).
+    pub max_replans: Option<u32>,
     /// Where attention's products run.
     pub attention: AttentionUnit,
 }
@@ -511,6 +522,7 @@ pub(crate) fn build_unwritten(
         phases
     });
     let tiles = request.tiles.unwrap_or(target.tile_count());
+    let defaults = BuildConfig::default();
     let config = BuildConfig {
         target,
         tiles: Some(tiles),
@@ -518,7 +530,8 @@ pub(crate) fn build_unwritten(
             attention: request.attention,
             ..LowerConfig::default()
         },
-        ..BuildConfig::default()
+        max_replans: request.max_replans.unwrap_or(defaults.max_replans),
+        ..defaults
     };
     let started = Instant::now();
     let package = match build_package(&graph, &config, &stages) {

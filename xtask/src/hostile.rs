@@ -579,6 +579,7 @@ fn fixture_build(fixture: PathBuf, tiles: u32, out: PathBuf, cache: PathBuf) -> 
         out,
         write_phases: None,
         alloc_effort: None,
+        max_replans: None,
         attention: ipu_package::lower::AttentionUnit::Auto,
     }
 }

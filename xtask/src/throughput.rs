@@ -51,6 +51,10 @@ pub struct Args {
     /// `build-package --alloc-effort`).
     #[arg(long, value_name = "NODES")]
     alloc_effort: Option<u64>,
+    /// Replans after a failed placement (as `build-package
+    /// --max-replans`).
+    #[arg(long, value_name = "N")]
+    max_replans: Option<u32>,
     /// Where attention's products run (as `build-package --attention`).
     #[arg(long, value_enum, default_value_t = Attention::Auto)]
     attention: Attention,
@@ -136,6 +140,7 @@ fn build(args: &Args, batch: u64) -> Result<Outcome, String> {
         out: PathBuf::new(),
         write_phases: None,
         alloc_effort: args.alloc_effort,
+        max_replans: args.max_replans,
         attention: args.attention.unit(),
     };
     match build_unwritten(&request) {

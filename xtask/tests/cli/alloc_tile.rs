@@ -139,3 +139,29 @@ fn a_checkpoint_build_writes_its_failed_tile() {
         again.describe()
     );
 }
+
+/// `--max-replans N` bounds how often a build whose placement fails plans
+/// again with less memory: none with 0, at most BuildConfig's three by
+/// default; the verdict is the same "does not fit".
+#[test]
+fn max_replans_bounds_the_replans_of_a_failed_build() {
+    let sandbox = Sandbox::new();
+    let replans = |extra: &[&str]| {
+        let outcome = sandbox.build(
+            &fixture("micro-1l-h32.json"),
+            "1",
+            &sandbox.out("package"),
+            None,
+            &[&["--batch", "256"], extra].concat(),
+        );
+        outcome.failed_with("the workload does not fit");
+        outcome
+            .stderr
+            .matches("placement failed; trading cycles")
+            .count()
+    };
+    assert_eq!(replans(&["--max-replans", "0"]), 0);
+    assert_eq!(replans(&["--max-replans", "1"]), 1);
+    let default = replans(&[]);
+    assert!((2..=3).contains(&default), "{default} replans by default");
+}
