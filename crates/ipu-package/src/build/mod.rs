@@ -62,7 +62,7 @@ use tracing::{debug, info, info_span, warn};
 pub use error::{BuildError, Culprit, Culprits};
 
 use crate::graph::{Graph, Op, OpId};
-use crate::lower::{LowerConfig, amp_attention_bytes, lower};
+use crate::lower::{LowerConfig, amp_attention_bytes, least_amp_attention_bytes, lower};
 use crate::package::{
     BufferAddresses, FORMAT_VERSION, Manifest, Package, PackagePhase, PackagePlacement,
 };
@@ -339,6 +339,7 @@ fn plan(
                             Op::Attention { .. } => attention_replan_budget(
                                 lower_config.attention_budget_for(op),
                                 amp_attention_bytes(graph, op, lower_config),
+                                least_amp_attention_bytes(graph, op, lower_config),
                                 proven_lack(&error),
                             ),
                             _ => lower_config.budget_for(op) / 2,
@@ -390,15 +391,28 @@ fn proven_lack(error: &PlaceError) -> Option<u64> {
 /// the next AMP plan (more passes, another grid) is the fastest that
 /// takes less. Halving instead can leave no AMP plan at all and move the
 /// attention to the vector unit: on SigLIP b3, 1,049,046 estimated cycles
-/// a layer against 182,927 on the AMP. Never
-/// below half the budget, which is also the vector attention's step.
-fn attention_replan_budget(budget: u64, planned: Option<u64>, lacks: Option<u64>) -> u64 {
+/// a layer against 182,927 on the AMP. Never below half the budget, which
+/// is also the vector attention's step, nor below the `least` bytes of
+/// any AMP plan while the plan takes more.
+fn attention_replan_budget(
+    budget: u64,
+    planned: Option<u64>,
+    least: Option<u64>,
+    lacks: Option<u64>,
+) -> u64 {
     let half = budget / 2;
     let Some(planned) = planned else {
         return half;
     };
     let cut = lacks.map_or(planned / 8, |b| b.saturating_mul(2));
-    planned.min(budget).saturating_sub(cut.max(1)).max(half)
+    let next = planned.min(budget).saturating_sub(cut.max(1)).max(half);
+    match least {
+        // Not below the smallest AMP plan while the plan is larger: the
+        // vector attention costs several times the AMP's cycles, so the
+        // next replans take memory from elsewhere first.
+        Some(least) if least < planned => next.max(least),
+        _ => next,
+    }
 }
 
 #[cfg(test)]
@@ -410,20 +424,37 @@ mod replan_tests {
         // A plan of 180,000 bytes under a 204,800-byte budget, a step
         // short of 3,000 bytes: the next plan must take 6,000 fewer.
         assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), Some(3_000)),
+            attention_replan_budget(204_800, Some(180_000), None, Some(3_000)),
             174_000
         );
         // Without a proof of the shortfall, an eighth of the plan.
         assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), None),
+            attention_replan_budget(204_800, Some(180_000), None, None),
             157_500
         );
         // Never below half; on the vector unit, half.
         assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), Some(90_000)),
+            attention_replan_budget(204_800, Some(180_000), None, Some(90_000)),
             102_400
         );
-        assert_eq!(attention_replan_budget(204_800, None, Some(3_000)), 102_400);
+        assert_eq!(
+            attention_replan_budget(204_800, None, None, Some(3_000)),
+            102_400
+        );
+        // Not below the smallest AMP plan while the plan is larger; at the
+        // smallest plan, below it (the vector unit's budget).
+        assert_eq!(
+            attention_replan_budget(204_800, Some(180_000), Some(170_000), Some(30_000)),
+            170_000
+        );
+        assert_eq!(
+            attention_replan_budget(204_800, Some(180_000), Some(150_000), Some(3_000)),
+            174_000
+        );
+        assert_eq!(
+            attention_replan_budget(204_800, Some(170_000), Some(170_000), Some(3_000)),
+            164_000
+        );
     }
 }
 

@@ -144,6 +144,27 @@ pub fn amp_attention_bytes(graph: &Graph, op: OpId, config: &LowerConfig) -> Opt
     }
 }
 
+/// The fewest bytes a tile needs for any AMP plan of attention `op` under
+/// `config` (its grid and passes chosen for bytes, not cycles), or `None`
+/// when lowering cannot put it on the AMP: below it, a budget leaves the
+/// attention only the vector unit.
+pub fn least_amp_attention_bytes(graph: &Graph, op: OpId, config: &LowerConfig) -> Option<u64> {
+    let a = attention_shape(graph, op)?;
+    let (tiles, cost) = (config.tiles, &config.cost);
+    if config.attention == AttentionUnit::Vector
+        || a.causal
+        || !amp_attention_supported(&a.shape, a.operands, a.softmax_f16, tiles)
+    {
+        return None;
+    }
+    // Within no budget, the plan needing the fewest bytes.
+    let (plan, _, _) = choose_amp_attention(&a.shape, tiles, 0, cost)?;
+    Some(
+        AmpAttentionScorer::new(a.shape, plan.scores, plan.blocks, cost)
+            .bytes_per_tile(plan.grid, plan.passes),
+    )
+}
+
 impl Lowerer<'_> {
     pub(super) fn lower_attention(
         &mut self,

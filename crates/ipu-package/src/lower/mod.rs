@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 mod attention;
 
-pub use attention::amp_attention_bytes;
+pub use attention::{amp_attention_bytes, least_amp_attention_bytes};
 mod elementwise;
 mod gather;
 mod gemm;

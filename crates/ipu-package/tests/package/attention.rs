@@ -238,3 +238,40 @@ proptest! {
         prop_assert!(split.iter().all(|&r| r > 0));
     }
 }
+
+/// A replan never gives SigLIP b6's attention less than its smallest AMP
+/// plan while it has a larger one: at that budget the attention still runs
+/// on the AMP, one byte below it only on the vector unit, and the plan the
+/// default budget gives takes at least as many bytes.
+#[test]
+fn below_the_smallest_amp_plan_only_the_vector_unit_is_left() {
+    use ipu_package::graph::{Op, ParseOptions, parse_fixture_with};
+    use ipu_package::lower::{amp_attention_bytes, least_amp_attention_bytes};
+
+    let b6 = ParseOptions {
+        overrides: vec![("batch".to_owned(), 6), ("layers".to_owned(), 1)],
+    };
+    let graph = parse_fixture_with(&fixture_text("siglip-so400m-b2.json"), &b6).expect("parses");
+    let (op, _) = graph
+        .ops()
+        .iter()
+        .find(|(_, o)| matches!(o, Op::Attention { .. }))
+        .expect("an attention");
+    let config = LowerConfig::default();
+    let least = least_amp_attention_bytes(&graph, op, &config).expect("the AMP can run it");
+    let planned = amp_attention_bytes(&graph, op, &config).expect("on the AMP by default");
+    assert!(least <= planned, "{least} > {planned}");
+    let at = |budget: u64| {
+        let mut c = LowerConfig::default();
+        c.op_budgets.insert(op, budget);
+        amp_attention_bytes(&graph, op, &c)
+    };
+    let smallest = at(least).expect("the smallest plan is on the AMP");
+    assert!(smallest <= least, "{smallest} > {least}");
+    assert_eq!(at(least - 1), None, "below every AMP plan");
+    let vector = LowerConfig {
+        attention: AttentionUnit::Vector,
+        ..LowerConfig::default()
+    };
+    assert_eq!(least_amp_attention_bytes(&graph, op, &vector), None);
+}
