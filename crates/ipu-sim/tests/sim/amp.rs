@@ -194,19 +194,31 @@ fn amp_attention_with_split_keys_matches_the_reference_and_its_estimate() {
         .iter()
         .any(|(_, b)| b.name.ends_with(".blocks") && b.ty.precision() == Precision::F16);
     assert!(blocks_f16, "the AMP attention's blocks are F16");
-    let (out, stats) = run_package_with(&package, &graph, &inputs, &RunConfig::default())
-        .unwrap_or_else(|e| panic!("split keys: {e}"));
-    assert!(stats.ops_checked > 0);
-    let reference = evaluate(&graph, &inputs).expect("evaluates");
+    assert_runs_like_the_reference(&package, &graph, &inputs, "split keys");
+    crate::cycles::assert_estimate_is_the_count(&graph, &package, "split keys");
+}
+
+/// Runs `package` on the tile model with the per-op check on `inputs`,
+/// which checks at least one op, and holds every graph output to the
+/// reference within the whole-graph tolerance.
+pub(crate) fn assert_runs_like_the_reference(
+    package: &Package,
+    graph: &Graph,
+    inputs: &values::ValueSet,
+    what: &str,
+) {
+    let (out, stats) = run_package_with(package, graph, inputs, &RunConfig::default())
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(stats.ops_checked > 0, "{what}");
+    let reference = evaluate(graph, inputs).expect("evaluates");
     for output in graph.outputs() {
         let c = compare(
             reference.get(output).expect("reference"),
             out.get(output).expect("device"),
             Tolerance::graph(graph.tensor(output).precision()),
         );
-        assert!(c.pass, "{c:?}");
+        assert!(c.pass, "{what}: {c:?}");
     }
-    crate::cycles::assert_estimate_is_the_count(&graph, &package, "split keys");
 }
 
 /// Tile memory of one tile for calling codelets directly: each buffer a

@@ -1,5 +1,5 @@
 //! GEMMs run in inner windows (a budget no grid fits whole): each window's
-//! kernels add into the result the first one wrote. The tile model runs
+//! kernels add into the partial sums the first one wrote. The tile model runs
 //! such a package op by op against the reference, end to end, and counts
 //! what the estimate charges.
 
@@ -8,9 +8,6 @@ use ipu_package::graph::{parse_fixture, values};
 use ipu_package::lower::LowerConfig;
 use ipu_package::package::Package;
 use ipu_package::program::Codelet;
-use ipu_sim::evaluate;
-use ipu_sim::reference::compare::{Tolerance, compare};
-use ipu_sim::tiles::{RunConfig, run_package_with};
 
 use crate::amp::count_calls;
 use crate::fixture_text;
@@ -48,17 +45,6 @@ fn gemms_in_inner_windows_match_the_reference_and_their_estimate() {
         .map(build)
         .find(|p| accumulating_calls(p) > 0)
         .expect("a budget below every whole grid runs some GEMM in windows");
-    let (out, stats) = run_package_with(&package, &graph, &inputs, &RunConfig::default())
-        .unwrap_or_else(|e| panic!("windows: {e}"));
-    assert!(stats.ops_checked > 0);
-    let reference = evaluate(&graph, &inputs).expect("evaluates");
-    for output in graph.outputs() {
-        let c = compare(
-            reference.get(output).expect("reference"),
-            out.get(output).expect("device"),
-            Tolerance::graph(graph.tensor(output).precision()),
-        );
-        assert!(c.pass, "{c:?}");
-    }
+    crate::amp::assert_runs_like_the_reference(&package, &graph, &inputs, "inner windows");
     crate::cycles::assert_estimate_is_the_count(&graph, &package, "inner windows");
 }
