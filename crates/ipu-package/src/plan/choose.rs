@@ -351,9 +351,10 @@ pub struct GemmChoice {
     /// The grid every window runs on.
     pub grid: GemmGrid,
     /// The windows of the inner dimension, `(start, length)` in order; one
-    /// window is the whole of it. Each window brings its rows of both
-    /// operands to the grid and its kernels add into the same result, so
-    /// the operands' bytes on a tile are a window's, not the whole GEMM's.
+    /// window is the whole of it. Each window brings its part of both
+    /// operands to the grid and its kernels add into the same partial sums
+    /// (only split-K grids run in windows), so the operands' bytes on a
+    /// tile are a window's, not the whole GEMM's.
     pub windows: Vec<(u64, u64)>,
     /// The steps' cycles, summed over the windows.
     pub cycles: GemmOpCycles,
@@ -364,8 +365,12 @@ pub struct GemmChoice {
 }
 
 /// `inner` in `count` windows of whole `micro` blocks, all but the last of
-/// one length, or `None` when that many windows would leave one empty.
+/// one length, or `None` when that many windows would leave one empty (or
+/// `count` is 0).
 pub fn inner_windows(inner: u64, micro: u64, count: u32) -> Option<Vec<(u64, u64)>> {
+    if count == 0 {
+        return None;
+    }
     let count = u64::from(count);
     let micro = micro.max(1);
     let length = inner
@@ -382,11 +387,12 @@ pub fn inner_windows(inner: u64, micro: u64, count: u32) -> Option<Vec<(u64, u64
 }
 
 /// How a GEMM runs within `budget` bytes per tile: the grid of
-/// [`choose_gemm_grid`] where one fits; where none does, the cheapest grid
-/// that fits when the inner dimension runs in 2 to [`MAX_INNER_WINDOWS`]
-/// windows one after another (each window's operands on a tile at a time;
-/// the result, its partial sums and the reduction as before); where none
-/// fits that way either, the plan needing the fewest bytes of all.
+/// [`choose_gemm_grid`] where one fits; where none does, the cheapest
+/// split-K grid that fits when the inner dimension runs in 2 to
+/// [`MAX_INNER_WINDOWS`] windows one after another (each window's operands
+/// on a tile at a time; the partial sums and the reduction as before);
+/// where none fits that way either, the plan needing the fewest bytes of
+/// all.
 ///
 /// Windows trade cycles for memory far more cheaply than a smaller grid
 /// budget everywhere: every window pays its own operand exchange, kernel

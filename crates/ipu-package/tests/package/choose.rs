@@ -231,11 +231,12 @@ fn the_stretched_budget_is_taken_only_where_it_buys_cycles() {
 
 /// Inner windows cover the inner dimension in order, each starting on a
 /// whole micro block, all but the last of one length, exactly `count` of
-/// them or none.
+/// them or none (always none for no windows).
 #[test]
 fn inner_windows_cover_the_inner_dimension_in_whole_blocks() {
     for inner in [1u64, 31, 32, 33, 288, 1152, 4304] {
         for micro in [16u64, 32] {
+            assert_eq!(inner_windows(inner, micro, 0), None);
             for count in 1..=MAX_INNER_WINDOWS {
                 let Some(windows) = inner_windows(inner, micro, count) else {
                     // Only when there are fewer blocks than windows, or
