@@ -341,6 +341,7 @@ fn plan(
                                 amp_attention_bytes(graph, op, lower_config),
                                 least_amp_attention_bytes(graph, op, lower_config),
                                 proven_lack(&error),
+                                lower_config.op_budgets.contains_key(&op),
                             ),
                             _ => lower_config.budget_for(op) / 2,
                         };
@@ -393,18 +394,27 @@ fn proven_lack(error: &PlaceError) -> Option<u64> {
 /// attention to the vector unit: on SigLIP b3, 1,049,046 estimated cycles
 /// a layer against 182,927 on the AMP. Never below half the budget, which
 /// is also the vector attention's step, nor below the `least` bytes of
-/// any AMP plan while the plan takes more.
+/// any AMP plan while the plan takes more. An attention failing `again`
+/// after a replan of its own goes straight to that floor: each step down
+/// costs a round of planning and placement (SigLIP b6 took four rounds
+/// inching down, three of them for its attention, and did not fit within
+/// the default three).
 fn attention_replan_budget(
     budget: u64,
     planned: Option<u64>,
     least: Option<u64>,
     lacks: Option<u64>,
+    again: bool,
 ) -> u64 {
     let half = budget / 2;
     let Some(planned) = planned else {
         return half;
     };
-    let cut = lacks.map_or(planned / 8, |b| b.saturating_mul(2));
+    let cut = match lacks {
+        _ if again => planned,
+        Some(b) => b.saturating_mul(2),
+        None => planned / 8,
+    };
     let next = planned.min(budget).saturating_sub(cut.max(1)).max(half);
     match least {
         // Not below the smallest AMP plan while the plan is larger: the
@@ -424,36 +434,46 @@ mod replan_tests {
         // A plan of 180,000 bytes under a 204,800-byte budget, a step
         // short of 3,000 bytes: the next plan must take 6,000 fewer.
         assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), None, Some(3_000)),
+            attention_replan_budget(204_800, Some(180_000), None, Some(3_000), false),
             174_000
         );
         // Without a proof of the shortfall, an eighth of the plan.
         assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), None, None),
+            attention_replan_budget(204_800, Some(180_000), None, None, false),
             157_500
         );
         // Never below half; on the vector unit, half.
         assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), None, Some(90_000)),
+            attention_replan_budget(204_800, Some(180_000), None, Some(90_000), false),
             102_400
         );
         assert_eq!(
-            attention_replan_budget(204_800, None, None, Some(3_000)),
+            attention_replan_budget(204_800, None, None, Some(3_000), false),
             102_400
         );
         // Not below the smallest AMP plan while the plan is larger; at the
         // smallest plan, below it (the vector unit's budget).
         assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), Some(170_000), Some(30_000)),
+            attention_replan_budget(204_800, Some(180_000), Some(170_000), Some(30_000), false),
             170_000
         );
         assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), Some(150_000), Some(3_000)),
+            attention_replan_budget(204_800, Some(180_000), Some(150_000), Some(3_000), false),
             174_000
         );
         assert_eq!(
-            attention_replan_budget(204_800, Some(170_000), Some(170_000), Some(3_000)),
+            attention_replan_budget(204_800, Some(170_000), Some(170_000), Some(3_000), false),
             164_000
+        );
+        // Again after a replan of its own: the smallest AMP plan at once,
+        // or half the budget where that is below it.
+        assert_eq!(
+            attention_replan_budget(204_800, Some(180_000), Some(150_000), Some(3_000), true),
+            150_000
+        );
+        assert_eq!(
+            attention_replan_budget(204_800, Some(180_000), Some(60_000), None, true),
+            102_400
         );
     }
 }
