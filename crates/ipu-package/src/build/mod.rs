@@ -431,50 +431,45 @@ mod replan_tests {
 
     #[test]
     fn an_attention_replans_just_below_its_plan() {
-        // A plan of 180,000 bytes under a 204,800-byte budget, a step
-        // short of 3,000 bytes: the next plan must take 6,000 fewer.
-        assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), None, Some(3_000), false),
-            174_000
-        );
-        // Without a proof of the shortfall, an eighth of the plan.
-        assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), None, None, false),
-            157_500
-        );
-        // Never below half; on the vector unit, half.
-        assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), None, Some(90_000), false),
-            102_400
-        );
-        assert_eq!(
-            attention_replan_budget(204_800, None, None, Some(3_000), false),
-            102_400
-        );
-        // Not below the smallest AMP plan while the plan is larger; at the
-        // smallest plan, below it (the vector unit's budget).
-        assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), Some(170_000), Some(30_000), false),
-            170_000
-        );
-        assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), Some(150_000), Some(3_000), false),
-            174_000
-        );
-        assert_eq!(
-            attention_replan_budget(204_800, Some(170_000), Some(170_000), Some(3_000), false),
-            164_000
-        );
-        // Again after a replan of its own: the smallest AMP plan at once,
-        // or half the budget where that is below it.
-        assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), Some(150_000), Some(3_000), true),
-            150_000
-        );
-        assert_eq!(
-            attention_replan_budget(204_800, Some(180_000), Some(60_000), None, true),
-            102_400
-        );
+        // (budget, planned, least AMP plan, lacks, again) → next budget.
+        let cases = [
+            // A plan of 180,000 bytes under a 204,800-byte budget, a step
+            // short of 3,000 bytes: the next plan must take 6,000 fewer.
+            ((204_800, Some(180_000), None, Some(3_000), false), 174_000),
+            // Without a proof of the shortfall, an eighth of the plan.
+            ((204_800, Some(180_000), None, None, false), 157_500),
+            // Never below half; on the vector unit, half.
+            ((204_800, Some(180_000), None, Some(90_000), false), 102_400),
+            ((204_800, None, None, Some(3_000), false), 102_400),
+            // Not below the smallest AMP plan while the plan is larger; at
+            // the smallest plan, below it (the vector unit's budget).
+            (
+                (204_800, Some(180_000), Some(170_000), Some(30_000), false),
+                170_000,
+            ),
+            (
+                (204_800, Some(180_000), Some(150_000), Some(3_000), false),
+                174_000,
+            ),
+            (
+                (204_800, Some(170_000), Some(170_000), Some(3_000), false),
+                164_000,
+            ),
+            // Again after a replan of its own: the smallest AMP plan at
+            // once, or half the budget where that is below it.
+            (
+                (204_800, Some(180_000), Some(150_000), Some(3_000), true),
+                150_000,
+            ),
+            ((204_800, Some(180_000), Some(60_000), None, true), 102_400),
+        ];
+        for ((budget, planned, least, lacks, again), next) in cases {
+            assert_eq!(
+                attention_replan_budget(budget, planned, least, lacks, again),
+                next,
+                "{budget} {planned:?} {least:?} {lacks:?} {again}"
+            );
+        }
     }
 }
 

@@ -72,25 +72,43 @@ fn choose_attention(a: &AttentionOp, config: &LowerConfig, budget: u64) -> Atten
         ref shape,
         operands,
         softmax_f16,
-        causal,
+        ..
     } = *a;
     let (tiles, cost) = (config.tiles, &config.cost);
     let eb = operands.element_bytes();
     let grid = attention_grid(shape, eb, tiles, budget, cost);
     let vector = vector_attention_cycles(shape, grid, eb, softmax_f16, cost);
-    let amp = match config.attention {
-        AttentionUnit::Vector => None,
-        _ if causal => None,
-        _ if !amp_attention_supported(shape, operands, softmax_f16, tiles) => None,
-        AttentionUnit::Auto if shape.tq < MIN_AMP_QUERY_ROWS => None,
-        unit => choose_amp_attention(shape, tiles, budget, cost).filter(|(_, amp, fits)| {
-            unit == AttentionUnit::Amp || (*fits && amp.total() < vector.total())
-        }),
+    let amp = if amp_allowed(a, config) {
+        choose_amp_attention(shape, tiles, budget, cost).filter(|(_, amp, fits)| {
+            config.attention == AttentionUnit::Amp || (*fits && amp.total() < vector.total())
+        })
+    } else {
+        None
     };
     match amp {
         Some((plan, cycles, _)) => AttentionChoice::Amp(plan, cycles),
         None => AttentionChoice::Vector(grid, vector),
     }
+}
+
+/// Whether lowering may put attention `a` on the AMP under `config`: not
+/// where the vector unit is forced, nor for a causal mask, operands or a
+/// softmax the AMP attention does not take, nor (unless forced) for fewer
+/// query rows than [`MIN_AMP_QUERY_ROWS`].
+fn amp_allowed(a: &AttentionOp, config: &LowerConfig) -> bool {
+    match config.attention {
+        AttentionUnit::Vector => false,
+        _ if a.causal => false,
+        _ if !amp_attention_supported(&a.shape, a.operands, a.softmax_f16, config.tiles) => false,
+        AttentionUnit::Auto => a.shape.tq >= MIN_AMP_QUERY_ROWS,
+        AttentionUnit::Amp => true,
+    }
+}
+
+/// The bytes a tile needs for AMP `plan` of attention `a`.
+fn amp_plan_bytes(a: &AttentionOp, plan: &AmpAttention, cost: &CostModel) -> u64 {
+    AmpAttentionScorer::new(a.shape, plan.scores, plan.blocks, cost)
+        .bytes_per_tile(plan.grid, plan.passes)
 }
 
 /// What lowering needs of attention `op` of `graph`; `None` when `op` is
@@ -136,10 +154,7 @@ pub fn amp_attention_bytes(graph: &Graph, op: OpId, config: &LowerConfig) -> Opt
     let a = attention_shape(graph, op)?;
     let budget = config.attention_budget_for(op);
     match choose_attention(&a, config, budget) {
-        AttentionChoice::Amp(plan, _) => Some(
-            AmpAttentionScorer::new(a.shape, plan.scores, plan.blocks, &config.cost)
-                .bytes_per_tile(plan.grid, plan.passes),
-        ),
+        AttentionChoice::Amp(plan, _) => Some(amp_plan_bytes(&a, &plan, &config.cost)),
         AttentionChoice::Vector(..) => None,
     }
 }
@@ -150,19 +165,12 @@ pub fn amp_attention_bytes(graph: &Graph, op: OpId, config: &LowerConfig) -> Opt
 /// attention only the vector unit.
 pub fn least_amp_attention_bytes(graph: &Graph, op: OpId, config: &LowerConfig) -> Option<u64> {
     let a = attention_shape(graph, op)?;
-    let (tiles, cost) = (config.tiles, &config.cost);
-    if config.attention == AttentionUnit::Vector
-        || a.causal
-        || !amp_attention_supported(&a.shape, a.operands, a.softmax_f16, tiles)
-    {
+    if !amp_allowed(&a, config) {
         return None;
     }
     // Within no budget, the plan needing the fewest bytes.
-    let (plan, _, _) = choose_amp_attention(&a.shape, tiles, 0, cost)?;
-    Some(
-        AmpAttentionScorer::new(a.shape, plan.scores, plan.blocks, cost)
-            .bytes_per_tile(plan.grid, plan.passes),
-    )
+    let (plan, _, _) = choose_amp_attention(&a.shape, config.tiles, 0, &config.cost)?;
+    Some(amp_plan_bytes(&a, &plan, &config.cost))
 }
 
 impl Lowerer<'_> {

@@ -97,34 +97,21 @@ impl Lowerer<'_> {
         let g = self.graph;
         let tout = g.tensor(output);
         let grid = plan.grid;
+        if grid.pk == 1 {
+            return Err(self.unsupported(
+                op,
+                "bug in the lowering: only split-K grids run in inner windows".into(),
+            ));
+        }
         let whole = self.gemm_layouts_of(op, problem, grid)?;
         let resting = self.balanced_resting(right, problem, grid, &whole.right_resident)?;
         let resident = self.weight_home(right, resting, GEMM_RIGHT);
         let (mut source, mut view) = self.materialised(left)?;
         let left_rank = g.tensor(left).extents().len();
         if window_view(&view, left_rank, 0).is_none() {
-            // A view windows cannot compose with: materialise it first, in
-            // a step of its own (a copy may not read what its own exchange
-            // step writes).
-            let t = g.tensor(left);
-            let ty = self.layout(
-                format!("view {}", t.name()),
-                row_layout(t.extents(), t.precision(), self.config.tiles),
-            )?;
-            let name = format!("{}@{}", t.name(), self.program.buffers.len());
-            source = self.copy_to_new(source, view, ty, name, Attrs::default());
+            // A view windows cannot compose with: materialise it first.
+            source = self.view_in_rows(left, source, view, Some(op))?;
             view = SourceView::Whole;
-            self.flush(&StepLabel {
-                op: Some(op),
-                role: StepRole::View,
-                name: t.name().to_owned(),
-            });
-        }
-        if grid.pk == 1 {
-            return Err(self.unsupported(
-                op,
-                "bug in the lowering: only split-K grids run in inner windows".into(),
-            ));
         }
         let partial = self.gemm_partials(tout.name(), &whole.output);
         let label = StepLabel::of(op, StepRole::Gemm, tout.name());

@@ -566,23 +566,8 @@ impl Lowerer<'_> {
                 if inner == SourceView::Whole {
                     return Ok((b, view));
                 }
-                let t = self.graph.tensor(source);
-                let ty = self.layout(
-                    format!("view {}", t.name()),
-                    row_layout(t.extents(), t.precision(), self.config.tiles),
-                )?;
-                let name = format!("{}@{}", t.name(), self.program.buffers.len());
-                let m = self.copy_to_new(b, inner, ty, name, Attrs::default());
+                let m = self.view_in_rows(source, b, inner, self.graph.producer(source))?;
                 self.home.insert(source, Home::Buffer(m));
-                // The caller copies out of `m` next: that copy may not share
-                // an exchange step with the one filling `m`, which would
-                // read it before it is written.
-                let label = StepLabel {
-                    op: self.graph.producer(source),
-                    role: StepRole::View,
-                    name: t.name().to_owned(),
-                };
-                self.flush(&label);
                 Ok((m, view))
             }
             None => {
@@ -621,6 +606,33 @@ impl Lowerer<'_> {
                 }
             }
         }
+    }
+
+    /// `tensor`'s value, read from `source` through `view`, copied into a
+    /// new buffer in its row layout, in an exchange step of its own
+    /// labelled for `op`: the caller copies out of it next, and that copy
+    /// may not share an exchange step with the one filling it, which would
+    /// read it before it is written.
+    fn view_in_rows(
+        &mut self,
+        tensor: TensorId,
+        source: BufferId,
+        view: SourceView,
+        op: Option<OpId>,
+    ) -> Result<BufferId, LowerError> {
+        let t = self.graph.tensor(tensor);
+        let ty = self.layout(
+            format!("view {}", t.name()),
+            row_layout(t.extents(), t.precision(), self.config.tiles),
+        )?;
+        let name = format!("{}@{}", t.name(), self.program.buffers.len());
+        let m = self.copy_to_new(source, view, ty, name, Attrs::default());
+        self.flush(&StepLabel {
+            op,
+            role: StepRole::View,
+            name: t.name().to_owned(),
+        });
+        Ok(m)
     }
 
     /// The resident buffer of a weight, created in `ty` on first use.

@@ -301,44 +301,8 @@ pub fn choose_gemm_grid(
     bias: bool,
     cost: &CostModel,
 ) -> (GemmGrid, GemmOpCycles) {
-    let candidates = gemm_candidates(problem, tiles, cost);
-    let mut scorer = GemmScorer::new(problem, tiles, bias, cost);
-    cheapest_within(&candidates, &mut scorer, budget)
-        .or_else(|| {
-            let (grid, e) = candidates.iter().min_by_key(|(_, e)| e.transient_bytes)?;
-            scorer.prepare(std::iter::once(*grid));
-            Some((*grid, scorer.score(*grid, e)))
-        })
-        .unwrap_or((
-            GemmGrid {
-                pm: 1,
-                pn: 1,
-                pk: 1,
-            },
-            GemmOpCycles::default(),
-        ))
-}
-
-/// Of `candidates`, the one within `budget` bytes whose steps cost least
-/// (ties by their order), or `None` when none is within it.
-fn cheapest_within(
-    candidates: &[(GemmGrid, GemmEstimate)],
-    scorer: &mut GemmScorer<'_>,
-    budget: u64,
-) -> Option<(GemmGrid, GemmOpCycles)> {
-    let fitting: Vec<_> = candidates
-        .iter()
-        .filter(|(_, e)| e.transient_bytes <= budget)
-        .collect();
-    // The candidates' kernels are planned together, in parallel; the
-    // choice below then only looks them up.
-    scorer.prepare(fitting.iter().map(|(grid, _)| *grid));
-    fitting
-        .into_iter()
-        .enumerate()
-        .map(|(rank, (grid, e))| (scorer.score(*grid, e), rank, *grid))
-        .min_by_key(|(c, rank, _)| (c.total(), *rank))
-        .map(|(c, _, grid)| (grid, c))
+    let plan = choose_within(problem, tiles, budget, bias, cost, 1);
+    (plan.grid, plan.cycles)
 }
 
 /// The most inner windows [`choose_gemm_plan`] runs a GEMM in.
@@ -373,10 +337,7 @@ pub fn inner_windows(inner: u64, micro: u64, count: u32) -> Option<Vec<(u64, u64
     }
     let count = u64::from(count);
     let micro = micro.max(1);
-    let length = inner
-        .div_ceil(micro)
-        .div_ceil(count.max(1))
-        .checked_mul(micro)?;
+    let length = inner.div_ceil(micro).div_ceil(count).checked_mul(micro)?;
     let windows: Vec<(u64, u64)> = (0..count)
         .map_while(|w| {
             let start = w.checked_mul(length)?;
@@ -404,55 +365,79 @@ pub fn choose_gemm_plan(
     bias: bool,
     cost: &CostModel,
 ) -> GemmChoice {
+    choose_within(problem, tiles, budget, bias, cost, MAX_INNER_WINDOWS)
+}
+
+/// [`choose_gemm_plan`] with at most `max_windows` windows (1: whole).
+fn choose_within(
+    problem: &GemmProblem,
+    tiles: u32,
+    budget: u64,
+    bias: bool,
+    cost: &CostModel,
+    max_windows: u32,
+) -> GemmChoice {
     let candidates = gemm_candidates(problem, tiles, cost);
-    let whole = |(grid, cycles): (GemmGrid, GemmOpCycles)| GemmChoice {
-        grid,
-        windows: vec![(0, problem.inner)],
-        cycles,
-        bytes: candidates
-            .iter()
-            .find(|(g, _)| *g == grid)
-            .map_or(0, |(_, e)| e.transient_bytes),
-    };
     let mut scorer = GemmScorer::new(problem, tiles, bias, cost);
-    if let Some(fits) = cheapest_within(&candidates, &mut scorer, budget) {
-        return whole(fits);
+    let whole = |(grid, e): &(GemmGrid, GemmEstimate), scorer: &mut GemmScorer<'_>| GemmChoice {
+        grid: *grid,
+        windows: vec![(0, problem.inner)],
+        cycles: scorer.score(*grid, e),
+        bytes: e.transient_bytes,
+    };
+    let fitting: Vec<_> = candidates
+        .iter()
+        .filter(|(_, e)| e.transient_bytes <= budget)
+        .collect();
+    // The candidates' kernels are planned together, in parallel; the
+    // choice below then only looks them up.
+    scorer.prepare(fitting.iter().map(|(grid, _)| *grid));
+    // The cheapest that fits, ties by the quick estimate's order.
+    let cheapest = fitting
+        .into_iter()
+        .map(|c| whole(c, &mut scorer))
+        .reduce(|best, c| {
+            if c.cycles.total() < best.cycles.total() {
+                c
+            } else {
+                best
+            }
+        });
+    if let Some(fits) = cheapest {
+        return fits;
     }
-    let mut best: Option<(u64, GemmChoice)> = None;
-    let mut least: Option<(u64, GemmChoice)> = candidates
+    let mut best: Option<GemmChoice> = None;
+    let mut least: Option<GemmChoice> = candidates
         .iter()
         .min_by_key(|(_, e)| e.transient_bytes)
-        .map(|(grid, e)| {
-            scorer.prepare(std::iter::once(*grid));
-            (e.transient_bytes, whole((*grid, scorer.score(*grid, e))))
+        .map(|c| {
+            scorer.prepare(std::iter::once(c.0));
+            whole(c, &mut scorer)
         });
-    for count in 2..=MAX_INNER_WINDOWS {
+    for count in 2..=max_windows {
         let Some(windows) = inner_windows(problem.inner, problem.micro_inner(), count) else {
             break;
         };
         for choice in windowed_plans(problem, tiles, bias, cost, &windows) {
-            let (bytes, total) = (choice.bytes, choice.cycles.total());
-            if bytes <= budget && best.as_ref().is_none_or(|(t, _)| total < *t) {
-                best = Some((total, choice.clone()));
+            let total = choice.cycles.total();
+            if choice.bytes <= budget && best.as_ref().is_none_or(|b| total < b.cycles.total()) {
+                best = Some(choice.clone());
             }
-            if least.as_ref().is_none_or(|(b, _)| bytes < *b) {
-                least = Some((bytes, choice));
+            if least.as_ref().is_none_or(|l| choice.bytes < l.bytes) {
+                least = Some(choice);
             }
         }
     }
-    best.or(least).map_or_else(
-        || {
-            whole((
-                GemmGrid {
-                    pm: 1,
-                    pn: 1,
-                    pk: 1,
-                },
-                GemmOpCycles::default(),
-            ))
+    best.or(least).unwrap_or(GemmChoice {
+        grid: GemmGrid {
+            pm: 1,
+            pn: 1,
+            pk: 1,
         },
-        |(_, choice)| choice,
-    )
+        windows: vec![(0, problem.inner)],
+        cycles: GemmOpCycles::default(),
+        bytes: 0,
+    })
 }
 
 /// Every plan of `problem` in `windows`: each grid a candidate of its
