@@ -373,6 +373,7 @@ fn compute<'v>(
             heads,
             softmax,
             mask,
+            queries_scaled,
             ..
         } => {
             let (qs, ks) = (shape(*q), shape(*k));
@@ -387,6 +388,7 @@ fn compute<'v>(
                 *heads as usize,
                 softmax.precision(),
                 *mask == AttentionMask::Causal,
+                *queries_scaled,
             )
         }
         Op::CastFp8 { input, .. } | Op::Reshape { input, .. } => get(*input)?.to_vec(),

@@ -251,6 +251,9 @@ pub struct VectorSpec {
     /// The softmax between the AMP's two attention products, per vector
     /// of scores: scaling them and taking the row maximum.
     pub softmax_scale_instructions_per_vector: u32,
+    /// The same, per vector of scores that are not scaled (the queries
+    /// carry the factor): taking the row maximum only.
+    pub softmax_max_instructions_per_vector: u32,
     /// The same softmax, per vector of F16 exponentials besides the
     /// exponential itself: subtracting the maximum, adding to the row sum
     /// and storing.

@@ -144,6 +144,7 @@ pub fn weight_sources(config: &ClassTokenConfig, prefix: &str) -> Vec<WeightSour
     let whole = |n: String, rows: u64| Piece {
         name: n,
         rows: 0..rows,
+        divide_by_sqrt: None,
     };
     let (conv, pos, class, bias) = match config.family() {
         Family::Vit | Family::Dinov2 => (
@@ -211,6 +212,7 @@ pub fn weight_sources(config: &ClassTokenConfig, prefix: &str) -> Vec<WeightSour
                 config.layers(),
                 h,
                 m,
+                h / u64::from(config.heads()),
             )));
             out.push(copy_source("post.g".into(), name("layernorm.weight"), h));
             out.push(copy_source("post.b".into(), name("layernorm.bias"), h));
@@ -231,6 +233,7 @@ pub fn weight_sources(config: &ClassTokenConfig, prefix: &str) -> Vec<WeightSour
                 config.layers(),
                 h,
                 m,
+                h / u64::from(config.heads()),
             )));
             out.push(copy_source(
                 "post.g".into(),
@@ -243,7 +246,13 @@ pub fn weight_sources(config: &ClassTokenConfig, prefix: &str) -> Vec<WeightSour
             }
         }
         Family::Dinov2 => {
-            let encoder = encoder_sources(&DINOV2_LAYER, config.layers(), h, m);
+            let encoder = encoder_sources(
+                &DINOV2_LAYER,
+                config.layers(),
+                h,
+                m,
+                h / u64::from(config.heads()),
+            );
             out.extend(prefixed(with_layer_scale(encoder, h)));
             out.push(copy_source("post.g".into(), name("layernorm.weight"), h));
             out.push(copy_source("post.b".into(), name("layernorm.bias"), h));
@@ -281,6 +290,7 @@ fn with_layer_scale(mut sources: Vec<WeightSource>, h: u64) -> Vec<WeightSource>
         source.pieces.push(Piece {
             name: layer_scale(i, scale),
             rows: 0..h,
+            divide_by_sqrt: None,
         });
         source.layout = Layout::RowScaled {
             transposed: part.ends_with(".w"),

@@ -23,7 +23,9 @@
 //! ```
 //!
 //! `(cast)` is an FP8 cast that exists only when the policy gives the cast
-//! tensor an FP8 precision. The encoder layers form one [`Repeat`] whose
+//! tensor an FP8 precision. The encoder's queries carry the scores'
+//! `1/√head_dim`, folded into `qkv.w` and `qkv.b` by the importer, so its
+//! attention takes the scores as they are (`queries_scaled`). The encoder layers form one [`Repeat`] whose
 //! carry is the hidden state `x{i}`.
 
 use ipu_layout::Precision;
@@ -381,6 +383,10 @@ impl<'a> Builder<'a> {
                 heads: config.heads,
                 softmax: self.policy.softmax(),
                 mask: config.mask,
+                // The importer folds `1/√head_dim` into the query
+                // projection (`names::encoder_sources`), which saves the
+                // softmax a multiply per vector of scores.
+                queries_scaled: true,
                 output: attn,
             });
             let left = self.cast_op(attn, attn8);
@@ -496,6 +502,9 @@ impl<'a> Builder<'a> {
             heads: config.heads(),
             softmax: self.policy.softmax(),
             mask: AttentionMask::None,
+            // Few query rows, on the vector unit: its cost does not
+            // depend on the scale.
+            queries_scaled: false,
             output: attn,
         });
         let left = self.cast_op(attn, attn8);

@@ -78,6 +78,11 @@ pub struct Piece {
     pub name: String,
     /// The rows taken (first-axis indices).
     pub rows: Range<u64>,
+    /// When set, every value taken is divided by the square root of it,
+    /// once, in f32: the head dimension, for the query projection of an
+    /// attention whose queries carry the scores' `1/√head_dim`
+    /// (`Op::Attention::queries_scaled`).
+    pub divide_by_sqrt: Option<u64>,
 }
 
 /// How one graph weight is assembled.
@@ -139,6 +144,7 @@ pub fn weight_sources(config: &VisionConfig) -> Vec<WeightSource> {
     let whole = |name: String, rows: u64| Piece {
         name,
         rows: 0..rows,
+        divide_by_sqrt: None,
     };
     let copy = |weight: String, name: String, rows: u64| WeightSource {
         weight,
@@ -169,13 +175,20 @@ pub fn weight_sources(config: &VisionConfig) -> Vec<WeightSource> {
             config.tokens(),
         ),
     ];
-    out.extend(encoder_sources(&SIGLIP_LAYER, config.layers(), h, m));
+    out.extend(encoder_sources(
+        &SIGLIP_LAYER,
+        config.layers(),
+        h,
+        m,
+        h / u64::from(config.heads()),
+    ));
     out.push(copy("post.g".into(), "post_layernorm.weight".into(), h));
     out.push(copy("post.b".into(), "post_layernorm.bias".into(), h));
     if config.use_head() {
         let in_proj = |kind: &str, rows: Range<u64>| Piece {
             name: format!("head.attention.in_proj_{kind}"),
             rows,
+            divide_by_sqrt: None,
         };
         out.push(copy("head.probe".into(), "head.probe".into(), 1));
         // torch's MultiheadAttention packs the query, key and value
@@ -295,6 +308,7 @@ pub(crate) fn copy_source(weight: String, name: String, rows: u64) -> WeightSour
         pieces: vec![Piece {
             name,
             rows: 0..rows,
+            divide_by_sqrt: None,
         }],
         layout: Layout::AsIs,
     }
@@ -316,19 +330,24 @@ pub(crate) fn encoder_sources(
     layers: u32,
     h: u64,
     m: u64,
+    head_dim: u64,
 ) -> Vec<WeightSource> {
     let (copy, transposed) = (copy_source, transposed_source);
     let mut out = Vec::new();
     for i in 0..layers {
         let g = |s: &str| format!("enc{i}.{s}");
         let l = |module: &str, kind: &str| format!("{}{i}.{module}.{kind}", names.layer);
+        // The query projection (the first module) carries the scores'
+        // `1/√head_dim`: the graph's attention takes the scores as they are.
         let qkv = |kind: &str| {
             names
                 .qkv
                 .iter()
-                .map(|module| Piece {
+                .enumerate()
+                .map(|(j, module)| Piece {
                     name: l(module, kind),
                     rows: 0..h,
+                    divide_by_sqrt: (j == 0).then_some(head_dim),
                 })
                 .collect::<Vec<_>>()
         };

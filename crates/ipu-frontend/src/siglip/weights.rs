@@ -173,7 +173,14 @@ pub(crate) fn read_mapped(
                     what: format!("rows {:?} of `{}` are out of range", piece.rows, piece.name),
                 });
             };
-            data.extend_from_slice(slice);
+            match piece.divide_by_sqrt {
+                None => data.extend_from_slice(slice),
+                Some(n) => {
+                    // The correctly rounded quotient of each value.
+                    let root = (n as f64).sqrt();
+                    data.extend(slice.iter().map(|&v| (f64::from(v) / root) as f32));
+                }
+            }
             rows += piece.rows.end - piece.rows.start;
             let left = uses.get_mut(piece.name.as_str());
             if let Some(left) = left {

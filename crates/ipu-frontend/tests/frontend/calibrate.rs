@@ -447,6 +447,18 @@ fn random_weights_have_the_documented_spread_and_calibrate() {
         |v: &[f32]| (v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
     let fc1 = get(&a, "enc0.fc1.w");
     assert!((std(&fc1) - 1.0 / 8.0).abs() < 0.01, "{}", std(&fc1));
+    // The query columns of the in-projection carry the attention's
+    // 1/√head_dim (hidden 64, 4 heads: 1/4), the key and value columns not.
+    let qkv = get(&a, "enc0.qkv.w");
+    let block = |b: usize| -> Vec<f32> {
+        qkv.chunks(3 * 64)
+            .flat_map(|row| row[b * 64..(b + 1) * 64].to_vec())
+            .collect()
+    };
+    assert!((std(&block(0)) - 1.0 / 32.0).abs() < 0.003, "{}", std(&block(0)));
+    for b in [1, 2] {
+        assert!((std(&block(b)) - 1.0 / 8.0).abs() < 0.01, "{}", std(&block(b)));
+    }
     let embed_b = get(&a, "embed.b");
     assert_eq!((embed_b[3], embed_b[17]), (4.0, 4.0));
     assert!(embed_b[0].abs() < 0.2);

@@ -589,16 +589,29 @@ fn every_weight_lands_where_the_mapping_says() {
         for i in 0..config.layers() as usize {
             let l = |s: &str| st(&format!("encoder.layers.{i}.{s}"));
             let g = |s: &str| weight(&format!("enc{i}.{s}"));
-            // q | k | v column blocks of the fused [H, 3H] weight.
+            // q | k | v column blocks of the fused [H, 3H] weight, the
+            // queries' divided by √head_dim (the attention takes them
+            // scaled), each value rounded once.
             let qkv = g("qkv.w");
+            let root = ((h / config.heads() as usize) as f64).sqrt();
             for (block, x) in ["q", "k", "v"].iter().enumerate() {
+                let scaled = |v: f32| {
+                    if block == 0 {
+                        (f64::from(v) / root) as f32
+                    } else {
+                        v
+                    }
+                };
                 let w = l(&format!("self_attn.{x}_proj.weight"));
                 for out in 0..h {
                     for inp in 0..h {
-                        assert_eq!(qkv[inp * 3 * h + block * h + out], w[out * h + inp]);
+                        assert_eq!(qkv[inp * 3 * h + block * h + out], scaled(w[out * h + inp]));
                     }
                 }
-                let b = l(&format!("self_attn.{x}_proj.bias"));
+                let b: Vec<f32> = l(&format!("self_attn.{x}_proj.bias"))
+                    .into_iter()
+                    .map(scaled)
+                    .collect();
                 assert_eq!(&g("qkv.b")[block * h..(block + 1) * h], b.as_slice());
             }
             let fc1 = l("mlp.fc1.weight");

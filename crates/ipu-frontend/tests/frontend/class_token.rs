@@ -346,7 +346,22 @@ fn every_weight_lands_where_the_mapping_says() {
                 .map(|x| format!("vision_model.encoder.layers.1.self_attn.{x}_proj.weight"))
                 .collect(),
         };
-        let stacked: Vec<f32> = parts.iter().flat_map(|n| stored(&dir, n)).collect();
+        // The queries' rows divided by √head_dim (the attention takes them
+        // scaled), each value rounded once.
+        let root = ((h / config.heads() as usize) as f64).sqrt();
+        let stacked: Vec<f32> = parts
+            .iter()
+            .enumerate()
+            .flat_map(|(j, n)| {
+                stored(&dir, n).into_iter().map(move |v| {
+                    if j == 0 {
+                        (f64::from(v) / root) as f32
+                    } else {
+                        v
+                    }
+                })
+            })
+            .collect();
         assert_eq!(qkv, transposed(&stacked, 3 * h, h), "{name} qkv");
         let fc2 = match family {
             Family::Vit => "encoder.layer.0.output.dense.weight",

@@ -30,7 +30,9 @@
 //! layer count). Op inputs follow [`Op::inputs`]: gemm `[left, right]` or
 //! `[left, right, bias]`; add `[left, right]`; layer_norm
 //! `[input, scale, bias]` with `"eps"`; attention `[q, k, v]` with `"heads"`
-//! and `"softmax": "F16" | "F32"`; transpose `[input]` with `"perm"`; slice
+//! and `"softmax": "F16" | "F32"`, optionally `"mask": "none" | "causal"`
+//! and `"queries_scaled": true` (the queries carry `1/√head_dim`);
+//! transpose `[input]` with `"perm"`; slice
 //! `[input]` with `"axis"` and `"start"`; gather `[table, indices]`; the
 //! others `[input]`. The activations are named as
 //! [`Activation::name`](crate::graph::Activation::name)

@@ -256,7 +256,8 @@ pub enum Op {
     /// `head_dim = hidden / heads` (which must divide exactly); head `h` uses
     /// columns `h·head_dim .. (h+1)·head_dim` of `q`, `k`, `v` and writes the
     /// same columns of `output`. Per batch, head and query row:
-    /// `s_j = (q·k_j) / sqrt(head_dim)`, `p = softmax(s)` computed in the
+    /// `s_j = (q·k_j) / sqrt(head_dim)` (or `s_j = q·k_j` when
+    /// `queries_scaled`), `p = softmax(s)` computed in the
     /// `softmax` precision, `out = Σ_j p_j · v_j`. Output precision F16 or
     /// F32. With [`AttentionMask::Causal`] (which needs
     /// `tokens_q == tokens_kv`) query row `i` takes the softmax over keys
@@ -275,6 +276,12 @@ pub enum Op {
         softmax: SoftmaxPrecision,
         /// Which keys each query row sees.
         mask: AttentionMask,
+        /// Whether the queries already carry the `1 / sqrt(head_dim)`
+        /// factor (folded into their projection by the importer), so that
+        /// the scores are softmaxed as they are: the softmax then takes
+        /// only the row maximum of each vector of scores, where it would
+        /// also multiply it by the factor.
+        queries_scaled: bool,
         /// The result, `[batch, tokens_q, hidden]`.
         output: TensorId,
     },

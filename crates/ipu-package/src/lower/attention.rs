@@ -121,6 +121,7 @@ fn attention_shape(graph: &Graph, op: OpId) -> Option<AttentionOp> {
         heads,
         softmax,
         mask,
+        queries_scaled,
         ..
     } = graph.ops().get(op)?
     else {
@@ -133,6 +134,7 @@ fn attention_shape(graph: &Graph, op: OpId) -> Option<AttentionOp> {
         tk: tk.extents()[1],
         hidden: tq.extents()[2],
         heads: u64::from(*heads),
+        queries_scaled: *queries_scaled,
     };
     let operands = [q, k, v]
         .iter()
@@ -270,7 +272,7 @@ impl Lowerer<'_> {
         let label = StepLabel::of(op, StepRole::Attention, base.as_str());
         self.flush(&label);
         let d = shape.head_dim();
-        let scale = 1.0 / (d as f32).sqrt();
+        let scale = shape.score_scale();
         let mut calls = Vec::new();
         let out_eb = 4u64;
         for ((sq, sk), so) in lay
@@ -491,7 +493,7 @@ impl Lowerer<'_> {
 
         let label = StepLabel::of(op, StepRole::Attention, base.as_str());
         self.flush(&label);
-        let scale = 1.0 / (shape.head_dim() as f32).sqrt();
+        let scale = shape.score_scale();
         let (qeb, f32b) = (Precision::F16.element_bytes(), 4u64);
         let beb = plan.blocks.element_bytes();
         // One scale for every block of a row, so that it cancels in the

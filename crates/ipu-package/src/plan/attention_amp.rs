@@ -318,6 +318,7 @@ impl<'a> AmpAttentionScorer<'a> {
                 columns: rk,
                 score_lanes: vector.lanes(self.scores),
                 prob_lanes: vector.lanes(Precision::F16),
+                unscaled: a.score_scale() == 1.0,
             });
             blocks = blocks
                 .saturating_add(scores)

@@ -272,12 +272,26 @@ pub struct AttentionShape {
     pub hidden: u64,
     /// Heads.
     pub heads: u64,
+    /// Whether the queries carry the scores' `1/√head_dim` already
+    /// (`Op::Attention::queries_scaled`): the softmax then only takes the
+    /// row maximum of the scores.
+    pub queries_scaled: bool,
 }
 
 impl AttentionShape {
     /// Columns per head.
     pub fn head_dim(&self) -> u64 {
         self.hidden / self.heads
+    }
+
+    /// The factor the softmax multiplies the scores by: `1/√head_dim`,
+    /// or exactly 1 when the queries carry it.
+    pub fn score_scale(&self) -> f32 {
+        if self.queries_scaled {
+            1.0
+        } else {
+            1.0 / (self.head_dim() as f32).sqrt()
+        }
     }
 }
 

@@ -149,6 +149,11 @@ pub enum Work {
         score_lanes: u32,
         /// Probabilities per vector (F16).
         prob_lanes: u32,
+        /// Whether the scores are softmaxed as they are (a scale of
+        /// exactly 1: the queries carry `1/√head_dim`), so each vector of
+        /// scores only joins the row maximum.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unscaled: bool,
     },
     /// A 16-bit block written as AMP panels.
     Panels {
@@ -396,9 +401,14 @@ impl VectorModel {
                 columns,
                 score_lanes,
                 prob_lanes,
+                unscaled,
             } => {
-                let scale = vectors(columns, score_lanes)
-                    .saturating_mul(u64::from(s.softmax_scale_instructions_per_vector));
+                let per_scores = if unscaled {
+                    s.softmax_max_instructions_per_vector
+                } else {
+                    s.softmax_scale_instructions_per_vector
+                };
+                let scale = vectors(columns, score_lanes).saturating_mul(u64::from(per_scores));
                 let sum = vectors(columns, prob_lanes).saturating_mul(
                     exp.saturating_add(u64::from(s.softmax_sum_instructions_per_vector)),
                 );
@@ -520,6 +530,7 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             columns,
             score_lanes,
             prob_lanes,
+            ..
         } => rows.saturating_mul(
             vectors(columns, score_lanes).saturating_add(vectors(columns, prob_lanes)),
         ),
@@ -638,12 +649,14 @@ pub fn codelet_work(
             probs,
             rows,
             stride,
+            scale,
             ..
         } => Work::AttentionSoftmax {
             rows: u64::from(*rows),
             columns: u64::from(*stride),
             score_lanes: model.lanes(p(scores)),
             prob_lanes: model.lanes(p(probs)),
+            unscaled: *scale == 1.0,
         },
         Codelet::Panels {
             out_rows,

@@ -23,6 +23,7 @@ fn siglip_b2() -> AttentionShape {
         tk: 729,
         hidden: 1152,
         heads: 16,
+        queries_scaled: false,
     }
 }
 
@@ -34,6 +35,7 @@ fn every_grid_covers_each_pair_query_and_key_once() {
         tk: 53,
         hidden: 64,
         heads: 4,
+        queries_scaled: false,
     };
     let d = a.head_dim();
     let grids = amp_attention_grids(&a, 64);

@@ -99,6 +99,11 @@ fn structural_mistakes_name_their_field() {
     );
     assert!(matches!(e, FixtureError::Value { .. }));
     let e = rejected_at(
+        |v| v["layers"][1]["ops"][ATTENTION]["queries_scaled"] = json!("yes"),
+        &format!("$.layers[1].ops[{ATTENTION}].queries_scaled"),
+    );
+    assert!(matches!(e, FixtureError::Type { .. }));
+    let e = rejected_at(
         |v| v["layers"][0]["ops"][1]["inputs"] = json!(["embed.patches8"]),
         "$.layers[0].ops[1].inputs",
     );

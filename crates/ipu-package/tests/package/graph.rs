@@ -363,6 +363,7 @@ fn op_rules() {
                 heads: 2,
                 softmax: SoftmaxPrecision::F16,
                 mask: ipu_package::graph::AttentionMask::None,
+                queries_scaled: false,
                 output: y,
             }
         }),
@@ -385,6 +386,7 @@ fn op_rules() {
                 heads: 2,
                 softmax: SoftmaxPrecision::F16,
                 mask: ipu_package::graph::AttentionMask::Causal,
+                queries_scaled: false,
                 output: y,
             }
         }),

@@ -241,11 +241,22 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
         columns: 160,
         score_lanes: 2,
         prob_lanes: 4,
+        unscaled: false,
     };
     assert_eq!(
         v.cycles(&softmax),
         60 + 6 * (15 + 5 * (30 + 80 * 2 + 40 * 6))
     );
+    // The same scores unscaled (the queries carry 1/√d): each score
+    // vector only joins the row maximum, one instruction.
+    let unscaled = Work::AttentionSoftmax {
+        rows: 27,
+        columns: 160,
+        score_lanes: 2,
+        prob_lanes: 4,
+        unscaled: true,
+    };
+    assert_eq!(v.cycles(&unscaled), 60 + 6 * (15 + 5 * (30 + 80 + 40 * 6)));
     // Its keys' transpose, 160 key rows of 72 (padded to 80) columns: 40
     // groups of 4 rows, 7 for the busiest worker, each 4 + 20 blocks x 4.
     let transpose = Work::Panels {
@@ -299,12 +310,13 @@ proptest! {
             ),
             (Work::Copy { bytes: lo }, Work::Copy { bytes: hi }),
             (
-                Work::AttentionSoftmax { rows, columns: lo % 5000, score_lanes: lanes, prob_lanes: 4 },
+                Work::AttentionSoftmax { rows, columns: lo % 5000, score_lanes: lanes, prob_lanes: 4, unscaled: lo % 2 == 0 },
                 Work::AttentionSoftmax {
                     rows: rows + 1,
                     columns: hi % 5000 + lo % 5000,
                     score_lanes: lanes,
                     prob_lanes: 4,
+                    unscaled: lo % 2 == 0,
                 },
             ),
             (

@@ -100,6 +100,8 @@ fn softmax_row(
     let f16 = Precision::F16;
     let round = |x: f32| if softmax_f16 { f16.quantize(x) } else { x };
     let mut mx = f32::NEG_INFINITY;
+    // A scale of exactly 1 (queries that carry `1/√d`) is the device's
+    // loop without the multiply; `x · 1` is `x`, so one loop models both.
     for (o, &x) in out.iter_mut().zip(row) {
         *o = round(x * scale);
         mx = mx.max(*o);
@@ -357,6 +359,7 @@ pub(super) fn softmax(
         columns: width as u64,
         score_lanes,
         prob_lanes,
+        unscaled: scale == 1.0,
     }))
 }
 

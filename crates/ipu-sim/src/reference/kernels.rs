@@ -298,7 +298,8 @@ pub fn tanh(x: f32) -> f32 {
 
 /// Multi-head attention; shapes as documented on `Op::Attention`. With
 /// `causal`, query row `i` of each batch element sees keys `j ≤ i` only:
-/// the others' scores are −∞, so their exponentials are exactly 0.
+/// the others' scores are −∞, so their exponentials are exactly 0. With
+/// `queries_scaled` the scores are not multiplied by `1/√head_dim`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -311,9 +312,14 @@ pub fn attention(
     heads: usize,
     softmax: Precision,
     causal: bool,
+    queries_scaled: bool,
 ) -> Vec<f32> {
     let head_dim = hidden / heads;
-    let scale = 1.0 / (head_dim as f32).sqrt();
+    let scale = if queries_scaled {
+        1.0
+    } else {
+        1.0 / (head_dim as f32).sqrt()
+    };
     let round = softmax.codec();
     // Keys transposed per (batch, head) to [head_dim, tokens_kv], so the
     // scores of one query row accumulate over the head's columns with the

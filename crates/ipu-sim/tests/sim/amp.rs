@@ -416,17 +416,20 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
     let tile = TileId::from_u32(0);
     let model = VectorModel::new(&BuildConfig::default().target);
     let (rows, columns, stride) = (5u32, 19u32, 32u32);
-    for (scores_precision, f16, exponent) in [
-        (Precision::F32, true, 0),
-        (Precision::F32, false, 0),
-        (Precision::F16, true, 0),
-        (Precision::F32, true, 5),
-        (Precision::F32, true, 14),
+    // The last two: scores the queries scaled already (a scale of 1,
+    // counted as the softmax without its multiply).
+    for (scores_precision, f16, exponent, scale) in [
+        (Precision::F32, true, 0, 1.0 / (72f32).sqrt()),
+        (Precision::F32, false, 0, 1.0 / (72f32).sqrt()),
+        (Precision::F16, true, 0, 1.0 / (72f32).sqrt()),
+        (Precision::F32, true, 5, 1.0 / (72f32).sqrt()),
+        (Precision::F32, true, 14, 1.0 / (72f32).sqrt()),
+        (Precision::F16, true, 0, 1.0),
+        (Precision::F16, true, 7, 1.0),
     ] {
         let scores: Vec<f32> = (0..(rows * stride) as usize)
             .map(|i| scores_precision.quantize(value(i) * 1.7))
             .collect();
-        let scale = 1.0 / (72f32).sqrt();
         let n = (rows * stride) as usize;
         let mut m = Memory::new(&[
             (
@@ -459,6 +462,7 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
                 columns: u64::from(stride),
                 score_lanes: model.lanes(scores_precision),
                 prob_lanes: model.lanes(Precision::F16),
+                unscaled: scale == 1.0,
             })
         );
         let (probs, maxima, sums) = (m.get(1), m.get(2), m.get(3));

@@ -29,6 +29,7 @@ fn causal_attention(batch: u64, tokens: u64, hidden: u64, heads: u32) -> OneOp {
             heads,
             softmax: SoftmaxPrecision::F32,
             mask: AttentionMask::Causal,
+            queries_scaled: false,
             output: o,
         }
     })

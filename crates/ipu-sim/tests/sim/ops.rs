@@ -139,6 +139,7 @@ fn softmax_probe(softmax: SoftmaxPrecision, output: Precision) -> Vec<f32> {
             heads: 1,
             softmax,
             mask: ipu_package::graph::AttentionMask::None,
+            queries_scaled: false,
             output: o,
         },
     );
@@ -196,6 +197,7 @@ fn attention_heads_use_their_own_columns() {
             heads: 2,
             softmax: SoftmaxPrecision::F32,
             mask: ipu_package::graph::AttentionMask::None,
+            queries_scaled: false,
             output: o,
         },
     );

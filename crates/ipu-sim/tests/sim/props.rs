@@ -77,7 +77,7 @@ proptest! {
         let g = one_op(
             &[(&[1, tq as u64, hidden], F32), (&[1, tkv as u64, hidden], F32), (&[1, tkv as u64, hidden], F32)],
             (&[1, tq as u64, hidden], F32),
-            |i, o| Op::Attention { q: i[0], k: i[1], v: i[2], heads: heads as u32, softmax: SoftmaxPrecision::F32, mask: ipu_package::graph::AttentionMask::None, output: o },
+            |i, o| Op::Attention { q: i[0], k: i[1], v: i[2], heads: heads as u32, softmax: SoftmaxPrecision::F32, mask: ipu_package::graph::AttentionMask::None, queries_scaled: false, output: o },
         );
         let out = run(&g, &[q, k, v.clone()]);
         let h = hidden as usize;
@@ -132,21 +132,21 @@ proptest! {
     /// Attention gives the bits of the formula documented in
     /// `ipu_sim::reference`, written here as plainly as possible.
     #[test]
-    fn attention_is_bit_identical_to_the_documented_formula((batch, tq, tkv, heads, q, k, v, f16) in (1usize..3, 1usize..4, 1usize..7, 1usize..4).prop_flat_map(|(b, tq, tkv, heads)| {
+    fn attention_is_bit_identical_to_the_documented_formula((batch, tq, tkv, heads, q, k, v, f16, queries_scaled) in (1usize..3, 1usize..4, 1usize..7, 1usize..4).prop_flat_map(|(b, tq, tkv, heads)| {
         let hidden = heads * 3;
-        (Just(b), Just(tq), Just(tkv), Just(heads), values(b * tq * hidden), values(b * tkv * hidden), values(b * tkv * hidden), any::<bool>())
+        (Just(b), Just(tq), Just(tkv), Just(heads), values(b * tq * hidden), values(b * tkv * hidden), values(b * tkv * hidden), any::<bool>(), any::<bool>())
     })) {
         let hidden = heads * 3;
         let softmax = if f16 { SoftmaxPrecision::F16 } else { SoftmaxPrecision::F32 };
         let g = one_op(
             &[(&[batch as u64, tq as u64, hidden as u64], F32), (&[batch as u64, tkv as u64, hidden as u64], F32), (&[batch as u64, tkv as u64, hidden as u64], F32)],
             (&[batch as u64, tq as u64, hidden as u64], F32),
-            |i, o| Op::Attention { q: i[0], k: i[1], v: i[2], heads: heads as u32, softmax, mask: ipu_package::graph::AttentionMask::None, output: o },
+            |i, o| Op::Attention { q: i[0], k: i[1], v: i[2], heads: heads as u32, softmax, mask: ipu_package::graph::AttentionMask::None, queries_scaled, output: o },
         );
         let out = run(&g, &[q.clone(), k.clone(), v.clone()]);
         let p = softmax.precision();
         let d = 3;
-        let scale = 1.0 / (d as f32).sqrt();
+        let scale = if queries_scaled { 1.0 } else { 1.0 / (d as f32).sqrt() };
         for b in 0..batch {
             for i in 0..tq {
                 for h in 0..heads {

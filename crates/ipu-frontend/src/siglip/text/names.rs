@@ -71,6 +71,7 @@ pub fn text_weight_sources(config: &TextConfig) -> Vec<WeightSource> {
         config.layers(),
         h,
         config.intermediate(),
+        h / u64::from(config.heads()),
     ));
     out.push(copy_source(
         "post.g".into(),
