@@ -284,8 +284,16 @@ pub enum Codelet {
         out: Operand,
         /// Row maxima, F32: block `b`, row `r` at `b · stat_block_stride + r`.
         max: Operand,
-        /// Row sums, F32, laid out like `max`.
+        /// Row sums, F32, laid out like `max`; or, with `sums_in_blocks`,
+        /// in the blocks' precision at `b · out_block_stride + r ·
+        /// out_row_stride` (column `head_dim` of the blocks' rows).
         sum: Operand,
+        /// Whether the row sums are a column of the blocks (the values'
+        /// product summed the probabilities against a column of ones,
+        /// [`Codelet::Panels::ones`]) rather than statistics of their own;
+        /// absent in packages from before it existed, which means not.
+        #[serde(default)]
+        sums_in_blocks: bool,
         /// The result, rows `output_row_stride` elements apart.
         output: Operand,
         /// Blocks to combine.
@@ -330,6 +338,13 @@ pub enum Codelet {
         out_cols: u32,
         /// Whether the block is transposed.
         transpose: bool,
+        /// Without `transpose`: column `cols` of rows `0..rows` is 1 (the
+        /// output must have it), so that the product with the values
+        /// also sums its left operand's rows into that column (the
+        /// softmax then writes no sums). Absent in packages from before
+        /// it existed, which means not.
+        #[serde(default)]
+        ones: bool,
     },
     /// The softmax between attention's two AMP products, for `rows` rows of
     /// scores against `columns` keys, rows `stride` elements apart in both
@@ -337,7 +352,9 @@ pub enum Codelet {
     /// F16 when `softmax_f16`), `m = max_j s_j`, `p_j = exp(s_j − m) ·
     /// 2^-exponent` rounded to F16 and written to `probs` (zeros in columns
     /// `columns..stride`, so the next GEMM may read the whole row), and
-    /// `m` and `l = Σ_j p_j` (F32) written for [`Codelet::AttentionCombine`].
+    /// `m` and `l = Σ_j p_j` (F32) written for [`Codelet::AttentionCombine`]
+    /// (`l` only where `sum` is given: without it the values' product sums
+    /// the probabilities, [`Codelet::Panels::ones`]).
     /// The scale `2^-exponent` (the exponential's argument lowered by
     /// `exponent · ln 2`) bounds the next product's F16 partial sums; it
     /// cancels in the combine, which divides by `l`.
@@ -348,15 +365,18 @@ pub enum Codelet {
         probs: Operand,
         /// Row maxima, F32.
         max: Operand,
-        /// Row sums of the probabilities, F32.
-        sum: Operand,
+        /// Row sums of the probabilities, F32; none where the values'
+        /// product sums them.
+        sum: Option<Operand>,
         /// Query rows.
         rows: u32,
         /// Keys (columns holding scores).
         columns: u32,
         /// Elements between rows of `scores` and of `probs`.
         stride: u32,
-        /// `1 / sqrt(head_dim)`.
+        /// The scores' factor: `1 / sqrt(head_dim)`, or exactly 1 when the
+        /// queries carry it (then no multiply runs, and the cost counts
+        /// none).
         scale: f32,
         /// Whether the scaled scores are rounded to F16.
         softmax_f16: bool,

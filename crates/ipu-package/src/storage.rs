@@ -205,7 +205,11 @@ pub fn codelet_buffers(c: &Codelet) -> SmallVec<[BufferId; 7]> {
             max,
             sum,
             ..
-        } => smallvec::smallvec![scores, probs, max, sum],
+        } => {
+            let mut operands = smallvec::smallvec![scores, probs, max];
+            operands.extend(sum);
+            operands
+        }
         Codelet::Panels { input, output, .. } => smallvec::smallvec![input, output],
         Codelet::Zero { target, .. } => smallvec::smallvec![target],
         Codelet::Gather {

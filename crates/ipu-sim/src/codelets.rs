@@ -173,7 +173,11 @@ pub(crate) fn codelet_operands(c: &Codelet) -> Vec<(Operand, Access)> {
             max,
             sum,
             ..
-        } => vec![(scores, Read), (probs, Write), (max, Write), (sum, Write)],
+        } => {
+            let mut accesses = vec![(scores, Read), (probs, Write), (max, Write)];
+            accesses.extend(sum.map(|sum| (sum, Write)));
+            accesses
+        }
         Codelet::Panels { input, output, .. } => vec![(input, Read), (output, Write)],
         Codelet::Zero { target, .. } => vec![(target, Clear)],
         Codelet::Gather {
@@ -457,6 +461,7 @@ pub fn run_codelet_counted(
             out_rows,
             out_cols,
             transpose,
+            ones,
         } => {
             let (data_rows, data_cols) = if transpose {
                 (cols, rows)
@@ -465,6 +470,9 @@ pub fn run_codelet_counted(
             };
             if out_rows < data_rows || out_cols < data_cols {
                 return Err(args.fail("output extent (smaller than the block)"));
+            }
+            if ones && (transpose || out_cols <= cols) {
+                return Err(args.fail("output columns (no column for the ones)"));
             }
             let (r, c) = (u64::from(rows), u64::from(cols));
             let (or, oc) = (u64::from(out_rows), u64::from(out_cols));
@@ -484,6 +492,17 @@ pub fn run_codelet_counted(
                         / precision.element_bytes();
                     if let Some(slot) = t.get_mut(at as usize) {
                         *slot = v;
+                    }
+                }
+            }
+            if ones {
+                // Column `cols` of every source row: the values' product
+                // then sums its left operand's rows there.
+                for i in 0..r {
+                    let at = order.byte_offset(precision, &[or, oc], &[i, c])
+                        / precision.element_bytes();
+                    if let Some(slot) = t.get_mut(at as usize) {
+                        *slot = 1.0;
                     }
                 }
             }

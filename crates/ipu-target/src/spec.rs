@@ -258,6 +258,10 @@ pub struct VectorSpec {
     /// exponential itself: subtracting the maximum, adding to the row sum
     /// and storing.
     pub softmax_sum_instructions_per_vector: u32,
+    /// The same where the values' product sums the probabilities (a
+    /// column of ones in its weights): subtracting the maximum and
+    /// storing, per vector of F16 exponentials besides the exponential.
+    pub softmax_store_instructions_per_vector: u32,
     /// A transpose into AMP panels, per group of four source rows.
     pub transpose_group_instructions: u32,
     /// The same transpose, per four-by-four block of 16-bit elements.

@@ -4,7 +4,7 @@
 
 use std::f64::consts::PI;
 
-use ipu_package::graph::{Graph, Op, ValueSet};
+use ipu_package::graph::{Graph, ValueSet, query_columns, query_factor};
 
 use crate::imaging::synthetic::mix;
 
@@ -51,9 +51,9 @@ fn normal(seed: u64, tensor: u64, index: u64) -> f32 {
 /// `N(0, 0.05²)`, the position embedding `N(0, 0.02²)`, the probe
 /// `N(0, 1)`; and [`OUTLIER_CHANNELS`] of the residual stream carry large
 /// values: their patch-embedding bias is 4, every `fc2` weight column for
-/// them is scaled by 8 and their `fc2` bias is 1.5. Where the encoder's
-/// attention takes its queries scaled (`queries_scaled`), the query
-/// columns of `qkv.w` and `qkv.b` are divided by `√head_dim` as the
+/// them is scaled by 8 and their `fc2` bias is 1.5. Where an attention
+/// takes its queries scaled, the query columns of its projection
+/// (`ipu_package::graph::query_columns`) are divided by `√head_dim` as the
 /// importer divides a checkpoint's, so the scores keep a checkpoint's
 /// spread. Deterministic whatever the thread count. A graph with more than [`MAX_RANDOM_WEIGHT_ELEMENTS`]
 /// weight elements is refused before anything is drawn.
@@ -73,7 +73,7 @@ pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> Result<ValueSet,
     }
 
     let outliers: Vec<u64> = OUTLIER_CHANNELS.iter().map(|c| c % hidden).collect();
-    let query_scale = query_scale(graph);
+    let queries = query_columns(graph);
     let mut set = ValueSet::new();
     for id in graph.weights() {
         let tensor = graph.tensor(id);
@@ -82,11 +82,6 @@ pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> Result<ValueSet,
         let columns = extents.last().copied().unwrap_or(1).max(1);
         let key = mix(name.bytes().fold(0u64, |h, b| mix(h ^ u64::from(b))));
         let is_fc2 = name.ends_with("fc2.w") || name.ends_with("fc2.b");
-        // The query columns `0..hidden` of the encoder's in-projection.
-        let query = (name.starts_with("enc")
-            && (name.ends_with("qkv.w") || name.ends_with("qkv.b")))
-        .then_some(query_scale)
-        .flatten();
         let residual = name.starts_with("enc") && is_fc2;
         let (mean, std) = if name.ends_with(".g") {
             (1.0, 0.1)
@@ -114,7 +109,8 @@ pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> Result<ValueSet,
                     let index = (block << 16) + i;
                     let column = index as u64 % columns;
                     *v = mean + std * normal(seed, key, index as u64);
-                    if let Some(q) = query.filter(|_| column < hidden) {
+                    let q = query_factor(&queries, id, columns, index as u64);
+                    if q != 1.0 {
                         *v = (f64::from(*v) * q) as f32;
                     }
                     let outlier = outliers.contains(&column);
@@ -130,22 +126,4 @@ pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> Result<ValueSet,
         set.insert(id, values);
     }
     Ok(set)
-}
-
-/// `1/√head_dim` when the graph's attentions take their queries scaled
-/// (the encoder's), else `None`.
-fn query_scale(graph: &Graph) -> Option<f64> {
-    graph.ops().iter().find_map(|(_, op)| match op {
-        Op::Attention {
-            q,
-            heads,
-            queries_scaled: true,
-            ..
-        } => {
-            let hidden = graph.tensor(*q).extents().last().copied()?;
-            let head_dim = hidden.checked_div(u64::from(*heads))?;
-            (head_dim > 0).then(|| 1.0 / (head_dim as f64).sqrt())
-        }
-        _ => None,
-    })
 }

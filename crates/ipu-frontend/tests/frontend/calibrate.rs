@@ -455,9 +455,17 @@ fn random_weights_have_the_documented_spread_and_calibrate() {
             .flat_map(|row| row[b * 64..(b + 1) * 64].to_vec())
             .collect()
     };
-    assert!((std(&block(0)) - 1.0 / 32.0).abs() < 0.003, "{}", std(&block(0)));
+    assert!(
+        (std(&block(0)) - 1.0 / 32.0).abs() < 0.003,
+        "{}",
+        std(&block(0))
+    );
     for b in [1, 2] {
-        assert!((std(&block(b)) - 1.0 / 8.0).abs() < 0.01, "{}", std(&block(b)));
+        assert!(
+            (std(&block(b)) - 1.0 / 8.0).abs() < 0.01,
+            "{}",
+            std(&block(b))
+        );
     }
     let embed_b = get(&a, "embed.b");
     assert_eq!((embed_b[3], embed_b[17]), (4.0, 4.0));

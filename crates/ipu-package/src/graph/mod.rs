@@ -13,6 +13,7 @@ mod activation;
 mod buildable;
 mod fixture;
 mod ir;
+mod queries;
 pub mod safetensors;
 mod validate;
 pub mod values;
@@ -28,5 +29,6 @@ pub use ir::{
     AttentionMask, Carry, Graph, GraphBuilder, MAX_GATHER_ROWS, Op, OpId, Repeat, SoftmaxPrecision,
     Tensor, TensorId, TensorKind, gather_table_rows,
 };
+pub use queries::{QueryColumns, query_columns, query_factor};
 pub use validate::{ErrorLocation, GraphError, Slot, broadcast_shapes, validate_graph};
 pub use values::ValueSet;

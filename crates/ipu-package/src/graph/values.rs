@@ -193,14 +193,28 @@ fn generate_kind(graph: &Graph, seed: u64, kind: TensorKind) -> ValueSet {
 
 /// The values of one tensor (any kind; computed tensors get values as if
 /// they were supplied, which tests use for stand-alone op checks).
-/// Returns an empty vector for an id outside the graph.
+/// Returns an empty vector for an id outside the graph. The query columns
+/// of an attention that takes its queries scaled
+/// ([`super::queries::query_columns`]) are drawn divided by
+/// `√head_dim`, as an importer divides a checkpoint's, so the scores keep
+/// their spread.
 pub fn tensor_values(graph: &Graph, tensor: TensorId, seed: u64) -> Vec<f32> {
     let Some(t) = graph.tensors().get(tensor) else {
         return Vec::new();
     };
     let role = ValueRole::of(graph, tensor);
     let count = usize::try_from(t.element_count()).unwrap_or(0);
-    values_for(t.name(), count, role, t.precision(), seed)
+    let queries = super::queries::query_columns(graph);
+    let columns = t.extents().last().copied().unwrap_or(1);
+    if queries
+        .iter()
+        .any(|q| q.weight == tensor || q.bias == Some(tensor))
+    {
+        let factor = |i: usize| super::queries::query_factor(&queries, tensor, columns, i as u64);
+        values_scaled(t.name(), count, role, t.precision(), seed, &factor)
+    } else {
+        values_for(t.name(), count, role, t.precision(), seed)
+    }
 }
 
 /// The value stream of a tensor called `name` with `count` elements, a
@@ -212,6 +226,19 @@ pub fn values_for(
     precision: Precision,
     seed: u64,
 ) -> Vec<f32> {
+    values_scaled(name, count, role, precision, seed, &|_| 1.0)
+}
+
+/// [`values_for`] with element `i`'s deviation from the mean multiplied
+/// by `factor(i)` before it is rounded to `precision`.
+fn values_scaled(
+    name: &str,
+    count: usize,
+    role: ValueRole,
+    precision: Precision,
+    seed: u64,
+    factor: &(dyn Fn(usize) -> f64 + Sync),
+) -> Vec<f32> {
     let mut out = vec![0.0f32; count];
     let key = name_key(seed, name);
     let codec = Codec::new(precision);
@@ -220,7 +247,7 @@ pub fn values_for(
         .enumerate()
         .for_each(|(block, chunk)| {
             let mut rng = SplitMix64::new(key ^ (block as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            for value in chunk.iter_mut() {
+            for (i, value) in chunk.iter_mut().enumerate() {
                 let bits = rng.next_u64();
                 if let ValueRole::Index { rows } = role {
                     // Whole numbers below `rows` (at most 2^24, so exact
@@ -234,7 +261,8 @@ pub fn values_for(
                 } else {
                     irwin_hall4(bits)
                 };
-                *value = codec.quantize((mean + spread * z) as f32);
+                let scale = factor(block * BLOCK + i);
+                *value = codec.quantize((mean + spread * scale * z) as f32);
             }
         });
     out

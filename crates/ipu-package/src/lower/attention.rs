@@ -33,8 +33,11 @@ struct Blocks {
     out: BufferId,
     /// Row maxima, F32.
     max: BufferId,
-    /// Row sums, F32.
-    sum: BufferId,
+    /// Row sums, F32; none where they are column `head_dim` of each
+    /// head's block rows (the AMP's, `plan::sums_on_amp`).
+    sum: Option<BufferId>,
+    /// Columns a head takes in `out`.
+    head_width: u64,
     /// Key blocks.
     s: u32,
     /// The layouts the blocks are combined in (the blocks' own when
@@ -349,7 +352,8 @@ impl Lowerer<'_> {
         Ok(Blocks {
             out: out_part,
             max: max_part,
-            sum: sum_part,
+            sum: Some(sum_part),
+            head_width: shape.head_dim(),
             s: grid.s,
             out_combine: lay.out_combine,
             stat_combine: lay.stat_combine,
@@ -409,7 +413,14 @@ impl Lowerer<'_> {
         );
         let out = temporary(self, "blocks", &lay.out_part, aligned);
         let max = temporary(self, "max", &lay.stat_part, Attrs::default());
-        let sum = temporary(self, "sum", &lay.stat_part, Attrs::default());
+        // Where the values' panels have a padding column, it holds ones
+        // and the values' product writes the row sums there.
+        let amp_sums = sums_on_amp(shape);
+        let sum = if amp_sums {
+            None
+        } else {
+            Some(temporary(self, "sum", &lay.stat_part, Attrs::default()))
+        };
 
         // Per tile: query rows, key rows (data and padded), head columns
         // (data and padded).
@@ -473,6 +484,7 @@ impl Lowerer<'_> {
                     out_rows: dp,
                     out_cols: rk_w,
                     transpose: true,
+                    ones: false,
                 },
             ));
             calls.push((
@@ -486,6 +498,7 @@ impl Lowerer<'_> {
                     out_rows: rk_w,
                     out_cols: dp,
                     transpose: false,
+                    ones: amp_sums,
                 },
             ));
         }
@@ -540,7 +553,7 @@ impl Lowerer<'_> {
                         scores: scores.into(),
                         probs: probs.into(),
                         max: at(max, first * f32b)?,
-                        sum: at(sum, first * f32b)?,
+                        sum: sum.map(|sum| at(sum, first * f32b)).transpose()?,
                         rows: u32_arg("rows", r)?,
                         columns: u32_arg("columns", rk)?,
                         stride: u32_arg("stride", rk_w)?,
@@ -561,6 +574,7 @@ impl Lowerer<'_> {
             out,
             max,
             sum,
+            head_width: block_head_width(shape),
             s: plan.grid.s,
             out_combine: lay.out_combine,
             stat_combine: lay.stat_combine,
@@ -639,10 +653,14 @@ impl Lowerer<'_> {
                     Attrs::default(),
                 )
             };
+            let sum = match blocks.sum {
+                Some(sum) => Some(gather(self, sum, &blocks.stat_combine, "sum")),
+                None => None,
+            };
             (
                 gather(self, blocks.out, &blocks.out_combine, "blocks"),
                 gather(self, blocks.max, &blocks.stat_combine, "max"),
-                gather(self, blocks.sum, &blocks.stat_combine, "sum"),
+                sum,
             )
         };
         let y = self.output(op, output, blocks.output.clone())?;
@@ -650,6 +668,7 @@ impl Lowerer<'_> {
         self.flush(&combine);
         let oeb = tout.precision().element_bytes();
         let beb = blocks.out_combine.precision().element_bytes();
+        let width = blocks.head_width;
         let mut calls = Vec::new();
         for ((so, sc_), sy) in blocks
             .out_combine
@@ -673,16 +692,25 @@ impl Lowerer<'_> {
                         Codelet::AttentionCombine {
                             out: Operand {
                                 buffer: oc,
-                                offset: u32_arg("offset", ((b * rw) * hw + h * d) * beb)?,
+                                offset: u32_arg("offset", (b * rw * hw + h * width) * beb)?,
                             },
                             max: Operand {
                                 buffer: mc,
                                 offset: u32_arg("offset", ((b * hl + h) * rw) * 4)?,
                             },
-                            sum: Operand {
-                                buffer: sc,
-                                offset: u32_arg("offset", ((b * hl + h) * rw) * 4)?,
+                            // The sums: statistics of their own, or the
+                            // column after the head's in its block rows.
+                            sum: match sc {
+                                Some(sc) => Operand {
+                                    buffer: sc,
+                                    offset: u32_arg("offset", ((b * hl + h) * rw) * 4)?,
+                                },
+                                None => Operand {
+                                    buffer: oc,
+                                    offset: u32_arg("offset", (b * rw * hw + h * width + d) * beb)?,
+                                },
                             },
+                            sums_in_blocks: sc.is_none(),
                             output: Operand {
                                 buffer: y,
                                 offset: u32_arg("offset", ((b * rw) * yw + h * d) * oeb)?,

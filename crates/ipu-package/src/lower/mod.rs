@@ -37,9 +37,10 @@ use crate::graph::{Activation, Graph, Op, OpId, Repeat, SoftmaxPrecision, Tensor
 use crate::plan::{
     AmpAttention, AmpAttentionScorer, AttentionCycles, AttentionGrid, AttentionShape, CostModel,
     GemmChoice, GemmGrid, GemmLayouts, GemmProblem, amp_attention_layouts, amp_attention_supported,
-    attention_grid, attention_layouts, blocks_exponent, choose_amp_attention, choose_gemm_plan,
-    column_parts, column_tiling, element_layout, gemm_layouts, pass_rows, reduce_layout,
-    replicated, row_layout, row_split, spread, tensor_type, vector_attention_cycles, vector_home,
+    attention_grid, attention_layouts, block_head_width, blocks_exponent, choose_amp_attention,
+    choose_gemm_plan, column_parts, column_tiling, element_layout, gemm_layouts, pass_rows,
+    reduce_layout, replicated, row_layout, row_split, spread, sums_on_amp, tensor_type,
+    vector_attention_cycles, vector_home,
 };
 use crate::profile::Work;
 use crate::program::{

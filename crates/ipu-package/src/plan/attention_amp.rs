@@ -151,6 +151,38 @@ pub fn padded_head_dim(a: &AttentionShape) -> u64 {
     a.head_dim().div_ceil(KEY_BLOCK) * KEY_BLOCK
 }
 
+/// Whether the values' product also sums the probabilities: where the
+/// head dimension leaves its panels a padding column, that column holds
+/// ones ([`Codelet::Panels`](crate::program::Codelet::Panels)'s `ones`),
+/// which costs the AMP nothing and spares the softmax its row sums.
+pub fn sums_on_amp(a: &AttentionShape) -> bool {
+    padded_head_dim(a) > a.head_dim()
+}
+
+/// Columns a head takes in the blocks: the head dimension, and where the
+/// AMP computes the row sums ([`sums_on_amp`]) their column, rounded up
+/// to an even width so that a row of F16 blocks is whole 32-bit words for
+/// the gather's exchange (within the padded head either way).
+pub fn block_head_width(a: &AttentionShape) -> u64 {
+    if sums_on_amp(a) {
+        (a.head_dim() + 1).next_multiple_of(2)
+    } else {
+        a.head_dim()
+    }
+}
+
+/// Bytes of one head's row of blocks in `blocks`' precision with its
+/// statistics: the F32 maximum, and the sum, an F32 statistic or (with
+/// `sums_in_blocks`) a column of the blocks.
+fn block_row_bytes(a: &AttentionShape, blocks: Precision, sums_in_blocks: bool) -> u64 {
+    let (columns, stats) = if sums_in_blocks {
+        (block_head_width(a), 1)
+    } else {
+        (a.head_dim(), 2)
+    };
+    columns * blocks.element_bytes() + stats * 4
+}
+
 /// Largest blocks of a grid: `(query rows, key rows padded to KEY_BLOCK,
 /// key rows holding data)`.
 fn blocks(a: &AttentionShape, grid: AttentionGrid) -> (u64, u64, u64) {
@@ -319,13 +351,14 @@ impl<'a> AmpAttentionScorer<'a> {
                 score_lanes: vector.lanes(self.scores),
                 prob_lanes: vector.lanes(Precision::F16),
                 unscaled: a.score_scale() == 1.0,
+                sums_on_amp: sums_on_amp(&a),
             });
             blocks = blocks
                 .saturating_add(scores)
                 .saturating_add(softmax)
                 .saturating_add(values);
         }
-        let (gather, combine) = combine_cycles(&a, grid, rq, self.blocks, cost);
+        let (gather, combine) = combine_cycles(&a, grid, rq, self.blocks, sums_on_amp(&a), cost);
         Some(AttentionCycles {
             clear,
             operands,
@@ -348,14 +381,15 @@ impl<'a> AmpAttentionScorer<'a> {
         let (rq, rk, _) = blocks(a, grid);
         let pass = rq.div_ceil(u64::from(passes.max(1)));
         let eb = self.blocks.element_bytes();
-        let results = rq * dp * eb + 2 * rq * 4;
+        let stats = if sums_on_amp(a) { 1 } else { 2 };
+        let results = rq * dp * eb + stats * rq * 4;
         let held = rq * dp * 2 + rk * dp * 2 + dp * rk * 2;
         let panels = held + 2 * rk * d * 2;
         let scratch = pass * rk * (self.scores.element_bytes() + 2);
         let gathered = if grid.s > 1 {
             let fine =
                 a.tq.div_ceil((u64::from(grid.gq) * u64::from(grid.s)).min(a.tq));
-            u64::from(grid.s) * fine * (d * eb + 2 * 4)
+            u64::from(grid.s) * fine * block_row_bytes(a, self.blocks, sums_on_amp(a))
         } else {
             0
         };
@@ -365,15 +399,17 @@ impl<'a> AmpAttentionScorer<'a> {
 
 /// The gather and combine steps of an attention whose largest block has
 /// `rq` query rows and whose blocks are in `blocks`' precision (their
-/// statistics in F32): `(gather, combine)` cycles with their syncs.
+/// statistics in F32, the sums a column of the blocks with
+/// `sums_in_blocks`): `(gather, combine)` cycles with their syncs.
 pub(crate) fn combine_cycles(
     a: &AttentionShape,
     grid: AttentionGrid,
     rq: u64,
     blocks: Precision,
+    sums_in_blocks: bool,
     cost: &CostModel,
 ) -> (u64, u64) {
-    let row_bytes = a.head_dim() * blocks.element_bytes() + 2 * 4;
+    let row_bytes = block_row_bytes(a, blocks, sums_in_blocks);
     let d = a.head_dim();
     let sync = cost.steps.sync_cycles;
     let heads_per = a.heads.div_ceil(u64::from(grid.ph.max(1)));
@@ -438,7 +474,7 @@ pub fn vector_attention_cycles(
         // Planned unmasked: a causal block's cost is at most this.
         diagonal: None,
     });
-    let (gather, combine) = combine_cycles(a, grid, rq, Precision::F32, cost);
+    let (gather, combine) = combine_cycles(a, grid, rq, Precision::F32, false, cost);
     AttentionCycles {
         clear: 0,
         panels: 0,
@@ -555,6 +591,11 @@ pub fn amp_attention_layouts(
         axis.shard_padding_multiple = pad as u32;
         axis
     };
+    // The blocks' heads, each with the row sums' column where the AMP
+    // computes them.
+    let width = block_head_width(a);
+    let mut block_heads = split(Axis::FromEnd(1), ph, width, st_h);
+    block_heads.shard_padding_multiple = KEY_BLOCK as u32;
     let batch = |axis: u32| split(Axis::FromStart(axis), pb, 1, st_b);
     let query_rows = |axis: u32| split(Axis::FromStart(axis), gq, 1, st_q);
     let key_rows = split(Axis::FromStart(1), s, KEY_BLOCK, st_kv);
@@ -595,7 +636,7 @@ pub fn amp_attention_layouts(
     let scores = scratch(rq, rk, plan.scores, rm, std)?;
     let probs = scratch(rq, rk, Precision::F16, rm, std)?;
     let out_part = tensor_type(
-        &[s, a.batch, a.tq, a.hidden],
+        &[s, a.batch, a.tq, a.heads * width],
         plan.blocks,
         rm,
         std,
@@ -604,7 +645,7 @@ pub fn amp_attention_layouts(
             1,
             vec![
                 batch(1),
-                heads(KEY_BLOCK),
+                block_heads,
                 query_rows(2),
                 split(Axis::FromStart(0), s, 1, st_kv),
             ],
@@ -630,7 +671,7 @@ pub fn amp_attention_layouts(
         let tiling = TensorTiling::new(tiles, 1, vec![batch(0), heads(1), query_rows(1)])?;
         (out_part.clone(), stat_part.clone(), tiling)
     } else {
-        fine_combine(a, grid, plan.blocks)?
+        fine_combine(a, grid, plan.blocks, width)?
     };
     let output = tensor_type(&[a.batch, a.tq, a.hidden], output, rm, std, output_tiling)?;
     Ok(AmpAttentionLayouts {

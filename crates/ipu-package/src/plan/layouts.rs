@@ -515,7 +515,7 @@ pub fn attention_layouts(
         )?;
         (out_part.clone(), stat_part.clone(), tiling)
     } else {
-        fine_combine(a, grid, Precision::F32)?
+        fine_combine(a, grid, Precision::F32, a.head_dim())?
     };
     let output = tensor_type(&[a.batch, a.tq, a.hidden], output, rm, std, output_tiling)?;
     Ok(AttentionLayouts {
@@ -534,11 +534,14 @@ pub fn attention_layouts(
 /// partial outputs `[s, B, Tq, H]` and statistics `[s, B, heads, Tq]`
 /// gathered on a finer query-row split over the same tiles (query part
 /// `q' = kv + s·q`, so tile `q' + gq·s·(h + ph·b)` as before), the
-/// partial outputs in `blocks`' precision, and the result's tiling.
+/// partial outputs in `blocks`' precision with `head_width` columns a
+/// head (the head dimension, and the row sums' column where the AMP
+/// computes them), and the result's tiling.
 pub(super) fn fine_combine(
     a: &AttentionShape,
     grid: AttentionGrid,
     blocks: Precision,
+    head_width: u64,
 ) -> Result<(TensorType, TensorType, TensorTiling), LayoutError> {
     let AttentionGrid { pb, ph, gq, s } = grid;
     let (pb, ph, gq, s) = (u64::from(pb), u64::from(ph), u64::from(gq), u64::from(s));
@@ -549,7 +552,7 @@ pub(super) fn fine_combine(
     let fine_tiles = (pb * ph * rows) as u32;
     let (fh, fb) = (rows, rows * ph);
     let out_c = tensor_type(
-        &[s, a.batch, a.tq, a.hidden],
+        &[s, a.batch, a.tq, a.heads * head_width],
         blocks,
         rm,
         std,
@@ -558,7 +561,7 @@ pub(super) fn fine_combine(
             1,
             vec![
                 split(Axis::FromStart(1), pb, 1, fb),
-                split(Axis::FromStart(3), ph, d * heads_per, fh),
+                split(Axis::FromStart(3), ph, head_width * heads_per, fh),
                 split(Axis::FromStart(2), rows, 1, 1),
             ],
         )?,

@@ -20,7 +20,7 @@
 //! | attention block | query rows | `attention_row_instructions + kv × ⌈d / dot_macs⌉ + vectors of kv scores × exp + kv × ⌈d / axpy_macs⌉` |
 //! | attention combine, F32 blocks | query rows | `attention_row_instructions + blocks × (exp + ⌈d / axpy_macs⌉) + ⌈d / axpy_macs⌉` |
 //! | attention combine, F16 blocks (in F16) | query rows | `attention_row_instructions + blocks × (exp + vectors of d × combine_f16) + vectors of d × add` |
-//! | attention softmax | query rows | `attention_row_instructions + vectors of a row's scores × softmax_scale + vectors of its F16 probabilities × (exp + softmax_sum)` |
+//! | attention softmax | query rows | `attention_row_instructions + vectors of a row's scores × (softmax_scale, or softmax_max where the queries carry the scale) + vectors of its F16 probabilities × (exp + softmax_sum, or softmax_store where the AMP sums the row)` |
 //! | panels, transposed | groups of 4 source rows | `transpose_group + ⌈out_rows / 4⌉ × transpose_block` |
 //! | panels, not transposed | groups of 4 rows | `transpose_group + 4 × ⌈2 · out_cols / copy_bytes⌉` |
 //! | zero, on-tile copy | `copy_bytes_per_instruction` bytes | 1 |
@@ -154,6 +154,10 @@ pub enum Work {
         /// scores only joins the row maximum.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         unscaled: bool,
+        /// Whether the values' product sums the probabilities (a column
+        /// of ones in its weights), so the softmax adds no row sum.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        sums_on_amp: bool,
     },
     /// A 16-bit block written as AMP panels.
     Panels {
@@ -402,6 +406,7 @@ impl VectorModel {
                 score_lanes,
                 prob_lanes,
                 unscaled,
+                sums_on_amp,
             } => {
                 let per_scores = if unscaled {
                     s.softmax_max_instructions_per_vector
@@ -409,9 +414,13 @@ impl VectorModel {
                     s.softmax_scale_instructions_per_vector
                 };
                 let scale = vectors(columns, score_lanes).saturating_mul(u64::from(per_scores));
-                let sum = vectors(columns, prob_lanes).saturating_mul(
-                    exp.saturating_add(u64::from(s.softmax_sum_instructions_per_vector)),
-                );
+                let per_probs = if sums_on_amp {
+                    s.softmax_store_instructions_per_vector
+                } else {
+                    s.softmax_sum_instructions_per_vector
+                };
+                let sum = vectors(columns, prob_lanes)
+                    .saturating_mul(exp.saturating_add(u64::from(per_probs)));
                 per(rows).saturating_mul(row.saturating_add(scale).saturating_add(sum))
             }
             Work::Panels {
@@ -650,6 +659,7 @@ pub fn codelet_work(
             rows,
             stride,
             scale,
+            sum,
             ..
         } => Work::AttentionSoftmax {
             rows: u64::from(*rows),
@@ -657,6 +667,7 @@ pub fn codelet_work(
             score_lanes: model.lanes(p(scores)),
             prob_lanes: model.lanes(p(probs)),
             unscaled: *scale == 1.0,
+            sums_on_amp: sum.is_none(),
         },
         Codelet::Panels {
             out_rows,

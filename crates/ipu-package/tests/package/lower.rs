@@ -51,7 +51,7 @@ fn operands(c: &Codelet) -> Vec<Operand> {
             max,
             sum,
             ..
-        } => vec![scores, probs, max, sum],
+        } => [scores, probs, max].into_iter().chain(sum).collect(),
         Codelet::Panels { input, output, .. } => vec![input, output],
         Codelet::Zero { target, .. } => vec![target],
         Codelet::Gather {

@@ -242,6 +242,7 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
         score_lanes: 2,
         prob_lanes: 4,
         unscaled: false,
+        sums_on_amp: false,
     };
     assert_eq!(
         v.cycles(&softmax),
@@ -255,8 +256,20 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
         score_lanes: 2,
         prob_lanes: 4,
         unscaled: true,
+        sums_on_amp: false,
     };
     assert_eq!(v.cycles(&unscaled), 60 + 6 * (15 + 5 * (30 + 80 + 40 * 6)));
+    // And with the row sums left to the values' product: each vector of
+    // exponentials is lowered by the maximum and stored, one instruction.
+    let amp_sums = Work::AttentionSoftmax {
+        rows: 27,
+        columns: 160,
+        score_lanes: 2,
+        prob_lanes: 4,
+        unscaled: true,
+        sums_on_amp: true,
+    };
+    assert_eq!(v.cycles(&amp_sums), 60 + 6 * (15 + 5 * (30 + 80 + 40 * 5)));
     // Its keys' transpose, 160 key rows of 72 (padded to 80) columns: 40
     // groups of 4 rows, 7 for the busiest worker, each 4 + 20 blocks x 4.
     let transpose = Work::Panels {
@@ -310,13 +323,14 @@ proptest! {
             ),
             (Work::Copy { bytes: lo }, Work::Copy { bytes: hi }),
             (
-                Work::AttentionSoftmax { rows, columns: lo % 5000, score_lanes: lanes, prob_lanes: 4, unscaled: lo % 2 == 0 },
+                Work::AttentionSoftmax { rows, columns: lo % 5000, score_lanes: lanes, prob_lanes: 4, unscaled: lo % 2 == 0, sums_on_amp: lo % 3 == 0 },
                 Work::AttentionSoftmax {
                     rows: rows + 1,
                     columns: hi % 5000 + lo % 5000,
                     score_lanes: lanes,
                     prob_lanes: 4,
                     unscaled: lo % 2 == 0,
+                    sums_on_amp: lo % 3 == 0,
                 },
             ),
             (

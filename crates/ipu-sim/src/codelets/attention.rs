@@ -232,6 +232,7 @@ pub(super) fn combine(
         out_row_stride,
         stat_block_stride,
         output_row_stride,
+        sums_in_blocks,
     } = *codelet
     else {
         return Err(args.fail("codelet kind"));
@@ -276,7 +277,20 @@ pub(super) fn combine(
             u64::from(out_row_stride),
         )?);
         ms.push(read_values(m, args, args.shift(max, stat, max_eb)?, rq)?);
-        ls.push(read_values(m, args, args.shift(sum, stat, sum_eb)?, rq)?);
+        ls.push(if sums_in_blocks {
+            // One element of each block row, where the AMP summed them.
+            let at = args.mul("block offset", b, u64::from(out_block_stride))?;
+            read_rows(
+                m,
+                args,
+                args.shift(sum, at, sum_eb)?,
+                rq,
+                1,
+                u64::from(out_row_stride),
+            )?
+        } else {
+            read_values(m, args, args.shift(sum, stat, sum_eb)?, rq)?
+        });
     }
     let d = d as usize;
     let in_f16 = combines_in_f16(block_precision);
@@ -338,7 +352,9 @@ pub(super) fn softmax(
     // fit before anything is computed.
     check_rows(m, args, probs, rq, stride, stride)?;
     check_values(m, args, max, rq)?;
-    check_values(m, args, sum, rq)?;
+    if let Some(sum) = sum {
+        check_values(m, args, sum, rq)?;
+    }
     let s = read_rows(m, args, scores, rq, cols, stride)?;
     let (cols, width) = (args.usize("columns", cols)?, args.usize("stride", stride)?);
     let mut p = vec![0.0f32; args.usize("rows", rq)?.saturating_mul(width)];
@@ -351,7 +367,10 @@ pub(super) fn softmax(
     }
     write_values(m, args, probs, &p)?;
     write_values(m, args, max, &maxima)?;
-    write_values(m, args, sum, &sums)?;
+    // Without a sum operand the values' product sums the probabilities.
+    if let Some(sum) = sum {
+        write_values(m, args, sum, &sums)?;
+    }
     let score_lanes = counter.lanes(m, &[scores.buffer])?;
     let prob_lanes = counter.lanes(m, &[probs.buffer])?;
     Ok(counter.counted(Work::AttentionSoftmax {
@@ -360,6 +379,7 @@ pub(super) fn softmax(
         score_lanes,
         prob_lanes,
         unscaled: scale == 1.0,
+        sums_on_amp: sum.is_none(),
     }))
 }
 

@@ -37,6 +37,15 @@ pub fn micro_f16_softmax() -> String {
     serde_json::to_string_pretty(&fixture).expect("text")
 }
 
+/// tiny-2l-h64 with 8 heads: a head dimension of 8 leaves the AMP
+/// attention's values panels a padding column, so the values' product
+/// sums the probabilities (`plan::sums_on_amp`).
+pub fn tiny_head_dim_8() -> String {
+    let mut fixture: Value = serde_json::from_str(&fixture_text("tiny-2l-h64.json")).expect("json");
+    fixture["params"]["heads"] = Value::from(8);
+    serde_json::to_string_pretty(&fixture).expect("text")
+}
+
 /// `graph` built on `tiles` tiles with attention on `unit`.
 pub fn build(graph: &Graph, tiles: u32, unit: AttentionUnit) -> Package {
     let config = BuildConfig {
@@ -68,6 +77,7 @@ fn amp_attention_packages_pass_the_per_op_check_and_match_the_reference() {
     for (name, text) in [
         ("tiny-2l-h64", fixture_text("tiny-2l-h64.json")),
         ("micro-1l-h32 (F16 softmax)", micro_f16_softmax()),
+        ("tiny-2l-h64 with head dim 8", tiny_head_dim_8()),
     ] {
         let graph = parse_fixture(&text).expect("parses");
         let inputs = values::generate(&graph, 11);
@@ -320,10 +330,15 @@ fn panels_put_each_element_at_its_panel_position_and_zeros_the_rest() {
     let tile = TileId::from_u32(0);
     let model = VectorModel::new(&BuildConfig::default().target);
     // 37 rows of 21 columns, 24 apart: transposed into [32, 48] AMP panels
-    // (keys), or as they are into [48, 32] (values).
+    // (keys), or as they are into [48, 32] (values), with or without a
+    // column of ones after them.
     let (rows, cols, stride) = (37u32, 21u32, 24u32);
     let input: Vec<f32> = (0..(rows * stride) as usize).map(value).collect();
-    for (transpose, out_rows, out_cols) in [(true, 32u32, 48u32), (false, 48, 32)] {
+    for (transpose, out_rows, out_cols, ones) in [
+        (true, 32u32, 48u32, false),
+        (false, 48, 32, false),
+        (false, 48, 32, true),
+    ] {
         let out_bytes = (out_rows * out_cols * 2) as usize;
         let mut m = Memory::new(&[
             (0, Precision::F16, input.len() * 2),
@@ -339,6 +354,7 @@ fn panels_put_each_element_at_its_panel_position_and_zeros_the_rest() {
             out_rows,
             out_cols,
             transpose,
+            ones,
         };
         let work =
             run_codelet_counted(&mut m, tile, &panels(out_cols), Some(&model)).expect("runs");
@@ -370,6 +386,8 @@ fn panels_put_each_element_at_its_panel_position_and_zeros_the_rest() {
                 let (r, c) = if transpose { (j, i) } else { (i, j) };
                 let expected = if r < u64::from(rows) && c < u64::from(cols) {
                     input[r as usize * stride as usize + c as usize]
+                } else if ones && r < u64::from(rows) && c == u64::from(cols) {
+                    1.0
                 } else {
                     0.0
                 };
@@ -384,6 +402,13 @@ fn panels_put_each_element_at_its_panel_position_and_zeros_the_rest() {
             run_codelet_counted(&mut m, tile, &panels(narrow), None),
             Err(SimError::Argument { .. })
         ));
+        // So is a column of ones with no column left for it.
+        if ones {
+            assert!(matches!(
+                run_codelet_counted(&mut m, tile, &panels(cols), None),
+                Err(SimError::Argument { .. })
+            ));
+        }
     }
 }
 
@@ -446,7 +471,7 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
             scores: operand(0),
             probs: operand(1),
             max: operand(2),
-            sum: operand(3),
+            sum: Some(operand(3)),
             rows,
             columns,
             stride,
@@ -463,6 +488,7 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
                 score_lanes: model.lanes(scores_precision),
                 prob_lanes: model.lanes(Precision::F16),
                 unscaled: scale == 1.0,
+                sums_on_amp: false,
             })
         );
         let (probs, maxima, sums) = (m.get(1), m.get(2), m.get(3));
@@ -492,7 +518,7 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
         scores: operand(0),
         probs: operand(1),
         max: operand(2),
-        sum: operand(3),
+        sum: Some(operand(3)),
         rows: 2,
         columns: 33,
         stride: 32,
@@ -509,7 +535,7 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
         scores: operand(0),
         probs: operand(1),
         max: operand(2),
-        sum: operand(3),
+        sum: Some(operand(3)),
         rows: 2,
         columns: 32,
         stride: 32,

@@ -81,6 +81,7 @@ fn the_estimate_equals_the_tile_models_count_with_attention_on_the_amp() {
             "micro-1l-h32 (F16 softmax)",
             crate::amp::micro_f16_softmax(),
         ),
+        ("tiny-2l-h64 with head dim 8", crate::amp::tiny_head_dim_8()),
     ] {
         let graph = parse_fixture(&text).expect("fixture parses");
         for tiles in [16, 64] {
@@ -90,6 +91,13 @@ fn the_estimate_equals_the_tile_models_count_with_attention_on_the_amp() {
                 matches!(c, Codelet::AttentionSoftmax { .. })
             });
             assert!(softmaxes > 0, "{what}: no AMP attention");
+            // Head dimensions of 16 leave no padding column; 8 does, and
+            // then every softmax leaves its row sums to the AMP.
+            let amp_sums = crate::amp::count_calls(&package, |c| {
+                matches!(c, Codelet::AttentionSoftmax { sum: None, .. })
+            });
+            let expected = if name.contains("dim 8") { softmaxes } else { 0 };
+            assert_eq!(amp_sums, expected, "{what}: softmaxes without sums");
             assert_estimate_is_the_count(&graph, &package, &what);
         }
     }

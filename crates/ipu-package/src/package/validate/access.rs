@@ -274,6 +274,7 @@ pub fn codelet_accesses(
             out_row_stride,
             stat_block_stride,
             output_row_stride,
+            sums_in_blocks,
         } => {
             let eb = |o: Operand| precision(o).element_bytes();
             // Block `b` starts `b · stride` elements after the operand; the
@@ -304,7 +305,14 @@ pub fn codelet_accesses(
                 vec![
                     raw("out", out, last(out, out_block_stride, out_span)),
                     raw("max", max, last(max, stat_block_stride, stat(max))),
-                    raw("sum", sum, last(sum, stat_block_stride, stat(sum))),
+                    if sums_in_blocks {
+                        // One element a row, laid out as the blocks' rows.
+                        let span =
+                            rows_span(q_rows, 1, out_row_stride).and_then(|n| mul(n, eb(sum)));
+                        raw("sum", sum, last(sum, out_block_stride, span))
+                    } else {
+                        raw("sum", sum, last(sum, stat_block_stride, stat(sum)))
+                    },
                     access(
                         "output",
                         output,
@@ -343,15 +351,13 @@ pub fn codelet_accesses(
                 write_span(rows, stride, stride)
             };
             let rq = Ok(u64::from(rows));
-            (
-                vec![
-                    access("scores", scores, span.and(rows_span(rows, columns, stride))),
-                    access("probs", probs, span),
-                    access("max", max, rq),
-                    access("sum", sum, rq),
-                ],
-                mul(u64::from(rows), u64::from(stride)),
-            )
+            let mut accesses = vec![
+                access("scores", scores, span.and(rows_span(rows, columns, stride))),
+                access("probs", probs, span),
+                access("max", max, rq),
+            ];
+            accesses.extend(sum.map(|sum| access("sum", sum, rq)));
+            (accesses, mul(u64::from(rows), u64::from(stride)))
         }
         Codelet::Panels {
             input,
@@ -362,6 +368,7 @@ pub fn codelet_accesses(
             out_rows,
             out_cols,
             transpose,
+            ones,
         } => {
             let written = mul(u64::from(out_rows), u64::from(out_cols));
             let (data_rows, data_cols) = if transpose {
@@ -380,6 +387,13 @@ pub fn codelet_accesses(
                     what: "out_cols",
                     extent: u64::from(out_cols),
                     data: u64::from(data_cols),
+                })
+            } else if ones && (transpose || out_cols <= cols) {
+                // The column of ones needs a column past the values'.
+                Err(SpanError::TooSmall {
+                    what: "out_cols (with the column of ones)",
+                    extent: u64::from(out_cols),
+                    data: u64::from(cols) + 1,
                 })
             } else {
                 Ok(())
