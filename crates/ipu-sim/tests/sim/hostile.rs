@@ -371,6 +371,28 @@ fn the_amp_attention_codelets_validate_and_refuse_huge_or_narrow_extents() {
             "{kind} {fields:?} = {value}: {found:?}"
         );
     }
+    // A column of ones asked of the keys' transposed panels, which have
+    // no column for it; and sums read with the blocks' strides from the
+    // statistics buffer, which holds one value a row.
+    for (kind, field, value) in [
+        ("Panels", "ones", Value::from(true)),
+        ("AttentionCombine", "sums_in_blocks", Value::from(true)),
+    ] {
+        let files = edited_from(base, |f| {
+            json(f, "program.json", |p| {
+                let call = find_call(p, kind).expect("a call of the kind");
+                call[1][kind][field] = value.clone();
+            });
+        });
+        let found = problems(&files);
+        assert!(
+            found.iter().any(|e| matches!(
+                e,
+                ValidationError::OperandOutside { .. } | ValidationError::OperandSpan { .. }
+            )),
+            "{kind} {field} = {value}: {found:?}"
+        );
+    }
 }
 
 #[test]
