@@ -202,6 +202,7 @@ fn build(out: &Path, layers: u64, cache: Option<&Path>) -> Result<(), String> {
         write_phases: None,
         alloc_effort: None,
         max_replans: None,
+        transient_budget: None,
         attention: ipu_package::lower::AttentionUnit::Auto,
     };
     eprintln!(

@@ -18,7 +18,6 @@ use ipu_frontend::siglip::{
     PrecisionPolicy, calibrate_inputs,
 };
 use ipu_package::build::{BuildConfig, Stages};
-use ipu_package::lower::LowerConfig;
 use ipu_target::Target;
 
 use crate::build_package::{
@@ -106,10 +105,7 @@ pub(crate) fn build_and_write(
     let config = BuildConfig {
         target,
         tiles: Some(tiles),
-        lower: LowerConfig {
-            attention: args.attention.unit(),
-            ..LowerConfig::default()
-        },
+        lower: crate::build_package::lower_config(args.attention.unit(), args.transient_budget),
         max_replans: args.max_replans.unwrap_or(defaults.max_replans),
         ..defaults
     };

@@ -25,6 +25,10 @@
 //! tile FILE` places again in seconds, with as many nodes as asked.
 //! `--max-replans N` lets a build whose placement fails plan again with
 //! less memory up to N times instead of BuildConfig's default.
+//! `--transient-budget KIB` sets the memory an operation's operands and
+//! results may take on a tile while it runs (LowerConfig's 160 KiB by
+//! default): where memory allows, more lets GEMMs run whole and attentions
+//! in fewer passes, and where it does not, the replans cut it again.
 //!
 //! [`build_fixture`] is the fixture build itself, with every check above;
 //! `bench-sim` and `hostile` call it too.
@@ -169,6 +173,12 @@ pub struct Args {
     /// fits slowly, or not at all.
     #[arg(long, value_name = "N")]
     pub(crate) max_replans: Option<u32>,
+    /// KiB an operation's operands and results may take on a tile while
+    /// it runs (default: LowerConfig's, 160). More lets GEMMs run whole
+    /// and attentions in fewer passes where memory allows; where it does
+    /// not, the replans cut it again.
+    #[arg(long, value_name = "KIB", value_parser = transient_budget_kib())]
+    pub(crate) transient_budget: Option<u64>,
     /// Also write the exchange phases the build scheduled, as a snapshot
     /// for `cargo xtask exchange FILE`.
     #[arg(long, value_name = "FILE", conflicts_with = "checkpoint")]
@@ -323,6 +333,7 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
         write_phases: args.write_phases.clone(),
         alloc_effort: args.alloc_effort,
         max_replans: args.max_replans,
+        transient_budget: args.transient_budget,
         attention: args.attention.unit(),
     };
     match build_fixture(&request) {
@@ -379,6 +390,8 @@ pub(crate) struct FixtureBuild {
     pub alloc_effort: Option<u64>,
     /// Replans after a failed placement (default: BuildConfig's).
     pub max_replans: Option<u32>,
+    /// The transient budget in KiB (default: LowerConfig's).
+    pub transient_budget: Option<u64>,
     /// Where attention's products run.
     pub attention: AttentionUnit,
 }
@@ -526,10 +539,7 @@ pub(crate) fn build_unwritten(
     let config = BuildConfig {
         target,
         tiles: Some(tiles),
-        lower: LowerConfig {
-            attention: request.attention,
-            ..LowerConfig::default()
-        },
+        lower: lower_config(request.attention, request.transient_budget),
         max_replans: request.max_replans.unwrap_or(defaults.max_replans),
         ..defaults
     };
@@ -941,5 +951,26 @@ fn check_out(out: &Path) -> Result<(), String> {
         Ok(())
     } else {
         refuse("it holds no package (no manifest.json) and the build would replace it")
+    }
+}
+
+/// The largest `--transient-budget`, in KiB: 64 MiB, far above any tile's
+/// memory (a budget above it is as good as none).
+pub(crate) const MAX_TRANSIENT_KIB: u64 = 64 * 1024;
+
+/// The parser of a transient budget in KiB: 1 to [`MAX_TRANSIENT_KIB`].
+pub(crate) fn transient_budget_kib() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(1..=MAX_TRANSIENT_KIB)
+}
+
+/// The lowering's configuration: attention on `attention`, and a
+/// transient budget of `kib` KiB where one is given.
+pub(crate) fn lower_config(attention: AttentionUnit, kib: Option<u64>) -> LowerConfig {
+    let defaults = LowerConfig::default();
+    LowerConfig {
+        attention,
+        // The parser bounds `kib`, so the product fits.
+        transient_budget: kib.map_or(defaults.transient_budget, |k| k.saturating_mul(1024)),
+        ..defaults
     }
 }

@@ -580,6 +580,7 @@ fn fixture_build(fixture: PathBuf, tiles: u32, out: PathBuf, cache: PathBuf) -> 
         write_phases: None,
         alloc_effort: None,
         max_replans: None,
+        transient_budget: None,
         attention: ipu_package::lower::AttentionUnit::Auto,
     }
 }

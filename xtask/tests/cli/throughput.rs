@@ -102,3 +102,75 @@ fn throughput_prints_each_batch_and_the_largest_that_fits() {
     );
     assert!(!failed.status.success(), "{}", failed.describe());
 }
+
+/// `--transient-budgets` builds each batch under each budget and keeps the
+/// fastest that fits, saying which: never slower than the default budget
+/// alone (which is among those listed); `build-package --transient-budget`
+/// builds with the budget asked for, and a budget of 0 is refused.
+#[test]
+fn throughput_keeps_the_fastest_of_several_transient_budgets() {
+    let sandbox = Sandbox::new();
+    let tiny = fixture("tiny-2l-h64.json");
+    let tiny = tiny.to_string_lossy();
+    let cache = sandbox.cache();
+    let cache = cache.to_string_lossy();
+    let table = |extra: &[&str]| {
+        let base = [
+            "throughput",
+            "--fixture",
+            &tiny,
+            "--tiles",
+            "16",
+            "--batches",
+            "2",
+            "--up-to",
+            "2",
+            "--kernel-cache",
+            &cache,
+        ];
+        let run = sandbox.xtask(&[&base[..], extra].concat());
+        run.succeeded();
+        let row = run
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("2 "))
+            .unwrap_or_else(|| panic!("no batch 2: {}", run.describe()))
+            .to_owned();
+        let words: Vec<u64> = row
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        // batch, cycles, build ms, budget KiB (items/s and the ratio are
+        // not whole numbers).
+        assert_eq!(words.len(), 4, "{row}");
+        (words[1], words[3])
+    };
+    let (default_cycles, default_kib) = table(&[]);
+    assert_eq!(default_kib, 160);
+    let (cycles, kib) = table(&["--transient-budgets", "16,160,320"]);
+    assert!([16, 160, 320].contains(&kib), "{kib}");
+    assert!(cycles <= default_cycles, "{cycles} > {default_cycles}");
+
+    let built = sandbox.build(
+        &fixture("tiny-2l-h64.json"),
+        "16",
+        &sandbox.out("budget"),
+        None,
+        &["--transient-budget", "320"],
+    );
+    built.succeeded();
+    assert!(
+        built.stderr.contains("transient_budget=327680"),
+        "{}",
+        built.describe()
+    );
+    sandbox
+        .build(
+            &fixture("tiny-2l-h64.json"),
+            "16",
+            &sandbox.out("zero"),
+            None,
+            &["--transient-budget", "0"],
+        )
+        .failed_with("--transient-budget");
+}
