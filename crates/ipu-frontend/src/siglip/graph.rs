@@ -25,8 +25,8 @@
 //! `(cast)` is an FP8 cast that exists only when the policy gives the cast
 //! tensor an FP8 precision. The encoder's queries carry the scores'
 //! `1/√head_dim`, folded into `qkv.w` and `qkv.b` by the importer, so its
-//! attention takes the scores as they are (`queries_scaled`). The encoder layers form one [`Repeat`] whose
-//! carry is the hidden state `x{i}`.
+//! attention takes the scores as they are (`queries_scaled`). The encoder
+//! layers form one [`Repeat`] whose carry is the hidden state `x{i}`.
 
 use ipu_layout::Precision;
 

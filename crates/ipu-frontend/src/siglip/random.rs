@@ -4,7 +4,7 @@
 
 use std::f64::consts::PI;
 
-use ipu_package::graph::{Graph, ValueSet, query_columns, query_factor};
+use ipu_package::graph::{Graph, QueryColumns, ValueSet, query_columns, query_factor};
 
 use crate::imaging::synthetic::mix;
 
@@ -55,8 +55,9 @@ fn normal(seed: u64, tensor: u64, index: u64) -> f32 {
 /// takes its queries scaled, the query columns of its projection
 /// (`ipu_package::graph::query_columns`) are divided by `√head_dim` as the
 /// importer divides a checkpoint's, so the scores keep a checkpoint's
-/// spread. Deterministic whatever the thread count. A graph with more than [`MAX_RANDOM_WEIGHT_ELEMENTS`]
-/// weight elements is refused before anything is drawn.
+/// spread. Deterministic whatever the thread count. A graph with more
+/// than [`MAX_RANDOM_WEIGHT_ELEMENTS`] weight elements is refused before
+/// anything is drawn.
 pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> Result<ValueSet, TooManyWeights> {
     use rayon::prelude::*;
 
@@ -99,6 +100,9 @@ pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> Result<ValueSet,
             // Biases and the position embedding.
             (0.0, 0.02)
         };
+        // The query columns this tensor holds, if any: most tensors hold
+        // none, and their elements skip the lookup.
+        let mine: Vec<QueryColumns> = queries.iter().filter(|q| q.covers(id)).cloned().collect();
         let count = tensor.element_count() as usize;
         let mut values = vec![0.0f32; count];
         values
@@ -109,8 +113,8 @@ pub fn random_weights(hidden: u64, graph: &Graph, seed: u64) -> Result<ValueSet,
                     let index = (block << 16) + i;
                     let column = index as u64 % columns;
                     *v = mean + std * normal(seed, key, index as u64);
-                    let q = query_factor(&queries, id, columns, index as u64);
-                    if q != 1.0 {
+                    if !mine.is_empty() {
+                        let q = query_factor(&mine, id, columns, index as u64);
                         *v = (f64::from(*v) * q) as f32;
                     }
                     let outlier = outliers.contains(&column);

@@ -30,7 +30,7 @@ use super::validate::{GraphError, Slot};
 use super::{Graph, Op, OpId, TensorId, TensorKind};
 
 /// Bytes the exchange moves at a time.
-const WORD_BYTES: u64 = 4;
+pub(crate) const WORD_BYTES: u64 = 4;
 
 /// Checks the rules of the module header; returns the first broken one.
 pub fn check_buildable(graph: &Graph) -> Result<(), GraphError> {

@@ -19,6 +19,7 @@ mod validate;
 pub mod values;
 
 pub use activation::Activation;
+pub(crate) use buildable::WORD_BYTES;
 pub use buildable::check_buildable;
 pub use fixture::{
     FIXTURE_SCHEMA_VERSION, FixtureError, IterationNote, MAX_GRAPH_ITEMS, ParseOptions, WriteError,

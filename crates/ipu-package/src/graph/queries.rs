@@ -27,6 +27,11 @@ pub struct QueryColumns {
 }
 
 impl QueryColumns {
+    /// Whether `tensor` is this entry's weight or bias.
+    pub fn covers(&self, tensor: TensorId) -> bool {
+        self.weight == tensor || self.bias == Some(tensor)
+    }
+
     /// The factor the columns carry: `1/√head_dim`.
     pub fn factor(&self) -> f64 {
         1.0 / (self.head_dim.max(1) as f64).sqrt()
@@ -87,11 +92,13 @@ pub fn query_columns(graph: &Graph) -> Vec<QueryColumns> {
 
 /// The factor element `index` of `tensor` (row-major, `columns` wide) is
 /// multiplied by because it computes scaled queries: `1/√head_dim` in a
-/// query column of a weight or bias `entries` list, else 1.
+/// query column of a weight or bias `entries` list, else 1. Callers on a
+/// per-element path pass only the entries that cover `tensor`, and skip
+/// it where none do.
 pub fn query_factor(entries: &[QueryColumns], tensor: TensorId, columns: u64, index: u64) -> f64 {
     let column = index % columns.max(1);
     entries
         .iter()
-        .find(|e| (e.weight == tensor || e.bias == Some(tensor)) && e.columns.contains(&column))
+        .find(|e| e.covers(tensor) && e.columns.contains(&column))
         .map_or(1.0, QueryColumns::factor)
 }

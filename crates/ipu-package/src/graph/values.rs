@@ -25,7 +25,9 @@ use ipu_layout::rng::SplitMix64;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::graph::{Graph, Op, TensorId, TensorKind, gather_table_rows};
+use crate::graph::{
+    Graph, Op, QueryColumns, TensorId, TensorKind, gather_table_rows, query_columns, query_factor,
+};
 
 /// Elements per independently seeded block of the value stream.
 pub const BLOCK: usize = 1 << 16;
@@ -182,10 +184,12 @@ pub fn generate_weights(graph: &Graph, seed: u64) -> ValueSet {
 }
 
 fn generate_kind(graph: &Graph, seed: u64, kind: TensorKind) -> ValueSet {
+    // Found once for the graph, not once a tensor.
+    let queries = query_columns(graph);
     let mut set = ValueSet::new();
     for (id, tensor) in graph.tensors().iter() {
         if tensor.kind() == kind {
-            set.insert(id, tensor_values(graph, id, seed));
+            set.insert(id, values_with(graph, id, seed, &queries));
         }
     }
     set
@@ -195,26 +199,31 @@ fn generate_kind(graph: &Graph, seed: u64, kind: TensorKind) -> ValueSet {
 /// they were supplied, which tests use for stand-alone op checks).
 /// Returns an empty vector for an id outside the graph. The query columns
 /// of an attention that takes its queries scaled
-/// ([`super::queries::query_columns`]) are drawn divided by
+/// ([`query_columns`]) are drawn divided by
 /// `√head_dim`, as an importer divides a checkpoint's, so the scores keep
 /// their spread.
 pub fn tensor_values(graph: &Graph, tensor: TensorId, seed: u64) -> Vec<f32> {
+    values_with(graph, tensor, seed, &query_columns(graph))
+}
+
+/// [`tensor_values`] with the graph's query columns already found.
+fn values_with(graph: &Graph, tensor: TensorId, seed: u64, queries: &[QueryColumns]) -> Vec<f32> {
     let Some(t) = graph.tensors().get(tensor) else {
         return Vec::new();
     };
     let role = ValueRole::of(graph, tensor);
     let count = usize::try_from(t.element_count()).unwrap_or(0);
-    let queries = super::queries::query_columns(graph);
-    let columns = t.extents().last().copied().unwrap_or(1);
-    if queries
+    let mine: Vec<QueryColumns> = queries
         .iter()
-        .any(|q| q.weight == tensor || q.bias == Some(tensor))
-    {
-        let factor = |i: usize| super::queries::query_factor(&queries, tensor, columns, i as u64);
-        values_scaled(t.name(), count, role, t.precision(), seed, &factor)
-    } else {
-        values_for(t.name(), count, role, t.precision(), seed)
+        .filter(|q| q.covers(tensor))
+        .cloned()
+        .collect();
+    if mine.is_empty() {
+        return values_for(t.name(), count, role, t.precision(), seed);
     }
+    let columns = t.extents().last().copied().unwrap_or(1);
+    let factor = |i: usize| query_factor(&mine, tensor, columns, i as u64);
+    values_scaled(t.name(), count, role, t.precision(), seed, factor)
 }
 
 /// The value stream of a tensor called `name` with `count` elements, a
@@ -226,7 +235,8 @@ pub fn values_for(
     precision: Precision,
     seed: u64,
 ) -> Vec<f32> {
-    values_scaled(name, count, role, precision, seed, &|_| 1.0)
+    // A constant factor of 1, which the compiler folds away.
+    values_scaled(name, count, role, precision, seed, |_| 1.0)
 }
 
 /// [`values_for`] with element `i`'s deviation from the mean multiplied
@@ -237,7 +247,7 @@ fn values_scaled(
     role: ValueRole,
     precision: Precision,
     seed: u64,
-    factor: &(dyn Fn(usize) -> f64 + Sync),
+    factor: impl Fn(usize) -> f64 + Sync,
 ) -> Vec<f32> {
     let mut out = vec![0.0f32; count];
     let key = name_key(seed, name);

@@ -653,10 +653,9 @@ impl Lowerer<'_> {
                     Attrs::default(),
                 )
             };
-            let sum = match blocks.sum {
-                Some(sum) => Some(gather(self, sum, &blocks.stat_combine, "sum")),
-                None => None,
-            };
+            let sum = blocks
+                .sum
+                .map(|sum| gather(self, sum, &blocks.stat_combine, "sum"));
             (
                 gather(self, blocks.out, &blocks.out_combine, "blocks"),
                 gather(self, blocks.max, &blocks.stat_combine, "max"),

@@ -161,11 +161,12 @@ pub fn sums_on_amp(a: &AttentionShape) -> bool {
 
 /// Columns a head takes in the blocks: the head dimension, and where the
 /// AMP computes the row sums ([`sums_on_amp`]) their column, rounded up
-/// to an even width so that a row of F16 blocks is whole 32-bit words for
-/// the gather's exchange (within the padded head either way).
+/// so that a row of F16 blocks is whole exchange words for the gather
+/// (within the padded head either way: 74 for a head dimension of 72).
 pub fn block_head_width(a: &AttentionShape) -> u64 {
     if sums_on_amp(a) {
-        (a.head_dim() + 1).next_multiple_of(2)
+        let per_word = crate::graph::WORD_BYTES / Precision::F16.element_bytes();
+        (a.head_dim() + 1).next_multiple_of(per_word)
     } else {
         a.head_dim()
     }

@@ -236,40 +236,30 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
     // The AMP attention's softmax over 27 query rows of 160 F32 scores:
     // per row 30 + 80 score vectors x 2 + 40 F16 vectors x (4 exp + 2);
     // 5 rows for the busiest worker.
-    let softmax = Work::AttentionSoftmax {
+    let softmax = |unscaled, sums_on_amp| Work::AttentionSoftmax {
         rows: 27,
         columns: 160,
         score_lanes: 2,
         prob_lanes: 4,
-        unscaled: false,
-        sums_on_amp: false,
+        unscaled,
+        sums_on_amp,
     };
     assert_eq!(
-        v.cycles(&softmax),
+        v.cycles(&softmax(false, false)),
         60 + 6 * (15 + 5 * (30 + 80 * 2 + 40 * 6))
     );
     // The same scores unscaled (the queries carry 1/√d): each score
     // vector only joins the row maximum, one instruction.
-    let unscaled = Work::AttentionSoftmax {
-        rows: 27,
-        columns: 160,
-        score_lanes: 2,
-        prob_lanes: 4,
-        unscaled: true,
-        sums_on_amp: false,
-    };
-    assert_eq!(v.cycles(&unscaled), 60 + 6 * (15 + 5 * (30 + 80 + 40 * 6)));
+    assert_eq!(
+        v.cycles(&softmax(true, false)),
+        60 + 6 * (15 + 5 * (30 + 80 + 40 * 6))
+    );
     // And with the row sums left to the values' product: each vector of
     // exponentials is lowered by the maximum and stored, one instruction.
-    let amp_sums = Work::AttentionSoftmax {
-        rows: 27,
-        columns: 160,
-        score_lanes: 2,
-        prob_lanes: 4,
-        unscaled: true,
-        sums_on_amp: true,
-    };
-    assert_eq!(v.cycles(&amp_sums), 60 + 6 * (15 + 5 * (30 + 80 + 40 * 5)));
+    assert_eq!(
+        v.cycles(&softmax(true, true)),
+        60 + 6 * (15 + 5 * (30 + 80 + 40 * 5))
+    );
     // Its keys' transpose, 160 key rows of 72 (padded to 80) columns: 40
     // groups of 4 rows, 7 for the busiest worker, each 4 + 20 blocks x 4.
     let transpose = Work::Panels {
@@ -287,7 +277,7 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
     };
     assert_eq!(v.cycles(&values), 60 + 6 * (15 + 7 * (4 + 4 * 20)));
     // Their floors: every element read and written at one vector a cycle.
-    assert_eq!(work_floor(&softmax, 8, 64), 27 * (80 + 40));
+    assert_eq!(work_floor(&softmax(false, false), 8, 64), 27 * (80 + 40));
     assert_eq!(work_floor(&transpose, 8, 64), 160 * 80 / 4);
 }
 
