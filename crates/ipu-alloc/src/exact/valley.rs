@@ -1,5 +1,6 @@
-//! A third exact search for the portfolio, for arenas with no slack in any
-//! section: *valley-local* placement.
+//! A third exact search for the portfolio: *valley-local* placement, for
+//! arenas with no slack in any section and, with holes (`holes.rs`), for
+//! those with slack in some.
 //!
 //! Where every section's live bytes fill the window exactly, a placement
 //! leaves no free byte, so at any state of a search that keeps the placed
@@ -62,12 +63,24 @@
 //! | bcut-n1000 | fits, 707 ms                  | fits, 667 ms (2,006)         |
 //!
 //! gcut-n1000 stays out of reach: alone, with either rule and in either
-//! time direction, 16 M nodes of Luby restarts do not place it. The
-//! near-zero-slack classes have sections with slack, where the argument
-//! above does not hold, so the search does not run on them. (Closing a
-//! section with slack for a while, as `search/branch.rs` does, keeps the
-//! search complete there, but on those classes it placed nothing the
-//! portfolio did not and slowed the rest.)
+//! time direction, 16 M nodes of Luby restarts do not place it. Neither
+//! does a search from both sides, placing items under a ceiling skyline
+//! as well as on the floor and branching on the edge with the fewest
+//! candidates of either: its runs stalled where the floor-only runs did
+//! (the deepest of them with 278 items left), at four times the cost a
+//! node. With the witness's items below 384 KiB fixed (251 of them) the
+//! search places the rest in 160,000 nodes; below 320 KiB (202) it does
+//! not within 2 M, so what defeats it is a band in the middle of the
+//! cut, not the first choices.
+//!
+//! Near-zero-slack arenas have sections with slack, where the argument
+//! above does not hold as it stands: an edge's byte may be empty. There
+//! the search makes holes (`holes.rs`). Measured with `cargo xtask alloc
+//! bench --timeout 10` and `--class guillotine-near --sizes 150,300
+//! --timeout 120`: gnear-n300 was unknown after 120 s (29.7 M nodes) and
+//! now fits in 37 s; at 10 s every class keeps its verdicts (gnear-n300,
+//! -n600 and -n1000 stay unknown), and the instances that fit take at
+//! most 130 ms more (ivl-n1000: 758 to 885 ms).
 //!
 //! The fit order and the backjumping, measured with `cargo xtask alloc
 //! bench --class guillotine --sizes 700,800 --seeds 6 --timeout 6`: 5 of
@@ -78,9 +91,9 @@
 //! It runs on arenas whose free items share one window interval, without
 //! separation partners, where each section's fixed items form one block
 //! at the window's start (lifelong items stacked by `stack.rs`), and where
-//! every section is full; the search is then complete, so an exhausted
-//! run proves that no placement exists. Placements are checked by the
-//! caller like any other.
+//! no section's live bytes exceed the window; the search is then
+//! complete, so an exhausted run proves that no placement exists.
+//! Placements are checked by the caller like any other.
 
 use std::collections::HashMap;
 
@@ -93,6 +106,7 @@ use super::prepare::{NO_TWIN, Prepared};
 use super::search::Step;
 use crate::arena::Arena;
 use crate::greedy::UNPLACED;
+use holes::HOLE;
 
 /// Failed states remembered at most (24 bytes each, plus table overhead).
 const FAILED_LIMIT: usize = 1 << 21;
@@ -265,8 +279,12 @@ pub(super) struct Valley<'a> {
     pub nodes: u64,
     /// Address per free item, `UNPLACED` until placed.
     pub offsets: Vec<u64>,
-    /// Top of the full part of each section.
+    /// Top of the decided part of each section: below it every byte is
+    /// an item's or a hole's.
     sky: Vec<u64>,
+    /// Bytes each section may still leave empty (its room less its live
+    /// bytes, less the holes made so far).
+    slack: Vec<u64>,
     /// One past the highest address an item may use.
     top: u64,
     /// Free items by first section and by end section, largest first.
@@ -290,7 +308,8 @@ pub(super) struct Valley<'a> {
 impl<'a> Valley<'a> {
     /// A run on `p` (prepared from `arena`), or `None` when the search does
     /// not apply: several windows, partners, fixed items other than a block
-    /// at the window's start, or a section that is not full.
+    /// at the window's start, or a section whose live bytes exceed the
+    /// window (no placement; the other searches prove it).
     pub fn new(
         arena: &Arena,
         p: &'a Prepared,
@@ -335,9 +354,10 @@ impl<'a> Valley<'a> {
                 *l = l.checked_add(p.size[k])?;
             }
         }
-        if live.iter().any(|&l| l != room) {
-            return None;
-        }
+        let slack = live
+            .iter()
+            .map(|&l| room.checked_sub(l))
+            .collect::<Option<Vec<u64>>>()?;
         let mut by_start = vec![Vec::new(); p.sections];
         let mut by_end = vec![Vec::new(); p.sections + 1];
         let mut order: Vec<u32> = (0..m as u32).collect();
@@ -360,6 +380,7 @@ impl<'a> Valley<'a> {
             nodes: 0,
             offsets: vec![UNPLACED; m],
             sky,
+            slack,
             top: w1,
             by_start,
             by_end,
@@ -408,10 +429,10 @@ impl<'a> Valley<'a> {
                         children.swap(j, rng.below(j as u64 + 1) as usize);
                     }
                 }
-                // Shuffled or largest first, then stably by fit.
+                // Shuffled or largest first, then stably by fit; the hole
+                // last.
                 children.sort_by_key(|&k| self.fit_rank(&edge, k));
-                let region = valley_region(edge.valley, self.sky.len());
-                self.try_children(edge.level, region, &children)
+                self.try_children(&edge, &children)
             }
         };
         if result == Step::Fail {
@@ -423,26 +444,48 @@ impl<'a> Valley<'a> {
         result
     }
 
-    /// Tries the items of the edge whose valley and walls are `region`.
+    /// Tries the children of `edge`: its items, and [`HOLE`] for a hole.
     /// A child's failure that depends on no section the child covers
     /// holds in this node's state too: the node fails at once (the other
     /// children would change nothing it depends on). Otherwise the node's
     /// failure depends on its edge's sections and its children's.
-    fn try_children(&mut self, level: u64, region: Reason, children: &[u32]) -> Step {
+    fn try_children(&mut self, edge: &Edge, children: &[u32]) -> Step {
+        let level = edge.level;
+        let region = valley_region(edge.valley, self.sky.len());
         // Built at the first failed child: most nodes never need it.
         let mut why: Option<Sections> = None;
         for &k in children {
-            self.apply(k, level);
-            let r = self.dfs();
-            if r == Step::Found {
-                return r;
-            }
-            self.undo(k, level);
-            if r == Step::Stop {
-                return r;
-            }
-            let (s0, s1) = (self.p.start[k as usize], self.p.end[k as usize]);
-            if !self.reason.meets(s0 as usize, s1 as usize) {
+            let (s0, s1) = if k == HOLE {
+                let s = edge.section();
+                let Some(top) = self.hole_top(edge) else {
+                    continue;
+                };
+                self.open_hole(s, level, top);
+                let r = self.dfs();
+                if r == Step::Found {
+                    return r;
+                }
+                self.close_hole(s, level, top);
+                if r == Step::Stop {
+                    return r;
+                }
+                (s, s + 1)
+            } else {
+                self.apply(k, level);
+                let r = self.dfs();
+                if r == Step::Found {
+                    return r;
+                }
+                self.undo(k, level);
+                if r == Step::Stop {
+                    return r;
+                }
+                (
+                    self.p.start[k as usize] as usize,
+                    self.p.end[k as usize] as usize,
+                )
+            };
+            if !self.reason.meets(s0, s1) {
                 return Step::Fail;
             }
             why.get_or_insert_with(|| Sections::range(self.sky.len(), region))
@@ -481,6 +524,8 @@ impl<'a> Valley<'a> {
                     if c.is_empty() {
                         return Err(region);
                     }
+                    // A hole is tried only once chosen: `hole_top` scans
+                    // the valley's items.
                     let better = match best.as_ref() {
                         None => true,
                         Some((_, old)) if self.local => c.len() <= 1 && old.len() > 1,
@@ -501,9 +546,13 @@ impl<'a> Valley<'a> {
         best.ok_or((0, sections as u32))
     }
 
-    /// How well item `k` fits `edge`, best first: its top meets a wall
-    /// (a cut's pieces leave the skyline flat), then it spans the valley.
-    fn fit_rank(&self, edge: &Edge, k: u32) -> (bool, bool) {
+    /// How well child `k` fits `edge`, best first: an item before the
+    /// hole, then an item whose top meets a wall (a cut's pieces leave the
+    /// skyline flat), then one that spans the valley.
+    fn fit_rank(&self, edge: &Edge, k: u32) -> (bool, bool, bool) {
+        if k == HOLE {
+            return (true, true, true);
+        }
         let ku = k as usize;
         let (a, b) = edge.valley;
         let top = edge.level.saturating_add(self.p.size[ku]);
@@ -514,7 +563,7 @@ impl<'a> Valley<'a> {
         } else {
             self.p.start[ku] as usize == a
         };
-        (!flush, !spans)
+        (false, !flush, !spans)
     }
 
     /// Whether valley `a..b` at height `h` can still be filled: unplaced
@@ -539,6 +588,11 @@ impl<'a> Valley<'a> {
         self.diff.resize(width, 0);
         self.reach[0] = true;
         for t in a..b {
+            // A hole can leave the byte at `h` empty where the section
+            // has slack.
+            if self.reach[t - a] && self.slack[t] > 0 {
+                self.reach[t + 1 - a] = true;
+            }
             for &k in &self.by_start[t] {
                 let ku = k as usize;
                 let e = p.end[ku] as usize;
@@ -558,7 +612,7 @@ impl<'a> Valley<'a> {
         let mut covered = 0i128;
         for t in 0..b - a {
             covered += self.diff[t];
-            if covered < i128::from(need) {
+            if covered + i128::from(self.slack[a + t]) < i128::from(need) {
                 return false;
             }
         }
@@ -577,7 +631,9 @@ impl<'a> Valley<'a> {
             &self.by_end[b]
         };
         let room = self.top - h;
-        list.iter()
+        let edge_section = if from_left { a } else { b - 1 };
+        let mut out: Candidates = list
+            .iter()
             .copied()
             .filter(|&k| {
                 let ku = k as usize;
@@ -593,7 +649,11 @@ impl<'a> Valley<'a> {
                     && h % p.align[ku] == 0
                     && (twin == NO_TWIN || self.offsets[twin as usize] != UNPLACED)
             })
-            .collect()
+            .collect();
+        if self.slack[edge_section] > 0 {
+            out.push(HOLE);
+        }
+        out
     }
 
     fn apply(&mut self, k: u32, at: u64) {
@@ -625,5 +685,6 @@ impl<'a> Valley<'a> {
     }
 }
 
+mod holes;
 #[cfg(test)]
 mod tests;
