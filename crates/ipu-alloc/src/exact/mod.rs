@@ -519,6 +519,8 @@ fn portfolio(
         })
         .collect();
     let mut valley_memos: Vec<ValleyMemo> = variants.iter().map(|_| ValleyMemo::new()).collect();
+    // Each valley entry's next Luby term: one sequence across the rounds.
+    let mut valley_next = vec![1u64; runs.len()];
     // Variants where the valley search does not apply: later rounds skip
     // them.
     let mut valley_done = vec![false; variants.len()];
@@ -573,9 +575,14 @@ fn portfolio(
                     max_nodes: run_budget.max_nodes.saturating_mul(VALLEY_NODES_PER_NODE),
                     ..run_budget.clone()
                 };
-                let Some(valley) =
-                    valley::restarts(arena, p, &weighted, local, &mut valley_memos[v], seed)
-                else {
+                let Some(valley) = valley::restarts(
+                    arena,
+                    p,
+                    &weighted,
+                    local,
+                    &mut valley_memos[v],
+                    (seed, &mut valley_next[r]),
+                ) else {
                     valley_done[v] = true;
                     continue;
                 };

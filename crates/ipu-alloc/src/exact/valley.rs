@@ -26,7 +26,7 @@
 //!
 //! Runs are heavy-tailed (one order places a 600-buffer cut in 10^4 nodes,
 //! another thrashes for millions), so the portfolio runs the search as Luby
-//! restarts ([`restarts`]). A node costs about a microsecond on 1000
+//! restarts ([`restarts`]), one sequence per entry across its rounds. A node costs about a microsecond on 1000
 //! buffers: only the valleys around the last placement are tested again.
 //!
 //! Children are tried by fit: first the items whose top meets a wall of
@@ -78,9 +78,14 @@
 //! the search makes holes (`holes.rs`). Measured with `cargo xtask alloc
 //! bench --timeout 10` and `--class guillotine-near --sizes 150,300
 //! --timeout 120`: gnear-n300 was unknown after 120 s (29.7 M nodes) and
-//! now fits in 37 s; at 10 s every class keeps its verdicts (gnear-n300,
-//! -n600 and -n1000 stay unknown), and the instances that fit take at
-//! most 130 ms more (ivl-n1000: 758 to 885 ms).
+//! then fitted in 37 s; at 10 s every class kept its verdicts, and the
+//! instances that fit took at most 130 ms more (ivl-n1000: 758 to 885
+//! ms). Alone, the valley search with holes placed gnear-n300 in 0.7 to
+//! 1.3 M nodes (about a second) in two of its four configurations, but
+//! the portfolio began its Luby sequence again at every round, so it ran
+//! the short terms over and over. Continued across the rounds, it places
+//! gnear-n300 in 3.7 s; gnear-n600 and -n1000 stay unknown at 10 s (and
+//! alone, 8 M nodes in each configuration do not place them).
 //!
 //! The fit order and the backjumping, measured with `cargo xtask alloc
 //! bench --class guillotine --sizes 700,800 --seeds 6 --timeout 6`: 5 of
@@ -218,25 +223,31 @@ pub(super) struct Restarts {
 
 /// Runs the valley-local search on `p` within `budget` as a sequence of
 /// restarts with node budgets following the Luby sequence (a multiple of
-/// the item count), the first in the fixed order, the others with children
-/// shuffled from `seed`; they share `failed`. Heavy tails are the rule
-/// here: one order places a cut in a few hundred nodes where another
-/// thrashes for millions. Any restart that exhausts its tree is a proof.
-/// `None` when the search does not apply.
+/// the item count), from its term `*next` on, and leaves in `*next` the
+/// term the next call starts at: the one this call cut short, or the one
+/// after its last. So a portfolio that calls it round after round with
+/// growing budgets runs one Luby sequence, and its long runs come, where
+/// a sequence begun again each round would repeat the short ones. The
+/// first run (term 1 with a `seed` of 0) is in the fixed order, the others
+/// with children shuffled from `seed`; they share `failed`. Heavy tails
+/// are the rule here: one order places a cut in a few hundred nodes where
+/// another thrashes for millions. Any restart that exhausts its tree is a
+/// proof. `None` when the search does not apply.
 pub(super) fn restarts(
     arena: &Arena,
     p: &Prepared,
     budget: &ExactBudget,
     local: bool,
     failed: &mut ValleyMemo,
-    seed: u64,
+    (seed, next): (u64, &mut u64),
 ) -> Option<Restarts> {
     let unit = (p.ids.len() as u64).saturating_mul(4).max(1024);
     let mut nodes = 0u64;
-    for i in 1u64.. {
+    for i in (*next).max(1).. {
         let left = budget.max_nodes.saturating_sub(nodes);
+        let full = luby(i).saturating_mul(unit);
         let run_budget = ExactBudget {
-            max_nodes: luby(i).saturating_mul(unit).min(left),
+            max_nodes: full.min(left),
             deadline: budget.deadline,
             stop: budget.stop.clone(),
         };
@@ -250,6 +261,8 @@ pub(super) fn restarts(
         nodes = nodes.saturating_add(v.nodes.min(run_budget.max_nodes));
         let out_of_budget = v.nodes > run_budget.max_nodes;
         if step != Step::Stop || !out_of_budget || nodes >= budget.max_nodes {
+            let cut_short = out_of_budget && run_budget.max_nodes < full;
+            *next = if cut_short { i } else { i + 1 };
             let offsets = std::mem::take(&mut v.offsets);
             // A run cut short by its own budget with the whole budget
             // spent reports more nodes than it may: the caller's sign

@@ -55,7 +55,7 @@ fn restarts_place_larger_cuts_and_follow_the_luby_sequence() {
         stop: None,
     };
     let mut memo = ValleyMemo::new();
-    let r = restarts(&arena, &p, &budget, false, &mut memo, 0).expect("applies");
+    let r = restarts(&arena, &p, &budget, false, &mut memo, (0, &mut 1)).expect("applies");
     assert_eq!(r.step, Step::Found);
     assert!(r.nodes <= budget.max_nodes);
     let mut offsets = vec![0u64; problem.buffers.len()];
