@@ -107,7 +107,7 @@ use smallvec::SmallVec;
 use ipu_layout::rng::SplitMix64;
 
 use super::ExactBudget;
-use super::prepare::{NO_TWIN, Prepared};
+use super::prepare::{MAX_ADJACENCY, NO_TWIN, Prepared};
 use super::search::Step;
 use crate::arena::Arena;
 use crate::greedy::UNPLACED;
@@ -321,6 +321,10 @@ pub(super) struct Valley<'a> {
     /// Free items by first section and by end section, largest first.
     by_start: Vec<Vec<u32>>,
     by_end: Vec<Vec<u32>>,
+    /// Free items by the sections they cover, where any section has slack
+    /// (what a hole's bound reads) and the lists hold at most
+    /// [`MAX_ADJACENCY`] entries; empty otherwise.
+    covering: Vec<Vec<u32>>,
     item_hash: Vec<u128>,
     hash: u128,
     left: usize,
@@ -393,6 +397,18 @@ impl<'a> Valley<'a> {
         let mut by_end = vec![Vec::new(); p.sections + 1];
         let mut order: Vec<u32> = (0..m as u32).collect();
         order.sort_by_key(|&k| (std::cmp::Reverse(p.size[k as usize]), k));
+        let mut covering = Vec::new();
+        let entries = (0..m)
+            .map(|k| u64::from(p.end[k] - p.start[k]))
+            .sum::<u64>();
+        if slack.iter().any(|&s| s > 0) && entries <= MAX_ADJACENCY as u64 {
+            covering = vec![Vec::new(); p.sections];
+            for k in 0..m {
+                for list in &mut covering[p.start[k] as usize..p.end[k] as usize] {
+                    list.push(k as u32);
+                }
+            }
+        }
         for &k in &order {
             by_start[p.start[k as usize] as usize].push(k);
             by_end[p.end[k as usize] as usize].push(k);
@@ -417,6 +433,7 @@ impl<'a> Valley<'a> {
             top: w1,
             by_start,
             by_end,
+            covering,
             item_hash,
             hash,
             left: m,

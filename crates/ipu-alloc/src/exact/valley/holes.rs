@@ -68,8 +68,24 @@ impl Valley<'_> {
     /// within the valley and its walls are read, so the bound depends on
     /// the edge's region alone, as a failure's reason must.
     pub(super) fn hole_top(&self, edge: &Edge) -> Option<u64> {
-        let (a, b) = edge.valley;
         let s = edge.section();
+        let p = self.p;
+        let top = match self.covering.get(s) {
+            Some(list) => self.lowest_cover(edge, list.iter().map(|&x| x as usize)),
+            // Too many entries to index: scan the items.
+            None => self.lowest_cover(
+                edge,
+                (0..p.ids.len()).filter(|&x| p.start[x] as usize <= s && s < p.end[x] as usize),
+            ),
+        };
+        let depth = top.checked_sub(edge.level)?;
+        (depth > 0 && depth <= self.slack[s]).then_some(top)
+    }
+
+    /// The bound of [`Valley::hole_top`] over `covering`, the items that
+    /// cover the edge's section.
+    fn lowest_cover(&self, edge: &Edge, covering: impl Iterator<Item = usize>) -> u64 {
+        let (a, b) = edge.valley;
         let h = edge.level;
         let p = self.p;
         let sections = self.sky.len();
@@ -81,10 +97,7 @@ impl Valley<'_> {
             self.offsets[k] == UNPLACED && p.start[k] as usize >= a && p.end[k] as usize <= b
         };
         let mut top = low;
-        for x in (0..p.ids.len()).filter(|&x| within(x)) {
-            if !(p.start[x] as usize <= s && s < p.end[x] as usize) {
-                continue;
-            }
+        for x in covering.filter(|&x| within(x)) {
             let (r0, r1) = (p.adj_start[x] as usize, p.adj_start[x + 1] as usize);
             let on_item = p.adj[r0..r1]
                 .iter()
@@ -99,8 +112,7 @@ impl Valley<'_> {
                 top = top.min(y);
             }
         }
-        let depth = top.checked_sub(h)?;
-        (depth > 0 && depth <= self.slack[s]).then_some(top)
+        top
     }
 
     /// Whether item `k`, placed on the skyline now (every section of its
