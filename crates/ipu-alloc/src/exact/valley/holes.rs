@@ -7,8 +7,9 @@
 //! lowest address an item can still cover it at ([`Valley::hole_top`]),
 //! and its slack shrinks by as much. The skyline then bounds the decided
 //! bytes, items' and holes', and the rest of the search is unchanged:
-//! the state is still the skyline and the unplaced set (a section's slack
-//! follows from them), the valley test lets a section with slack leave
+//! the state is the skyline and the unplaced set (a section's slack
+//! follows from them; with the rule below, also the holes just under the
+//! skyline), the valley test lets a section with slack leave
 //! its byte at the level empty and its bytes below the lower wall
 //! uncovered up to its slack, and a hole's failure depends on its own
 //! section. Without slack anywhere no edge has a hole and the search is
@@ -30,6 +31,11 @@
 //! to 0.91 M); alone, with 8 M nodes for each of its four configurations,
 //! the search now places gnear-n600 in one of them (1.84 M nodes), where
 //! it placed it in none before.
+//!
+//! The bound reads the items covering the edge's section from an index
+//! (`Valley::covering`), built where sections have slack and its lists
+//! stay within the adjacency limit, else from a scan of every item: with
+//! it the search runs 57 % more nodes on gnear-n600 in 10 s.
 
 use super::{Edge, UNPLACED, Valley, cell, hole_cell};
 use crate::arena::align_up;
