@@ -26,8 +26,9 @@
 //!
 //! Runs are heavy-tailed (one order places a 600-buffer cut in 10^4 nodes,
 //! another thrashes for millions), so the portfolio runs the search as Luby
-//! restarts ([`restarts`]), one sequence per entry across its rounds. A node costs about a microsecond on 1000
-//! buffers: only the valleys around the last placement are tested again.
+//! restarts ([`restarts`]), one sequence per entry across its rounds. A
+//! node costs about a microsecond on 1000 buffers: only the valleys
+//! around the last placement are tested again.
 //!
 //! Children are tried by fit: first the items whose top meets a wall of
 //! the valley (the pieces of a cut leave the skyline flat), then those
@@ -311,7 +312,7 @@ pub(super) struct Valley<'a> {
     /// Bytes of hole just below each section's skyline (0 where an item,
     /// a fixed block or the window's start is there): an item placed on
     /// holes alone could move down, so the search does not place it there
-    /// (`holes.rs`).
+    /// (`holes.rs`). Empty where no section has slack: no hole is made.
     hole_below: Vec<u64>,
     /// `hole_below` of the sections each placed item covers, as they were
     /// before it (a stack, in placement order).
@@ -427,7 +428,11 @@ impl<'a> Valley<'a> {
             nodes: 0,
             offsets: vec![UNPLACED; m],
             sky,
-            hole_below: vec![0; slack.len()],
+            hole_below: if slack.iter().any(|&s| s > 0) {
+                vec![0; slack.len()]
+            } else {
+                Vec::new()
+            },
             saved_holes: Vec::new(),
             slack,
             top: w1,
@@ -505,36 +510,32 @@ impl<'a> Valley<'a> {
         // Built at the first failed child: most nodes never need it.
         let mut why: Option<Sections> = None;
         for &k in children {
-            let (s0, s1) = if k == HOLE {
+            // A hole: its section and where it ends; an item: its sections.
+            let (hole, (s0, s1)) = if k == HOLE {
                 let s = edge.section();
                 let Some(top) = self.hole_top(edge) else {
                     continue;
                 };
-                self.open_hole(s, level, top);
-                let r = self.dfs();
-                if r == Step::Found {
-                    return r;
-                }
-                self.close_hole(s, level, top);
-                if r == Step::Stop {
-                    return r;
-                }
-                (s, s + 1)
+                (Some((s, top)), (s, s + 1))
             } else {
-                self.apply(k, level);
-                let r = self.dfs();
-                if r == Step::Found {
-                    return r;
-                }
-                self.undo(k, level);
-                if r == Step::Stop {
-                    return r;
-                }
-                (
-                    self.p.start[k as usize] as usize,
-                    self.p.end[k as usize] as usize,
-                )
+                let ku = k as usize;
+                (None, (self.p.start[ku] as usize, self.p.end[ku] as usize))
             };
+            match hole {
+                Some((s, top)) => self.open_hole(s, level, top),
+                None => self.apply(k, level),
+            }
+            let r = self.dfs();
+            if r == Step::Found {
+                return r;
+            }
+            match hole {
+                Some((s, top)) => self.close_hole(s, level, top),
+                None => self.undo(k, level),
+            }
+            if r == Step::Stop {
+                return r;
+            }
             if !self.reason.meets(s0, s1) {
                 return Step::Fail;
             }
@@ -574,8 +575,8 @@ impl<'a> Valley<'a> {
                     if c.is_empty() {
                         return Err(region);
                     }
-                    // A hole is tried only once chosen: `hole_top` scans
-                    // the valley's items.
+                    // A hole's bound is computed only for the edge chosen:
+                    // `hole_top` reads the valley's items.
                     let better = match best.as_ref() {
                         None => true,
                         Some((_, old)) if self.local => c.len() <= 1 && old.len() > 1,
@@ -714,9 +715,11 @@ impl<'a> Valley<'a> {
             let old = self.sky[s];
             self.sky[s] = old + size;
             self.hash ^= cell(s, old) ^ cell(s, old + size);
-            let below = std::mem::take(&mut self.hole_below[s]);
-            self.hash ^= hole_cell(s, below);
-            self.saved_holes.push(below);
+            if let Some(slot) = self.hole_below.get_mut(s) {
+                let below = std::mem::take(slot);
+                self.hash ^= hole_cell(s, below);
+                self.saved_holes.push(below);
+            }
         }
         self.offsets[ku] = at;
         self.hash ^= self.item_hash[ku];
@@ -731,9 +734,11 @@ impl<'a> Valley<'a> {
             let old = self.sky[s];
             self.sky[s] = old - size;
             self.hash ^= cell(s, old) ^ cell(s, old - size);
-            let below = self.saved_holes.pop().unwrap_or(0);
-            self.hole_below[s] = below;
-            self.hash ^= hole_cell(s, below);
+            if let Some(slot) = self.hole_below.get_mut(s) {
+                let below = self.saved_holes.pop().unwrap_or(0);
+                *slot = below;
+                self.hash ^= hole_cell(s, below);
+            }
         }
         debug_assert_eq!(self.offsets[ku], at);
         self.offsets[ku] = UNPLACED;

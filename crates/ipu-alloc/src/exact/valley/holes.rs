@@ -129,7 +129,9 @@ impl Valley<'_> {
     /// it are decided as that placement has them.
     pub(super) fn floats(&self, k: usize) -> bool {
         let align = self.p.align[k];
-        (self.p.start[k] as usize..self.p.end[k] as usize).all(|s| self.hole_below[s] >= align)
+        !self.hole_below.is_empty()
+            && (self.p.start[k] as usize..self.p.end[k] as usize)
+                .all(|s| self.hole_below[s] >= align)
     }
 
     /// Leaves section `s` empty from `from` to `to`.
