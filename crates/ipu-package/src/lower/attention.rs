@@ -383,9 +383,7 @@ impl Lowerer<'_> {
         let bk = self.ensure(k, lay.k.clone(), Attrs::default())?;
         let bv = self.ensure(v, lay.v.clone(), Attrs::default())?;
         let base = tout.name().to_owned();
-        // Every GEMM operand and output starts 32-byte aligned; the
-        // probabilities are a left operand (the AMP reads past their end)
-        // whose padding the softmax writes itself.
+        // Every GEMM operand and output starts 32-byte aligned.
         let aligned = Attrs {
             padding_read: None,
             tail_bytes: 0,
@@ -401,16 +399,21 @@ impl Lowerer<'_> {
         };
         let keys_t = temporary(self, "keys_t", &lay.keys_t, aligned);
         let values = temporary(self, "values", &lay.values, aligned);
-        let scores = temporary(self, "scores", &lay.scores, aligned);
-        let probs = temporary(
-            self,
-            "probs",
-            &lay.probs,
-            Attrs {
-                padding_read: None,
-                ..gemm_left_attrs(&lay.probs)
-            },
-        );
+        // The probabilities are a left operand (the AMP reads past their
+        // end) whose padding the softmax writes itself.
+        let probs_attrs = Attrs {
+            padding_read: None,
+            ..gemm_left_attrs(&lay.probs)
+        };
+        let (scores, probs) = if crate::plan::probs_over_scores(plan.scores) {
+            let both = temporary(self, "scores", &lay.scores, probs_attrs);
+            (both, both)
+        } else {
+            (
+                temporary(self, "scores", &lay.scores, aligned),
+                temporary(self, "probs", &lay.probs, probs_attrs),
+            )
+        };
         let out = temporary(self, "blocks", &lay.out_part, aligned);
         let max = temporary(self, "max", &lay.stat_part, Attrs::default());
         // Where the values' panels have a padding column, it holds ones

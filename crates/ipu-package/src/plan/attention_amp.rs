@@ -386,7 +386,11 @@ impl<'a> AmpAttentionScorer<'a> {
         let results = rq * dp * eb + stats * rq * 4;
         let held = rq * dp * 2 + rk * dp * 2 + dp * rk * 2;
         let panels = held + 2 * rk * d * 2;
-        let scratch = pass * rk * (self.scores.element_bytes() + 2);
+        let scratch = if probs_over_scores(self.scores) {
+            pass * rk * 2
+        } else {
+            pass * rk * (self.scores.element_bytes() + 2)
+        };
         let gathered = if grid.s > 1 {
             let fine =
                 a.tq.div_ceil((u64::from(grid.gq) * u64::from(grid.s)).min(a.tq));
@@ -486,6 +490,16 @@ pub fn vector_attention_cycles(
     }
 }
 
+/// Whether the softmax writes its F16 probabilities over the scores they
+/// are computed from: it reads a pass's scores whole before it writes, and
+/// F16 scores have the probabilities' layout, so one buffer serves both and
+/// a pass holds half the scratch (at batch 6 two passes over the query rows
+/// fit where three did, each pass paying the kernels' fixed costs again).
+/// F32 scores keep a buffer of their own.
+pub fn probs_over_scores(scores: Precision) -> bool {
+    scores == Precision::F16
+}
+
 /// The most passes over a tile's query rows a plan considers: beyond it
 /// the kernels' fixed costs outweigh the memory saved.
 const MAX_PASSES: u32 = 8;
@@ -552,7 +566,8 @@ pub struct AmpAttentionLayouts {
     pub values: TensorType,
     /// `[tiles, rq, rk]` scores, row-major.
     pub scores: TensorType,
-    /// `[tiles, rq, rk]` F16 probabilities, row-major.
+    /// `[tiles, rq, rk]` F16 probabilities, row-major (the scores' own
+    /// buffer where [`probs_over_scores`]).
     pub probs: TensorType,
     /// `[s, B, Tq, H]` unnormalised blocks in the plan's `blocks`
     /// precision, head columns padded to 16 (the second GEMM's output).

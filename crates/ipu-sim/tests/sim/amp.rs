@@ -208,6 +208,68 @@ fn amp_attention_with_split_keys_matches_the_reference_and_its_estimate() {
     crate::cycles::assert_estimate_is_the_count(&graph, &package, "split keys");
 }
 
+/// The most softmax calls one tile makes in one compute step: the passes
+/// over its query rows.
+fn most_passes(package: &Package) -> usize {
+    package
+        .program
+        .walk()
+        .map(|event| match event {
+            WalkEvent::Compute(step, _) => {
+                let mut per_tile: HashMap<TileId, usize> = HashMap::new();
+                for (tile, c) in &step.calls {
+                    if matches!(c, Codelet::AttentionSoftmax { .. }) {
+                        *per_tile.entry(*tile).or_default() += 1;
+                    }
+                }
+                per_tile.into_values().max().unwrap_or(0)
+            }
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Passes over the query rows, each pass's probabilities written over its
+/// scores (one buffer serves both, and the next pass's scores overwrite
+/// the probabilities the values' product has read): the tile model's
+/// results hold to the reference op by op, and the estimate is its count.
+#[test]
+fn amp_attention_in_passes_writes_probabilities_over_scores_like_the_reference() {
+    let graph = parse_fixture(&micro_64_tokens()).expect("parses");
+    let inputs = values::generate(&graph, 11);
+    let package = [8192u64, 6144, 4096, 3072, 2048, 1024]
+        .into_iter()
+        .map(|budget| {
+            let config = BuildConfig {
+                tiles: Some(16),
+                lower: LowerConfig {
+                    attention: AttentionUnit::Amp,
+                    transient_budget: budget,
+                    ..LowerConfig::default()
+                },
+                ..BuildConfig::default()
+            };
+            build_package(&graph, &config, &Stages::in_memory()).expect("builds")
+        })
+        .find(|p| most_passes(p) > 1)
+        .expect("a budget that takes the query rows in passes");
+    let mut softmaxes = 0;
+    for event in package.program.walk() {
+        if let WalkEvent::Compute(step, _) = event {
+            for (_, c) in &step.calls {
+                if let Codelet::AttentionSoftmax { scores, probs, .. } = c {
+                    assert_eq!(scores.buffer, probs.buffer, "F16 probabilities over the scores");
+                    softmaxes += 1;
+                }
+            }
+        }
+    }
+    assert!(softmaxes > 1);
+    assert_runs_like_the_reference(&package, &graph, &inputs, "passes");
+    crate::cycles::assert_estimate_is_the_count(&graph, &package, "passes");
+}
+
 /// Runs `package` on the tile model with the per-op check on `inputs`,
 /// which checks at least one op, and holds every graph output to the
 /// reference within the whole-graph tolerance.
