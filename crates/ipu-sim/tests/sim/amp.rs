@@ -259,7 +259,10 @@ fn amp_attention_in_passes_writes_probabilities_over_scores_like_the_reference()
         if let WalkEvent::Compute(step, _) = event {
             for (_, c) in &step.calls {
                 if let Codelet::AttentionSoftmax { scores, probs, .. } = c {
-                    assert_eq!(scores.buffer, probs.buffer, "F16 probabilities over the scores");
+                    assert_eq!(
+                        scores.buffer, probs.buffer,
+                        "F16 probabilities over the scores"
+                    );
                     softmaxes += 1;
                 }
             }
