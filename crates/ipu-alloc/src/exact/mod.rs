@@ -17,6 +17,7 @@
 //! share their failure memo, so a restart does not prove again what an
 //! earlier run proved.
 
+mod coalesce;
 mod prepare;
 mod search;
 mod stack;
@@ -230,32 +231,48 @@ struct Variant {
     arena: Arena,
     /// Addresses are mirrored ([`Arena::flipped`]).
     flipped: bool,
+    /// For a coalesced copy ([`coalesce`]), each item's members: original
+    /// items and their offsets in it. Its searches can find a placement
+    /// but prove nothing.
+    members: Option<Vec<Vec<(u32, u64)>>>,
+}
+
+impl Variant {
+    fn plain(arena: Arena, flipped: bool) -> Variant {
+        Variant {
+            arena,
+            flipped,
+            members: None,
+        }
+    }
 }
 
 /// The variants a portfolio searches: the problem and its time-reversed
 /// copy, then both with addresses mirrored where that keeps the problem
 /// the same (a zero-slack cut is as often easy from its top as from its
-/// bottom).
+/// bottom), then, where coalescing joins enough items, the coalesced copy
+/// and its time-reversed copy.
 fn variants(arena: &Arena) -> Vec<Variant> {
     let mut out = vec![
-        Variant {
-            arena: arena.clone(),
-            flipped: false,
-        },
-        Variant {
-            arena: arena.reversed(),
-            flipped: false,
-        },
+        Variant::plain(arena.clone(), false),
+        Variant::plain(arena.reversed(), false),
     ];
     if let Some(f) = arena.flipped() {
         let r = f.reversed();
+        out.push(Variant::plain(f, true));
+        out.push(Variant::plain(r, true));
+    }
+    if let Some(c) = coalesce::coalesce(arena) {
+        let reversed = c.arena.reversed();
         out.push(Variant {
-            arena: f,
-            flipped: true,
+            arena: c.arena,
+            flipped: false,
+            members: Some(c.members.clone()),
         });
         out.push(Variant {
-            arena: r,
-            flipped: true,
+            arena: reversed,
+            flipped: false,
+            members: Some(c.members),
         });
     }
     out
@@ -311,7 +328,7 @@ fn solve_portfolio(arena: &Arena, budget: ExactBudget) -> ExactReport {
     else {
         return ExactReport::unknown(0, SearchStats::default());
     };
-    let runs = portfolio_runs(variants.len());
+    let runs = portfolio_runs(&variants);
     portfolio(arena, &variants, &prepared, &runs, &budget, None).report
 }
 
@@ -359,7 +376,7 @@ fn solve_portfolio_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
     else {
         return ExactReport::unknown(0, SearchStats::default());
     };
-    let all = portfolio_runs(variants.len());
+    let all = portfolio_runs(&variants);
     let run = |which: usize| {
         // Thread 0 takes the even variants, thread 1 the odd ones (the
         // time-reversed copies); positions stay those of the whole list.
@@ -448,14 +465,26 @@ enum Kind {
 /// Every entry of the portfolio, in the order one thread tries them each
 /// round: the valley-local search, both branching rules, on the problem and
 /// its time-reversed copy (mirrored addresses change nothing for it), then
-/// every (strategy, variant) of the address-ordered search.
-fn portfolio_runs(variants: usize) -> Vec<Run> {
-    let valleys = [false, true].into_iter().flat_map(move |local| {
-        (0..variants.min(2)).map(move |variant| (variant, STRATEGIES[0], Kind::Valley { local }))
+/// on the coalesced copies, then every (strategy, variant) of the
+/// address-ordered search on the uncoalesced variants.
+fn portfolio_runs(variants: &[Variant]) -> Vec<Run> {
+    let plain: Vec<usize> = (0..variants.len())
+        .filter(|&v| variants[v].members.is_none())
+        .collect();
+    let coalesced: Vec<usize> = (0..variants.len())
+        .filter(|&v| variants[v].members.is_some())
+        .collect();
+    let valley_variants: Vec<usize> = plain.iter().take(2).chain(&coalesced).copied().collect();
+    let valleys = [false, true].into_iter().flat_map(|local| {
+        valley_variants
+            .iter()
+            .map(move |&variant| (variant, STRATEGIES[0], Kind::Valley { local }))
     });
-    let searches = STRATEGIES
-        .iter()
-        .flat_map(|&strategy| (0..variants).map(move |variant| (variant, strategy, Kind::Search)));
+    let searches = STRATEGIES.iter().flat_map(|&strategy| {
+        plain
+            .iter()
+            .map(move |&variant| (variant, strategy, Kind::Search))
+    });
     valleys
         .chain(searches)
         .enumerate()
@@ -595,6 +624,12 @@ fn portfolio(
                         original_offsets(original, &variants[v], p, &valley.offsets)
                             .map_or(ExactOutcome::Unknown, ExactOutcome::Found),
                     ),
+                    // A coalesced copy with no placement proves nothing
+                    // of the problem: only its own runs end.
+                    Step::Fail if variants[v].members.is_some() => {
+                        valley_done[v] = true;
+                        continue;
+                    }
                     Step::Fail => Some(ExactOutcome::Infeasible),
                     Step::Stop if valley.nodes <= weighted.max_nodes => {
                         return ended(None, total, stats, position);
@@ -677,6 +712,23 @@ fn original_offsets(
     p: &Prepared,
     found: &[u64],
 ) -> Option<Vec<u64>> {
+    if let Some(members) = &variant.members {
+        // The coalesced copy's own placement, then each group's members
+        // at their offsets from it.
+        let groups = original_offsets(
+            &variant.arena,
+            &Variant::plain(variant.arena.clone(), false),
+            p,
+            found,
+        )?;
+        let mut offsets = vec![UNPLACED; original.items.len()];
+        for (&at, members) in groups.iter().zip(members) {
+            for &(i, rel) in members {
+                offsets[i as usize] = at.checked_add(rel)?;
+            }
+        }
+        return Some(offsets);
+    }
     let mut offsets = vec![UNPLACED; original.items.len()];
     for (it, o) in original.items.iter().zip(offsets.iter_mut()) {
         if let Some(f) = it.fixed {

@@ -147,6 +147,55 @@ fn brute_force_aligned(items: &[(u64, u64, u64, u64)], capacity: u64, at: &mut V
     false
 }
 
+/// `items` (`start, end, size, alignment`) as CSV rows.
+fn csv_of(items: &[(u64, u64, u64, u64)]) -> String {
+    items
+        .iter()
+        .enumerate()
+        .map(|(k, &(s, e, size, align))| format!("i{k},{s},{e},{size},{align}\n"))
+        .collect()
+}
+
+/// The live bytes of `items` (`start, end, size, alignment`) at step `t`.
+fn live_at(t: u64, items: &[(u64, u64, u64, u64)]) -> u64 {
+    items
+        .iter()
+        .filter(|i| i.0 <= t && t < i.1)
+        .map(|i| i.2)
+        .sum()
+}
+
+/// Fills each of `steps` steps of `items` to `capacity` with items of
+/// random sizes (at most `max_size`) over random runs of steps with room;
+/// with `align_even`, an even size is aligned to 2 half the time.
+fn fill_steps(
+    rng: &mut ipu_layout::rng::SplitMix64,
+    items: &mut Vec<(u64, u64, u64, u64)>,
+    (steps, capacity): (u64, u64),
+    max_size: u64,
+    align_even: bool,
+) {
+    for t in 0..steps {
+        loop {
+            let gap = capacity - live_at(t, items);
+            if gap == 0 {
+                break;
+            }
+            let size = 1 + rng.below(gap.min(max_size));
+            let mut e = t + 1;
+            while e < steps && capacity - live_at(e, items) >= size && rng.below(2) == 0 {
+                e += 1;
+            }
+            let align = if align_even && size % 2 == 0 {
+                1 + rng.below(2)
+            } else {
+                1
+            };
+            items.push((t, e, size, align));
+        }
+    }
+}
+
 /// Asserts that both branching rules find a placement of `problem` in
 /// `capacity` bytes, which the checker passes, exactly when `truth`.
 fn agrees(problem: &CsvProblem, capacity: u64, truth: bool, label: &str) {
@@ -173,34 +222,14 @@ fn backjumping_keeps_the_verdicts_of_an_exhaustive_search() {
         for _ in 0..2 + rng.below(3) {
             let s = rng.below(steps);
             let e = s + 1 + rng.below(steps - s);
-            items.push((s, e, 1 + rng.below(3)));
+            items.push((s, e, 1 + rng.below(3), 1));
         }
-        let live = |t: u64, items: &[(u64, u64, u64)]| -> u64 {
-            items
-                .iter()
-                .filter(|i| i.0 <= t && t < i.1)
-                .map(|i| i.2)
-                .sum()
-        };
         let capacity = 3 + rng.below(4);
-        if (0..steps).any(|t| live(t, &items) > capacity) {
+        if (0..steps).any(|t| live_at(t, &items) > capacity) {
             continue;
         }
-        // Fillers of random sizes over random runs of steps with room.
-        for t in 0..steps {
-            loop {
-                let gap = capacity - live(t, &items);
-                if gap == 0 {
-                    break;
-                }
-                let size = 1 + rng.below(gap);
-                let mut e = t + 1;
-                while e < steps && capacity - live(e, &items) >= size && rng.below(2) == 0 {
-                    e += 1;
-                }
-                items.push((t, e, size));
-            }
-        }
+        fill_steps(&mut rng, &mut items, (steps, capacity), u64::MAX, false);
+        let items: Vec<(u64, u64, u64)> = items.iter().map(|&(s, e, z, _)| (s, e, z)).collect();
         let csv: String = items
             .iter()
             .enumerate()
@@ -277,11 +306,7 @@ fn holes_keep_the_verdicts_of_an_exhaustive_search() {
             .max()
             .unwrap_or(0);
         let capacity = peak + rng.below(3);
-        let csv: String = items
-            .iter()
-            .enumerate()
-            .map(|(k, &(s, e, size, align))| format!("i{k},{s},{e},{size},{align}\n"))
-            .collect();
+        let csv = csv_of(&items);
         let problem = CsvProblem::parse(&csv).expect("parse");
         let mut largest_first = items.clone();
         largest_first.sort_by_key(|i| std::cmp::Reverse(i.2));
@@ -294,4 +319,128 @@ fn holes_keep_the_verdicts_of_an_exhaustive_search() {
         }
     }
     assert!(fits > 500 && not > 100, "{fits} fit, {not} do not");
+}
+
+#[test]
+fn coalesced_copies_place_what_they_find_and_prove_nothing() {
+    use crate::exact::coalesce::coalesce;
+    use crate::exact::{
+        ExactOutcome, Variant, original_offsets, portfolio, portfolio_runs, solve_exact, variants,
+    };
+    // Full sections as in the backjumping test (a few random items, each
+    // step then filled with items of a few sizes, so that pieces hand over
+    // and share lifetimes), then one item removed: coalescing is for
+    // arenas with slack.
+    let mut rng = ipu_layout::rng::SplitMix64::new(80);
+    let (mut copies, mut found, mut misled) = (0, 0, 0);
+    for case in 0..1500 {
+        let steps = 3 + rng.below(4);
+        let capacity = 3 + rng.below(4);
+        let mut items: Vec<(u64, u64, u64, u64)> = Vec::new();
+        for _ in 0..1 + rng.below(3) {
+            let s = rng.below(steps);
+            let e = s + 1 + rng.below(steps - s);
+            let size = 1 + rng.below(2);
+            items.push((s, e, size, size.min(1 + rng.below(2))));
+        }
+        if (0..steps).any(|t| live_at(t, &items) > capacity) {
+            continue;
+        }
+        // Even sizes sometimes aligned, so that where pieces hand over is
+        // not always where they fit.
+        fill_steps(&mut rng, &mut items, (steps, capacity), 3, true);
+        items.remove(rng.below(items.len() as u64) as usize);
+        let csv = csv_of(&items);
+        let problem = CsvProblem::parse(&csv).expect("parse");
+        let arena = problem.arena(capacity);
+        let Some(c) = coalesce(&arena) else {
+            continue;
+        };
+        copies += 1;
+        let sorted = |mut v: Vec<(u64, u64, u64, u64)>| {
+            v.sort_by_key(|i| std::cmp::Reverse(i.2));
+            v
+        };
+        let truth = brute_force_aligned(&sorted(items.clone()), capacity, &mut Vec::new());
+        let copy_items: Vec<(u64, u64, u64, u64)> = c
+            .arena
+            .items
+            .iter()
+            .map(|it| (u64::from(it.start), u64::from(it.end), it.size, it.align))
+            .collect();
+        let copy_truth = brute_force_aligned(&sorted(copy_items), capacity, &mut Vec::new());
+        assert!(
+            truth || !copy_truth,
+            "case {case}: the copy fits where the problem does not"
+        );
+        if truth && !copy_truth {
+            misled += 1;
+            // The copies' runs first: their failure must not end the
+            // portfolio, whose later runs find the problem's placement.
+            let vs = variants(&arena);
+            let prepared: Vec<Prepared> = vs
+                .iter()
+                .map(|v| Prepared::new(&v.arena).expect("prepares"))
+                .collect();
+            let mut runs = portfolio_runs(&vs);
+            runs.sort_by_key(|r| vs[r.variant].members.is_none());
+            let budget = ExactBudget {
+                max_nodes: 100_000,
+                deadline: None,
+                stop: None,
+            };
+            match portfolio(&arena, &vs, &prepared, &runs, &budget, None)
+                .report
+                .outcome
+            {
+                ExactOutcome::Found(offsets) => {
+                    problem
+                        .check(capacity, &offsets)
+                        .expect("checked placement");
+                }
+                other => panic!("case {case}: {other:?} after the copies failed\n{csv}"),
+            }
+        }
+        // The copy's own search, its placement expanded to the problem's.
+        let variant = Variant {
+            arena: c.arena.clone(),
+            flipped: false,
+            members: Some(c.members.clone()),
+        };
+        let p = Prepared::new(&variant.arena).expect("prepares");
+        let budget = ExactBudget {
+            max_nodes: 100_000,
+            deadline: None,
+            stop: None,
+        };
+        let mut memo = ValleyMemo::new();
+        let mut v = Valley::new(&variant.arena, &p, &budget, false, &mut memo).expect("applies");
+        match v.run() {
+            Step::Found => {
+                assert!(copy_truth, "case {case}");
+                let offsets = original_offsets(&arena, &variant, &p, &v.offsets).expect("expands");
+                problem
+                    .check(capacity, &offsets)
+                    .unwrap_or_else(|e| panic!("case {case}: {e:?}\n{csv}"));
+                found += 1;
+            }
+            Step::Fail => assert!(!copy_truth, "case {case}"),
+            Step::Stop => panic!("case {case}: small copies conclude"),
+        }
+        // The portfolio, copies included, keeps the exhaustive verdict.
+        match solve_exact(&arena, budget).outcome {
+            ExactOutcome::Found(offsets) => {
+                assert!(truth, "case {case}");
+                problem
+                    .check(capacity, &offsets)
+                    .expect("checked placement");
+            }
+            ExactOutcome::Infeasible => assert!(!truth, "case {case}: {csv}"),
+            ExactOutcome::Unknown => panic!("case {case}: small problems conclude"),
+        }
+    }
+    assert!(
+        copies > 300 && found > 100 && misled > 10,
+        "{copies} coalesced, {found} placed from the copy, {misled} copies without the problem's placement"
+    );
 }
