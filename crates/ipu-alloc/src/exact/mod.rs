@@ -5,17 +5,21 @@
 //! `search.rs` holds one depth-first run over canonical placements and the
 //! rules that prune it; `prepare.rs` the static data a run needs; `stack.rs`
 //! fixes the items live throughout at the bottom first; `valley.rs` a
-//! second complete search for arenas full in every section, which branches
-//! in any valley of the skyline rather than at the lowest level. This file
-//! is the portfolio around them: the valley search (two branching rules,
-//! Luby restarts) on the problem and its time-reversed copy, then the
-//! address-ordered search on both and, where alignments allow, on both
-//! with addresses mirrored, under several static branching orders and two
+//! second complete search for arenas full in every section (and, with
+//! holes, for those with slack), which branches in any valley of the
+//! skyline rather than at the lowest level; `coalesce.rs` a heuristic
+//! coarser copy of arenas with slack. This file is the portfolio around
+//! them: the valley search (two branching rules, Luby restarts) on the
+//! problem and its time-reversed copy, then on the coalesced copy and its
+//! time-reversed copy, then the address-ordered search on the problem and
+//! its time-reversed copy and, where alignments allow, on both with
+//! addresses mirrored, under several static branching orders and two
 //! branching rules, each run restarted with a growing node budget.
 //! Zero-slack instances are often easy in one orientation or order and
-//! hard in another; any run that finishes is conclusive. Runs on one copy
-//! share their failure memo, so a restart does not prove again what an
-//! earlier run proved.
+//! hard in another; any run on the problem's copies that finishes is
+//! conclusive, while a coalesced copy only ever contributes placements.
+//! Runs on one copy share their failure memo, so a restart does not prove
+//! again what an earlier run proved.
 
 mod coalesce;
 mod prepare;
