@@ -73,7 +73,7 @@ pub enum PlaceMethod {
     /// A greedy pass.
     Greedy(GreedyStrategy),
     /// A greedy pass with every item live throughout the tile's steps kept
-    /// to the highest window of its class ([`resident_high`]).
+    /// to the highest window of its class (`resident_high`).
     ResidentHigh(GreedyStrategy),
     /// Squeaky-wheel greedy passes, placed by the last of them.
     Squeaky {

@@ -27,7 +27,7 @@
 //! `tokenizer.json` (whose post-processor adds `<|startoftext|>` and
 //! `<|endoftext|>`), and the host adds the pooled rows
 //! ([`POOL_ROWS`]) to every input it makes from token ids
-//! ([`pool_rows_input`]).
+//! (`pool_rows_input`).
 
 mod clip;
 mod config;

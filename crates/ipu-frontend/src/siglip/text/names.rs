@@ -4,7 +4,7 @@
 //! Names are those of `SiglipTextModel`'s state dict without the
 //! `text_model.` prefix that a full `SiglipModel` (and transformers 4's
 //! `SiglipTextModel`) stores them with. The encoder layers are named and
-//! assembled exactly as in the vision tower ([`encoder_sources`]).
+//! assembled exactly as in the vision tower (`encoder_sources`).
 //!
 //! CLIP's text tower has the same names under `text_model.`; its
 //! projection `text_projection.weight` (`[P, H]`, no bias) is stored
