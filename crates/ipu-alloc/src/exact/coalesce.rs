@@ -126,23 +126,25 @@ fn has_slack(arena: &Arena) -> bool {
     })
 }
 
+/// The joinable groups by `key`, each list in the groups' order.
+fn joinable_by<K: std::hash::Hash + Eq>(
+    groups: &[Group],
+    key: impl Fn(&Item) -> K,
+) -> HashMap<K, Vec<usize>> {
+    let mut by: HashMap<K, Vec<usize>> = HashMap::new();
+    for (g, (it, _)) in groups.iter().enumerate() {
+        if joinable(it) {
+            by.entry(key(it)).or_default().push(g);
+        }
+    }
+    by
+}
+
 /// Joins every handover pair whose time and size name exactly one ending
 /// and one starting joinable item; returns whether any was joined.
 fn handovers(groups: &mut Vec<Group>) -> bool {
-    let mut ending: HashMap<(u32, u64, u32), Vec<usize>> = HashMap::new();
-    let mut starting: HashMap<(u32, u64, u32), Vec<usize>> = HashMap::new();
-    for (g, (it, _)) in groups.iter().enumerate() {
-        if joinable(it) {
-            ending
-                .entry((it.end, it.size, it.windows))
-                .or_default()
-                .push(g);
-            starting
-                .entry((it.start, it.size, it.windows))
-                .or_default()
-                .push(g);
-        }
-    }
+    let ending = joinable_by(groups, |it| (it.end, it.size, it.windows));
+    let starting = joinable_by(groups, |it| (it.start, it.size, it.windows));
     // Each item has at most one successor and one predecessor, so the
     // pairs form chains, each joined into its head.
     let mut next: Vec<Option<usize>> = vec![None; groups.len()];
@@ -180,16 +182,7 @@ fn handovers(groups: &mut Vec<Group>) -> bool {
 /// lifetime, the later-numbered on the earlier where its alignment allows;
 /// returns whether any was stacked.
 fn stacks(groups: &mut Vec<Group>) -> bool {
-    let mut by_life: HashMap<(u32, u32, u32), Vec<usize>> = HashMap::new();
-    for (g, (it, _)) in groups.iter().enumerate() {
-        if joinable(it) {
-            by_life
-                .entry((it.start, it.end, it.windows))
-                .or_default()
-                .push(g);
-        }
-    }
-    let mut pairs: Vec<(usize, usize)> = by_life
+    let mut pairs: Vec<(usize, usize)> = joinable_by(groups, |it| (it.start, it.end, it.windows))
         .into_values()
         .filter_map(|v| match v.as_slice() {
             &[a, b] => Some((a, b)),

@@ -716,38 +716,40 @@ fn original_offsets(
     p: &Prepared,
     found: &[u64],
 ) -> Option<Vec<u64>> {
-    if let Some(members) = &variant.members {
-        // The coalesced copy's own placement, then each group's members
-        // at their offsets from it.
-        let groups = original_offsets(
-            &variant.arena,
-            &Variant::plain(variant.arena.clone(), false),
-            p,
-            found,
-        )?;
-        let mut offsets = vec![UNPLACED; original.items.len()];
-        for (&at, members) in groups.iter().zip(members) {
-            for &(i, rel) in members {
-                offsets[i as usize] = at.checked_add(rel)?;
-            }
-        }
-        return Some(offsets);
-    }
+    let Some(members) = &variant.members else {
+        return arena_offsets(original, variant.flipped, p, found);
+    };
+    // The coalesced copy's own placement, then each group's members at
+    // their offsets from it.
+    let groups = arena_offsets(&variant.arena, false, p, found)?;
     let mut offsets = vec![UNPLACED; original.items.len()];
-    for (it, o) in original.items.iter().zip(offsets.iter_mut()) {
+    for (&at, members) in groups.iter().zip(members) {
+        for &(i, rel) in members {
+            offsets[i as usize] = at.checked_add(rel)?;
+        }
+    }
+    Some(offsets)
+}
+
+/// The placement of `arena` from a run's offsets on it or, `flipped`, on
+/// its address-mirrored copy: fixed items where they are, and the items
+/// that conflict with nothing placed last.
+fn arena_offsets(arena: &Arena, flipped: bool, p: &Prepared, found: &[u64]) -> Option<Vec<u64>> {
+    let mut offsets = vec![UNPLACED; arena.items.len()];
+    for (it, o) in arena.items.iter().zip(offsets.iter_mut()) {
         if let Some(f) = it.fixed {
             *o = f;
         }
     }
     for (k, &id) in p.ids.iter().enumerate() {
         let at = found[k];
-        offsets[id as usize] = if variant.flipped {
-            original.mirror(at, p.size[k])
+        offsets[id as usize] = if flipped {
+            arena.mirror(at, p.size[k])
         } else {
             at
         };
     }
-    place_trivial(original, &p.trivial, &mut offsets).then_some(offsets)
+    place_trivial(arena, &p.trivial, &mut offsets).then_some(offsets)
 }
 
 /// Places items that conflict with nothing in time (never live or empty):

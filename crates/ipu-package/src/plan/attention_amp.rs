@@ -386,11 +386,9 @@ impl<'a> AmpAttentionScorer<'a> {
         let results = rq * dp * eb + stats * rq * 4;
         let held = rq * dp * 2 + rk * dp * 2 + dp * rk * 2;
         let panels = held + 2 * rk * d * 2;
-        let scratch = if probs_over_scores(self.scores) {
-            pass * rk * 2
-        } else {
-            pass * rk * (self.scores.element_bytes() + 2)
-        };
+        // F16 probabilities, in a buffer of their own unless over the scores.
+        let probs = if probs_over_scores(self.scores) { 0 } else { 2 };
+        let scratch = pass * rk * (self.scores.element_bytes() + probs);
         let gathered = if grid.s > 1 {
             let fine =
                 a.tq.div_ceil((u64::from(grid.gq) * u64::from(grid.s)).min(a.tq));

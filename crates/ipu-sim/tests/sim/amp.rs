@@ -173,6 +173,21 @@ fn most_blocks_combined(package: &Package) -> u32 {
         .unwrap_or(0)
 }
 
+/// `graph` built with its attention on the AMP on `tiles` tiles, within a
+/// transient budget of `budget` bytes.
+fn build_with_budget(graph: &Graph, tiles: u32, budget: u64) -> Package {
+    let config = BuildConfig {
+        tiles: Some(tiles),
+        lower: LowerConfig {
+            attention: AttentionUnit::Amp,
+            transient_budget: budget,
+            ..LowerConfig::default()
+        },
+        ..BuildConfig::default()
+    };
+    build_package(graph, &config, &Stages::in_memory()).expect("builds")
+}
+
 /// Key blocks combined: the blocks' F16 partial sums, their scaled
 /// probabilities and the combine's strides in F16 elements hold to the
 /// reference op by op, and the estimate is the tile model's count.
@@ -184,18 +199,7 @@ fn amp_attention_with_split_keys_matches_the_reference_and_its_estimate() {
     // 64 keys: the plan splits them.
     let package = [4096u64, 2048, 1024]
         .into_iter()
-        .map(|budget| {
-            let config = BuildConfig {
-                tiles: Some(64),
-                lower: LowerConfig {
-                    attention: AttentionUnit::Amp,
-                    transient_budget: budget,
-                    ..LowerConfig::default()
-                },
-                ..BuildConfig::default()
-            };
-            build_package(&graph, &config, &Stages::in_memory()).expect("builds")
-        })
+        .map(|budget| build_with_budget(&graph, 64, budget))
         .find(|p| most_blocks_combined(p) > 1)
         .expect("a budget that splits the keys");
     let blocks_f16 = package
@@ -240,18 +244,7 @@ fn amp_attention_in_passes_writes_probabilities_over_scores_like_the_reference()
     let inputs = values::generate(&graph, 11);
     let package = [8192u64, 6144, 4096, 3072, 2048, 1024]
         .into_iter()
-        .map(|budget| {
-            let config = BuildConfig {
-                tiles: Some(16),
-                lower: LowerConfig {
-                    attention: AttentionUnit::Amp,
-                    transient_budget: budget,
-                    ..LowerConfig::default()
-                },
-                ..BuildConfig::default()
-            };
-            build_package(&graph, &config, &Stages::in_memory()).expect("builds")
-        })
+        .map(|budget| build_with_budget(&graph, 16, budget))
         .find(|p| most_passes(p) > 1)
         .expect("a budget that takes the query rows in passes");
     let mut softmaxes = 0;

@@ -15,11 +15,7 @@ use crate::generate::{near_zero_slack_grid, zero_slack_grid};
 fn run(problem: &CsvProblem, capacity: u64, local: bool) -> Option<(Step, Vec<u64>)> {
     let arena = problem.arena(capacity);
     let p = Prepared::new(&arena)?;
-    let budget = ExactBudget {
-        max_nodes: 100_000,
-        deadline: None,
-        stop: None,
-    };
+    let budget = small_budget();
     let mut memo = ValleyMemo::new();
     let mut v = Valley::new(&arena, &p, &budget, local, &mut memo)?;
     let step = v.run();
@@ -156,6 +152,28 @@ fn csv_of(items: &[(u64, u64, u64, u64)]) -> String {
         .collect()
 }
 
+/// `items` (`start, end, size, alignment`), largest first: the order in
+/// which the exhaustive search fails soonest.
+fn largest_first(mut items: Vec<(u64, u64, u64, u64)>) -> Vec<(u64, u64, u64, u64)> {
+    items.sort_by_key(|i| std::cmp::Reverse(i.2));
+    items
+}
+
+/// The node budget of one search on the small instances of these tests.
+fn small_budget() -> ExactBudget {
+    ExactBudget {
+        max_nodes: 100_000,
+        deadline: None,
+        stop: None,
+    }
+}
+
+/// A random lifetime of at least one of `steps` steps.
+fn lifetime(rng: &mut ipu_layout::rng::SplitMix64, steps: u64) -> (u64, u64) {
+    let s = rng.below(steps);
+    (s, s + 1 + rng.below(steps - s))
+}
+
 /// The live bytes of `items` (`start, end, size, alignment`) at step `t`.
 fn live_at(t: u64, items: &[(u64, u64, u64, u64)]) -> u64 {
     items
@@ -220,8 +238,7 @@ fn backjumping_keeps_the_verdicts_of_an_exhaustive_search() {
         let steps = 3 + rng.below(3);
         let mut items = Vec::new();
         for _ in 0..2 + rng.below(3) {
-            let s = rng.below(steps);
-            let e = s + 1 + rng.below(steps - s);
+            let (s, e) = lifetime(&mut rng, steps);
             items.push((s, e, 1 + rng.below(3), 1));
         }
         let capacity = 3 + rng.below(4);
@@ -229,16 +246,9 @@ fn backjumping_keeps_the_verdicts_of_an_exhaustive_search() {
             continue;
         }
         fill_steps(&mut rng, &mut items, (steps, capacity), u64::MAX, false);
-        let items: Vec<(u64, u64, u64)> = items.iter().map(|&(s, e, z, _)| (s, e, z)).collect();
-        let csv: String = items
-            .iter()
-            .enumerate()
-            .map(|(k, &(s, e, size))| format!("i{k},{s},{e},{size}\n"))
-            .collect();
+        let csv = csv_of(&items);
         let problem = CsvProblem::parse(&csv).expect("parse");
-        let mut largest_first = items.clone();
-        largest_first.sort_by_key(|i| std::cmp::Reverse(i.2));
-        let truth = brute_force(&largest_first, capacity, &mut Vec::new());
+        let truth = brute_force_aligned(&largest_first(items), capacity, &mut Vec::new());
         agrees(&problem, capacity, truth, &format!("case {case}: {csv}"));
         if truth {
             fits += 1;
@@ -290,27 +300,15 @@ fn holes_keep_the_verdicts_of_an_exhaustive_search() {
         let steps = 2 + rng.below(4);
         let mut items = Vec::new();
         for _ in 0..3 + rng.below(4) {
-            let s = rng.below(steps);
-            let e = s + 1 + rng.below(steps - s);
+            let (s, e) = lifetime(&mut rng, steps);
             let align = [1, 1, 2, 4][rng.below(4) as usize];
             items.push((s, e, 1 + rng.below(3), align));
         }
-        let peak = (0..steps)
-            .map(|t| {
-                items
-                    .iter()
-                    .filter(|i| i.0 <= t && t < i.1)
-                    .map(|i| i.2)
-                    .sum::<u64>()
-            })
-            .max()
-            .unwrap_or(0);
+        let peak = (0..steps).map(|t| live_at(t, &items)).max().unwrap_or(0);
         let capacity = peak + rng.below(3);
         let csv = csv_of(&items);
         let problem = CsvProblem::parse(&csv).expect("parse");
-        let mut largest_first = items.clone();
-        largest_first.sort_by_key(|i| std::cmp::Reverse(i.2));
-        let truth = brute_force_aligned(&largest_first, capacity, &mut Vec::new());
+        let truth = brute_force_aligned(&largest_first(items), capacity, &mut Vec::new());
         agrees(&problem, capacity, truth, &format!("case {case}: {csv}"));
         if truth {
             fits += 1;
@@ -338,8 +336,7 @@ fn coalesced_copies_place_what_they_find_and_prove_nothing() {
         let capacity = 3 + rng.below(4);
         let mut items: Vec<(u64, u64, u64, u64)> = Vec::new();
         for _ in 0..1 + rng.below(3) {
-            let s = rng.below(steps);
-            let e = s + 1 + rng.below(steps - s);
+            let (s, e) = lifetime(&mut rng, steps);
             let size = 1 + rng.below(2);
             items.push((s, e, size, size.min(1 + rng.below(2))));
         }
@@ -357,18 +354,14 @@ fn coalesced_copies_place_what_they_find_and_prove_nothing() {
             continue;
         };
         copies += 1;
-        let sorted = |mut v: Vec<(u64, u64, u64, u64)>| {
-            v.sort_by_key(|i| std::cmp::Reverse(i.2));
-            v
-        };
-        let truth = brute_force_aligned(&sorted(items.clone()), capacity, &mut Vec::new());
+        let truth = brute_force_aligned(&largest_first(items.clone()), capacity, &mut Vec::new());
         let copy_items: Vec<(u64, u64, u64, u64)> = c
             .arena
             .items
             .iter()
             .map(|it| (u64::from(it.start), u64::from(it.end), it.size, it.align))
             .collect();
-        let copy_truth = brute_force_aligned(&sorted(copy_items), capacity, &mut Vec::new());
+        let copy_truth = brute_force_aligned(&largest_first(copy_items), capacity, &mut Vec::new());
         assert!(
             truth || !copy_truth,
             "case {case}: the copy fits where the problem does not"
@@ -384,12 +377,7 @@ fn coalesced_copies_place_what_they_find_and_prove_nothing() {
                 .collect();
             let mut runs = portfolio_runs(&vs);
             runs.sort_by_key(|r| vs[r.variant].members.is_none());
-            let budget = ExactBudget {
-                max_nodes: 100_000,
-                deadline: None,
-                stop: None,
-            };
-            match portfolio(&arena, &vs, &prepared, &runs, &budget, None)
+            match portfolio(&arena, &vs, &prepared, &runs, &small_budget(), None)
                 .report
                 .outcome
             {
@@ -408,11 +396,7 @@ fn coalesced_copies_place_what_they_find_and_prove_nothing() {
             members: Some(c.members.clone()),
         };
         let p = Prepared::new(&variant.arena).expect("prepares");
-        let budget = ExactBudget {
-            max_nodes: 100_000,
-            deadline: None,
-            stop: None,
-        };
+        let budget = small_budget();
         let mut memo = ValleyMemo::new();
         let mut v = Valley::new(&variant.arena, &p, &budget, false, &mut memo).expect("applies");
         match v.run() {
