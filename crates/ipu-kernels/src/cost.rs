@@ -53,7 +53,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::program::{AmpOp, AmpProgram, OuterLoop};
 use crate::variant::Arithmetic;
-use crate::{AmpModel, Mode, Variant};
+use crate::{AmpModel, Mode, RowSize, Variant};
 
 /// The cost of one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -285,17 +285,22 @@ pub fn entry_code_instructions(variant: &Variant, _rows: u32, _mode: Mode) -> u6
         + u64::from(model.worker_code_instructions)
 }
 
-/// Code bytes of a variant's object: the static instruction count of its
-/// four entry programs times the instruction size (closed form).
+/// Code bytes of one entry's block in the object: its static instruction
+/// count times the instruction size (closed form). Each entry is a block
+/// of its own, so a tile's code holds the blocks it calls.
+pub fn entry_code_bytes(variant: &Variant, size: RowSize, mode: Mode) -> u32 {
+    let instructions = entry_code_instructions(variant, variant.rows(size), mode);
+    u32::try_from(instructions.saturating_mul(u64::from(variant.model().instruction_bytes)))
+        .unwrap_or(u32::MAX)
+}
+
+/// Code bytes of a variant's object: its four entries' blocks.
 pub fn code_bytes(variant: &Variant) -> u32 {
-    let model = variant.model();
-    let instructions = variant
+    variant
         .entry_points()
         .iter()
-        .map(|e| entry_code_instructions(variant, e.rows, e.mode))
-        .fold(0u64, u64::saturating_add);
-    u32::try_from(instructions.saturating_mul(u64::from(model.instruction_bytes)))
-        .unwrap_or(u32::MAX)
+        .map(|e| entry_code_bytes(variant, e.size, e.mode))
+        .fold(0u32, u32::saturating_add)
 }
 
 #[cfg(test)]

@@ -47,8 +47,8 @@ mod verify;
 pub use cache::KernelCache;
 pub use check::{CheckError, check_program};
 pub use cost::{
-    CycleEstimate, code_bytes, entry_code_instructions, estimate_cycles, peak_macs_per_cycle,
-    program_cycles,
+    CycleEstimate, code_bytes, entry_code_bytes, entry_code_instructions, estimate_cycles,
+    peak_macs_per_cycle, program_cycles,
 };
 pub use emulate::{
     EmulateOptions, EmulationStats, KernelArgs, PreparedProgram, ProductTables, Rounding, emulate,

@@ -116,6 +116,38 @@ pub struct GemmEntry {
     pub accumulate: bool,
 }
 
+impl GemmEntry {
+    /// The entry's index among its object's four, in the order of
+    /// [`ipu_kernels::Variant::entry_points`]: small initialise, small
+    /// accumulate, large initialise, large accumulate.
+    pub fn index(self) -> usize {
+        usize::from(self.large) * 2 + usize::from(self.accumulate)
+    }
+
+    /// The entry at `index` (the inverse of [`GemmEntry::index`] on 0..4).
+    pub fn from_index(index: usize) -> GemmEntry {
+        GemmEntry {
+            large: index >= 2,
+            accumulate: index % 2 == 1,
+        }
+    }
+
+    /// The entry's row count and mode.
+    pub fn parts(self) -> (ipu_kernels::RowSize, ipu_kernels::Mode) {
+        let size = if self.large {
+            ipu_kernels::RowSize::Large
+        } else {
+            ipu_kernels::RowSize::Small
+        };
+        let mode = if self.accumulate {
+            ipu_kernels::Mode::Accumulate
+        } else {
+            ipu_kernels::Mode::Initialise
+        };
+        (size, mode)
+    }
+}
+
 /// A [`Codelet::Zero`] without a run count writes one run.
 fn one_run() -> u32 {
     1

@@ -15,7 +15,7 @@ use super::exchange::StepShape;
 use crate::package::PackagePhase;
 use crate::package::TileSupport;
 use crate::phases::TileTraffic;
-use crate::program::{Codelet, Program, WalkEvent};
+use crate::program::{Codelet, GemmEntry, Program, WalkEvent};
 use ipu_kernels::Variant;
 
 /// The sizes of one plan's tile code, and the figures to reserve by.
@@ -259,25 +259,35 @@ fn codelet_words(c: &Codelet) -> u32 {
     }
 }
 
-/// Kernel code bytes per tile: every distinct variant a tile calls.
+/// Kernel code bytes per tile: the block of every distinct kernel entry a
+/// tile calls. An object's entries are blocks of their own (see
+/// `ipu_kernels::entry_code_bytes`), so a tile links only those it calls:
+/// a tile whose shard is the long one never holds the short entries, and
+/// one that only initialises an output never holds the accumulating ones.
 fn kernel_code(program: &Program, variants: &[Variant], tiles: u32) -> Vec<u32> {
-    let mut used: Vec<Vec<usize>> = vec![Vec::new(); tiles as usize];
+    let mut used: Vec<Vec<(usize, GemmEntry)>> = vec![Vec::new(); tiles as usize];
     for event in program.walk() {
         let WalkEvent::Compute(step, _) = event else {
             continue;
         };
         for (tile, c) in &step.calls {
-            if let Codelet::Gemm { kernel, .. } = c
+            if let Codelet::Gemm { kernel, entry, .. } = c
                 && let Some(u) = used.get_mut(tile.index())
-                && !u.contains(&kernel.index())
+                && !u.contains(&(kernel.index(), *entry))
             {
-                u.push(kernel.index());
+                u.push((kernel.index(), *entry));
             }
         }
     }
-    // A variant's code size is costed once, not once per tile calling it.
-    let bytes: Vec<u32> = variants.iter().map(ipu_kernels::code_bytes).collect();
     used.iter()
-        .map(|u| u.iter().filter_map(|&k| bytes.get(k)).sum())
+        .map(|u| {
+            u.iter()
+                .filter_map(|&(k, entry)| {
+                    let (size, mode) = entry.parts();
+                    let variant = variants.get(k)?;
+                    Some(ipu_kernels::entry_code_bytes(variant, size, mode))
+                })
+                .fold(0u32, u32::saturating_add)
+        })
         .collect()
 }

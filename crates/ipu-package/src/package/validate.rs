@@ -101,6 +101,19 @@ pub enum ValidationError {
         /// Tiles of the package.
         tiles: u32,
     },
+    /// A tile calls kernel entries whose code blocks take more than the
+    /// kernel code its support memory counts.
+    #[error(
+        "{tile}: its support memory counts {counted} bytes of kernel code, but the kernel entries it calls take {needed}"
+    )]
+    KernelCode {
+        /// The tile.
+        tile: TileId,
+        /// Kernel code bytes its support counts.
+        counted: u32,
+        /// Code bytes of the entries it calls.
+        needed: u64,
+    },
     /// A tile's support memory is not inside the code region, or uses more
     /// than it reserves.
     #[error(

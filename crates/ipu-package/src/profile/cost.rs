@@ -45,8 +45,8 @@
 //! the closed form and the cycles recorded in `kernel.json`.
 
 use ipu_kernels::{
-    AmpModel, CycleEstimate, KernelMetadata, Mode, RowSize, Variant, estimate_cycles,
-    program_cycles, programs_from_object,
+    AmpModel, CycleEstimate, KernelMetadata, Variant, estimate_cycles, program_cycles,
+    programs_from_object,
 };
 use ipu_layout::Precision;
 use ipu_target::{Target, VectorSpec};
@@ -736,25 +736,6 @@ pub struct KernelCosts {
     kernels: Vec<(Variant, [CycleEstimate; 4])>,
 }
 
-/// The index of an entry in a kernel's four entries.
-pub(crate) fn entry_index(entry: GemmEntry) -> usize {
-    usize::from(entry.large) * 2 + usize::from(entry.accumulate)
-}
-
-fn entry_of(index: usize) -> (RowSize, Mode) {
-    let size = if index >= 2 {
-        RowSize::Large
-    } else {
-        RowSize::Small
-    };
-    let mode = if index % 2 == 1 {
-        Mode::Accumulate
-    } else {
-        Mode::Initialise
-    };
-    (size, mode)
-}
-
 impl KernelCosts {
     /// The costs of `package`'s kernels: each kernel's variant is rebuilt
     /// from its `kernel.json` with the AMP model of the package's target,
@@ -772,7 +753,7 @@ impl KernelCosts {
         for k in &package.kernels {
             let variant = kernel_variant(k, &model)?;
             let estimates = std::array::from_fn(|i| {
-                let (size, mode) = entry_of(i);
+                let (size, mode) = GemmEntry::from_index(i).parts();
                 estimate_cycles(&variant, variant.rows(size), mode)
             });
             kernels.push((variant, estimates));
@@ -799,7 +780,7 @@ impl KernelCosts {
                     kernel,
                     kernels: self.kernels.len(),
                 })?;
-        let (size, _) = entry_of(entry_index(entry));
+        let (size, _) = entry.parts();
         let expected = variant.rows(size);
         if rows != expected {
             return Err(ProfileError::GemmRows {
@@ -808,7 +789,7 @@ impl KernelCosts {
                 expected,
             });
         }
-        Ok(estimates[entry_index(entry)])
+        Ok(estimates[entry.index()])
     }
 
     /// Every kernel's variant and entry estimates, in program order.

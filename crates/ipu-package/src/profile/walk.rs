@@ -10,8 +10,8 @@ use ipu_layout::{EntityId, Precision, TileId};
 use rayon::prelude::*;
 
 use super::cost::{
-    CODELET_KINDS, KernelCosts, VectorModel, Work, check_kernels, codelet_work, entry_index,
-    kind_index, work_floor,
+    CODELET_KINDS, KernelCosts, VectorModel, Work, check_kernels, codelet_work, kind_index,
+    work_floor,
 };
 use super::{
     CodeletProfile, EntryProfile, ExchangeStep, KernelProfile, KindCycles, OpKindProfile,
@@ -391,7 +391,7 @@ impl Walker<'_> {
             if let Codelet::Gemm { kernel, entry, .. } = c
                 && let Some(e) = self.entry_calls.get_mut(kernel.as_u32() as usize)
             {
-                e[entry_index(*entry)] = e[entry_index(*entry)].saturating_add(runs);
+                e[entry.index()] = e[entry.index()].saturating_add(runs);
             }
         }
         let (busiest, work) = busiest_of(&per_tile);

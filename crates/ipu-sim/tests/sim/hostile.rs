@@ -594,6 +594,30 @@ fn a_copied_object_of_another_kernel_is_refused() {
 }
 
 #[test]
+fn a_tile_whose_support_counts_too_little_kernel_code_is_refused() {
+    // A tile holds the code of the kernel entries it calls; a support
+    // record that counts less than that would let data overlap the code.
+    let files = edited(|f| {
+        json(f, "placement.json", |p| {
+            let support = p["support"].as_array_mut().expect("support");
+            let tile = support
+                .iter_mut()
+                .find(|s| s["kernel_code_bytes"].as_u64().is_some_and(|b| b > 0))
+                .expect("a tile calling a kernel");
+            let bytes = tile["kernel_code_bytes"].as_u64().expect("bytes");
+            tile["kernel_code_bytes"] = Value::from(bytes - 4);
+        });
+    });
+    assert!(
+        problems(&files)
+            .iter()
+            .any(|e| matches!(e, ValidationError::KernelCode { .. })),
+        "{:?}",
+        problems(&files)
+    );
+}
+
+#[test]
 fn a_package_without_its_limits_reads_with_the_defaults() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("pkg");

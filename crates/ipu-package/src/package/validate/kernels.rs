@@ -8,28 +8,33 @@
 //! the headers alone.
 
 use ipu_kernels::{
-    AmpModel, GemmShape, Mode, ProgramHeader, Variant, check_program, programs_from_object,
+    AmpModel, GemmShape, Mode, ProgramHeader, RowSize, Variant, check_program, programs_from_object,
 };
 
 use super::{Errors, ValidationError};
 use crate::package::Package;
-use crate::program::GemmKernel;
+use crate::program::{GemmEntry, GemmKernel};
 
-/// Per kernel spec, the header of each entry's program (indexed like
+/// One entry's program, as the step checks need it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct EntryProgram {
+    /// The program's header.
+    pub header: ProgramHeader,
+    /// The bytes of its code block in the code-size model, which a tile
+    /// calling the entry holds in its support memory.
+    pub code_bytes: u64,
+}
+
+/// Per kernel spec, each entry's program (indexed like
 /// `PackageKernel::entries`), when it checked.
-pub(super) type KernelPrograms = Vec<[Option<ProgramHeader>; 4]>;
+pub(super) type KernelPrograms = Vec<[Option<EntryProgram>; 4]>;
 
 /// The rows and mode of entry `index` of `spec`.
 fn entry(spec: &GemmKernel, index: usize) -> (u32, Mode) {
-    let rows = if index >= 2 {
-        spec.rows_large
-    } else {
-        spec.rows_small
-    };
-    let mode = if index % 2 == 1 {
-        Mode::Accumulate
-    } else {
-        Mode::Initialise
+    let (size, mode) = GemmEntry::from_index(index).parts();
+    let rows = match size {
+        RowSize::Large => spec.rows_large,
+        RowSize::Small => spec.rows_small,
     };
     (rows, mode)
 }
@@ -103,7 +108,14 @@ pub(super) fn check(package: &Package, errors: &mut Errors) -> KernelPrograms {
                     }
                 };
             match check_program(&variant, rows, mode, program) {
-                Ok(()) => headers[index] = Some(*h),
+                Ok(()) => {
+                    headers[index] = Some(EntryProgram {
+                        header: *h,
+                        code_bytes: program
+                            .code_instructions(&model)
+                            .saturating_mul(u64::from(model.instruction_bytes)),
+                    })
+                }
                 Err(problems) => errors.push(ValidationError::KernelCheck {
                     kernel: k.name.clone(),
                     symbol: symbol.clone(),

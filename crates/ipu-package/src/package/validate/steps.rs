@@ -52,6 +52,8 @@ struct StepCheck<'a> {
     /// The substitution tables of the repeats around the current step,
     /// outermost first.
     tables: Vec<HashMap<BufferId, &'a [BufferId]>>,
+    /// Per tile, the kernel entries it calls (kernel and entry index).
+    entries: Vec<Vec<(usize, usize)>>,
 }
 
 /// Checks the steps; returns how each phase is used when nothing failed.
@@ -71,13 +73,39 @@ pub(super) fn check(
         work: Work::default(),
         phases: Vec::new(),
         tables: Vec::new(),
+        entries: vec![Vec::new(); tiles as usize],
     };
     let finished = walk.steps(&package.program);
+    if finished {
+        walk.kernel_code();
+    }
     let phases = walk.phases;
     (finished && errors.is_empty()).then_some(phases)
 }
 
 impl<'a> StepCheck<'a> {
+    /// Each tile's support memory must count the code of every kernel
+    /// entry the tile calls (a tile holds the blocks it calls, see
+    /// `ipu_kernels::entry_code_bytes`).
+    fn kernel_code(&mut self) {
+        let support = &self.package.placement.support;
+        for (t, used) in self.entries.iter().enumerate() {
+            let needed = used
+                .iter()
+                .filter_map(|&(k, e)| self.programs.get(k)?.get(e)?.as_ref())
+                .map(|p| p.code_bytes)
+                .fold(0u64, u64::saturating_add);
+            let counted = support.get(t).map_or(0, |s| s.kernel_code_bytes);
+            if needed > u64::from(counted) {
+                self.errors.push(ValidationError::KernelCode {
+                    tile: TileId::from_u32(t as u32),
+                    counted,
+                    needed,
+                });
+            }
+        }
+    }
+
     /// Adds `amount` run `times` times to a total; `false` (with the error
     /// recorded) when the total passes its limit.
     fn add(&mut self, what: &'static str, amount: u64, times: u64) -> bool {
@@ -392,8 +420,8 @@ impl<'a> StepCheck<'a> {
         spans: &[Option<(u64, u64)>],
         resolve: &dyn Fn(BufferId) -> BufferId,
     ) {
-        let index = usize::from(entry.large) * 2 + usize::from(entry.accumulate);
-        let Some(h) = self
+        let index = entry.index();
+        let Some(program) = self
             .programs
             .get(kernel.index())
             .and_then(|e| e.get(index))
@@ -403,6 +431,12 @@ impl<'a> StepCheck<'a> {
             // The kernel check has reported it.
             return;
         };
+        if let Some(used) = self.entries.get_mut(tile.index())
+            && !used.contains(&(kernel.index(), index))
+        {
+            used.push((kernel.index(), index));
+        }
+        let h = program.header;
         let p = &self.package.program;
         let kernel_name = self
             .package
