@@ -262,6 +262,11 @@ pub struct VectorSpec {
     /// column of ones in its weights): subtracting the maximum and
     /// storing, per vector of F16 exponentials besides the exponential.
     pub softmax_store_instructions_per_vector: u32,
+    /// The same softmax, per vector of a row past its keys (the padding
+    /// the values' product reads as zeros), and once more for a last
+    /// vector the keys fill only in part: storing zeros, or clearing the
+    /// lanes past the keys (the exponential of a padded score is not 0).
+    pub softmax_tail_instructions_per_vector: u32,
     /// A transpose into AMP panels, per group of four source rows.
     pub transpose_group_instructions: u32,
     /// The same transpose, per four-by-four block of 16-bit elements.

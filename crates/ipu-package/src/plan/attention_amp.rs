@@ -185,11 +185,14 @@ fn block_row_bytes(a: &AttentionShape, blocks: Precision, sums_in_blocks: bool) 
 }
 
 /// Largest blocks of a grid: `(query rows, key rows padded to KEY_BLOCK,
-/// key rows holding data)`.
+/// key rows holding data)`. The keys are split as evenly as the rows
+/// allow and each block padded on its own (the layouts' `key_rows`), so
+/// that no block carries more keys than it must: the softmax and the
+/// panels' exchange read the keys, the products their padded blocks.
 fn blocks(a: &AttentionShape, grid: AttentionGrid) -> (u64, u64, u64) {
     let rq = a.tq.div_ceil(u64::from(grid.gq.max(1)));
-    let rk = a.tk.div_ceil(KEY_BLOCK).div_ceil(u64::from(grid.s.max(1))) * KEY_BLOCK;
-    (rq, rk, rk.min(a.tk))
+    let rk_data = a.tk.div_ceil(u64::from(grid.s.max(1)));
+    (rq, rk_data.next_multiple_of(KEY_BLOCK), rk_data)
 }
 
 /// Whether an attention can run on the AMP: F16 queries, keys and values,
@@ -349,6 +352,7 @@ impl<'a> AmpAttentionScorer<'a> {
             let softmax = vector.cycles(&Work::AttentionSoftmax {
                 rows: r,
                 columns: rk,
+                keys: rk_data,
                 score_lanes: vector.lanes(self.scores),
                 prob_lanes: vector.lanes(Precision::F16),
                 unscaled: a.score_scale() == 1.0,
@@ -612,7 +616,9 @@ pub fn amp_attention_layouts(
     block_heads.shard_padding_multiple = KEY_BLOCK as u32;
     let batch = |axis: u32| split(Axis::FromStart(axis), pb, 1, st_b);
     let query_rows = |axis: u32| split(Axis::FromStart(axis), gq, 1, st_q);
-    let key_rows = split(Axis::FromStart(1), s, KEY_BLOCK, st_kv);
+    // Even key blocks, each padded to whole AMP blocks (`blocks`).
+    let mut key_rows = split(Axis::FromStart(1), s, 1, st_kv);
+    key_rows.shard_padding_multiple = KEY_BLOCK as u32;
     let q = tensor_type(
         &[a.batch, a.tq, a.hidden],
         Precision::F16,

@@ -20,7 +20,7 @@
 //! | attention block | query rows | `attention_row_instructions + kv × ⌈d / dot_macs⌉ + vectors of kv scores × exp + kv × ⌈d / axpy_macs⌉` |
 //! | attention combine, F32 blocks | query rows | `attention_row_instructions + blocks × (exp + ⌈d / axpy_macs⌉) + ⌈d / axpy_macs⌉` |
 //! | attention combine, F16 blocks (in F16) | query rows | `attention_row_instructions + blocks × (exp + vectors of d × combine_f16) + vectors of d × add` |
-//! | attention softmax | query rows | `attention_row_instructions + vectors of a row's scores × (softmax_scale, or softmax_max where the queries carry the scale) + vectors of its F16 probabilities × (exp + softmax_sum, or softmax_store where the AMP sums the row)` |
+//! | attention softmax | query rows | `attention_row_instructions + vectors of a row's key scores × (softmax_scale, or softmax_max where the queries carry the scale) + vectors of its keys' F16 probabilities × (exp + softmax_sum, or softmax_store where the AMP sums the row) + (vectors past the keys, and a part-filled last vector of each) × softmax_tail` |
 //! | panels, transposed | groups of 4 source rows | `transpose_group + ⌈out_rows / 4⌉ × transpose_block` |
 //! | panels, not transposed | groups of 4 rows | `transpose_group + 4 × ⌈2 · out_cols / copy_bytes⌉` |
 //! | zero, on-tile copy | `copy_bytes_per_instruction` bytes | 1 |
@@ -142,9 +142,11 @@ pub enum Work {
     AttentionSoftmax {
         /// Query rows.
         rows: u64,
-        /// Columns of each row read and written (keys and the zeros after
-        /// them).
+        /// Columns of each row written (keys and the zeros after them).
         columns: u64,
+        /// Keys of each row: the scores read and the exponentials taken
+        /// (at most `columns`).
+        keys: u64,
         /// Scores per vector (F32 or F16 scores).
         score_lanes: u32,
         /// Probabilities per vector (F16).
@@ -292,6 +294,9 @@ impl VectorModel {
         let w = self.workers;
         let per = |units: u64| units.div_ceil(w);
         let vectors = |elements: u64, lanes: u32| elements.div_ceil(u64::from(lanes.max(1)));
+        // 1 where the last of `elements`' vectors is filled only in part.
+        let part_filled =
+            |elements: u64, lanes: u32| u64::from(elements % u64::from(lanes.max(1)) != 0);
         let dot = u64::from(s.dot_macs_per_instruction.max(1));
         let axpy = u64::from(s.axpy_macs_per_instruction.max(1));
         let exp = u64::from(s.exp_instructions_per_vector);
@@ -403,25 +408,44 @@ impl VectorModel {
             Work::AttentionSoftmax {
                 rows,
                 columns,
+                keys,
                 score_lanes,
                 prob_lanes,
                 unscaled,
                 sums_on_amp,
             } => {
+                // The scores and exponentials of the keys only; past them
+                // the row is written as zeros (the padding the values'
+                // product reads), and a part-filled last vector of scores
+                // or probabilities is masked once.
+                let keys = keys.min(columns);
+                let tail_instructions = u64::from(s.softmax_tail_instructions_per_vector);
                 let per_scores = if unscaled {
                     s.softmax_max_instructions_per_vector
                 } else {
                     s.softmax_scale_instructions_per_vector
                 };
-                let scale = vectors(columns, score_lanes).saturating_mul(u64::from(per_scores));
+                let scale = vectors(keys, score_lanes)
+                    .saturating_mul(u64::from(per_scores))
+                    .saturating_add(
+                        part_filled(keys, score_lanes).saturating_mul(tail_instructions),
+                    );
                 let per_probs = if sums_on_amp {
                     s.softmax_store_instructions_per_vector
                 } else {
                     s.softmax_sum_instructions_per_vector
                 };
-                let sum = vectors(columns, prob_lanes)
+                let sum = vectors(keys, prob_lanes)
                     .saturating_mul(exp.saturating_add(u64::from(per_probs)));
-                per(rows).saturating_mul(row.saturating_add(scale).saturating_add(sum))
+                let lanes = u64::from(prob_lanes.max(1));
+                let tail = vectors(columns, prob_lanes)
+                    .saturating_sub(keys / lanes)
+                    .saturating_mul(tail_instructions);
+                per(rows).saturating_mul(
+                    row.saturating_add(scale)
+                        .saturating_add(sum)
+                        .saturating_add(tail),
+                )
             }
             Work::Panels {
                 out_rows,
@@ -536,13 +560,12 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
         }
         Work::AttentionSoftmax {
             rows,
-            columns,
+            keys,
             score_lanes,
             prob_lanes,
             ..
-        } => rows.saturating_mul(
-            vectors(columns, score_lanes).saturating_add(vectors(columns, prob_lanes)),
-        ),
+        } => rows
+            .saturating_mul(vectors(keys, score_lanes).saturating_add(vectors(keys, prob_lanes))),
         Work::Panels {
             out_rows, out_cols, ..
         } => {
@@ -657,6 +680,7 @@ pub fn codelet_work(
             scores,
             probs,
             rows,
+            columns,
             stride,
             scale,
             sum,
@@ -664,6 +688,7 @@ pub fn codelet_work(
         } => Work::AttentionSoftmax {
             rows: u64::from(*rows),
             columns: u64::from(*stride),
+            keys: u64::from(*columns),
             score_lanes: model.lanes(p(scores)),
             prob_lanes: model.lanes(p(probs)),
             unscaled: *scale == 1.0,

@@ -239,6 +239,7 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
     let softmax = |unscaled, sums_on_amp| Work::AttentionSoftmax {
         rows: 27,
         columns: 160,
+        keys: 160,
         score_lanes: 2,
         prob_lanes: 4,
         unscaled,
@@ -259,6 +260,38 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
     assert_eq!(
         v.cycles(&softmax(true, true)),
         60 + 6 * (15 + 5 * (30 + 80 + 40 * 5))
+    );
+    // With 146 keys in the 160 columns, only the keys' scores and
+    // exponentials are taken: 73 score vectors and 37 F16 vectors, the
+    // last of them filled in part, then 40 - 36 vectors of the row are
+    // written as zeros or masked (one instruction each).
+    let padded = Work::AttentionSoftmax {
+        rows: 27,
+        columns: 160,
+        keys: 146,
+        score_lanes: 2,
+        prob_lanes: 4,
+        unscaled: true,
+        sums_on_amp: true,
+    };
+    assert_eq!(
+        v.cycles(&padded),
+        60 + 6 * (15 + 5 * (30 + 73 + 37 * 5 + 4))
+    );
+    // F16 scores (four a vector): the last score vector is filled in part
+    // too, and its lanes past the keys are cleared before the maximum.
+    let f16_scores = Work::AttentionSoftmax {
+        rows: 27,
+        columns: 160,
+        keys: 146,
+        score_lanes: 4,
+        prob_lanes: 4,
+        unscaled: true,
+        sums_on_amp: true,
+    };
+    assert_eq!(
+        v.cycles(&f16_scores),
+        60 + 6 * (15 + 5 * (30 + (37 + 1) + 37 * 5 + 4))
     );
     // Its keys' transpose, 160 key rows of 72 (padded to 80) columns: 40
     // groups of 4 rows, 7 for the busiest worker, each 4 + 20 blocks x 4.
@@ -313,10 +346,11 @@ proptest! {
             ),
             (Work::Copy { bytes: lo }, Work::Copy { bytes: hi }),
             (
-                Work::AttentionSoftmax { rows, columns: lo % 5000, score_lanes: lanes, prob_lanes: 4, unscaled: lo % 2 == 0, sums_on_amp: lo % 3 == 0 },
+                Work::AttentionSoftmax { rows, columns: lo % 5000, keys: lo % 5000, score_lanes: lanes, prob_lanes: 4, unscaled: lo % 2 == 0, sums_on_amp: lo % 3 == 0 },
                 Work::AttentionSoftmax {
                     rows: rows + 1,
                     columns: hi % 5000 + lo % 5000,
+                    keys: hi % 5000 + lo % 5000,
                     score_lanes: lanes,
                     prob_lanes: 4,
                     unscaled: lo % 2 == 0,

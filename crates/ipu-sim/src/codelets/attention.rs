@@ -376,6 +376,7 @@ pub(super) fn softmax(
     Ok(counter.counted(Work::AttentionSoftmax {
         rows: maxima.len() as u64,
         columns: width as u64,
+        keys: cols as u64,
         score_lanes,
         prob_lanes,
         unscaled: scale == 1.0,

@@ -543,6 +543,7 @@ fn the_softmax_is_its_definition_bit_for_bit_with_zeros_after_the_keys() {
             Some(Work::AttentionSoftmax {
                 rows: u64::from(rows),
                 columns: u64::from(stride),
+                keys: u64::from(columns),
                 score_lanes: model.lanes(scores_precision),
                 prob_lanes: model.lanes(Precision::F16),
                 unscaled: scale == 1.0,
