@@ -496,3 +496,21 @@ fn each_activation_is_costed_by_its_own_figure_and_kind() {
         assert!(CODELET_KINDS.contains(&function.name()), "{function}");
     }
 }
+
+/// A call's entry names the object's entry at its index: the order of
+/// `Variant::entry_points` (short rows then long, each initialise then
+/// accumulate), which the profile, the validator and the support's code
+/// count all read through `GemmEntry`.
+#[test]
+fn gemm_entries_index_an_objects_entries_in_their_order() {
+    use ipu_kernels::{Mode, RowSize};
+    use ipu_package::program::GemmEntry;
+    let order = [RowSize::Small, RowSize::Large]
+        .into_iter()
+        .flat_map(|size| Mode::ALL.into_iter().map(move |mode| (size, mode)));
+    for (index, parts) in order.enumerate() {
+        let entry = GemmEntry::from_index(index);
+        assert_eq!(entry.index(), index);
+        assert_eq!(entry.parts(), parts, "entry {index}");
+    }
+}
