@@ -21,7 +21,7 @@ use smallvec::SmallVec;
 use crate::arena::{Arena, Item, Neighbours, for_each_gap, merge_intervals};
 use crate::bound::{TileBound, lower_bound};
 use crate::error::{FitFailure, LiveRange, Occupant, Verdict};
-use crate::exact::{ExactBudget, ExactOutcome, solve_exact};
+use crate::exact::{ExactBudget, ExactOutcome, solve_exact_deep};
 use crate::greedy::{GreedyFailure, GreedyStrategy, UNPLACED, greedy, peak_of, strategy_order};
 use crate::regions::{Split, split_between_windows};
 use crate::sections::Sections;
@@ -619,7 +619,11 @@ fn place_exact(
             deadline: None,
             stop: None,
         };
-        let report = solve_exact(&arena, budget.clone());
+        // On a thread of its own with a deep stack: the search recurses
+        // once per decision, and a tile's search can go deeper than a
+        // pool thread's stack (SigLIP b8 with `--alloc-effort 2000000`
+        // overflowed one).
+        let report = solve_exact_deep(&arena, budget.clone());
         let mut nodes = report.nodes;
         search = match report.outcome {
             ExactOutcome::Found(offsets) => {
@@ -648,7 +652,7 @@ fn place_exact(
         // kept if it happens to separate the partners anyway.
         let unknown = matches!(search, SearchEnd::Unknown { .. });
         if let Some(relaxed) = without_partners(&arena).filter(|_| unknown) {
-            let report = solve_exact(&relaxed, budget);
+            let report = solve_exact_deep(&relaxed, budget);
             nodes += report.nodes;
             match report.outcome {
                 ExactOutcome::Found(offsets) if separated(&arena, &offsets) => {

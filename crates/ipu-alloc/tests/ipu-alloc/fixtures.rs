@@ -122,3 +122,89 @@ fn a_tile_no_split_between_the_regions_fits_is_proved_impossible() {
     // Not a proof the lower bound could give: the bytes fit.
     assert!(live_bytes <= usable_bytes);
 }
+
+/// The placer's exact search recurses once per decision, so on a tile of
+/// hundreds of requests that no greedy pass places it goes deeper than a
+/// worker thread's stack may allow (SigLIP so400m at batch 8 with
+/// `--alloc-effort 2000000` overflowed a pool thread's stack). It runs on
+/// a thread of its own: `place_tile` succeeds here even when called from
+/// a thread with a 48 KiB stack (the search on it overflows without its
+/// own thread). The tile is a zero-slack guillotine cut
+/// of 200 requests into exactly 256 KiB of standard memory.
+#[test]
+fn the_exact_search_of_a_tile_does_not_need_its_callers_stack() {
+    use ipu_alloc::generate::zero_slack_grid;
+    use ipu_alloc::{Request, RequestId, Reservation, place_tile};
+    use ipu_layout::{MemoryClass, TileId};
+
+    let (grain, width) = (256u64, 256u64 << 10);
+    let (cut, _) = zero_slack_grid(7, 200, width, width, grain);
+    let map = MemoryMap::ipu21();
+    let ranges = map.class_ranges(MemoryClass::Ipu21Standard).to_vec();
+    let (start, end) = *ranges
+        .iter()
+        .find(|(s, e)| u64::from(e - s) >= width)
+        .expect("a standard range of 256 KiB");
+    let window_end = start + width as u32;
+    let mut reservations = vec![Reservation {
+        start: window_end,
+        end,
+        steps: None,
+        label: "outside the window".into(),
+    }];
+    for &(s, e) in ranges.iter().filter(|&&r| r != (start, end)) {
+        reservations.push(Reservation {
+            start: s,
+            end: e,
+            steps: None,
+            label: "outside the window".into(),
+        });
+    }
+    let requests = cut
+        .buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Request {
+            id: RequestId::from_u32(i as u32),
+            class: MemoryClass::Ipu21Standard,
+            bytes: b.size as u32,
+            alignment: 8,
+            first_step: (b.lower / grain) as u32,
+            last_step: (b.upper / grain) as u32 - 1,
+            separate_from: Default::default(),
+        })
+        .collect();
+    let tile = TileProblem {
+        tile: TileId::from_u32(0),
+        reservations,
+        requests,
+    };
+    let requests = tile.requests.clone();
+    let placed = std::thread::Builder::new()
+        .stack_size(48 << 10)
+        .spawn(move || {
+            place_tile(&tile, &map, &PlaceConfig::default()).map_err(|f| format!("{:?}", f.verdict))
+        })
+        .expect("a thread")
+        .join()
+        .expect("the placer returns");
+    let placed = placed.expect("the cut places");
+    assert!(
+        matches!(placed.method(), PlaceMethod::Exact { .. }),
+        "{:?}",
+        placed.method()
+    );
+    // Inside the window, and no two requests live together overlap.
+    let at: Vec<(u64, &Request)> = requests
+        .iter()
+        .map(|r| (u64::from(placed.address(r.id).expect("placed")), r))
+        .collect();
+    for (i, &(a, r)) in at.iter().enumerate() {
+        assert!(a >= u64::from(start) && a + u64::from(r.bytes) <= u64::from(window_end));
+        for &(b, s) in &at[i + 1..] {
+            let together = r.first_step <= s.last_step && s.first_step <= r.last_step;
+            let apart = a + u64::from(r.bytes) <= b || b + u64::from(s.bytes) <= a;
+            assert!(!together || apart, "{:?} and {:?} overlap", r.id, s.id);
+        }
+    }
+}
