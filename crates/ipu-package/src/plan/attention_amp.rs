@@ -391,7 +391,11 @@ impl<'a> AmpAttentionScorer<'a> {
         let held = rq * dp * 2 + rk * dp * 2 + dp * rk * 2;
         let panels = held + 2 * rk * d * 2;
         // F16 probabilities, in a buffer of their own unless over the scores.
-        let probs = if probs_over_scores(self.scores) { 0 } else { 2 };
+        let probs = if probs_over_scores(self.scores) {
+            0
+        } else {
+            Precision::F16.element_bytes()
+        };
         let scratch = pass * rk * (self.scores.element_bytes() + probs);
         let gathered = if grid.s > 1 {
             let fine =
