@@ -4,7 +4,9 @@
 //!
 //! `search.rs` holds one depth-first run over canonical placements and the
 //! rules that prune it; `prepare.rs` the static data a run needs; `stack.rs`
-//! fixes the items live throughout at the bottom first; `valley.rs` a
+//! fixes the items live throughout at the bottom first; `parts.rs` then
+//! splits the arena in time where no free item crosses a section boundary,
+//! and runs the portfolio on each part; `valley.rs` a
 //! second complete search for arenas full in every section (and, with
 //! holes, for those with slack), which branches in any valley of the
 //! skyline rather than at the lowest level; `coalesce.rs` a heuristic
@@ -22,6 +24,7 @@
 //! again what an earlier run proved.
 
 mod coalesce;
+mod parts;
 mod prepare;
 mod search;
 mod stack;
@@ -284,7 +287,9 @@ fn variants(arena: &Arena) -> Vec<Variant> {
 
 /// Runs the exact search on `arena` within `budget`.
 pub(crate) fn solve_exact(arena: &Arena, budget: ExactBudget) -> ExactReport {
-    with_lifelong_stacked(arena, budget, solve_portfolio)
+    with_lifelong_stacked(arena, budget, |a, b| {
+        parts::solve_in_parts(a, b, &solve_portfolio)
+    })
 }
 
 /// Runs `solve` on `arena` with its lifelong items stacked at the bottom
@@ -366,7 +371,9 @@ pub(crate) fn solve_exact_deep(arena: &Arena, budget: ExactBudget) -> ExactRepor
 /// by the deadline before reaching the winning position leaves the answer
 /// unknown rather than risk another one.
 pub(crate) fn solve_exact_parallel(arena: &Arena, budget: ExactBudget) -> ExactReport {
-    with_lifelong_stacked(arena, budget, solve_portfolio_parallel)
+    with_lifelong_stacked(arena, budget, |a, b| {
+        parts::solve_in_parts(a, b, &solve_portfolio_parallel)
+    })
 }
 
 /// The portfolio on two threads.
