@@ -52,32 +52,43 @@ fn time_parts(arena: &Arena) -> Option<Vec<Part>> {
         return None;
     }
     let sections = arena.sections as usize;
-    // crossing[b]: free live items live in sections b - 1 and b.
-    let mut crossing = vec![0u32; sections + 1];
-    let mut busy = vec![false; sections];
+    // By differences, in time linear in items and sections: crossing[b]
+    // counts the free live items live in sections b - 1 and b, live[s]
+    // those live in section s.
+    let mut crossing = vec![0i64; sections + 1];
+    let mut live = vec![0i64; sections + 1];
     for it in arena
         .items
         .iter()
         .filter(|it| it.fixed.is_none() && it.live())
     {
         let (s, e) = (it.start as usize, (it.end as usize).min(sections));
-        for c in crossing.iter_mut().take(e).skip(s + 1) {
-            *c += 1;
+        if s >= e {
+            continue;
         }
-        for b in busy.iter_mut().take(e).skip(s) {
-            *b = true;
-        }
+        crossing[s + 1] += 1;
+        crossing[e] -= 1;
+        live[s] += 1;
+        live[e] -= 1;
     }
     // Runs of sections between uncrossed boundaries that hold a free item.
     let mut runs: Vec<(u32, u32)> = Vec::new();
-    let mut start = 0;
-    for b in 1..=sections {
-        if b == sections || crossing[b] == 0 {
-            if busy[start..b].iter().any(|&x| x) {
-                runs.push((start as u32, b as u32));
+    let (mut start, mut crossed, mut alive, mut busy) = (0, 0i64, 0i64, false);
+    for b in 0..sections {
+        if b > 0 {
+            crossed += crossing[b];
+            if crossed == 0 {
+                if busy {
+                    runs.push((start as u32, b as u32));
+                }
+                (start, busy) = (b, false);
             }
-            start = b;
         }
+        alive += live[b];
+        busy |= alive > 0;
+    }
+    if busy {
+        runs.push((start as u32, sections as u32));
     }
     if runs.len() < 2 {
         return None;
@@ -181,10 +192,11 @@ pub(super) fn solve_in_parts(
 
 #[cfg(test)]
 mod tests {
-    use super::{solve_in_parts, time_parts};
+    use super::{Part, solve_in_parts, time_parts};
     use crate::csv::{CsvBuffer, CsvProblem};
     use crate::exact::{ExactBudget, ExactOutcome, solve_portfolio};
     use crate::generate::zero_slack_grid;
+    use ipu_layout::rng::SplitMix64;
 
     fn buffer(id: usize, lower: u64, upper: u64, size: u64, offset: Option<u64>) -> CsvBuffer {
         CsvBuffer {
@@ -267,6 +279,61 @@ mod tests {
         let mut joined = problem.clone();
         joined.buffers.push(buffer(5, 4, 12, 8, None));
         assert!(time_parts(&joined.arena(64)).is_none());
+    }
+
+    #[test]
+    fn random_arenas_split_exactly_at_the_uncrossed_boundaries() {
+        let mut rng = SplitMix64::new(52);
+        for case in 0..200 {
+            let n = 1 + rng.below(12) as usize;
+            let buffers: Vec<CsvBuffer> = (0..n)
+                .map(|i| {
+                    let lower = rng.below(30);
+                    let upper = lower + rng.below(8);
+                    let fixed = (rng.below(5) == 0).then_some(0);
+                    buffer(i, lower, upper, 1 + rng.below(16), fixed)
+                })
+                .collect();
+            let problem = CsvProblem { buffers };
+            let arena = problem.arena(1 << 10);
+            let free_live: Vec<usize> = (0..arena.items.len())
+                .filter(|&i| arena.items[i].fixed.is_none() && arena.items[i].live())
+                .collect();
+            // The parts by brute force: free live items in start order,
+            // a new part wherever one starts at or after every earlier
+            // one's end.
+            let mut lives: Vec<(u32, u32)> = free_live
+                .iter()
+                .map(|&i| (arena.items[i].start, arena.items[i].end))
+                .collect();
+            lives.sort_unstable();
+            let mut groups = 0;
+            let mut reach = 0;
+            for (i, &(s, e)) in lives.iter().enumerate() {
+                if i == 0 || s >= reach {
+                    groups += 1;
+                }
+                reach = reach.max(e);
+            }
+            match time_parts(&arena) {
+                None => assert!(groups <= 1, "case {case}"),
+                Some(parts) => {
+                    assert_eq!(parts.len(), groups, "case {case}");
+                    // Every free live item in exactly one part, whole.
+                    for &i in &free_live {
+                        let holders: Vec<&Part> = parts
+                            .iter()
+                            .filter(|p| p.items.contains(&(i as u32)))
+                            .collect();
+                        assert_eq!(holders.len(), 1, "case {case}, item {i}");
+                        let k = holders[0].items.iter().position(|&x| x == i as u32);
+                        let piece = &holders[0].arena.items[k.expect("held")];
+                        let whole = &arena.items[i];
+                        assert_eq!(piece.end - piece.start, whole.end - whole.start);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
