@@ -19,8 +19,9 @@
 //! prints the figures the allocator is judged by: a table per class of the
 //! exact search's zero-slack and near-zero-slack instances (`generate::
 //! exact_classes`: verdict, wall and CPU time, nodes and where the search's
-//! nodes failed, and the valley search's own nodes, of which eight count
-//! as one in the nodes column) and a summary of fits / proved impossible /
+//! nodes failed, the valley search's own nodes, of which eight count
+//! as one in the nodes column, and the buffers of the largest part the
+//! search split the problem into in time, `-` where it did not) and a summary of fits / proved impossible /
 //! unknown per class, then per ML-shaped trace (bound, achieved, ratio,
 //! time), and the time to place a SigLIP-scale whole-chip problem. `--write DIR` also writes the suites'
 //! instances as CSV files, so other solvers can run on them. Build with
@@ -369,7 +370,7 @@ struct ClassVerdicts {
 fn exact_class(class: &SuiteClass, timeout: Duration) -> Result<ClassVerdicts, String> {
     println!("## {}: {}", class.name, class.about);
     println!(
-        "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9} {:>7} {:>11} {:>5}  failed by: valley release memo no-child dominance section cut; closed; valley-search nodes",
+        "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9} {:>7} {:>11} {:>5}  failed by: valley release memo no-child dominance section cut; closed; valley-search nodes; largest part",
         "instance", "buffers", "capacity", "bound", "result", "wall_ms", "cpu_ms", "nodes", "runs"
     );
     let mut v = ClassVerdicts::default();
@@ -407,7 +408,7 @@ fn exact_class(class: &SuiteClass, timeout: Duration) -> Result<ClassVerdicts, S
         }
         let s = out.search;
         println!(
-            "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9.1} {:>7} {:>11} {:>5}  {} {} {} {} {} {} {}; {}; {}",
+            "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9.1} {:>7} {:>11} {:>5}  {} {} {} {} {} {} {}; {}; {}; {}",
             inst.name,
             inst.problem.buffers.len(),
             inst.capacity,
@@ -425,7 +426,12 @@ fn exact_class(class: &SuiteClass, timeout: Duration) -> Result<ClassVerdicts, S
             s.section,
             s.cut,
             s.closed,
-            s.local
+            s.local,
+            if s.largest_part == 0 {
+                "-".to_owned()
+            } else {
+                s.largest_part.to_string()
+            }
         );
     }
     println!(

@@ -153,6 +153,9 @@ pub struct SearchStats {
     /// Nodes of the valley-local search (`valley.rs`), included in the
     /// total.
     pub local: u64,
+    /// Free items of the largest part searched whole where the search
+    /// split the problem in time (`parts.rs`); 0 where it did not.
+    pub largest_part: u64,
 }
 
 impl SearchStats {
@@ -170,6 +173,7 @@ impl SearchStats {
         self.closed += o.closed;
         self.cut += o.cut;
         self.local += o.local;
+        self.largest_part = self.largest_part.max(o.largest_part);
     }
 }
 

@@ -115,7 +115,7 @@ fn time_parts(arena: &Arena) -> Option<Vec<Part>> {
         })
         .collect();
     for (i, it) in arena.items.iter().enumerate() {
-        let id = i as u32;
+        let id = u32::try_from(i).ok()?;
         if !it.live() {
             if it.fixed.is_none() {
                 push(&mut parts[0], id, it, 0, 0);
@@ -180,6 +180,15 @@ pub(super) fn solve_in_parts(
         let report = with_lifelong_stacked(&part.arena, left, |a, b| solve_in_parts(a, b, solve));
         nodes = nodes.saturating_add(report.nodes);
         stats.add(&report.stats);
+        // The part itself, unless it was split again.
+        if report.stats.largest_part == 0 {
+            let free = part
+                .items
+                .iter()
+                .filter(|&&id| arena.items[id as usize].fixed.is_none())
+                .count();
+            stats.largest_part = stats.largest_part.max(free as u64);
+        }
         match report.outcome {
             ExactOutcome::Found(found) => {
                 for (&id, &at) in part.items.iter().zip(&found) {
@@ -363,6 +372,9 @@ mod tests {
             };
             problem.check(1 << 20, &offsets).expect("checked placement");
             assert!(report.nodes <= budget().max_nodes);
+            // The largest part searched whole lies within one cut.
+            let largest = report.stats.largest_part;
+            assert!((1..=200).contains(&largest), "seed {seed}: {largest}");
         }
     }
 
