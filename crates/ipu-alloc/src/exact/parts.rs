@@ -99,21 +99,24 @@ fn time_parts(arena: &Arena) -> Option<Vec<Part>> {
     if runs.len() < 2 {
         return None;
     }
+    // An arena without a time per section boundary is left whole.
     let mut parts: Vec<Part> = runs
         .iter()
-        .map(|&(lo, hi)| Part {
-            arena: Arena {
+        .map(|&(lo, hi)| {
+            Some(Part {
+                arena: Arena {
+                    items: Vec::new(),
+                    sections: hi - lo,
+                    times: arena.times.get(lo as usize..=hi as usize)?.to_vec(),
+                    window_sets: arena.window_sets.clone(),
+                    elements: arena.elements.clone(),
+                    base: arena.base,
+                    limit: arena.limit,
+                },
                 items: Vec::new(),
-                sections: hi - lo,
-                times: arena.times[lo as usize..=hi as usize].to_vec(),
-                window_sets: arena.window_sets.clone(),
-                elements: arena.elements.clone(),
-                base: arena.base,
-                limit: arena.limit,
-            },
-            items: Vec::new(),
+            })
         })
-        .collect();
+        .collect::<Option<_>>()?;
     for (i, it) in arena.items.iter().enumerate() {
         let id = u32::try_from(i).ok()?;
         if !it.live() {
