@@ -19,12 +19,14 @@
 //! prints the figures the allocator is judged by: a table per class of the
 //! exact search's zero-slack and near-zero-slack instances (`generate::
 //! exact_classes`: verdict, wall and CPU time, nodes and where the search's
-//! nodes failed, the valley search's own nodes, of which eight count
-//! as one in the nodes column, and the buffers of the largest part the
-//! search split the problem into in time, `-` where it did not) and a summary of fits / proved impossible /
-//! unknown per class, then per ML-shaped trace (bound, achieved, ratio,
-//! time), and the time to place a SigLIP-scale whole-chip problem. `--write DIR` also writes the suites'
-//! instances as CSV files, so other solvers can run on them. Build with
+//! nodes failed, the valley search's own nodes, of which eight count as
+//! one in the nodes column, and the buffers of the largest part it
+//! searched on its own where it split the problem in time, `-` where it
+//! did not) and a summary of fits / proved impossible / unknown per
+//! class, then per ML-shaped trace (bound, achieved, ratio, time), and
+//! the time to place a SigLIP-scale whole-chip problem. `--write DIR`
+//! also writes the suites' instances as CSV files, so other solvers can
+//! run on them. Build with
 //! `--release` for meaningful times; wall times on a shared machine
 //! overstate the work, so CPU times are printed too.
 

@@ -153,8 +153,9 @@ pub struct SearchStats {
     /// Nodes of the valley-local search (`valley.rs`), included in the
     /// total.
     pub local: u64,
-    /// Free items of the largest part searched whole where the search
-    /// split the problem in time (`parts.rs`); 0 where it did not.
+    /// Free items of the largest part searched on its own where the
+    /// search split the problem in time (`parts.rs`; parts after an
+    /// undecided one are not searched); 0 where it did not split.
     pub largest_part: u64,
 }
 

@@ -125,7 +125,13 @@ fn time_parts(arena: &Arena) -> Option<Vec<Part>> {
             }
             continue;
         }
-        for (part, &(lo, hi)) in parts.iter_mut().zip(&runs) {
+        // The parts the item's life meets: from the first ending after
+        // its start (one for a free item, several for a fixed one).
+        let first = runs.partition_point(|&(_, hi)| hi <= it.start);
+        for (part, &(lo, hi)) in parts[first..].iter_mut().zip(&runs[first..]) {
+            if lo >= it.end {
+                break;
+            }
             let (s, e) = (it.start.max(lo), it.end.min(hi));
             if s < e {
                 push(part, id, it, s - lo, e - lo);
