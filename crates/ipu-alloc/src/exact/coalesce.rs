@@ -27,7 +27,8 @@
 //! threads), before and after the copy joined the portfolio: gnear-n600
 //! went from unknown to placed in 0.3–0.4 s and gnear-n300 from 1.7 s to
 //! 0.09 s; the suite concludes 26 of its 28 instances (25 before), and
-//! every other class keeps its verdicts. Extra draws of the near class:
+//! every other class keeps its verdicts. Extra draws of the near class
+//! (then seeded by their place in `--sizes`):
 //! `--sizes 200,300 --seeds 5`, 10 of 10 placed (9 before); `--sizes
 //! 300,600 --seeds 3`, 5 of 6 (4 before). gnear-n1000 stays unknown.
 

@@ -90,7 +90,8 @@
 //! is placed now, on the coalesced copy, `coalesce.rs`).
 //!
 //! The fit order and the backjumping, measured with `cargo xtask alloc
-//! bench --class guillotine --sizes 700,800 --seeds 6 --timeout 6`: 5 of
+//! bench --class guillotine --sizes 700,800 --seeds 6 --timeout 6` (draws
+//! then seeded by their place in `--sizes`): 5 of
 //! the 12 cuts placed before, 10 after (gcut-n800-s2: unknown at 6 s, then
 //! 4.0 s; gcut-n700-s4: unknown, then 1.4 s). The 1000-buffer cuts stay
 //! unknown at 10 s.

@@ -45,17 +45,18 @@ pub fn exact_classes() -> Vec<SuiteClass> {
 }
 
 /// The classes of [`exact_classes`] over buffer counts `sizes`, with
-/// `seeds` instances per class and size drawn from as many seeds. Over
-/// [`CLASS_SIZES`], the first draw is the instance [`exact_classes`] has;
-/// later draws are named with `-s2`, `-s3`, ...
+/// `seeds` instances per class and size drawn from as many seeds. An
+/// instance's name says its class, buffer count and draw, and names the
+/// same instance whatever else `sizes` lists: the first draw of a size in
+/// [`CLASS_SIZES`] is the instance [`exact_classes`] has; later draws are
+/// named with `-s2`, `-s3`, ...
 pub fn exact_classes_with(sizes: &[usize], seeds: usize) -> Vec<SuiteClass> {
     let mib = 1u64 << 20;
     let each = |base: u64, make: &dyn Fn(u64, usize) -> SuiteInstance| {
         let mut out = Vec::new();
-        for (k, &n) in sizes.iter().enumerate() {
+        for &n in sizes {
             for j in 0..seeds.max(1) {
-                // Seeds of later draws lie far from every class's base.
-                let mut inst = make(base + k as u64 + ((j as u64) << 20), n);
+                let mut inst = make(draw_seed(base, n, j), n);
                 if j > 0 {
                     inst.name = format!("{}-s{}", inst.name, j + 1);
                 }
@@ -134,6 +135,19 @@ pub fn exact_classes_with(sizes: &[usize], seeds: usize) -> Vec<SuiteClass> {
             }),
         },
     ]
+}
+
+/// The seed of draw `j` (from 0) of `n` buffers in the class whose seeds
+/// start at `base`. A size of [`CLASS_SIZES`] takes its place in it, as
+/// the default suite always has; any other size its count, far above the
+/// class bases (100 apart), so that no two sizes share a seed. Later draws
+/// lie far from every class's base.
+fn draw_seed(base: u64, n: usize, j: usize) -> u64 {
+    let size = CLASS_SIZES
+        .iter()
+        .position(|&c| c == n)
+        .map_or((n as u64) << 40, |k| k as u64);
+    base.wrapping_add(size).wrapping_add((j as u64) << 20)
 }
 
 /// A random interval graph of `buffers` buffers: starts uniform over 4096

@@ -95,3 +95,54 @@ fn smallest_instances_solve_soundly_within_a_node_budget() {
         }
     }
 }
+
+#[test]
+fn a_name_means_one_instance_whatever_sizes_are_listed() {
+    // Drawn alone, after another size or beside the default sizes, an
+    // instance of a given name is the same instance.
+    let alone = exact_classes_with(&[300], 2);
+    let after = exact_classes_with(&[150, 250, 300], 2);
+    let default = exact_classes_with(&CLASS_SIZES, 2);
+    let odd_alone = exact_classes_with(&[250], 1);
+    for ((a, b), c) in alone.iter().zip(&after).zip(&default) {
+        for inst in &a.instances {
+            for other in b.instances.iter().chain(&c.instances) {
+                if other.name == inst.name {
+                    assert_eq!(
+                        other.problem.to_csv(None),
+                        inst.problem.to_csv(None),
+                        "{}",
+                        inst.name
+                    );
+                }
+            }
+            assert!(
+                b.instances.iter().any(|o| o.name == inst.name),
+                "{}",
+                inst.name
+            );
+        }
+    }
+    // A size outside the default list has its own draw, not the one of
+    // the size at its position in that list.
+    for (odd, c) in odd_alone.iter().zip(&default) {
+        let first = &odd.instances[0];
+        let n150 = &c.instances[0];
+        assert_ne!(
+            first.problem.to_csv(None),
+            n150.problem.to_csv(None),
+            "{}",
+            first.name
+        );
+        let same = after
+            .iter()
+            .find(|k| k.name == odd.name)
+            .and_then(|k| k.instances.iter().find(|o| o.name == first.name));
+        assert_eq!(
+            same.map(|o| o.problem.to_csv(None)),
+            Some(first.problem.to_csv(None)),
+            "{}",
+            first.name
+        );
+    }
+}
