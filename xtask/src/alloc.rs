@@ -1,6 +1,6 @@
 //! `cargo xtask alloc`: the placement tools.
 //!
-//! `alloc FILE.csv --capacity BYTES [--timeout SECONDS] [--output FILE]`
+//! `alloc FILE.csv --capacity BYTES [--timeout SECONDS | --nodes N] [--output FILE]`
 //! solves one MiniMalloc-style CSV problem and prints one line,
 //! `result=fits|infeasible|unknown peak=... capacity=... lower_bound=...
 //! ratio=... buffers=... method=... nodes=... elapsed_ms=...`, where `peak`
@@ -9,13 +9,16 @@
 //! result is `fits` an `error:` line says why (the proof of infeasibility,
 //! or what the search reached), and the exit status is 1; it is 0 for
 //! `fits`. `--output` writes the best placement
-//! as a CSV solution file.
+//! as a CSV solution file. `--nodes N` stops the exact search after N
+//! nodes instead of at a time limit: the verdict and placement are then
+//! the same on every run, machine and thread count, where a time limit
+//! makes verdicts near it vary from run to run.
 //!
 //! `alloc tile FILE.json [--nodes N] [--device FILE]` places one tile's
 //! problem as the build's placer does (`alloc_tile`).
 //!
-//! `alloc bench [--quick] [--timeout SECONDS] [--class NAME] [--sizes N,...]
-//! [--seeds N] [--write DIR]`
+//! `alloc bench [--quick] [--timeout SECONDS | --nodes N] [--class NAME]
+//! [--sizes N,...] [--seeds N] [--write DIR]`
 //! prints the figures the allocator is judged by: a table per class of the
 //! exact search's zero-slack and near-zero-slack instances (`generate::
 //! exact_classes`: verdict, wall and CPU time, nodes and where the search's
@@ -75,6 +78,10 @@ struct SolveArgs {
     /// Seconds before the search stops and reports its best placement.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
+    /// Exact-search nodes before the search stops, instead of the time
+    /// limit: the same verdict on every run and machine.
+    #[arg(long, value_name = "N", conflicts_with = "timeout")]
+    nodes: Option<u64>,
     /// Write the best placement found as a CSV solution file.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -88,6 +95,10 @@ struct BenchArgs {
     /// Seconds allowed per zero-slack instance.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
+    /// Exact-search nodes allowed per zero-slack instance, instead of the
+    /// time limit: the same verdicts on every run and machine.
+    #[arg(long, value_name = "N", conflicts_with = "timeout")]
+    nodes: Option<u64>,
     /// Also write the suites' instances as CSV files into DIR.
     #[arg(long, value_name = "DIR")]
     write: Option<PathBuf>,
@@ -116,17 +127,12 @@ pub fn alloc(args: &Args) -> Result<ExitCode, String> {
     let (Some(path), Some(capacity)) = (&args.file, args.capacity) else {
         return Err("give FILE.csv and --capacity BYTES, or `bench`".to_owned());
     };
-    let timeout = seconds(args.timeout)?;
+    let limit = Limit::of(args.timeout, args.nodes)?;
     let file = path.display();
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {file}: {e}"))?;
     let started = Instant::now();
     let problem = CsvProblem::parse(&text).map_err(|e| format!("{file}: {e}"))?;
-    let config = SolveConfig {
-        max_nodes: u64::MAX,
-        timeout: Some(timeout),
-        ..SolveConfig::default()
-    };
-    let out = problem.solve(capacity, &config);
+    let out = problem.solve(capacity, &limit.config());
     let elapsed = started.elapsed();
     println!(
         "{} buffers={} nodes={} elapsed_ms={}",
@@ -147,7 +153,7 @@ pub fn alloc(args: &Args) -> Result<ExitCode, String> {
         "result={} within capacity {}: {}",
         out.result,
         capacity,
-        reason(&out, capacity, timeout)
+        reason(&out, capacity, limit)
     ))
 }
 
@@ -187,8 +193,48 @@ fn method(m: Option<SolveMethod>) -> String {
     }
 }
 
+/// What stops the exact search: a wall-clock limit, or a node budget,
+/// under which the verdict does not depend on the machine or on timing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Limit {
+    Time(Duration),
+    Nodes(u64),
+}
+
+impl Limit {
+    /// The limit of `--timeout SECONDS` and `--nodes N` (which wins).
+    fn of(timeout: f64, nodes: Option<u64>) -> Result<Limit, String> {
+        match nodes {
+            Some(n) => Ok(Limit::Nodes(n)),
+            None => seconds(timeout).map(Limit::Time),
+        }
+    }
+
+    /// The solver's configuration under this limit.
+    fn config(self) -> SolveConfig {
+        let (max_nodes, timeout) = match self {
+            Limit::Time(t) => (u64::MAX, Some(t)),
+            Limit::Nodes(n) => (n, None),
+        };
+        SolveConfig {
+            max_nodes,
+            timeout,
+            ..SolveConfig::default()
+        }
+    }
+
+    /// The limit as the reports say it: "the 10.0 s timeout", "its
+    /// budget of 1000000 nodes".
+    fn said(self) -> String {
+        match self {
+            Limit::Time(t) => format!("the {:.1} s timeout", t.as_secs_f64()),
+            Limit::Nodes(n) => format!("its budget of {n} nodes"),
+        }
+    }
+}
+
 /// Why a solve did not fit: the proof, or what the search reached.
-fn reason(out: &SolveOutcome, capacity: u64, timeout: Duration) -> String {
+fn reason(out: &SolveOutcome, capacity: u64, limit: Limit) -> String {
     if let Some(proof) = &out.infeasibility {
         return format!("proved infeasible: {proof}");
     }
@@ -204,8 +250,8 @@ fn reason(out: &SolveOutcome, capacity: u64, timeout: Duration) -> String {
     };
     if out.used_exact {
         format!(
-            "no placement within the capacity found before the {:.1} s timeout ({} search nodes); {best}",
-            timeout.as_secs_f64(),
+            "no placement within the capacity found within {} ({} search nodes); {best}",
+            limit.said(),
             out.nodes
         )
     } else {
@@ -232,11 +278,14 @@ fn select_classes(classes: &mut Vec<SuiteClass>, name: &str) {
 }
 
 fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
-    let timeout = seconds(if args.quick {
-        args.timeout.min(2.0)
-    } else {
-        args.timeout
-    })?;
+    let limit = Limit::of(
+        if args.quick {
+            args.timeout.min(2.0)
+        } else {
+            args.timeout
+        },
+        args.nodes,
+    )?;
     let sizes: Vec<usize> = if args.sizes.is_empty() {
         CLASS_SIZES.to_vec()
     } else {
@@ -265,14 +314,17 @@ fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
             dir.display()
         );
     }
+    let each = match limit {
+        Limit::Time(t) => format!("{} s", t.as_secs_f64()),
+        Limit::Nodes(n) => format!("{n} nodes"),
+    };
     println!(
-        "# exact search: zero-slack and near-zero-slack classes, {} s limit each, {} threads",
-        timeout.as_secs_f64(),
+        "# exact search: zero-slack and near-zero-slack classes, {each} limit each, {} threads",
         rayon::current_num_threads()
     );
     let mut verdicts = Vec::new();
     for class in &classes {
-        verdicts.push(exact_class(class, timeout)?);
+        verdicts.push(exact_class(class, limit)?);
     }
     println!(
         "{:<16} {:>6} {:>6} {:>8} {:>8} {:>11} {:>11}",
@@ -369,7 +421,7 @@ struct ClassVerdicts {
 /// (verdict, wall and CPU time, nodes, where the search's nodes failed)
 /// and the class's totals. `Err` if a placement the solver called fitting
 /// fails the independent check or lies below the lower bound.
-fn exact_class(class: &SuiteClass, timeout: Duration) -> Result<ClassVerdicts, String> {
+fn exact_class(class: &SuiteClass, limit: Limit) -> Result<ClassVerdicts, String> {
     println!("## {}: {}", class.name, class.about);
     println!(
         "{:<12} {:>7} {:>9} {:>9} {:>10} {:>9} {:>7} {:>11} {:>5}  failed by: valley release memo no-child dominance section cut; closed; valley-search nodes; largest part",
@@ -377,14 +429,9 @@ fn exact_class(class: &SuiteClass, timeout: Duration) -> Result<ClassVerdicts, S
     );
     let mut v = ClassVerdicts::default();
     for inst in &class.instances {
-        let config = SolveConfig {
-            max_nodes: u64::MAX,
-            timeout: Some(timeout),
-            ..SolveConfig::default()
-        };
         let cpu = cpu_time();
         let t = Instant::now();
-        let out = inst.problem.solve(inst.capacity, &config);
+        let out = inst.problem.solve(inst.capacity, &limit.config());
         let el = t.elapsed();
         v.total += el;
         v.max_wall = v.max_wall.max(el);
@@ -476,8 +523,10 @@ fn ms(d: Duration) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::select_classes;
+    use super::{Limit, select_classes};
+    use ipu_alloc::SolveResult;
     use ipu_alloc::generate::exact_classes_with;
+    use std::time::Duration;
 
     fn selected(name: &str) -> Vec<&'static str> {
         let mut classes = exact_classes_with(&[20], 1);
@@ -497,5 +546,38 @@ mod tests {
             ["guillotine-near", "interval-near", "ml-near"]
         );
         assert!(selected("nothing").is_empty());
+    }
+
+    #[test]
+    fn a_node_budget_replaces_the_time_limit_and_gives_one_verdict() {
+        assert_eq!(
+            Limit::of(2.5, None),
+            Ok(Limit::Time(Duration::from_secs_f64(2.5)))
+        );
+        assert_eq!(Limit::of(2.5, Some(900)), Ok(Limit::Nodes(900)));
+        assert!(Limit::of(-1.0, None).is_err());
+        let config = Limit::Nodes(900).config();
+        assert_eq!((config.max_nodes, config.timeout), (900, None));
+        assert_eq!(Limit::Nodes(900).said(), "its budget of 900 nodes");
+        // A near-zero-slack cut the search does not finish within the
+        // budget, solved twice: the same verdict, nodes and placement.
+        let classes = exact_classes_with(&[300], 1);
+        let class = classes
+            .iter()
+            .find(|c| c.name == "guillotine-near")
+            .unwrap();
+        let inst = &class.instances[0];
+        let runs: Vec<_> = (0..2)
+            .map(|_| inst.problem.solve(inst.capacity, &config))
+            .collect();
+        assert_eq!(runs[0].result, runs[1].result);
+        assert_eq!(runs[0].nodes, runs[1].nodes);
+        assert_eq!(runs[0].offsets, runs[1].offsets);
+        assert!(runs[0].used_exact);
+        assert!(runs[0].nodes <= 900 + 1, "{} nodes", runs[0].nodes);
+        if runs[0].result == SolveResult::Fits {
+            let offsets = runs[0].offsets.as_ref().unwrap();
+            inst.problem.check(inst.capacity, offsets).unwrap();
+        }
     }
 }
