@@ -223,12 +223,20 @@ impl Limit {
         }
     }
 
-    /// The limit as the reports say it: "the 10.0 s timeout", "its
-    /// budget of 1000000 nodes".
+    /// How much the limit allows: "10.0 s", "1000000 nodes".
+    fn amount(self) -> String {
+        match self {
+            Limit::Time(t) => format!("{:.1} s", t.as_secs_f64()),
+            Limit::Nodes(n) => format!("{n} nodes"),
+        }
+    }
+
+    /// The limit as a reason says it: "the 10.0 s timeout", "its budget
+    /// of 1000000 nodes".
     fn said(self) -> String {
         match self {
-            Limit::Time(t) => format!("the {:.1} s timeout", t.as_secs_f64()),
-            Limit::Nodes(n) => format!("its budget of {n} nodes"),
+            Limit::Time(_) => format!("the {} timeout", self.amount()),
+            Limit::Nodes(_) => format!("its budget of {}", self.amount()),
         }
     }
 }
@@ -314,12 +322,9 @@ fn bench(args: &BenchArgs) -> Result<ExitCode, String> {
             dir.display()
         );
     }
-    let each = match limit {
-        Limit::Time(t) => format!("{} s", t.as_secs_f64()),
-        Limit::Nodes(n) => format!("{n} nodes"),
-    };
     println!(
-        "# exact search: zero-slack and near-zero-slack classes, {each} limit each, {} threads",
+        "# exact search: zero-slack and near-zero-slack classes, {} limit each, {} threads",
+        limit.amount(),
         rayon::current_num_threads()
     );
     let mut verdicts = Vec::new();
@@ -575,9 +580,7 @@ mod tests {
         assert_eq!(runs[0].offsets, runs[1].offsets);
         assert!(runs[0].used_exact);
         assert!(runs[0].nodes <= 900 + 1, "{} nodes", runs[0].nodes);
-        if runs[0].result == SolveResult::Fits {
-            let offsets = runs[0].offsets.as_ref().unwrap();
-            inst.problem.check(inst.capacity, offsets).unwrap();
-        }
+        // The budget, not the instance, ended the search.
+        assert_eq!(runs[0].result, SolveResult::Unknown);
     }
 }

@@ -21,7 +21,7 @@
 //! Measured with `cargo xtask alloc bench --class guillotine --sizes
 //! 800,1000 --seeds 6 --timeout 10`, and the same with `--class
 //! guillotine-near` (release, two threads; draws then seeded by their
-//! place in `--sizes`, see `generate/classes.rs`), instances concluded
+//! place in `--sizes`, see `docs/ARCHITECTURE.md`), instances concluded
 //! within 10 s before and after:
 //!
 //! | class, buffers | before | after |
