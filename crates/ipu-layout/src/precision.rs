@@ -52,6 +52,18 @@ impl Precision {
         }
     }
 
+    /// The largest finite value: F32's, 65504 for F16, and for FP8 its
+    /// format's largest code times the scale.
+    pub fn max_value(self) -> f64 {
+        match self {
+            Precision::F32 => f64::from(f32::MAX),
+            Precision::F16 => 65504.0,
+            Precision::F8 { format, scale } => {
+                f64::from(format.max_value()) * 2f64.powi(i32::from(scale))
+            }
+        }
+    }
+
     /// Whether this is one of the FP8 precisions.
     pub const fn is_fp8(self) -> bool {
         matches!(self, Precision::F8 { .. })

@@ -299,6 +299,13 @@ pub enum Codelet {
         /// unchanged.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         causal: Option<CausalRows>,
+        /// Whether each exponential is rounded to
+        /// [`FP8_PROBABILITIES`](crate::graph::FP8_PROBABILITIES) (relative
+        /// to the block's row maximum) before it weighs its value row and
+        /// joins the sum: an F16-FP8 softmax. Absent in packages from
+        /// before it existed, which means not.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        probs_fp8: bool,
     },
     /// Combines `blocks` attention blocks into the normalised output
     /// `Σ_b e^{m_b − m} o_b / Σ_b e^{m_b − m} l_b` with `m = max_b m_b`.
@@ -343,8 +350,9 @@ pub enum Codelet {
         /// Elements between rows of `output`.
         output_row_stride: u32,
     },
-    /// A 16-bit `[rows, cols]` row-major block (rows `stride` elements
-    /// apart) written as an AMP weight operand: the `[out_rows, out_cols]`
+    /// A 16-bit or FP8 `[rows, cols]` row-major block (rows `stride`
+    /// elements apart; transposed blocks 16-bit only) written as an AMP
+    /// weight operand in the same precision: the `[out_rows, out_cols]`
     /// matrix in `Amp(Right)` order (panels of
     /// [`Precision::amp_panel_columns`] columns) whose element `(i, j)` is
     /// `input[j, i]` when `transpose` (zero where `i ≥ cols` or `j ≥
@@ -385,6 +393,8 @@ pub enum Codelet {
     /// 2^-exponent` rounded to F16 and written to `probs` (zeros in columns
     /// `columns..stride`, so the next GEMM may read the whole row), and
     /// `m` and `l = Σ_j p_j` (F32) written for [`Codelet::AttentionCombine`]
+    /// (FP8 `probs` round each F16 `p_j` once more, to their precision,
+    /// and `l` sums the rounded values)
     /// (`l` only where `sum` is given: without it the values' product sums
     /// the probabilities, [`Codelet::Panels::ones`]).
     /// The scale `2^-exponent` (the exponential's argument lowered by
@@ -393,7 +403,7 @@ pub enum Codelet {
     AttentionSoftmax {
         /// Scores `q · k`, F32 or F16.
         scores: Operand,
-        /// Unnormalised probabilities, F16.
+        /// Unnormalised probabilities, F16 or FP8.
         probs: Operand,
         /// Row maxima, F32.
         max: Operand,

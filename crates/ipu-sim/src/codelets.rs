@@ -476,10 +476,21 @@ pub fn run_codelet_counted(
             }
             let (r, c) = (u64::from(rows), u64::from(cols));
             let (or, oc) = (u64::from(out_rows), u64::from(out_cols));
+            let precision = m.precision(tile, output.buffer)?;
+            // The panels copy elements: no conversion, and the transpose
+            // turns 16-bit elements only.
+            if m.precision(tile, input.buffer)? != precision {
+                return Err(args.fail("output precision (not the input's)"));
+            }
+            if transpose && precision.element_bytes() != 2 {
+                return Err(args.fail("transposed elements (16-bit only)"));
+            }
+            if ones && precision.quantize(1.0) != 1.0 {
+                return Err(args.fail("output precision (1 is not exact for the ones)"));
+            }
             let written = args.mul("element count", or, oc)?;
             check_values(m, args, output, written)?;
             let x = read_rows(m, args, input, r, c, u64::from(stride))?;
-            let precision = m.precision(tile, output.buffer)?;
             let order = ElementOrder::Amp(AmpOperand::Right);
             let mut t = vec![0.0f32; args.usize("element count", written)?];
             let cu = args.usize("columns", c)?;
@@ -511,6 +522,7 @@ pub fn run_codelet_counted(
                 out_rows: or,
                 out_cols: oc,
                 transpose,
+                fp8: precision.is_fp8(),
             }))
         }
         Codelet::Zero {

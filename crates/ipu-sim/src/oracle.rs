@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 
 use ipu_layout::{EntityId, Precision};
-use ipu_package::graph::{Graph, Op, OpId, Repeat, TensorId, ValueSet};
+use ipu_package::graph::{Graph, Op, OpId, Repeat, SoftmaxPrecision, TensorId, ValueSet};
 use ipu_package::program::{Buffer, BufferRole};
 
 use crate::SimError;
@@ -111,7 +111,9 @@ impl std::fmt::Display for OpMismatch {
 /// keys, in steps of 4: on the AMP its second product keeps F16 partial
 /// sums of the (scaled) probabilities times the values, which on the
 /// whole SigLIP b2 put 16 of 1.68 M elements a few F16 steps from the
-/// reference (7.3e-4 at most, normalised RMS error 7.0e-4).
+/// reference (7.3e-4 at most, normalised RMS error 7.0e-4). An attention
+/// that rounds its exponentials to FP8 gets
+/// [`Tolerance::attention_fp8_probabilities`].
 pub fn op_tolerance(graph: &Graph, op: &Op) -> Tolerance {
     let precision = graph.tensor(op.output()).precision();
     match op {
@@ -123,6 +125,14 @@ pub fn op_tolerance(graph: &Graph, op: &Op) -> Tolerance {
                 4
             };
             Tolerance::gemm_f16_partials(precision, k, group)
+        }
+        Op::Attention {
+            k,
+            softmax: SoftmaxPrecision::F16Fp8,
+            ..
+        } => {
+            let keys = graph.tensor(*k).extents().get(1).copied().unwrap_or(0);
+            Tolerance::attention_fp8_probabilities(precision, keys)
         }
         // A causal row sums fewer keys than `tokens_kv`: the bound over
         // all of them holds for it too.

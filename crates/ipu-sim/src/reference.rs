@@ -386,7 +386,7 @@ fn compute<'v>(
                 ks[1] as usize,
                 qs[2] as usize,
                 *heads as usize,
-                softmax.precision(),
+                *softmax,
                 *mask == AttentionMask::Causal,
                 *queries_scaled,
             )

@@ -529,11 +529,7 @@ pub fn calibrate_inputs(
         .collect();
     let report = PrecisionReport {
         format: PRECISION_FORMAT.to_owned(),
-        softmax: match runner.softmax {
-            SoftmaxPrecision::F16 => "F16",
-            SoftmaxPrecision::F32 => "F32",
-        }
-        .to_owned(),
+        softmax: runner.softmax.name().to_owned(),
         calibration: CalibrationRecord {
             inputs: runner.inputs.iter().map(|i| i.label.clone()).collect(),
             saturation_threshold: options.saturation_threshold,

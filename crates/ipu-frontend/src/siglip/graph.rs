@@ -339,6 +339,7 @@ impl<'a> Builder<'a> {
             let q = self.view(&n("q"), self.rows(h), qkv_p);
             let k = self.view(&n("k"), self.rows(h), qkv_p);
             let v = self.view(&n("v"), self.rows(h), qkv_p);
+            let v8 = self.cast(&n("v8"), self.rows(h))?;
             let attn = self.activation(&n("attn"), self.rows(h))?;
             let attn8 = self.cast(&n("attn8"), self.rows(h))?;
             let out_w = self.weight(&n("out.w"), vec![h, h])?;
@@ -376,12 +377,15 @@ impl<'a> Builder<'a> {
                     output,
                 });
             }
+            // FP8 values come with FP8 probabilities: the values' product
+            // then runs at the AMP's FP8 rate.
+            let values = self.cast_op(v, v8);
             self.g.op(Op::Attention {
                 q,
                 k,
-                v,
+                v: values,
                 heads: config.heads,
-                softmax: self.policy.softmax(),
+                softmax: self.policy.softmax().with_fp8_values(v8.is_some()),
                 mask: config.mask,
                 // The importer folds `1/√head_dim` into the query
                 // projection (`names::encoder_sources`), which saves the

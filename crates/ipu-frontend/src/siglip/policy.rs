@@ -21,7 +21,8 @@
 //!   (`enc{i}.fc1.w`); an override of one layer's tensor makes the graph
 //!   invalid.
 //!
-//! The cast tensors (`embed.patches8`, `enc{i}.ln1.y8`, `enc{i}.attn8`,
+//! The cast tensors (`embed.patches8`, `enc{i}.ln1.y8`, `enc{i}.v8` (the
+//! attention's values), `enc{i}.attn8`,
 //! `enc{i}.ln2.y8`, `enc{i}.gelu8`, `head.x8`, `head.attn8`,
 //! `head.ln.y8`, `head.gelu8`, and the class-token families' `pool.x8`
 //! and `proj.x8`) exist only where the policy gives them an FP8
@@ -90,7 +91,10 @@ impl PrecisionPolicy {
     pub fn from_graph(template: &Graph) -> Result<Self, PolicyError> {
         let mut softmax = None;
         for op in template.ops().values() {
+            // An F16-FP8 softmax is the F16 one with FP8 values, which
+            // the values' cast gives.
             if let Op::Attention { softmax: s, .. } = op {
+                let s = &s.with_fp8_values(false);
                 match softmax {
                     None => softmax = Some(*s),
                     Some(first) if first != *s => {
@@ -215,6 +219,9 @@ const CAST_ROLES: &[&str] = &[
     "embed.patches8",
     "enc{i}.ln1.y8",
     "enc{i}.attn8",
+    // The encoder attention's values: FP8 values and probabilities make
+    // its values' product an FP8 GEMM (`SoftmaxPrecision::F16Fp8`).
+    "enc{i}.v8",
     "enc{i}.ln2.y8",
     "enc{i}.gelu8",
     "head.x8",

@@ -212,8 +212,8 @@ pub enum ReportError {
         /// The scale.
         scale: Option<i8>,
     },
-    /// The softmax precision is neither F16 nor F32.
-    #[error("softmax precision `{found}` is not F16 or F32")]
+    /// The softmax precision is none of F16, F32 and F16-FP8.
+    #[error("softmax precision `{found}` is not F16, F32 or F16-FP8")]
     Softmax {
         /// What was found.
         found: String,
@@ -266,15 +266,10 @@ impl PrecisionReport {
                 found: self.format.clone(),
             });
         }
-        let softmax = match self.softmax.as_str() {
-            "F16" => SoftmaxPrecision::F16,
-            "F32" => SoftmaxPrecision::F32,
-            other => {
-                return Err(ReportError::Softmax {
-                    found: other.to_owned(),
-                });
-            }
-        };
+        let softmax =
+            SoftmaxPrecision::from_name(&self.softmax).ok_or_else(|| ReportError::Softmax {
+                found: self.softmax.clone(),
+            })?;
         let mut roles = BTreeMap::new();
         for t in &self.tensors {
             let precision =

@@ -171,15 +171,81 @@ pub enum SoftmaxPrecision {
     F16,
     /// Everything stays in F32.
     F32,
+    /// As [`SoftmaxPrecision::F16`], and then each exponential
+    /// `exp(s_j − m)` (at most 1, `m` the row's largest score) is rounded
+    /// to [`FP8_PROBABILITIES`] before the values' product and the row
+    /// sum, so that the product runs at the AMP's FP8 rate (with FP8
+    /// values). The row sum is of the rounded exponentials, so every
+    /// row's probabilities still sum to 1.
+    F16Fp8,
 }
 
+/// The precision [`SoftmaxPrecision::F16Fp8`] rounds exponentials to:
+/// F143 whose codes are multiplied by `2^-6`, so the row's largest
+/// exponential, 1, is the code 64 (with room above it for a block whose
+/// own maximum is below the row's) and exponentials down to `2^-16`
+/// (the format's smallest subnormal times the scale) stay nonzero.
+pub const FP8_PROBABILITIES: Precision = Precision::F8 {
+    format: ipu_layout::Fp8Format::F143,
+    scale: -6,
+};
+
 impl SoftmaxPrecision {
+    /// Every softmax precision, in the order fixtures and reports list them.
+    pub const ALL: [SoftmaxPrecision; 3] = [
+        SoftmaxPrecision::F16,
+        SoftmaxPrecision::F32,
+        SoftmaxPrecision::F16Fp8,
+    ];
+
     /// The element precision intermediate values are rounded to.
     pub const fn precision(self) -> Precision {
         match self {
-            SoftmaxPrecision::F16 => Precision::F16,
+            SoftmaxPrecision::F16 | SoftmaxPrecision::F16Fp8 => Precision::F16,
             SoftmaxPrecision::F32 => Precision::F32,
         }
+    }
+
+    /// The precision of the probabilities the values are multiplied by
+    /// (before the division by the row sum).
+    pub const fn probabilities(self) -> Precision {
+        match self {
+            SoftmaxPrecision::F16Fp8 => FP8_PROBABILITIES,
+            other => other.precision(),
+        }
+    }
+
+    /// The softmax an attention with FP8 values (`fp8_values`) or
+    /// 16-bit ones computes: an F16 softmax rounds its exponentials to FP8
+    /// for FP8 values (so that the values' product is an FP8 GEMM) and
+    /// not for others; an F32 softmax stays F32.
+    pub const fn with_fp8_values(self, fp8_values: bool) -> Self {
+        match self {
+            SoftmaxPrecision::F16 | SoftmaxPrecision::F16Fp8 if fp8_values => {
+                SoftmaxPrecision::F16Fp8
+            }
+            SoftmaxPrecision::F16 | SoftmaxPrecision::F16Fp8 => SoftmaxPrecision::F16,
+            SoftmaxPrecision::F32 => SoftmaxPrecision::F32,
+        }
+    }
+
+    /// Whether scores and exponentials are rounded to F16.
+    pub const fn is_f16(self) -> bool {
+        matches!(self, SoftmaxPrecision::F16 | SoftmaxPrecision::F16Fp8)
+    }
+
+    /// The name fixtures and precision reports write.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SoftmaxPrecision::F16 => "F16",
+            SoftmaxPrecision::F32 => "F32",
+            SoftmaxPrecision::F16Fp8 => "F16-FP8",
+        }
+    }
+
+    /// The precision [`SoftmaxPrecision::name`] names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
     }
 }
 

@@ -27,8 +27,8 @@ pub use fixture::{
     write_fixture,
 };
 pub use ir::{
-    AttentionMask, Carry, Graph, GraphBuilder, MAX_GATHER_ROWS, Op, OpId, Repeat, SoftmaxPrecision,
-    Tensor, TensorId, TensorKind, gather_table_rows,
+    AttentionMask, Carry, FP8_PROBABILITIES, Graph, GraphBuilder, MAX_GATHER_ROWS, Op, OpId,
+    Repeat, SoftmaxPrecision, Tensor, TensorId, TensorKind, gather_table_rows,
 };
 pub use queries::{QueryColumns, query_columns, query_factor};
 pub use validate::{ErrorLocation, GraphError, Slot, broadcast_shapes, validate_graph};

@@ -48,9 +48,10 @@ struct Blocks {
     output: TensorType,
 }
 
-/// What lowering needs to know of an attention op: its shape, its
-/// operands' common precision (F32 where they differ), whether its softmax
-/// is F16 and whether it is causal.
+/// What lowering needs to know of an attention op: its shape (with the
+/// values' and probabilities' precisions), its queries' and keys' common
+/// precision (F32 where they differ), whether its softmax is F16 and
+/// whether it is causal.
 struct AttentionOp {
     shape: AttentionShape,
     operands: Precision,
@@ -138,8 +139,10 @@ fn attention_shape(graph: &Graph, op: OpId) -> Option<AttentionOp> {
         hidden: tq.extents()[2],
         heads: u64::from(*heads),
         queries_scaled: *queries_scaled,
+        values: graph.tensor(*v).precision(),
+        probs: softmax.probabilities(),
     };
-    let operands = [q, k, v]
+    let operands = [q, k]
         .iter()
         .map(|&&t| graph.tensor(t).precision())
         .reduce(|a, b| if a == b { a } else { Precision::F32 })
@@ -147,7 +150,7 @@ fn attention_shape(graph: &Graph, op: OpId) -> Option<AttentionOp> {
     Some(AttentionOp {
         shape,
         operands,
-        softmax_f16: *softmax == SoftmaxPrecision::F16,
+        softmax_f16: softmax.is_f16(),
         causal: *mask == AttentionMask::Causal,
     })
 }
@@ -229,6 +232,7 @@ impl Lowerer<'_> {
         let g = self.graph;
         let (tq, tout) = (g.tensor(q), g.tensor(output));
         let eb = tq.precision().element_bytes();
+        let veb = g.tensor(v).precision().element_bytes();
         let lay = self.layout(
             format!("attention {op}"),
             attention_layouts(shape, grid, tq.precision(), tout.precision()),
@@ -304,6 +308,7 @@ impl Lowerer<'_> {
                 for h in 0..hl {
                     let qo = ((b * rq) * hw + h * d) * eb;
                     let ko = ((b * rk) * hw + h * d) * eb;
+                    let vo = ((b * rk) * hw + h * d) * veb;
                     let oo = ((b * rq) * ow + h * d) * out_eb;
                     let so_ = ((b * hl + h) * rq) * 4;
                     calls.push((
@@ -319,7 +324,7 @@ impl Lowerer<'_> {
                             },
                             v: Operand {
                                 buffer: bv,
-                                offset: u32_arg("offset", ko)?,
+                                offset: u32_arg("offset", vo)?,
                             },
                             out: Operand {
                                 buffer: out_part,
@@ -341,8 +346,9 @@ impl Lowerer<'_> {
                             kv_stride: u32_arg("stride", hw)?,
                             out_stride: u32_arg("stride", ow)?,
                             scale,
-                            softmax_f16: softmax == SoftmaxPrecision::F16,
+                            softmax_f16: softmax.is_f16(),
                             causal: rows,
+                            probs_fp8: softmax.probabilities().is_fp8(),
                         },
                     ));
                 }
@@ -405,7 +411,7 @@ impl Lowerer<'_> {
             padding_read: None,
             ..gemm_left_attrs(&lay.probs)
         };
-        let (scores, probs) = if crate::plan::probs_over_scores(plan.scores) {
+        let (scores, probs) = if crate::plan::probs_over_scores(shape, plan.scores) {
             let both = temporary(self, "scores", &lay.scores, probs_attrs);
             (both, both)
         } else {
@@ -454,14 +460,14 @@ impl Lowerer<'_> {
                 .iter()
                 .zip(&passes)
                 .flat_map(|(s, p)| p.iter().map(|&r| (r, s.5, s.3))),
-            plan.scores,
+            [Precision::F16, Precision::F16, plan.scores],
         )?;
         let value_kernels = self.attention_kernels(
             shards
                 .iter()
                 .zip(&passes)
                 .flat_map(|(s, p)| p.iter().map(|&r| (r, s.3, s.5))),
-            plan.blocks,
+            [plan.probs_buffer(shape), shape.values, plan.blocks],
         )?;
 
         // The panels are a step of their own, so that the row-major keys
@@ -513,8 +519,18 @@ impl Lowerer<'_> {
         let (qeb, f32b) = (Precision::F16.element_bytes(), 4u64);
         let beb = plan.blocks.element_bytes();
         // One scale for every block of a row, so that it cancels in the
-        // combine: that of the longest key block.
+        // combine: that of the longest key block, which the probabilities'
+        // precision was chosen for.
         let longest = shards.iter().map(|s| s.3).max().unwrap_or(0);
+        if longest != plan.key_rows(shape) {
+            return Err(self.unsupported(
+                op,
+                format!(
+                    "bug in the lowering: the AMP attention's longest key block has {longest} rows, its plan {}",
+                    plan.key_rows(shape)
+                ),
+            ));
+        }
         let exponent = blocks_exponent(longest, plan.blocks);
         let mut calls = Vec::new();
         for ((tile, _, rk, rk_w, _, dp), rows) in shards.into_iter().zip(passes) {
@@ -585,15 +601,15 @@ impl Lowerer<'_> {
         })
     }
 
-    /// Registers the F16 GEMM kernels with a row-major left operand
-    /// serving calls of `(rows, inner, columns)` into `output`: per
-    /// `(inner, columns)`, one kernel for each two of its row counts
-    /// (ascending). Returns each call shape's kernel and whether it takes
-    /// the kernel's large entry.
+    /// Registers the GEMM kernels with a row-major left operand serving
+    /// calls of `(rows, inner, columns)` reading `left` and `right` into
+    /// `output`: per `(inner, columns)`, one kernel for each two of its
+    /// row counts (ascending). Returns each call shape's kernel and
+    /// whether it takes the kernel's large entry.
     fn attention_kernels(
         &mut self,
         calls: impl Iterator<Item = (u64, u64, u64)>,
-        output: Precision,
+        [left, right, output]: [Precision; 3],
     ) -> Result<AttentionKernels, LowerError> {
         let mut groups: std::collections::BTreeMap<(u64, u64), Vec<u64>> = Default::default();
         for (rows, inner, columns) in calls {
@@ -610,9 +626,9 @@ impl Lowerer<'_> {
                     columns: u32_arg("GEMM column block", columns)?,
                     rows_small: u32_arg("GEMM rows", small)?,
                     rows_large: u32_arg("GEMM rows", large)?,
-                    left: Precision::F16,
+                    left,
                     left_order: ElementOrder::RowMajor,
-                    right: Precision::F16,
+                    right,
                     output,
                     right_class: MemoryClass::Ipu21Interleaved,
                 };

@@ -19,6 +19,12 @@
 //! blocks  [r, d₁₆] F16 = probs × values [rk, d₁₆] (Amp(Right))   AMP
 //! ```
 //!
+//! With FP8 values and an F16-FP8 softmax the softmax writes FP8
+//! probabilities (`probs` F143, scaled as [`probs_buffer_precision`]
+//! says) and the second product multiplies FP8 rows by FP8 weights at
+//! the AMP's FP8 rate, key blocks padded to its FP8 inner block of 32
+//! ([`key_block`]); the values arrive and are written as panels in FP8.
+//!
 //! The second product keeps F16 partial sums (the AMP's full F16 rate; F32
 //! partials run at half of it). Its sums are bounded by scaling the
 //! probabilities: the softmax writes `p_j · 2^-e` with `2^e ≥ rk`
@@ -68,8 +74,35 @@ use crate::profile::Work;
 
 /// Key rows per block of the AMP attention: the AMP's F16 micro inner
 /// dimension, so that a block of keys is whole inner blocks of the second
-/// product and whole weight panels of the first.
+/// product and whole weight panels of the first. FP8 probabilities take
+/// blocks of [`key_block`] rows.
 pub const KEY_BLOCK: u64 = 16;
+
+/// The rows key blocks are padded to: [`KEY_BLOCK`], or with FP8
+/// probabilities the AMP's FP8 micro inner dimension (a left operand row
+/// of 64 bytes, 32 FP8 elements), so that the values' product reads whole
+/// inner blocks.
+pub fn key_block(a: &AttentionShape) -> u64 {
+    a.probs.amp_panel_columns().max(KEY_BLOCK)
+}
+
+/// The precision of the probabilities' buffer of a plan whose key blocks
+/// are at most `rk` rows (padded): F16 probabilities as they are; FP8
+/// ones, which the softmax writes scaled by `2^-e` ([`blocks_exponent`])
+/// like F16 ones, with a scale `e` lower, so that each code is what the
+/// graph's rounding relative to the row's largest exponential gives.
+pub fn probs_buffer_precision(a: &AttentionShape, rk: u64, blocks: Precision) -> Precision {
+    match a.probs {
+        Precision::F8 { format, scale } => {
+            let e = i8::try_from(blocks_exponent(rk, blocks)).unwrap_or(i8::MAX);
+            Precision::F8 {
+                format,
+                scale: scale.saturating_sub(e),
+            }
+        }
+        other => other,
+    }
+}
 
 /// An attention lowered to the AMP: its grid (one pair per tile), how
 /// many passes each tile's query rows take, and the precisions its two
@@ -94,6 +127,17 @@ impl AmpAttention {
         blocks(a, self.grid)
             .0
             .div_ceil(u64::from(self.passes.max(1)))
+    }
+
+    /// Rows of the longest key block, padded ([`key_block`]).
+    pub fn key_rows(&self, a: &AttentionShape) -> u64 {
+        blocks(a, self.grid).1
+    }
+
+    /// The precision of the probabilities' buffer
+    /// ([`probs_buffer_precision`]).
+    pub fn probs_buffer(&self, a: &AttentionShape) -> Precision {
+        probs_buffer_precision(a, self.key_rows(a), self.blocks)
     }
 }
 
@@ -154,9 +198,10 @@ pub fn padded_head_dim(a: &AttentionShape) -> u64 {
 /// Whether the values' product also sums the probabilities: where the
 /// head dimension leaves its panels a padding column, that column holds
 /// ones ([`Codelet::Panels`](crate::program::Codelet::Panels)'s `ones`),
-/// which costs the AMP nothing and spares the softmax its row sums.
+/// which costs the AMP nothing and spares the softmax its row sums; the
+/// values' precision must hold 1 exactly.
 pub fn sums_on_amp(a: &AttentionShape) -> bool {
-    padded_head_dim(a) > a.head_dim()
+    padded_head_dim(a) > a.head_dim() && a.values.quantize(1.0) == 1.0
 }
 
 /// Columns a head takes in the blocks: the head dimension, and where the
@@ -184,21 +229,24 @@ fn block_row_bytes(a: &AttentionShape, blocks: Precision, sums_in_blocks: bool) 
     columns * blocks.element_bytes() + stats * 4
 }
 
-/// Largest blocks of a grid: `(query rows, key rows padded to KEY_BLOCK,
-/// key rows holding data)`. The keys are split as evenly as the rows
-/// allow and each block padded on its own (the layouts' `key_rows`), so
-/// that no block carries more keys than it must: the softmax and the
-/// panels' exchange read the keys, the products their padded blocks.
+/// Largest blocks of a grid: `(query rows, key rows padded to
+/// [`key_block`], key rows holding data)`. The keys are split as evenly
+/// as the rows allow and each block padded on its own (the layouts'
+/// `key_rows`), so that no block carries more keys than it must: the
+/// softmax and the panels' exchange read the keys, the products their
+/// padded blocks.
 fn blocks(a: &AttentionShape, grid: AttentionGrid) -> (u64, u64, u64) {
     let rq = a.tq.div_ceil(u64::from(grid.gq.max(1)));
     let rk_data = a.tk.div_ceil(u64::from(grid.s.max(1)));
-    (rq, rk_data.next_multiple_of(KEY_BLOCK), rk_data)
+    (rq, rk_data.next_multiple_of(key_block(a)), rk_data)
 }
 
-/// Whether an attention can run on the AMP: F16 queries, keys and values,
-/// an F16 softmax (the second product's left operand is the F16
-/// exponentials, which only the F16 softmax rounds to), whole heads, and
-/// at least one tile per `(batch, head)` pair.
+/// Whether an attention can run on the AMP: F16 queries and keys, F16 or
+/// FP8 values (whose largest value F16 holds), an F16 softmax (the second product's left operand is the
+/// F16 exponentials, which only the F16 softmax rounds to) whose
+/// probabilities are F16, or FP8 with FP8 values (the AMP multiplies
+/// FP8 rows by FP8 weights only), whole heads, and at least one tile per
+/// `(batch, head)` pair.
 pub fn amp_attention_supported(
     a: &AttentionShape,
     operands: Precision,
@@ -206,7 +254,14 @@ pub fn amp_attention_supported(
     tiles: u32,
 ) -> bool {
     let pairs = a.batch.saturating_mul(a.heads);
+    // FP8 values whose largest magnitude F16 holds: the second product's
+    // F16 partial sums stay within the largest value (see the header).
+    let values = a.values == Precision::F16
+        || (a.values.is_fp8() && a.values.max_value() <= Precision::F16.max_value());
+    let probs = a.probs == Precision::F16 || (a.probs.is_fp8() && a.values.is_fp8());
     operands == Precision::F16
+        && values
+        && probs
         && softmax_f16
         && a.heads > 0
         && a.hidden % a.heads == 0
@@ -237,8 +292,8 @@ pub fn amp_attention_grids(a: &AttentionShape, tiles: u32) -> Vec<AttentionGrid>
 }
 
 /// A GEMM call the scorer costs: `(small, large, rows, inner, columns,
-/// output precision)`.
-type KernelCall = (u64, u64, u64, u64, u64, Precision);
+/// left, right and output precisions)`.
+type KernelCall = (u64, u64, u64, u64, u64, [Precision; 3]);
 
 /// Costs AMP attention grids the way the package's estimate will cost
 /// their steps, remembering kernel costs by shape.
@@ -269,17 +324,18 @@ impl<'a> AmpAttentionScorer<'a> {
         }
     }
 
-    /// Tile cycles of an F16 GEMM call on `rows` rows of `inner ×
-    /// columns` writing `output`, by the variant serving `small` and
-    /// `large` rows, or `None` when no variant can be planned.
+    /// Tile cycles of a GEMM call on `rows` rows of `inner × columns`
+    /// reading `left` and `right` and writing `output`, by the variant
+    /// serving `small` and `large` rows, or `None` when no variant can be
+    /// planned.
     fn kernel(
         &mut self,
         (small, large, rows): (u64, u64, u64),
         inner: u64,
         columns: u64,
-        output: Precision,
+        [left, right, output]: [Precision; 3],
     ) -> Option<u64> {
-        let key = (small, large, rows, inner, columns, output);
+        let key = (small, large, rows, inner, columns, [left, right, output]);
         if let Some(&known) = self.kernels.get(&key) {
             return known;
         }
@@ -287,9 +343,9 @@ impl<'a> AmpAttentionScorer<'a> {
             rows: u32::try_from(large).ok()?,
             inner: u32::try_from(inner).ok()?,
             columns: u32::try_from(columns).ok()?,
-            left: Precision::F16,
+            left,
             left_order: ElementOrder::RowMajor,
-            right: Precision::F16,
+            right,
             output,
             output_order: ElementOrder::RowMajor,
             right_class: MemoryClass::Ipu21Interleaved,
@@ -324,18 +380,20 @@ impl<'a> AmpAttentionScorer<'a> {
         let clear = zero(rq * dp * 2, 1)
             .min(zero((dp - d) * 2, rq))
             .saturating_add(sync);
-        let received = (rq + 2 * rk_data) * d * 2;
+        let received = (rq + rk_data) * d * 2 + rk_data * d * a.values.element_bytes();
         let operands = cost.exchange_cycles(received).saturating_add(sync);
         let panels = vector
             .cycles(&Work::Panels {
                 out_rows: dp,
                 out_cols: rk,
                 transpose: true,
+                fp8: false,
             })
             .saturating_add(vector.cycles(&Work::Panels {
                 out_rows: rk,
                 out_cols: dp,
                 transpose: false,
+                fp8: a.values.is_fp8(),
             }))
             .saturating_add(sync);
         let mut blocks = sync;
@@ -346,15 +404,17 @@ impl<'a> AmpAttentionScorer<'a> {
             rows.iter().copied().min().unwrap_or(1),
             rows.iter().copied().max().unwrap_or(1),
         );
+        let f16 = Precision::F16;
+        let probs = probs_buffer_precision(&a, rk, self.blocks);
         for &r in &rows {
-            let scores = self.kernel((small, large, r), dp, rk, self.scores)?;
-            let values = self.kernel((small, large, r), rk, dp, self.blocks)?;
+            let scores = self.kernel((small, large, r), dp, rk, [f16, f16, self.scores])?;
+            let values = self.kernel((small, large, r), rk, dp, [probs, a.values, self.blocks])?;
             let softmax = vector.cycles(&Work::AttentionSoftmax {
                 rows: r,
                 columns: rk,
                 keys: rk_data,
                 score_lanes: vector.lanes(self.scores),
-                prob_lanes: vector.lanes(Precision::F16),
+                prob_lanes: vector.lanes(probs),
                 unscaled: a.score_scale() == 1.0,
                 sums_on_amp: sums_on_amp(&a),
             });
@@ -388,13 +448,15 @@ impl<'a> AmpAttentionScorer<'a> {
         let eb = self.blocks.element_bytes();
         let stats = if sums_on_amp(a) { 1 } else { 2 };
         let results = rq * dp * eb + stats * rq * 4;
-        let held = rq * dp * 2 + rk * dp * 2 + dp * rk * 2;
-        let panels = held + 2 * rk * d * 2;
-        // F16 probabilities, in a buffer of their own unless over the scores.
-        let probs = if probs_over_scores(self.scores) {
+        let vb = a.values.element_bytes();
+        let held = rq * dp * 2 + rk * dp * vb + dp * rk * 2;
+        let panels = held + rk * d * (2 + vb);
+        // The probabilities, in a buffer of their own unless over the
+        // scores.
+        let probs = if probs_over_scores(a, self.scores) {
             0
         } else {
-            Precision::F16.element_bytes()
+            a.probs.element_bytes()
         };
         let scratch = pass * rk * (self.scores.element_bytes() + probs);
         let gathered = if grid.s > 1 {
@@ -471,7 +533,7 @@ pub fn vector_attention_cycles(
         a.batch.div_ceil(u64::from(grid.pb.max(1))) * a.heads.div_ceil(u64::from(grid.ph.max(1)));
     let rq = a.tq.div_ceil(u64::from(grid.gq.max(1)));
     let rk = a.tk.div_ceil(u64::from(grid.s.max(1)));
-    let received = pairs * (rq + 2 * rk) * d * element_bytes;
+    let received = pairs * ((rq + rk) * d * element_bytes + rk * d * a.values.element_bytes());
     let score_lanes = vector.lanes(if softmax_f16 {
         Precision::F16
     } else {
@@ -484,6 +546,7 @@ pub fn vector_attention_cycles(
         score_lanes,
         // Planned unmasked: a causal block's cost is at most this.
         diagonal: None,
+        probs_fp8: a.probs.is_fp8(),
     });
     let (gather, combine) = combine_cycles(a, grid, rq, Precision::F32, false, cost);
     AttentionCycles {
@@ -501,9 +564,10 @@ pub fn vector_attention_cycles(
 /// F16 scores have the probabilities' layout, so one buffer serves both and
 /// a pass holds half the scratch (at batch 6 two passes over the query rows
 /// fit where three did, each pass paying the kernels' fixed costs again).
-/// F32 scores keep a buffer of their own.
-pub fn probs_over_scores(scores: Precision) -> bool {
-    scores == Precision::F16
+/// F32 scores and FP8 probabilities keep a buffer of their own (a buffer
+/// has one precision).
+pub fn probs_over_scores(a: &AttentionShape, scores: Precision) -> bool {
+    scores == Precision::F16 && a.probs == Precision::F16
 }
 
 /// The most passes over a tile's query rows a plan considers: beyond it
@@ -558,22 +622,23 @@ pub struct AmpAttentionLayouts {
     /// `[B, Tq, H]` F16, row-major, a pair's head columns padded to 16 on
     /// each tile (the first GEMM's left operand), replicated `s` times.
     pub q: TensorType,
-    /// `[B, Tk, H]` F16, row-major, key rows in blocks of 16, replicated
-    /// `gq` times (the transpose's source).
+    /// `[B, Tk, H]` F16, row-major, key rows in blocks of [`key_block`],
+    /// replicated `gq` times (the transpose's source).
     pub k: TensorType,
-    /// `[B, Tk, H]` F16, row-major, key rows in blocks of 16, replicated
-    /// `gq` times (the values' panels' source).
+    /// `[B, Tk, H]` in the values' precision, row-major, key rows in
+    /// blocks like the keys', replicated `gq` times (the values' panels'
+    /// source).
     pub v: TensorType,
     /// `[tiles, d₁₆, rk]` F16 in `Amp(Right)` order, interleaved: each
     /// tile's transposed keys (the first GEMM's right operand).
     pub keys_t: TensorType,
-    /// `[tiles, rk, d₁₆]` F16 in `Amp(Right)` order, interleaved: each
-    /// tile's values (the second GEMM's right operand).
+    /// `[tiles, rk, d₁₆]` in the values' precision, `Amp(Right)` order,
+    /// interleaved: each tile's values (the second GEMM's right operand).
     pub values: TensorType,
     /// `[tiles, rq, rk]` scores, row-major.
     pub scores: TensorType,
-    /// `[tiles, rq, rk]` F16 probabilities, row-major (the scores' own
-    /// buffer where [`probs_over_scores`]).
+    /// `[tiles, rq, rk]` probabilities in [`AmpAttention::probs_buffer`],
+    /// row-major (the scores' own buffer where [`probs_over_scores`]).
     pub probs: TensorType,
     /// `[s, B, Tq, H]` unnormalised blocks in the plan's `blocks`
     /// precision, head columns padded to 16 (the second GEMM's output).
@@ -622,7 +687,7 @@ pub fn amp_attention_layouts(
     let query_rows = |axis: u32| split(Axis::FromStart(axis), gq, 1, st_q);
     // Even key blocks, each padded to whole AMP blocks (`blocks`).
     let mut key_rows = split(Axis::FromStart(1), s, 1, st_kv);
-    key_rows.shard_padding_multiple = KEY_BLOCK as u32;
+    key_rows.shard_padding_multiple = key_block(a) as u32;
     let q = tensor_type(
         &[a.batch, a.tq, a.hidden],
         Precision::F16,
@@ -634,13 +699,15 @@ pub fn amp_attention_layouts(
             vec![batch(0), heads(KEY_BLOCK), query_rows(1)],
         )?,
     )?;
-    let kv = tensor_type(
+    let kv_tiling = TensorTiling::new(tiles, gq as u32, vec![batch(0), heads(1), key_rows])?;
+    let k = tensor_type(
         &[a.batch, a.tk, a.hidden],
         Precision::F16,
         rm,
         std,
-        TensorTiling::new(tiles, gq as u32, vec![batch(0), heads(1), key_rows])?,
+        kv_tiling.clone(),
     )?;
+    let v = tensor_type(&[a.batch, a.tk, a.hidden], a.values, rm, std, kv_tiling)?;
     let (rq, rk) = (plan.pass_rows(a), blocks(a, grid).1);
     let scratch = |inner: u64, columns: u64, precision: Precision, order, class| {
         tensor_type(
@@ -656,9 +723,9 @@ pub fn amp_attention_layouts(
         )
     };
     let keys_t = scratch(dp, rk, Precision::F16, right, il)?;
-    let values = scratch(rk, dp, Precision::F16, right, il)?;
+    let values = scratch(rk, dp, a.values, right, il)?;
     let scores = scratch(rq, rk, plan.scores, rm, std)?;
-    let probs = scratch(rq, rk, Precision::F16, rm, std)?;
+    let probs = scratch(rq, rk, plan.probs_buffer(a), rm, std)?;
     let out_part = tensor_type(
         &[s, a.batch, a.tq, a.heads * width],
         plan.blocks,
@@ -700,8 +767,8 @@ pub fn amp_attention_layouts(
     let output = tensor_type(&[a.batch, a.tq, a.hidden], output, rm, std, output_tiling)?;
     Ok(AmpAttentionLayouts {
         q,
-        k: kv.clone(),
-        v: kv,
+        k,
+        v,
         keys_t,
         values,
         scores,

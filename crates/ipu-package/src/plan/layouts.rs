@@ -276,6 +276,13 @@ pub struct AttentionShape {
     /// (`Op::Attention::queries_scaled`): the softmax then only takes the
     /// row maximum of the scores.
     pub queries_scaled: bool,
+    /// The values' precision: F16, or FP8 (their product with the
+    /// probabilities then reads them as FP8 weights).
+    pub values: Precision,
+    /// The precision of the probabilities the values are multiplied by
+    /// (`SoftmaxPrecision::probabilities`): F16, or FP8 (with FP8 values,
+    /// the values' product then runs at the AMP's FP8 rate).
+    pub probs: Precision,
 }
 
 impl AttentionShape {

@@ -17,8 +17,8 @@ mod layouts;
 pub use attention_amp::{
     AmpAttention, AmpAttentionLayouts, AmpAttentionScorer, AttentionCycles, KEY_BLOCK,
     amp_attention_grids, amp_attention_layouts, amp_attention_supported, block_head_width,
-    blocks_exponent, choose_amp_attention, padded_head_dim, pass_rows, probs_over_scores,
-    sums_on_amp, vector_attention_cycles,
+    blocks_exponent, choose_amp_attention, key_block, padded_head_dim, pass_rows,
+    probs_buffer_precision, probs_over_scores, sums_on_amp, vector_attention_cycles,
 };
 pub use choose::{
     GemmChoice, GemmOpCycles, GemmScorer, MAX_INNER_WINDOWS, StepCosts, choose_gemm_grid,

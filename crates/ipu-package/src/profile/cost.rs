@@ -125,6 +125,10 @@ pub enum Work {
         /// row `r` works on keys `j ≤ r + diagonal` only. Absent: every key.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         diagonal: Option<i64>,
+        /// Whether each vector of exponentials is also rounded to FP8 (an
+        /// F16-FP8 softmax), one conversion a vector.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        probs_fp8: bool,
     },
     /// Combining attention blocks.
     AttentionCombine {
@@ -149,7 +153,8 @@ pub enum Work {
         keys: u64,
         /// Scores per vector (F32 or F16 scores).
         score_lanes: u32,
-        /// Probabilities per vector (F16).
+        /// Probabilities per vector: F16, or FP8 (the exponentials are
+        /// still taken a vector of F16 lanes at a time, then converted).
         prob_lanes: u32,
         /// Whether the scores are softmaxed as they are (a scale of
         /// exactly 1: the queries carry `1/√head_dim`), so each vector of
@@ -161,7 +166,7 @@ pub enum Work {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         sums_on_amp: bool,
     },
-    /// A 16-bit block written as AMP panels.
+    /// A 16-bit or FP8 block written as AMP panels.
     Panels {
         /// Output rows, padding included.
         out_rows: u64,
@@ -169,6 +174,10 @@ pub enum Work {
         out_cols: u64,
         /// Whether the block is transposed.
         transpose: bool,
+        /// Whether the elements are FP8 (8-bit, copied twice as many an
+        /// instruction) rather than 16-bit.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fp8: bool,
     },
     /// Zeroing runs of bytes.
     Zero {
@@ -360,12 +369,19 @@ impl VectorModel {
                 head_dim,
                 score_lanes,
                 diagonal,
+                probs_fp8,
             } => {
                 // One row against `keys` keys: its scores, softmax and
                 // weighted values.
+                let convert = if probs_fp8 {
+                    u64::from(s.convert_instructions_per_vector)
+                } else {
+                    0
+                };
                 let row_cycles = |keys: u64| {
                     let scores = keys.saturating_mul(head_dim.div_ceil(dot));
-                    let softmax = vectors(keys, score_lanes).saturating_mul(exp);
+                    let softmax =
+                        vectors(keys, score_lanes).saturating_mul(exp.saturating_add(convert));
                     let values = keys.saturating_mul(head_dim.div_ceil(axpy));
                     row.saturating_add(scores)
                         .saturating_add(softmax)
@@ -430,13 +446,22 @@ impl VectorModel {
                     .saturating_add(
                         part_filled(keys, score_lanes).saturating_mul(tail_instructions),
                     );
-                let per_probs = if sums_on_amp {
+                let per_probs = u64::from(if sums_on_amp {
                     s.softmax_store_instructions_per_vector
                 } else {
                     s.softmax_sum_instructions_per_vector
+                });
+                // The exponentials are F16 vectors; FP8 probabilities are
+                // converted from them, one conversion a vector (the cast
+                // loops' rate), before they are stored.
+                let f16_lanes = self.lanes(Precision::F16);
+                let (exp_lanes, convert) = if prob_lanes > f16_lanes {
+                    (f16_lanes, u64::from(s.convert_instructions_per_vector))
+                } else {
+                    (prob_lanes, 0)
                 };
-                let sum = vectors(keys, prob_lanes)
-                    .saturating_mul(exp.saturating_add(u64::from(per_probs)));
+                let sum = vectors(keys, exp_lanes)
+                    .saturating_mul(exp.saturating_add(per_probs).saturating_add(convert));
                 let lanes = u64::from(prob_lanes.max(1));
                 let tail = vectors(columns, prob_lanes)
                     .saturating_sub(keys / lanes)
@@ -451,6 +476,7 @@ impl VectorModel {
                 out_rows,
                 out_cols,
                 transpose,
+                fp8,
             } => {
                 let group = u64::from(s.transpose_group_instructions);
                 if transpose {
@@ -461,10 +487,11 @@ impl VectorModel {
                         .saturating_mul(u64::from(s.transpose_block_instructions));
                     per(out_cols.div_ceil(4)).saturating_mul(group.saturating_add(blocks))
                 } else {
-                    // Four rows at a time, each row's 16-bit elements
-                    // copied a copy instruction at a time.
+                    // Four rows at a time, each row's 16-bit or 8-bit
+                    // elements copied a copy instruction at a time.
+                    let element_bytes = if fp8 { 1 } else { 2 };
                     let row = out_cols
-                        .saturating_mul(2)
+                        .saturating_mul(element_bytes)
                         .div_ceil(u64::from(s.copy_bytes_per_instruction.max(1)));
                     per(out_rows.div_ceil(4))
                         .saturating_mul(group.saturating_add(row.saturating_mul(4)))
@@ -529,6 +556,7 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             head_dim,
             score_lanes,
             diagonal,
+            ..
         } => {
             let pairs = visible_pairs(q_rows, kv_rows, diagonal);
             let products = pairs.saturating_mul(head_dim).saturating_mul(2);
@@ -567,10 +595,13 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
         } => rows
             .saturating_mul(vectors(keys, score_lanes).saturating_add(vectors(keys, prob_lanes))),
         Work::Panels {
-            out_rows, out_cols, ..
+            out_rows,
+            out_cols,
+            fp8,
+            ..
         } => {
-            // 16-bit elements written.
-            let lanes = (datapath_bytes / 2).max(1);
+            // 16-bit or 8-bit elements written.
+            let lanes = (datapath_bytes / if fp8 { 1 } else { 2 }).max(1);
             vectors(out_cols.saturating_mul(out_rows), lanes)
         }
         Work::Copy { bytes } => bytes.div_ceil(u64::from(datapath_bytes.max(1))),
@@ -652,8 +683,10 @@ pub fn codelet_work(
             head_dim,
             softmax_f16,
             causal,
+            probs_fp8,
             ..
         } => Work::AttentionBlock {
+            probs_fp8: *probs_fp8,
             diagonal: causal.map(CausalRows::diagonal),
             q_rows: u64::from(*q_rows),
             kv_rows: u64::from(*kv_rows),
@@ -695,6 +728,7 @@ pub fn codelet_work(
             sums_on_amp: sum.is_none(),
         },
         Codelet::Panels {
+            output,
             out_rows,
             out_cols,
             transpose,
@@ -703,6 +737,7 @@ pub fn codelet_work(
             out_rows: u64::from(*out_rows),
             out_cols: u64::from(*out_cols),
             transpose: *transpose,
+            fp8: p(output).is_fp8(),
         },
         Codelet::Zero { bytes, runs, .. } => Work::Zero {
             bytes: u64::from(*bytes),

@@ -24,6 +24,8 @@ fn siglip_b2() -> AttentionShape {
         hidden: 1152,
         heads: 16,
         queries_scaled: false,
+        values: Precision::F16,
+        probs: Precision::F16,
     }
 }
 
@@ -36,6 +38,8 @@ fn every_grid_covers_each_pair_query_and_key_once() {
         hidden: 64,
         heads: 4,
         queries_scaled: false,
+        values: Precision::F16,
+        probs: Precision::F16,
     };
     let d = a.head_dim();
     let grids = amp_attention_grids(&a, 64);
@@ -139,7 +143,7 @@ fn the_memory_estimate_bounds_the_buffers_of_the_blocks_step() {
                 let panels_step = bytes(&[&lay.q, &lay.k, &lay.v, &lay.keys_t, &lay.values]);
                 // F16 probabilities are written over the scores, in their
                 // buffer.
-                let probs = if probs_over_scores(scores) {
+                let probs = if probs_over_scores(&a, scores) {
                     0
                 } else {
                     lay.probs.max_shard_bytes()

@@ -268,6 +268,31 @@ fn every_fixture_written_back_reads_as_the_same_graph() {
 }
 
 #[test]
+fn softmax_precisions_read_as_fixtures_name_them() {
+    use ipu_package::graph::SoftmaxPrecision;
+    for p in SoftmaxPrecision::ALL {
+        assert_eq!(SoftmaxPrecision::from_name(p.name()), Some(p));
+    }
+    assert_eq!(SoftmaxPrecision::from_name("F8"), None);
+    // FP8 values turn an F16 softmax into F16-FP8 and back; F32 stays.
+    let f16 = SoftmaxPrecision::F16;
+    assert_eq!(f16.with_fp8_values(true), SoftmaxPrecision::F16Fp8);
+    assert_eq!(
+        SoftmaxPrecision::F16Fp8.with_fp8_values(false),
+        SoftmaxPrecision::F16
+    );
+    assert_eq!(
+        SoftmaxPrecision::F32.with_fp8_values(true),
+        SoftmaxPrecision::F32
+    );
+    // A fixture naming another precision is refused with the names.
+    let text =
+        fixture_text("tiny-2l-h64.json").replacen("\"softmax\": \"F16\"", "\"softmax\": \"F8\"", 1);
+    let e = parse_fixture(&text).expect_err("F8 is no softmax precision");
+    assert!(e.to_string().contains("use F16, F32 or F16-FP8"), "{e}");
+}
+
+#[test]
 fn graphs_the_fixture_format_cannot_express_are_refused() {
     use ipu_package::graph::{Carry, GraphBuilder, OpId, Repeat, WriteError};
 

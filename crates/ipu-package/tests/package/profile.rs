@@ -200,8 +200,20 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
         head_dim: 72,
         score_lanes: 4,
         diagonal: None,
+        probs_fp8: false,
     };
     assert_eq!(v.cycles(&block), 60 + 6 * (15 + 14 * 8062));
+    // With FP8 probabilities each of the 37 vectors of exponentials is
+    // also converted, one instruction each.
+    let block_fp8 = Work::AttentionBlock {
+        q_rows: 81,
+        kv_rows: 146,
+        head_dim: 72,
+        score_lanes: 4,
+        diagonal: None,
+        probs_fp8: true,
+    };
+    assert_eq!(v.cycles(&block_fp8), 60 + 6 * (15 + 14 * (8062 + 37)));
     // A layer norm of 8 rows of 1152 F16: per row 40 + 288 x 4; two rows
     // for the busiest worker.
     let ln = Work::LayerNorm {
@@ -293,12 +305,29 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
         v.cycles(&f16_scores),
         60 + 6 * (15 + 5 * (30 + (37 + 1) + 37 * 5 + 4))
     );
+    // FP8 probabilities (eight a vector): the exponentials are still 37
+    // F16 vectors, each also converted (one instruction); past the keys,
+    // 20 - 18 vectors of eight are written as zeros or masked.
+    let fp8_probs = Work::AttentionSoftmax {
+        rows: 27,
+        columns: 160,
+        keys: 146,
+        score_lanes: 4,
+        prob_lanes: 8,
+        unscaled: true,
+        sums_on_amp: true,
+    };
+    assert_eq!(
+        v.cycles(&fp8_probs),
+        60 + 6 * (15 + 5 * (30 + (37 + 1) + 37 * 6 + 2))
+    );
     // Its keys' transpose, 160 key rows of 72 (padded to 80) columns: 40
     // groups of 4 rows, 7 for the busiest worker, each 4 + 20 blocks x 4.
     let transpose = Work::Panels {
         out_rows: 80,
         out_cols: 160,
         transpose: true,
+        fp8: false,
     };
     assert_eq!(v.cycles(&transpose), 60 + 6 * (15 + 7 * (4 + 20 * 4)));
     // Its values' panels, 160 rows of 80 columns: 40 groups of 4 rows, 7
@@ -307,8 +336,17 @@ fn the_vector_model_gives_the_figures_worked_out_by_hand() {
         out_rows: 160,
         out_cols: 80,
         transpose: false,
+        fp8: false,
     };
     assert_eq!(v.cycles(&values), 60 + 6 * (15 + 7 * (4 + 4 * 20)));
+    // The same in FP8: 80 bytes a row, 10 copies.
+    let values_fp8 = Work::Panels {
+        out_rows: 160,
+        out_cols: 80,
+        transpose: false,
+        fp8: true,
+    };
+    assert_eq!(v.cycles(&values_fp8), 60 + 6 * (15 + 7 * (4 + 4 * 10)));
     // Their floors: every element read and written at one vector a cycle.
     assert_eq!(work_floor(&softmax(false, false), 8, 64), 27 * (80 + 40));
     assert_eq!(work_floor(&transpose, 8, 64), 160 * 80 / 4);
@@ -346,23 +384,24 @@ proptest! {
             ),
             (Work::Copy { bytes: lo }, Work::Copy { bytes: hi }),
             (
-                Work::AttentionSoftmax { rows, columns: lo % 5000, keys: lo % 5000, score_lanes: lanes, prob_lanes: 4, unscaled: lo % 2 == 0, sums_on_amp: lo % 3 == 0 },
+                Work::AttentionSoftmax { rows, columns: lo % 5000, keys: lo % 5000, score_lanes: lanes, prob_lanes: 4 << (lo % 2), unscaled: lo % 2 == 0, sums_on_amp: lo % 3 == 0 },
                 Work::AttentionSoftmax {
                     rows: rows + 1,
                     columns: hi % 5000 + lo % 5000,
                     keys: hi % 5000 + lo % 5000,
                     score_lanes: lanes,
-                    prob_lanes: 4,
+                    prob_lanes: 4 << (lo % 2),
                     unscaled: lo % 2 == 0,
                     sums_on_amp: lo % 3 == 0,
                 },
             ),
             (
-                Work::Panels { out_rows: rows, out_cols: lo % 5000, transpose: lanes % 2 == 0 },
+                Work::Panels { out_rows: rows, out_cols: lo % 5000, transpose: lanes % 2 == 0, fp8: hi % 2 == 0 },
                 Work::Panels {
                     out_rows: rows + 1,
                     out_cols: hi % 5000 + lo % 5000,
                     transpose: lanes % 2 == 0,
+                    fp8: hi % 2 == 0,
                 },
             ),
         ];

@@ -4,7 +4,7 @@
 
 use ipu_kernels::round_f16;
 use ipu_layout::Precision;
-use ipu_package::graph::AttentionMask;
+use ipu_package::graph::{AttentionMask, FP8_PROBABILITIES};
 use ipu_package::profile::{Work, combines_in_f16};
 use ipu_package::program::{CausalRows, Codelet, MAX_PROB_EXPONENT, Operand};
 
@@ -88,13 +88,14 @@ fn dot_rows(q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
 }
 
 /// One row of [`ipu_package::program::Codelet::AttentionSoftmax`]: the probabilities of the
-/// scores `row`, scaled by `weight` (a power of two), into `out` (zeros
-/// after them) and the row's `(max, sum)`.
+/// scores `row`, scaled by `weight` (a power of two) and rounded to F16,
+/// then to `probs` where it is FP8, into `out` (zeros after them) and the
+/// row's `(max, sum)`, the sum of the rounded probabilities.
 fn softmax_row(
     row: &[f32],
     scale: f32,
     softmax_f16: bool,
-    weight: f32,
+    (weight, probs): (f32, Precision),
     out: &mut [f32],
 ) -> (f32, f32) {
     let f16 = Precision::F16;
@@ -112,6 +113,9 @@ fn softmax_row(
         // model applies the power of two exactly, once, before the F16
         // rounding.
         *o = f16.quantize((*o - mx).exp() * weight);
+        if probs.is_fp8() {
+            *o = probs.quantize(*o);
+        }
         l += *o;
     }
     for o in out.iter_mut().skip(row.len()) {
@@ -144,6 +148,7 @@ pub(super) fn block(
         scale,
         softmax_f16,
         causal,
+        probs_fp8,
     } = *codelet
     else {
         return Err(args.fail("codelet kind"));
@@ -185,7 +190,10 @@ pub(super) fn block(
         let mut l = 0.0f32;
         let orow = o.get_mut(r * d..(r + 1) * d).unwrap_or(&mut []);
         for (j, &sj) in s.iter().enumerate() {
-            let e = round((sj - mx).exp());
+            let mut e = round((sj - mx).exp());
+            if probs_fp8 {
+                e = FP8_PROBABILITIES.quantize(e);
+            }
             l += e;
             for (x, &vj) in orow.iter_mut().zip(row_of(&vv, j, d)) {
                 *x += e * vj;
@@ -210,6 +218,7 @@ pub(super) fn block(
         head_dim: d as u64,
         score_lanes,
         diagonal,
+        probs_fp8,
     }))
 }
 
@@ -356,12 +365,13 @@ pub(super) fn softmax(
         check_values(m, args, sum, rq)?;
     }
     let s = read_rows(m, args, scores, rq, cols, stride)?;
+    let probs_precision = m.precision(args.tile, probs.buffer)?;
     let (cols, width) = (args.usize("columns", cols)?, args.usize("stride", stride)?);
     let mut p = vec![0.0f32; args.usize("rows", rq)?.saturating_mul(width)];
     let mut maxima = Vec::with_capacity(rq as usize);
     let mut sums = Vec::with_capacity(rq as usize);
     for (row, out) in s.chunks(cols.max(1)).zip(p.chunks_mut(width.max(1))) {
-        let (mx, l) = softmax_row(row, scale, softmax_f16, weight, out);
+        let (mx, l) = softmax_row(row, scale, softmax_f16, (weight, probs_precision), out);
         maxima.push(mx);
         sums.push(l);
     }

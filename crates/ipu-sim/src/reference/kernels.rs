@@ -8,6 +8,7 @@
 //! count.
 
 use ipu_layout::Precision;
+use ipu_package::graph::SoftmaxPrecision;
 use rayon::prelude::*;
 
 /// Output rows computed per parallel task: small tensors stay on one
@@ -300,6 +301,8 @@ pub fn tanh(x: f32) -> f32 {
 /// `causal`, query row `i` of each batch element sees keys `j ≤ i` only:
 /// the others' scores are −∞, so their exponentials are exactly 0. With
 /// `queries_scaled` the scores are not multiplied by `1/√head_dim`.
+/// Scores and exponentials are rounded to the softmax's precision, the
+/// exponentials then to its probabilities' (F16-FP8).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -310,7 +313,7 @@ pub fn attention(
     tokens_kv: usize,
     hidden: usize,
     heads: usize,
-    softmax: Precision,
+    softmax: SoftmaxPrecision,
     causal: bool,
     queries_scaled: bool,
 ) -> Vec<f32> {
@@ -320,7 +323,10 @@ pub fn attention(
     } else {
         1.0 / (head_dim as f32).sqrt()
     };
-    let round = softmax.codec();
+    let round = softmax.precision().codec();
+    // F16-FP8 rounds the exponentials once more, to its FP8 precision.
+    let probs =
+        (softmax.probabilities() != softmax.precision()).then(|| softmax.probabilities().codec());
     // Keys transposed per (batch, head) to [head_dim, tokens_kv], so the
     // scores of one query row accumulate over the head's columns with the
     // key tokens as the vectorised inner loop; each score is still one
@@ -367,6 +373,7 @@ pub fn attention(
                     first + r0,
                     &mut chunk[r0 * hidden..r1 * hidden],
                     round,
+                    probs,
                 );
                 r0 = r1;
             }
@@ -403,6 +410,7 @@ impl AttentionShape {
         first: usize,
         out: &mut [f32],
         round: ipu_layout::numeric::Codec,
+        probs: Option<ipu_layout::numeric::Codec>,
     ) {
         let AttentionShape {
             tokens_kv,
@@ -446,6 +454,9 @@ impl AttentionShape {
                 let mut sum = 0.0f32;
                 for pj in p_row.iter_mut() {
                     *pj = round.quantize((*pj - max).exp());
+                    if let Some(probs) = probs {
+                        *pj = probs.quantize(*pj);
+                    }
                     sum += *pj;
                 }
                 for pj in p_row.iter_mut() {

@@ -46,6 +46,59 @@ pub fn tiny_head_dim_8() -> String {
     serde_json::to_string_pretty(&fixture).expect("text")
 }
 
+/// `text` with the values of every attention with an F16 softmax cast to
+/// FP8 (F143, codes times 2^-4) and its softmax F16-FP8: the AMP's values'
+/// product then multiplies FP8 probabilities by FP8 values.
+pub fn fp8_values(text: &str) -> String {
+    let mut fixture: Value = serde_json::from_str(text).expect("json");
+    for layer in fixture["layers"].as_array_mut().expect("layers") {
+        let mut ops = Vec::new();
+        let mut tensors = Vec::new();
+        for mut op in layer["ops"].as_array().expect("ops").clone() {
+            if op["op"] == "attention" && op["softmax"] == "F16" {
+                let v = op["inputs"][2].as_str().expect("values").to_owned();
+                let v8 = format!("{v}.fp8");
+                let mut tensor = layer["tensors"]
+                    .as_array()
+                    .expect("tensors")
+                    .iter()
+                    .find(|t| t["name"] == v.as_str())
+                    .expect("the values' tensor")
+                    .clone();
+                tensor["name"] = Value::from(v8.as_str());
+                tensor["precision"] = Value::from("F143");
+                tensor["scale"] = Value::from(-4);
+                tensors.push(tensor);
+                ops.push(serde_json::json!({
+                    "op": "cast_fp8", "inputs": [v], "output": v8
+                }));
+                op["inputs"][2] = Value::from(v8);
+                op["softmax"] = Value::from("F16-FP8");
+            }
+            ops.push(op);
+        }
+        layer["ops"] = Value::from(ops);
+        layer["tensors"]
+            .as_array_mut()
+            .expect("tensors")
+            .extend(tensors);
+    }
+    serde_json::to_string_pretty(&fixture).expect("text")
+}
+
+/// Softmax calls of `package` (each repeat body once) that write FP8
+/// probabilities.
+pub fn fp8_softmaxes(package: &Package) -> usize {
+    count_calls(package, |c| match c {
+        Codelet::AttentionSoftmax { probs, .. } => package
+            .program
+            .buffers
+            .get(probs.buffer)
+            .is_some_and(|b| b.ty.precision().is_fp8()),
+        _ => false,
+    })
+}
+
 /// `graph` built on `tiles` tiles with attention on `unit`.
 pub fn build(graph: &Graph, tiles: u32, unit: AttentionUnit) -> Package {
     let config = BuildConfig {
@@ -78,6 +131,14 @@ fn amp_attention_packages_pass_the_per_op_check_and_match_the_reference() {
         ("tiny-2l-h64", fixture_text("tiny-2l-h64.json")),
         ("micro-1l-h32 (F16 softmax)", micro_f16_softmax()),
         ("tiny-2l-h64 with head dim 8", tiny_head_dim_8()),
+        (
+            "tiny-2l-h64 with FP8 values",
+            fp8_values(&fixture_text("tiny-2l-h64.json")),
+        ),
+        (
+            "tiny-2l-h64 with head dim 8 and FP8 values",
+            fp8_values(&tiny_head_dim_8()),
+        ),
     ] {
         let graph = parse_fixture(&text).expect("parses");
         let inputs = values::generate(&graph, 11);
@@ -111,6 +172,24 @@ fn amp_attention_packages_pass_the_per_op_check_and_match_the_reference() {
                         "{what}: {codelet} {in_amp} {in_vector}"
                     );
                 }
+            }
+            // FP8 values: every softmax writes FP8 probabilities, and the
+            // vector blocks round their exponentials to FP8.
+            let softmaxes = count_calls(&amp, |c| matches!(c, Codelet::AttentionSoftmax { .. }));
+            let fp8_blocks = count_calls(&vector, |c| {
+                matches!(
+                    c,
+                    Codelet::AttentionBlock {
+                        probs_fp8: true,
+                        ..
+                    }
+                )
+            });
+            if name.contains("FP8") {
+                assert_eq!(fp8_softmaxes(&amp), softmaxes, "{what}");
+                assert!(fp8_blocks > 0, "{what}");
+            } else {
+                assert_eq!((fp8_softmaxes(&amp), fp8_blocks), (0, 0), "{what}");
             }
             // The per-op check (on by default) holds every op, attention
             // included, to the reference on the device's own inputs.
@@ -383,6 +462,78 @@ fn value(i: usize) -> f32 {
     ((i * 37) % 211) as f32 / 16.0 - 6.0
 }
 
+/// FP8 values' panels: the codes copied to their panel positions (32
+/// columns a panel), the column of ones, and the precisions the codelet
+/// refuses: a conversion, an 8-bit transpose, and ones the output
+/// precision cannot hold.
+#[test]
+fn fp8_panels_copy_codes_and_refuse_what_they_cannot_do() {
+    let tile = TileId::from_u32(0);
+    let model = VectorModel::new(&BuildConfig::default().target);
+    let f8 = |scale| Precision::F8 {
+        format: ipu_layout::Fp8Format::F143,
+        scale,
+    };
+    let (rows, cols, stride, out_rows, out_cols) = (37u32, 21u32, 24u32, 64u32, 48u32);
+    let input: Vec<f32> = (0..(rows * stride) as usize)
+        .map(|i| f8(-4).quantize(value(i)))
+        .collect();
+    let panels = |transpose| Codelet::Panels {
+        input: operand(0),
+        output: operand(1),
+        rows,
+        cols,
+        stride,
+        out_rows,
+        out_cols,
+        transpose,
+        ones: !transpose,
+    };
+    let out_len = (out_rows * out_cols) as usize;
+    let mut m = Memory::new(&[(0, f8(-4), input.len()), (1, f8(-4), out_len)]);
+    m.set(0, &input);
+    let work = run_codelet_counted(&mut m, tile, &panels(false), Some(&model)).expect("runs");
+    assert_eq!(
+        work,
+        Some(Work::Panels {
+            out_rows: 64,
+            out_cols: 48,
+            transpose: false,
+            fp8: true,
+        })
+    );
+    let out = m.get(1);
+    let order = ElementOrder::Amp(AmpOperand::Right);
+    for i in 0..u64::from(out_rows) {
+        for j in 0..u64::from(out_cols) {
+            let at = order.byte_offset(f8(-4), &[out_rows.into(), out_cols.into()], &[i, j]);
+            // Panels of 32 FP8 columns, the last one 16 wide.
+            let (panel, width) = (j / 32, if j < 32 { 32 } else { 16 });
+            assert_eq!(at, panel * 32 * u64::from(out_rows) + i * width + j % 32);
+            let expected = match (i < u64::from(rows), j.cmp(&u64::from(cols))) {
+                (true, std::cmp::Ordering::Less) => input[(i * u64::from(stride) + j) as usize],
+                (true, std::cmp::Ordering::Equal) => 1.0,
+                _ => 0.0,
+            };
+            assert_eq!(out[at as usize], expected, "({i}, {j})");
+        }
+    }
+    // F16 in, FP8 out; FP8 transposed; ones where 1 saturates (F143's
+    // largest code is 240, 1 at a scale of 2^-8 is 256).
+    for (input_p, output_p, transpose, what) in [
+        (Precision::F16, f8(-4), false, "not the input's"),
+        (f8(-4), f8(-4), true, "transposed"),
+        (f8(-8), f8(-8), false, "1 is not exact"),
+    ] {
+        let mut m = Memory::new(&[(0, input_p, input.len() * 2), (1, output_p, out_len * 2)]);
+        let before = m.get(1);
+        let e = run_codelet_counted(&mut m, tile, &panels(transpose), Some(&model))
+            .expect_err("refused");
+        assert!(e.to_string().contains(what), "{what}: {e}");
+        assert_eq!(m.get(1), before, "{what}: nothing written");
+    }
+}
+
 #[test]
 fn panels_put_each_element_at_its_panel_position_and_zeros_the_rest() {
     let tile = TileId::from_u32(0);
@@ -422,6 +573,7 @@ fn panels_put_each_element_at_its_panel_position_and_zeros_the_rest() {
                 out_rows: u64::from(out_rows),
                 out_cols: u64::from(out_cols),
                 transpose,
+                fp8: false,
             })
         );
         let out = m.get(1);

@@ -82,6 +82,14 @@ fn the_estimate_equals_the_tile_models_count_with_attention_on_the_amp() {
             crate::amp::micro_f16_softmax(),
         ),
         ("tiny-2l-h64 with head dim 8", crate::amp::tiny_head_dim_8()),
+        (
+            "tiny-2l-h64 with FP8 values",
+            crate::amp::fp8_values(&fixture_text("tiny-2l-h64.json")),
+        ),
+        (
+            "tiny-2l-h64 with head dim 8 and FP8 values",
+            crate::amp::fp8_values(&crate::amp::tiny_head_dim_8()),
+        ),
     ] {
         let graph = parse_fixture(&text).expect("fixture parses");
         for tiles in [16, 64] {
@@ -98,6 +106,9 @@ fn the_estimate_equals_the_tile_models_count_with_attention_on_the_amp() {
             });
             let expected = if name.contains("dim 8") { softmaxes } else { 0 };
             assert_eq!(amp_sums, expected, "{what}: softmaxes without sums");
+            if name.contains("FP8") {
+                assert_eq!(crate::amp::fp8_softmaxes(&package), softmaxes, "{what}");
+            }
             assert_estimate_is_the_count(&graph, &package, &what);
         }
     }

@@ -1,7 +1,7 @@
 //! Each op on inputs whose results can be checked by hand.
 
 use ipu_layout::{Fp8Format, Precision};
-use ipu_package::graph::{Activation, Op, SoftmaxPrecision};
+use ipu_package::graph::{Activation, FP8_PROBABILITIES, Op, SoftmaxPrecision};
 
 use crate::{one_op, run};
 
@@ -177,6 +177,24 @@ fn attention_softmax_matches_the_formula_and_sums_to_one() {
         (p16.iter().sum::<f32>() - 1.0).abs() < 4.0 * 2f32.powi(-11),
         "{p16:?}"
     );
+}
+
+#[test]
+fn an_f16_fp8_softmax_rounds_each_exponential_to_fp8_before_the_sum() {
+    // Scores [0.5, 1.0, 0.0, 1.5]: exponentials below the maximum e^-1,
+    // e^-0.5, e^-1.5 and 1, which F143 at 2^-6 rounds to 24/64, 40/64,
+    // 14/64 and 64/64 (steps of 2, 4, 1 and exact).
+    let fp8: Vec<f32> = [-1.0f32, -0.5, -1.5, 0.0]
+        .iter()
+        .map(|s| FP8_PROBABILITIES.quantize(F16.quantize(s.exp())))
+        .collect();
+    assert_eq!(fp8, [0.375, 0.625, 0.218_75, 1.0]);
+    let sum: f32 = fp8.iter().sum();
+    let p = softmax_probe(SoftmaxPrecision::F16Fp8, F32);
+    let expected: Vec<f32> = fp8.iter().map(|e| F16.quantize(e / sum)).collect();
+    assert_eq!(p, expected);
+    // The F16 softmax's probabilities differ from them.
+    assert_ne!(softmax_probe(SoftmaxPrecision::F16, F32), p);
 }
 
 fn run_probe_f32() -> Vec<f32> {
