@@ -53,8 +53,8 @@ pub struct Limits {
     pub max_exchange_words: u64,
     /// The most tensors plus ops the stored fixture may expand to.
     pub max_fixture_items: u64,
-    /// The most elements the stored fixture's tensors may hold together
-    /// (a run holds host values and the reference evaluation of them).
+    /// The most elements the stored fixture's inputs, weights and outputs
+    /// may hold together (a run generates, holds and compares them).
     pub max_fixture_elements: u64,
 }
 

@@ -316,6 +316,45 @@ fn an_operand_offset_past_its_shard_is_an_error() {
     assert!(matches!(e, SimError::OutOfRange { .. }), "{e}");
 }
 
+/// The fixture's size limit counts what a run generates or reads whole
+/// (inputs, weights, outputs), not the activations it computes an op at
+/// a time: SigLIP so400m at batch 6 has more than 2^32 activation
+/// elements and must still be read.
+#[test]
+fn the_fixture_limit_counts_inputs_weights_and_outputs() {
+    use ipu_package::TensorKind;
+    use ipu_package::package::FixtureMismatch;
+    let (graph, package, _) = micro();
+    let count = |host: bool| -> u64 {
+        graph
+            .tensors()
+            .values()
+            .iter()
+            .filter(|t| !host || t.kind() != TensorKind::Activation)
+            .map(|t| t.element_count())
+            .sum()
+    };
+    let (host, all) = (count(true), count(false));
+    assert!(all > host, "{all} {host}");
+    let limits = |max_fixture_elements| ipu_package::package::Limits {
+        max_fixture_elements,
+        ..ipu_package::package::Limits::default()
+    };
+    package
+        .check_fixture_with(graph, &limits(host))
+        .expect("the host's tensors fit the limit");
+    let e = package
+        .check_fixture_with(graph, &limits(host - 1))
+        .expect_err("one element over");
+    assert_eq!(
+        e,
+        FixtureMismatch::TooLarge {
+            elements: host,
+            limit: host - 1
+        }
+    );
+}
+
 /// A stored fixture edited to 2^24 tokens is refused by its sizes, before
 /// any value is generated for it.
 #[test]
