@@ -35,7 +35,7 @@ pub(crate) fn build_class_token(
     start: Instant,
 ) -> Result<ExitCode, String> {
     let template = match args.precision {
-        PrecisionChoice::Fp8 => template,
+        PrecisionChoice::Fp8 | PrecisionChoice::Fp8Values => template,
         PrecisionChoice::F16 => {
             let config = match read_config(dir, family) {
                 Ok(config) => config,

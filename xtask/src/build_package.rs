@@ -98,9 +98,12 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "vision", requires = "checkpoint")]
     pub(crate) tower: Tower,
     /// A checkpoint's precisions: `fp8` (FP8 weights and GEMM inputs with
-    /// calibrated scales, the default fixture's layout) or `f16` (every
-    /// weight F16, no FP8 cast: twice the weight bytes, for zero-shot
-    /// probabilities to transformers' accuracy)
+    /// calibrated scales, the default fixture's layout), `fp8-values` (the
+    /// same, and the encoder attention's values and probabilities in FP8:
+    /// its values' product at the AMP's FP8 rate, faster at batches 1 to 3
+    /// and slower from 4 on, `docs/PROFILE.md`) or `f16` (every weight F16,
+    /// no FP8 cast: twice the weight bytes, for zero-shot probabilities to
+    /// transformers' accuracy)
     #[arg(long, value_enum, default_value = "fp8", requires = "checkpoint")]
     pub(crate) precision: PrecisionChoice,
     /// Calibration images for a checkpoint's FP8 activation scales
@@ -295,6 +298,9 @@ pub enum Tower {
 pub enum PrecisionChoice {
     /// FP8 weights and GEMM inputs, calibrated.
     Fp8,
+    /// As `fp8`, and the encoder attention's values and probabilities in
+    /// FP8.
+    Fp8Values,
     /// Every weight F16, no FP8 cast.
     F16,
 }
@@ -581,6 +587,10 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
     let template = parse_fixture(SIGLIP)
         .map_err(|e| format!("the embedded fixture: {e}"))
         .and_then(|g| PrecisionPolicy::from_graph(&g).map_err(|e| e.to_string()))?;
+    let template = match args.precision {
+        PrecisionChoice::Fp8Values => template.with_fp8_attention_values(),
+        _ => template,
+    };
     let kind = match checkpoint_kind(dir) {
         Ok(kind) => kind,
         Err(e) => {
@@ -637,7 +647,7 @@ fn build_checkpoint(args: &Args, dir: &Path, target: Target) -> Result<ExitCode,
         name: None,
     };
     let template = match args.precision {
-        PrecisionChoice::Fp8 => template,
+        PrecisionChoice::Fp8 | PrecisionChoice::Fp8Values => template,
         PrecisionChoice::F16 => {
             let graph = match read_config(dir) {
                 Ok(config) => build_graph(
@@ -710,7 +720,7 @@ fn build_text(
         }
     };
     let template = match args.precision {
-        PrecisionChoice::Fp8 => template,
+        PrecisionChoice::Fp8 | PrecisionChoice::Fp8Values => template,
         PrecisionChoice::F16 => {
             let policy = template.all_f16(checkpoint.graph());
             import.policy = policy.clone();

@@ -246,10 +246,17 @@ fn the_golden_checkpoint_keeps_its_fidelity_with_attention_on_the_amp() {
     ));
     let (_, expected_pooled) = &golden["pooler_output"];
     let (_, expected_hidden) = &golden["last_hidden_state"];
-    for unit in ["amp", "vector"] {
-        let package = sandbox.out(&format!("siglip-{unit}"));
+    // The default precisions on both units, and FP8 values and
+    // probabilities (`--precision fp8-values`) on the AMP.
+    for (unit, precision) in [("amp", "fp8"), ("vector", "fp8"), ("amp", "fp8-values")] {
+        let package = sandbox.out(&format!("siglip-{unit}-{precision}"));
         sandbox
-            .build_checkpoint(&dir, "2", &package, &["--attention", unit])
+            .build_checkpoint(
+                &dir,
+                "2",
+                &package,
+                &["--attention", unit, "--precision", precision],
+            )
             .succeeded();
         let program = std::fs::read_to_string(package.join("program.json")).expect("program");
         assert_eq!(
@@ -257,7 +264,14 @@ fn the_golden_checkpoint_keeps_its_fidelity_with_attention_on_the_amp() {
             unit == "amp",
             "{unit}: the attention runs where asked"
         );
-        let out = sandbox.out(&format!("embeddings-{unit}.safetensors"));
+        let fixture = std::fs::read_to_string(package.join("fixture.json")).expect("fixture");
+        assert_eq!(
+            fixture.contains("\"softmax\": \"F16-FP8\""),
+            precision == "fp8-values",
+            "{precision}: the encoder's softmax"
+        );
+        let out = sandbox.out(&format!("embeddings-{unit}-{precision}.safetensors"));
+        let unit = format!("{unit}, {precision}");
         sandbox
             .xtask(&[
                 "run-package",

@@ -171,6 +171,20 @@ impl PrecisionPolicy {
         policy
     }
 
+    /// The same policy with the encoder attention's values cast to FP8
+    /// (F143; calibration chooses the scale, and may raise it to F16 like
+    /// any cast), which makes the encoder's softmax F16-FP8: the values'
+    /// product then runs at the AMP's FP8 rate.
+    pub fn with_fp8_attention_values(self) -> Self {
+        self.with_precision(
+            FP8_VALUES_ROLE,
+            Precision::F8 {
+                format: ipu_layout::Fp8Format::F143,
+                scale: 0,
+            },
+        )
+    }
+
     /// Every cast role, as the templates name them.
     pub fn cast_roles() -> &'static [&'static str] {
         CAST_ROLES
@@ -219,9 +233,7 @@ const CAST_ROLES: &[&str] = &[
     "embed.patches8",
     "enc{i}.ln1.y8",
     "enc{i}.attn8",
-    // The encoder attention's values: FP8 values and probabilities make
-    // its values' product an FP8 GEMM (`SoftmaxPrecision::F16Fp8`).
-    "enc{i}.v8",
+    FP8_VALUES_ROLE,
     "enc{i}.ln2.y8",
     "enc{i}.gelu8",
     "head.x8",
@@ -232,6 +244,11 @@ const CAST_ROLES: &[&str] = &[
     "pool.x8",
     "proj.x8",
 ];
+
+/// The cast role of the encoder attention's values: FP8 values and
+/// probabilities make its values' product an FP8 GEMM
+/// (`SoftmaxPrecision::F16Fp8`).
+const FP8_VALUES_ROLE: &str = "enc{i}.v8";
 
 /// Whether `name` is one of the FP8 cast tensors before a GEMM.
 fn is_cast(name: &str) -> bool {
