@@ -89,8 +89,9 @@ pub fn key_block(a: &AttentionShape) -> u64 {
 /// The precision of the probabilities' buffer of a plan whose key blocks
 /// are at most `rk` rows (padded): F16 probabilities as they are; FP8
 /// ones, which the softmax writes scaled by `2^-e` ([`blocks_exponent`])
-/// like F16 ones, with a scale `e` lower, so that each code is what the
-/// graph's rounding relative to the row's largest exponential gives.
+/// like F16 ones, with a scale `e` lower, so that each code is the
+/// graph's rounding of the exponential against its block's largest one
+/// (the row's, in the reference).
 pub fn probs_buffer_precision(a: &AttentionShape, rk: u64, blocks: Precision) -> Precision {
     match a.probs {
         Precision::F8 { format, scale } => {
@@ -242,11 +243,11 @@ fn blocks(a: &AttentionShape, grid: AttentionGrid) -> (u64, u64, u64) {
 }
 
 /// Whether an attention can run on the AMP: F16 queries and keys, F16 or
-/// FP8 values (whose largest value F16 holds), an F16 softmax (the second product's left operand is the
-/// F16 exponentials, which only the F16 softmax rounds to) whose
-/// probabilities are F16, or FP8 with FP8 values (the AMP multiplies
-/// FP8 rows by FP8 weights only), whole heads, and at least one tile per
-/// `(batch, head)` pair.
+/// FP8 values (whose largest value F16 holds), an F16 softmax (the
+/// second product's left operand is the F16 exponentials, which only the
+/// F16 softmax rounds to) whose probabilities are F16, or FP8 with FP8
+/// values (the AMP multiplies FP8 rows by FP8 weights only), whole heads,
+/// and at least one tile per `(batch, head)` pair.
 pub fn amp_attention_supported(
     a: &AttentionShape,
     operands: Precision,
