@@ -53,7 +53,7 @@ impl Precision {
     }
 
     /// The largest finite value: F32's, 65504 for F16, and for FP8 its
-    /// format's largest code times the scale.
+    /// format's largest code times the scale (what a cast saturates at).
     pub fn max_value(self) -> f64 {
         match self {
             Precision::F32 => f64::from(f32::MAX),

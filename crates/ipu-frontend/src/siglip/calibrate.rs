@@ -67,7 +67,7 @@ use groups::{Candidate, choose_f16_groups, f16_candidates};
 
 pub use fidelity::{FIDELITY_HEADROOM, MIN_COSINE};
 
-use measure::{F16_MAX, OutputStats, Stats, finite, fp8_scale, limit, quantised, relative};
+use measure::{OutputStats, Stats, finite, fp8_scale, quantised, relative};
 
 use crate::error::{ImageError, ImportError};
 use crate::imaging::synthetic_image;
@@ -620,7 +620,11 @@ fn weight_scales(
         for name in &roles.members[r] {
             let id = template.tensor_by_name(name);
             let values = id.and_then(|id| weights.get(id)).unwrap_or(&[]);
-            measured.add(values, &quantised(*precision, values), limit(*precision));
+            measured.add(
+                values,
+                &quantised(*precision, values),
+                precision.max_value(),
+            );
         }
         *stats = measured;
     }
@@ -727,7 +731,7 @@ fn measure_final(
                 measured
                     .entry(role(t.name()))
                     .or_default()
-                    .add(x, q, limit(t.precision()));
+                    .add(x, q, t.precision().max_value());
             }
         }
         // F16 activations, outputs and inputs: values beyond F16's range.
@@ -743,7 +747,7 @@ fn measure_final(
                 measured
                     .entry(role(t.name()))
                     .or_default()
-                    .add_overflow(x, f64::from(F16_MAX));
+                    .add_overflow(x, Precision::F16.max_value());
             }
         }
         for (name, reference) in &f32_outputs[i] {

@@ -175,7 +175,7 @@ pub enum Work {
         /// Whether the block is transposed.
         transpose: bool,
         /// Whether the elements are FP8 (8-bit, copied twice as many an
-        /// instruction) rather than 16-bit.
+        /// instruction) rather than 16-bit ([`panel_element_bytes`]).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         fp8: bool,
     },
@@ -244,6 +244,11 @@ pub const CODELET_KINDS: [&str; 16] = [
     "gather",
     "copy",
 ];
+
+/// Bytes of an element of [`Work::Panels`]: FP8 or 16-bit.
+fn panel_element_bytes(fp8: bool) -> u64 {
+    if fp8 { 1 } else { 2 }
+}
 
 /// Worker instructions per vector of `function` (the device description's
 /// figure).
@@ -489,9 +494,8 @@ impl VectorModel {
                 } else {
                     // Four rows at a time, each row's 16-bit or 8-bit
                     // elements copied a copy instruction at a time.
-                    let element_bytes = if fp8 { 1 } else { 2 };
                     let row = out_cols
-                        .saturating_mul(element_bytes)
+                        .saturating_mul(panel_element_bytes(fp8))
                         .div_ceil(u64::from(s.copy_bytes_per_instruction.max(1)));
                     per(out_rows.div_ceil(4))
                         .saturating_mul(group.saturating_add(row.saturating_mul(4)))
@@ -601,7 +605,7 @@ pub fn work_floor(work: &Work, datapath_bytes: u32, f16_macs_per_cycle: u64) -> 
             ..
         } => {
             // 16-bit or 8-bit elements written.
-            let lanes = (datapath_bytes / if fp8 { 1 } else { 2 }).max(1);
+            let lanes = (datapath_bytes / panel_element_bytes(fp8) as u32).max(1);
             vectors(out_cols.saturating_mul(out_rows), lanes)
         }
         Work::Copy { bytes } => bytes.div_ceil(u64::from(datapath_bytes.max(1))),

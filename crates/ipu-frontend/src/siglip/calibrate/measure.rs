@@ -5,9 +5,6 @@
 
 use ipu_layout::Precision;
 
-/// The largest finite F16 value.
-pub(super) const F16_MAX: f32 = 65504.0;
-
 /// Quantisation statistics of one role.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Stats {
@@ -84,17 +81,6 @@ pub(super) fn relative(err2: f64, ref2: f64) -> f64 {
         0.0
     } else {
         1.0
-    }
-}
-
-/// The largest finite value of `precision` (F32's for F32).
-pub(super) fn limit(precision: Precision) -> f64 {
-    match precision {
-        Precision::F32 => f64::from(f32::MAX),
-        Precision::F16 => f64::from(F16_MAX),
-        Precision::F8 { format, scale } => {
-            f64::from(format.max_value()) * 2f64.powi(i32::from(scale))
-        }
     }
 }
 

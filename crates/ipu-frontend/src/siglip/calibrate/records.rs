@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use ipu_layout::Precision;
 use ipu_package::graph::{Graph, TensorKind, ValueSet};
 
-use super::measure::{F16_MAX, Stats, finite, quantised};
+use super::measure::{Stats, finite, quantised};
 use super::{ACTIVATION_HEADROOM, Roles, WeightScales, view_source};
 use crate::siglip::policy::role;
 use crate::siglip::report::{TensorRecord, precision_name};
@@ -92,7 +92,7 @@ pub(super) fn tensor_records(m: &Measured<'_>) -> Vec<TensorRecord> {
                             .tensor_by_name(n)
                             .and_then(|id| weights.get(id))
                             .unwrap_or(&[]);
-                        f16.add(v, &quantised(Precision::F16, v), f64::from(F16_MAX));
+                        f16.add(v, &quantised(Precision::F16, v), Precision::F16.max_value());
                     }
                     record(
                         "weight",
