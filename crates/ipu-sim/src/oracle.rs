@@ -224,6 +224,12 @@ impl<'g> Oracle<'g> {
         }
     }
 
+    /// Where `tensor`'s producing op comes in the graph's (topological)
+    /// order; tensors no op produces come first.
+    pub(crate) fn producer_position(&self, tensor: TensorId) -> Option<u32> {
+        self.graph.producer(tensor).map(|op| op.as_u32())
+    }
+
     /// Whether `tensor` still wants a device value.
     pub(crate) fn wants(&self, tensor: TensorId) -> bool {
         !self.values.contains_key(&tensor)

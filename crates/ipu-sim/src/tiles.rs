@@ -522,12 +522,20 @@ impl<'p> Tiles<'p> {
         let start = Instant::now();
         let cpu_start = process_cpu();
         let buffers: BTreeSet<BufferId> = written.map(|b| self.shared.resolve(subst, b)).collect();
-        let mut result = Ok(());
+        // A step may write a tensor and an op's result computed from it (a
+        // reduce running a residual add): the producer's result is taken
+        // first, so that it is checked on its own rather than stood in for
+        // by the reference when the later op is evaluated.
+        let mut held = Vec::new();
         for b in buffers {
             let buffer = self.shared.buffer(b)?;
-            let Some(tensor) = oracle.holder(buffer, context, by_compute) else {
-                continue;
-            };
+            if let Some(tensor) = oracle.holder(buffer, context, by_compute) {
+                held.push((oracle.producer_position(tensor), b, tensor));
+            }
+        }
+        held.sort_unstable();
+        let mut result = Ok(());
+        for (_, b, tensor) in held {
             if !oracle.wants(tensor) {
                 continue;
             }

@@ -31,23 +31,11 @@ impl Lowerer<'_> {
         };
         let in_ty = self.layout(
             format!("input of {op}"),
-            tensor_type(
-                tin.extents(),
-                tin.precision(),
-                ElementOrder::RowMajor,
-                MemoryClass::Ipu21Standard,
-                tiling.clone(),
-            ),
+            row_major(tin.extents(), tin.precision(), tiling.clone()),
         )?;
         let out_ty = self.layout(
             format!("output of {op}"),
-            tensor_type(
-                tout.extents(),
-                tout.precision(),
-                ElementOrder::RowMajor,
-                MemoryClass::Ipu21Standard,
-                tiling,
-            ),
+            row_major(tout.extents(), tout.precision(), tiling),
         )?;
         let x = self.ensure(input, in_ty.clone(), Attrs::default())?;
         let y = self.output(op, output, out_ty)?;
@@ -98,21 +86,13 @@ impl Lowerer<'_> {
         if g.tensor(a).extents() != tout.extents() {
             return Err(self.unsupported(op, "one addend must have the result's shape".into()));
         }
-        let out_ty = match self.forced.get(&output) {
-            Some(&f) => self.program.buffers[f].ty.clone(),
-            None => self.layout(
-                format!("output of {op}"),
-                row_layout(tout.extents(), tout.precision(), self.config.tiles),
-            )?,
-        };
+        let out_ty = self.add_layout(op, output)?;
         let like = |l: &Self, t: TensorId| {
             l.layout(
                 format!("operand of {op}"),
-                tensor_type(
+                row_major(
                     tout.extents(),
                     g.tensor(t).precision(),
-                    ElementOrder::RowMajor,
-                    MemoryClass::Ipu21Standard,
                     out_ty.tiling().clone(),
                 ),
             )
@@ -145,6 +125,19 @@ impl Lowerer<'_> {
         self.finish_add(op, xa, xb, out_ty, output, false)
     }
 
+    /// The layout of add `op`'s result `output`: the buffer carrying it
+    /// between iterations, or its row layout.
+    pub(super) fn add_layout(&self, op: OpId, output: TensorId) -> Result<TensorType, LowerError> {
+        let t = self.graph.tensor(output);
+        match self.forced.get(&output) {
+            Some(&f) => Ok(self.program.buffers[f].ty.clone()),
+            None => self.layout(
+                format!("output of {op}"),
+                row_layout(t.extents(), t.precision(), self.config.tiles),
+            ),
+        }
+    }
+
     pub(super) fn finish_add(
         &mut self,
         op: OpId,
@@ -163,13 +156,7 @@ impl Lowerer<'_> {
             let view = SourceView::Window(vec![0; bty.shape().rank()]);
             let ty = self.layout(
                 format!("operand of {op}"),
-                tensor_type(
-                    tout.extents(),
-                    bty.precision(),
-                    ElementOrder::RowMajor,
-                    MemoryClass::Ipu21Standard,
-                    out_ty.tiling().clone(),
-                ),
+                row_major(tout.extents(), bty.precision(), out_ty.tiling().clone()),
             )?;
             let name = format!(
                 "{}@{}",
@@ -220,13 +207,7 @@ impl Lowerer<'_> {
             Some(&f) => self.program.buffers[f].ty.clone(),
             None => self.layout(
                 format!("output of {op}"),
-                tensor_type(
-                    tout.extents(),
-                    tout.precision(),
-                    ElementOrder::RowMajor,
-                    MemoryClass::Ipu21Standard,
-                    tiling.clone(),
-                ),
+                row_major(tout.extents(), tout.precision(), tiling.clone()),
             )?,
         };
         let x = self.ensure(input, in_ty.clone(), Attrs::default())?;

@@ -15,7 +15,8 @@ impl Lowerer<'_> {
     ) -> Result<(), LowerError> {
         let g = self.graph;
         let (tl, tr, tout) = (g.tensor(left), g.tensor(right), g.tensor(output));
-        let problem = GemmProblem::of(tl, tr, tout, &self.config.cost);
+        let problem = super::fold::gemm_problem_with(g, &self.readers, op, self.config)
+            .unwrap_or_else(|| GemmProblem::of(tl, tr, tout, &self.config.cost));
         let budget = self.config.budget_for(op);
         let choose = |budget| {
             choose_gemm_plan(
@@ -227,17 +228,22 @@ impl Lowerer<'_> {
                 element_layout(tout.extents(), tout.precision(), self.config.tiles),
             )?,
         };
+        // Sum where a residual add reads the result, when that pays.
+        let fold = self
+            .residual_fold(op, output)?
+            .filter(|_| folds_residual(problem, chosen, self.config.tiles));
+        let out_ty = match &fold {
+            Some(f) => self.layout(
+                format!("output of {op}"),
+                row_major(tout.extents(), tout.precision(), f.layout.tiling().clone()),
+            )?,
+            None => out_ty,
+        };
         let mut pr_shape = vec![u64::from(chosen.pk)];
         pr_shape.extend_from_slice(tout.extents());
         let pr_ty = self.layout(
             format!("partials of {op}"),
-            tensor_type(
-                &pr_shape,
-                problem.output,
-                ElementOrder::RowMajor,
-                MemoryClass::Ipu21Standard,
-                out_ty.tiling().clone(),
-            ),
+            row_major(&pr_shape, problem.output, out_ty.tiling().clone()),
         )?;
         let gathered = self.copy_to_new(
             partial,
@@ -252,6 +258,11 @@ impl Lowerer<'_> {
         };
         let y = self.output(op, output, out_ty.clone())?;
         let reduce = StepLabel::of(op, StepRole::Reduce, tout.name());
+        // The residual's copy, if it needs one, joins the partials'.
+        let mut folded = Vec::new();
+        if let Some(f) = &fold {
+            self.fold_calls(f, y, &mut folded)?;
+        }
         self.flush(&reduce);
         let mut calls = Vec::new();
         for (tile, rows, cols) in shard_rows(&out_ty)? {
@@ -278,6 +289,7 @@ impl Lowerer<'_> {
                 ));
             }
         }
+        calls.append(&mut folded);
         self.compute(reduce, calls);
         Ok(())
     }
@@ -330,15 +342,7 @@ impl Lowerer<'_> {
             format!("bias of {op}"),
             TensorTiling::new(tiles, tiles / parts, axes)
                 .and_then(|tiling| tiling.with_rotation(output.tiling().rotation()))
-                .and_then(|tiling| {
-                    tensor_type(
-                        t.extents(),
-                        t.precision(),
-                        ElementOrder::RowMajor,
-                        MemoryClass::Ipu21Standard,
-                        tiling,
-                    )
-                }),
+                .and_then(|tiling| row_major(t.extents(), t.precision(), tiling)),
         )?;
         for (o, b) in output.shards().zip(ty.shards()) {
             let (Some(oc), Some(bc)) = (o.axes.last(), b.axes.last()) else {

@@ -17,12 +17,15 @@
 //! (for SigLIP, the residual stream) lives in one buffer that each
 //! iteration reads at its start and overwrites at its end.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 mod attention;
 
 pub use attention::{amp_attention_bytes, least_amp_attention_bytes};
 mod elementwise;
+mod fold;
+
+pub use fold::gemm_problem;
 mod gather;
 mod gemm;
 mod repeat;
@@ -38,8 +41,8 @@ use crate::plan::{
     AmpAttention, AmpAttentionScorer, AttentionCycles, AttentionGrid, AttentionShape, CostModel,
     GemmChoice, GemmGrid, GemmLayouts, GemmProblem, amp_attention_layouts, amp_attention_supported,
     attention_grid, attention_layouts, block_head_width, blocks_exponent, choose_amp_attention,
-    choose_gemm_plan, column_parts, column_tiling, element_layout, gemm_layouts, pass_rows,
-    reduce_layout, replicated, row_layout, row_split, spread, sums_on_amp, tensor_type,
+    choose_gemm_plan, column_parts, column_tiling, element_layout, folds_residual, gemm_layouts,
+    pass_rows, reduce_layout, replicated, row_layout, row_split, spread, sums_on_amp, tensor_type,
     vector_attention_cycles, vector_home,
 };
 use crate::profile::Work;
@@ -197,6 +200,8 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
         resting: resting::RestingBytes::new(config.tiles),
         unread_clears: 0,
         read_axis: HashMap::new(),
+        readers: readers(graph),
+        folded: HashSet::new(),
     };
     for input in graph.inputs() {
         let t = graph.tensor(input);
@@ -382,6 +387,41 @@ struct Lowerer<'a> {
     /// The axis along which the codelets of each buffer with read padding
     /// read it.
     read_axis: HashMap<BufferId, Axis>,
+    /// Each tensor's first reader and how many times ops read it.
+    readers: HashMap<TensorId, (OpId, u32)>,
+    /// Ops an earlier op's steps already ran (`fold.rs`).
+    folded: HashSet<OpId>,
+}
+
+/// Each tensor's first reading op and its number of reads (an op reading
+/// it twice counts twice).
+fn readers(graph: &Graph) -> HashMap<TensorId, (OpId, u32)> {
+    let mut readers: HashMap<TensorId, (OpId, u32)> = HashMap::new();
+    for (op, node) in graph.ops().iter() {
+        for t in node.inputs() {
+            readers
+                .entry(t)
+                .and_modify(|(_, n)| *n = n.saturating_add(1))
+                .or_insert((op, 1));
+        }
+    }
+    readers
+}
+
+/// A row-major tensor in standard memory on `tiling`: the layout
+/// element-wise work reads and writes.
+fn row_major(
+    extents: &[u64],
+    precision: Precision,
+    tiling: TensorTiling,
+) -> Result<TensorType, LayoutError> {
+    tensor_type(
+        extents,
+        precision,
+        ElementOrder::RowMajor,
+        MemoryClass::Ipu21Standard,
+        tiling,
+    )
 }
 
 fn u32_arg(what: &str, value: u64) -> Result<u32, LowerError> {
@@ -719,6 +759,9 @@ impl Lowerer<'_> {
     }
 
     fn lower_op(&mut self, op: OpId) -> Result<(), LowerError> {
+        if self.folded.contains(&op) {
+            return Ok(());
+        }
         let g = self.graph;
         match g.op(op).clone() {
             Op::Gemm {

@@ -74,8 +74,12 @@ pub struct GemmOpCycles {
     pub gemm: u64,
     /// The exchange phase gathering the partials (`pk > 1`).
     pub reduce_exchange: u64,
-    /// The compute step summing the partials (`pk > 1`).
+    /// The compute step summing the partials (`pk > 1`), with the
+    /// residual add where it runs there ([`folds_residual`]).
     pub reduce: u64,
+    /// The residual add's own steps (copying the result to the add's
+    /// layout, then adding) where the reduce does not run it.
+    pub residual: u64,
 }
 
 impl GemmOpCycles {
@@ -85,7 +89,52 @@ impl GemmOpCycles {
             .saturating_add(self.gemm)
             .saturating_add(self.reduce_exchange)
             .saturating_add(self.reduce)
+            .saturating_add(self.residual)
     }
+}
+
+/// Elements of the largest shard on which a split-K grid's partials are
+/// summed: the grid's own blocks where the rows allow it, else the element
+/// layout the result rests in between ops.
+pub(crate) fn reduce_share(p: &GemmProblem, grid: GemmGrid, tiles: u32) -> u64 {
+    let eb = p.output.element_bytes().max(1);
+    match reduce_layout(p, grid, p.output) {
+        Ok(Some(t)) => t.max_shard_bytes() / eb,
+        _ => {
+            let even = p
+                .rows_per_token()
+                .saturating_mul(p.tokens())
+                .saturating_mul(p.columns)
+                .div_ceil(u64::from(tiles.max(1)));
+            let mut extents = p.outer.clone();
+            extents.push(p.columns);
+            element_layout(&extents, p.output, tiles)
+                .map(|t| t.max_shard_bytes() / eb)
+                .unwrap_or(even)
+                .max(even)
+        }
+    }
+}
+
+/// Whether `grid`'s reduce sums the partials in the layout of the
+/// problem's residual add and runs the add (`lower/fold.rs`): a split-K
+/// grid whose result has such a reader, where summing there moves no more
+/// bytes to a tile than summing in the grid's layout and copying the sum
+/// on (`fold_pays`).
+pub fn folds_residual(p: &GemmProblem, grid: GemmGrid, tiles: u32) -> bool {
+    grid.pk > 1
+        && p.residual
+            .is_some_and(|r| fold_pays(grid.pk, reduce_share(p, grid, tiles), r))
+}
+
+/// Whether summing `pk` partials on a largest shard of `folded` elements
+/// moves no more bytes to a tile than summing them on one of `grid`
+/// elements and then copying the sum (`folded` elements) on. A row layout
+/// of few rows, such as a pooled head's, does not pay: its few tiles would
+/// receive every partial.
+pub(crate) fn fold_pays(pk: u32, grid: u64, folded: u64) -> bool {
+    let pk = u64::from(pk);
+    folded.saturating_mul(pk) <= grid.saturating_mul(pk).saturating_add(folded)
 }
 
 /// Scores grids of one GEMM problem, remembering kernel costs by shard.
@@ -210,8 +259,6 @@ impl<'a> GemmScorer<'a> {
         // an empty split counts as one part.
         let part = |n: u32| u64::from(n.max(1));
         let (pm, pk) = (part(grid.pm), part(grid.pk));
-        let per_token = p.rows_per_token();
-        let tokens = p.tokens();
         let (kernel_small, large, inner, columns) = self.kernel_of(grid);
         let left = large
             .saturating_mul(inner)
@@ -234,6 +281,14 @@ impl<'a> GemmScorer<'a> {
             let lanes = steps.vector.lanes(p.output);
             steps.vector.cycles(&Work::Add { elements, lanes })
         };
+        // A residual add the reduce does not run copies the result into its
+        // own layout and adds in a step of its own.
+        let own_steps = |r: u64| {
+            self.cost
+                .exchange_cycles(r.saturating_mul(p.output.element_bytes()))
+                .saturating_add(add(r))
+                .saturating_add(sync.saturating_mul(2))
+        };
         if pk == 1 {
             let bias = if self.bias {
                 add(large.saturating_mul(columns))
@@ -245,28 +300,20 @@ impl<'a> GemmScorer<'a> {
                 gemm: kernel.saturating_add(bias).saturating_add(sync),
                 reduce_exchange: 0,
                 reduce: 0,
+                residual: p.residual.map_or(0, own_steps),
             };
         }
         // The partials are summed where the lowering puts the result: in
+        // the residual add's layout where the reduce runs the add, else in
         // the grid's own blocks when the rows allow it, else where the
         // result rests between ops (the element layout). Its largest shard
         // receives `pk` partials of itself, and each GEMM tile sends its
         // block of partial sums.
         let eb = p.output.element_bytes();
-        let share = match reduce_layout(p, grid, p.output) {
-            Ok(Some(t)) => t.max_shard_bytes() / eb.max(1),
-            _ => {
-                let even = per_token
-                    .saturating_mul(tokens)
-                    .saturating_mul(p.columns)
-                    .div_ceil(u64::from(self.tiles));
-                let mut extents = p.outer.clone();
-                extents.push(p.columns);
-                element_layout(&extents, p.output, self.tiles)
-                    .map(|t| t.max_shard_bytes() / eb.max(1))
-                    .unwrap_or(even)
-                    .max(even)
-            }
+        let folded = folds_residual(p, grid, self.tiles);
+        let share = match p.residual {
+            Some(r) if folded => r,
+            _ => reduce_share(p, grid, self.tiles),
         };
         let received = share.saturating_mul(pk).saturating_mul(eb);
         let sent = large.saturating_mul(columns).saturating_mul(eb);
@@ -281,11 +328,20 @@ impl<'a> GemmScorer<'a> {
             lanes,
         });
         let bias = if self.bias { add(share) } else { 0 };
+        let (in_reduce, residual) = match p.residual {
+            Some(r) if folded => (add(r), 0),
+            Some(r) => (0, own_steps(r)),
+            None => (0, 0),
+        };
         GemmOpCycles {
             operands,
             gemm: kernel.saturating_add(sync),
             reduce_exchange,
-            reduce: sum.saturating_add(bias).saturating_add(sync),
+            reduce: sum
+                .saturating_add(bias)
+                .saturating_add(in_reduce)
+                .saturating_add(sync),
+            residual,
         }
     }
 }
@@ -500,6 +556,7 @@ fn windowed_plans(
                 gemm: a.gemm.saturating_mul(repeats).saturating_add(b.gemm),
                 reduce_exchange: b.reduce_exchange,
                 reduce: b.reduce,
+                residual: b.residual,
             };
             GemmChoice {
                 grid,
@@ -509,4 +566,20 @@ fn windowed_plans(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod fold_tests {
+    use super::fold_pays;
+
+    #[test]
+    fn a_fold_pays_where_its_shards_are_no_larger_than_the_grids() {
+        // SigLIP b2's out projection: 18 x 64 grid blocks, rows of 1152.
+        assert!(fold_pays(9, 1152, 1152));
+        // One more partial's worth is what the saved copy moved.
+        assert!(fold_pays(9, 1024, 1152));
+        assert!(!fold_pays(9, 1023, 1152));
+        // A pooled head's two rows on two tiles would take every partial.
+        assert!(!fold_pays(36, 32, 1152));
+    }
 }

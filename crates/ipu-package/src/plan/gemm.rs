@@ -45,6 +45,11 @@ pub struct GemmProblem {
     /// Output columns per AMP instruction: the target's
     /// `amp.column_multiple` ([`CostModel::amp_columns`]).
     pub amp_columns: u64,
+    /// Where the result's only reader is an add of a residual of its shape:
+    /// the elements of the largest shard of that add's layout, where a
+    /// split-K reduce may sum the partials and run the add
+    /// ([`super::folds_residual`]).
+    pub residual: Option<u64>,
 }
 
 impl GemmProblem {
@@ -69,6 +74,7 @@ impl GemmProblem {
                 Precision::F16
             },
             amp_columns: cost.amp_columns,
+            residual: None,
         }
     }
 

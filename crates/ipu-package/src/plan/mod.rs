@@ -22,7 +22,7 @@ pub use attention_amp::{
 };
 pub use choose::{
     GemmChoice, GemmOpCycles, GemmScorer, MAX_INNER_WINDOWS, StepCosts, choose_gemm_grid,
-    choose_gemm_plan, inner_windows,
+    choose_gemm_plan, folds_residual, inner_windows,
 };
 pub use cost::CostModel;
 pub use gemm::{

@@ -175,7 +175,7 @@ pub enum Work {
         /// Whether the block is transposed.
         transpose: bool,
         /// Whether the elements are FP8 (8-bit, copied twice as many an
-        /// instruction) rather than 16-bit ([`panel_element_bytes`]).
+        /// instruction) rather than 16-bit (`panel_element_bytes`).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         fp8: bool,
     },

@@ -6,6 +6,7 @@
 use ipu_layout::Precision;
 use ipu_package::build::{BuildConfig, Stages, build_package};
 use ipu_package::graph::{Op, parse_fixture};
+use ipu_package::lower::{LowerConfig, gemm_problem};
 use ipu_package::plan::{
     CostModel, GemmEstimate, GemmGrid, GemmOpCycles, GemmProblem, GemmScorer, MAX_INNER_WINDOWS,
     choose_gemm_grid, choose_gemm_plan, gemm_candidates, inner_windows,
@@ -70,6 +71,7 @@ fn a_problem_without_candidates_gets_one_tile_and_no_cost() {
         right: Precision::F16,
         output: Precision::F16,
         amp_columns: CostModel::ipu21().amp_columns,
+        residual: None,
     };
     let (grid, cycles) = choose_gemm_grid(&problem, 16, 1 << 20, false, &CostModel::ipu21());
     assert_eq!((grid.pm, grid.pn, grid.pk), (1, 1, 1));
@@ -95,22 +97,17 @@ fn predicted_compute_steps_are_what_the_estimate_charges() {
         let profile = package.profile.as_ref().expect("estimated");
         let cost = CostModel::new(Target::ipu21());
         let budget = package.manifest.summary.transient_budget;
-        for (_, op) in graph.ops().iter() {
-            let Op::Gemm {
-                left,
-                right,
-                bias,
-                output,
-            } = op
-            else {
+        let lower_config = LowerConfig {
+            tiles,
+            ..LowerConfig::default()
+        };
+        for (id, op) in graph.ops().iter() {
+            let Op::Gemm { bias, output, .. } = op else {
                 continue;
             };
-            let (tl, tr, tout) = (
-                graph.tensor(*left),
-                graph.tensor(*right),
-                graph.tensor(*output),
-            );
-            let problem = GemmProblem::of(tl, tr, tout, &cost);
+            let tout = graph.tensor(*output);
+            // The lowering's view, with the residual add its reduce may run.
+            let problem = gemm_problem(&graph, id, &lower_config).expect("a GEMM");
             let (grid, predicted) =
                 choose_gemm_grid(&problem, tiles, budget, bias.is_some(), &cost);
             let step = |kind: &str, step_kind: StepKind| {
@@ -165,6 +162,7 @@ fn extreme_sizes_and_empty_splits_score_without_overflow() {
         right: Precision::F16,
         output: Precision::F32,
         amp_columns: CostModel::ipu21().amp_columns,
+        residual: None,
     };
     let cost = CostModel::ipu21();
     let quick = GemmEstimate {

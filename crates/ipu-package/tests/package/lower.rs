@@ -236,3 +236,60 @@ fn a_gather_picks_rows_on_every_table_tile_and_reduces_the_parts() {
     assert_eq!(gathers, 16);
     assert!(reduce_after_gather);
 }
+
+/// A residual add that is a split-K GEMM's only reader runs in the GEMM's
+/// reduce step, on the sum's shards, and has no step of its own: SigLIP's
+/// two adds a layer (after the attention's out projection and after fc2),
+/// and on 64 tiles the tiny fixture's first (its fc2 is not split in K),
+/// which the tile model's per-op tests run.
+#[test]
+fn a_residual_add_runs_in_the_reduce_step_of_the_gemm_it_adds_to() {
+    use ipu_package::program::StepRole;
+    let both: &[(&str, &str)] = &[("enc0.out", "enc0.res"), ("enc0.fc2", "x1")];
+    for (fixture, tiles, pairs) in [
+        ("siglip-so400m-b2.json", 1472, both),
+        ("tiny-2l-h64.json", 64, &both[..1]),
+    ] {
+        let p = lowered(fixture, tiles);
+        let mut folded = Vec::new();
+        for event in p.walk() {
+            let label = match event {
+                WalkEvent::Compute(step, _) => {
+                    if step.label.role == StepRole::Reduce {
+                        let sums: Vec<_> = step
+                            .calls
+                            .iter()
+                            .filter_map(|(_, c)| match *c {
+                                Codelet::ReduceSum { output, .. } => Some(output.buffer),
+                                _ => None,
+                            })
+                            .collect();
+                        // An add of the sum the same step's reduce wrote.
+                        let adds = step.calls.iter().any(|(_, c)| {
+                            matches!(*c, Codelet::Add { a, broadcast_rows: false, .. }
+                                if sums.contains(&a.buffer))
+                        });
+                        if adds {
+                            folded.push(step.label.name.clone());
+                        }
+                    }
+                    &step.label
+                }
+                WalkEvent::Exchange(step, _) => &step.label,
+                WalkEvent::Enter(..) | WalkEvent::Leave(..) => continue,
+            };
+            assert!(
+                !pairs.iter().any(|(_, add)| label.name == *add),
+                "{fixture}: {} has a step of its own ({:?})",
+                label.name,
+                label.role
+            );
+        }
+        for (gemm, _) in pairs.iter() {
+            assert!(
+                folded.iter().any(|f| f == gemm),
+                "{fixture}: {gemm}'s reduce runs no residual add (folded: {folded:?})"
+            );
+        }
+    }
+}

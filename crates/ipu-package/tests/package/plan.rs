@@ -31,6 +31,7 @@ pub(crate) fn siglip_gemms_at(batch: u64) -> Vec<(&'static str, GemmProblem)> {
         right: fp8(),
         output: Precision::F16,
         amp_columns: CostModel::ipu21().amp_columns,
+        residual: None,
     };
     vec![
         ("patch", problem(588, 1152)),

@@ -9,6 +9,27 @@ use ipu_sim::SimError;
 use ipu_sim::reference::compare::{Tolerance, compare};
 use ipu_sim::tiles::{Fault, RunConfig, run_package_with};
 
+/// 0.02 added to the weight buffer `name` (a bias) on the first tile of
+/// its shards that holds data.
+fn bias_fault(package: &ipu_package::package::Package, name: &str) -> Fault {
+    let (buffer, b) = package
+        .program
+        .buffers
+        .iter()
+        .find(|(_, b)| b.name == name && b.role == BufferRole::Weight)
+        .expect("the bias buffer");
+    let tile =
+        b.ty.shards()
+            .find(|s| s.bytes > 0)
+            .expect("a shard with data")
+            .tile;
+    Fault {
+        buffer,
+        tile,
+        delta: 0.02,
+    }
+}
+
 /// A GEMM bias off by 0.02 on the tiles of one bias shard (the size of the
 /// rotated-GEMM bias bug that once passed the end-to-end tolerance) fails
 /// the per-op check, which names that GEMM, its output and an element.
@@ -34,25 +55,8 @@ fn a_bias_off_by_two_hundredths_names_its_gemm() {
             _ => None,
         })
         .expect("a GEMM with a bias");
-    let name = graph.tensor(bias).name();
-    let (buffer, b) = package
-        .program
-        .buffers
-        .iter()
-        .find(|(_, b)| b.name == name && b.role == BufferRole::Weight)
-        .expect("the bias buffer");
-    let tile =
-        b.ty.shards()
-            .find(|s| s.bytes > 0)
-            .expect("a shard with data")
-            .tile;
-    let fault = Fault {
-        buffer,
-        tile,
-        delta: 0.02,
-    };
     let faulty = RunConfig {
-        faults: vec![fault],
+        faults: vec![bias_fault(&package, graph.tensor(bias).name())],
         ..RunConfig::default()
     };
     let e = run_package_with(&package, &graph, &inputs, &faulty).unwrap_err();
@@ -92,4 +96,59 @@ fn a_bias_off_by_two_hundredths_names_its_gemm() {
             c.pass
         );
     }
+}
+
+/// Where a GEMM's reduce step also runs the residual add reading its
+/// result (on 16 tiles, the tiny fixture's fc2 and `x1`), the per-op check
+/// takes the GEMM's result first and checks it on its own: a wrong fc2
+/// bias names fc2, not the add, whose reference would otherwise have stood
+/// in for the GEMM's result (the add writes the carried buffer, which comes
+/// first by buffer id).
+#[test]
+fn a_gemm_whose_reduce_runs_the_residual_add_is_checked_before_the_add() {
+    let graph = parse_fixture(&crate::fixture_text("tiny-2l-h64.json")).expect("parses");
+    let config = BuildConfig {
+        tiles: Some(16),
+        ..BuildConfig::default()
+    };
+    let package = build_package(&graph, &config, &Stages::in_memory()).expect("builds");
+    let folded = package.program.walk().any(|e| match e {
+        ipu_package::program::WalkEvent::Compute(step, _) => {
+            step.label.name == "enc0.fc2"
+                && step.calls.iter().any(|(_, c)| {
+                    matches!(
+                        c,
+                        ipu_package::program::Codelet::Add {
+                            broadcast_rows: false,
+                            ..
+                        }
+                    )
+                })
+        }
+        _ => false,
+    });
+    assert!(folded, "fc2's reduce runs the residual add on 16 tiles");
+    let (op, bias) = graph
+        .ops()
+        .iter()
+        .find_map(|(id, op)| match op {
+            ipu_package::graph::Op::Gemm {
+                bias: Some(b),
+                output,
+                ..
+            } if graph.tensor(*output).name() == "enc0.fc2" => Some((id, *b)),
+            _ => None,
+        })
+        .expect("fc2 with a bias");
+    let faulty = RunConfig {
+        faults: vec![bias_fault(&package, graph.tensor(bias).name())],
+        ..RunConfig::default()
+    };
+    let inputs = values::generate(&graph, 7);
+    let e = run_package_with(&package, &graph, &inputs, &faulty).unwrap_err();
+    let SimError::OpMismatch(m) = &e else {
+        panic!("expected the per-op check to fail, got {e}");
+    };
+    assert_eq!((m.op, m.kind), (op, "gemm"), "{e}");
+    assert_eq!(m.tensor, "enc0.fc2", "{e}");
 }

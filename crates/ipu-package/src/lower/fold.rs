@@ -1,0 +1,178 @@
+//! A residual add folded into the split-K reduce of the GEMM it adds to.
+//!
+//! A split-K GEMM's partial sums meet where they are summed, in the grid's
+//! own blocks; an add of the sum to a residual (`x + W·h`, the transformer
+//! layer's two adds) then copied the sum into its own row layout in an
+//! exchange step and added in a compute step of its own. When the add is
+//! the sum's only reader, the partials are summed in the add's layout
+//! instead and the add runs in the reduce's compute step: the copy, one
+//! exchange step and one compute step go, and the partials' exchange moves
+//! the same bytes to other tiles.
+//!
+//! The fold is taken where it moves no more bytes to the busiest tile
+//! (`plan::folds_residual`, which the grid's choice also costs): the add
+//! layout's largest shard receives `pk` partials of itself, against `pk`
+//! partials of the grid's largest shard and then the copy of the sum.
+
+use super::*;
+
+/// An add reading a GEMM's result: `sum = result + residual`.
+pub(super) struct ResidualAdd {
+    /// The add.
+    pub add: OpId,
+    /// Its other addend, with the GEMM result's extents.
+    pub residual: TensorId,
+    /// Its result.
+    pub sum: TensorId,
+}
+
+/// The add reading `gemm_output` (of GEMM `gemm`) that the GEMM's reduce
+/// may run: the result's only reader, reading it once, is an add of two
+/// operands of its shape whose other addend is an input or computed
+/// before the GEMM, and the result is no graph output.
+pub(super) fn residual_add(
+    graph: &Graph,
+    readers: &HashMap<TensorId, (OpId, u32)>,
+    gemm: OpId,
+    gemm_output: TensorId,
+) -> Option<ResidualAdd> {
+    if graph.tensor(gemm_output).kind() == TensorKind::Output {
+        return None;
+    }
+    let &(add, reads) = readers.get(&gemm_output)?;
+    if reads != 1 {
+        return None;
+    }
+    let Op::Add {
+        left,
+        right,
+        output,
+    } = *graph.op(add)
+    else {
+        return None;
+    };
+    let residual = if left == gemm_output { right } else { left };
+    let extents = graph.tensor(gemm_output).extents();
+    let earlier = match graph.producer(residual) {
+        Some(p) => p.as_u32() < gemm.as_u32(),
+        None => graph.tensor(residual).kind() == TensorKind::Input,
+    };
+    (residual != gemm_output
+        && earlier
+        && graph.tensor(residual).extents() == extents
+        && graph.tensor(output).extents() == extents)
+        .then_some(ResidualAdd {
+            add,
+            residual,
+            sum: output,
+        })
+}
+
+/// The planner's view of GEMM `op` of `graph` as the lowering plans it for
+/// `config`, with the largest shard of a residual add it may run (the
+/// add's row layout); `None` when `op` is no GEMM.
+pub fn gemm_problem(graph: &Graph, op: OpId, config: &LowerConfig) -> Option<GemmProblem> {
+    gemm_problem_with(graph, &readers(graph), op, config)
+}
+
+/// [`gemm_problem`] with the graph's readers already counted.
+pub(super) fn gemm_problem_with(
+    graph: &Graph,
+    readers: &HashMap<TensorId, (OpId, u32)>,
+    op: OpId,
+    config: &LowerConfig,
+) -> Option<GemmProblem> {
+    let Op::Gemm {
+        left,
+        right,
+        output,
+        ..
+    } = *graph.op(op)
+    else {
+        return None;
+    };
+    let (tl, tr, tout) = (
+        graph.tensor(left),
+        graph.tensor(right),
+        graph.tensor(output),
+    );
+    let residual = residual_add(graph, readers, op, output).and_then(|r| {
+        let t = graph.tensor(r.sum);
+        let ty = row_layout(t.extents(), t.precision(), config.tiles).ok()?;
+        Some(ty.max_shard_bytes() / t.precision().element_bytes().max(1))
+    });
+    Some(GemmProblem {
+        residual,
+        ..GemmProblem::of(tl, tr, tout, &config.cost)
+    })
+}
+
+/// An add that a GEMM's reduce step runs: `sum = gemm + residual`.
+pub(super) struct ResidualFold {
+    /// The add.
+    pub add: OpId,
+    /// Its other addend, with the GEMM result's extents.
+    pub residual: TensorId,
+    /// Its result.
+    pub sum: TensorId,
+    /// The add's layout (of its result's precision): where the partials
+    /// are summed.
+    pub layout: TensorType,
+}
+
+impl Lowerer<'_> {
+    /// The add reading `gemm_output` of GEMM `gemm` that its reduce may
+    /// run ([`residual_add`]), with the add's layout.
+    pub(super) fn residual_fold(
+        &self,
+        gemm: OpId,
+        gemm_output: TensorId,
+    ) -> Result<Option<ResidualFold>, LowerError> {
+        let Some(r) = residual_add(self.graph, &self.readers, gemm, gemm_output) else {
+            return Ok(None);
+        };
+        Ok(Some(ResidualFold {
+            add: r.add,
+            residual: r.residual,
+            sum: r.sum,
+            layout: self.add_layout(r.add, r.sum)?,
+        }))
+    }
+
+    /// Runs `fold`'s add on every shard of `y` (the GEMM's sum, in the
+    /// add's tiling) after the reduce's calls, writing the add's result.
+    pub(super) fn fold_calls(
+        &mut self,
+        fold: &ResidualFold,
+        y: BufferId,
+        calls: &mut Vec<(TileId, Codelet)>,
+    ) -> Result<(), LowerError> {
+        let g = self.graph;
+        let out_ty = fold.layout.clone();
+        let residual_ty = self.layout(
+            format!("operand of {}", fold.add),
+            row_major(
+                out_ty.shape().extents(),
+                g.tensor(fold.residual).precision(),
+                out_ty.tiling().clone(),
+            ),
+        )?;
+        let residual = self.ensure(fold.residual, residual_ty, Attrs::default())?;
+        let z = self.output(fold.add, fold.sum, out_ty.clone())?;
+        for (tile, rows, cols) in shard_rows(&out_ty)? {
+            calls.push((
+                tile,
+                Codelet::Add {
+                    a: y.into(),
+                    b: residual.into(),
+                    out: z.into(),
+                    rows,
+                    cols,
+                    broadcast_rows: false,
+                },
+            ));
+        }
+        self.folded.insert(fold.add);
+        Ok(())
+    }
+}
