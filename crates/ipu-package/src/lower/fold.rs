@@ -17,6 +17,7 @@
 use super::*;
 
 /// An add reading a GEMM's result: `sum = result + residual`.
+#[derive(Clone, Copy)]
 pub(super) struct ResidualAdd {
     /// The add.
     pub add: OpId,
@@ -69,8 +70,9 @@ pub(super) fn residual_add(
 }
 
 /// The planner's view of GEMM `op` of `graph` as the lowering plans it for
-/// `config`, with the largest shard of a residual add it may run (the
-/// add's row layout); `None` when `op` is no GEMM.
+/// `config`, with the largest shard of a residual add it may run (in the
+/// add's row layout, which is also the layout a repeat carries a value
+/// in); `None` when `op` is no GEMM.
 pub fn gemm_problem(graph: &Graph, op: OpId, config: &LowerConfig) -> Option<GemmProblem> {
     gemm_problem_with(graph, &readers(graph), op, config)
 }
@@ -107,14 +109,10 @@ pub(super) fn gemm_problem_with(
     })
 }
 
-/// An add that a GEMM's reduce step runs: `sum = gemm + residual`.
+/// An add that a GEMM's reduce step runs.
 pub(super) struct ResidualFold {
-    /// The add.
-    pub add: OpId,
-    /// Its other addend, with the GEMM result's extents.
-    pub residual: TensorId,
-    /// Its result.
-    pub sum: TensorId,
+    /// The add and its operands.
+    pub of: ResidualAdd,
     /// The add's layout (of its result's precision): where the partials
     /// are summed.
     pub layout: TensorType,
@@ -128,15 +126,11 @@ impl Lowerer<'_> {
         gemm: OpId,
         gemm_output: TensorId,
     ) -> Result<Option<ResidualFold>, LowerError> {
-        let Some(r) = residual_add(self.graph, &self.readers, gemm, gemm_output) else {
+        let Some(of) = residual_add(self.graph, &self.readers, gemm, gemm_output) else {
             return Ok(None);
         };
-        Ok(Some(ResidualFold {
-            add: r.add,
-            residual: r.residual,
-            sum: r.sum,
-            layout: self.add_layout(r.add, r.sum)?,
-        }))
+        let layout = self.add_layout(of.add, of.sum)?;
+        Ok(Some(ResidualFold { of, layout }))
     }
 
     /// Runs `fold`'s add on every shard of `y` (the GEMM's sum, in the
@@ -147,24 +141,24 @@ impl Lowerer<'_> {
         y: BufferId,
         calls: &mut Vec<(TileId, Codelet)>,
     ) -> Result<(), LowerError> {
-        let g = self.graph;
+        let ResidualAdd { add, residual, sum } = fold.of;
         let out_ty = fold.layout.clone();
         let residual_ty = self.layout(
-            format!("operand of {}", fold.add),
+            format!("operand of {add}"),
             row_major(
                 out_ty.shape().extents(),
-                g.tensor(fold.residual).precision(),
+                self.graph.tensor(residual).precision(),
                 out_ty.tiling().clone(),
             ),
         )?;
-        let residual = self.ensure(fold.residual, residual_ty, Attrs::default())?;
-        let z = self.output(fold.add, fold.sum, out_ty.clone())?;
+        let r = self.ensure(residual, residual_ty, Attrs::default())?;
+        let z = self.output(add, sum, out_ty.clone())?;
         for (tile, rows, cols) in shard_rows(&out_ty)? {
             calls.push((
                 tile,
                 Codelet::Add {
                     a: y.into(),
-                    b: residual.into(),
+                    b: r.into(),
                     out: z.into(),
                     rows,
                     cols,
@@ -172,7 +166,7 @@ impl Lowerer<'_> {
                 },
             ));
         }
-        self.folded.insert(fold.add);
+        self.folded.insert(add);
         Ok(())
     }
 }
