@@ -29,7 +29,9 @@ pub(super) struct ResidualAdd {
 
 /// The add reading `gemm_output` (of GEMM `gemm`) that the GEMM's reduce
 /// may run: the result's only reader, reading it once, is an add of two
-/// operands of its shape whose other addend is an input or computed
+/// operands of its shape in the same iteration of the same repeat (a
+/// repeat's body is lowered from its first iteration, whose steps must
+/// hold only its own ops), whose other addend is an input or computed
 /// before the GEMM, and the result is no graph output.
 pub(super) fn residual_add(
     graph: &Graph,
@@ -52,6 +54,10 @@ pub(super) fn residual_add(
     else {
         return None;
     };
+    let iteration = |op: OpId| graph.repeat_of_op(op).map(|(r, k, _)| (r.ops().start, k));
+    if iteration(gemm) != iteration(add) {
+        return None;
+    }
     let residual = if left == gemm_output { right } else { left };
     let extents = graph.tensor(gemm_output).extents();
     let earlier = match graph.producer(residual) {
@@ -168,5 +174,42 @@ impl Lowerer<'_> {
         }
         self.folded.insert(add);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::parse_fixture;
+
+    /// In the tiny fixture, the adds after the out projection and fc2 of
+    /// every layer, and the head's, are residual adds of their GEMMs; no
+    /// other GEMM has one (qkv and fc1 feed attention and GELU).
+    #[test]
+    fn residual_adds_are_found_for_the_gemms_an_add_alone_reads() {
+        let text = include_str!("../../../../fixtures/tiny-2l-h64.json");
+        let graph = parse_fixture(text).expect("the fixture parses");
+        let readers = readers(&graph);
+        let mut found = Vec::new();
+        for (op, node) in graph.ops().iter() {
+            let Op::Gemm { output, .. } = *node else {
+                continue;
+            };
+            if let Some(r) = residual_add(&graph, &readers, op, output) {
+                let (gemm, sum) = (graph.tensor(output).name(), graph.tensor(r.sum).name());
+                assert!(r.residual != output);
+                found.push(format!("{gemm}+{sum}"));
+            }
+        }
+        assert_eq!(
+            found,
+            [
+                "enc0.out+enc0.res",
+                "enc0.fc2+x1",
+                "enc1.out+enc1.res",
+                "enc1.fc2+x2",
+                "head.fc2+head.sum",
+            ]
+        );
     }
 }
