@@ -241,11 +241,9 @@ impl Lowerer<'_> {
             let tensor = g.tensor(t);
             l.layout(
                 format!("operand of {op}"),
-                tensor_type(
+                row_major(
                     tensor.extents(),
                     tensor.precision(),
-                    ElementOrder::RowMajor,
-                    MemoryClass::Ipu21Standard,
                     lay.kv.tiling().clone(),
                 ),
             )

@@ -76,20 +76,9 @@ pub(super) fn residual_add(
 }
 
 /// The planner's view of GEMM `op` of `graph` as the lowering plans it for
-/// `config`, with the largest shard of a residual add it may run (in the
-/// add's row layout, which is also the layout a repeat carries a value
-/// in); `None` when `op` is no GEMM.
+/// `config`, with the largest shard of a residual add it may run; `None`
+/// when `op` is no GEMM.
 pub fn gemm_problem(graph: &Graph, op: OpId, config: &LowerConfig) -> Option<GemmProblem> {
-    gemm_problem_with(graph, &readers(graph), op, config)
-}
-
-/// [`gemm_problem`] with the graph's readers already counted.
-pub(super) fn gemm_problem_with(
-    graph: &Graph,
-    readers: &HashMap<TensorId, (OpId, u32)>,
-    op: OpId,
-    config: &LowerConfig,
-) -> Option<GemmProblem> {
     let Op::Gemm {
         left,
         right,
@@ -104,15 +93,26 @@ pub(super) fn gemm_problem_with(
         graph.tensor(right),
         graph.tensor(output),
     );
-    let residual = residual_add(graph, readers, op, output).and_then(|r| {
-        let t = graph.tensor(r.sum);
-        let ty = row_layout(t.extents(), t.precision(), config.tiles).ok()?;
-        Some(ty.max_shard_bytes() / t.precision().element_bytes().max(1))
-    });
     Some(GemmProblem {
-        residual,
+        residual: residual_shard(graph, &readers(graph), op, output, config.tiles),
         ..GemmProblem::of(tl, tr, tout, &config.cost)
     })
+}
+
+/// The elements of the largest shard of the residual add GEMM `op` may run
+/// ([`residual_add`]), in the add's row layout on `tiles` tiles (the
+/// layout a repeat carries a value in, too).
+pub(super) fn residual_shard(
+    graph: &Graph,
+    readers: &HashMap<TensorId, (OpId, u32)>,
+    op: OpId,
+    output: TensorId,
+    tiles: u32,
+) -> Option<u64> {
+    let r = residual_add(graph, readers, op, output)?;
+    let t = graph.tensor(r.sum);
+    let ty = row_layout(t.extents(), t.precision(), tiles).ok()?;
+    Some(ty.max_shard_bytes() / t.precision().element_bytes().max(1))
 }
 
 /// An add that a GEMM's reduce step runs.

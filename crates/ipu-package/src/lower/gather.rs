@@ -110,15 +110,7 @@ impl Lowerer<'_> {
             TensorTiling::new(count as u32, 1, axes)
                 .and_then(|t| t.with_rotation(rotation % count as u32))
         };
-        let row_major = |extents: &[u64], p: Precision, t: TensorTiling| {
-            tensor_type(
-                extents,
-                p,
-                ElementOrder::RowMajor,
-                MemoryClass::Ipu21Standard,
-                t,
-            )
-        };
+        let row_major = |extents: &[u64], p: Precision, t: TensorTiling| row_major(extents, p, t);
 
         // The table in row parts × column blocks: tile `t` holds block
         // `t % ph` of row part `t / ph`.

@@ -15,8 +15,10 @@ impl Lowerer<'_> {
     ) -> Result<(), LowerError> {
         let g = self.graph;
         let (tl, tr, tout) = (g.tensor(left), g.tensor(right), g.tensor(output));
-        let problem = super::fold::gemm_problem_with(g, &self.readers, op, self.config)
-            .unwrap_or_else(|| GemmProblem::of(tl, tr, tout, &self.config.cost));
+        let problem = GemmProblem {
+            residual: super::fold::residual_shard(g, &self.readers, op, output, self.config.tiles),
+            ..GemmProblem::of(tl, tr, tout, &self.config.cost)
+        };
         let budget = self.config.budget_for(op);
         let choose = |budget| {
             choose_gemm_plan(

@@ -42,7 +42,7 @@ use crate::plan::{
     GemmChoice, GemmGrid, GemmLayouts, GemmProblem, amp_attention_layouts, amp_attention_supported,
     attention_grid, attention_layouts, block_head_width, blocks_exponent, choose_amp_attention,
     choose_gemm_plan, column_parts, column_tiling, element_layout, folds_residual, gemm_layouts,
-    pass_rows, reduce_layout, replicated, row_layout, row_split, spread, sums_on_amp, tensor_type,
+    pass_rows, reduce_layout, replicated, row_layout, row_major, row_split, spread, sums_on_amp,
     vector_attention_cycles, vector_home,
 };
 use crate::profile::Work;
@@ -406,22 +406,6 @@ fn readers(graph: &Graph) -> HashMap<TensorId, (OpId, u32)> {
         }
     }
     readers
-}
-
-/// A row-major tensor in standard memory on `tiling`: the layout
-/// element-wise work reads and writes.
-fn row_major(
-    extents: &[u64],
-    precision: Precision,
-    tiling: TensorTiling,
-) -> Result<TensorType, LayoutError> {
-    tensor_type(
-        extents,
-        precision,
-        ElementOrder::RowMajor,
-        MemoryClass::Ipu21Standard,
-        tiling,
-    )
 }
 
 fn u32_arg(what: &str, value: u64) -> Result<u32, LowerError> {

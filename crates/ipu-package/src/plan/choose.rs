@@ -579,7 +579,8 @@ mod fold_tests {
         // One more partial's worth is what the saved copy moved.
         assert!(fold_pays(9, 1024, 1152));
         assert!(!fold_pays(9, 1023, 1152));
-        // A pooled head's two rows on two tiles would take every partial.
+        // Whole rows on few tiles against small grid blocks: those tiles
+        // would take every partial.
         assert!(!fold_pays(36, 32, 1152));
     }
 }

@@ -33,6 +33,22 @@ pub fn tensor_type(
     TensorType::new(TensorShape::from(extents), format)
 }
 
+/// A row-major tensor in standard memory on `tiling`: the layout
+/// element-wise work, and every row and element layout, use.
+pub fn row_major(
+    extents: &[u64],
+    precision: Precision,
+    tiling: TensorTiling,
+) -> Result<TensorType, LayoutError> {
+    tensor_type(
+        extents,
+        precision,
+        ElementOrder::RowMajor,
+        MemoryClass::Ipu21Standard,
+        tiling,
+    )
+}
+
 /// `ty` with its tiling rotated by `rotation` modulo its tile count.
 pub fn rotated(ty: &TensorType, rotation: u64) -> Result<TensorType, LayoutError> {
     let count = u64::from(ty.tiling().tile_count());
@@ -101,13 +117,7 @@ pub fn row_layout(
             TensorTiling::new((tokens * batch) as u32, 1, axes)?
         }
     };
-    tensor_type(
-        extents,
-        precision,
-        ElementOrder::RowMajor,
-        MemoryClass::Ipu21Standard,
-        tiling,
-    )
+    row_major(extents, precision, tiling)
 }
 
 /// Bytes per tile of a resting weight vector (layer-norm parameters,
@@ -147,13 +157,7 @@ pub fn vector_home(
     } else {
         TensorTiling::new(tiles, 1, axes)?.with_rotation(first_tile % tiles)?
     };
-    tensor_type(
-        extents,
-        precision,
-        ElementOrder::RowMajor,
-        MemoryClass::Ipu21Standard,
-        tiling,
-    )
+    row_major(extents, precision, tiling)
 }
 
 /// Rows spread like [`row_layout`], and where there are fewer rows than
@@ -182,13 +186,7 @@ pub fn element_layout(
         axes.push(split(Axis::FromEnd(3), batch, 1, parts * tokens));
     }
     let tiling = TensorTiling::new((parts * tokens * batch) as u32, 1, axes)?;
-    tensor_type(
-        extents,
-        precision,
-        ElementOrder::RowMajor,
-        MemoryClass::Ipu21Standard,
-        tiling,
-    )
+    row_major(extents, precision, tiling)
 }
 
 /// How many column blocks [`element_layout`] splits the last axis into.
@@ -219,13 +217,7 @@ pub fn replicated(
     tiles: u32,
 ) -> Result<TensorType, LayoutError> {
     let tiling = TensorTiling::new(tiles, tiles, vec![])?;
-    tensor_type(
-        extents,
-        precision,
-        ElementOrder::RowMajor,
-        MemoryClass::Ipu21Standard,
-        tiling,
-    )
+    row_major(extents, precision, tiling)
 }
 
 /// The same rows as `layout` (a row layout) but for another shape whose
@@ -236,13 +228,7 @@ pub fn rows_like(
     precision: Precision,
 ) -> Result<TensorType, LayoutError> {
     let tiling = layout.tiling().clone();
-    tensor_type(
-        extents,
-        precision,
-        ElementOrder::RowMajor,
-        MemoryClass::Ipu21Standard,
-        tiling,
-    )
+    row_major(extents, precision, tiling)
 }
 
 /// An attention plan: `(batch, head)` pairs spread `pb × ph`, query rows

@@ -31,6 +31,6 @@ pub use gemm::{
 };
 pub use layouts::{
     AttentionGrid, AttentionLayouts, AttentionShape, attention_grid, attention_layouts,
-    column_parts, column_tiling, element_layout, replicated, rotated, row_layout, row_split,
-    rows_like, spread, tensor_type, vector_home,
+    column_parts, column_tiling, element_layout, replicated, rotated, row_layout, row_major,
+    row_split, rows_like, spread, tensor_type, vector_home,
 };

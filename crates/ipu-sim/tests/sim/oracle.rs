@@ -9,6 +9,17 @@ use ipu_sim::SimError;
 use ipu_sim::reference::compare::{Tolerance, compare};
 use ipu_sim::tiles::{Fault, RunConfig, run_package_with};
 
+/// The tiny fixture and its package on 16 tiles.
+fn tiny_on_16_tiles() -> (ipu_package::Graph, ipu_package::package::Package) {
+    let graph = parse_fixture(&crate::fixture_text("tiny-2l-h64.json")).expect("parses");
+    let config = BuildConfig {
+        tiles: Some(16),
+        ..BuildConfig::default()
+    };
+    let package = build_package(&graph, &config, &Stages::in_memory()).expect("builds");
+    (graph, package)
+}
+
 /// 0.02 added to the weight buffer `name` (a bias) on the first tile of
 /// its shards that holds data.
 fn bias_fault(package: &ipu_package::package::Package, name: &str) -> Fault {
@@ -35,12 +46,7 @@ fn bias_fault(package: &ipu_package::package::Package, name: &str) -> Fault {
 /// the per-op check, which names that GEMM, its output and an element.
 #[test]
 fn a_bias_off_by_two_hundredths_names_its_gemm() {
-    let graph = parse_fixture(&crate::fixture_text("tiny-2l-h64.json")).expect("parses");
-    let config = BuildConfig {
-        tiles: Some(16),
-        ..BuildConfig::default()
-    };
-    let package = build_package(&graph, &config, &Stages::in_memory()).expect("builds");
+    let (graph, package) = tiny_on_16_tiles();
     let inputs = values::generate(&graph, 5);
     let (_, stats) =
         run_package_with(&package, &graph, &inputs, &RunConfig::default()).expect("clean run");
@@ -106,12 +112,7 @@ fn a_bias_off_by_two_hundredths_names_its_gemm() {
 /// first by buffer id).
 #[test]
 fn a_gemm_whose_reduce_runs_the_residual_add_is_checked_before_the_add() {
-    let graph = parse_fixture(&crate::fixture_text("tiny-2l-h64.json")).expect("parses");
-    let config = BuildConfig {
-        tiles: Some(16),
-        ..BuildConfig::default()
-    };
-    let package = build_package(&graph, &config, &Stages::in_memory()).expect("builds");
+    let (graph, package) = tiny_on_16_tiles();
     let folded = package.program.walk().any(|e| match e {
         ipu_package::program::WalkEvent::Compute(step, _) => {
             step.label.name == "enc0.fc2"
