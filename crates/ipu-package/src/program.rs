@@ -670,6 +670,24 @@ pub struct GemmKernel {
     pub right_class: MemoryClass,
 }
 
+impl GemmKernel {
+    /// The shape the kernel planner plans this spec's variant for: its
+    /// long shards, row-major output.
+    pub fn shape(&self) -> ipu_kernels::GemmShape {
+        ipu_kernels::GemmShape {
+            rows: self.rows_large,
+            inner: self.inner,
+            columns: self.columns,
+            left: self.left,
+            left_order: self.left_order,
+            right: self.right,
+            output: self.output,
+            output_order: ElementOrder::RowMajor,
+            right_class: self.right_class,
+        }
+    }
+}
+
 /// A lowered program (`program.json` in a package).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Program {

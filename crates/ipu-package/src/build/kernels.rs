@@ -2,10 +2,7 @@
 //! of the program, taken from the build's kernel store or compiled through
 //! its toolchain, and checked whichever stage it came from.
 
-use ipu_kernels::{
-    AmpModel, GemmShape, Mode, PlanConfig, RowSize, Variant, fetch_kernel, plan_variant,
-};
-use ipu_layout::ElementOrder;
+use ipu_kernels::{AmpModel, Mode, PlanConfig, RowSize, Variant, fetch_kernel, plan_variant};
 use ipu_target::Target;
 use rayon::prelude::*;
 
@@ -24,18 +21,7 @@ pub(super) fn plan_kernels(program: &Program, target: &Target) -> Result<Vec<Var
         .values()
         .iter()
         .map(|k| {
-            let shape = GemmShape {
-                rows: k.rows_large,
-                inner: k.inner,
-                columns: k.columns,
-                left: k.left,
-                left_order: k.left_order,
-                right: k.right,
-                output: k.output,
-                output_order: ElementOrder::RowMajor,
-                right_class: k.right_class,
-            };
-            plan_variant(&shape, k.rows_small, k.rows_large, &config).map_err(|source| {
+            plan_variant(&k.shape(), k.rows_small, k.rows_large, &config).map_err(|source| {
                 BuildError::Kernel {
                     name: format!("{k:?}"),
                     source,

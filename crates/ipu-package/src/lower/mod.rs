@@ -20,6 +20,7 @@
 use std::collections::{HashMap, HashSet};
 
 mod attention;
+mod clears;
 
 pub use attention::{amp_attention_bytes, least_amp_attention_bytes};
 mod elementwise;
@@ -45,7 +46,6 @@ use crate::plan::{
     pass_rows, reduce_layout, replicated, row_layout, row_major, row_split, spread, sums_on_amp,
     vector_attention_cycles, vector_home,
 };
-use crate::profile::Work;
 use crate::program::{
     Buffer, BufferId, BufferRole, Codelet, ComputeStep, ExchangeStep, GemmEntry, GemmKernel,
     KernelId, Operand, Program, Redistribute, RepeatStep, Step, StepLabel, StepRole,
@@ -194,6 +194,8 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
         forced: HashMap::new(),
         copies: Vec::new(),
         clears: Vec::new(),
+        late_clears: Vec::new(),
+        filled_clears: Vec::new(),
         steps: Vec::new(),
         body_weights: None,
         body: None,
@@ -202,6 +204,7 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
         read_axis: HashMap::new(),
         readers: readers(graph),
         folded: HashSet::new(),
+        variants: HashMap::new(),
     };
     for input in graph.inputs() {
         let t = graph.tensor(input);
@@ -244,6 +247,11 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
         l.program.buffers[b].name = t.name().to_owned();
     }
     l.flush(&StepLabel {
+        op: None,
+        role: StepRole::Outputs,
+        name: String::new(),
+    });
+    l.settle_clears(&StepLabel {
         op: None,
         role: StepRole::Outputs,
         name: String::new(),
@@ -298,49 +306,6 @@ fn padded_along(ty: &TensorType, axis: Option<Axis>) -> bool {
     })
 }
 
-/// Clear calls per shard at most: padding whose runs take more calls (after
-/// equal, equally spaced runs are joined into strided calls) is cleared as
-/// the one span from the first run to the last (data bytes in between are
-/// zeroed too, before the fill writes them), as it is where that is cheaper.
-const MAX_CLEAR_RUNS: usize = 4;
-
-/// A clear call's runs: `runs` runs of `bytes` bytes from `offset`,
-/// `stride` bytes apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct ClearRuns {
-    offset: u64,
-    bytes: u64,
-    runs: u64,
-    stride: u64,
-}
-
-/// `runs` (`(offset, bytes)`, ascending and disjoint) joined into strided
-/// calls: each call takes the next runs while they have its length and
-/// its spacing.
-fn strided_runs(runs: &[(u64, u64)]) -> Vec<ClearRuns> {
-    let mut out: Vec<ClearRuns> = Vec::new();
-    for &(offset, bytes) in runs {
-        if let Some(call) = out.last_mut() {
-            let last = call
-                .offset
-                .saturating_add(call.runs.saturating_sub(1).saturating_mul(call.stride));
-            let step = offset.saturating_sub(last);
-            if call.bytes == bytes && step >= bytes && (call.runs == 1 || step == call.stride) {
-                call.stride = step;
-                call.runs += 1;
-                continue;
-            }
-        }
-        out.push(ClearRuns {
-            offset,
-            bytes,
-            runs: 1,
-            stride: 0,
-        });
-    }
-    out
-}
-
 /// GEMM operands: 32-byte alignment, and the left operand's over-read.
 /// The kernel's products meet the other operand's data along the inner
 /// dimension, the left operand's last axis and the weights' first.
@@ -373,7 +338,15 @@ struct Lowerer<'a> {
     /// Buffers that must hold a tensor (the carried value of a repeat).
     forced: HashMap<TensorId, BufferId>,
     copies: Vec<Redistribute>,
+    /// Clears that must run before the pending redistributions fill their
+    /// buffers: each covers data as well as padding.
     clears: Vec<(TileId, Codelet)>,
+    /// Clears of padding alone, of the pending redistributions' buffers:
+    /// they may run before the fill or after it.
+    late_clears: Vec<(TileId, Codelet)>,
+    /// Clears of padding alone whose buffers have been filled: they run at
+    /// the start of the next compute step on their tiles ([`Self::compute`]).
+    filled_clears: Vec<(TileId, Codelet)>,
     steps: Vec<Step>,
     /// Weight buffers created while lowering a repeat body.
     body_weights: Option<Vec<(BufferId, TensorId)>>,
@@ -391,6 +364,8 @@ struct Lowerer<'a> {
     readers: HashMap<TensorId, (OpId, u32)>,
     /// Ops an earlier op's steps already ran (`fold.rs`).
     folded: HashSet<OpId>,
+    /// The AMP variant of each GEMM kernel costed so far (`clears.rs`).
+    variants: HashMap<KernelId, Option<ipu_kernels::Variant>>,
 }
 
 /// Each tensor's first reading op and its number of reads (an op reading
@@ -473,73 +448,6 @@ impl Lowerer<'_> {
             view,
         });
         b
-    }
-
-    /// Zeroes the padding of `b` that its codelets read (along the axis
-    /// they asked for, where it meets data along the others) on every tile
-    /// before the buffer is filled: at most [`MAX_CLEAR_RUNS`] runs a
-    /// shard, else the span covering them (the data is written over it).
-    fn clear_padding(&mut self, b: BufferId) {
-        let Some(&axis) = self.read_axis.get(&b) else {
-            return;
-        };
-        let ty = &self.program.buffers[b].ty;
-        let vector = &self.config.cost.steps.vector;
-        let cycles = |calls: &[ClearRuns]| -> u64 {
-            calls
-                .iter()
-                .map(|c| {
-                    vector.cycles(&Work::Zero {
-                        bytes: c.bytes,
-                        runs: c.runs,
-                    })
-                })
-                .fold(0, u64::saturating_add)
-        };
-        let mut clears = Vec::new();
-        for s in ty.shards() {
-            let mut runs: Vec<(u64, u64)> = Vec::new();
-            // The shard's own tile: no error is possible.
-            let _ = ty.for_each_axis_padding_run(s.tile, axis, |o, n| runs.push((o, n)));
-            let (Some(&first), Some(&last)) = (runs.first(), runs.last()) else {
-                continue;
-            };
-            let span = [ClearRuns {
-                offset: first.0,
-                bytes: last.0 + last.1 - first.0,
-                runs: 1,
-                stride: 0,
-            }];
-            let strided = strided_runs(&runs);
-            let calls: &[ClearRuns] =
-                if strided.len() <= MAX_CLEAR_RUNS && cycles(&strided) <= cycles(&span) {
-                    &strided
-                } else {
-                    &span
-                };
-            for c in calls {
-                // Offsets, sizes and strides are below the shard's bytes,
-                // which placement holds to 32 bits.
-                let (Ok(offset), Ok(bytes), Ok(runs), Ok(stride)) = (
-                    u32::try_from(c.offset),
-                    u32::try_from(c.bytes),
-                    u32::try_from(c.runs),
-                    u32::try_from(c.stride),
-                ) else {
-                    continue;
-                };
-                clears.push((
-                    s.tile,
-                    Codelet::Zero {
-                        target: Operand { buffer: b, offset },
-                        bytes,
-                        runs,
-                        stride,
-                    },
-                ));
-            }
-        }
-        self.clears.extend(clears);
     }
 
     /// The buffer holding `tensor` in `ty`, adding a redistribution if its
@@ -713,32 +621,38 @@ impl Lowerer<'_> {
     }
 
     /// Emits the pending clears and redistributions, as the steps of the
-    /// operation and role of `label`.
+    /// operation and role of `label`. Clears of padding alone wait for the
+    /// next compute step, after the fill; those still waiting from an
+    /// earlier fill (no compute step came between) run in this step's
+    /// clear, before its own fill.
     fn flush(&mut self, label: &StepLabel) {
-        if !self.clears.is_empty() {
-            let calls = std::mem::take(&mut self.clears);
-            let clear = StepLabel {
-                role: StepRole::Clear,
-                ..label.clone()
-            };
-            self.compute(clear, calls);
+        let mut before = std::mem::take(&mut self.filled_clears);
+        before.append(&mut self.clears);
+        if self.copies.is_empty() {
+            before.append(&mut self.late_clears);
         }
+        self.clear_step(label, before);
         if !self.copies.is_empty() {
             let copies = std::mem::take(&mut self.copies);
             self.steps.push(Step::Exchange(ExchangeStep {
                 label: label.clone(),
                 copies,
             }));
+            self.filled_clears = std::mem::take(&mut self.late_clears);
         }
     }
 
     /// Appends a compute step. Each operation's calls are a step of their
     /// own, so that storage lifetimes end and begin between operations
-    /// instead of overlapping across a whole run of compute.
+    /// instead of overlapping across a whole run of compute. The clears of
+    /// padding whose buffers the last exchange filled come first, so that
+    /// they run before any call of the step reads that padding
+    /// ([`Self::place_filled_clears`]).
     fn compute(&mut self, label: StepLabel, calls: Vec<(TileId, Codelet)>) {
         if calls.is_empty() {
             return;
         }
+        let calls = self.place_filled_clears(&label, calls);
         self.steps.push(Step::Compute(ComputeStep { label, calls }));
     }
 
@@ -865,32 +779,4 @@ fn shard_rows(ty: &TensorType) -> Result<Vec<(TileId, u32, u32)>, LowerError> {
         }
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod clear_tests {
-    use super::{ClearRuns, strided_runs};
-
-    fn call(offset: u64, bytes: u64, runs: u64, stride: u64) -> ClearRuns {
-        ClearRuns {
-            offset,
-            bytes,
-            runs,
-            stride,
-        }
-    }
-
-    #[test]
-    fn equal_equally_spaced_runs_join_into_one_strided_call() {
-        // The last 16 bytes of five 160-byte rows.
-        let rows: Vec<(u64, u64)> = (0..5).map(|r| (r * 160 + 144, 16)).collect();
-        assert_eq!(strided_runs(&rows), vec![call(144, 16, 5, 160)]);
-        // A run of another length, or at another spacing, starts a call.
-        let mixed = [(0, 8), (32, 8), (64, 8), (80, 8), (100, 4)];
-        assert_eq!(
-            strided_runs(&mixed),
-            vec![call(0, 8, 3, 32), call(80, 8, 1, 0), call(100, 4, 1, 0)]
-        );
-        assert_eq!(strided_runs(&[]), vec![]);
-    }
 }

@@ -49,6 +49,11 @@ impl<'a> Lowerer<'a> {
             role: StepRole::EnterRepeat,
             name: r.name().to_owned(),
         });
+        self.settle_clears(&StepLabel {
+            op: None,
+            role: StepRole::EnterRepeat,
+            name: r.name().to_owned(),
+        });
 
         let outer = std::mem::take(&mut self.steps);
         self.body_weights = Some(Vec::new());
@@ -58,6 +63,11 @@ impl<'a> Lowerer<'a> {
         }
         self.body = None;
         self.flush(&StepLabel {
+            op: None,
+            role: StepRole::EndOfRepeat,
+            name: r.name().to_owned(),
+        });
+        self.settle_clears(&StepLabel {
             op: None,
             role: StepRole::EndOfRepeat,
             name: r.name().to_owned(),

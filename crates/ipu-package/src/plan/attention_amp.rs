@@ -63,7 +63,7 @@
 
 use std::collections::HashMap;
 
-use ipu_kernels::{GemmShape, Mode, PlanConfig, estimate_cycles, plan_variant};
+use ipu_kernels::{GemmShape, Mode, estimate_cycles, plan_variant};
 use ipu_layout::{
     AmpOperand, Axis, ElementOrder, LayoutError, MemoryClass, Precision, TensorTiling, TensorType,
 };
@@ -351,10 +351,7 @@ impl<'a> AmpAttentionScorer<'a> {
             output_order: ElementOrder::RowMajor,
             right_class: MemoryClass::Ipu21Interleaved,
         };
-        let config = PlanConfig {
-            model: self.cost.steps.amp.clone(),
-            ..PlanConfig::default()
-        };
+        let config = self.cost.steps.plan_config();
         let cycles = match (u32::try_from(small), u32::try_from(rows)) {
             (Ok(small), Ok(rows)) => plan_variant(&shape, small, shape.rows, &config)
                 .ok()

@@ -63,6 +63,16 @@ impl StepCosts {
             sync_cycles: target.sync().sync_cycles,
         }
     }
+
+    /// The kernel planner's configuration for this target's AMP: the one
+    /// the build plans its kernels with, so that a variant planned here
+    /// is the package's.
+    pub(crate) fn plan_config(&self) -> PlanConfig {
+        PlanConfig {
+            model: self.amp.clone(),
+            ..PlanConfig::default()
+        }
+    }
 }
 
 /// The cycles of a GEMM on one grid, step by step, on its busiest tile.
@@ -202,10 +212,7 @@ impl<'a> GemmScorer<'a> {
             output_order: ElementOrder::RowMajor,
             right_class: MemoryClass::Ipu21Interleaved,
         };
-        let config = PlanConfig {
-            model: self.cost.steps.amp.clone(),
-            ..PlanConfig::default()
-        };
+        let config = self.cost.steps.plan_config();
         let small = u32::try_from(small).ok()?;
         let variant = plan_variant(&shape, small, shape.rows, &config).ok()?;
         // The kernel's cycles are not monotone in its rows (poplibs charges

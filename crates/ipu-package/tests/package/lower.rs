@@ -293,3 +293,91 @@ fn a_residual_add_runs_in_the_reduce_step_of_the_gemm_it_adds_to() {
         }
     }
 }
+
+/// A clear of padding alone runs after the exchange that fills its
+/// buffer, in the first compute step that follows, before any call of
+/// that step on its tile; the padding of fc2's left operand at b2 is
+/// cleared in fc2's GEMM step, on the tiles of its last inner block,
+/// and no step of fc2 is a clear of its own.
+#[test]
+fn padding_clears_run_in_the_first_compute_step_after_the_fill() {
+    use ipu_package::program::StepRole;
+    use std::collections::HashMap;
+    for (fixture, tiles) in [
+        ("siglip-so400m-b2.json", 1472),
+        ("tiny-2l-h64.json", 16),
+        ("tiny-2l-h64.json", 64),
+    ] {
+        let p = lowered(fixture, tiles);
+        // Per buffer, the position of the last exchange that filled it;
+        // per position, whether it is the first compute step after an
+        // exchange.
+        let mut filled: HashMap<_, usize> = HashMap::new();
+        let mut last_exchange = None;
+        let mut after_fill = 0;
+        for (position, event) in p.walk().enumerate() {
+            match event {
+                WalkEvent::Exchange(step, _) => {
+                    for c in &step.copies {
+                        filled.insert(c.destination, position);
+                    }
+                    last_exchange = Some(position);
+                }
+                WalkEvent::Compute(step, _) => {
+                    let first_after = last_exchange.take();
+                    let mut read: HashMap<(TileId, _), bool> = HashMap::new();
+                    for (tile, c) in &step.calls {
+                        if let Codelet::Zero { target, .. } = *c {
+                            if let Some(&at) = filled.get(&target.buffer) {
+                                assert_eq!(
+                                    first_after,
+                                    Some(at),
+                                    "{fixture} on {tiles}: {} cleared in {}, not the first compute step after its fill",
+                                    p.buffers[target.buffer].name,
+                                    step.label
+                                );
+                                assert!(
+                                    !read.contains_key(&(*tile, target.buffer)),
+                                    "{fixture} on {tiles}: {} cleared on {tile} after a call read it",
+                                    p.buffers[target.buffer].name
+                                );
+                                after_fill += 1;
+                            }
+                            continue;
+                        }
+                        for op in operands(c) {
+                            read.insert((*tile, op.buffer), true);
+                        }
+                    }
+                    if fixture.starts_with("siglip") && step.label.name == "enc0.fc2" {
+                        assert_ne!(step.label.role, StepRole::Clear, "{}", step.label);
+                        if step.label.role == StepRole::Gemm {
+                            let clearing: std::collections::HashSet<_> = step
+                                .calls
+                                .iter()
+                                .filter(|(_, c)| matches!(c, Codelet::Zero { .. }))
+                                .map(|(t, _)| *t)
+                                .collect();
+                            let computing: std::collections::HashSet<_> =
+                                step.calls.iter().map(|(t, _)| *t).collect();
+                            // Only the tiles of the last inner block (4,304
+                            // does not split into whole AMP blocks) clear.
+                            assert!(
+                                !clearing.is_empty() && clearing.len() * 4 < computing.len(),
+                                "{}: {} of {} tiles clear",
+                                step.label,
+                                clearing.len(),
+                                computing.len()
+                            );
+                        }
+                    }
+                }
+                WalkEvent::Enter(..) | WalkEvent::Leave(..) => {}
+            }
+        }
+        assert!(
+            after_fill > 0,
+            "{fixture} on {tiles}: no clear after a fill"
+        );
+    }
+}
