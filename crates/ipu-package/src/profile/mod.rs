@@ -36,6 +36,7 @@
 
 mod causal;
 mod cost;
+mod kernel_cost;
 mod walk;
 mod work;
 
@@ -43,10 +44,8 @@ use ipu_exchange::DecodeError;
 use ipu_kernels::KernelError;
 use serde::{Deserialize, Serialize};
 
-pub use cost::{
-    CODELET_KINDS, KernelCheck, KernelCosts, VectorModel, Work, check_kernels, codelet_work,
-    combines_in_f16, kernel_variant, work_floor,
-};
+pub use cost::{CODELET_KINDS, VectorModel, Work, codelet_work, combines_in_f16, work_floor};
+pub use kernel_cost::{KernelCheck, KernelCosts, check_kernels, kernel_variant};
 pub use work::{MacCounts, ModelWork, RepeatWork};
 
 use crate::graph::Graph;

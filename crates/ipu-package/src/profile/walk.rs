@@ -9,10 +9,8 @@ use ipu_kernels::AmpModel;
 use ipu_layout::{EntityId, Precision, TileId};
 use rayon::prelude::*;
 
-use super::cost::{
-    CODELET_KINDS, KernelCosts, VectorModel, Work, check_kernels, codelet_work, kind_index,
-    work_floor,
-};
+use super::cost::{CODELET_KINDS, VectorModel, Work, codelet_work, kind_index, work_floor};
+use super::kernel_cost::{KernelCosts, check_kernels};
 use super::{
     CodeletProfile, EntryProfile, ExchangeStep, KernelProfile, KindCycles, OpKindProfile,
     PROFILE_SCHEMA, Profile, ProfileConfig, ProfileError, RepeatProfile, StepKind, StepProfile,
