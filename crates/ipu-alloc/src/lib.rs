@@ -32,6 +32,7 @@ mod check;
 mod csv;
 mod error;
 mod exact;
+mod explain;
 #[cfg(feature = "testing")]
 pub mod generate;
 mod greedy;
