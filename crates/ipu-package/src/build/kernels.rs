@@ -2,7 +2,7 @@
 //! of the program, taken from the build's kernel store or compiled through
 //! its toolchain, and checked whichever stage it came from.
 
-use ipu_kernels::{AmpModel, Mode, PlanConfig, RowSize, Variant, fetch_kernel, plan_variant};
+use ipu_kernels::{AmpModel, Mode, RowSize, Variant, fetch_kernel, plan_variant};
 use ipu_target::Target;
 use rayon::prelude::*;
 
@@ -12,10 +12,7 @@ use crate::program::Program;
 
 /// One AMP variant per kernel spec of the program, for the target's AMP.
 pub(super) fn plan_kernels(program: &Program, target: &Target) -> Result<Vec<Variant>, BuildError> {
-    let config = PlanConfig {
-        model: AmpModel::new(target),
-        ..PlanConfig::default()
-    };
+    let config = crate::plan::kernel_plan_config(AmpModel::new(target));
     program
         .kernels
         .values()

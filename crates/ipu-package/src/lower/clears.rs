@@ -153,10 +153,13 @@ impl Lowerer<'_> {
         self.late_clears.extend(late);
     }
 
-    /// Emits the clears still waiting for a compute step after their fill
-    /// as a step of their own: at the end of a repeat's body or of the
-    /// program, where no compute step follows.
-    pub(super) fn settle_clears(&mut self, label: &StepLabel) {
+    /// Flushes the pending clears and redistributions ([`Self::flush`])
+    /// and then emits the clears still waiting for a compute step after
+    /// their fill as a step of their own: on entering or leaving a
+    /// repeat's body and at the end of the program, where no compute step
+    /// of the same steps follows.
+    pub(super) fn close(&mut self, label: &StepLabel) {
+        self.flush(label);
         let calls = std::mem::take(&mut self.filled_clears);
         self.clear_step(label, calls);
     }

@@ -88,21 +88,40 @@ pub fn gemm_problem(graph: &Graph, op: OpId, config: &LowerConfig) -> Option<Gem
     else {
         return None;
     };
-    let (tl, tr, tout) = (
-        graph.tensor(left),
-        graph.tensor(right),
-        graph.tensor(output),
-    );
-    Some(GemmProblem {
-        residual: residual_shard(graph, &readers(graph), op, output, config.tiles),
-        ..GemmProblem::of(tl, tr, tout, &config.cost)
-    })
+    Some(problem_of(
+        graph,
+        &readers(graph),
+        op,
+        [left, right, output],
+        config,
+    ))
+}
+
+/// The planner's view of GEMM `op` (`left × right → output`), with the
+/// largest shard of a residual add its reduce may run: the one problem the
+/// lowering plans and [`gemm_problem`] gives.
+pub(super) fn problem_of(
+    graph: &Graph,
+    readers: &HashMap<TensorId, (OpId, u32)>,
+    op: OpId,
+    [left, right, output]: [TensorId; 3],
+    config: &LowerConfig,
+) -> GemmProblem {
+    GemmProblem {
+        residual: residual_shard(graph, readers, op, output, config.tiles),
+        ..GemmProblem::of(
+            graph.tensor(left),
+            graph.tensor(right),
+            graph.tensor(output),
+            &config.cost,
+        )
+    }
 }
 
 /// The elements of the largest shard of the residual add GEMM `op` may run
 /// ([`residual_add`]), in the add's row layout on `tiles` tiles (the
 /// layout a repeat carries a value in, too).
-pub(super) fn residual_shard(
+fn residual_shard(
     graph: &Graph,
     readers: &HashMap<TensorId, (OpId, u32)>,
     op: OpId,

@@ -14,11 +14,9 @@ impl Lowerer<'_> {
         output: TensorId,
     ) -> Result<(), LowerError> {
         let g = self.graph;
-        let (tl, tr, tout) = (g.tensor(left), g.tensor(right), g.tensor(output));
-        let problem = GemmProblem {
-            residual: super::fold::residual_shard(g, &self.readers, op, output, self.config.tiles),
-            ..GemmProblem::of(tl, tr, tout, &self.config.cost)
-        };
+        let tout = g.tensor(output);
+        let problem =
+            super::fold::problem_of(g, &self.readers, op, [left, right, output], self.config);
         let budget = self.config.budget_for(op);
         let choose = |budget| {
             choose_gemm_plan(

@@ -246,12 +246,7 @@ pub fn lower(graph: &Graph, config: &LowerConfig) -> Result<Program, LowerError>
         l.program.buffers[b].role = BufferRole::Output;
         l.program.buffers[b].name = t.name().to_owned();
     }
-    l.flush(&StepLabel {
-        op: None,
-        role: StepRole::Outputs,
-        name: String::new(),
-    });
-    l.settle_clears(&StepLabel {
+    l.close(&StepLabel {
         op: None,
         role: StepRole::Outputs,
         name: String::new(),
@@ -628,9 +623,6 @@ impl Lowerer<'_> {
     fn flush(&mut self, label: &StepLabel) {
         let mut before = std::mem::take(&mut self.filled_clears);
         before.append(&mut self.clears);
-        if self.copies.is_empty() {
-            before.append(&mut self.late_clears);
-        }
         self.clear_step(label, before);
         if !self.copies.is_empty() {
             let copies = std::mem::take(&mut self.copies);
@@ -638,8 +630,8 @@ impl Lowerer<'_> {
                 label: label.clone(),
                 copies,
             }));
-            self.filled_clears = std::mem::take(&mut self.late_clears);
         }
+        self.filled_clears = std::mem::take(&mut self.late_clears);
     }
 
     /// Appends a compute step. Each operation's calls are a step of their

@@ -44,12 +44,7 @@ impl<'a> Lowerer<'a> {
             }
             carried_buffers.push(b);
         }
-        self.flush(&StepLabel {
-            op: None,
-            role: StepRole::EnterRepeat,
-            name: r.name().to_owned(),
-        });
-        self.settle_clears(&StepLabel {
+        self.close(&StepLabel {
             op: None,
             role: StepRole::EnterRepeat,
             name: r.name().to_owned(),
@@ -62,12 +57,7 @@ impl<'a> Lowerer<'a> {
             self.lower_op(OpId::from_u32(op as u32))?;
         }
         self.body = None;
-        self.flush(&StepLabel {
-            op: None,
-            role: StepRole::EndOfRepeat,
-            name: r.name().to_owned(),
-        });
-        self.settle_clears(&StepLabel {
+        self.close(&StepLabel {
             op: None,
             role: StepRole::EndOfRepeat,
             name: r.name().to_owned(),

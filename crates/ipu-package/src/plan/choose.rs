@@ -64,14 +64,20 @@ impl StepCosts {
         }
     }
 
-    /// The kernel planner's configuration for this target's AMP: the one
-    /// the build plans its kernels with, so that a variant planned here
-    /// is the package's.
+    /// The kernel planner's configuration for this target's AMP
+    /// ([`kernel_plan_config`]).
     pub(crate) fn plan_config(&self) -> PlanConfig {
-        PlanConfig {
-            model: self.amp.clone(),
-            ..PlanConfig::default()
-        }
+        kernel_plan_config(self.amp.clone())
+    }
+}
+
+/// The kernel planner's configuration for an AMP: the one the build plans
+/// its kernels with (`build/kernels.rs`), so that a variant planned for
+/// costing is the package's.
+pub(crate) fn kernel_plan_config(amp: AmpModel) -> PlanConfig {
+    PlanConfig {
+        model: amp,
+        ..PlanConfig::default()
     }
 }
 

@@ -20,6 +20,7 @@ pub use attention_amp::{
     blocks_exponent, choose_amp_attention, key_block, padded_head_dim, pass_rows,
     probs_buffer_precision, probs_over_scores, sums_on_amp, vector_attention_cycles,
 };
+pub(crate) use choose::kernel_plan_config;
 pub use choose::{
     GemmChoice, GemmOpCycles, GemmScorer, MAX_INNER_WINDOWS, StepCosts, choose_gemm_grid,
     choose_gemm_plan, folds_residual, inner_windows,

@@ -125,8 +125,8 @@ impl Tolerance {
     /// attention fall outside the F16 partial sums' bound alone) and the
     /// normalised RMS error reaches 2.6e-3 to 5.6e-3. The bound allows an
     /// element a quarter of the tensor's RMS beyond the F16 partial sums'
-    /// bound, and 2^-5 more normalised RMS error; data in the wrong place still fails it (a normalised RMS
-    /// error near √2).
+    /// bound, and 2^-5 more normalised RMS error; data in the wrong place
+    /// still fails it (a normalised RMS error near √2).
     pub fn attention_fp8_probabilities(precision: Precision, keys: u64) -> Self {
         let base = Self::gemm_f16_partials(precision, keys, 8);
         Tolerance {

@@ -191,3 +191,57 @@ fn an_edited_horizon_shows_as_a_disagreement() {
     let (_, stats) = run_package_with(&package, &graph, &inputs, &run).expect("runs");
     assert_eq!(profile.totals.cycles, stats.cycles.total + 7);
 }
+
+/// A padding clear joined to the GEMM step after its fill: the tiny
+/// fixture with an MLP of 336 (not a whole number of 32-element AMP
+/// blocks) on 64 tiles clears fc2's left-operand padding on the tiles of
+/// its last inner block in fc2's GEMM step (`lower/clears.rs`). The tile
+/// model runs it op by op against the reference, and the estimate equals
+/// its count.
+#[test]
+fn a_clear_joined_to_a_gemm_step_is_run_checked_and_counted() {
+    let mut fixture: serde_json::Value =
+        serde_json::from_str(&fixture_text("tiny-2l-h64.json")).expect("json");
+    fixture["params"]["mlp"] = serde_json::Value::from(336);
+    let graph = parse_fixture(&serde_json::to_string(&fixture).expect("text")).expect("parses");
+    let config = BuildConfig {
+        tiles: Some(64),
+        ..BuildConfig::default()
+    };
+    let package = build_package(&graph, &config, &Stages::in_memory()).expect("builds");
+    let mut joined = 0;
+    let mut steps: Vec<&Step> = package.program.steps.iter().collect();
+    while let Some(step) = steps.pop() {
+        match step {
+            Step::Compute(c) if c.label.role == ipu_package::program::StepRole::Gemm => {
+                // Clears of a left operand the step's kernels read (not
+                // the zeros an empty inner block writes to its output).
+                let lefts: Vec<_> = c
+                    .calls
+                    .iter()
+                    .filter_map(|(_, call)| match call {
+                        Codelet::Gemm { left, .. } => Some(left.buffer),
+                        _ => None,
+                    })
+                    .collect();
+                joined += c
+                    .calls
+                    .iter()
+                    .filter(|(_, call)| {
+                        matches!(call, Codelet::Zero { target, .. } if lefts.contains(&target.buffer))
+                    })
+                    .count();
+            }
+            Step::Repeat(r) => steps.extend(&r.body),
+            _ => {}
+        }
+    }
+    assert!(joined > 0, "no clear joined a GEMM step");
+    let run = RunConfig {
+        check_ops: true,
+        ..RunConfig::default()
+    };
+    let inputs = values::generate(&graph, 5);
+    run_package_with(&package, &graph, &inputs, &run).expect("runs and passes the per-op check");
+    assert_estimate_is_the_count(&graph, &package, "tiny-2l-h64 with MLP 336 on 64 tiles");
+}
