@@ -74,6 +74,17 @@
 //! not within 2 M, so what defeats it is a band in the middle of the
 //! cut, not the first choices.
 //!
+//! A failure is also remembered by the state of the sections it depends
+//! on alone (`learn.rs`), so it is found again under any arrangement of
+//! the rest, after a restart as well. Measured with `cargo xtask alloc
+//! bench --timeout 10` and `--class guillotine --sizes 600,700,800 --seeds
+//! 4 --timeout 6`: gnear-n600 from 308 to 152 ms (35,805 to 4,161
+//! nodes), gcut-n700-s2 from 1.37 s to 0.28 s, gcut-n800-s3 still
+//! unknown at 6 s and the 1000-buffer cuts at 10 s; the rest within the
+//! noise. On gcut-n1000 a fifth of the nodes then end in a remembered
+//! region, and it stays unknown: what defeats the search there is not
+//! failures found twice.
+//!
 //! Near-zero-slack arenas have sections with slack, where the argument
 //! above does not hold as it stands: an edge's byte may be empty. There
 //! the search makes holes (`holes.rs`). Measured with `cargo xtask alloc
@@ -115,6 +126,7 @@ use super::search::Step;
 use crate::arena::Arena;
 use crate::greedy::UNPLACED;
 use holes::HOLE;
+use learn::Regions;
 
 /// Failed states remembered at most (24 bytes each, plus table overhead).
 const FAILED_LIMIT: usize = 1 << 21;
@@ -341,6 +353,8 @@ pub(super) struct Valley<'a> {
     diff: Vec<i128>,
     /// The sections the last failure depends on.
     reason: Sections,
+    /// The state's digest by region (`learn.rs`).
+    regions: Regions,
 }
 
 impl<'a> Valley<'a> {
@@ -417,6 +431,13 @@ impl<'a> Valley<'a> {
             by_end[p.end[k as usize] as usize].push(k);
         }
         let item_hash: Vec<u128> = (0..m as u128).map(|k| mix(k ^ 0xa11e)).collect();
+        let mut regions = Regions::new(p.sections);
+        for (s, &h) in sky.iter().enumerate() {
+            regions.section(s, cell(s, h));
+        }
+        for (k, &h) in item_hash.iter().enumerate() {
+            regions.item(h, p.start[k] as usize, p.end[k] as usize);
+        }
         let hash = item_hash.iter().fold(0u128, |h, &x| h ^ x)
             ^ sky
                 .iter()
@@ -449,6 +470,7 @@ impl<'a> Valley<'a> {
             reach: Vec::new(),
             diff: Vec::new(),
             reason: Sections::default(),
+            regions,
         })
     }
 
@@ -475,6 +497,10 @@ impl<'a> Valley<'a> {
             self.reason = Sections::range(self.sky.len(), why);
             return Step::Fail;
         }
+        if let Some(why) = self.failed_region() {
+            self.reason = Sections::range(self.sky.len(), why);
+            return Step::Fail;
+        }
         let result = match self.branch() {
             Err(why) => {
                 self.reason = Sections::range(self.sky.len(), why);
@@ -496,7 +522,9 @@ impl<'a> Valley<'a> {
             if self.failed.len() >= FAILED_LIMIT {
                 self.failed.clear();
             }
-            self.failed.insert(self.hash, self.reason.hull());
+            let why = self.reason.hull();
+            self.failed.insert(self.hash, why);
+            self.remember_region(why);
         }
         result
     }
@@ -716,15 +744,19 @@ impl<'a> Valley<'a> {
         for s in self.p.start[ku] as usize..self.p.end[ku] as usize {
             let old = self.sky[s];
             self.sky[s] = old + size;
-            self.hash ^= cell(s, old) ^ cell(s, old + size);
+            let mut delta = cell(s, old) ^ cell(s, old + size);
             if let Some(slot) = self.hole_below.get_mut(s) {
                 let below = std::mem::take(slot);
-                self.hash ^= hole_cell(s, below);
+                delta ^= hole_cell(s, below);
                 self.saved_holes.push(below);
             }
+            self.hash ^= delta;
+            self.regions.section(s, delta);
         }
         self.offsets[ku] = at;
         self.hash ^= self.item_hash[ku];
+        let (s0, s1) = (self.p.start[ku] as usize, self.p.end[ku] as usize);
+        self.regions.item(self.item_hash[ku], s0, s1);
         self.left -= 1;
         self.recent = Some((self.p.start[ku] as usize, self.p.end[ku] as usize));
     }
@@ -735,20 +767,25 @@ impl<'a> Valley<'a> {
         for s in (self.p.start[ku] as usize..self.p.end[ku] as usize).rev() {
             let old = self.sky[s];
             self.sky[s] = old - size;
-            self.hash ^= cell(s, old) ^ cell(s, old - size);
+            let mut delta = cell(s, old) ^ cell(s, old - size);
             if let Some(slot) = self.hole_below.get_mut(s) {
                 let below = self.saved_holes.pop().unwrap_or(0);
                 *slot = below;
-                self.hash ^= hole_cell(s, below);
+                delta ^= hole_cell(s, below);
             }
+            self.hash ^= delta;
+            self.regions.section(s, delta);
         }
         debug_assert_eq!(self.offsets[ku], at);
         self.offsets[ku] = UNPLACED;
         self.hash ^= self.item_hash[ku];
+        let (s0, s1) = (self.p.start[ku] as usize, self.p.end[ku] as usize);
+        self.regions.item(self.item_hash[ku], s0, s1);
         self.left += 1;
     }
 }
 
 mod holes;
+mod learn;
 #[cfg(test)]
 mod tests;

@@ -138,10 +138,12 @@ impl Valley<'_> {
     pub(super) fn open_hole(&mut self, s: usize, from: u64, to: u64) {
         self.sky[s] = to;
         self.slack[s] -= to - from;
-        self.hash ^= cell(s, from) ^ cell(s, to);
         let below = self.hole_below[s];
         self.hole_below[s] = below + (to - from);
-        self.hash ^= hole_cell(s, below) ^ hole_cell(s, below + (to - from));
+        let delta =
+            cell(s, from) ^ cell(s, to) ^ hole_cell(s, below) ^ hole_cell(s, below + (to - from));
+        self.hash ^= delta;
+        self.regions.section(s, delta);
         self.recent = Some((s, s + 1));
     }
 
@@ -150,9 +152,11 @@ impl Valley<'_> {
         debug_assert_eq!(self.sky[s], to);
         self.sky[s] = from;
         self.slack[s] += to - from;
-        self.hash ^= cell(s, from) ^ cell(s, to);
         let below = self.hole_below[s];
         self.hole_below[s] = below - (to - from);
-        self.hash ^= hole_cell(s, below) ^ hole_cell(s, below - (to - from));
+        let delta =
+            cell(s, from) ^ cell(s, to) ^ hole_cell(s, below) ^ hole_cell(s, below - (to - from));
+        self.hash ^= delta;
+        self.regions.section(s, delta);
     }
 }

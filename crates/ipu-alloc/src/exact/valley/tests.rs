@@ -8,6 +8,7 @@ use crate::exact::ExactBudget;
 use crate::exact::prepare::Prepared;
 use crate::exact::search::Step;
 use crate::generate::{near_zero_slack_grid, zero_slack_grid};
+use crate::greedy::UNPLACED;
 
 /// One run on `problem` at `capacity` with the given branching rule:
 /// how it ended and the placement in the problem's buffer order, or
@@ -426,5 +427,85 @@ fn coalesced_copies_place_what_they_find_and_prove_nothing() {
     assert!(
         copies > 300 && found > 100 && misled > 10,
         "{copies} coalesced, {found} placed from the copy, {misled} copies without the problem's placement"
+    );
+}
+
+#[test]
+fn region_digests_follow_placements_and_read_only_their_sections() {
+    use super::{cell, mix};
+    // Items placed and taken back in a random order: every pair's key is
+    // what a digest made from scratch of the pair's sections gives (their
+    // skyline and the unplaced items covering them), so two states that
+    // agree there share it and a placement elsewhere leaves it alone.
+    let (problem, witness) = near_zero_slack_grid(5, 150, 1 << 20, 1 << 20, 1024, 10);
+    let arena = problem.arena(1 << 20);
+    let p = Prepared::new(&arena).expect("prepared");
+    let budget = small_budget();
+    let mut memo = ValleyMemo::new();
+    let mut v = Valley::new(&arena, &p, &budget, false, &mut memo).expect("applies");
+    let mut rng = ipu_layout::rng::SplitMix64::new(9);
+    let m = p.ids.len();
+    let sections = p.sections;
+    let from_scratch = |v: &Valley, level: usize, k: usize| {
+        let mut blocks = [0u128; 2];
+        for (j, block) in blocks.iter_mut().enumerate() {
+            let (s0, s1) = ((k + j) << level, ((k + j + 1) << level).min(sections));
+            for s in s0..s1 {
+                *block ^= cell(s, v.sky[s]);
+            }
+            for i in 0..m {
+                let (a, b) = (p.start[i] as usize, p.end[i] as usize);
+                if v.offsets[i] == UNPLACED && a < s1 && s0 < b {
+                    *block ^= v.item_hash[i].rotate_left(((k + j) % 128) as u32);
+                }
+            }
+        }
+        let pair = blocks[0] ^ blocks[1].rotate_left(64);
+        mix(pair ^ mix(((level as u128) << 64 | k as u128) ^ 0x5ec7_1075))
+    };
+    let mut placed: Vec<u32> = Vec::new();
+    let mut keys_seen = std::collections::HashMap::new();
+    for step in 0..400 {
+        if placed.is_empty() || (placed.len() < m && rng.below(3) > 0) {
+            let unplaced: Vec<u32> = (0..m as u32)
+                .filter(|&k| v.offsets[k as usize] == UNPLACED)
+                .collect();
+            let k = unplaced[rng.below(unplaced.len() as u64) as usize];
+            v.apply(k, witness[p.ids[k as usize] as usize]);
+            placed.push(k);
+        } else {
+            let k = placed.swap_remove(rng.below(placed.len() as u64) as usize);
+            let at = v.offsets[k as usize];
+            // Taking back an item other than the last is fine for the
+            // digests: they are sums, whatever the order.
+            v.undo(k, at);
+        }
+        for level in 0..v.regions.levels() {
+            for k in 0..=(sections.saturating_sub(1) >> level) {
+                let key = v.regions.key(level, k);
+                assert_eq!(
+                    key,
+                    from_scratch(&v, level, k),
+                    "step {step}, level {level}, block {k}"
+                );
+                // One key, one content of the pair's sections.
+                let (s0, s1) = (k << level, ((k + 2) << level).min(sections));
+                let content: Vec<(u64, bool)> = (s0..s1)
+                    .map(|s| (v.sky[s], true))
+                    .chain(
+                        (0..m)
+                            .filter(|&i| (p.start[i] as usize) < s1 && s0 < p.end[i] as usize)
+                            .map(|i| (i as u64, v.offsets[i] == UNPLACED)),
+                    )
+                    .collect();
+                let old = keys_seen.entry(key).or_insert_with(|| content.clone());
+                assert_eq!(*old, content, "two contents, one key");
+            }
+        }
+    }
+    assert!(
+        v.regions.levels() >= 5 && keys_seen.len() > 5_000,
+        "{}",
+        keys_seen.len()
     );
 }
