@@ -31,8 +31,9 @@
 //! | gnear, 800     | 2 of 6 | 4 of 6 |
 //! | gnear, 1000    | 0 of 6 | 2 of 6 |
 //!
-//! The default suite's gcut-n1000 and gnear-n1000 stay unknown: their
-//! largest parts hold 723 and 619 buffers.
+//! The default suite's gcut-n1000 and gnear-n1000 stayed unknown: their
+//! largest parts hold 723 and 619 buffers. The first is placed since the
+//! valley search's edge reasons (`valley.rs`); the second stays unknown.
 
 use super::{
     ExactBudget, ExactOutcome, ExactReport, SearchStats, solve_portfolio, with_lifelong_stacked,

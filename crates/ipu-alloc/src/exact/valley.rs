@@ -35,16 +35,9 @@
 //! that span it, largest first in the first run and shuffled within each
 //! group in the restarts (shuffling across groups threw the order away).
 //!
-//! A failure carries the sections it depends on ([`Sections`]): a valley
-//! that cannot be filled depends on its sections and its walls (its extent,
-//! its candidates and its tests read nothing else); a node whose children
-//! all failed depends on its edge's valley and their sections. A state
-//! that agrees with a failed one there fails too, since any completion
-//! must cover the edge with one of the same candidates. So when a child's
-//! failure depends on none of the sections the child covers, its parent's
-//! state fails for the same reason and the parent's other children are not
-//! tried (conflict-directed backjumping): a region that failed is not
-//! filled again under each choice made since in a region it does not touch.
+//! A failure carries the sections it depends on, so that a node whose
+//! child failed for reasons elsewhere fails at once (conflict-directed
+//! backjumping, `reasons.rs`).
 //!
 //! A time sweep (placing the items section by section into the holes the
 //! live items leave) was tried first and dropped: where thirty items start
@@ -60,19 +53,20 @@
 //! | gcut-n150  | fits, 23 ms                   | fits, 22 ms (150)            |
 //! | gcut-n300  | fits, 201 ms                  | fits, 184 ms (374)           |
 //! | gcut-n600  | fits, 2550 ms                 | fits, 425 ms (61,685)        |
-//! | gcut-n1000 | unknown at 10 s               | unknown at 10 s (~2 M)       |
+//! | gcut-n1000 | unknown at 10 s               | unknown at 10 s (~2 M; see below) |
 //! | bcut-n1000 | fits, 707 ms                  | fits, 667 ms (2,006)         |
 //!
-//! gcut-n1000 stays out of reach: alone, with either rule and in either
-//! time direction, 16 M nodes of Luby restarts do not place it. Neither
-//! does a search from both sides, placing items under a ceiling skyline
-//! as well as on the floor and branching on the edge with the fewest
-//! candidates of either: its runs stalled where the floor-only runs did
-//! (the deepest of them with 278 items left), at four times the cost a
-//! node. With the witness's items below 384 KiB fixed (251 of them) the
-//! search places the rest in 160,000 nodes; below 320 KiB (202) it does
-//! not within 2 M, so what defeats it is a band in the middle of the
-//! cut, not the first choices.
+//! gcut-n1000 stayed out of reach until the edge reasons of `reasons.rs`:
+//! alone, with either rule and in either time direction, 16 M nodes of
+//! Luby restarts did not place it. Neither did a search from both sides,
+//! placing items under a ceiling skyline as well as on the floor and
+//! branching on the edge with the fewest candidates of either: its runs
+//! stalled where the floor-only runs did (the deepest of them with 278
+//! items left), at four times the cost a node. With the witness's items
+//! below 384 KiB fixed (251 of them) the search placed the rest in
+//! 160,000 nodes; below 320 KiB (202) it did not within 2 M: what
+//! defeated it was a band in the middle of the cut, not the first
+//! choices.
 //!
 //! A failure is also remembered by the state of the sections it depends
 //! on alone (`learn.rs`), so it is found again under any arrangement of
@@ -82,8 +76,8 @@
 //! nodes), gcut-n700-s2 from 1.37 s to 0.28 s, gcut-n800-s3 still
 //! unknown at 6 s and the 1000-buffer cuts at 10 s; the rest within the
 //! noise. On gcut-n1000 a fifth of the nodes then end in a remembered
-//! region, and it stays unknown: what defeats the search there is not
-//! failures found twice.
+//! region, and it stayed unknown: what defeated the search there was not
+//! failures found twice but failures blamed on too much.
 //!
 //! Near-zero-slack arenas have sections with slack, where the argument
 //! above does not hold as it stands: an edge's byte may be empty. There
@@ -127,6 +121,7 @@ use crate::arena::Arena;
 use crate::greedy::UNPLACED;
 use holes::HOLE;
 use learn::Regions;
+use reasons::{Reason, Sections, valley_region};
 
 /// Failed states remembered at most (24 bytes each, plus table overhead).
 const FAILED_LIMIT: usize = 1 << 21;
@@ -136,11 +131,6 @@ const FAILED_LIMIT: usize = 1 << 21;
 /// failure is a fact about the state.
 pub(super) type ValleyMemo = HashMap<u128, Reason>;
 
-/// The sections `lo..hi` a failure depends on: it holds in any state with
-/// the same skyline there and the same items placed among those that lie
-/// within them.
-type Reason = (u32, u32);
-
 /// The valley edge a node branches on.
 struct Edge {
     /// The valley's height.
@@ -149,52 +139,6 @@ struct Edge {
     valley: (usize, usize),
     /// The edge is the valley's first section (else its last).
     from_left: bool,
-}
-
-/// The sections of valley `a..b` with its walls: what a test of the valley
-/// reads (`sections` in all).
-fn valley_region((a, b): (usize, usize), sections: usize) -> Reason {
-    // Sections fit in `u32`: the prepared arena indexes them so.
-    (a.saturating_sub(1) as u32, (b + 1).min(sections) as u32)
-}
-
-/// A set of sections a failure depends on (a bit per section).
-#[derive(Clone, Debug, Default)]
-struct Sections(SmallVec<[u64; 8]>);
-
-impl Sections {
-    fn range(sections: usize, (lo, hi): Reason) -> Sections {
-        let mut set = Sections(SmallVec::from_elem(0, sections.div_ceil(64)));
-        for s in lo as usize..hi as usize {
-            set.0[s / 64] |= 1 << (s % 64);
-        }
-        set
-    }
-
-    fn union(&mut self, other: &Sections) {
-        for (a, b) in self.0.iter_mut().zip(&other.0) {
-            *a |= b;
-        }
-    }
-
-    /// Whether any section of `lo..hi` is in the set.
-    fn meets(&self, lo: usize, hi: usize) -> bool {
-        (lo..hi).any(|s| self.0[s / 64] >> (s % 64) & 1 == 1)
-    }
-
-    /// The smallest range holding the set.
-    fn hull(&self) -> Reason {
-        let mut lo = None;
-        let mut hi = 0;
-        for (w, &bits) in self.0.iter().enumerate() {
-            if bits != 0 {
-                let first = w * 64 + bits.trailing_zeros() as usize;
-                lo.get_or_insert(first);
-                hi = w * 64 + 64 - bits.leading_zeros() as usize;
-            }
-        }
-        (lo.unwrap_or(0) as u32, hi as u32)
-    }
 }
 
 /// A 128-bit mixer (multiply and xor-shift rounds).
@@ -536,7 +480,7 @@ impl<'a> Valley<'a> {
     /// failure depends on its edge's sections and its children's.
     fn try_children(&mut self, edge: &Edge, children: &[u32]) -> Step {
         let level = edge.level;
-        let region = valley_region(edge.valley, self.sky.len());
+        let region = self.edge_reason(edge);
         // Built at the first failed child: most nodes never need it.
         let mut why: Option<Sections> = None;
         for &k in children {
@@ -603,7 +547,12 @@ impl<'a> Valley<'a> {
                 for from_left in [true, false] {
                     let c = self.candidates(a, b, h, from_left);
                     if c.is_empty() {
-                        return Err(region);
+                        let edge = Edge {
+                            level: h,
+                            valley: (a, b),
+                            from_left,
+                        };
+                        return Err(self.edge_reason(&edge));
                     }
                     // A hole's bound is computed only for the edge chosen:
                     // `hole_top` reads the valley's items.
@@ -787,5 +736,6 @@ impl<'a> Valley<'a> {
 
 mod holes;
 mod learn;
+mod reasons;
 #[cfg(test)]
 mod tests;

@@ -509,3 +509,40 @@ fn region_digests_follow_placements_and_read_only_their_sections() {
         keys_seen.len()
     );
 }
+
+#[test]
+fn an_edge_depends_on_the_lives_of_its_items_not_the_whole_valley() {
+    use super::{Edge, valley_region};
+    // Capacity 4 over ten steps: a lifelong item of 1 at the bottom, walls
+    // of 3 over steps 0-1 and 8-9, and the valley between them at level 1
+    // filled by items of 3 over steps 2-4, 5-6 and 7: five sections,
+    // 0-1, 2-4, 5-6, 7 and 8-9.
+    let csv = "0,0,10,1\n1,0,2,3\n2,8,10,3\n3,2,5,3\n4,5,7,3\n5,7,8,3\n";
+    let problem = CsvProblem::parse(csv).expect("parse");
+    let arena = problem.arena(4);
+    let p = Prepared::new(&arena).expect("prepared");
+    let budget = small_budget();
+    let mut memo = ValleyMemo::new();
+    let mut v = Valley::new(&arena, &p, &budget, false, &mut memo).expect("applies");
+    // The walls, on whatever the lifelong item left below them.
+    for id in [1, 2] {
+        let k = p.ids.iter().position(|&x| x == id).expect("free");
+        let at = v.sky[p.start[k] as usize];
+        v.apply(k as u32, at);
+    }
+    assert_eq!(v.sky.len(), 5);
+    let level = v.sky[1];
+    assert!(v.sky[0] > level && v.sky[4] > level && v.sky[1..4].iter().all(|&h| h == level));
+    let valley = (1, 4);
+    let edge = |from_left| Edge {
+        level,
+        valley,
+        from_left,
+    };
+    // From the left: the wall and the life of the item that starts there.
+    assert_eq!(v.edge_reason(&edge(true)), (0, 2));
+    // From the right: the life of the item that ends there and the wall.
+    assert_eq!(v.edge_reason(&edge(false)), (3, 5));
+    // Either edge's region before: the whole valley with its walls.
+    assert_eq!(valley_region(valley, v.sky.len()), (0, 5));
+}
