@@ -3,7 +3,7 @@
 //!
 //! A failure carries the sections it depends on: it holds in any state
 //! with the same skyline there and the same items placed among those
-//! that lie within them (`valley.rs`). The memo of whole states only
+//! that cover them (`reasons.rs`). The memo of whole states only
 //! finds a failure again in the very state it was met in, so a region
 //! that failed is searched again whenever a region it does not touch is
 //! arranged differently: after each restart, and wherever the search has
