@@ -174,31 +174,27 @@ fn verdict_of(bound: &TileBound, bytes: u64, alone_best: u64, search: SearchEnd)
             tight.peak_live_bytes,
             tight.usable_bytes_at_peak,
         );
-        match search {
-            SearchEnd::Proved { nodes, relaxed } => Verdict::Exhausted {
-                nodes,
-                relaxed,
-                class,
-                step,
-                live_bytes,
-                usable_bytes,
-            },
-            SearchEnd::Unknown { nodes, budget } => Verdict::Unknown {
-                nodes,
-                budget,
-                class,
-                step,
-                live_bytes,
-                usable_bytes,
-            },
-            SearchEnd::NotRun => Verdict::Unknown {
-                nodes: 0,
-                budget: 0,
-                class,
-                step,
-                live_bytes,
-                usable_bytes,
-            },
+        let (nodes, budget) = match search {
+            SearchEnd::Proved { nodes, relaxed } => {
+                return Verdict::Exhausted {
+                    nodes,
+                    relaxed,
+                    class,
+                    step,
+                    live_bytes,
+                    usable_bytes,
+                };
+            }
+            SearchEnd::Unknown { nodes, budget } => (nodes, budget),
+            SearchEnd::NotRun => (0, 0),
+        };
+        Verdict::Unknown {
+            nodes,
+            budget,
+            class,
+            step,
+            live_bytes,
+            usable_bytes,
         }
     }
 }

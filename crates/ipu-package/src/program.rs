@@ -686,6 +686,15 @@ impl GemmKernel {
             right_class: self.right_class,
         }
     }
+
+    /// The AMP variant the kernel planner makes of this spec under
+    /// `config`: what the build compiles, and what the lowering costs.
+    pub fn plan(
+        &self,
+        config: &ipu_kernels::PlanConfig,
+    ) -> Result<ipu_kernels::Variant, ipu_kernels::KernelError> {
+        ipu_kernels::plan_variant(&self.shape(), self.rows_small, self.rows_large, config)
+    }
 }
 
 /// A lowered program (`program.json` in a package).

@@ -27,8 +27,9 @@
 //! Runs are heavy-tailed (one order places a 600-buffer cut in 10^4 nodes,
 //! another thrashes for millions), so the portfolio runs the search as Luby
 //! restarts ([`restarts`]), one sequence per entry across its rounds. A
-//! node costs about a microsecond on 1000 buffers: only the valleys
-//! around the last placement are tested again.
+//! node costs about 2 µs on 1000 buffers (gcut-n1000: 4 M nodes of its
+//! restarts in 8.7 s on one thread, the region memo's upkeep included):
+//! only the valleys around the last placement are tested again.
 //!
 //! Children are tried by fit: first the items whose top meets a wall of
 //! the valley (the pieces of a cut leave the skyline flat), then those

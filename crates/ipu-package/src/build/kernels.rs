@@ -2,7 +2,7 @@
 //! of the program, taken from the build's kernel store or compiled through
 //! its toolchain, and checked whichever stage it came from.
 
-use ipu_kernels::{AmpModel, Mode, RowSize, Variant, fetch_kernel, plan_variant};
+use ipu_kernels::{AmpModel, Mode, RowSize, Variant, fetch_kernel};
 use ipu_target::Target;
 use rayon::prelude::*;
 
@@ -18,11 +18,9 @@ pub(super) fn plan_kernels(program: &Program, target: &Target) -> Result<Vec<Var
         .values()
         .iter()
         .map(|k| {
-            plan_variant(&k.shape(), k.rows_small, k.rows_large, &config).map_err(|source| {
-                BuildError::Kernel {
-                    name: format!("{k:?}"),
-                    source,
-                }
+            k.plan(&config).map_err(|source| BuildError::Kernel {
+                name: format!("{k:?}"),
+                source,
             })
         })
         .collect()

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 
-use ipu_kernels::{Variant, estimate_cycles, plan_variant};
+use ipu_kernels::{Variant, estimate_cycles};
 use ipu_layout::TileId;
 
 use super::Lowerer;
@@ -226,11 +226,11 @@ impl Lowerer<'_> {
                 }
                 ref other => {
                     let buffers = &self.program.buffers;
+                    // Every codelet but the GEMM has a work.
                     let work =
                         codelet_work(&self.config.cost.steps.vector, other, |b: BufferId| {
                             buffers[b].ty.precision()
-                        })
-                        .unwrap_or(Work::Zero { bytes: 0, runs: 1 });
+                        })?;
                     self.config.cost.steps.vector.cycles(&work)
                 }
             };
@@ -244,15 +244,8 @@ impl Lowerer<'_> {
     /// cannot), planned once.
     fn kernel_variant(&mut self, kernel: KernelId) -> Option<&Variant> {
         if !self.variants.contains_key(&kernel) {
-            let planned = self.program.kernels.get(kernel).and_then(|k| {
-                plan_variant(
-                    &k.shape(),
-                    k.rows_small,
-                    k.rows_large,
-                    &self.config.cost.steps.plan_config(),
-                )
-                .ok()
-            });
+            let config = self.config.cost.steps.plan_config();
+            let planned = (self.program.kernels.get(kernel)).and_then(|k| k.plan(&config).ok());
             self.variants.insert(kernel, planned);
         }
         self.variants.get(&kernel)?.as_ref()

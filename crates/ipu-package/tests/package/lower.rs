@@ -325,7 +325,8 @@ fn padding_clears_run_in_the_first_compute_step_after_the_fill() {
                 }
                 WalkEvent::Compute(step, _) => {
                     let first_after = last_exchange.take();
-                    let mut read: HashMap<(TileId, _), bool> = HashMap::new();
+                    let mut read: std::collections::HashSet<(TileId, _)> =
+                        std::collections::HashSet::new();
                     for (tile, c) in &step.calls {
                         if let Codelet::Zero { target, .. } = *c {
                             if let Some(&at) = filled.get(&target.buffer) {
@@ -337,7 +338,7 @@ fn padding_clears_run_in_the_first_compute_step_after_the_fill() {
                                     step.label
                                 );
                                 assert!(
-                                    !read.contains_key(&(*tile, target.buffer)),
+                                    !read.contains(&(*tile, target.buffer)),
                                     "{fixture} on {tiles}: {} cleared on {tile} after a call read it",
                                     p.buffers[target.buffer].name
                                 );
@@ -346,7 +347,7 @@ fn padding_clears_run_in_the_first_compute_step_after_the_fill() {
                             continue;
                         }
                         for op in operands(c) {
-                            read.insert((*tile, op.buffer), true);
+                            read.insert((*tile, op.buffer));
                         }
                     }
                     if fixture.starts_with("siglip") && step.label.name == "enc0.fc2" {
